@@ -1,0 +1,29 @@
+# Set-up and the README's commands. `make run` and `make test` each create the virtual
+# environment first when it is missing or older than pyproject.toml.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+
+.PHONY: setup run test lint bench clean
+
+setup: $(VENV)/.installed
+
+$(VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet -e '.[dev]'
+	touch $@
+
+run: setup
+	$(BIN)/ablate run experiments/ln_vs_rms.yaml
+
+test: setup
+	$(BIN)/python -m pytest -q
+
+lint: setup
+	$(BIN)/ruff check ablate tests
+
+bench: setup
+	$(BIN)/python -m ablate.bench_runner experiments/ln_vs_rms.yaml
+
+clean:
+	rm -rf $(VENV) .pytest_cache

@@ -1,0 +1,191 @@
+"""The ``ablate`` command line: argument parsing and printing only.
+
+Commands: ``run`` (train every variant x seed, then report), ``validate`` (check a file and
+print the plan with its cost), ``report`` (rebuild tables and figures from stored results).
+Exit codes: 0 success, 1 some run failed, 2 bad input (config or data), 130 interrupted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from rich.console import Console
+
+EXIT_OK, EXIT_RUN_FAILED, EXIT_BAD_INPUT, EXIT_INTERRUPTED = 0, 1, 2, 130
+
+
+class UsageError(ValueError):
+    """A bad command-line value, as one line."""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser of every sub-command."""
+    parser = argparse.ArgumentParser(
+        prog="ablate",
+        description="Matched-seed normalization ablations (LayerNorm vs RMSNorm, placement) "
+        "on a small decoder-only transformer.",
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    run = sub.add_parser("run", help="train every variant x seed of an experiment, then report")
+    run.add_argument("experiment", type=Path, help="experiment YAML file")
+    run.add_argument(
+        "--results-dir",
+        type=Path,
+        default=Path("results"),
+        help="root of the results store (default: results/)",
+    )
+    run.add_argument(
+        "--report-dir",
+        type=Path,
+        default=Path("reports"),
+        help="root of the reports; the report goes to <dir>/<experiment>/ (default: reports/)",
+    )
+    run.add_argument(
+        "--workers",
+        type=int,
+        default=None,
+        help="runs at once (default: one per core, at most one per run)",
+    )
+    run.add_argument(
+        "--threads",
+        type=int,
+        default=None,
+        help="torch threads per worker (default: cores / workers)",
+    )
+
+    validate = sub.add_parser("validate", help="check an experiment file; print the plan and cost")
+    validate.add_argument("experiment", type=Path, help="experiment YAML file")
+    validate.add_argument("--workers", type=int, default=None, help="as for run")
+
+    report = sub.add_parser("report", help="rebuild tables and figures from stored results")
+    report.add_argument(
+        "results", type=Path, help="an experiment's results folder, e.g. results/ln_vs_rms"
+    )
+    report.add_argument(
+        "--out", type=Path, default=None, help="report folder (default: reports/<experiment>/)"
+    )
+    return parser
+
+
+def _positive(value: int | None, flag: str) -> None:
+    if value is not None and value < 1:
+        raise UsageError(f"{flag}: got {value}; must be an integer >= 1")
+
+
+def cmd_validate(args: argparse.Namespace, console: Console) -> int:
+    """Print the plan of an experiment file and an estimate of its time."""
+    from ablate.config import load_experiment
+    from ablate.estimate import describe_plan
+    from ablate.execute import choose_resources
+
+    experiment = load_experiment(args.experiment)
+    n_runs = len(experiment.seeds) * len(experiment.variants)
+    res = choose_resources(
+        n_runs, args.workers or experiment.base.runtime.workers, experiment.base.runtime.threads
+    )
+    plan = describe_plan(experiment, res.workers, res.threads)
+    console.print(f"[bold]{experiment.name}[/bold]: {experiment.description}".rstrip(": "))
+    console.print(
+        f"seeds {experiment.seeds}; {plan.runs} runs; "
+        f"{res.workers} worker(s) x {res.threads} thread(s)"
+    )
+    console.print(
+        plan.table.to_markdown(index=False, floatfmt=".1f"),
+        markup=False,
+        highlight=False,
+        soft_wrap=True,
+    )
+    console.print(
+        f"estimated wall time: {plan.wall_time_s / 60:.1f} min "
+        "(measured step time x steps, plus evaluation)"
+    )
+    return EXIT_OK
+
+
+def cmd_run(args: argparse.Namespace, console: Console) -> int:
+    """Train every pending run of an experiment, then write its report."""
+    from ablate import store
+    from ablate.config import load_experiment
+    from ablate.estimate import check_corpora
+    from ablate.execute import execute
+    from ablate.plan import plan_runs
+    from ablate.report import build_report
+
+    _positive(args.workers, "--workers")
+    _positive(args.threads, "--threads")
+    experiment = load_experiment(args.experiment)
+    check_corpora(experiment)
+    specs = plan_runs(experiment)
+    exp_dir = store.experiment_dir(args.results_dir, experiment.name)
+    store.write_manifest(
+        exp_dir,
+        {
+            "name": experiment.name,
+            "description": experiment.description,
+            "source": str(args.experiment),
+            "variants": list(experiment.variants),
+            "seeds": experiment.seeds,
+            "runs": [{"variant": s.variant, "seed": s.seed, "run_id": s.run_id} for s in specs],
+        },
+    )
+    runtime = experiment.base.runtime
+    summaries = execute(
+        specs,
+        args.results_dir,
+        args.workers or runtime.workers,
+        args.threads or runtime.threads,
+        console,
+    )
+    report = build_report(exp_dir, args.report_dir / experiment.name)
+    console.print(report.table_markdown, markup=False, highlight=False, soft_wrap=True)
+    console.print(f"results: {exp_dir}\nreport:  {report.markdown}")
+    failed = len(specs) - len(summaries) + sum(s["status"] == "failed" for s in summaries)
+    return EXIT_RUN_FAILED if failed else EXIT_OK
+
+
+def cmd_report(args: argparse.Namespace, console: Console) -> int:
+    """Rebuild the report of one experiment's results folder."""
+    from ablate.report import build_report
+
+    if not args.results.is_dir():
+        raise UsageError(
+            f"{args.results}: results folder not found "
+            "(give results/<experiment>, as written by ablate run)"
+        )
+    out = args.out or Path("reports") / args.results.name
+    report = build_report(args.results, out)
+    console.print(report.table_markdown, markup=False, highlight=False, soft_wrap=True)
+    if report.missing:
+        console.print(f"incomplete: {len(report.missing)} planned run(s) have no result yet")
+    console.print(f"report: {report.markdown}")
+    return EXIT_OK
+
+
+COMMANDS = {"run": cmd_run, "validate": cmd_validate, "report": cmd_report}
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of the ``ablate`` console script."""
+    args = build_parser().parse_args(argv)
+    console = Console()
+    from ablate.config import ConfigError
+    from ablate.data import DataError
+
+    try:
+        return COMMANDS[args.command](args, console)
+    except (ConfigError, DataError, UsageError) as exc:
+        print(f"ablate {args.command}: error: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except KeyboardInterrupt:
+        print(
+            "ablate: interrupted; finished runs are kept, the others redo on the next run",
+            file=sys.stderr,
+        )
+        return EXIT_INTERRUPTED
+
+
+if __name__ == "__main__":
+    sys.exit(main())

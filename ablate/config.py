@@ -1,0 +1,350 @@
+"""Typed schema of an experiment file, its defaults, variant overrides and one-line errors.
+
+An experiment file is YAML with a *base* (``data``, ``model``, ``train``, ``runtime``), a list of
+``seeds`` and named ``variants``. Each variant is a mapping of dotted keys to values
+(``model.norm.kind: rmsnorm``) applied to the base before validation, so any field can be
+ablated. :func:`load_experiment` returns an :class:`Experiment` whose ``variants`` are fully
+resolved :class:`RunConfig` objects; every problem raises :class:`ConfigError` with one line that
+names the file, the key and what is allowed.
+"""
+
+from __future__ import annotations
+
+import copy
+import re
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+NormKind = Literal["layernorm", "rmsnorm"]
+Placement = Literal["pre", "post"]
+Precision = Literal["32", "bf16-mixed"]
+
+NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+
+
+class ConfigError(ValueError):
+    """A problem with an experiment file, as one line: ``FILE: KEY: what is wrong; allowed``."""
+
+
+class _Strict(BaseModel):
+    """Base for every section: unknown keys are errors, values are checked on assignment."""
+
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+
+class NormConfig(_Strict):
+    """Which normalization, where it sits, and its numerics."""
+
+    kind: NormKind = "layernorm"
+    placement: Placement = "pre"
+    eps: float = Field(1e-5, gt=0, lt=1)
+    bias: bool | None = Field(
+        None, description="learnable bias; default: true for layernorm, false for rmsnorm"
+    )
+    fp32_reduction: bool = Field(
+        True, description="compute the statistics in fp32 when the input is bf16/fp16"
+    )
+
+    @model_validator(mode="after")
+    def _default_bias(self) -> NormConfig:
+        if self.bias is None:
+            self.bias = self.kind == "layernorm"
+        return self
+
+
+class DataConfig(_Strict):
+    """Corpus, tokenization, split and batch-order seed."""
+
+    source: Literal["builtin_text", "synthetic", "text_file", "tokens_file"] = "builtin_text"
+    path: str | None = Field(None, description="file for text_file / tokens_file")
+    tokenizer: Literal["byte", "char"] = "byte"
+    vocab_size: int | None = Field(
+        None, ge=2, le=65536, description="tokens_file: vocabulary size (default: max id + 1)"
+    )
+    val_fraction: float = Field(0.1, gt=0, lt=0.5)
+    seed: int | None = Field(
+        None, ge=0, description="seed of the batch order; default: the run's seed"
+    )
+    synthetic_vocab: int = Field(64, ge=4, le=4096)
+    synthetic_tokens: int = Field(200_000, ge=10_000, le=50_000_000)
+    synthetic_branching: int = Field(4, ge=1, le=64)
+    synthetic_seed: int = Field(1234, ge=0)
+
+    @model_validator(mode="after")
+    def _path_needed(self) -> DataConfig:
+        if self.source in ("text_file", "tokens_file") and not self.path:
+            raise ValueError(f"data.source {self.source} needs data.path (a local file)")
+        return self
+
+
+class ModelConfig(_Strict):
+    """Decoder-only transformer shape; the norm is a sub-section."""
+
+    d_model: int = Field(128, ge=8, le=8192)
+    n_layers: int = Field(4, ge=1, le=128)
+    n_heads: int = Field(4, ge=1, le=128)
+    d_ff: int | None = Field(None, ge=8, description="MLP width; default 4 * d_model")
+    seq_len: int = Field(128, ge=2, le=65536)
+    dropout: float = Field(0.0, ge=0, lt=1)
+    tie_weights: bool = True
+    init_std: float = Field(0.02, gt=0, le=1)
+    norm: NormConfig = Field(default_factory=NormConfig)
+
+    @model_validator(mode="after")
+    def _heads_divide(self) -> ModelConfig:
+        if self.d_model % self.n_heads:
+            raise ValueError(
+                f"model.d_model ({self.d_model}) must be divisible by model.n_heads "
+                f"({self.n_heads})"
+            )
+        return self
+
+
+class DivergenceConfig(_Strict):
+    """When a run counts as diverged and stops early."""
+
+    threshold: float | None = Field(
+        None, gt=0, description="loss above this after warmup diverges; default ln(vocab)"
+    )
+    after_warmup: bool = True
+
+
+class TrainConfig(_Strict):
+    """Optimizer, schedule, budget, precision and evaluation cadence."""
+
+    batch_size: int = Field(32, ge=1, le=65536)
+    tokens: int = Field(600_000, ge=1, description="token budget: steps = tokens // (batch*seq)")
+    lr: float = Field(1e-3, gt=0, le=100)
+    min_lr_ratio: float = Field(0.1, ge=0, le=1)
+    warmup_steps: int = Field(20, ge=0)
+    schedule: Literal["cosine", "constant"] = "cosine"
+    weight_decay: float = Field(0.1, ge=0)
+    beta1: float = Field(0.9, ge=0, lt=1)
+    beta2: float = Field(0.95, ge=0, lt=1)
+    grad_clip: float | None = Field(1.0, gt=0, description="max grad norm; null disables")
+    precision: Precision = "32"
+    eval_interval: int = Field(25, ge=1, description="optimizer steps between evaluations")
+    eval_batches: int = Field(8, ge=1, le=10_000)
+    divergence: DivergenceConfig = Field(default_factory=DivergenceConfig)
+
+
+class RuntimeConfig(_Strict):
+    """Where and how runs execute; does not change results (except accelerator)."""
+
+    accelerator: Literal["cpu", "auto", "cuda"] = "cpu"
+    workers: int | None = Field(None, ge=1, le=256, description="default: chosen for the machine")
+    threads: int | None = Field(None, ge=1, le=1024, description="torch threads per worker")
+
+
+class RunConfig(_Strict):
+    """Everything one training run needs, after a variant's overrides."""
+
+    data: DataConfig = Field(default_factory=DataConfig)
+    model: ModelConfig = Field(default_factory=ModelConfig)
+    train: TrainConfig = Field(default_factory=TrainConfig)
+    runtime: RuntimeConfig = Field(default_factory=RuntimeConfig)
+
+    def steps(self) -> int:
+        """Optimizer steps that the token budget buys at this batch and sequence size."""
+        return self.train.tokens // self.tokens_per_step()
+
+    def tokens_per_step(self) -> int:
+        """Tokens consumed by one optimizer step."""
+        return self.train.batch_size * self.model.seq_len
+
+
+class ExperimentFile(_Strict):
+    """The top level of an experiment file, before variants are resolved."""
+
+    name: str | None = None
+    description: str = ""
+    seeds: list[int] = Field(default_factory=lambda: [0], min_length=1)
+    variants: dict[str, dict[str, Any]] = Field(default_factory=dict)
+    data: dict[str, Any] = Field(default_factory=dict)
+    model: dict[str, Any] = Field(default_factory=dict)
+    train: dict[str, Any] = Field(default_factory=dict)
+    runtime: dict[str, Any] = Field(default_factory=dict)
+
+
+class Experiment(BaseModel):
+    """A validated experiment: its name, seeds and one resolved RunConfig per variant."""
+
+    model_config = ConfigDict(frozen=True)
+
+    name: str
+    description: str
+    path: str
+    seeds: list[int]
+    variants: dict[str, RunConfig]
+    base: RunConfig
+
+
+def _allowed_keys(model: type[BaseModel]) -> str:
+    return ", ".join(model.model_fields)
+
+
+def _section_model(parts: list[str]) -> type[BaseModel] | None:
+    """The pydantic model that owns the key at ``parts`` (a dotted path), or None."""
+    model: type[BaseModel] = RunConfig
+    for part in parts:
+        field = model.model_fields.get(part)
+        if field is None:
+            return None
+        annotation = field.annotation
+        if not (isinstance(annotation, type) and issubclass(annotation, BaseModel)):
+            return None
+        model = annotation
+    return model
+
+
+def _describe_error(error: dict[str, Any]) -> str:
+    """One readable clause for one pydantic error, naming the key and what is allowed."""
+    loc = [str(p) for p in error["loc"]]
+    key = ".".join(loc) or "(top level)"
+    if error["type"] == "extra_forbidden":
+        owner = ExperimentFile if len(loc) == 1 else _section_model(loc[:-1])
+        allowed = _allowed_keys(owner) if owner is not None else "see the README"
+        return f"{key}: unknown key; allowed: {allowed}"
+    message = error["msg"].removeprefix("Value error, ")
+    if error["type"] == "value_error":
+        return message
+    value = error.get("input")
+    got = f"got {value!r}; " if value is not None and not isinstance(value, dict) else ""
+    return f"{key}: {got}{message[0].lower()}{message[1:]}"
+
+
+def _format_validation(exc: ValidationError, where: str) -> ConfigError:
+    errors = exc.errors()
+    first = _describe_error(errors[0])
+    more = f" (and {len(errors) - 1} more problem(s))" if len(errors) > 1 else ""
+    return ConfigError(f"{where}: {first}{more}")
+
+
+def apply_overrides(base: dict[str, Any], overrides: dict[str, Any], where: str) -> dict[str, Any]:
+    """Return a copy of ``base`` with each dotted key of ``overrides`` set; unknown keys fail."""
+    result = copy.deepcopy(base)
+    for dotted, value in overrides.items():
+        parts = str(dotted).split(".")
+        owner = _section_model(parts[:-1])
+        if owner is None or parts[-1] not in owner.model_fields:
+            section = ".".join(parts[:-1])
+            allowed = _allowed_keys(owner) if owner is not None else _allowed_keys(RunConfig)
+            raise ConfigError(
+                f"{where}: override key {dotted!r} does not exist; "
+                f"allowed under {section or '(top level)'}: {allowed}"
+            )
+        node = result
+        for part in parts[:-1]:
+            child = node.setdefault(part, {})
+            if not isinstance(child, dict):
+                raise ConfigError(f"{where}: {'.'.join(parts[:-1])}: must be a mapping")
+            node = child
+        node[parts[-1]] = value
+    return result
+
+
+def _read_yaml(path: Path) -> dict[str, Any]:
+    if not path.is_file():
+        raise ConfigError(f"{path}: file not found (give the path to an experiment .yaml file)")
+    try:
+        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except UnicodeDecodeError:
+        raise ConfigError(f"{path}: not UTF-8 text; an experiment file is YAML") from None
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        raise ConfigError(f"{path}: YAML syntax error at {where}{problem}") from None
+    if raw is None:
+        raw = {}
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{path}: top level must be a mapping of keys, got {type(raw).__name__}")
+    return raw
+
+
+def _resolve_paths(section: dict[str, Any], base_dir: Path) -> dict[str, Any]:
+    """Make ``data.path`` absolute relative to the experiment file's folder."""
+    path = section.get("path")
+    if isinstance(path, str) and path and not Path(path).is_absolute():
+        section = {**section, "path": str((base_dir / path).resolve())}
+    return section
+
+
+def build_run_config(raw: dict[str, Any], where: str) -> RunConfig:
+    """Validate one run's raw sections into a RunConfig, or raise a one-line ConfigError."""
+    try:
+        return RunConfig.model_validate(raw)
+    except ValidationError as exc:
+        raise _format_validation(exc, where) from None
+
+
+def _check_data_file(config: RunConfig, where: str) -> None:
+    data = config.data
+    if data.path is not None and data.source in ("text_file", "tokens_file"):
+        if not Path(data.path).is_file():
+            raise ConfigError(f"{where}: data.path: file not found: {data.path}")
+
+
+def _check_budget(config: RunConfig, where: str) -> None:
+    if config.steps() < 1:
+        raise ConfigError(
+            f"{where}: train.tokens: {config.train.tokens} buys no step; it must be at least "
+            f"train.batch_size * model.seq_len = {config.tokens_per_step()}"
+        )
+
+
+def load_experiment(path: str | Path) -> Experiment:
+    """Read, validate and resolve an experiment file; raise ConfigError on any problem."""
+    path = Path(path)
+    raw = _read_yaml(path)
+    try:
+        top = ExperimentFile.model_validate(raw)
+    except ValidationError as exc:
+        raise _format_validation(exc, str(path)) from None
+    name = top.name or path.stem
+    if not NAME_PATTERN.match(name):
+        raise ConfigError(f"{path}: name: {name!r} is not allowed; use letters, digits, _ . -")
+    if len(set(top.seeds)) != len(top.seeds):
+        raise ConfigError(f"{path}: seeds: {top.seeds} has duplicates; give distinct integers")
+    if any(seed < 0 for seed in top.seeds):
+        raise ConfigError(f"{path}: seeds: {top.seeds}: seeds must be integers >= 0")
+    base_raw = {
+        "data": _resolve_paths(top.data, path.parent),
+        "model": top.model,
+        "train": top.train,
+        "runtime": top.runtime,
+    }
+    base = build_run_config(base_raw, str(path))
+    variant_raws = top.variants or {"base": {}}
+    variants: dict[str, RunConfig] = {}
+    seen: dict[str, str] = {}
+    for vname, overrides in variant_raws.items():
+        where = f"{path}: variants.{vname}"
+        if not NAME_PATTERN.match(str(vname)):
+            raise ConfigError(f"{where}: variant names use letters, digits, _ . - only")
+        if not isinstance(overrides, dict):
+            raise ConfigError(f"{where}: must be a mapping of dotted keys to values")
+        merged = apply_overrides(base_raw, overrides, where)
+        merged["data"] = _resolve_paths(merged["data"], path.parent)
+        config = build_run_config(merged, where)
+        _check_data_file(config, where)
+        _check_budget(config, where)
+        fingerprint = config.model_dump_json(exclude={"runtime"})
+        if fingerprint in seen:
+            raise ConfigError(
+                f"{where}: resolves to the same run as variants.{seen[fingerprint]}; "
+                "each variant must change something"
+            )
+        seen[fingerprint] = str(vname)
+        variants[str(vname)] = config
+    return Experiment(
+        name=name,
+        description=top.description,
+        path=str(path),
+        seeds=top.seeds,
+        variants=variants,
+        base=base,
+    )

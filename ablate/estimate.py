@@ -1,0 +1,103 @@
+"""What a plan will cost before it runs: corpora checked, parameters counted, step time measured.
+
+``ablate validate`` and ``ablate run`` call :func:`check_corpora` first, so a missing or bad data
+file fails with one line before anything is written. :func:`describe_plan` builds each variant's
+model once, times a few real optimizer steps at the thread count the executor will use, and
+turns that into an estimate of every run's time and of the whole experiment's wall time.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import pandas as pd
+import torch
+
+from ablate.config import Experiment, RunConfig
+from ablate.data import Corpus, batch_offsets, gather_windows, load_corpus
+from ablate.model import build_model, count_parameters
+from ablate.train import parameter_groups
+
+TIMED_STEPS = 3
+
+
+@dataclass(frozen=True)
+class PlanEstimate:
+    """One row per variant, and the experiment's estimated wall time with ``workers`` workers."""
+
+    table: pd.DataFrame
+    runs: int
+    workers: int
+    wall_time_s: float
+
+
+def check_corpora(experiment: Experiment) -> dict[str, Corpus]:
+    """Load every variant's corpus once (raises DataError with one line on a bad source)."""
+    cache: dict[str, Corpus] = {}
+    corpora = {}
+    for name, cfg in experiment.variants.items():
+        key = f"{cfg.data.model_dump_json()}|{cfg.model.seq_len}"
+        if key not in cache:
+            cache[key] = load_corpus(cfg.data, cfg.model.seq_len)
+        corpora[name] = cache[key]
+    return corpora
+
+
+def time_steps(cfg: RunConfig, corpus: Corpus, steps: int = TIMED_STEPS) -> float:
+    """Seconds per step (forward, backward, AdamW): median of ``steps`` after a warm-up."""
+    model = build_model(cfg.model, corpus.vocab_size, seed=0)
+    optimizer = torch.optim.AdamW(parameter_groups(model, cfg.train.weight_decay), lr=1e-4)
+    seq_len, batch = cfg.model.seq_len, cfg.train.batch_size
+    offsets = batch_offsets(len(corpus.train), seq_len, batch, steps + 1, seed=0)
+    autocast = torch.autocast(
+        "cpu", dtype=torch.bfloat16, enabled=cfg.train.precision == "bf16-mixed"
+    )
+    times = []
+    for row in offsets:
+        start = time.perf_counter()
+        with autocast:
+            loss = model.loss(gather_windows(corpus.train, row, seq_len))
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        times.append(time.perf_counter() - start)
+    return float(torch.tensor(times[1:]).median())
+
+
+def estimate_run_time(cfg: RunConfig, step_time_s: float) -> float:
+    """Training steps plus evaluations (a forward pass costs about a third of a step)."""
+    steps = cfg.steps()
+    evals = steps // cfg.train.eval_interval + 1
+    return step_time_s * (steps + evals * cfg.train.eval_batches / 3)
+
+
+def describe_plan(experiment: Experiment, workers: int, threads: int) -> PlanEstimate:
+    """Per variant: seeds, steps, tokens per run, parameters, measured step time, est. time."""
+    corpora = check_corpora(experiment)
+    rows = []
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        for name, cfg in experiment.variants.items():
+            corpus = corpora[name]
+            step_time = time_steps(cfg, corpus)
+            rows.append(
+                {
+                    "variant": name,
+                    "norm": f"{cfg.model.norm.placement}-{cfg.model.norm.kind}",
+                    "seeds": len(experiment.seeds),
+                    "steps": cfg.steps(),
+                    "tokens_per_run": cfg.steps() * cfg.tokens_per_step(),
+                    "parameters": count_parameters(build_model(cfg.model, corpus.vocab_size, 0)),
+                    "vocab": corpus.vocab_size,
+                    "step_time_ms": step_time * 1e3,
+                    "est_run_time_s": estimate_run_time(cfg, step_time),
+                }
+            )
+    finally:
+        torch.set_num_threads(before)
+    table = pd.DataFrame(rows)
+    total = float((table["est_run_time_s"] * table["seeds"]).sum())
+    runs = int(table["seeds"].sum())
+    return PlanEstimate(table, runs, workers, total / max(1, min(workers, runs)))

@@ -1,0 +1,259 @@
+"""Running RunSpecs: skip finished ones, run the rest in a process pool, show live progress.
+
+The executor knows nothing about norms or models: it checks the store for finished runs, picks a
+worker count for the machine (dividing torch threads among workers), and calls
+:func:`ablate.run.execute_run` for each pending spec, in this process when there is one worker
+and in a ``spawn`` process pool otherwise. Workers report steps through a queue; the main
+process draws them with rich (one line per active run and an overall bar with an ETA).
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+import queue as queue_module
+from collections.abc import Iterator
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from rich.console import Console
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
+
+from ablate import store
+from ablate.plan import RunSpec
+from ablate.run import execute_run
+
+
+@dataclass(frozen=True)
+class Resources:
+    """How many runs go at once and how many torch threads each one gets."""
+
+    workers: int
+    threads: int
+
+
+def choose_resources(
+    pending: int, workers: int | None = None, threads: int | None = None, cores: int | None = None
+) -> Resources:
+    """Default: one worker per core (at most one per pending run), cores shared among them."""
+    cores = cores or os.cpu_count() or 1
+    n = workers or max(1, min(pending, cores))
+    return Resources(workers=n, threads=threads or max(1, cores // n))
+
+
+def run_dir_of(spec: RunSpec, root: Path) -> Path:
+    """The folder a spec's results live in."""
+    return store.experiment_dir(root, spec.experiment) / spec.run_id
+
+
+def split_done(specs: list[RunSpec], root: Path) -> tuple[list[RunSpec], list[RunSpec]]:
+    """(finished or diverged already, still to run)."""
+    done = [s for s in specs if store.is_done(run_dir_of(s, root))]
+    return done, [s for s in specs if s not in done]
+
+
+class ProgressBoard:
+    """Rich progress: an overall bar over all steps, and one line per active run."""
+
+    def __init__(self, console: Console, total_steps: int, n_runs: int) -> None:
+        self.console = console
+        self.progress = Progress(
+            TextColumn("{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TextColumn("{task.fields[loss]}"),
+            TimeElapsedColumn(),
+            TextColumn("eta"),
+            TimeRemainingColumn(),
+            console=console,
+            transient=False,
+        )
+        self.overall = self.progress.add_task(f"{n_runs} runs", total=total_steps, loss="")
+        self.tasks: dict[str, Any] = {}
+        self.steps: dict[str, int] = {}
+
+    def __enter__(self) -> ProgressBoard:
+        self.progress.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.progress.stop()
+
+    def start(self, spec: RunSpec) -> None:
+        """Add a line for a run that has begun."""
+        label = f"  {spec.variant} seed={spec.seed}"
+        self.tasks[spec.run_id] = self.progress.add_task(label, total=spec.config.steps(), loss="")
+        self.steps[spec.run_id] = 0
+        if not self.console.is_terminal:  # no live display in a log file: say what started
+            self.console.print(f"started {label.strip()} [{spec.run_id}]", markup=False)
+
+    def update(self, run_id: str, step: int, loss: float) -> None:
+        """Move a run's line (and the overall bar) to ``step``."""
+        if run_id not in self.tasks:
+            return
+        delta = step - self.steps[run_id]
+        self.steps[run_id] = step
+        self.progress.update(self.tasks[run_id], completed=step, loss=f"loss {loss:.3f}")
+        self.progress.advance(self.overall, delta)
+
+    def finish(
+        self, spec: RunSpec, summary: dict[str, Any] | None, error: str | None = None
+    ) -> None:
+        """Drop a run's line and print its outcome."""
+        task = self.tasks.pop(spec.run_id, None)
+        if task is not None:
+            self.progress.remove_task(task)
+        left = spec.config.steps() - self.steps.pop(spec.run_id, 0)
+        self.progress.advance(self.overall, left)
+        self.console.print(outcome_line(spec, summary, error), markup=False, highlight=False)
+
+
+def outcome_line(spec: RunSpec, summary: dict[str, Any] | None, error: str | None) -> str:
+    """One line saying how a run ended."""
+    head = f"{spec.variant} seed={spec.seed} [{spec.run_id}]"
+    if summary is None:
+        return f"{head}: failed: {error}"
+    status = summary["status"]
+    val = summary.get("final_val_loss")
+    val_text = f"val loss {val:.4f}" if val is not None else "no val loss"
+    extra = (
+        f" at step {summary['diverged_step']} ({summary['diverged_reason']})"
+        if status == "diverged"
+        else ""
+    )
+    if status == "failed":
+        extra = f": {summary.get('error')}"
+    return f"{head}: {status}{extra}, {val_text}, {summary['wall_time_s']:.1f}s"
+
+
+def _init_worker(threads: int) -> None:
+    torch.set_num_threads(threads)
+
+
+def _worker_run(spec_json: dict[str, Any], root: str, messages: Any) -> dict[str, Any]:
+    spec = RunSpec.from_json(spec_json)
+    messages.put(("start", spec.run_id, 0, 0.0))
+
+    def report(step: int, loss: float) -> None:
+        messages.put(("step", spec.run_id, step, loss))
+
+    return execute_run(spec, Path(root), progress=report)
+
+
+@contextmanager
+def _torch_threads(threads: int) -> Iterator[None]:
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
+def _run_serial(specs: list[RunSpec], root: Path, threads: int, board: ProgressBoard) -> list[dict]:
+    summaries = []
+    with _torch_threads(threads):
+        for spec in specs:
+            board.start(spec)
+            try:
+                summary = execute_run(
+                    spec,
+                    root,
+                    progress=lambda step, loss, rid=spec.run_id: board.update(rid, step, loss),
+                )
+            except KeyboardInterrupt:
+                board.finish(spec, None, "interrupted")
+                raise
+            board.finish(spec, summary)
+            summaries.append(summary)
+    return summaries
+
+
+def _drain(messages: Any, board: ProgressBoard, by_id: dict[str, RunSpec], timeout: float) -> None:
+    try:
+        kind, run_id, step, loss = messages.get(timeout=timeout)
+    except queue_module.Empty:
+        return
+    while True:
+        if kind == "start":
+            board.start(by_id[run_id])
+        else:
+            board.update(run_id, step, loss)
+        try:
+            kind, run_id, step, loss = messages.get_nowait()
+        except queue_module.Empty:
+            return
+
+
+def _run_pool(specs: list[RunSpec], root: Path, res: Resources, board: ProgressBoard) -> list[dict]:
+    ctx = mp.get_context("spawn")
+    summaries: list[dict] = []
+    by_id = {s.run_id: s for s in specs}
+    with ctx.Manager() as manager:
+        messages = manager.Queue()
+        with ProcessPoolExecutor(
+            res.workers, mp_context=ctx, initializer=_init_worker, initargs=(res.threads,)
+        ) as pool:
+            futures: dict[Future, RunSpec] = {
+                pool.submit(_worker_run, s.to_json(), str(root), messages): s for s in specs
+            }
+            try:
+                pending = set(futures)
+                while pending:
+                    _drain(messages, board, by_id, timeout=0.2)
+                    finished, pending = wait(pending, timeout=0, return_when=FIRST_COMPLETED)
+                    for future in finished:
+                        _drain(messages, board, by_id, timeout=0)
+                        spec = futures[future]
+                        if future.exception() is not None:
+                            board.finish(spec, None, repr(future.exception()))
+                        else:
+                            summaries.append(future.result())
+                            board.finish(spec, future.result())
+            except KeyboardInterrupt:
+                pool.shutdown(wait=True, cancel_futures=True)
+                raise
+    return summaries
+
+
+def execute(
+    specs: list[RunSpec],
+    root: Path,
+    workers: int | None = None,
+    threads: int | None = None,
+    console: Console | None = None,
+) -> list[dict[str, Any]]:
+    """Run every spec that is not already done; return all summaries (stored and new)."""
+    console = console or Console(stderr=True)
+    done, pending = split_done(specs, root)
+    if done:
+        console.print(
+            f"{len(done)} of {len(specs)} runs already done in {root}: skipped",
+            markup=False,
+            highlight=False,
+        )
+    summaries = [store.read_summary(run_dir_of(s, root)) for s in done]
+    if not pending:
+        return [s for s in summaries if s is not None]
+    res = choose_resources(len(pending), workers, threads)
+    console.print(
+        f"running {len(pending)} runs with {res.workers} worker(s) x {res.threads} thread(s)"
+    )
+    total = sum(s.config.steps() for s in pending)
+    with ProgressBoard(console, total, len(pending)) as board:
+        if res.workers == 1:
+            summaries += _run_serial(pending, root, res.threads, board)
+        else:
+            summaries += _run_pool(pending, root, res, board)
+    return [s for s in summaries if s is not None]

@@ -1,0 +1,182 @@
+"""A small GPT-style decoder whose norm kind and placement are parameters, and its fair init.
+
+Everything but the normalization is fixed by :class:`~ablate.config.ModelConfig`. Parameters are
+initialized *by name*: each one draws from its own generator seeded from ``(seed, name)``, so a
+variant that owns an extra parameter (LayerNorm's bias) leaves every shared parameter bitwise
+identical to the other variant's. :func:`shared_init_digest` hashes the parameters that do not
+belong to a norm, which is what any two norm variants of the same shape share.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from ablate.config import ModelConfig
+from ablate.norms import build_norm, is_norm
+
+
+class CausalSelfAttention(nn.Module):
+    """Multi-head causal self-attention through ``scaled_dot_product_attention``."""
+
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        self.n_heads = cfg.n_heads
+        self.qkv = nn.Linear(cfg.d_model, 3 * cfg.d_model)
+        self.proj = nn.Linear(cfg.d_model, cfg.d_model)
+        self.dropout = cfg.dropout
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, t, d = x.shape
+        q, k, v = self.qkv(x).split(d, dim=2)  # 3 x (B, T, D)
+        q, k, v = (z.view(b, t, self.n_heads, d // self.n_heads).transpose(1, 2) for z in (q, k, v))
+        dropout = self.dropout if self.training else 0.0
+        y = F.scaled_dot_product_attention(q, k, v, dropout_p=dropout, is_causal=True)
+        return self.proj(y.transpose(1, 2).reshape(b, t, d))  # (B, T, D)
+
+
+class MLP(nn.Module):
+    """Two-layer GELU feed-forward network."""
+
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        hidden = cfg.d_ff or 4 * cfg.d_model
+        self.fc = nn.Linear(cfg.d_model, hidden)
+        self.proj = nn.Linear(hidden, cfg.d_model)
+        self.drop = nn.Dropout(cfg.dropout)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.drop(self.proj(F.gelu(self.fc(x))))
+
+
+class Block(nn.Module):
+    """One transformer block; ``pre``: x + f(norm(x)); ``post``: norm(x + f(x))."""
+
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        n = cfg.norm
+        self.placement = n.placement
+        self.norm_attn = build_norm(n.kind, cfg.d_model, n.eps, n.bias, n.fp32_reduction)
+        self.attn = CausalSelfAttention(cfg)
+        self.norm_mlp = build_norm(n.kind, cfg.d_model, n.eps, n.bias, n.fp32_reduction)
+        self.mlp = MLP(cfg)
+        self.drop = nn.Dropout(cfg.dropout)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.placement == "pre":
+            x = x + self.drop(self.attn(self.norm_attn(x)))
+            return x + self.mlp(self.norm_mlp(x))
+        x = self.norm_attn(x + self.drop(self.attn(x)))
+        return self.norm_mlp(x + self.mlp(x))
+
+
+class GPT(nn.Module):
+    """Token + position embeddings, ``n_layers`` blocks, final norm (pre-norm only), LM head."""
+
+    def __init__(self, cfg: ModelConfig, vocab_size: int) -> None:
+        super().__init__()
+        self.cfg = cfg
+        self.vocab_size = vocab_size
+        self.tok_emb = nn.Embedding(vocab_size, cfg.d_model)
+        self.pos_emb = nn.Embedding(cfg.seq_len, cfg.d_model)
+        self.drop = nn.Dropout(cfg.dropout)
+        self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layers))
+        n = cfg.norm
+        # Post-norm blocks already end in a norm; a final one is only needed for pre-norm.
+        self.norm_f = (
+            build_norm(n.kind, cfg.d_model, n.eps, n.bias, n.fp32_reduction)
+            if n.placement == "pre"
+            else nn.Identity()
+        )
+        self.head = nn.Linear(cfg.d_model, vocab_size, bias=False)
+        if cfg.tie_weights:
+            self.head.weight = self.tok_emb.weight
+
+    def forward(self, idx: torch.Tensor) -> torch.Tensor:
+        """Logits (B, T, V) for token ids ``idx`` (B, T)."""
+        t = idx.shape[1]
+        pos = torch.arange(t, device=idx.device)
+        x = self.drop(self.tok_emb(idx) + self.pos_emb(pos))  # (B, T, D)
+        for block in self.blocks:
+            x = block(x)
+        return self.head(self.norm_f(x))
+
+    def loss(self, batch: torch.Tensor) -> torch.Tensor:
+        """Mean next-token cross-entropy over a batch of (B, T+1) token ids."""
+        logits = self(batch[:, :-1])
+        return F.cross_entropy(logits.flatten(0, 1).float(), batch[:, 1:].flatten())
+
+
+def name_seed(seed: int, name: str) -> int:
+    """A 63-bit generator seed derived from the run seed and a parameter's name."""
+    digest = hashlib.sha256(f"{seed}:{name}".encode()).digest()
+    return int.from_bytes(digest[:8], "little") & ((1 << 63) - 1)
+
+
+def _init_std(name: str, cfg: ModelConfig) -> float:
+    """GPT-2 scheme: N(0, std), residual output projections scaled by 1/sqrt(2 * n_layers)."""
+    if name.endswith("proj.weight"):
+        return cfg.init_std / math.sqrt(2 * cfg.n_layers)
+    return cfg.init_std
+
+
+@torch.no_grad()
+def init_parameters(model: GPT, seed: int) -> None:
+    """Initialize every parameter from its own ``(seed, name)`` generator.
+
+    Norm gains start at one and biases at zero; matrices and embeddings are normal.
+    """
+    norm_params = norm_parameter_names(model)
+    for name, param in model.named_parameters():
+        if name in norm_params:
+            param.fill_(1.0 if name.endswith("weight") else 0.0)
+        elif name.endswith("bias"):
+            param.zero_()
+        else:
+            generator = torch.Generator().manual_seed(name_seed(seed, name))
+            sample = torch.randn(param.shape, generator=generator, dtype=torch.float32)
+            param.copy_(sample * _init_std(name, model.cfg))
+
+
+def build_model(cfg: ModelConfig, vocab_size: int, seed: int) -> GPT:
+    """A GPT for ``cfg`` with parameters initialized from ``seed`` by name."""
+    model = GPT(cfg, vocab_size)
+    init_parameters(model, seed)
+    return model
+
+
+def norm_parameter_names(model: nn.Module) -> set[str]:
+    """Names of all parameters owned by normalization layers."""
+    return {
+        f"{mod_name}.{p_name}"
+        for mod_name, module in model.named_modules()
+        if is_norm(module)
+        for p_name, _ in module.named_parameters(recurse=False)
+    }
+
+
+def parameter_digests(model: nn.Module) -> dict[str, str]:
+    """sha256 (first 16 hex digits) of each parameter's bytes, by name."""
+    return {
+        name: hashlib.sha256(p.detach().cpu().contiguous().numpy().tobytes()).hexdigest()[:16]
+        for name, p in model.named_parameters()
+    }
+
+
+def shared_init_digest(model: nn.Module) -> str:
+    """One digest over every non-norm parameter (name and bytes): equal across norm variants."""
+    norm_params = norm_parameter_names(model)
+    h = hashlib.sha256()
+    for name, digest in sorted(parameter_digests(model).items()):
+        if name not in norm_params:
+            h.update(f"{name}={digest};".encode())
+    return h.hexdigest()[:16]
+
+
+def count_parameters(model: nn.Module) -> int:
+    """Number of distinct trainable parameters (tied weights counted once)."""
+    return sum(p.numel() for p in model.parameters() if p.requires_grad)

@@ -1,0 +1,82 @@
+"""Expanding an experiment into RunSpecs: one per variant x seed, each with a content-hash id.
+
+A run's id is a hash of everything that can change its result: the variant name, the seed and
+the resolved ``data``, ``model`` and ``train`` sections plus the accelerator. Worker and thread
+counts are left out (they change speed, not the computation's definition). Rerunning an
+experiment therefore finds finished runs by id and skips them; editing a field gives new ids.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from ablate.config import Experiment, RunConfig
+
+SPEC_VERSION = 1
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    """One training run: which experiment, variant and seed, under which resolved config."""
+
+    experiment: str
+    variant: str
+    seed: int
+    config: RunConfig
+
+    @property
+    def data_seed(self) -> int:
+        """Seed of the batch order: ``data.seed`` if set, else the run's seed."""
+        return self.config.data.seed if self.config.data.seed is not None else self.seed
+
+    def identity(self) -> dict[str, Any]:
+        """The fields hashed into the run id."""
+        cfg = self.config
+        return {
+            "version": SPEC_VERSION,
+            "variant": self.variant,
+            "seed": self.seed,
+            "data": cfg.data.model_dump(mode="json"),
+            "model": cfg.model.model_dump(mode="json"),
+            "train": cfg.train.model_dump(mode="json"),
+            "accelerator": cfg.runtime.accelerator,
+        }
+
+    @property
+    def run_id(self) -> str:
+        """12 hex digits of sha256 over the canonical JSON of :meth:`identity`."""
+        canonical = json.dumps(self.identity(), sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(canonical.encode()).hexdigest()[:12]
+
+    def to_json(self) -> dict[str, Any]:
+        """The resolved run as stored in ``config.json``."""
+        return {
+            "experiment": self.experiment,
+            "variant": self.variant,
+            "seed": self.seed,
+            "data_seed": self.data_seed,
+            "run_id": self.run_id,
+            "config": self.config.model_dump(mode="json"),
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> RunSpec:
+        """Rebuild a RunSpec from :meth:`to_json`'s output."""
+        return cls(
+            experiment=data["experiment"],
+            variant=data["variant"],
+            seed=data["seed"],
+            config=RunConfig.model_validate(data["config"]),
+        )
+
+
+def plan_runs(experiment: Experiment) -> list[RunSpec]:
+    """Every variant x seed, seed-major so matched pairs complete together."""
+    return [
+        RunSpec(experiment.name, variant, seed, config)
+        for seed in experiment.seeds
+        for variant, config in experiment.variants.items()
+    ]

@@ -1,0 +1,256 @@
+"""One run: build the corpus, the batch order, the model and a Lightning Trainer; fit; store.
+
+:func:`execute_run` is the only entry point the executor calls. It writes the run's folder (see
+:mod:`ablate.store`) and returns the summary, whose keys are a documented contract (README,
+"summary.json"). Divergence is a result (``status: diverged``); an exception inside training is
+stored as ``failed`` with the error; Ctrl-C stores ``interrupted`` and re-raises.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import platform
+import signal
+import subprocess
+import time
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import lightning as L
+import pandas as pd
+import torch
+from torch.utils.data import DataLoader
+
+from ablate import store
+from ablate.data import (
+    Corpus,
+    WindowBatches,
+    batch_digest,
+    batch_offsets,
+    eval_offsets,
+    load_corpus,
+)
+from ablate.model import (
+    GPT,
+    build_model,
+    count_parameters,
+    parameter_digests,
+    shared_init_digest,
+)
+from ablate.plan import RunSpec
+from ablate.probes import DivergenceMonitor, MetricsRecorder, ProgressFn
+from ablate.train import LanguageModelTask
+
+FINAL_TRAIN_WINDOW = 10  # final_train_loss is the mean over this many last steps
+
+
+@dataclass
+class Prepared:
+    """Everything a run trains on, built deterministically from its spec."""
+
+    corpus: Corpus
+    model: GPT
+    train_offsets: torch.Tensor
+    val_offsets: torch.Tensor
+    steps: int
+
+
+def prepare(spec: RunSpec) -> Prepared:
+    """Corpus, batch order, validation windows and the initialized model of a run."""
+    cfg = spec.config
+    seq_len, batch = cfg.model.seq_len, cfg.train.batch_size
+    corpus = load_corpus(cfg.data, seq_len)
+    steps = cfg.steps()
+    train_offsets = batch_offsets(len(corpus.train), seq_len, batch, steps, spec.data_seed)
+    val_offsets = eval_offsets(len(corpus.val), seq_len, batch, cfg.train.eval_batches)
+    model = build_model(cfg.model, corpus.vocab_size, spec.seed)
+    return Prepared(corpus, model, train_offsets, val_offsets, steps)
+
+
+def environment(spec: RunSpec) -> dict[str, Any]:
+    """Everything that could differ between two machines running the same spec."""
+    return {
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "lightning": L.__version__,
+        "platform": platform.platform(),
+        "processor": platform.machine(),
+        "accelerator": spec.config.runtime.accelerator,
+        "cuda_device": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
+        "precision": spec.config.train.precision,
+        "default_dtype": str(torch.get_default_dtype()),
+        "torch_threads": torch.get_num_threads(),
+        "git_commit": git_commit(),
+        "hostname": platform.node(),
+        "pid": os.getpid(),
+    }
+
+
+def git_commit() -> str | None:
+    """The commit of the ablate checkout in use, when it is a git checkout."""
+    here = Path(__file__).resolve().parent
+    try:
+        out = subprocess.run(
+            ["git", "-C", str(here), "rev-parse", "HEAD"],
+            capture_output=True,
+            text=True,
+            timeout=5,
+            check=True,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out.stdout.strip() or None
+
+
+def quiet_lightning() -> None:
+    """Silence Lightning's start-up banners and tips; ablate prints its own progress."""
+    for name in ("lightning.pytorch", "lightning.fabric", "lightning"):
+        logging.getLogger(name).setLevel(logging.WARNING)
+    warnings.filterwarnings("ignore", message=".*LeafSpec.*")
+    warnings.filterwarnings("ignore", message=".*does not have many workers.*")
+
+
+def build_trainer(spec: RunSpec, steps: int, callbacks: list[L.Callback]) -> L.Trainer:
+    """A quiet Trainer: no logger, checkpoints, progress bar or summary; ablate records itself."""
+    cfg = spec.config
+    quiet_lightning()
+    return L.Trainer(
+        accelerator=cfg.runtime.accelerator,
+        devices=1,
+        precision=cfg.train.precision,
+        max_steps=steps,
+        max_epochs=1,
+        val_check_interval=min(cfg.train.eval_interval, steps),
+        num_sanity_val_steps=0,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        callbacks=callbacks,
+    )
+
+
+def metrics_frame(recorder: MetricsRecorder) -> pd.DataFrame:
+    """Per-step rows with ``val_loss`` filled at the steps where an evaluation ran."""
+    steps = pd.DataFrame(
+        recorder.steps,
+        columns=["step", "tokens", "train_loss", "lr", "grad_norm", "step_time_s"],
+    )
+    evals = pd.DataFrame(recorder.evals, columns=["step", "val_loss"])
+    evals = evals.drop_duplicates("step", keep="last")
+    return steps.merge(evals, on="step", how="left")
+
+
+def summarize(
+    spec: RunSpec,
+    prepared: Prepared,
+    frame: pd.DataFrame,
+    status: str,
+    monitor: DivergenceMonitor,
+    wall_time_s: float,
+    init_digest: str,
+    data_digest: str,
+    error: str | None = None,
+) -> dict[str, Any]:
+    """The run's summary.json (see the README for each key)."""
+    tokens_per_step = spec.config.tokens_per_step()
+    steps_done = int(frame["step"].max()) if len(frame) else 0
+    val = frame["val_loss"].dropna()
+    train_time = float(frame["step_time_s"].sum())
+    divergence = monitor.divergence
+    return {
+        "experiment": spec.experiment,
+        "run_id": spec.run_id,
+        "variant": spec.variant,
+        "seed": spec.seed,
+        "data_seed": spec.data_seed,
+        "status": status,
+        "final_val_loss": float(val.iloc[-1]) if len(val) else None,
+        "best_val_loss": float(val.min()) if len(val) else None,
+        "final_train_loss": (
+            float(frame["train_loss"].tail(FINAL_TRAIN_WINDOW).mean()) if len(frame) else None
+        ),
+        "diverged_step": divergence.step if divergence else None,
+        "diverged_reason": divergence.reason if divergence else None,
+        "steps": steps_done,
+        "planned_steps": prepared.steps,
+        "tokens": steps_done * tokens_per_step,
+        "planned_tokens": prepared.steps * tokens_per_step,
+        "n_params": count_parameters(prepared.model),
+        "vocab_size": prepared.corpus.vocab_size,
+        "initial_loss": math.log(prepared.corpus.vocab_size),
+        "entropy_floor": prepared.corpus.entropy_floor,
+        "norm_kind": spec.config.model.norm.kind,
+        "norm_placement": spec.config.model.norm.placement,
+        "wall_time_s": wall_time_s,
+        "train_time_s": train_time,
+        "tokens_per_s": steps_done * tokens_per_step / train_time if train_time > 0 else None,
+        "init_digest": init_digest,
+        "data_digest": data_digest,
+        "error": error,
+    }
+
+
+def execute_run(spec: RunSpec, root: Path, progress: ProgressFn | None = None) -> dict[str, Any]:
+    """Train ``spec`` into ``root/<experiment>/<run_id>/`` and return its summary."""
+    start = time.perf_counter()
+    run_dir = store.experiment_dir(root, spec.experiment) / spec.run_id
+    store.reset_run_dir(run_dir)
+    store.write_json_atomic(run_dir / "config.json", spec.to_json())
+    store.write_json_atomic(run_dir / "status.json", {"status": "running", "pid": os.getpid()})
+    torch.manual_seed(spec.seed)
+    prepared = prepare(spec)
+    store.write_json_atomic(run_dir / "env.json", environment(spec))
+    store.write_json_atomic(run_dir / "init_params.json", parameter_digests(prepared.model))
+    init_digest = shared_init_digest(prepared.model)
+    data_digest = batch_digest(prepared.corpus, prepared.train_offsets)
+
+    cfg = spec.config
+    threshold = cfg.train.divergence.threshold or math.log(prepared.corpus.vocab_size)
+    recorder = MetricsRecorder(cfg.tokens_per_step(), progress)
+    monitor = DivergenceMonitor(
+        threshold, cfg.train.warmup_steps, cfg.train.divergence.after_warmup
+    )
+    trainer = build_trainer(spec, prepared.steps, [recorder, monitor])
+    task = LanguageModelTask(prepared.model, cfg.train, prepared.steps)
+    seq_len = cfg.model.seq_len
+    train_loader = DataLoader(
+        WindowBatches(prepared.corpus.train, prepared.train_offsets, seq_len), batch_size=None
+    )
+    val_loader = DataLoader(
+        WindowBatches(prepared.corpus.val, prepared.val_offsets, seq_len), batch_size=None
+    )
+    status, error = "finished", None
+    try:
+        trainer.fit(task, train_loader, val_loader)
+        if not recorder.evals or recorder.evals[-1]["step"] != recorder.steps[-1]["step"]:
+            trainer.validate(task, val_loader, verbose=False)  # always evaluate the last step
+    except (KeyboardInterrupt, SystemExit):
+        status = "interrupted"
+    except Exception as exc:  # a crash inside training is stored as a failed run
+        status, error = "failed", f"{type(exc).__name__}: {exc}"
+    if status == "finished" and monitor.divergence is not None:
+        status = "diverged"
+    frame = metrics_frame(recorder)
+    store.write_frame_atomic(run_dir / "metrics.csv", frame)
+    summary = summarize(
+        spec,
+        prepared,
+        frame,
+        status,
+        monitor,
+        time.perf_counter() - start,
+        init_digest,
+        data_digest,
+        error,
+    )
+    store.write_json_atomic(run_dir / "summary.json", summary)
+    (run_dir / "status.json").unlink(missing_ok=True)
+    if status == "interrupted":
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        raise KeyboardInterrupt
+    return summary

@@ -1,0 +1,181 @@
+"""The on-disk results layout, atomic writes, and loading everything into pandas.
+
+Layout (``root`` defaults to ``results/``)::
+
+    root/<experiment>/experiment.json  the current plan: variants in order, seeds, run ids
+    root/<experiment>/<run-id>/
+        config.json       the resolved run: experiment, variant, seed, run_id, config
+        env.json          python, torch, lightning, device, precision, threads, git commit
+        init_params.json  sha256 prefix of every initial parameter, by name
+        metrics.csv       one row per optimizer step; val_loss filled at evaluation steps
+        summary.json      written last: its presence with a final status marks the run done
+        status.json       {"status": "running", ...} while the run is in progress
+
+Every file is written to a temporary name and renamed into place, so a reader (or a killed
+writer) never sees half a file. A run directory without a complete ``summary.json`` is
+incomplete and is redone from scratch, never half-counted.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+DONE_STATUSES = ("finished", "diverged")
+SUMMARY_KEYS = (
+    "variant",
+    "seed",
+    "status",
+    "final_val_loss",
+    "best_val_loss",
+    "final_train_loss",
+    "diverged_step",
+    "diverged_reason",
+    "tokens",
+    "n_params",
+    "wall_time_s",
+    "tokens_per_s",
+    "init_digest",
+    "data_digest",
+    "run_id",
+)
+ALL_STATUSES = ("finished", "diverged", "failed", "interrupted")
+
+
+def write_text_atomic(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` through a temporary file in the same folder and a rename."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(text)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def write_json_atomic(path: Path, data: Any) -> None:
+    """Atomically write ``data`` as indented JSON (non-finite floats become null)."""
+    write_text_atomic(path, json.dumps(_finite(data), indent=2, sort_keys=True) + "\n")
+
+
+def _finite(value: Any) -> Any:
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_finite(v) for v in value]
+    return value
+
+
+def write_frame_atomic(path: Path, frame: pd.DataFrame) -> None:
+    """Atomically write a DataFrame as CSV."""
+    write_text_atomic(path, frame.to_csv(index=False))
+
+
+def experiment_dir(root: Path, experiment: str) -> Path:
+    """Folder of one experiment's runs."""
+    return Path(root) / experiment
+
+
+def read_json(path: Path) -> dict[str, Any] | None:
+    """The JSON object in ``path``, or None when it is missing or unreadable."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def read_summary(run_dir: Path) -> dict[str, Any] | None:
+    """The run's summary if it is complete (status finished or diverged), else None."""
+    summary = read_json(run_dir / "summary.json")
+    if summary is None or summary.get("status") not in DONE_STATUSES:
+        return None
+    return summary
+
+
+def is_done(run_dir: Path) -> bool:
+    """True when the run finished or diverged; anything else is redone."""
+    return read_summary(run_dir) is not None
+
+
+def reset_run_dir(run_dir: Path) -> None:
+    """Empty an incomplete run's folder (left by a crash, interruption or failure)."""
+    if run_dir.exists():
+        shutil.rmtree(run_dir)
+    run_dir.mkdir(parents=True)
+
+
+def run_dirs(exp_dir: Path) -> list[Path]:
+    """Every run folder of an experiment, sorted by name."""
+    if not exp_dir.is_dir():
+        return []
+    return sorted(p for p in exp_dir.iterdir() if p.is_dir() and (p / "config.json").exists())
+
+
+def load_summaries(exp_dir: Path, include_incomplete: bool = False) -> pd.DataFrame:
+    """One row per run with a summary; by default only finished and diverged runs."""
+    rows = []
+    for run_dir in run_dirs(exp_dir):
+        summary = read_json(run_dir / "summary.json")
+        if summary is None:
+            if not include_incomplete:
+                continue
+            config = read_json(run_dir / "config.json") or {}
+            summary = {
+                "run_id": run_dir.name,
+                "variant": config.get("variant"),
+                "seed": config.get("seed"),
+                "status": "incomplete",
+            }
+        elif summary.get("status") not in DONE_STATUSES and not include_incomplete:
+            continue
+        rows.append(summary)
+    return pd.DataFrame(rows) if rows else pd.DataFrame(columns=list(SUMMARY_KEYS))
+
+
+def load_metrics(exp_dir: Path) -> pd.DataFrame:
+    """All finished and diverged runs' per-step metrics as one long frame, with run keys."""
+    frames = []
+    for run_dir in run_dirs(exp_dir):
+        summary = read_summary(run_dir)
+        if summary is None or not (run_dir / "metrics.csv").exists():
+            continue
+        frame = pd.read_csv(run_dir / "metrics.csv")
+        frame.insert(0, "seed", summary["seed"])
+        frame.insert(0, "variant", summary["variant"])
+        frame.insert(0, "run_id", summary["run_id"])
+        frames.append(frame)
+    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+
+
+def write_manifest(exp_dir: Path, manifest: dict[str, Any]) -> None:
+    """Record the current plan (name, variants in order, seeds, run ids) as experiment.json."""
+    write_json_atomic(exp_dir / "experiment.json", manifest)
+
+
+def read_manifest(exp_dir: Path) -> dict[str, Any]:
+    """The plan stored with an experiment; without one, what the run folders themselves say."""
+    manifest = read_json(exp_dir / "experiment.json")
+    if manifest is not None:
+        return manifest
+    runs = load_summaries(exp_dir)
+    return {
+        "name": exp_dir.name,
+        "description": "",
+        "variants": sorted(runs["variant"].unique()) if len(runs) else [],
+        "seeds": sorted(int(s) for s in runs["seed"].unique()) if len(runs) else [],
+        "runs": [],
+    }

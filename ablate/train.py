@@ -1,0 +1,98 @@
+"""The LightningModule: AdamW groups, warmup + cosine/constant schedule, loss, clipping, evaluation.
+
+The module owns the optimization of one run. It records the gradient norm it clips with (so the
+metrics carry it at no extra cost), skips the optimizer step for a non-finite loss, and exposes
+the last validation loss; the callbacks in :mod:`ablate.probes` read these to log and to stop
+diverged runs.
+"""
+
+from __future__ import annotations
+
+import math
+
+import lightning as L
+import torch
+from torch import nn
+
+from ablate.config import TrainConfig
+from ablate.model import GPT
+
+
+def lr_factor(step: int, warmup: int, total: int, schedule: str, min_ratio: float) -> float:
+    """Multiplier of the peak learning rate at optimizer step ``step`` (0-based)."""
+    if warmup > 0 and step < warmup:
+        return (step + 1) / warmup
+    if schedule == "constant":
+        return 1.0
+    span = max(1, total - warmup)
+    progress = min(1.0, (step - warmup) / span)
+    return min_ratio + (1.0 - min_ratio) * 0.5 * (1.0 + math.cos(math.pi * progress))
+
+
+def parameter_groups(model: nn.Module, weight_decay: float) -> list[dict]:
+    """nanoGPT split: matrices and embeddings decay; gains, biases and other vectors do not."""
+    params = [p for p in model.parameters() if p.requires_grad]
+    return [
+        {"params": [p for p in params if p.dim() >= 2], "weight_decay": weight_decay},
+        {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0},
+    ]
+
+
+class LanguageModelTask(L.LightningModule):
+    """Next-token training of a :class:`~ablate.model.GPT` under a :class:`TrainConfig`."""
+
+    def __init__(self, model: GPT, cfg: TrainConfig, total_steps: int) -> None:
+        super().__init__()
+        self.model = model
+        self.cfg = cfg
+        self.total_steps = total_steps
+        self.last_loss: torch.Tensor | None = None
+        self.last_grad_norm: torch.Tensor | None = None
+        self.last_val_loss: float | None = None
+        self._val_sum = 0.0
+        self._val_count = 0
+
+    def training_step(self, batch: torch.Tensor, batch_idx: int) -> torch.Tensor | None:
+        loss = self.model.loss(batch)
+        self.last_loss = loss.detach()
+        self.last_grad_norm = None
+        if not torch.isfinite(loss):
+            return None  # skip the update; the divergence monitor stops the run
+        return loss
+
+    def configure_gradient_clipping(
+        self,
+        optimizer: torch.optim.Optimizer,
+        gradient_clip_val: float | None = None,
+        gradient_clip_algorithm: str | None = None,
+    ) -> None:
+        max_norm = self.cfg.grad_clip if self.cfg.grad_clip is not None else math.inf
+        self.last_grad_norm = torch.nn.utils.clip_grad_norm_(self.parameters(), max_norm)
+
+    def on_validation_epoch_start(self) -> None:
+        self._val_sum, self._val_count = 0.0, 0
+
+    def validation_step(self, batch: torch.Tensor, batch_idx: int) -> None:
+        self._val_sum += float(self.model.loss(batch))
+        self._val_count += 1
+
+    def on_validation_epoch_end(self) -> None:
+        self.last_val_loss = self._val_sum / max(1, self._val_count)
+
+    def configure_optimizers(self) -> dict:
+        cfg = self.cfg
+        optimizer = torch.optim.AdamW(
+            parameter_groups(self.model, cfg.weight_decay),
+            lr=cfg.lr,
+            betas=(cfg.beta1, cfg.beta2),
+        )
+        scheduler = torch.optim.lr_scheduler.LambdaLR(
+            optimizer,
+            lambda step: lr_factor(
+                step, cfg.warmup_steps, self.total_steps, cfg.schedule, cfg.min_lr_ratio
+            ),
+        )
+        return {
+            "optimizer": optimizer,
+            "lr_scheduler": {"scheduler": scheduler, "interval": "step"},
+        }

@@ -1,0 +1,92 @@
+"""Paired statistics over matched seeds, checked against direct computation."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+from scipy import stats
+
+from ablate.analysis import curve_band, paired_difference, variant_table
+
+
+def _runs() -> pd.DataFrame:
+    rows = []
+    base = {0: 2.10, 1: 2.00, 2: 2.20, 3: 2.05}
+    other = {0: 2.00, 1: 1.95, 2: 2.08, 3: 9.99}
+    for seed, loss in base.items():
+        rows.append(
+            {
+                "variant": "ln",
+                "seed": seed,
+                "status": "finished",
+                "final_val_loss": loss,
+                "best_val_loss": loss - 0.01,
+                "n_params": 100,
+                "tokens_per_s": 1000.0,
+            }
+        )
+    for seed, loss in other.items():
+        status = "diverged" if seed == 3 else "finished"
+        rows.append(
+            {
+                "variant": "rms",
+                "seed": seed,
+                "status": status,
+                "final_val_loss": loss,
+                "best_val_loss": loss - 0.01,
+                "n_params": 90,
+                "tokens_per_s": 1200.0,
+            }
+        )
+    return pd.DataFrame(rows)
+
+
+def test_paired_difference_matches_a_direct_computation() -> None:
+    d = paired_difference(_runs(), "rms", "ln")
+    diffs = np.array([2.00 - 2.10, 1.95 - 2.00, 2.08 - 2.20])  # seed 3 diverged: not paired
+    assert d.n_pairs == 3
+    assert d.mean == pytest.approx(diffs.mean())
+    half = stats.t.ppf(0.975, 2) * diffs.std(ddof=1) / math.sqrt(3)
+    assert d.ci_low == pytest.approx(diffs.mean() - half)
+    assert d.ci_high == pytest.approx(diffs.mean() + half)
+    t = diffs.mean() / (diffs.std(ddof=1) / math.sqrt(3))
+    assert d.p_value == pytest.approx(2 * stats.t.sf(abs(t), 2))
+
+
+def test_one_pair_gives_no_interval() -> None:
+    runs = _runs()
+    d = paired_difference(runs[runs["seed"] == 0], "rms", "ln")
+    assert d.n_pairs == 1 and d.mean == pytest.approx(-0.1)
+    assert math.isnan(d.ci_low) and math.isnan(d.p_value)
+
+
+def test_variant_table_counts_and_means() -> None:
+    table = variant_table(_runs(), ["ln", "rms"], "ln").set_index("variant")
+    assert table.loc["ln", "runs"] == 4 and table.loc["rms", "diverged"] == 1
+    assert table.loc["rms", "finished"] == 3
+    assert table.loc["ln", "final_val_loss_mean"] == pytest.approx(
+        np.mean([2.10, 2.00, 2.20, 2.05])
+    )
+    assert table.loc["rms", "final_val_loss_mean"] == pytest.approx(np.mean([2.00, 1.95, 2.08]))
+    assert table.loc["rms", "final_val_loss_std"] == pytest.approx(
+        np.std([2.00, 1.95, 2.08], ddof=1)
+    )
+    assert math.isnan(table.loc["ln", "diff_vs_baseline"])
+    assert table.loc["rms", "n_pairs"] == 3 and table.loc["rms", "n_params"] == 90
+
+
+def test_curve_band_over_seeds() -> None:
+    metrics = pd.DataFrame(
+        {
+            "variant": ["a"] * 4,
+            "run_id": ["r1", "r1", "r2", "r2"],
+            "step": [1, 2, 1, 2],
+            "val_loss": [3.0, np.nan, 5.0, 2.0],
+        }
+    )
+    band = curve_band(metrics, "val_loss").set_index("step")
+    assert band.loc[1, "mean"] == 4.0 and band.loc[1, "count"] == 2
+    assert band.loc[2, "mean"] == 2.0 and band.loc[2, "count"] == 1

@@ -1,0 +1,140 @@
+"""The command line: exit codes, one-line errors, validate's plan, run + report end to end."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from conftest import REPO, write_experiment
+
+from ablate.cli import main
+
+
+def test_validate_prints_the_plan_with_cost(
+    tiny_experiment: Path, capsys: pytest.CaptureFixture
+) -> None:
+    assert main(["validate", str(tiny_experiment)]) == 0
+    out = capsys.readouterr().out
+    assert "4 runs" in out and "layernorm" in out and "rmsnorm" in out
+    assert "estimated wall time" in out and "step_time_ms" in out and "parameters" in out
+
+
+@pytest.mark.parametrize(
+    "text, fragment",
+    [
+        ("model: {norm: {kind: groupnorm}}\n", "model.norm.kind"),
+        ("train: {batch_size: -1}\n", "train.batch_size"),
+        ("nonsense_key: 1\n", "nonsense_key: unknown key"),
+        ("data: {source: tokens_file, path: missing.bin}\n", "file not found"),
+    ],
+)
+def test_bad_input_exits_2_with_one_line_and_writes_nothing(
+    tmp_path: Path, capsys: pytest.CaptureFixture, text: str, fragment: str
+) -> None:
+    path = tmp_path / "bad.yaml"
+    path.write_text(text)
+    results, reports = tmp_path / "results", tmp_path / "reports"
+    code = main(["run", str(path), "--results-dir", str(results), "--report-dir", str(reports)])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and fragment in err and len(err.splitlines()) == 1 and str(path) in err
+    assert not results.exists() and not reports.exists()
+
+
+def test_bad_data_file_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    (tmp_path / "ids.bin").write_bytes(b"\x01")  # odd size: not uint16
+    path = write_experiment(tmp_path / "e.yaml", data={"source": "tokens_file", "path": "ids.bin"})
+    assert main(["run", str(path), "--results-dir", str(tmp_path / "r")]) == 2
+    assert "size must be even" in capsys.readouterr().err
+    assert not (tmp_path / "r").exists()
+
+
+def test_missing_experiment_file_and_results_folder(
+    tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    assert main(["validate", str(tmp_path / "nope.yaml")]) == 2
+    assert main(["report", str(tmp_path / "nope")]) == 2
+    assert main(["run", str(tmp_path / "nope.yaml"), "--workers", "0"]) == 2
+    err = capsys.readouterr().err
+    assert "nope.yaml: file not found" in err and "results folder not found" in err
+
+
+def _ablate(*args: str, cwd: Path, **kw) -> subprocess.Popen:
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    return subprocess.Popen(
+        [sys.executable, "-m", "ablate.cli", *args],
+        cwd=cwd,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        **kw,
+    )
+
+
+@pytest.mark.slow
+def test_smoke_experiment_end_to_end(tmp_path: Path) -> None:
+    proc = _ablate("run", str(REPO / "experiments" / "smoke.yaml"), cwd=tmp_path)
+    out, _ = proc.communicate(timeout=300)
+    assert proc.returncode == 0, out
+    report_dir = tmp_path / "reports" / "smoke"
+    for name in ("report.md", "variants.csv", "runs.csv", "loss_curves.png"):
+        assert (report_dir / name).stat().st_size > 0
+    summaries = [
+        json.loads(p.read_text()) for p in (tmp_path / "results" / "smoke").glob("*/summary.json")
+    ]
+    assert len(summaries) == 4 and all(s["status"] == "finished" for s in summaries)
+    assert all(s["final_val_loss"] < 4.5 for s in summaries)
+    assert len({s["init_digest"] for s in summaries}) == 2  # one per seed, shared by both norms
+    assert len({s["data_digest"] for s in summaries}) == 2
+
+    again = _ablate("run", str(REPO / "experiments" / "smoke.yaml"), cwd=tmp_path)
+    out, _ = again.communicate(timeout=120)
+    assert again.returncode == 0 and "4 of 4 runs already done" in out
+
+
+@pytest.mark.slow
+def test_run_killed_mid_way_is_redone_and_finished_runs_are_kept(tmp_path: Path) -> None:
+    path = write_experiment(
+        tmp_path / "e.yaml",
+        train={
+            "batch_size": 4,
+            "tokens": 4 * 16 * 1500,
+            "lr": 3e-3,
+            "warmup_steps": 3,
+            "eval_interval": 500,
+            "eval_batches": 2,
+        },
+    )
+    exp_dir = tmp_path / "results" / "tiny"
+    proc = _ablate("run", str(path), "--workers", "1", cwd=tmp_path, start_new_session=True)
+    deadline = time.monotonic() + 240
+    while time.monotonic() < deadline:
+        done = list(exp_dir.glob("*/summary.json"))
+        running = list(exp_dir.glob("*/status.json"))
+        if done and running:
+            break
+        time.sleep(0.05)
+    else:
+        proc.kill()
+        pytest.fail("no run finished in time")
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    finished_before = {p.parent.name: p.read_text() for p in exp_dir.glob("*/summary.json")}
+    killed = [p.parent.name for p in exp_dir.glob("*/status.json")]
+    assert len(finished_before) >= 1 and len(killed) == 1 and killed[0] not in finished_before
+
+    rerun = _ablate("run", str(path), "--workers", "1", cwd=tmp_path)
+    out, _ = rerun.communicate(timeout=300)
+    assert rerun.returncode == 0, out
+    assert f"{len(finished_before)} of 4 runs already done" in out
+    after = {p.parent.name: p.read_text() for p in exp_dir.glob("*/summary.json")}
+    assert len(after) == 4 and not list(exp_dir.glob("*/status.json"))
+    for run_id, text in finished_before.items():
+        assert after[run_id] == text  # kept, not redone
+    assert json.loads(after[killed[0]])["steps"] == 1500  # redone in full

@@ -1,0 +1,116 @@
+"""Experiment files: defaults, variant overrides, shipped files, and one-line errors."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+from conftest import REPO, write_experiment
+
+from ablate.config import ConfigError, load_experiment
+
+SHIPPED = sorted((REPO / "experiments").glob("*.yaml"))
+
+
+@pytest.mark.parametrize("path", SHIPPED, ids=[p.name for p in SHIPPED])
+def test_every_shipped_experiment_validates(path: Path) -> None:
+    experiment = load_experiment(path)
+    assert experiment.variants and experiment.seeds
+    for config in experiment.variants.values():
+        assert config.steps() >= 1
+
+
+def test_shipped_main_experiments_compare_pre_norm_layernorm_and_rmsnorm() -> None:
+    for name in ("ln_vs_rms", "smoke"):
+        exp = load_experiment(REPO / "experiments" / f"{name}.yaml")
+        kinds = {v: c.model.norm.kind for v, c in exp.variants.items()}
+        assert sorted(kinds.values()) == ["layernorm", "rmsnorm"]
+        assert {c.model.norm.placement for c in exp.variants.values()} == {"pre"}
+        a, b = exp.variants.values()
+        assert a.model_dump(exclude={"model"}) == b.model_dump(exclude={"model"})
+        assert a.model.model_dump(exclude={"norm"}) == b.model.model_dump(exclude={"norm"})
+    assert len(load_experiment(REPO / "experiments" / "ln_vs_rms.yaml").seeds) == 3
+
+
+def test_defaults_and_overrides(tmp_path: Path) -> None:
+    path = tmp_path / "e.yaml"
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "variants": {"a": {}, "b": {"model.norm.kind": "rmsnorm", "train.lr": 0.01}},
+            }
+        )
+    )
+    exp = load_experiment(path)
+    assert exp.name == "e" and exp.seeds == [0]
+    a, b = exp.variants["a"], exp.variants["b"]
+    assert a.data.source == "builtin_text" and a.model.norm.kind == "layernorm"
+    assert a.model.norm.bias is True and b.model.norm.bias is False  # the kind's default
+    assert b.train.lr == 0.01 and a.train.lr == 1e-3
+    assert a.steps() == a.train.tokens // (a.train.batch_size * a.model.seq_len)
+
+
+def test_no_variants_means_one_base_variant(tmp_path: Path) -> None:
+    path = tmp_path / "e.yaml"
+    path.write_text("seeds: [3]\n")
+    assert list(load_experiment(path).variants) == ["base"]
+
+
+def _error(tmp_path: Path, text: str) -> str:
+    path = tmp_path / "bad.yaml"
+    path.write_text(text)
+    with pytest.raises(ConfigError) as info:
+        load_experiment(path)
+    message = str(info.value)
+    assert "\n" not in message and message.startswith(str(path))
+    return message
+
+
+def test_unknown_key_names_the_key_and_the_allowed_ones(tmp_path: Path) -> None:
+    msg = _error(tmp_path, "model:\n  norm:\n    knd: rmsnorm\n")
+    assert "model.norm.knd: unknown key" in msg and "kind, placement, eps" in msg
+    msg = _error(tmp_path, "modle: {}\n")
+    assert "modle: unknown key" in msg and "variants" in msg
+
+
+def test_wrong_type_and_out_of_range(tmp_path: Path) -> None:
+    msg = _error(tmp_path, "train:\n  batch_size: many\n")
+    assert "train.batch_size" in msg and "'many'" in msg
+    msg = _error(tmp_path, "train:\n  lr: -0.1\n")
+    assert "train.lr" in msg and "greater than 0" in msg
+    msg = _error(tmp_path, "model:\n  norm:\n    kind: batchnorm\n")
+    assert "model.norm.kind" in msg and "'layernorm' or 'rmsnorm'" in msg
+    msg = _error(tmp_path, "seeds: [0, x]\n")
+    assert "seeds.1" in msg
+
+
+def test_variant_errors_name_the_variant(tmp_path: Path) -> None:
+    msg = _error(tmp_path, "variants:\n  v1: {model.norm.knd: rmsnorm}\n")
+    assert "variants.v1" in msg and "'model.norm.knd' does not exist" in msg and "kind" in msg
+    msg = _error(tmp_path, "variants:\n  v1: {model.norm.placement: middle}\n")
+    assert "variants.v1" in msg and "model.norm.placement" in msg and "'pre' or 'post'" in msg
+    msg = _error(tmp_path, "variants:\n  a: {train.lr: 0.01}\n  b: {train.lr: 0.01}\n")
+    assert "same run as variants.a" in msg
+
+
+def test_budget_file_and_syntax_errors(tmp_path: Path) -> None:
+    msg = _error(tmp_path, "train: {tokens: 10}\n")
+    assert "train.tokens" in msg and "buys no step" in msg
+    msg = _error(tmp_path, "data: {source: text_file, path: nowhere.txt}\n")
+    assert "data.path: file not found" in msg
+    msg = _error(tmp_path, "model: [unclosed\n")
+    assert "YAML syntax error" in msg and "line" in msg
+    msg = _error(tmp_path, "model: {d_model: 30, n_heads: 4}\n")
+    assert "divisible" in msg
+    msg = _error(tmp_path, "seeds: [1, 1]\n")
+    assert "duplicates" in msg
+    with pytest.raises(ConfigError, match="file not found"):
+        load_experiment(tmp_path / "missing.yaml")
+
+
+def test_relative_data_path_is_relative_to_the_experiment_file(tmp_path: Path) -> None:
+    (tmp_path / "corpus.txt").write_text("hello world " * 200)
+    path = write_experiment(tmp_path / "e.yaml", data={"source": "text_file", "path": "corpus.txt"})
+    exp = load_experiment(path)
+    assert all(c.data.path == str(tmp_path / "corpus.txt") for c in exp.variants.values())

@@ -1,0 +1,109 @@
+"""Norms against torch's reference layers, the worked example and their invariances."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from ablate.norms import LayerNorm, RMSNorm, build_norm
+
+
+def _x(shape: tuple[int, ...] = (4, 7, 32), seed: int = 0) -> torch.Tensor:
+    return torch.randn(shape, generator=torch.Generator().manual_seed(seed)) * 3 + 0.5
+
+
+def _randomize(norm: torch.nn.Module, seed: int = 1) -> None:
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for p in norm.parameters():
+            p.copy_(torch.randn(p.shape, generator=g))
+
+
+def test_layernorm_equals_torch_layernorm_values_and_grads() -> None:
+    ours, ref = LayerNorm(32, eps=1e-5, bias=True, fp32_reduction=True), torch.nn.LayerNorm(32)
+    _randomize(ours)
+    ref.load_state_dict(ours.state_dict())
+    x1, x2 = _x().requires_grad_(), _x().requires_grad_()
+    y1, y2 = ours(x1), ref(x2)
+    assert torch.allclose(y1, y2, atol=1e-6, rtol=0)
+    y1.pow(2).sum().backward()
+    y2.pow(2).sum().backward()
+    assert torch.allclose(x1.grad, x2.grad, atol=1e-5, rtol=1e-6)
+    assert torch.allclose(ours.weight.grad, ref.weight.grad, atol=1e-4, rtol=1e-6)
+
+
+def test_rmsnorm_equals_torch_rmsnorm() -> None:
+    ours, ref = (
+        RMSNorm(32, eps=1e-6, bias=False, fp32_reduction=True),
+        torch.nn.RMSNorm(32, eps=1e-6),
+    )
+    _randomize(ours)
+    ref.load_state_dict(ours.state_dict())
+    x = _x()
+    assert torch.allclose(ours(x), ref(x), atol=1e-6, rtol=0)
+
+
+def test_layernorm_without_bias_has_no_bias_parameter() -> None:
+    assert [n for n, _ in build_norm("layernorm", 8, bias=False).named_parameters()] == ["weight"]
+    assert [n for n, _ in build_norm("rmsnorm", 8).named_parameters()] == ["weight"]
+    assert [n for n, _ in build_norm("rmsnorm", 8, bias=True).named_parameters()] == [
+        "weight",
+        "bias",
+    ]
+
+
+def test_worked_example_from_the_sources() -> None:
+    x = torch.tensor([[1.0, 2.0]])
+    ln = build_norm("layernorm", 2, eps=0.0)(x)
+    rms = build_norm("rmsnorm", 2, eps=0.0)(x)
+    assert torch.allclose(ln, torch.tensor([[-1.0, 1.0]]), atol=1e-6)
+    assert torch.allclose(rms, torch.tensor([[1 / math.sqrt(2.5), 2 / math.sqrt(2.5)]]), atol=1e-6)
+    assert [round(v, 3) for v in rms[0].tolist()] == [0.632, 1.265]
+
+
+def test_rmsnorm_output_has_unit_mean_square_before_gain() -> None:
+    y = RMSNorm(64, eps=1e-8, bias=False, fp32_reduction=True)(_x((10, 64)))
+    assert torch.allclose(y.pow(2).mean(-1), torch.ones(10), atol=1e-5)
+
+
+@pytest.mark.parametrize("kind", ["layernorm", "rmsnorm"])
+def test_scale_invariance(kind: str) -> None:
+    norm = build_norm(kind, 32, eps=1e-12)
+    _randomize(norm)
+    x = _x()
+    assert torch.allclose(norm(x), norm(7.5 * x), atol=1e-5)
+    assert not torch.allclose(norm(x), norm(-x), atol=1e-3)  # a negative scale flips the sign
+
+
+def test_shift_invariance_layernorm_only() -> None:
+    x = _x()
+    ln, rms = build_norm("layernorm", 32, eps=1e-12), build_norm("rmsnorm", 32, eps=1e-12)
+    assert torch.allclose(ln(x), ln(x + 4.0), atol=1e-4)
+    assert (rms(x) - rms(x + 4.0)).abs().max() > 0.1
+
+
+@pytest.mark.parametrize("kind", ["layernorm", "rmsnorm"])
+def test_zero_input_is_finite(kind: str) -> None:
+    y = build_norm(kind, 16)(torch.zeros(3, 16))
+    assert torch.isfinite(y).all()
+    assert torch.equal(y, torch.zeros(3, 16))
+
+
+@pytest.mark.parametrize("kind", ["layernorm", "rmsnorm"])
+def test_fp32_reduction_under_bf16_is_closer_to_fp32(kind: str) -> None:
+    x = (_x((64, 256)) * 50 + 100).bfloat16()  # large mean: bf16 statistics lose precision
+    exact = build_norm(kind, 256)(x.float())
+    fp32 = build_norm(kind, 256, fp32_reduction=True)(x)
+    native = build_norm(kind, 256, fp32_reduction=False)(x)
+    assert fp32.dtype == native.dtype == torch.bfloat16
+    err_fp32 = (fp32.float() - exact).abs().mean()
+    err_native = (native.float() - exact).abs().mean()
+    assert err_fp32 < 0.8 * err_native
+    assert err_fp32 < 2e-3  # only the final rounding to bf16 remains
+
+
+def test_unknown_kind_names_the_allowed_ones() -> None:
+    with pytest.raises(ValueError, match="layernorm, rmsnorm"):
+        build_norm("batchnorm", 4)

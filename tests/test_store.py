@@ -1,0 +1,68 @@
+"""Atomic writes, completeness, and loading runs into pandas."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pandas as pd
+
+from ablate import store
+
+
+def test_atomic_json_leaves_no_temporary_and_maps_nan_to_null(tmp_path: Path) -> None:
+    path = tmp_path / "a" / "s.json"
+    store.write_json_atomic(path, {"x": math.nan, "y": [1.0, math.inf], "z": "ok"})
+    assert json.loads(path.read_text()) == {"x": None, "y": [1.0, None], "z": "ok"}
+    assert [p.name for p in path.parent.iterdir()] == ["s.json"]
+
+
+def _fake_run(
+    exp_dir: Path, run_id: str, status: str | None, variant: str = "a", seed: int = 0
+) -> Path:
+    run_dir = exp_dir / run_id
+    store.write_json_atomic(run_dir / "config.json", {"variant": variant, "seed": seed})
+    if status is not None:
+        store.write_json_atomic(
+            run_dir / "summary.json",
+            {
+                "run_id": run_id,
+                "variant": variant,
+                "seed": seed,
+                "status": status,
+                "final_val_loss": 2.0,
+            },
+        )
+        store.write_frame_atomic(
+            run_dir / "metrics.csv", pd.DataFrame({"step": [1, 2], "train_loss": [3.0, 2.5]})
+        )
+    return run_dir
+
+
+def test_only_finished_and_diverged_runs_count(tmp_path: Path) -> None:
+    exp = tmp_path / "exp"
+    done = _fake_run(exp, "r1", "finished")
+    diverged = _fake_run(exp, "r2", "diverged", seed=1)
+    interrupted = _fake_run(exp, "r3", "interrupted", seed=2)
+    crashed = _fake_run(exp, "r4", None, seed=3)  # killed before its summary
+    assert store.is_done(done) and store.is_done(diverged)
+    assert not store.is_done(interrupted) and not store.is_done(crashed)
+    assert list(store.load_summaries(exp)["run_id"]) == ["r1", "r2"]
+    everything = store.load_summaries(exp, include_incomplete=True)
+    assert list(everything["status"]) == ["finished", "diverged", "interrupted", "incomplete"]
+    metrics = store.load_metrics(exp)
+    assert list(metrics["run_id"]) == ["r1", "r1", "r2", "r2"] and "variant" in metrics
+
+
+def test_reset_run_dir_clears_a_half_written_run(tmp_path: Path) -> None:
+    run_dir = _fake_run(tmp_path, "r", None)
+    (run_dir / "metrics.csv").write_text("step\n1\n")
+    store.reset_run_dir(run_dir)
+    assert run_dir.is_dir() and list(run_dir.iterdir()) == []
+
+
+def test_empty_experiment_gives_an_empty_frame_with_the_contract_columns(tmp_path: Path) -> None:
+    frame = store.load_summaries(tmp_path / "nothing")
+    assert frame.empty and {"variant", "seed", "status", "final_val_loss"} <= set(frame.columns)
+    assert store.read_manifest(tmp_path / "nothing")["variants"] == []
