@@ -12,10 +12,12 @@ from __future__ import annotations
 import multiprocessing as mp
 import os
 import queue as queue_module
+import signal
 from collections.abc import Iterator
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from contextlib import contextmanager
 from dataclasses import dataclass
+from multiprocessing.managers import SyncManager
 from pathlib import Path
 from typing import Any
 
@@ -137,18 +139,33 @@ def outcome_line(spec: RunSpec, summary: dict[str, Any] | None, error: str | Non
     return f"{head}: {status}{extra}, {val_text}, {summary['wall_time_s']:.1f}s"
 
 
+def _ignore_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
 def _init_worker(threads: int) -> None:
     torch.set_num_threads(threads)
 
 
-def _worker_run(spec_json: dict[str, Any], root: str, messages: Any) -> dict[str, Any]:
+def _worker_run(
+    spec_json: dict[str, Any], root: str, messages: Any, stop: Any
+) -> dict[str, Any] | None:
+    if stop.is_set():  # Ctrl-C already stopped the experiment: start nothing new
+        return None
     spec = RunSpec.from_json(spec_json)
     messages.put(("start", spec.run_id, 0, 0.0))
 
     def report(step: int, loss: float) -> None:
-        messages.put(("step", spec.run_id, step, loss))
+        try:
+            messages.put(("step", spec.run_id, step, loss))
+        except (OSError, EOFError):  # the display is gone (Ctrl-C); training goes on
+            pass
 
-    return execute_run(spec, Path(root), progress=report)
+    try:
+        return execute_run(spec, Path(root), progress=report)
+    except KeyboardInterrupt:
+        stop.set()
+        raise
 
 
 @contextmanager
@@ -175,6 +192,9 @@ def _run_serial(specs: list[RunSpec], root: Path, threads: int, board: ProgressB
             except KeyboardInterrupt:
                 board.finish(spec, None, "interrupted")
                 raise
+            except Exception as exc:  # as in the pool: report it, go on with the other runs
+                board.finish(spec, None, repr(exc))
+                continue
             board.finish(spec, summary)
             summaries.append(summary)
     return summaries
@@ -200,13 +220,15 @@ def _run_pool(specs: list[RunSpec], root: Path, res: Resources, board: ProgressB
     ctx = mp.get_context("spawn")
     summaries: list[dict] = []
     by_id = {s.run_id: s for s in specs}
-    with ctx.Manager() as manager:
-        messages = manager.Queue()
+    manager = SyncManager(ctx=ctx)
+    manager.start(_ignore_sigint)  # Ctrl-C must not kill the queue the workers report through
+    with manager:
+        messages, stop = manager.Queue(), manager.Event()
         with ProcessPoolExecutor(
             res.workers, mp_context=ctx, initializer=_init_worker, initargs=(res.threads,)
         ) as pool:
             futures: dict[Future, RunSpec] = {
-                pool.submit(_worker_run, s.to_json(), str(root), messages): s for s in specs
+                pool.submit(_worker_run, s.to_json(), str(root), messages, stop): s for s in specs
             }
             try:
                 pending = set(futures)
@@ -218,10 +240,13 @@ def _run_pool(specs: list[RunSpec], root: Path, res: Resources, board: ProgressB
                         spec = futures[future]
                         if future.exception() is not None:
                             board.finish(spec, None, repr(future.exception()))
-                        else:
+                        elif future.result() is not None:
                             summaries.append(future.result())
                             board.finish(spec, future.result())
             except KeyboardInterrupt:
+                # The workers got Ctrl-C too: each stores its run as interrupted and sets
+                # ``stop`` so that no queued run starts. (This process's proxies may be
+                # mid-call, hence unusable, so it leaves ``stop`` to them.)
                 pool.shutdown(wait=True, cancel_futures=True)
                 raise
     return summaries

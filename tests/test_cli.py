@@ -98,31 +98,35 @@ def test_smoke_experiment_end_to_end(tmp_path: Path) -> None:
     assert again.returncode == 0 and "4 of 4 runs already done" in out
 
 
+def _long_experiment(tmp_path: Path, steps: int) -> Path:
+    """The tiny experiment with ``steps`` steps per run and one evaluation in the middle."""
+    train = {
+        "batch_size": 4,
+        "tokens": 4 * 16 * steps,
+        "lr": 3e-3,
+        "warmup_steps": 3,
+        "eval_interval": steps // 2,
+        "eval_batches": 2,
+    }
+    return write_experiment(tmp_path / "e.yaml", train=train)
+
+
+def _wait_until(condition, what: str, timeout: float = 240.0) -> None:  # noqa: ANN001
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.05)
+
+
 @pytest.mark.slow
 def test_run_killed_mid_way_is_redone_and_finished_runs_are_kept(tmp_path: Path) -> None:
-    path = write_experiment(
-        tmp_path / "e.yaml",
-        train={
-            "batch_size": 4,
-            "tokens": 4 * 16 * 1500,
-            "lr": 3e-3,
-            "warmup_steps": 3,
-            "eval_interval": 500,
-            "eval_batches": 2,
-        },
-    )
+    path = _long_experiment(tmp_path, 1500)
     exp_dir = tmp_path / "results" / "tiny"
     proc = _ablate("run", str(path), "--workers", "1", cwd=tmp_path, start_new_session=True)
-    deadline = time.monotonic() + 240
-    while time.monotonic() < deadline:
-        done = list(exp_dir.glob("*/summary.json"))
-        running = list(exp_dir.glob("*/status.json"))
-        if done and running:
-            break
-        time.sleep(0.05)
-    else:
-        proc.kill()
-        pytest.fail("no run finished in time")
+    _wait_until(
+        lambda: list(exp_dir.glob("*/summary.json")) and list(exp_dir.glob("*/status.json")),
+        "one run finished and the next one started",
+    )
     os.killpg(proc.pid, signal.SIGKILL)
     proc.wait()
     finished_before = {p.parent.name: p.read_text() for p in exp_dir.glob("*/summary.json")}
@@ -138,3 +142,20 @@ def test_run_killed_mid_way_is_redone_and_finished_runs_are_kept(tmp_path: Path)
     for run_id, text in finished_before.items():
         assert after[run_id] == text  # kept, not redone
     assert json.loads(after[killed[0]])["steps"] == 1500  # redone in full
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("workers", ["1", "2"])
+def test_ctrl_c_marks_the_run_interrupted_and_exits_130(tmp_path: Path, workers: str) -> None:
+    path = _long_experiment(tmp_path, 20000)
+    exp_dir = tmp_path / "results" / "tiny"
+    proc = _ablate("run", str(path), "--workers", workers, cwd=tmp_path, start_new_session=True)
+    _wait_until(lambda: len(list(exp_dir.glob("*/status.json"))) == int(workers), "runs to start")
+    time.sleep(3.0)  # let training begin
+    os.killpg(proc.pid, signal.SIGINT)  # Ctrl-C reaches the whole process group
+    out, _ = proc.communicate(timeout=120)
+    assert proc.returncode == 130, out
+    summaries = [json.loads(p.read_text()) for p in exp_dir.glob("*/summary.json")]
+    assert len(summaries) == int(workers), out  # no further run was started after Ctrl-C
+    assert all(s["status"] == "interrupted" and 0 < s["steps"] < 20000 for s in summaries)
+    assert not list(exp_dir.glob("*/status.json"))

@@ -16,6 +16,7 @@ def test_atomic_json_leaves_no_temporary_and_maps_nan_to_null(tmp_path: Path) ->
     store.write_json_atomic(path, {"x": math.nan, "y": [1.0, math.inf], "z": "ok"})
     assert json.loads(path.read_text()) == {"x": None, "y": [1.0, None], "z": "ok"}
     assert [p.name for p in path.parent.iterdir()] == ["s.json"]
+    assert path.stat().st_mode & 0o777 == 0o666 & ~store.current_umask()  # like open() would
 
 
 def _fake_run(
