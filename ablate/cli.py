@@ -111,7 +111,7 @@ def cmd_run(args: argparse.Namespace, console: Console) -> int:
     from ablate.config import load_experiment
     from ablate.estimate import check_corpora
     from ablate.execute import execute
-    from ablate.plan import plan_runs
+    from ablate.plan import plan_manifest, plan_runs
     from ablate.report import build_report
 
     _positive(args.workers, "--workers")
@@ -120,17 +120,7 @@ def cmd_run(args: argparse.Namespace, console: Console) -> int:
     check_corpora(experiment)
     specs = plan_runs(experiment)
     exp_dir = store.experiment_dir(args.results_dir, experiment.name)
-    store.write_manifest(
-        exp_dir,
-        {
-            "name": experiment.name,
-            "description": experiment.description,
-            "source": str(args.experiment),
-            "variants": list(experiment.variants),
-            "seeds": experiment.seeds,
-            "runs": [{"variant": s.variant, "seed": s.seed, "run_id": s.run_id} for s in specs],
-        },
-    )
+    store.write_manifest(exp_dir, plan_manifest(experiment, specs))
     runtime = experiment.base.runtime
     summaries = execute(
         specs,

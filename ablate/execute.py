@@ -112,7 +112,7 @@ class ProgressBoard:
     def finish(
         self, spec: RunSpec, summary: dict[str, Any] | None, error: str | None = None
     ) -> None:
-        """Drop a run's line and print its outcome."""
+        """Drop a run's line and print its outcome (``error`` says why there is no summary)."""
         task = self.tasks.pop(spec.run_id, None)
         if task is not None:
             self.progress.remove_task(task)
@@ -125,7 +125,7 @@ def outcome_line(spec: RunSpec, summary: dict[str, Any] | None, error: str | Non
     """One line saying how a run ended."""
     head = f"{spec.variant} seed={spec.seed} [{spec.run_id}]"
     if summary is None:
-        return f"{head}: failed: {error}"
+        return f"{head}: {error}"
     status = summary["status"]
     val = summary.get("final_val_loss")
     val_text = f"val loss {val:.4f}" if val is not None else "no val loss"
@@ -193,7 +193,7 @@ def _run_serial(specs: list[RunSpec], root: Path, threads: int, board: ProgressB
                 board.finish(spec, None, "interrupted")
                 raise
             except Exception as exc:  # as in the pool: report it, go on with the other runs
-                board.finish(spec, None, repr(exc))
+                board.finish(spec, None, f"failed: {exc!r}")
                 continue
             board.finish(spec, summary)
             summaries.append(summary)
@@ -239,7 +239,7 @@ def _run_pool(specs: list[RunSpec], root: Path, res: Resources, board: ProgressB
                         _drain(messages, board, by_id, timeout=0)
                         spec = futures[future]
                         if future.exception() is not None:
-                            board.finish(spec, None, repr(future.exception()))
+                            board.finish(spec, None, f"failed: {future.exception()!r}")
                         elif future.result() is not None:
                             summaries.append(future.result())
                             board.finish(spec, future.result())

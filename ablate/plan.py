@@ -80,3 +80,15 @@ def plan_runs(experiment: Experiment) -> list[RunSpec]:
         for seed in experiment.seeds
         for variant, config in experiment.variants.items()
     ]
+
+
+def plan_manifest(experiment: Experiment, specs: list[RunSpec]) -> dict[str, Any]:
+    """What the report needs to know of the plan: variants in order, seeds, every run id."""
+    return {
+        "name": experiment.name,
+        "description": experiment.description,
+        "source": experiment.path,
+        "variants": list(experiment.variants),
+        "seeds": experiment.seeds,
+        "runs": [{"variant": s.variant, "seed": s.seed, "run_id": s.run_id} for s in specs],
+    }

@@ -7,7 +7,7 @@ from pathlib import Path
 from conftest import tiny_config
 
 from ablate.config import load_experiment
-from ablate.plan import RunSpec, plan_runs
+from ablate.plan import RunSpec, plan_manifest, plan_runs
 
 
 def test_plan_is_variants_times_seeds_seed_major(tiny_experiment: Path) -> None:
@@ -19,6 +19,9 @@ def test_plan_is_variants_times_seeds_seed_major(tiny_experiment: Path) -> None:
         ("rmsnorm", 1),
     ]
     assert len({s.run_id for s in specs}) == 4
+    manifest = plan_manifest(load_experiment(tiny_experiment), specs)
+    assert manifest["variants"] == ["layernorm", "rmsnorm"] and manifest["seeds"] == [0, 1]
+    assert [r["run_id"] for r in manifest["runs"]] == [s.run_id for s in specs]
 
 
 def test_run_id_is_a_stable_content_hash() -> None:

@@ -143,3 +143,18 @@ def test_bf16_mixed_precision_trains(tmp_path: Path) -> None:
     assert summary["status"] == "finished" and summary["final_val_loss"] < math.log(256)
     env = json.loads((tmp_path / "tiny" / spec.run_id / "env.json").read_text())
     assert env["precision"] == "bf16-mixed"
+
+
+def test_exception_in_training_is_stored_as_failed_and_redone_later(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from ablate.train import LanguageModelTask
+
+    def boom(self, batch, batch_idx):  # noqa: ANN001, ANN202
+        raise RuntimeError("boom at step 1")
+
+    monkeypatch.setattr(LanguageModelTask, "training_step", boom)
+    spec = _spec()
+    summary = execute_run(spec, tmp_path)
+    assert summary["status"] == "failed" and "RuntimeError: boom at step 1" in summary["error"]
+    assert not store.is_done(tmp_path / "tiny" / spec.run_id)
