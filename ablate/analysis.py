@@ -1,4 +1,4 @@
-"""Statistics over stored runs: per-variant summaries and paired differences over matched seeds.
+"""Statistics over stored runs: per-variant summaries, paired differences, the LR sweep.
 
 Everything takes the frame :func:`ablate.store.load_summaries` returns (one row per run). Loss
 statistics use runs that finished; diverged runs are counted, not averaged in, since their
@@ -14,6 +14,8 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 from scipy import stats
+
+from ablate.stability import clipped_loss, lr_sensitivity
 
 CONFIDENCE = 0.95
 
@@ -95,3 +97,76 @@ def curve_band(metrics: pd.DataFrame, column: str) -> pd.DataFrame:
     present = metrics.dropna(subset=[column])
     grouped = present.groupby(["variant", "step"])[column]
     return grouped.agg(["mean", "std", "count"]).reset_index()
+
+
+def sweep_frame(manifest_runs: list[dict], runs: pd.DataFrame) -> pd.DataFrame:
+    """One row per stored sweep run: variant, seed, lr, status, stable, final and clipped loss.
+
+    The clipped loss is min(final val loss, ℓ0), an unstable run counting as ℓ0 (Wortsman et
+    al. 2023), so a diverged run sits at the initial loss instead of off the chart.
+    """
+    by_id = runs.set_index("run_id") if len(runs) else None
+    rows = []
+    for entry in manifest_runs:
+        if entry.get("group") != "sweep" or by_id is None or entry["run_id"] not in by_id.index:
+            continue
+        summary = by_id.loc[entry["run_id"]]
+        initial = float(summary["initial_loss"])
+        stable = bool(summary["stable"]) if pd.notna(summary["stable"]) else False
+        loss = summary["final_val_loss"]
+        rows.append(
+            {
+                "variant": entry["variant"],
+                "seed": entry["seed"],
+                "lr": entry["lr"],
+                "run_id": entry["run_id"],
+                "status": summary["status"],
+                "stable": stable,
+                "final_val_loss": loss,
+                "initial_loss": initial,
+                "clipped_loss": clipped_loss(
+                    None if pd.isna(loss) or not stable else float(loss), initial
+                ),
+            }
+        )
+    columns = [
+        "variant",
+        "seed",
+        "lr",
+        "run_id",
+        "status",
+        "stable",
+        "final_val_loss",
+        "initial_loss",
+        "clipped_loss",
+    ]
+    return pd.DataFrame(rows, columns=columns)
+
+
+def sweep_table(frame: pd.DataFrame) -> pd.DataFrame:
+    """Per variant and LR: mean clipped final loss over seeds, seeds run, seeds unstable."""
+    grouped = frame.groupby(["variant", "lr"])
+    return grouped.agg(
+        loss_mean=("clipped_loss", "mean"),
+        seeds=("seed", "count"),
+        unstable=("stable", lambda s: int((~s.astype(bool)).sum())),
+    ).reset_index()
+
+
+def sensitivity_table(table: pd.DataFrame, frame: pd.DataFrame) -> pd.DataFrame:
+    """Per variant: LR sensitivity E_lr[min(ℓ, ℓ0)] − min_lr ℓ, the best LR and its loss."""
+    rows = []
+    for variant, mine in table.groupby("variant", sort=False):
+        initial = float(frame.loc[frame["variant"] == variant, "initial_loss"].iloc[0])
+        best = mine.loc[mine["loss_mean"].idxmin()]
+        rows.append(
+            {
+                "variant": variant,
+                "lr_sensitivity": lr_sensitivity(list(mine["loss_mean"]), initial),
+                "best_lr": float(best["lr"]),
+                "best_loss": float(best["loss_mean"]),
+                "grid_points": len(mine),
+                "unstable_points": int((mine["unstable"] > 0).sum()),
+            }
+        )
+    return pd.DataFrame(rows)

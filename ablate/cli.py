@@ -1,7 +1,9 @@
 """The ``ablate`` command line: argument parsing and printing only.
 
-Commands: ``run`` (train every variant x seed, then report), ``validate`` (check a file and
-print the plan with its cost), ``report`` (rebuild tables and figures from stored results).
+Commands: ``run`` (train every variant x seed and the LR sweep, run the studies, report),
+``search`` (run or continue the Optuna studies: search and max stable LR), ``validate`` (check
+a file and print the plan with its cost), ``report`` (rebuild tables and figures from stored
+results).
 Exit codes: 0 success, 1 some run failed, 2 bad input (config or data), 130 interrupted.
 """
 
@@ -20,6 +22,35 @@ class UsageError(ValueError):
     """A bad command-line value, as one line."""
 
 
+def _add_execution_args(parser: argparse.ArgumentParser) -> None:
+    """Options shared by the commands that train: where results go, workers, threads, storage."""
+    parser.add_argument("experiment", type=Path, help="experiment YAML file")
+    parser.add_argument(
+        "--results-dir",
+        type=Path,
+        default=Path("results"),
+        help="root of the results store (default: results/)",
+    )
+    parser.add_argument(
+        "--workers",
+        type=int,
+        default=None,
+        help="runs or studies at once (default: one per core, at most one each)",
+    )
+    parser.add_argument(
+        "--threads",
+        type=int,
+        default=None,
+        help="torch threads per worker (default: cores / workers)",
+    )
+    parser.add_argument(
+        "--storage",
+        default=None,
+        help="Optuna storage: sqlite:///FILE, postgresql://..., journal:PATH "
+        "(default: the file's storage:, else results/<experiment>/optuna.db)",
+    )
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of every sub-command."""
     parser = argparse.ArgumentParser(
@@ -29,32 +60,19 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sub = parser.add_subparsers(dest="command", required=True)
 
-    run = sub.add_parser("run", help="train every variant x seed of an experiment, then report")
-    run.add_argument("experiment", type=Path, help="experiment YAML file")
-    run.add_argument(
-        "--results-dir",
-        type=Path,
-        default=Path("results"),
-        help="root of the results store (default: results/)",
+    run = sub.add_parser(
+        "run", help="train every variant x seed and the LR sweep, run the studies, then report"
     )
+    _add_execution_args(run)
     run.add_argument(
         "--report-dir",
         type=Path,
         default=Path("reports"),
         help="root of the reports; the report goes to <dir>/<experiment>/ (default: reports/)",
     )
-    run.add_argument(
-        "--workers",
-        type=int,
-        default=None,
-        help="runs at once (default: one per core, at most one per run)",
-    )
-    run.add_argument(
-        "--threads",
-        type=int,
-        default=None,
-        help="torch threads per worker (default: cores / workers)",
-    )
+
+    search = sub.add_parser("search", help="run or continue the search: and max_lr: studies")
+    _add_execution_args(search)
 
     validate = sub.add_parser("validate", help="check an experiment file; print the plan and cost")
     validate.add_argument("experiment", type=Path, help="experiment YAML file")
@@ -111,14 +129,14 @@ def cmd_run(args: argparse.Namespace, console: Console) -> int:
     from ablate.config import load_experiment
     from ablate.estimate import check_corpora
     from ablate.execute import execute
-    from ablate.plan import plan_manifest, plan_runs
+    from ablate.plan import plan_manifest, plan_runs, plan_sweep
     from ablate.report import build_report
 
     _positive(args.workers, "--workers")
     _positive(args.threads, "--threads")
     experiment = load_experiment(args.experiment)
     check_corpora(experiment)
-    specs = plan_runs(experiment)
+    specs = plan_runs(experiment) + plan_sweep(experiment)
     exp_dir = store.experiment_dir(args.results_dir, experiment.name)
     store.write_manifest(exp_dir, plan_manifest(experiment, specs))
     runtime = experiment.base.runtime
@@ -129,11 +147,61 @@ def cmd_run(args: argparse.Namespace, console: Console) -> int:
         args.threads or runtime.threads,
         console,
     )
+    if experiment.search is not None or experiment.max_lr is not None:
+        _studies(experiment, args, console)
     report = build_report(exp_dir, args.report_dir / experiment.name)
     console.print(report.table_markdown, markup=False, highlight=False, soft_wrap=True)
     console.print(f"results: {exp_dir}\nreport:  {report.markdown}")
-    failed = len(specs) - len(summaries) + sum(s["status"] == "failed" for s in summaries)
+    planned = len({s.run_id for s in specs})
+    failed = planned - len(summaries) + sum(s["status"] == "failed" for s in summaries)
     return EXIT_RUN_FAILED if failed else EXIT_OK
+
+
+def _studies(experiment, args: argparse.Namespace, console: Console) -> dict:  # noqa: ANN001
+    """Run the search and max-LR studies of an experiment and print their outcome."""
+    from ablate.execute import choose_resources
+    from ablate.search import run_studies, storage_url
+
+    url = storage_url(experiment, args.results_dir, args.storage)
+    jobs = len(experiment.variants) * (
+        (experiment.search is not None) + (experiment.max_lr is not None)
+    )
+    runtime = experiment.base.runtime
+    res = choose_resources(jobs, args.workers or runtime.workers, args.threads or runtime.threads)
+    console.print(
+        f"studies in {url}: {jobs} job(s), {res.workers} worker(s) x {res.threads} thread(s)",
+        markup=False,
+        highlight=False,
+    )
+    result = run_studies(experiment, args.results_dir, url, res.workers, res.threads)
+    for variant, found in result["max_lr"].items():
+        low, high = found["bracket"]
+        console.print(
+            f"max stable lr {variant}: [{low}, {high}] after {found['runs_total']} "
+            f"runs; failed seeds {found['failed_seeds']}",
+            markup=False,
+        )
+    for variant, found in result["search"].items():
+        console.print(
+            f"search {variant}: best {found['best']}; stable region {found['stable_region']}",
+            markup=False,
+        )
+    return result
+
+
+def cmd_search(args: argparse.Namespace, console: Console) -> int:
+    """Run (or continue) the experiment's search and max-LR studies."""
+    from ablate.config import load_experiment
+    from ablate.estimate import check_corpora
+
+    _positive(args.workers, "--workers")
+    _positive(args.threads, "--threads")
+    experiment = load_experiment(args.experiment)
+    if experiment.search is None and experiment.max_lr is None:
+        raise UsageError(f"{args.experiment}: has no search: or max_lr: section to run")
+    check_corpora(experiment)
+    _studies(experiment, args, console)
+    return EXIT_OK
 
 
 def cmd_report(args: argparse.Namespace, console: Console) -> int:
@@ -154,7 +222,7 @@ def cmd_report(args: argparse.Namespace, console: Console) -> int:
     return EXIT_OK
 
 
-COMMANDS = {"run": cmd_run, "validate": cmd_validate, "report": cmd_report}
+COMMANDS = {"run": cmd_run, "search": cmd_search, "validate": cmd_validate, "report": cmd_report}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import copy
 import re
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
@@ -103,13 +103,16 @@ class ModelConfig(_Strict):
         return self
 
 
-class DivergenceConfig(_Strict):
-    """When a run counts as diverged and stops early."""
+class StabilityConfig(_Strict):
+    """The stability criterion (see :mod:`ablate.stability`): when a run diverges or failed."""
 
     threshold: float | None = Field(
-        None, gt=0, description="loss above this after warmup diverges; default ln(vocab)"
+        None, gt=0, description="train loss above this after warmup diverges; default ln(vocab)"
     )
     after_warmup: bool = True
+    final_margin: float = Field(
+        0.1, ge=0, description="unstable if the final val loss > ln(vocab) - final_margin"
+    )
 
 
 class TrainConfig(_Strict):
@@ -128,7 +131,7 @@ class TrainConfig(_Strict):
     precision: Precision = "32"
     eval_interval: int = Field(25, ge=1, description="optimizer steps between evaluations")
     eval_batches: int = Field(8, ge=1, le=10_000)
-    divergence: DivergenceConfig = Field(default_factory=DivergenceConfig)
+    stability: StabilityConfig = Field(default_factory=StabilityConfig)
 
 
 class RuntimeConfig(_Strict):
@@ -156,6 +159,71 @@ class RunConfig(_Strict):
         return self.train.batch_size * self.model.seq_len
 
 
+def _check_range(low: float, high: float, what: str) -> None:
+    if not low < high:
+        raise ValueError(f"{what}: the minimum ({low:g}) must be below the maximum ({high:g})")
+
+
+class SweepConfig(_Strict):
+    """A log-spaced learning-rate grid run for every variant and seed: final loss against LR."""
+
+    lr_min: float = Field(1e-4, gt=0, le=100)
+    lr_max: float = Field(1e-1, gt=0, le=100)
+    points: int = Field(7, ge=2, le=200)
+    seeds: list[int] | None = Field(None, min_length=1, description="default: the experiment's")
+    tokens: int | None = Field(None, ge=1, description="budget of a sweep run; default train's")
+
+    @model_validator(mode="after")
+    def _ordered(self) -> SweepConfig:
+        _check_range(self.lr_min, self.lr_max, "sweep.lr_min/lr_max")
+        return self
+
+    def lrs(self) -> list[float]:
+        """The grid: ``points`` learning rates evenly spaced in log from lr_min to lr_max."""
+        ratio = (self.lr_max / self.lr_min) ** (1 / (self.points - 1))
+        return [self.lr_min * ratio**i for i in range(self.points)]
+
+
+class SearchConfig(_Strict):
+    """An Optuna study per variant over learning rate (log) and warmup; objective: val loss."""
+
+    n_trials: int = Field(20, ge=1, le=100_000)
+    timeout_s: float | None = Field(None, gt=0)
+    lr_min: float = Field(1e-4, gt=0, le=100)
+    lr_max: float = Field(1.0, gt=0, le=100)
+    warmup_min: int = Field(0, ge=0)
+    warmup_max: int = Field(100, ge=0)
+    sampler: Literal["tpe", "random"] = "tpe"
+    sampler_seed: int = Field(0, ge=0)
+    pruner: Literal["median", "none"] = "median"
+    seed: int | None = Field(None, ge=0, description="run seed of every trial; default: first")
+    tokens: int | None = Field(None, ge=1, description="budget of a trial; default train's")
+
+    @model_validator(mode="after")
+    def _ordered(self) -> SearchConfig:
+        _check_range(self.lr_min, self.lr_max, "search.lr_min/lr_max")
+        if self.warmup_min > self.warmup_max:
+            raise ValueError("search.warmup_min must be <= search.warmup_max")
+        return self
+
+
+class MaxLRConfig(_Strict):
+    """Bracketing search for the largest LR that is stable for every one of ``seeds``."""
+
+    seeds: list[int] | None = Field(None, min_length=1, description="default: the experiment's")
+    start: float | None = Field(None, gt=0, description="first probe; default train.lr")
+    factor: float = Field(4.0, gt=1, le=1000, description="coarse step while bracketing")
+    precision: float = Field(2**0.25, gt=1, le=100, description="final bracket ratio")
+    lr_min: float = Field(1e-6, gt=0)
+    lr_max: float = Field(100.0, gt=0)
+    tokens: int | None = Field(None, ge=1, description="budget of a probe run; default train's")
+
+    @model_validator(mode="after")
+    def _ordered(self) -> MaxLRConfig:
+        _check_range(self.lr_min, self.lr_max, "max_lr.lr_min/lr_max")
+        return self
+
+
 class ExperimentFile(_Strict):
     """The top level of an experiment file, before variants are resolved."""
 
@@ -167,6 +235,12 @@ class ExperimentFile(_Strict):
     model: dict[str, Any] = Field(default_factory=dict)
     train: dict[str, Any] = Field(default_factory=dict)
     runtime: dict[str, Any] = Field(default_factory=dict)
+    sweep: SweepConfig | None = None
+    search: SearchConfig | None = None
+    max_lr: MaxLRConfig | None = None
+    storage: str | None = Field(
+        None, description="Optuna storage URL; default sqlite in the results folder"
+    )
 
 
 class Experiment(BaseModel):
@@ -180,23 +254,32 @@ class Experiment(BaseModel):
     seeds: list[int]
     variants: dict[str, RunConfig]
     base: RunConfig
+    sweep: SweepConfig | None = None
+    search: SearchConfig | None = None
+    max_lr: MaxLRConfig | None = None
+    storage: str | None = None
 
 
 def _allowed_keys(model: type[BaseModel]) -> str:
     return ", ".join(model.model_fields)
 
 
-def _section_model(parts: list[str]) -> type[BaseModel] | None:
+def _model_in(annotation: Any) -> type[BaseModel] | None:
+    """The pydantic model a field holds (also inside ``X | None``), or None."""
+    for candidate in (annotation, *get_args(annotation)):
+        if isinstance(candidate, type) and issubclass(candidate, BaseModel):
+            return candidate
+    return None
+
+
+def _section_model(parts: list[str], root: type[BaseModel] = RunConfig) -> type[BaseModel] | None:
     """The pydantic model that owns the key at ``parts`` (a dotted path), or None."""
-    model: type[BaseModel] = RunConfig
+    model: type[BaseModel] | None = root
     for part in parts:
-        field = model.model_fields.get(part)
+        field = model.model_fields.get(part) if model is not None else None
         if field is None:
             return None
-        annotation = field.annotation
-        if not (isinstance(annotation, type) and issubclass(annotation, BaseModel)):
-            return None
-        model = annotation
+        model = _model_in(field.annotation)
     return model
 
 
@@ -205,7 +288,10 @@ def _describe_error(error: dict[str, Any]) -> str:
     loc = [str(p) for p in error["loc"]]
     key = ".".join(loc) or "(top level)"
     if error["type"] == "extra_forbidden":
-        owner = ExperimentFile if len(loc) == 1 else _section_model(loc[:-1])
+        parent = loc[:-1]
+        owner = (_section_model(parent) if parent else None) or _section_model(
+            parent, ExperimentFile
+        )
         allowed = _allowed_keys(owner) if owner is not None else "see the README"
         return f"{key}: unknown key; allowed: {allowed}"
     message = error["msg"].removeprefix("Value error, ")
@@ -347,4 +433,8 @@ def load_experiment(path: str | Path) -> Experiment:
         seeds=top.seeds,
         variants=variants,
         base=base,
+        sweep=top.sweep,
+        search=top.search,
+        max_lr=top.max_lr,
+        storage=top.storage,
     )

@@ -60,9 +60,10 @@ def run_dir_of(spec: RunSpec, root: Path) -> Path:
 
 
 def split_done(specs: list[RunSpec], root: Path) -> tuple[list[RunSpec], list[RunSpec]]:
-    """(finished or diverged already, still to run)."""
-    done = [s for s in specs if store.is_done(run_dir_of(s, root))]
-    return done, [s for s in specs if s not in done]
+    """(done already, still to run), each run once: specs with equal ids are one run."""
+    unique = list({s.run_id: s for s in specs}.values())
+    done = [s for s in unique if store.is_done(run_dir_of(s, root))]
+    return done, [s for s in unique if s not in done]
 
 
 class ProgressBoard:
@@ -264,7 +265,7 @@ def execute(
     done, pending = split_done(specs, root)
     if done:
         console.print(
-            f"{len(done)} of {len(specs)} runs already done in {root}: skipped",
+            f"{len(done)} of {len(done) + len(pending)} runs already done in {root}: skipped",
             markup=False,
             highlight=False,
         )

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ablate.config import Experiment, RunConfig
+from ablate.stability import criterion_text
 
 SPEC_VERSION = 1
 
@@ -26,6 +27,7 @@ class RunSpec:
     variant: str
     seed: int
     config: RunConfig
+    group: str = "main"  # main, sweep, search or max_lr: what the run is for (not hashed)
 
     @property
     def data_seed(self) -> int:
@@ -59,6 +61,7 @@ class RunSpec:
             "seed": self.seed,
             "data_seed": self.data_seed,
             "run_id": self.run_id,
+            "group": self.group,
             "config": self.config.model_dump(mode="json"),
         }
 
@@ -70,7 +73,14 @@ class RunSpec:
             variant=data["variant"],
             seed=data["seed"],
             config=RunConfig.model_validate(data["config"]),
+            group=data.get("group", "main"),
         )
+
+
+def with_train(config: RunConfig, **fields: Any) -> RunConfig:
+    """A validated copy of ``config`` with some ``train`` fields replaced (None: keep)."""
+    train = {**config.train.model_dump(), **{k: v for k, v in fields.items() if v is not None}}
+    return RunConfig.model_validate({**config.model_dump(), "train": train})
 
 
 def plan_runs(experiment: Experiment) -> list[RunSpec]:
@@ -78,6 +88,25 @@ def plan_runs(experiment: Experiment) -> list[RunSpec]:
     return [
         RunSpec(experiment.name, variant, seed, config)
         for seed in experiment.seeds
+        for variant, config in experiment.variants.items()
+    ]
+
+
+def plan_sweep(experiment: Experiment) -> list[RunSpec]:
+    """The LR grid of ``sweep:`` for every variant and sweep seed (none without ``sweep:``)."""
+    sweep = experiment.sweep
+    if sweep is None:
+        return []
+    return [
+        RunSpec(
+            experiment.name,
+            variant,
+            seed,
+            with_train(config, lr=lr, tokens=sweep.tokens),
+            group="sweep",
+        )
+        for seed in sweep.seeds or experiment.seeds
+        for lr in sweep.lrs()
         for variant, config in experiment.variants.items()
     ]
 
@@ -90,5 +119,15 @@ def plan_manifest(experiment: Experiment, specs: list[RunSpec]) -> dict[str, Any
         "source": experiment.path,
         "variants": list(experiment.variants),
         "seeds": experiment.seeds,
-        "runs": [{"variant": s.variant, "seed": s.seed, "run_id": s.run_id} for s in specs],
+        "criterion": criterion_text(experiment.base.train.stability),
+        "runs": [
+            {
+                "variant": s.variant,
+                "seed": s.seed,
+                "run_id": s.run_id,
+                "group": s.group,
+                "lr": s.config.train.lr,
+            }
+            for s in specs
+        ],
     }

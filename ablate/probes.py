@@ -2,9 +2,10 @@
 
 :class:`MetricsRecorder` keeps one row per optimizer step (step, tokens, train loss, lr, grad
 norm, step time) and one per evaluation (val loss) in memory; the run writes them once at the
-end, so recording costs a few float conversions per step. :class:`DivergenceMonitor` turns a
-non-finite loss, or a loss above the threshold after warmup, into an early stop with a step and
-a reason: a diverged run is a result, not a crash.
+end, so recording costs a few float conversions per step. An :class:`EarlyStop` ends a run
+before its budget with a :class:`Stop` (step and reason) and names the run's status:
+:class:`DivergenceMonitor` turns a non-finite loss, or a loss above the threshold after warmup,
+into ``diverged`` (a result, not a crash); the search adds a pruner whose status is ``pruned``.
 """
 
 from __future__ import annotations
@@ -22,11 +23,25 @@ ProgressFn = Callable[[int, float], None]
 
 
 @dataclass
-class Divergence:
-    """Where and why a run diverged."""
+class Stop:
+    """Where and why a run stopped early."""
 
     step: int
     reason: str
+
+
+class EarlyStop(L.Callback):
+    """A callback that may end training early; ``status`` names the run's outcome if it does."""
+
+    status = "stopped"
+
+    def __init__(self) -> None:
+        self.stop: Stop | None = None
+
+    def request_stop(self, trainer: L.Trainer, stop: Stop) -> None:
+        """Record why, and ask the Trainer to stop after this batch."""
+        self.stop = stop
+        trainer.should_stop = True
 
 
 class MetricsRecorder(L.Callback):
@@ -80,30 +95,30 @@ class MetricsRecorder(L.Callback):
             self.evals.append({"step": step, "val_loss": pl_module.last_val_loss})
 
 
-class DivergenceMonitor(L.Callback):
+class DivergenceMonitor(EarlyStop):
     """Stops training on a non-finite loss, or a loss above ``threshold`` after warmup."""
 
+    status = "diverged"
+
     def __init__(self, threshold: float, warmup_steps: int, after_warmup: bool = True) -> None:
+        super().__init__()
         self.threshold = threshold
         self.warmup_steps = warmup_steps if after_warmup else 0
-        self.divergence: Divergence | None = None
 
-    def check(self, step: int, loss: float) -> Divergence | None:
+    def check(self, step: int, loss: float) -> Stop | None:
         """The divergence at ``step`` with training loss ``loss``, if any."""
         if not math.isfinite(loss):
-            return Divergence(step, f"non-finite loss ({loss})")
+            return Stop(step, f"non-finite loss ({loss})")
         if step > self.warmup_steps and loss > self.threshold:
-            return Divergence(
-                step, f"loss {loss:.4g} > threshold {self.threshold:.4g} after warmup"
-            )
+            return Stop(step, f"loss {loss:.4g} > threshold {self.threshold:.4g} after warmup")
         return None
 
     def on_train_batch_end(
         self, trainer: L.Trainer, pl_module: L.LightningModule, outputs, batch, batch_idx: int
     ) -> None:
         assert isinstance(pl_module, LanguageModelTask)
-        if self.divergence is not None or pl_module.last_loss is None:
+        if self.stop is not None or pl_module.last_loss is None:
             return
-        self.divergence = self.check(batch_idx + 1, float(pl_module.last_loss))
-        if self.divergence is not None:
-            trainer.should_stop = True
+        stop = self.check(batch_idx + 1, float(pl_module.last_loss))
+        if stop is not None:
+            self.request_stop(trainer, stop)

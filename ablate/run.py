@@ -3,7 +3,9 @@
 :func:`execute_run` is the only entry point the executor calls. It writes the run's folder (see
 :mod:`ablate.store`) and returns the summary, whose keys are a documented contract (README,
 "summary.json"). Divergence is a result (``status: diverged``); an exception inside training is
-stored as ``failed`` with the error; Ctrl-C stores ``interrupted`` and re-raises.
+stored as ``failed`` with the error; Ctrl-C stores ``interrupted`` and re-raises; a search's
+pruner stops a trial as ``pruned``. The stability verdict (:mod:`ablate.stability`) is recorded
+with every run.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import signal
 import subprocess
 import time
 import warnings
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -26,6 +29,7 @@ import torch
 from torch.utils.data import DataLoader
 
 from ablate import store
+from ablate.config import RunConfig
 from ablate.data import (
     Corpus,
     WindowBatches,
@@ -42,7 +46,8 @@ from ablate.model import (
     shared_init_digest,
 )
 from ablate.plan import RunSpec
-from ablate.probes import DivergenceMonitor, MetricsRecorder, ProgressFn
+from ablate.probes import DivergenceMonitor, EarlyStop, MetricsRecorder, ProgressFn, Stop
+from ablate.stability import Verdict, final_loss_verdict
 from ablate.train import LanguageModelTask
 
 FINAL_TRAIN_WINDOW = 10  # final_train_loss is the mean over this many last steps
@@ -145,58 +150,115 @@ def metrics_frame(recorder: MetricsRecorder) -> pd.DataFrame:
     return steps.merge(evals, on="step", how="left")
 
 
+@dataclass
+class Outcome:
+    """How training ended: status, the early stop that ended it (if any), the error (if any)."""
+
+    status: str
+    stop: Stop | None = None
+    error: str | None = None
+
+
+def verdict_of(
+    outcome: Outcome, final_val_loss: float | None, cfg: RunConfig, steps: int, initial_loss: float
+) -> Verdict | None:
+    """The stability verdict of a run; None when it cannot be judged (pruned, failed, ...)."""
+    if outcome.status == "diverged" and outcome.stop is not None:
+        return Verdict(False, outcome.stop.reason, outcome.stop.step)
+    if outcome.status != "finished":
+        return None
+    return final_loss_verdict(final_val_loss, initial_loss, cfg.train.stability.final_margin, steps)
+
+
 def summarize(
     spec: RunSpec,
     prepared: Prepared,
     frame: pd.DataFrame,
-    status: str,
-    monitor: DivergenceMonitor,
+    outcome: Outcome,
     wall_time_s: float,
-    init_digest: str,
-    data_digest: str,
-    error: str | None = None,
+    digests: tuple[str, str],
 ) -> dict[str, Any]:
     """The run's summary.json (see the README for each key)."""
     tokens_per_step = spec.config.tokens_per_step()
     steps_done = int(frame["step"].max()) if len(frame) else 0
     val = frame["val_loss"].dropna()
+    final_val = float(val.iloc[-1]) if len(val) else None
     train_time = float(frame["step_time_s"].sum())
-    divergence = monitor.divergence
+    initial_loss = math.log(prepared.corpus.vocab_size)
+    diverged = outcome.stop if outcome.status == "diverged" else None
+    verdict = verdict_of(outcome, final_val, spec.config, steps_done, initial_loss)
     return {
         "experiment": spec.experiment,
         "run_id": spec.run_id,
         "variant": spec.variant,
         "seed": spec.seed,
         "data_seed": spec.data_seed,
-        "status": status,
-        "final_val_loss": float(val.iloc[-1]) if len(val) else None,
+        "group": spec.group,
+        "lr": spec.config.train.lr,
+        "warmup_steps": spec.config.train.warmup_steps,
+        "status": outcome.status,
+        "stable": verdict.stable if verdict else None,
+        "unstable_reason": verdict.reason if verdict else None,
+        "unstable_step": verdict.step if verdict else None,
+        "final_val_loss": final_val,
         "best_val_loss": float(val.min()) if len(val) else None,
         "final_train_loss": (
             float(frame["train_loss"].tail(FINAL_TRAIN_WINDOW).mean()) if len(frame) else None
         ),
-        "diverged_step": divergence.step if divergence else None,
-        "diverged_reason": divergence.reason if divergence else None,
+        "diverged_step": diverged.step if diverged else None,
+        "diverged_reason": diverged.reason if diverged else None,
+        "stopped_reason": outcome.stop.reason if outcome.stop else None,
         "steps": steps_done,
         "planned_steps": prepared.steps,
         "tokens": steps_done * tokens_per_step,
         "planned_tokens": prepared.steps * tokens_per_step,
         "n_params": count_parameters(prepared.model),
         "vocab_size": prepared.corpus.vocab_size,
-        "initial_loss": math.log(prepared.corpus.vocab_size),
+        "initial_loss": initial_loss,
         "entropy_floor": prepared.corpus.entropy_floor,
         "norm_kind": spec.config.model.norm.kind,
         "norm_placement": spec.config.model.norm.placement,
         "wall_time_s": wall_time_s,
         "train_time_s": train_time,
         "tokens_per_s": steps_done * tokens_per_step / train_time if train_time > 0 else None,
-        "init_digest": init_digest,
-        "data_digest": data_digest,
-        "error": error,
+        "init_digest": digests[0],
+        "data_digest": digests[1],
+        "error": outcome.error,
     }
 
 
-def execute_run(spec: RunSpec, root: Path, progress: ProgressFn | None = None) -> dict[str, Any]:
-    """Train ``spec`` into ``root/<experiment>/<run_id>/`` and return its summary."""
+def fit(
+    trainer: L.Trainer,
+    task: LanguageModelTask,
+    loaders: tuple[DataLoader, DataLoader],
+    recorder: MetricsRecorder,
+    stoppers: list[EarlyStop],
+) -> Outcome:
+    """Train, evaluate the last step, and say how it ended; exceptions become outcomes."""
+    try:
+        trainer.fit(task, *loaders)
+        if not recorder.evals or recorder.evals[-1]["step"] != recorder.steps[-1]["step"]:
+            trainer.validate(task, loaders[1], verbose=False)  # always evaluate the last step
+    except (KeyboardInterrupt, SystemExit):
+        return Outcome("interrupted")
+    except Exception as exc:  # a crash inside training is stored as a failed run
+        return Outcome("failed", error=f"{type(exc).__name__}: {exc}")
+    for stopper in stoppers:
+        if stopper.stop is not None:
+            return Outcome(stopper.status, stopper.stop)
+    return Outcome("finished")
+
+
+def execute_run(
+    spec: RunSpec,
+    root: Path,
+    progress: ProgressFn | None = None,
+    stoppers: Sequence[EarlyStop] = (),
+) -> dict[str, Any]:
+    """Train ``spec`` into ``root/<experiment>/<run_id>/`` and return its summary.
+
+    ``stoppers`` are extra early-stop callbacks (the search's pruner); divergence is built in.
+    """
     start = time.perf_counter()
     run_dir = store.experiment_dir(root, spec.experiment) / spec.run_id
     store.reset_run_dir(run_dir)
@@ -206,51 +268,37 @@ def execute_run(spec: RunSpec, root: Path, progress: ProgressFn | None = None) -
     prepared = prepare(spec)
     store.write_json_atomic(run_dir / "env.json", environment(spec))
     store.write_json_atomic(run_dir / "init_params.json", parameter_digests(prepared.model))
-    init_digest = shared_init_digest(prepared.model)
-    data_digest = batch_digest(prepared.corpus, prepared.train_offsets)
-
-    cfg = spec.config
-    threshold = cfg.train.divergence.threshold or math.log(prepared.corpus.vocab_size)
-    recorder = MetricsRecorder(cfg.tokens_per_step(), progress)
-    monitor = DivergenceMonitor(
-        threshold, cfg.train.warmup_steps, cfg.train.divergence.after_warmup
+    digests = (
+        shared_init_digest(prepared.model),
+        batch_digest(prepared.corpus, prepared.train_offsets),
     )
-    trainer = build_trainer(spec, prepared.steps, [recorder, monitor])
+    cfg = spec.config
+    criterion = cfg.train.stability
+    monitor = DivergenceMonitor(
+        criterion.threshold or math.log(prepared.corpus.vocab_size),
+        cfg.train.warmup_steps,
+        criterion.after_warmup,
+    )
+    all_stoppers = [monitor, *stoppers]
+    recorder = MetricsRecorder(cfg.tokens_per_step(), progress)
+    trainer = build_trainer(spec, prepared.steps, [recorder, *all_stoppers])
     task = LanguageModelTask(prepared.model, cfg.train, prepared.steps)
     seq_len = cfg.model.seq_len
-    train_loader = DataLoader(
-        WindowBatches(prepared.corpus.train, prepared.train_offsets, seq_len), batch_size=None
+    loaders = (
+        DataLoader(
+            WindowBatches(prepared.corpus.train, prepared.train_offsets, seq_len), batch_size=None
+        ),
+        DataLoader(
+            WindowBatches(prepared.corpus.val, prepared.val_offsets, seq_len), batch_size=None
+        ),
     )
-    val_loader = DataLoader(
-        WindowBatches(prepared.corpus.val, prepared.val_offsets, seq_len), batch_size=None
-    )
-    status, error = "finished", None
-    try:
-        trainer.fit(task, train_loader, val_loader)
-        if not recorder.evals or recorder.evals[-1]["step"] != recorder.steps[-1]["step"]:
-            trainer.validate(task, val_loader, verbose=False)  # always evaluate the last step
-    except (KeyboardInterrupt, SystemExit):
-        status = "interrupted"
-    except Exception as exc:  # a crash inside training is stored as a failed run
-        status, error = "failed", f"{type(exc).__name__}: {exc}"
-    if status == "finished" and monitor.divergence is not None:
-        status = "diverged"
+    outcome = fit(trainer, task, loaders, recorder, all_stoppers)
     frame = metrics_frame(recorder)
     store.write_frame_atomic(run_dir / "metrics.csv", frame)
-    summary = summarize(
-        spec,
-        prepared,
-        frame,
-        status,
-        monitor,
-        time.perf_counter() - start,
-        init_digest,
-        data_digest,
-        error,
-    )
+    summary = summarize(spec, prepared, frame, outcome, time.perf_counter() - start, digests)
     store.write_json_atomic(run_dir / "summary.json", summary)
     (run_dir / "status.json").unlink(missing_ok=True)
-    if status == "interrupted":
+    if outcome.status == "interrupted":
         signal.signal(signal.SIGINT, signal.default_int_handler)
         raise KeyboardInterrupt
     return summary

@@ -28,7 +28,7 @@ from typing import Any
 
 import pandas as pd
 
-DONE_STATUSES = ("finished", "diverged")
+DONE_STATUSES = ("finished", "diverged", "pruned")
 SUMMARY_KEYS = (
     "variant",
     "seed",
@@ -46,7 +46,6 @@ SUMMARY_KEYS = (
     "data_digest",
     "run_id",
 )
-ALL_STATUSES = ("finished", "diverged", "failed", "interrupted")
 
 
 def write_text_atomic(path: Path, text: str) -> None:

@@ -83,19 +83,45 @@ def test_smoke_experiment_end_to_end(tmp_path: Path) -> None:
     out, _ = proc.communicate(timeout=300)
     assert proc.returncode == 0, out
     report_dir = tmp_path / "reports" / "smoke"
-    for name in ("report.md", "variants.csv", "runs.csv", "loss_curves.png"):
-        assert (report_dir / name).stat().st_size > 0
-    summaries = [
-        json.loads(p.read_text()) for p in (tmp_path / "results" / "smoke").glob("*/summary.json")
-    ]
-    assert len(summaries) == 4 and all(s["status"] == "finished" for s in summaries)
-    assert all(s["final_val_loss"] < 4.5 for s in summaries)
-    assert len({s["init_digest"] for s in summaries}) == 2  # one per seed, shared by both norms
-    assert len({s["data_digest"] for s in summaries}) == 2
+    for name in (
+        "report.md",
+        "variants.csv",
+        "runs.csv",
+        "loss_curves.png",
+        "lr_sweep.png",
+        "sweep.csv",
+        "lr_sensitivity.csv",
+        "max_lr.csv",
+        "stability_map.png",
+    ):
+        assert (report_dir / name).stat().st_size > 0, name
+    exp_dir = tmp_path / "results" / "smoke"
+    summaries = [json.loads(p.read_text()) for p in exp_dir.glob("*/summary.json")]
+    main = [s for s in summaries if s["group"] == "main"]
+    assert len(main) == 4 and all(s["status"] == "finished" and s["stable"] for s in main)
+    assert all(s["final_val_loss"] < 4.5 for s in main)
+    assert len({s["init_digest"] for s in main}) == 2  # one per seed, shared by both norms
+    assert len({s["data_digest"] for s in main}) == 2
+    assert {s["group"] for s in summaries} == {"main", "sweep", "search", "max_lr"}
+    assert len([s for s in summaries if s["group"] == "sweep"]) == 8  # 4 lrs x 2 variants
+
+    studies = json.loads((exp_dir / "stability.json").read_text())
+    for variant in ("layernorm", "rmsnorm"):
+        found = studies["max_lr"][variant]
+        low, high = found["bracket"]
+        assert low < high <= low * 2**0.25 * (1 + 1e-9)
+        assert found["runs_total"] == sum(p["runs"] for p in found["probes"])
+        assert studies["search"][variant]["complete"] + studies["search"][variant]["pruned"] == 4
+    text = (report_dir / "report.md").read_text()
+    assert "Maximum stable learning rate" in text and "LR sensitivity" in text
+    assert "Stability criterion" in text and "ℓ0 − 0.1" in text
 
     again = _ablate("run", str(REPO / "experiments" / "smoke.yaml"), cwd=tmp_path)
     out, _ = again.communicate(timeout=120)
-    assert again.returncode == 0 and "4 of 4 runs already done" in out
+    assert again.returncode == 0 and "12 of 12 runs already done" in out, out
+    assert "[stored]" in out and "max_lr layernorm" in out
+    after = {p.parent.name for p in exp_dir.glob("*/summary.json")}
+    assert after == {s["run_id"] for s in summaries}  # nothing was trained again
 
 
 def _long_experiment(tmp_path: Path, steps: int) -> Path:

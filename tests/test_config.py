@@ -114,3 +114,21 @@ def test_relative_data_path_is_relative_to_the_experiment_file(tmp_path: Path) -
     path = write_experiment(tmp_path / "e.yaml", data={"source": "text_file", "path": "corpus.txt"})
     exp = load_experiment(path)
     assert all(c.data.path == str(tmp_path / "corpus.txt") for c in exp.variants.values())
+
+
+def test_study_sections_are_typed_and_checked(tmp_path: Path) -> None:
+    path = tmp_path / "e.yaml"
+    path.write_text(
+        "sweep: {lr_min: 1.0e-3, lr_max: 1.0, points: 4}\n"
+        "search: {n_trials: 3}\nmax_lr: {factor: 2.0}\nstorage: journal:/tmp/j.log\n"
+    )
+    exp = load_experiment(path)
+    assert exp.sweep.lrs() == pytest.approx([1e-3, 1e-2, 1e-1, 1.0])
+    assert exp.search.n_trials == 3 and exp.search.sampler == "tpe"
+    assert exp.max_lr.precision == pytest.approx(2**0.25) and exp.storage == "journal:/tmp/j.log"
+    msg = _error(tmp_path, "search: {n_trails: 3}\n")
+    assert "search.n_trails: unknown key" in msg and "n_trials" in msg
+    msg = _error(tmp_path, "sweep: {lr_min: 1.0, lr_max: 0.1}\n")
+    assert "sweep.lr_min/lr_max" in msg and "must be below" in msg
+    msg = _error(tmp_path, "max_lr: {factor: 1.0}\n")
+    assert "max_lr.factor" in msg and "greater than 1" in msg

@@ -1,0 +1,376 @@
+"""Optuna studies: the LR x warmup search and the maximum-stable-LR bracketing, per variant.
+
+Both live in one Optuna storage (by default ``results/<experiment>/optuna.db``, SQLite; any
+Optuna RDB URL, or ``journal:PATH`` for a journal file) with one study per variant and purpose:
+``<experiment>.<variant>.search`` and ``<experiment>.<variant>.max_lr``. Every trial is also an
+ordinary run in the results store (``group`` search or max_lr), so reports read one place, and
+a trial whose run is already stored reuses it instead of training again.
+
+- **Search**: a seeded sampler (TPE by default) proposes ``lr`` (log scale) and
+  ``warmup_steps``; the objective is the final val loss with unstable runs scored as
+  min(loss, ℓ0), so the sampler sees where divergence begins (Optuna's samplers ignore failed
+  trials). The median pruner stops poor trials at an evaluation (intermediate val loss against
+  optimizer steps). ``n_trials`` counts complete and pruned trials over every process sharing
+  the storage, so rerunning continues the study and parallel processes share the work.
+- **Max stable LR**: :func:`ablate.stability.bracket_max_stable` with each probe an
+  ``enqueue_trial``-ed trial of the max_lr study; a probe runs the k seeds in order and stops at
+  the first unstable one. Probes already in the study are read back, never rerun.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import lightning as L
+import optuna
+
+from ablate import store
+from ablate.config import Experiment
+from ablate.plan import RunSpec, with_train
+from ablate.probes import EarlyStop, Stop
+from ablate.run import execute_run
+from ablate.stability import Bracket, bracket_max_stable, clipped_loss, criterion_text
+from ablate.train import LanguageModelTask
+
+PrintFn = Callable[[str], None]
+COUNTED = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED)
+
+
+def storage_url(experiment: Experiment, root: Path, override: str | None = None) -> str:
+    """The storage to use: ``--storage``, else the file's ``storage:``, else SQLite in results."""
+    chosen = override or experiment.storage
+    if chosen:
+        return chosen
+    path = (store.experiment_dir(root, experiment.name) / "optuna.db").resolve()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return f"sqlite:///{path}"
+
+
+def open_storage(url: str) -> str | optuna.storages.BaseStorage:
+    """An Optuna storage for ``url``; ``journal:PATH`` opens a journal file."""
+    if url.startswith("journal:"):
+        from optuna.storages.journal import JournalFileBackend
+
+        return optuna.storages.JournalStorage(JournalFileBackend(url.removeprefix("journal:")))
+    return url
+
+
+def study_name(experiment: Experiment, variant: str, purpose: str) -> str:
+    """``<experiment>.<variant>.<purpose>``."""
+    return f"{experiment.name}.{variant}.{purpose}"
+
+
+class TrialPruner(EarlyStop):
+    """Reports each evaluation's val loss to an Optuna trial; stops the run if it should prune."""
+
+    status = "pruned"
+
+    def __init__(self, trial: optuna.Trial) -> None:
+        super().__init__()
+        self.trial = trial
+
+    def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        assert isinstance(pl_module, LanguageModelTask)
+        if pl_module.last_val_loss is None or trainer.sanity_checking or self.stop is not None:
+            return
+        step = trainer.global_step
+        self.trial.report(clipped_loss(pl_module.last_val_loss, math.inf), step)
+        if step < pl_module.total_steps and self.trial.should_prune():
+            self.request_stop(trainer, Stop(step, f"pruned by Optuna at step {step}"))
+
+
+def run_or_reuse(
+    spec: RunSpec, root: Path, stoppers: list[EarlyStop] | None = None
+) -> dict[str, Any]:
+    """The stored summary of ``spec`` if it is done, else train it now."""
+    summary = store.read_summary(store.experiment_dir(root, spec.experiment) / spec.run_id)
+    return summary if summary is not None else execute_run(spec, root, stoppers=stoppers or [])
+
+
+def trial_value(summary: dict[str, Any]) -> float:
+    """The objective: final val loss, an unstable run counted as min(loss, ℓ0)."""
+    loss = summary["final_val_loss"]
+    if summary.get("stable") is False:
+        return clipped_loss(loss, summary["initial_loss"])
+    return loss if loss is not None else summary["initial_loss"]
+
+
+def _describe(summary: dict[str, Any]) -> str:
+    loss = summary.get("final_val_loss")
+    loss_text = f"val {loss:.4f}" if loss is not None else "no val loss"
+    stable = {True: "stable", False: "unstable", None: "unjudged"}[summary.get("stable")]
+    return f"{loss_text}, {summary['status']}, {stable}"
+
+
+def make_sampler(experiment: Experiment) -> optuna.samplers.BaseSampler:
+    """The search's seeded sampler."""
+    cfg = experiment.search
+    assert cfg is not None
+    if cfg.sampler == "random":
+        return optuna.samplers.RandomSampler(seed=cfg.sampler_seed)
+    return optuna.samplers.TPESampler(seed=cfg.sampler_seed)
+
+
+def make_pruner(experiment: Experiment) -> optuna.pruners.BasePruner:
+    """Median pruning on intermediate val loss, or none."""
+    cfg = experiment.search
+    assert cfg is not None
+    if cfg.pruner == "none":
+        return optuna.pruners.NopPruner()
+    return optuna.pruners.MedianPruner(n_startup_trials=5, n_warmup_steps=0)
+
+
+def counted_trials(study: optuna.Study) -> int:
+    """Complete and pruned trials: the ones ``n_trials`` counts."""
+    return len(study.get_trials(deepcopy=False, states=COUNTED))
+
+
+def run_search(
+    experiment: Experiment, variant: str, root: Path, url: str, say: PrintFn = print
+) -> optuna.Study:
+    """Continue the variant's search study until it holds ``n_trials`` counted trials."""
+    cfg = experiment.search
+    assert cfg is not None
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    study = optuna.create_study(
+        study_name=study_name(experiment, variant, "search"),
+        storage=open_storage(url),
+        sampler=make_sampler(experiment),
+        pruner=make_pruner(experiment),
+        direction="minimize",
+        load_if_exists=True,
+    )
+    base = experiment.variants[variant]
+    seed = cfg.seed if cfg.seed is not None else experiment.seeds[0]
+
+    def objective(trial: optuna.Trial) -> float:
+        lr = trial.suggest_float("lr", cfg.lr_min, cfg.lr_max, log=True)
+        warmup = trial.suggest_int("warmup_steps", cfg.warmup_min, cfg.warmup_max)
+        config = with_train(base, lr=lr, warmup_steps=warmup, tokens=cfg.tokens)
+        spec = RunSpec(experiment.name, variant, seed, config, group="search")
+        trial.set_user_attr("run_id", spec.run_id)
+        summary = run_or_reuse(spec, root, [TrialPruner(trial)])
+        trial.set_user_attr("stable", summary.get("stable"))
+        trial.set_user_attr("status", summary["status"])
+        say(f"search {variant} #{trial.number}: lr={lr:.3g} warmup={warmup}: {_describe(summary)}")
+        if summary["status"] == "pruned":
+            raise optuna.TrialPruned(summary["stopped_reason"])
+        return trial_value(summary)
+
+    remaining = cfg.n_trials - counted_trials(study)
+    if remaining > 0:
+        study.optimize(
+            objective,
+            n_trials=remaining,
+            timeout=cfg.timeout_s,
+            callbacks=[optuna.study.MaxTrialsCallback(cfg.n_trials, states=COUNTED)],
+        )
+    return study
+
+
+def search_summary(study: optuna.Study) -> dict[str, Any]:
+    """Best (lr, warmup) and the stable region (ranges over stable complete trials)."""
+    complete = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
+    stable = [t for t in complete if t.user_attrs.get("stable")]
+    best = min(complete, key=lambda t: t.value, default=None)
+    region = (
+        {
+            "lr": [min(t.params["lr"] for t in stable), max(t.params["lr"] for t in stable)],
+            "warmup_steps": [
+                min(t.params["warmup_steps"] for t in stable),
+                max(t.params["warmup_steps"] for t in stable),
+            ],
+        }
+        if stable
+        else None
+    )
+    return {
+        "study": study.study_name,
+        "trial_table": [
+            {
+                "number": t.number,
+                "state": t.state.name,
+                "value": t.value,
+                "lr": t.params.get("lr"),
+                "warmup_steps": t.params.get("warmup_steps"),
+                "stable": t.user_attrs.get("stable"),
+                "run_id": t.user_attrs.get("run_id"),
+            }
+            for t in study.get_trials(deepcopy=False, states=COUNTED)
+        ],
+        "trials": len(study.trials),
+        "complete": len(complete),
+        "pruned": len(study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.PRUNED,))),
+        "stable": len(stable),
+        "best": {"value": best.value, **best.params, "run_id": best.user_attrs.get("run_id")}
+        if best
+        else None,
+        "stable_region": region,
+    }
+
+
+@dataclass
+class ProbeResult:
+    """One max-LR probe: stable for every seed tried, the runs it took, the seeds that failed."""
+
+    lr: float
+    stable: bool
+    runs: int
+    failed_seeds: list[int]
+    reused: bool = False
+
+
+def probe_stability(
+    experiment: Experiment,
+    variant: str,
+    lr: float,
+    seeds: list[int],
+    root: Path,
+    tokens: int | None,
+) -> ProbeResult:
+    """Run ``seeds`` in order at ``lr``, stopping at the first unstable one."""
+    base = experiment.variants[variant]
+    config = with_train(base, lr=lr, tokens=tokens)
+    runs = 0
+    for seed in seeds:
+        summary = run_or_reuse(
+            RunSpec(experiment.name, variant, seed, config, group="max_lr"), root
+        )
+        runs += 1
+        if not summary.get("stable"):
+            return ProbeResult(lr, False, runs, [seed])
+    return ProbeResult(lr, True, runs, [])
+
+
+def _stored_probe(study: optuna.Study, lr: float) -> ProbeResult | None:
+    for trial in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,)):
+        if math.isclose(trial.params.get("lr", math.nan), lr, rel_tol=1e-12):
+            attrs = trial.user_attrs
+            return ProbeResult(lr, attrs["stable"], attrs["runs"], attrs["failed_seeds"], True)
+    return None
+
+
+def _is_waiting(study: optuna.Study, lr: float) -> bool:
+    waiting = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.WAITING,))
+    return any(
+        math.isclose(t.system_attrs.get("fixed_params", {}).get("lr", math.nan), lr, rel_tol=1e-12)
+        for t in waiting
+    )
+
+
+def run_max_lr(
+    experiment: Experiment, variant: str, root: Path, url: str, say: PrintFn = print
+) -> dict[str, Any]:
+    """Bracket the variant's maximum stable LR; each probe is a trial of its max_lr study."""
+    cfg = experiment.max_lr
+    assert cfg is not None
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    study = optuna.create_study(
+        study_name=study_name(experiment, variant, "max_lr"),
+        storage=open_storage(url),
+        direction="minimize",
+        load_if_exists=True,
+    )
+    seeds = cfg.seeds or experiment.seeds
+    probes: list[ProbeResult] = []
+
+    def objective(trial: optuna.Trial) -> float:
+        lr = trial.suggest_float("lr", cfg.lr_min, cfg.lr_max, log=True)
+        found = probe_stability(experiment, variant, lr, seeds, root, cfg.tokens)
+        for key, value in asdict(found).items():
+            trial.set_user_attr(key, value)
+        return 0.0 if found.stable else 1.0
+
+    def probe(lr: float) -> bool:
+        result = _stored_probe(study, lr)
+        fresh = result is None
+        while result is None:  # waiting trials left by a crash run first; ours is among them
+            if not _is_waiting(study, lr):
+                study.enqueue_trial({"lr": lr})
+            study.optimize(objective, n_trials=1)
+            result = _stored_probe(study, lr)
+        result.reused = not fresh
+        probes.append(result)
+        verdict = "stable" if result.stable else f"unstable (seed {result.failed_seeds})"
+        say(
+            f"max_lr {variant}: lr={lr:.4g}: {verdict}, {result.runs} run(s)"
+            + (" [stored]" if result.reused else "")
+        )
+        return result.stable
+
+    start = cfg.start or experiment.variants[variant].train.lr
+    bracket: Bracket = bracket_max_stable(
+        probe, start, cfg.factor, cfg.precision, cfg.lr_min, cfg.lr_max
+    )
+    return {
+        "variant": variant,
+        "study": study.study_name,
+        "seeds": seeds,
+        "bracket": [bracket.largest_stable, bracket.smallest_unstable],
+        "ratio": bracket.ratio,
+        "precision": cfg.precision,
+        "probes": [asdict(p) for p in probes],
+        "runs": sum(p.runs for p in probes if not p.reused),
+        "runs_total": sum(p.runs for p in probes),
+        "failed_seeds": sorted({s for p in probes for s in p.failed_seeds}),
+    }
+
+
+def _job(
+    kind: str, experiment: Experiment, variant: str, root: str, url: str, threads: int
+) -> tuple[str, str, dict[str, Any]]:
+    import torch
+
+    torch.set_num_threads(threads)
+    say = partial(print, flush=True)
+    if kind == "search":
+        return kind, variant, search_summary(run_search(experiment, variant, Path(root), url, say))
+    return kind, variant, run_max_lr(experiment, variant, Path(root), url, say)
+
+
+def run_studies(
+    experiment: Experiment, root: Path, url: str, workers: int, threads: int
+) -> dict[str, Any]:
+    """Every variant's search and max-LR study (those configured), ``workers`` at a time.
+
+    Writes and returns ``stability.json`` of the experiment's results folder.
+    """
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    jobs = [
+        (kind, variant)
+        for kind, cfg in (("search", experiment.search), ("max_lr", experiment.max_lr))
+        if cfg is not None
+        for variant in experiment.variants
+    ]
+    for kind, variant in jobs:  # create storage and studies once, before workers race to
+        optuna.create_study(
+            study_name=study_name(experiment, variant, kind),
+            storage=open_storage(url),
+            direction="minimize",
+            load_if_exists=True,
+        )
+    if workers <= 1 or len(jobs) <= 1:
+        results = [_job(k, experiment, v, str(root), url, threads) for k, v in jobs]
+    else:
+        import multiprocessing as mp
+        from concurrent.futures import ProcessPoolExecutor
+
+        with ProcessPoolExecutor(workers, mp_context=mp.get_context("spawn")) as pool:
+            futures = [
+                pool.submit(_job, k, experiment, v, str(root), url, threads) for k, v in jobs
+            ]
+            results = [f.result() for f in futures]
+    report: dict[str, Any] = {
+        "experiment": experiment.name,
+        "storage": url,
+        "criterion": criterion_text(experiment.base.train.stability),
+        "search": {v: r for k, v, r in results if k == "search"},
+        "max_lr": {v: r for k, v, r in results if k == "max_lr"},
+    }
+    store.write_json_atomic(store.experiment_dir(root, experiment.name) / "stability.json", report)
+    return report
