@@ -12,8 +12,12 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from rich.console import Console
+
+if TYPE_CHECKING:
+    from ablate.config import Experiment
 
 EXIT_OK, EXIT_RUN_FAILED, EXIT_BAD_INPUT, EXIT_INTERRUPTED = 0, 1, 2, 130
 
@@ -157,7 +161,7 @@ def cmd_run(args: argparse.Namespace, console: Console) -> int:
     return EXIT_RUN_FAILED if failed else EXIT_OK
 
 
-def _studies(experiment, args: argparse.Namespace, console: Console) -> dict:  # noqa: ANN001
+def _studies(experiment: Experiment, args: argparse.Namespace, console: Console) -> dict:
     """Run the search and max-LR studies of an experiment and print their outcome."""
     from ablate.execute import choose_resources
     from ablate.search import run_studies, storage_url

@@ -244,7 +244,7 @@ def stability_map_figure(trials: pd.DataFrame, variants: list[str], path: Path) 
     for ax, variant in zip(axes, variants, strict=True):
         mine = trials[trials["variant"] == variant]
         done = mine[mine["state"] == "COMPLETE"]
-        stable = done[done["stable"] == True]  # noqa: E712 (None means unjudged)
+        stable = done[done["stable"].eq(True)]  # None means unjudged
         points = ax.scatter(
             stable["lr"],
             stable["warmup_steps"],
@@ -255,7 +255,7 @@ def stability_map_figure(trials: pd.DataFrame, variants: list[str], path: Path) 
             s=45,
             label="stable",
         )
-        unstable = done[done["stable"] != True]  # noqa: E712
+        unstable = done[~done["stable"].eq(True)]
         ax.scatter(
             unstable["lr"],
             unstable["warmup_steps"],

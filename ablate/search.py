@@ -20,7 +20,7 @@ a trial whose run is already stored reuses it instead of training again.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from functools import partial
 from pathlib import Path
@@ -28,6 +28,8 @@ from typing import Any
 
 import lightning as L
 import optuna
+from optuna.distributions import BaseDistribution
+from optuna.trial import FrozenTrial, TrialState
 
 from ablate import store
 from ablate.config import Experiment
@@ -38,7 +40,7 @@ from ablate.stability import Bracket, bracket_max_stable, clipped_loss, criterio
 from ablate.train import LanguageModelTask
 
 PrintFn = Callable[[str], None]
-COUNTED = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED)
+COUNTED = (TrialState.COMPLETE, TrialState.PRUNED)
 
 
 def storage_url(experiment: Experiment, root: Path, override: str | None = None) -> str:
@@ -107,13 +109,55 @@ def _describe(summary: dict[str, Any]) -> str:
     return f"{loss_text}, {summary['status']}, {stable}"
 
 
+class TrialSeededSampler(optuna.samplers.BaseSampler):
+    """A sampler re-created for every trial with a seed from (seed, trial number).
+
+    One fixed seed per process would make two processes on one study (or a resumed study)
+    propose the same parameters again; trial numbers are unique across processes, so these
+    seeds are too, and a single process still repeats exactly. TPE and random sampling keep no
+    state between trials beyond their random generator (history comes from the storage).
+    """
+
+    def __init__(self, make: Callable[[int], optuna.samplers.BaseSampler], seed: int) -> None:
+        self._make = make
+        self._seed = seed
+        self._inner = make(seed)
+
+    def before_trial(self, study: optuna.Study, trial: FrozenTrial) -> None:
+        self._inner = self._make(self._seed * 1_000_003 + trial.number)
+        self._inner.before_trial(study, trial)
+
+    def infer_relative_search_space(
+        self, study: optuna.Study, trial: FrozenTrial
+    ) -> dict[str, BaseDistribution]:
+        return self._inner.infer_relative_search_space(study, trial)
+
+    def sample_relative(
+        self, study: optuna.Study, trial: FrozenTrial, search_space: dict[str, BaseDistribution]
+    ) -> dict[str, Any]:
+        return self._inner.sample_relative(study, trial, search_space)
+
+    def sample_independent(
+        self, study: optuna.Study, trial: FrozenTrial, name: str, distribution: BaseDistribution
+    ) -> Any:
+        return self._inner.sample_independent(study, trial, name, distribution)
+
+    def after_trial(
+        self,
+        study: optuna.Study,
+        trial: FrozenTrial,
+        state: TrialState,
+        values: Sequence[float] | None,
+    ) -> None:
+        self._inner.after_trial(study, trial, state, values)
+
+
 def make_sampler(experiment: Experiment) -> optuna.samplers.BaseSampler:
-    """The search's seeded sampler."""
+    """The search's sampler (TPE or random), seeded per trial from ``sampler_seed``."""
     cfg = experiment.search
     assert cfg is not None
-    if cfg.sampler == "random":
-        return optuna.samplers.RandomSampler(seed=cfg.sampler_seed)
-    return optuna.samplers.TPESampler(seed=cfg.sampler_seed)
+    kind = {"random": optuna.samplers.RandomSampler, "tpe": optuna.samplers.TPESampler}
+    return TrialSeededSampler(lambda seed: kind[cfg.sampler](seed=seed), cfg.sampler_seed)
 
 
 def make_pruner(experiment: Experiment) -> optuna.pruners.BasePruner:
@@ -175,7 +219,7 @@ def run_search(
 
 def search_summary(study: optuna.Study) -> dict[str, Any]:
     """Best (lr, warmup) and the stable region (ranges over stable complete trials)."""
-    complete = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
+    complete = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
     stable = [t for t in complete if t.user_attrs.get("stable")]
     best = min(complete, key=lambda t: t.value, default=None)
     region = (
@@ -205,7 +249,7 @@ def search_summary(study: optuna.Study) -> dict[str, Any]:
         ],
         "trials": len(study.trials),
         "complete": len(complete),
-        "pruned": len(study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.PRUNED,))),
+        "pruned": len(study.get_trials(deepcopy=False, states=(TrialState.PRUNED,))),
         "stable": len(stable),
         "best": {"value": best.value, **best.params, "run_id": best.user_attrs.get("run_id")}
         if best
@@ -248,7 +292,7 @@ def probe_stability(
 
 
 def _stored_probe(study: optuna.Study, lr: float) -> ProbeResult | None:
-    for trial in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,)):
+    for trial in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)):
         if math.isclose(trial.params.get("lr", math.nan), lr, rel_tol=1e-12):
             attrs = trial.user_attrs
             return ProbeResult(lr, attrs["stable"], attrs["runs"], attrs["failed_seeds"], True)
@@ -256,7 +300,7 @@ def _stored_probe(study: optuna.Study, lr: float) -> ProbeResult | None:
 
 
 def _is_waiting(study: optuna.Study, lr: float) -> bool:
-    waiting = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.WAITING,))
+    waiting = study.get_trials(deepcopy=False, states=(TrialState.WAITING,))
     return any(
         math.isclose(t.system_attrs.get("fixed_params", {}).get("lr", math.nan), lr, rel_tol=1e-12)
         for t in waiting
