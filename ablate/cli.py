@@ -111,7 +111,7 @@ def cmd_validate(args: argparse.Namespace, console: Console) -> int:
     plan = describe_plan(experiment, res.workers, res.threads)
     console.print(f"[bold]{experiment.name}[/bold]: {experiment.description}".rstrip(": "))
     console.print(
-        f"seeds {experiment.seeds}; {plan.runs} runs; "
+        f"seeds {experiment.seeds}; up to {plan.runs} runs (main, sweep, search, max_lr); "
         f"{res.workers} worker(s) x {res.threads} thread(s)"
     )
     console.print(
@@ -232,7 +232,7 @@ COMMANDS = {"run": cmd_run, "search": cmd_search, "validate": cmd_validate, "rep
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``ablate`` console script."""
     args = build_parser().parse_args(argv)
-    console = Console()
+    console = Console(soft_wrap=True)  # long lines stay whole in logs
     from ablate.config import ConfigError
     from ablate.data import DataError
 

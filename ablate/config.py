@@ -110,6 +110,9 @@ class StabilityConfig(_Strict):
         None, gt=0, description="train loss above this after warmup diverges; default ln(vocab)"
     )
     after_warmup: bool = True
+    window: int = Field(
+        5, ge=1, le=1000, description="steps averaged before comparing with the threshold"
+    )
     final_margin: float = Field(
         0.1, ge=0, description="unstable if the final val loss > ln(vocab) - final_margin"
     )

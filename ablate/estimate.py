@@ -3,11 +3,13 @@
 ``ablate validate`` and ``ablate run`` call :func:`check_corpora` first, so a missing or bad data
 file fails with one line before anything is written. :func:`describe_plan` builds each variant's
 model once, times a few real optimizer steps at the thread count the executor will use, and
-turns that into an estimate of every run's time and of the whole experiment's wall time.
+turns that into an estimate of every run's time and of the whole experiment's wall time; the
+sweep, search and max-LR runs are counted too (the max-LR count is an upper bound).
 """
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass
 
@@ -72,8 +74,33 @@ def estimate_run_time(cfg: RunConfig, step_time_s: float) -> float:
     return step_time_s * (steps + evals * cfg.train.eval_batches / 3)
 
 
+def max_lr_probes(experiment: Experiment, start: float) -> int:
+    """An upper bound on the bracketing search's probes: coarse steps up, then bisections."""
+    cfg = experiment.max_lr
+    assert cfg is not None
+    coarse = math.ceil(math.log(cfg.lr_max / start) / math.log(cfg.factor)) + 1
+    fine = math.ceil(math.log2(math.log(cfg.factor) / math.log(cfg.precision)))
+    return coarse + max(0, fine)
+
+
+def study_runs(experiment: Experiment, config: RunConfig) -> dict[str, tuple[int, int]]:
+    """Per group beyond the main runs: (runs of one variant, steps per run); max_lr at most."""
+    runs: dict[str, tuple[int, int]] = {}
+    per_step = config.tokens_per_step()
+    if (sweep := experiment.sweep) is not None:
+        seeds = len(sweep.seeds or experiment.seeds)
+        runs["sweep"] = (sweep.points * seeds, (sweep.tokens or config.train.tokens) // per_step)
+    if (search := experiment.search) is not None:
+        runs["search"] = (search.n_trials, (search.tokens or config.train.tokens) // per_step)
+    if (max_lr := experiment.max_lr) is not None:
+        probes = max_lr_probes(experiment, max_lr.start or config.train.lr)
+        seeds = len(max_lr.seeds or experiment.seeds)
+        runs["max_lr"] = (probes * seeds, (max_lr.tokens or config.train.tokens) // per_step)
+    return runs
+
+
 def describe_plan(experiment: Experiment, workers: int, threads: int) -> PlanEstimate:
-    """Per variant: seeds, steps, tokens per run, parameters, measured step time, est. time."""
+    """Per variant: runs by group, steps, parameters, measured step time, estimated time."""
     corpora = check_corpora(experiment)
     rows = []
     before = torch.get_num_threads()
@@ -82,6 +109,9 @@ def describe_plan(experiment: Experiment, workers: int, threads: int) -> PlanEst
         for name, cfg in experiment.variants.items():
             corpus = corpora[name]
             step_time = time_steps(cfg, corpus)
+            extra = study_runs(experiment, cfg)
+            run_time = estimate_run_time(cfg, step_time)
+            extra_time = sum(n * steps * step_time for n, steps in extra.values())
             rows.append(
                 {
                     "variant": name,
@@ -90,14 +120,17 @@ def describe_plan(experiment: Experiment, workers: int, threads: int) -> PlanEst
                     "steps": cfg.steps(),
                     "tokens_per_run": cfg.steps() * cfg.tokens_per_step(),
                     "parameters": count_parameters(build_model(cfg.model, corpus.vocab_size, 0)),
-                    "vocab": corpus.vocab_size,
                     "step_time_ms": step_time * 1e3,
-                    "est_run_time_s": estimate_run_time(cfg, step_time),
+                    "est_run_time_s": run_time,
+                    **{f"{group}_runs": n for group, (n, _) in extra.items()},
+                    "est_variant_time_s": run_time * len(experiment.seeds) + extra_time,
                 }
             )
     finally:
         torch.set_num_threads(before)
     table = pd.DataFrame(rows)
-    total = float((table["est_run_time_s"] * table["seeds"]).sum())
-    runs = int(table["seeds"].sum())
+    runs = int(table["seeds"].sum()) + int(
+        table[[c for c in table if c.endswith("_runs")]].to_numpy().sum()
+    )
+    total = float(table["est_variant_time_s"].sum())
     return PlanEstimate(table, runs, workers, total / max(1, min(workers, runs)))

@@ -119,7 +119,9 @@ class ProgressBoard:
             self.progress.remove_task(task)
         left = spec.config.steps() - self.steps.pop(spec.run_id, 0)
         self.progress.advance(self.overall, left)
-        self.console.print(outcome_line(spec, summary, error), markup=False, highlight=False)
+        self.console.print(
+            outcome_line(spec, summary, error), markup=False, highlight=False, soft_wrap=True
+        )
 
 
 def outcome_line(spec: RunSpec, summary: dict[str, Any] | None, error: str | None) -> str:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 import time
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -96,21 +97,28 @@ class MetricsRecorder(L.Callback):
 
 
 class DivergenceMonitor(EarlyStop):
-    """Stops training on a non-finite loss, or a loss above ``threshold`` after warmup."""
+    """Stops training on a non-finite loss, or when the mean train loss of the last ``window``
+    steps is above ``threshold`` after warmup (``window`` 1: any single step)."""
 
     status = "diverged"
 
-    def __init__(self, threshold: float, warmup_steps: int, after_warmup: bool = True) -> None:
+    def __init__(
+        self, threshold: float, warmup_steps: int, after_warmup: bool = True, window: int = 1
+    ) -> None:
         super().__init__()
         self.threshold = threshold
         self.warmup_steps = warmup_steps if after_warmup else 0
+        self.recent: deque[float] = deque(maxlen=window)
 
     def check(self, step: int, loss: float) -> Stop | None:
-        """The divergence at ``step`` with training loss ``loss``, if any."""
+        """Record the training loss of ``step``; the divergence it shows, if any."""
         if not math.isfinite(loss):
             return Stop(step, f"non-finite loss ({loss})")
-        if step > self.warmup_steps and loss > self.threshold:
-            return Stop(step, f"loss {loss:.4g} > threshold {self.threshold:.4g} after warmup")
+        self.recent.append(loss)
+        mean = sum(self.recent) / len(self.recent)
+        if step > self.warmup_steps and mean > self.threshold:
+            what = "loss" if self.recent.maxlen == 1 else f"mean loss of {len(self.recent)} steps"
+            return Stop(step, f"{what} {mean:.4g} > threshold {self.threshold:.4g} after warmup")
         return None
 
     def on_train_batch_end(

@@ -278,6 +278,7 @@ def execute_run(
         criterion.threshold or math.log(prepared.corpus.vocab_size),
         cfg.train.warmup_steps,
         criterion.after_warmup,
+        criterion.window,
     )
     all_stoppers = [monitor, *stoppers]
     recorder = MetricsRecorder(cfg.tokens_per_step(), progress)

@@ -67,6 +67,10 @@ def study_name(experiment: Experiment, variant: str, purpose: str) -> str:
     return f"{experiment.name}.{variant}.{purpose}"
 
 
+class RunFailedError(RuntimeError):
+    """A trial's run raised an exception (stored as ``failed``); Optuna marks the trial FAIL."""
+
+
 class TrialPruner(EarlyStop):
     """Reports each evaluation's val loss to an Optuna trial; stops the run if it should prune."""
 
@@ -204,6 +208,8 @@ def run_search(
         say(f"search {variant} #{trial.number}: lr={lr:.3g} warmup={warmup}: {_describe(summary)}")
         if summary["status"] == "pruned":
             raise optuna.TrialPruned(summary["stopped_reason"])
+        if summary["status"] == "failed":  # a crash is not a result: the trial fails
+            raise RunFailedError(summary["error"])
         return trial_value(summary)
 
     remaining = cfg.n_trials - counted_trials(study)
@@ -213,6 +219,7 @@ def run_search(
             n_trials=remaining,
             timeout=cfg.timeout_s,
             callbacks=[optuna.study.MaxTrialsCallback(cfg.n_trials, states=COUNTED)],
+            catch=(RunFailedError,),
         )
     return study
 

@@ -3,7 +3,9 @@
 A run is **unstable** when (checked in this order):
 
 1. its training loss becomes non-finite (NaN or inf), at any step;
-2. its training loss exceeds the threshold (default: the initial loss ℓ0 = ln V) after warmup;
+2. its training loss, averaged over the last ``window`` steps (default 5, so that a one-batch
+   spike that training recovers from is not a divergence), exceeds the threshold (default: the
+   initial loss ℓ0 = ln V) after warmup;
 3. its final validation loss stays above ℓ0 − ``final_margin``: it never learned.
 
 The first two stop the run early (``status: diverged``); the third is judged at the end. Every
@@ -26,8 +28,9 @@ def criterion_text(cfg: StabilityConfig) -> str:
     """The stability criterion in words, with these settings."""
     threshold = f"{cfg.threshold:g}" if cfg.threshold else "ℓ0 = ln(vocab)"
     when = "after warmup" if cfg.after_warmup else "at any step"
+    loss = "the train loss" if cfg.window == 1 else f"the mean train loss of {cfg.window} steps"
     return (
-        f"unstable if the train loss becomes non-finite, or exceeds {threshold} {when}, "
+        f"unstable if the train loss becomes non-finite, or {loss} exceeds {threshold} {when}, "
         f"or the final val loss stays above ℓ0 − {cfg.final_margin:g}"
     )
 

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from conftest import tiny_config
+from conftest import tiny_config, write_experiment
 
 from ablate.config import load_experiment
-from ablate.plan import RunSpec, plan_manifest, plan_runs
+from ablate.plan import RunSpec, plan_manifest, plan_runs, plan_sweep, with_train
 
 
 def test_plan_is_variants_times_seeds_seed_major(tiny_experiment: Path) -> None:
@@ -40,3 +40,32 @@ def test_spec_round_trips_through_json() -> None:
     again = RunSpec.from_json(spec.to_json())
     assert again == spec and again.run_id == spec.run_id
     assert spec.data_seed == 9 and RunSpec("e", "v", 4, tiny_config()).data_seed == 4
+
+
+def test_sweep_plan_covers_variants_lrs_and_seeds(tmp_path: Path) -> None:
+    path = write_experiment(
+        tmp_path / "e.yaml",
+        sweep={"lr_min": 1e-3, "lr_max": 1e-1, "points": 3, "seeds": [5], "tokens": 640},
+    )
+    experiment = load_experiment(path)
+    sweep = plan_sweep(experiment)
+    assert [(s.variant, s.seed, round(s.config.train.lr, 6)) for s in sweep] == [
+        ("layernorm", 5, 0.001),
+        ("rmsnorm", 5, 0.001),
+        ("layernorm", 5, 0.01),
+        ("rmsnorm", 5, 0.01),
+        ("layernorm", 5, 0.1),
+        ("rmsnorm", 5, 0.1),
+    ]
+    assert all(s.group == "sweep" and s.config.steps() == 10 for s in sweep)
+    # only lr and the budget change: the rest of each variant's config is untouched
+    base = experiment.variants["rmsnorm"]
+    assert sweep[1].config.model == base.model and sweep[1].config.data == base.data
+    assert plan_sweep(load_experiment(write_experiment(tmp_path / "n.yaml"))) == []
+
+
+def test_group_is_not_part_of_the_run_id() -> None:
+    config = tiny_config()
+    assert RunSpec("e", "v", 0, config).run_id == RunSpec("e", "v", 0, config, "sweep").run_id
+    with_lr = with_train(config, lr=0.5)
+    assert with_lr.train.lr == 0.5 and with_lr.model == config.model

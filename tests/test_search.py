@@ -167,3 +167,24 @@ def test_two_processes_share_one_study_without_duplicates(tmp_path: Path, kind: 
     for run_id in run_ids:
         summary = json.loads((tmp_path / "results" / "tiny" / run_id / "summary.json").read_text())
         assert summary["group"] == "search"
+
+
+def test_pruner_stops_a_poor_trial_as_a_stored_result(tmp_path: Path) -> None:
+    from conftest import tiny_config
+
+    from ablate.plan import RunSpec
+    from ablate.run import execute_run
+    from ablate.store import is_done
+
+    study = optuna.create_study(pruner=optuna.pruners.MedianPruner(n_startup_trials=1))
+    good = study.ask()
+    for step in (10, 20):
+        good.report(1.0, step)  # a trial far better than a 20-step tiny model can do
+    study.tell(good, 1.0)
+    trial = study.ask()
+    spec = RunSpec("tiny", "layernorm", 0, tiny_config(), group="search")
+    summary = execute_run(spec, tmp_path, stoppers=[search.TrialPruner(trial)])
+    assert summary["status"] == "pruned" and summary["steps"] == 10
+    assert summary["stopped_reason"] == "pruned by Optuna at step 10"
+    assert summary["stable"] is None and summary["diverged_step"] is None
+    assert is_done(tmp_path / "tiny" / spec.run_id)  # a result: reused, not retrained

@@ -21,7 +21,7 @@ L0 = math.log(256)
 
 def _judge(curve: list[float], final_val: float, warmup: int = 5) -> tuple[bool, str | None]:
     """Apply the whole criterion to a constructed train-loss curve and final val loss."""
-    monitor = DivergenceMonitor(threshold=L0, warmup_steps=warmup)
+    monitor = DivergenceMonitor(threshold=L0, warmup_steps=warmup, window=2)
     for step, loss in enumerate(curve, start=1):
         stop = monitor.check(step, loss)
         if stop is not None:
@@ -44,6 +44,8 @@ def test_criterion_on_constructed_loss_curves() -> None:
     assert not stable and "final val loss" in reason
     spike_in_warmup = [5.5, 9.0, 4.0, 3.5, 3.2, 3.0, 2.9, 2.8]  # tolerated during warmup
     assert _judge(spike_in_warmup, 2.8) == (True, None)
+    one_batch_spike = [5.5, 4.0, 3.5, 3.2, 3.0, 2.9, 6.5, 2.9]  # above ℓ0 once, recovered
+    assert _judge(one_batch_spike, 2.9) == (True, None)
 
 
 def test_clipped_loss_and_sensitivity() -> None:
@@ -57,9 +59,9 @@ def test_clipped_loss_and_sensitivity() -> None:
 def test_criterion_text_names_the_settings() -> None:
     text = criterion_text(StabilityConfig(final_margin=0.25))
     assert "non-finite" in text and "ℓ0 = ln(vocab) after warmup" in text and "0.25" in text
-    assert "exceeds 7 at any step" in criterion_text(
-        StabilityConfig(threshold=7, after_warmup=False)
-    )
+    assert "mean train loss of 5 steps" in text
+    one = criterion_text(StabilityConfig(threshold=7, after_warmup=False, window=1))
+    assert "the train loss exceeds 7 at any step" in one
 
 
 @pytest.mark.parametrize("boundary", [3e-4, 0.0123, 0.7, 5.0])
