@@ -125,6 +125,6 @@ def bracket_max_stable(
         while result.largest_stable is None and lr > lr_min:
             lr = max(lr / factor, lr_min)
             check(lr)
-    while result.ratio is not None and result.ratio > precision:
+    while result.ratio is not None and result.ratio > precision * (1 + 1e-9):  # float slack
         check(math.sqrt(result.largest_stable * result.smallest_unstable))
     return result

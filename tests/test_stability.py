@@ -89,3 +89,16 @@ def test_bracketing_stops_at_the_range_limits() -> None:
     assert never.largest_stable is None and never.smallest_unstable == 1e-3
     with pytest.raises(ValueError):
         bracket_max_stable(lambda lr: True, 0.1, factor=1.0)
+
+
+def test_bracketing_counts_a_ratio_equal_to_the_precision_as_reached() -> None:
+    probes: list[float] = []
+
+    def stable(lr: float) -> bool:
+        probes.append(lr)
+        return lr <= 0.3
+
+    found = bracket_max_stable(stable, 0.003, factor=4.0, precision=2**0.25)
+    # 3e-3 x4 -> 0.768 brackets the boundary with ratio 4; three bisections reach 4^(1/8)
+    assert len(probes) == 5 + 3
+    assert found.ratio == pytest.approx(2**0.25)
