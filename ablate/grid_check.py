@@ -18,29 +18,19 @@ from pathlib import Path
 import pandas as pd
 
 from ablate import store
-from ablate.config import Experiment, load_experiment
+from ablate.config import Experiment, SweepConfig, load_experiment
 from ablate.execute import execute
-from ablate.plan import RunSpec, with_train
+from ablate.plan import RunSpec, plan_lr_grid
 
 
 def grid_specs(experiment: Experiment, points: int) -> list[RunSpec]:
     """Every variant x grid LR x max_lr seed, as runs of group ``grid``."""
     cfg = experiment.max_lr
     assert cfg is not None
-    ratio = (cfg.lr_max / cfg.lr_min) ** (1 / (points - 1))
-    lrs = [cfg.lr_min * ratio**i for i in range(points)]
-    return [
-        RunSpec(
-            experiment.name,
-            variant,
-            seed,
-            with_train(config, lr=lr, tokens=cfg.tokens),
-            group="grid",
-        )
-        for variant, config in experiment.variants.items()
-        for lr in lrs
-        for seed in cfg.seeds or experiment.seeds
-    ]
+    grid = SweepConfig(
+        lr_min=cfg.lr_min, lr_max=cfg.lr_max, points=points, seeds=cfg.seeds, tokens=cfg.tokens
+    )
+    return plan_lr_grid(experiment, grid, "grid")
 
 
 def grid_stability(summaries: list[dict]) -> pd.Series:

@@ -13,7 +13,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from ablate.config import Experiment, RunConfig
+from ablate.config import Experiment, RunConfig, SweepConfig
 from ablate.stability import criterion_text
 
 SPEC_VERSION = 1
@@ -92,23 +92,27 @@ def plan_runs(experiment: Experiment) -> list[RunSpec]:
     ]
 
 
-def plan_sweep(experiment: Experiment) -> list[RunSpec]:
-    """The LR grid of ``sweep:`` for every variant and sweep seed (none without ``sweep:``)."""
-    sweep = experiment.sweep
-    if sweep is None:
-        return []
+def plan_lr_grid(experiment: Experiment, grid: SweepConfig, group: str) -> list[RunSpec]:
+    """Every variant at every LR of ``grid`` for each of its seeds (default: the experiment's)."""
     return [
         RunSpec(
             experiment.name,
             variant,
             seed,
-            with_train(config, lr=lr, tokens=sweep.tokens),
-            group="sweep",
+            with_train(config, lr=lr, tokens=grid.tokens),
+            group=group,
         )
-        for seed in sweep.seeds or experiment.seeds
-        for lr in sweep.lrs()
+        for seed in grid.seeds or experiment.seeds
+        for lr in grid.lrs()
         for variant, config in experiment.variants.items()
     ]
+
+
+def plan_sweep(experiment: Experiment) -> list[RunSpec]:
+    """The LR grid of ``sweep:`` (none without ``sweep:``)."""
+    if experiment.sweep is None:
+        return []
+    return plan_lr_grid(experiment, experiment.sweep, "sweep")
 
 
 def plan_manifest(experiment: Experiment, specs: list[RunSpec]) -> dict[str, Any]:

@@ -20,7 +20,9 @@ a trial whose run is already stored reuses it instead of training again.
 from __future__ import annotations
 
 import math
+import multiprocessing as mp
 from collections.abc import Callable, Sequence
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import asdict, dataclass
 from functools import partial
 from pathlib import Path
@@ -28,6 +30,7 @@ from typing import Any
 
 import lightning as L
 import optuna
+import torch
 from optuna.distributions import BaseDistribution
 from optuna.trial import FrozenTrial, TrialState
 
@@ -65,6 +68,20 @@ def open_storage(url: str) -> str | optuna.storages.BaseStorage:
 def study_name(experiment: Experiment, variant: str, purpose: str) -> str:
     """``<experiment>.<variant>.<purpose>``."""
     return f"{experiment.name}.{variant}.{purpose}"
+
+
+def open_study(
+    experiment: Experiment, variant: str, purpose: str, url: str, **options: Any
+) -> optuna.Study:
+    """Create or load the variant's study for ``purpose`` (minimizing), quietly."""
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    return optuna.create_study(
+        study_name=study_name(experiment, variant, purpose),
+        storage=open_storage(url),
+        direction="minimize",
+        load_if_exists=True,
+        **options,
+    )
 
 
 class RunFailedError(RuntimeError):
@@ -184,14 +201,13 @@ def run_search(
     """Continue the variant's search study until it holds ``n_trials`` counted trials."""
     cfg = experiment.search
     assert cfg is not None
-    optuna.logging.set_verbosity(optuna.logging.WARNING)
-    study = optuna.create_study(
-        study_name=study_name(experiment, variant, "search"),
-        storage=open_storage(url),
+    study = open_study(
+        experiment,
+        variant,
+        "search",
+        url,
         sampler=make_sampler(experiment),
         pruner=make_pruner(experiment),
-        direction="minimize",
-        load_if_exists=True,
     )
     base = experiment.variants[variant]
     seed = cfg.seed if cfg.seed is not None else experiment.seeds[0]
@@ -320,13 +336,7 @@ def run_max_lr(
     """Bracket the variant's maximum stable LR; each probe is a trial of its max_lr study."""
     cfg = experiment.max_lr
     assert cfg is not None
-    optuna.logging.set_verbosity(optuna.logging.WARNING)
-    study = optuna.create_study(
-        study_name=study_name(experiment, variant, "max_lr"),
-        storage=open_storage(url),
-        direction="minimize",
-        load_if_exists=True,
-    )
+    study = open_study(experiment, variant, "max_lr", url)
     seeds = cfg.seeds or experiment.seeds
     probes: list[ProbeResult] = []
 
@@ -375,8 +385,6 @@ def run_max_lr(
 def _job(
     kind: str, experiment: Experiment, variant: str, root: str, url: str, threads: int
 ) -> tuple[str, str, dict[str, Any]]:
-    import torch
-
     torch.set_num_threads(threads)
     say = partial(print, flush=True)
     if kind == "search":
@@ -391,7 +399,6 @@ def run_studies(
 
     Writes and returns ``stability.json`` of the experiment's results folder.
     """
-    optuna.logging.set_verbosity(optuna.logging.WARNING)
     jobs = [
         (kind, variant)
         for kind, cfg in (("search", experiment.search), ("max_lr", experiment.max_lr))
@@ -399,18 +406,10 @@ def run_studies(
         for variant in experiment.variants
     ]
     for kind, variant in jobs:  # create storage and studies once, before workers race to
-        optuna.create_study(
-            study_name=study_name(experiment, variant, kind),
-            storage=open_storage(url),
-            direction="minimize",
-            load_if_exists=True,
-        )
+        open_study(experiment, variant, kind, url)
     if workers <= 1 or len(jobs) <= 1:
         results = [_job(k, experiment, v, str(root), url, threads) for k, v in jobs]
     else:
-        import multiprocessing as mp
-        from concurrent.futures import ProcessPoolExecutor
-
         with ProcessPoolExecutor(workers, mp_context=mp.get_context("spawn")) as pool:
             futures = [
                 pool.submit(_job, k, experiment, v, str(root), url, threads) for k, v in jobs

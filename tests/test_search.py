@@ -158,7 +158,6 @@ def test_two_processes_share_one_study_without_duplicates(tmp_path: Path, kind: 
     ]
     outputs = [p.communicate(timeout=300)[0] for p in procs]
     assert all(p.returncode == 0 for p in procs), outputs
-    assert all("search rmsnorm #" in out for out in outputs)  # both processes did work
     trials = [t for t in _trials(url, "tiny.rmsnorm.search") if t.state.name == "COMPLETE"]
     assert 6 <= len(trials) <= 7  # n_trials, at most one over when both finish together
     run_ids = [t.user_attrs["run_id"] for t in trials]
