@@ -363,7 +363,9 @@ def search_section(studies: dict, variants: list[str], out: Path) -> list[str]:
     found = studies.get("search") or {}
     if not found:
         return []
-    trials = pd.DataFrame([{"variant": v, **t} for v, r in found.items() for t in r["trial_table"]])
+    trials = pd.DataFrame(
+        [{"variant": v, **t} for v, r in found.items() for t in r.get("trial_table", [])]
+    )
     store.write_frame_atomic(out / "search_trials.csv", trials)
     best = pd.DataFrame(
         [
