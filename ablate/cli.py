@@ -164,12 +164,10 @@ def cmd_run(args: argparse.Namespace, console: Console) -> int:
 def _studies(experiment: Experiment, args: argparse.Namespace, console: Console) -> dict:
     """Run the search and max-LR studies of an experiment and print their outcome."""
     from ablate.execute import choose_resources
-    from ablate.search import run_studies, storage_url
+    from ablate.search import run_studies, storage_url, study_jobs
 
     url = storage_url(experiment, args.results_dir, args.storage)
-    jobs = len(experiment.variants) * (
-        (experiment.search is not None) + (experiment.max_lr is not None)
-    )
+    jobs = len(study_jobs(experiment))
     runtime = experiment.base.runtime
     res = choose_resources(jobs, args.workers or runtime.workers, args.threads or runtime.threads)
     console.print(

@@ -18,7 +18,7 @@ import torch
 
 from ablate.config import Experiment, RunConfig
 from ablate.data import Corpus, batch_offsets, gather_windows, load_corpus
-from ablate.model import build_model, count_parameters
+from ablate.model import GPT, build_model, count_parameters
 from ablate.train import parameter_groups
 
 TIMED_STEPS = 3
@@ -46,9 +46,9 @@ def check_corpora(experiment: Experiment) -> dict[str, Corpus]:
     return corpora
 
 
-def time_steps(cfg: RunConfig, corpus: Corpus, steps: int = TIMED_STEPS) -> float:
-    """Seconds per step (forward, backward, AdamW): median of ``steps`` after a warm-up."""
-    model = build_model(cfg.model, corpus.vocab_size, seed=0)
+def time_steps(model: GPT, cfg: RunConfig, corpus: Corpus, steps: int = TIMED_STEPS) -> float:
+    """Seconds per step (forward, backward, AdamW) of ``model`` (trained in place): median of
+    ``steps`` after a warm-up."""
     optimizer = torch.optim.AdamW(parameter_groups(model, cfg.train.weight_decay), lr=1e-4)
     seq_len, batch = cfg.model.seq_len, cfg.train.batch_size
     offsets = batch_offsets(len(corpus.train), seq_len, batch, steps + 1, seed=0)
@@ -108,7 +108,9 @@ def describe_plan(experiment: Experiment, workers: int, threads: int) -> PlanEst
     try:
         for name, cfg in experiment.variants.items():
             corpus = corpora[name]
-            step_time = time_steps(cfg, corpus)
+            model = build_model(cfg.model, corpus.vocab_size, seed=0)
+            parameters = count_parameters(model)
+            step_time = time_steps(model, cfg, corpus)
             extra = study_runs(experiment, cfg)
             run_time = estimate_run_time(cfg, step_time)
             extra_time = sum(n * steps * step_time for n, steps in extra.values())
@@ -119,7 +121,7 @@ def describe_plan(experiment: Experiment, workers: int, threads: int) -> PlanEst
                     "seeds": len(experiment.seeds),
                     "steps": cfg.steps(),
                     "tokens_per_run": cfg.steps() * cfg.tokens_per_step(),
-                    "parameters": count_parameters(build_model(cfg.model, corpus.vocab_size, 0)),
+                    "parameters": parameters,
                     "step_time_ms": step_time * 1e3,
                     "est_run_time_s": run_time,
                     **{f"{group}_runs": n for group, (n, _) in extra.items()},

@@ -59,11 +59,17 @@ def run_dir_of(spec: RunSpec, root: Path) -> Path:
     return store.experiment_dir(root, spec.experiment) / spec.run_id
 
 
-def split_done(specs: list[RunSpec], root: Path) -> tuple[list[RunSpec], list[RunSpec]]:
-    """(done already, still to run), each run once: specs with equal ids are one run."""
-    unique = list({s.run_id: s for s in specs}.values())
-    done = [s for s in unique if store.is_done(run_dir_of(s, root))]
-    return done, [s for s in unique if s not in done]
+def split_done(specs: list[RunSpec], root: Path) -> tuple[list[dict], list[RunSpec]]:
+    """(summaries of runs already done, specs still to run); specs with equal ids are one run."""
+    done: list[dict] = []
+    pending: list[RunSpec] = []
+    for spec in {s.run_id: s for s in specs}.values():
+        summary = store.read_summary(run_dir_of(spec, root))
+        if summary is None:
+            pending.append(spec)
+        else:
+            done.append(summary)
+    return done, pending
 
 
 class ProgressBoard:
@@ -271,9 +277,9 @@ def execute(
             markup=False,
             highlight=False,
         )
-    summaries = [store.read_summary(run_dir_of(s, root)) for s in done]
+    summaries = done
     if not pending:
-        return [s for s in summaries if s is not None]
+        return summaries
     res = choose_resources(len(pending), workers, threads)
     console.print(
         f"running {len(pending)} runs with {res.workers} worker(s) x {res.threads} thread(s)"
@@ -284,4 +290,4 @@ def execute(
             summaries += _run_serial(pending, root, res.threads, board)
         else:
             summaries += _run_pool(pending, root, res, board)
-    return [s for s in summaries if s is not None]
+    return summaries

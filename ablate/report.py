@@ -63,14 +63,12 @@ def load_experiment_results(exp_dir: Path) -> StoredExperiment:
     """Read the manifest, the planned runs' summaries and metrics, and stability.json."""
     manifest = store.read_manifest(exp_dir)
     runs = store.load_summaries(exp_dir)
-    metrics = store.load_metrics(exp_dir)
     planned = {r["run_id"] for r in manifest["runs"]}
     main_ids = {r["run_id"] for r in manifest["runs"] if r.get("group", "main") == "main"}
     if planned:
         runs = runs[runs["run_id"].isin(planned)]
     main = runs[runs["run_id"].isin(main_ids)] if main_ids else runs
-    if len(metrics):
-        metrics = metrics[metrics["run_id"].isin(set(main["run_id"]))]
+    metrics = store.load_metrics(exp_dir, main)  # only the main runs' curves are drawn
     studies = store.read_json(exp_dir / "stability.json")
     return StoredExperiment(manifest, runs, main, metrics, studies)
 

@@ -392,6 +392,16 @@ def _job(
     return kind, variant, run_max_lr(experiment, variant, Path(root), url, say)
 
 
+def study_jobs(experiment: Experiment) -> list[tuple[str, str]]:
+    """(purpose, variant) of every study the experiment configures."""
+    return [
+        (kind, variant)
+        for kind, cfg in (("search", experiment.search), ("max_lr", experiment.max_lr))
+        if cfg is not None
+        for variant in experiment.variants
+    ]
+
+
 def run_studies(
     experiment: Experiment, root: Path, url: str, workers: int, threads: int
 ) -> dict[str, Any]:
@@ -399,12 +409,7 @@ def run_studies(
 
     Writes and returns ``stability.json`` of the experiment's results folder.
     """
-    jobs = [
-        (kind, variant)
-        for kind, cfg in (("search", experiment.search), ("max_lr", experiment.max_lr))
-        if cfg is not None
-        for variant in experiment.variants
-    ]
+    jobs = study_jobs(experiment)
     for kind, variant in jobs:  # create storage and studies once, before workers race to
         open_study(experiment, variant, kind, url)
     if workers <= 1 or len(jobs) <= 1:

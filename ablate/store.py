@@ -153,17 +153,21 @@ def load_summaries(exp_dir: Path, include_incomplete: bool = False) -> pd.DataFr
     return pd.DataFrame(rows) if rows else pd.DataFrame(columns=list(SUMMARY_KEYS))
 
 
-def load_metrics(exp_dir: Path) -> pd.DataFrame:
-    """All finished and diverged runs' per-step metrics as one long frame, with run keys."""
+def load_metrics(exp_dir: Path, runs: pd.DataFrame | None = None) -> pd.DataFrame:
+    """Per-step metrics of ``runs`` (default: every done run) as one long frame, with run keys.
+
+    Pass the summaries already loaded to read only those runs' metrics files.
+    """
+    runs = load_summaries(exp_dir) if runs is None else runs
     frames = []
-    for run_dir in run_dirs(exp_dir):
-        summary = read_summary(run_dir)
-        if summary is None or not (run_dir / "metrics.csv").exists():
+    for run in runs.itertuples():
+        path = exp_dir / run.run_id / "metrics.csv"
+        if not path.exists():
             continue
-        frame = pd.read_csv(run_dir / "metrics.csv")
-        frame.insert(0, "seed", summary["seed"])
-        frame.insert(0, "variant", summary["variant"])
-        frame.insert(0, "run_id", summary["run_id"])
+        frame = pd.read_csv(path)
+        frame.insert(0, "seed", run.seed)
+        frame.insert(0, "variant", run.variant)
+        frame.insert(0, "run_id", run.run_id)
         frames.append(frame)
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
 
