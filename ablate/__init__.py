@@ -1,0 +1,19 @@
+"""ablate: matched-seed normalization ablations on a small decoder-only transformer.
+
+The command line is :mod:`ablate.cli`; for notebooks, :func:`load_results` reads an
+experiment's stored runs into pandas (imported on first use, so ``ablate`` stays light).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = ["load_results"]
+
+
+def __getattr__(name: str) -> Any:
+    if name == "load_results":
+        from ablate.store import load_results
+
+        return load_results
+    raise AttributeError(f"module 'ablate' has no attribute {name!r}")

@@ -4,7 +4,9 @@ Everything takes the frame :func:`ablate.store.load_summaries` returns (one row 
 statistics use runs that finished; diverged runs are counted, not averaged in, since their
 final loss measures the blow-up, not the norm. Paired differences match a variant's seed with
 the baseline's same seed, and use scipy's paired t-test (``scipy.stats.ttest_rel``) and its 95%
-confidence interval.
+confidence interval. The *noise floor* is the seed-to-seed standard deviation of the final val
+loss pooled over variants (the root mean of the per-variant variances): a difference between
+variants smaller than it is not distinguishable from a change of seed.
 """
 
 from __future__ import annotations
@@ -54,11 +56,24 @@ def paired_difference(
     )
 
 
+def column(frame: pd.DataFrame, name: str) -> pd.Series:
+    """``frame[name]`` as floats; all NaN when the column is missing (runs stored by older
+    versions lack the newer summary keys)."""
+    if name not in frame:
+        return pd.Series(np.nan, index=frame.index, dtype=float)
+    return pd.to_numeric(frame[name], errors="coerce").astype(float)
+
+
 def variant_row(runs: pd.DataFrame, variant: str, baseline: str) -> dict[str, object]:
-    """Runs, outcomes, loss mean/std over seeds, and the paired difference against ``baseline``."""
+    """Runs, outcomes, loss and speed over seeds, and the paired difference to ``baseline``.
+
+    Loss and speed use finished runs; ``nonfinite_values`` sums the non-finite activations and
+    gradients the probes counted in every run of the variant, diverged ones included.
+    """
     mine = runs[runs["variant"] == variant]
     finished = mine[mine["status"] == "finished"]
-    val = finished["final_val_loss"].astype(float)
+    val, best = column(finished, "final_val_loss"), column(finished, "best_val_loss")
+    tokens_per_s = column(finished, "tokens_per_s")
     row: dict[str, object] = {
         "variant": variant,
         "runs": len(mine),
@@ -66,14 +81,22 @@ def variant_row(runs: pd.DataFrame, variant: str, baseline: str) -> dict[str, ob
         "diverged": int((mine["status"] == "diverged").sum()),
         "final_val_loss_mean": val.mean(),
         "final_val_loss_std": val.std(ddof=1),
-        "best_val_loss_mean": finished["best_val_loss"].astype(float).mean(),
+        "best_val_loss_mean": best.mean(),
+        "best_val_loss_std": best.std(ddof=1),
         "diff_vs_baseline": float("nan"),
         "diff_ci_low": float("nan"),
         "diff_ci_high": float("nan"),
         "paired_t_p": float("nan"),
         "n_pairs": 0,
         "n_params": int(mine["n_params"].iloc[0]) if len(mine) else None,
-        "tokens_per_s_mean": finished["tokens_per_s"].astype(float).mean(),
+        "tokens_per_s_mean": tokens_per_s.mean(),
+        "tokens_per_s_std": tokens_per_s.std(ddof=1),
+        "step_time_ms_mean": 1000 * column(finished, "step_time_median_s").mean(),
+        "peak_memory_mb_mean": column(finished, "peak_memory_mb").mean(),
+        "nonfinite_values": int(
+            column(mine, "nonfinite_activations").fillna(0).sum()
+            + column(mine, "nonfinite_grads").fillna(0).sum()
+        ),
     }
     if variant != baseline:
         diff = paired_difference(runs, variant, baseline)
@@ -92,11 +115,27 @@ def variant_table(runs: pd.DataFrame, variants: list[str], baseline: str) -> pd.
     return pd.DataFrame([variant_row(runs, v, baseline) for v in variants])
 
 
-def curve_band(metrics: pd.DataFrame, column: str) -> pd.DataFrame:
-    """Per variant and step: mean, std and count of ``column`` over seeds (rows with a value)."""
-    present = metrics.dropna(subset=[column])
-    grouped = present.groupby(["variant", "step"])[column]
+def noise_floor(runs: pd.DataFrame, metric: str = "final_val_loss") -> float:
+    """Seed-to-seed std of ``metric`` over finished runs, pooled over variants (NaN if no
+    variant has two finished seeds)."""
+    finished = runs[runs["status"] == "finished"]
+    grouped = column(finished, metric).groupby(finished["variant"])
+    variances = grouped.var(ddof=1).dropna()
+    return float(np.sqrt(variances.mean())) if len(variances) else float("nan")
+
+
+def curve_band(metrics: pd.DataFrame, value: str, by: str = "step") -> pd.DataFrame:
+    """Per variant and ``by`` (step): mean, std and count of ``value`` over seeds."""
+    present = metrics.dropna(subset=[value])
+    grouped = present.groupby(["variant", by])[value]
     return grouped.agg(["mean", "std", "count"]).reset_index()
+
+
+def probe_band(probes: pd.DataFrame, quantity: str) -> pd.DataFrame:
+    """Per variant, site, layer and step: mean and count over seeds of one probe quantity."""
+    mine = probes[probes["quantity"] == quantity]
+    grouped = mine.groupby(["variant", "site", "layer", "step"])["value"]
+    return grouped.agg(["mean", "count"]).reset_index()
 
 
 def sweep_frame(manifest_runs: list[dict], runs: pd.DataFrame) -> pd.DataFrame:

@@ -155,7 +155,7 @@ def cmd_run(args: argparse.Namespace, console: Console) -> int:
         _studies(experiment, args, console)
     report = build_report(exp_dir, args.report_dir / experiment.name)
     console.print(report.table_markdown, markup=False, highlight=False, soft_wrap=True)
-    console.print(f"results: {exp_dir}\nreport:  {report.markdown}")
+    console.print(f"results: {exp_dir}\nreport:  {report.markdown}, {report.html}")
     planned = len({s.run_id for s in specs})
     failed = planned - len(summaries) + sum(s["status"] == "failed" for s in summaries)
     return EXIT_RUN_FAILED if failed else EXIT_OK
@@ -208,6 +208,7 @@ def cmd_search(args: argparse.Namespace, console: Console) -> int:
 
 def cmd_report(args: argparse.Namespace, console: Console) -> int:
     """Rebuild the report of one experiment's results folder."""
+    from ablate import store
     from ablate.report import build_report
 
     if not args.results.is_dir():
@@ -215,12 +216,17 @@ def cmd_report(args: argparse.Namespace, console: Console) -> int:
             f"{args.results}: results folder not found "
             "(give results/<experiment>, as written by ablate run)"
         )
+    if not (args.results / "experiment.json").is_file() and not store.run_dirs(args.results):
+        raise UsageError(
+            f"{args.results}: holds no experiment.json and no run folders; "
+            "give results/<experiment>, as written by ablate run"
+        )
     out = args.out or Path("reports") / args.results.name
     report = build_report(args.results, out)
     console.print(report.table_markdown, markup=False, highlight=False, soft_wrap=True)
     if report.missing:
         console.print(f"incomplete: {len(report.missing)} planned run(s) have no result yet")
-    console.print(f"report: {report.markdown}")
+    console.print(f"report: {report.markdown}, {report.html}")
     return EXIT_OK
 
 

@@ -18,6 +18,8 @@ from typing import Any, Literal, get_args
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from ablate.loggers import missing_logger_package
+
 NormKind = Literal["layernorm", "rmsnorm"]
 Placement = Literal["pre", "post"]
 Precision = Literal["32", "bf16-mixed"]
@@ -118,6 +120,17 @@ class StabilityConfig(_Strict):
     )
 
 
+class ProbeConfig(_Strict):
+    """What :class:`ablate.probes.ModelProbe` measures, and how often (see the README)."""
+
+    interval: int = Field(
+        25, ge=0, description="optimizer steps between probe steps (0 disables the probes)"
+    )
+    attention: bool = Field(
+        True, description="also compute each layer's largest attention logit (one extra QK^T)"
+    )
+
+
 class TrainConfig(_Strict):
     """Optimizer, schedule, budget, precision and evaluation cadence."""
 
@@ -135,6 +148,10 @@ class TrainConfig(_Strict):
     eval_interval: int = Field(25, ge=1, description="optimizer steps between evaluations")
     eval_batches: int = Field(8, ge=1, le=10_000)
     stability: StabilityConfig = Field(default_factory=StabilityConfig)
+    probes: ProbeConfig = Field(default_factory=ProbeConfig)
+
+
+LoggerName = Literal["tensorboard", "mlflow", "wandb"]
 
 
 class RuntimeConfig(_Strict):
@@ -143,6 +160,11 @@ class RuntimeConfig(_Strict):
     accelerator: Literal["cpu", "auto", "cuda"] = "cpu"
     workers: int | None = Field(None, ge=1, le=256, description="default: chosen for the machine")
     threads: int | None = Field(None, ge=1, le=1024, description="torch threads per worker")
+    loggers: list[LoggerName] = Field(
+        default_factory=list,
+        description="Lightning loggers besides CSV (always on): tensorboard, mlflow, wandb",
+    )
+    log_every_n_steps: int = Field(10, ge=1, le=100_000, description="logger cadence")
 
 
 class RunConfig(_Strict):
@@ -377,6 +399,13 @@ def _check_data_file(config: RunConfig, where: str) -> None:
             raise ConfigError(f"{where}: data.path: file not found: {data.path}")
 
 
+def _check_loggers(config: RunConfig, where: str) -> None:
+    for name in config.runtime.loggers:
+        missing = missing_logger_package(name)
+        if missing:
+            raise ConfigError(f"{where}: runtime.loggers: {name!r} needs {missing}")
+
+
 def _check_budget(config: RunConfig, where: str) -> None:
     if config.steps() < 1:
         raise ConfigError(
@@ -421,6 +450,7 @@ def load_experiment(path: str | Path) -> Experiment:
         config = build_run_config(merged, where)
         _check_data_file(config, where)
         _check_budget(config, where)
+        _check_loggers(config, where)
         fingerprint = config.model_dump_json(exclude={"runtime"})
         if fingerprint in seen:
             raise ConfigError(

@@ -1,35 +1,52 @@
-"""Tables and figures built from the results store alone: report.md, CSVs and a loss-curve plot.
+"""The report, rebuilt from the results store alone: summary, tables, figures, Markdown and HTML.
 
-:func:`build_report` reads an experiment's folder (its ``experiment.json`` manifest and every
-run's summary and metrics) and writes, into the report folder:
+:func:`build_report` reads an experiment's folder (its ``experiment.json`` manifest, every run's
+summary, metrics and probes, and ``stability.json`` when studies ran) and writes, into the
+report folder:
 
-- ``variants.csv`` / ``variants.md``: per variant, final val loss mean ± std over seeds, the
-  paired difference against the baseline (first) variant with a 95% interval and the paired
-  t-test's p-value, parameters and tokens/s;
-- ``runs.csv``: one row per run of the current plan (the summary.json keys);
-- ``loss_curves.png``: val loss (mean ± std over seeds) and train loss against step;
-- ``report.md``: all of the above with what is missing said, not hidden.
+- ``report.md`` and a self-contained ``report.html`` (figures embedded, opens offline): a
+  written summary of what the numbers do and do not support, then the tables and figures;
+- ``variants.csv`` / ``variants.md``: per variant, final and best val loss mean ± std over
+  seeds, the paired difference to the baseline (first) variant with its 95% interval and
+  paired t-test, parameters, tokens/s, step time, peak memory, non-finite counts, diverged
+  runs, and (when studied) the max-stable-LR bracket and LR sensitivity;
+- ``runs.csv`` (one row per run), ``probes_last.csv`` (the probes at each run's last probe
+  step) and the LR-sweep / search CSVs;
+- the figures of :mod:`ablate.figures`.
+
+It works on partial and still-running experiments: what is missing is listed with its state
+(running, failed, not started), and every table and figure uses what is stored.
 """
 
 from __future__ import annotations
 
+import base64
+import html
 import math
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
+import markdown
 import pandas as pd
-from matplotlib.figure import Figure
 
 from ablate import store
 from ablate.analysis import (
-    curve_band,
+    noise_floor,
     sensitivity_table,
     sweep_frame,
     sweep_table,
     variant_table,
 )
-
-TRAIN_SMOOTHING = 10  # steps in the rolling mean of the train-loss curve
+from ablate.figures import (
+    logit_figure,
+    loss_figure,
+    loss_time_figure,
+    probe_figure,
+    stability_map_figure,
+    sweep_figure,
+    throughput_figure,
+)
 
 
 @dataclass(frozen=True)
@@ -38,14 +55,15 @@ class Report:
 
     folder: Path
     markdown: Path
+    html: Path
     table: pd.DataFrame
-    figure: Path | None
+    figures: list[Path]
     missing: list[str]
 
     @property
     def table_markdown(self) -> str:
-        """The variant table as Markdown."""
-        return markdown_table(self.table)
+        """The quality table as Markdown."""
+        return quality_markdown(self.table)
 
 
 @dataclass(frozen=True)
@@ -56,11 +74,13 @@ class StoredExperiment:
     runs: pd.DataFrame  # every planned run with a result (main and sweep)
     main: pd.DataFrame  # the main variant x seed runs
     metrics: pd.DataFrame  # per-step metrics of the main runs
+    probes: pd.DataFrame  # probe rows of the main runs
     studies: dict | None  # stability.json, when search or max_lr ran
+    missing: list[str]  # planned runs without a result, with their state
 
 
 def load_experiment_results(exp_dir: Path) -> StoredExperiment:
-    """Read the manifest, the planned runs' summaries and metrics, and stability.json."""
+    """Read the manifest, the planned runs' summaries, metrics and probes, and stability.json."""
     manifest = store.read_manifest(exp_dir)
     runs = store.load_summaries(exp_dir)
     planned = {r["run_id"] for r in manifest["runs"]}
@@ -68,9 +88,29 @@ def load_experiment_results(exp_dir: Path) -> StoredExperiment:
     if planned:
         runs = runs[runs["run_id"].isin(planned)]
     main = runs[runs["run_id"].isin(main_ids)] if main_ids else runs
-    metrics = store.load_metrics(exp_dir, main)  # only the main runs' curves are drawn
-    studies = store.read_json(exp_dir / "stability.json")
-    return StoredExperiment(manifest, runs, main, metrics, studies)
+    return StoredExperiment(
+        manifest=manifest,
+        runs=runs,
+        main=main,
+        metrics=store.load_metrics(exp_dir, main),  # only the main runs' curves are drawn
+        probes=store.load_probes(exp_dir, main),
+        studies=store.read_json(exp_dir / "stability.json"),
+        missing=missing_runs(exp_dir, manifest, runs),
+    )
+
+
+def missing_runs(exp_dir: Path, manifest: dict, runs: pd.DataFrame) -> list[str]:
+    """'variant seed=N [group lr] (state)' for every planned run without a result, each once."""
+    have = set(runs["run_id"]) if len(runs) else set()
+    missing: dict[str, str] = {}
+    for r in manifest["runs"]:
+        if r["run_id"] in have or r["run_id"] in missing:
+            continue
+        group = r.get("group", "main")
+        where = "" if group == "main" else f" ({group}, lr={r['lr']:.3g})"
+        state = store.pending_state(exp_dir / r["run_id"])
+        missing[r["run_id"]] = f"{r['variant']} seed={r['seed']}{where}: {state}"
+    return list(missing.values())
 
 
 def _fmt(value: object, digits: int = 4) -> str:
@@ -81,208 +121,209 @@ def _fmt(value: object, digits: int = 4) -> str:
     return str(value)
 
 
-def markdown_table(table: pd.DataFrame) -> str:
-    """The variant table as Markdown, with mean ± std and the interval in one cell each."""
+def _pm(mean: object, std: object, digits: int = 4) -> str:
+    return f"{_fmt(mean, digits)} ± {_fmt(std, digits)}"
+
+
+def quality_markdown(table: pd.DataFrame) -> str:
+    """Loss per variant: mean ± std over seeds and the paired difference to the baseline."""
+    rows = list(table.itertuples())
+    base_params = rows[0].n_params if rows else None
     shown = pd.DataFrame(
         {
             "variant": table["variant"],
-            "runs (finished / diverged)": [
-                f"{r.runs} ({r.finished} / {r.diverged})" for r in table.itertuples()
-            ],
+            "runs (finished / diverged)": [f"{r.runs} ({r.finished} / {r.diverged})" for r in rows],
             "final val loss, mean ± std": [
-                f"{_fmt(r.final_val_loss_mean)} ± {_fmt(r.final_val_loss_std)}"
-                for r in table.itertuples()
+                _pm(r.final_val_loss_mean, r.final_val_loss_std) for r in rows
             ],
-            "Δ vs baseline [95% CI]": [
+            "best val loss, mean ± std": [
+                _pm(r.best_val_loss_mean, r.best_val_loss_std) for r in rows
+            ],
+            "Δ final vs baseline [95% CI]": [
                 "baseline"
                 if i == 0
                 else f"{_fmt(r.diff_vs_baseline)} [{_fmt(r.diff_ci_low)}, {_fmt(r.diff_ci_high)}]"
-                for i, r in enumerate(table.itertuples())
+                for i, r in enumerate(rows)
             ],
             "paired t-test p (pairs)": [
                 "–" if i == 0 else f"{_fmt(r.paired_t_p, 3)} ({r.n_pairs})"
-                for i, r in enumerate(table.itertuples())
+                for i, r in enumerate(rows)
             ],
-            "parameters": table["n_params"].map(lambda n: f"{int(n):,}" if pd.notna(n) else "–"),
-            "tokens/s": table["tokens_per_s_mean"].map(lambda v: _fmt(v, 0)),
+            "parameters (Δ)": [
+                "–"
+                if pd.isna(r.n_params)
+                else f"{int(r.n_params):,}"
+                + (
+                    ""
+                    if i == 0 or pd.isna(base_params)
+                    else f" ({int(r.n_params - base_params):+,})"
+                )
+                for i, r in enumerate(rows)
+            ],
         }
     )
     return shown.to_markdown(index=False)
 
 
-def loss_figure(metrics: pd.DataFrame, variants: list[str], path: Path) -> Path | None:
-    """Val loss (mean ± std band over seeds) and smoothed train loss against step."""
-    if metrics.empty:
-        return None
-    fig = Figure(figsize=(11, 4.2))  # no pyplot: no global state, no GUI backend
-    ax_val, ax_train = fig.subplots(1, 2)
-    smoothed = metrics.sort_values("step").assign(
-        train_smooth=lambda f: f.groupby("run_id")["train_loss"].transform(
-            lambda s: s.rolling(TRAIN_SMOOTHING, min_periods=1).mean()
-        )
+def speed_markdown(table: pd.DataFrame, memory_kind: str) -> str:
+    """Speed and numerical health per variant."""
+    shown = pd.DataFrame(
+        {
+            "variant": table["variant"],
+            "tokens/s, mean ± std": [
+                _pm(r.tokens_per_s_mean, r.tokens_per_s_std, 0) for r in table.itertuples()
+            ],
+            "median step time (ms)": table["step_time_ms_mean"].map(lambda v: _fmt(v, 1)),
+            f"peak memory (MiB, {memory_kind})": table["peak_memory_mb_mean"].map(
+                lambda v: _fmt(v, 0)
+            ),
+            "non-finite values (probes)": table["nonfinite_values"],
+        }
     )
-    val, train = curve_band(metrics, "val_loss"), curve_band(smoothed, "train_smooth")
-    for i, variant in enumerate(variants):
-        color = f"C{i}"
-        for ax, band in ((ax_val, val), (ax_train, train)):
-            mine = band[band["variant"] == variant]
-            if mine.empty:
-                continue
-            n = int(mine["count"].max())
-            ax.plot(mine["step"], mine["mean"], color=color, label=f"{variant} (n={n})")
-            std = mine["std"].fillna(0.0)
-            ax.fill_between(
-                mine["step"], mine["mean"] - std, mine["mean"] + std, color=color, alpha=0.2
+    return shown.to_markdown(index=False)
+
+
+def last_probes(probes: pd.DataFrame) -> pd.DataFrame:
+    """Per run: the probes at its last probe step, one column per headline quantity."""
+    if probes.empty:
+        return pd.DataFrame()
+    last = probes[probes["step"] == probes.groupby("run_id")["step"].transform("max")]
+    blocks = last[last["site"].str.fullmatch(r"blocks\.\d+")]
+    top = blocks[blocks["layer"] == blocks.groupby("run_id")["layer"].transform("max")]
+
+    def per_run(frame: pd.DataFrame, quantity: str, how: str) -> pd.Series:
+        return frame[frame["quantity"] == quantity].groupby("run_id")["value"].agg(how)
+
+    frame = pd.DataFrame(
+        {
+            "resid_rms_last_block": per_run(top, "resid_rms", "max"),
+            "grad_norm_max_block": per_run(blocks, "grad_norm", "max"),
+            "attn_logit_max": per_run(last, "attn_logit_max", "max"),
+            "logit_max_abs": per_run(last, "logit_max_abs", "max"),
+        }
+    )
+    keys = last.groupby("run_id")[["variant", "seed", "step"]].first()
+    return keys.join(frame).reset_index()
+
+
+def probes_markdown(per_run: pd.DataFrame, variants: list[str]) -> str:
+    """Mean over seeds of :func:`last_probes` per variant."""
+    means = per_run.groupby("variant").mean(numeric_only=True).reindex(variants)
+    shown = pd.DataFrame(
+        {
+            "variant": means.index,
+            "step": means["step"].map(lambda v: _fmt(v, 0)),
+            "residual RMS, last block": means["resid_rms_last_block"].map(lambda v: _fmt(v, 3)),
+            "largest block grad norm": means["grad_norm_max_block"].map(lambda v: _fmt(v, 3)),
+            "largest attention logit": means["attn_logit_max"].map(lambda v: _fmt(v, 2)),
+            "largest abs output logit": means["logit_max_abs"].map(lambda v: _fmt(v, 2)),
+        }
+    )
+    return shown.to_markdown(index=False)
+
+
+def _interval_words(row: pd.Series, noise: float) -> str:
+    """What one paired difference supports, in words with its numbers."""
+    pairs = int(row["n_pairs"])
+    if pairs < 2 or math.isnan(row["diff_ci_low"]):
+        return f"only {pairs} matched pair(s): no interval, so no claim either way."
+    if row["diff_ci_low"] <= 0 <= row["diff_ci_high"]:
+        words = f"{pairs} seeds: the interval spans zero, so the data do not show a difference"
+    else:
+        side = "lower" if row["diff_vs_baseline"] < 0 else "higher"
+        words = f"the interval excludes zero: {row['variant']}'s loss is {side}"
+    if not math.isnan(noise) and abs(row["diff_vs_baseline"]) < noise:
+        words += f"; |Δ| is within the seed-to-seed noise floor ({noise:.4f})"
+    return words + "."
+
+
+def summary_lines(table: pd.DataFrame, noise: float, stored: StoredExperiment) -> list[str]:
+    """The written summary: every sentence carries the number behind it."""
+    baseline = table.iloc[0]
+    lines = ["## Summary", ""]
+    if stored.missing:
+        planned = len({r["run_id"] for r in stored.manifest["runs"]})
+        lines.append(
+            f"- **Partial results:** {len(stored.missing)} of {planned} planned runs have no "
+            "result yet; everything below uses the runs that are stored."
+        )
+    for _, row in table.iloc[1:].iterrows():
+        lines.append(
+            f"- **Final val loss, {row['variant']} − {baseline['variant']}: "
+            f"{_fmt(row['diff_vs_baseline'])}** (95% CI [{_fmt(row['diff_ci_low'])}, "
+            f"{_fmt(row['diff_ci_high'])}], paired t-test p = {_fmt(row['paired_t_p'], 3)}): "
+            + _interval_words(row, noise)
+        )
+    if not math.isnan(noise):
+        lines.append(
+            f"- Seed-to-seed noise floor (std of the final val loss over seeds, pooled over "
+            f"variants): {noise:.4f}."
+        )
+    diverged = [f"{r['variant']} {r['diverged']}/{r['runs']}" for _, r in table.iterrows()]
+    lines.append(f"- Diverged main runs: {', '.join(diverged)}.")
+    base_speed = baseline["tokens_per_s_mean"]
+    for _, row in table.iloc[1:].iterrows():
+        if pd.notna(row["tokens_per_s_mean"]) and pd.notna(base_speed) and base_speed > 0:
+            lines.append(
+                f"- Throughput: {row['variant']} {row['tokens_per_s_mean']:,.0f} tokens/s vs "
+                f"{baseline['variant']} {base_speed:,.0f} "
+                f"({row['tokens_per_s_mean'] / base_speed:.3f}×; seed-to-seed std "
+                f"{_fmt(row['tokens_per_s_std'], 0)} and {_fmt(baseline['tokens_per_s_std'], 0)}), "
+                "measured during training on this machine."
             )
-    ax_val.set_title("validation loss (mean ± std over seeds)")
-    ax_train.set_title(f"train loss ({TRAIN_SMOOTHING}-step mean, ± std over seeds)")
-    for ax in (ax_val, ax_train):
-        ax.set_xlabel("optimizer step")
-        ax.set_ylabel("cross-entropy (nats / token)")
-        ax.grid(alpha=0.3)
-        ax.legend()
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    return path
+    lines += _bracket_lines(stored.studies or {})
+    return lines + [""]
 
 
-def missing_runs(manifest: dict, runs: pd.DataFrame) -> list[str]:
-    """'variant seed=N [group lr]' for every planned run without a result, each once."""
-    have = set(runs["run_id"]) if len(runs) else set()
-    missing: dict[str, str] = {}
-    for r in manifest["runs"]:
-        if r["run_id"] not in have and r["run_id"] not in missing:
-            group = r.get("group", "main")
-            where = "" if group == "main" else f" ({group}, lr={r['lr']:.3g})"
-            missing[r["run_id"]] = f"{r['variant']} seed={r['seed']}{where}"
-    return list(missing.values())
-
-
-def report_markdown(
-    manifest: dict, table: pd.DataFrame, missing: list[str], figure: Path | None
-) -> list[str]:
-    """report.md's head: what was compared, the table, the loss curves, what is missing."""
-    variants, baseline = manifest["variants"], manifest["variants"][0]
-    lines = [
-        f"# {manifest['name']}",
-        "",
-        manifest.get("description") or "",
-        "",
-        f"Variants: {', '.join(variants)} (baseline: {baseline}); seeds: {manifest['seeds']}.",
-        "",
-    ]
-    if missing:
-        lines += [
-            f"**Incomplete:** {len(missing)} planned run(s) have no result yet: "
-            f"{', '.join(missing)}.",
-            "",
-        ]
-    lines += [
-        "## Final validation loss",
-        "",
-        markdown_table(table),
-        "",
-        "Loss statistics use finished runs; diverged runs are counted, not averaged. "
-        "Δ is variant − baseline over matched seeds (same initial weights for shared parameters, "
-        "same batches); the interval and p-value come from a paired t-test "
-        "(`scipy.stats.ttest_rel`). With fewer than 2 pairs no interval is given.",
-        "",
-    ]
-    if figure is not None:
-        lines += ["## Loss curves", "", f"![loss curves]({figure.name})", ""]
+def _bracket_lines(studies: dict) -> list[str]:
+    found = {v: r for v, r in (studies.get("max_lr") or {}).items() if all(r.get("bracket", []))}
+    if not found:
+        return []
+    text = ", ".join(
+        f"{v} [{r['bracket'][0]:.3g}, {r['bracket'][1]:.3g}]" for v, r in found.items()
+    )
+    lines = [f"- Max stable LR brackets (every seed stable): {text}."]
+    if len(found) == 2:
+        (va, a), (vb, b) = found.items()
+        overlap = a["bracket"][0] < b["bracket"][1] and b["bracket"][0] < a["bracket"][1]
+        ratio = math.sqrt(b["bracket"][0] * b["bracket"][1] / (a["bracket"][0] * a["bracket"][1]))
+        verdict = "overlap: no difference at this precision" if overlap else "do not overlap"
+        lines.append(
+            f"  The brackets {verdict}; {vb}/{va} ratio of geometric midpoints {ratio:.2f}."
+        )
     return lines
 
 
-def sweep_figure(
-    table: pd.DataFrame, variants: list[str], initial_loss: float, brackets: dict, path: Path
-) -> Path:
-    """Final val loss against LR per variant; points with an unstable seed marked x."""
-    fig = Figure(figsize=(7.5, 4.5))
-    ax = fig.subplots()
-    for i, variant in enumerate(variants):
-        mine = table[table["variant"] == variant]
-        color = f"C{i}"
-        ax.plot(mine["lr"], mine["loss_mean"], color=color, marker="o", label=variant)
-        bad = mine[mine["unstable"] > 0]
-        ax.scatter(
-            bad["lr"],
-            bad["loss_mean"],
-            color=color,
-            marker="x",
-            s=90,
-            zorder=3,
-            label=f"{variant}: a seed unstable (counted at ℓ0)",
+def attach_studies(table: pd.DataFrame, sensitivity: pd.DataFrame, studies: dict) -> pd.DataFrame:
+    """Add the max-stable-LR bracket and the LR sensitivity to the variant table when present."""
+    brackets = studies.get("max_lr") or {}
+    if brackets:
+        table = table.assign(
+            max_stable_lr=[
+                (brackets.get(v) or {}).get("bracket", [None, None])[0] for v in table["variant"]
+            ],
+            min_unstable_lr=[
+                (brackets.get(v) or {}).get("bracket", [None, None])[1] for v in table["variant"]
+            ],
         )
-        bracket = brackets.get(variant, {}).get("bracket")
-        if bracket and bracket[0] and bracket[1]:
-            ax.axvspan(
-                bracket[0],
-                bracket[1],
-                color=color,
-                alpha=0.15,
-                label=f"{variant}: max stable LR bracket",
-            )
-    ax.axhline(initial_loss, color="grey", linestyle="--", linewidth=1, label="ℓ0 = ln(vocab)")
-    ax.set_xscale("log")
-    ax.set_xlabel("peak learning rate")
-    ax.set_ylabel("final val loss, min(ℓ, ℓ0), mean over seeds (nats)")
-    ax.set_title("learning-rate sweep")
-    ax.grid(alpha=0.3, which="both")
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    return path
+    if len(sensitivity):
+        table = table.merge(
+            sensitivity[["variant", "lr_sensitivity", "best_lr"]].rename(
+                columns={"best_lr": "sweep_best_lr"}
+            ),
+            on="variant",
+            how="left",
+        )
+    return table
 
 
-def stability_map_figure(trials: pd.DataFrame, variants: list[str], path: Path) -> Path:
-    """Search trials in the LR x warmup plane: colour = objective, x = unstable, + = pruned."""
-    fig = Figure(figsize=(5.5 * len(variants), 4.3))
-    axes = fig.subplots(1, len(variants), squeeze=False)[0]
-    low, high = trials["value"].min(), trials["value"].max()
-    for ax, variant in zip(axes, variants, strict=True):
-        mine = trials[trials["variant"] == variant]
-        done = mine[mine["state"] == "COMPLETE"]
-        stable = done[done["stable"].eq(True)]  # None means unjudged
-        points = ax.scatter(
-            stable["lr"],
-            stable["warmup_steps"],
-            c=stable["value"],
-            cmap="viridis_r",
-            vmin=low,
-            vmax=high,
-            s=45,
-            label="stable",
-        )
-        unstable = done[~done["stable"].eq(True)]
-        ax.scatter(
-            unstable["lr"],
-            unstable["warmup_steps"],
-            color="red",
-            marker="x",
-            s=60,
-            label="unstable",
-        )
-        pruned = mine[mine["state"] == "PRUNED"]
-        ax.scatter(
-            pruned["lr"], pruned["warmup_steps"], color="grey", marker="+", s=60, label="pruned"
-        )
-        ax.set_xscale("log")
-        ax.set_title(f"{variant}: search trials")
-        ax.set_xlabel("peak learning rate")
-        ax.set_ylabel("warmup steps")
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=8)
-        fig.colorbar(points, ax=ax, label="final val loss (unstable: min(ℓ, ℓ0))")
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    return path
-
-
-def sweep_section(stored: StoredExperiment, variants: list[str], out: Path) -> list[str]:
-    """Markdown (and CSVs, figure) for the LR sweep, if the experiment has one."""
+def sweep_section(
+    stored: StoredExperiment, variants: list[str], out: Path
+) -> tuple[list[str], pd.DataFrame]:
+    """Markdown (and CSVs, figure) for the LR sweep, and the sensitivity table."""
     frame = sweep_frame(stored.manifest["runs"], stored.runs)
     if frame.empty:
-        return []
+        return [], pd.DataFrame()
     table = sweep_table(frame)
     sensitivity = sensitivity_table(table, frame)
     store.write_frame_atomic(out / "sweep_runs.csv", frame)
@@ -300,7 +341,7 @@ def sweep_section(stored: StoredExperiment, variants: list[str], out: Path) -> l
         ],
     ).pivot(index="lr", columns="variant", values="loss")
     shown = shown.loc[sorted(shown.index, key=float), [v for v in variants if v in shown]]
-    return [
+    lines = [
         "## Learning-rate sweep",
         "",
         "Final val loss (mean over seeds of min(ℓ, ℓ0); an unstable run counts as ℓ0):",
@@ -315,6 +356,7 @@ def sweep_section(stored: StoredExperiment, variants: list[str], out: Path) -> l
         f"![learning-rate sweep]({figure.name})",
         "",
     ]
+    return lines, sensitivity
 
 
 def max_lr_section(studies: dict, out: Path) -> list[str]:
@@ -389,8 +431,134 @@ def search_section(studies: dict, variants: list[str], out: Path) -> list[str]:
         figure = stability_map_figure(
             trials, [v for v in variants if v in found], out / "stability_map.png"
         )
-        lines += [f"![search trials]({figure.name})", ""]
+        lines += [
+            "Stability map: every search trial in the LR × warmup plane (colour: final val loss; "
+            "x: unstable; +: pruned).",
+            "",
+            f"![search trials]({figure.name})",
+            "",
+        ]
     return lines
+
+
+def _figure(lines: list[str], figure: Path | None, title: str, caption: str) -> None:
+    if figure is not None:
+        lines += [f"### {title}", "", caption, "", f"![{title}]({figure.name})", ""]
+
+
+def main_sections(
+    stored: StoredExperiment, table: pd.DataFrame, noise: float, out: Path
+) -> list[str]:
+    """Quality, speed and probe tables and their figures (main runs only)."""
+    variants = list(table["variant"])
+    kinds = sorted(
+        set(stored.main.get("memory_kind", pd.Series(dtype=str)).dropna()) - {"unavailable"}
+    )
+    lines = [
+        "## Final quality",
+        "",
+        quality_markdown(table),
+        "",
+        "Loss statistics use finished runs; diverged runs are counted, not averaged. Δ is "
+        "variant − baseline over matched seeds (same initial weights for shared parameters, same "
+        "batches); the interval and p-value come from a paired t-test (`scipy.stats.ttest_rel`). "
+        "With fewer than 2 pairs no interval is given."
+        + (
+            f" Noise floor (pooled seed-to-seed std): {noise:.4f}." if not math.isnan(noise) else ""
+        ),
+        "",
+        "## Speed and numerical health",
+        "",
+        speed_markdown(table, ", ".join(kinds) or "not measured"),
+        "",
+        "Tokens/s is over the training steps (evaluations excluded); the step time is each run's "
+        "median, averaged over seeds. Peak memory is the CUDA allocator's peak on a GPU, the "
+        "process's peak resident set on a CPU (interpreter and libraries included). Non-finite "
+        "values are counted in activations and gradients at the probe steps.",
+        "",
+    ]
+    figures = [
+        loss_figure(stored.metrics, variants, out / "loss_curves.png"),
+        loss_time_figure(stored.metrics, variants, out / "loss_time.png"),
+        throughput_figure(stored.main, variants, out / "throughput.png"),
+        probe_figure(stored.probes, variants, out / "probes.png"),
+        logit_figure(stored.probes, variants, out / "logits.png"),
+    ]
+    per_run = last_probes(stored.probes)
+    if len(per_run):
+        store.write_frame_atomic(out / "probes_last.csv", per_run)
+        lines += [
+            "## Inside the model",
+            "",
+            "At each run's last probe step, mean over seeds:",
+            "",
+            probes_markdown(per_run, variants),
+            "",
+        ]
+    lines += ["## Figures", ""]
+    loss, time_, speed, probes, logits = figures
+    _figure(lines, loss, "Loss against step", "Mean ± std over seeds; train loss smoothed.")
+    _figure(
+        lines,
+        time_,
+        "Loss against wall-clock time",
+        "Evaluations placed at the mean elapsed time of the seeds.",
+    )
+    _figure(lines, speed, "Throughput, step time and memory", "Bars: mean over seeds; dots: seeds.")
+    _figure(
+        lines,
+        probes,
+        "Activation RMS and gradient norm per layer",
+        "Residual-stream RMS after each block and each block's gradient norm before clipping, "
+        "at the probe steps, mean over seeds.",
+    )
+    _figure(
+        lines,
+        logits,
+        "Attention and output logits",
+        "Largest pre-softmax attention logit over layers, largest |output logit| and the mean "
+        "log-sum-exp of the output logits, mean ± std over seeds.",
+    )
+    return lines
+
+
+FIGURES = (
+    "loss_curves.png",
+    "loss_time.png",
+    "throughput.png",
+    "probes.png",
+    "logits.png",
+    "lr_sweep.png",
+    "stability_map.png",
+)
+
+HTML_STYLE = """
+body { font-family: system-ui, sans-serif; max-width: 1200px; margin: 2em auto; padding: 0 1em;
+       color: #222; line-height: 1.45; }
+table { border-collapse: collapse; margin: 1em 0; font-size: 0.9em; }
+th, td { border: 1px solid #ccc; padding: 0.3em 0.6em; text-align: right; }
+th { background: #f3f3f3; } td:first-child, th:first-child { text-align: left; }
+img { max-width: 100%; } code { background: #f3f3f3; padding: 0 0.2em; }
+"""
+
+
+def markdown_to_html(text: str, folder: Path, title: str) -> str:
+    """A self-contained HTML page of a report.md: tables rendered, images embedded as data."""
+    body = markdown.markdown(text, extensions=["tables"])
+
+    def embed(match: re.Match[str]) -> str:
+        path = folder / html.unescape(match.group(1))
+        if not path.is_file():
+            return match.group(0)
+        data = base64.b64encode(path.read_bytes()).decode("ascii")
+        return f'src="data:image/png;base64,{data}"'
+
+    body = re.sub(r'src="([^"]+\.png)"', embed, body)
+    return (
+        f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
+        f"<title>{html.escape(title)}</title><style>{HTML_STYLE}</style></head>\n"
+        f"<body>\n{body}\n</body></html>\n"
+    )
 
 
 def build_report(exp_dir: Path, report_dir: Path) -> Report:
@@ -398,19 +566,48 @@ def build_report(exp_dir: Path, report_dir: Path) -> Report:
     stored = load_experiment_results(exp_dir)
     manifest = stored.manifest
     variants = manifest["variants"] or sorted(stored.main["variant"].unique())
-    table = variant_table(stored.main, variants, variants[0])
     report_dir.mkdir(parents=True, exist_ok=True)
+    for name in FIGURES:  # a figure whose data are gone must not survive from an older build
+        (report_dir / name).unlink(missing_ok=True)
+    table = variant_table(stored.main, variants, variants[0])
+    noise = noise_floor(stored.main)
+    sweep_lines, sensitivity = sweep_section(stored, variants, report_dir)
+    table = attach_studies(table, sensitivity, stored.studies or {})
     store.write_frame_atomic(report_dir / "variants.csv", table)
     store.write_frame_atomic(report_dir / "runs.csv", stored.runs)
-    figure = loss_figure(stored.metrics, variants, report_dir / "loss_curves.png")
-    missing = missing_runs(manifest, stored.runs)
-    lines = report_markdown(manifest, table, missing, figure)
-    lines += sweep_section(stored, variants, report_dir)
+    body = main_sections(stored, table, noise, report_dir)
+    lines = [
+        f"# {manifest['name']}",
+        "",
+        manifest.get("description") or "",
+        "",
+        f"Variants: {', '.join(variants)} (baseline: {variants[0]}); seeds: {manifest['seeds']}.",
+        "",
+    ]
+    lines += summary_lines(table, noise, stored)
+    if stored.missing:
+        lines += [
+            f"**Incomplete:** {len(stored.missing)} planned run(s) have no result yet: "
+            f"{'; '.join(stored.missing)}.",
+            "",
+        ]
+    lines += body + sweep_lines
     lines += max_lr_section(stored.studies or {}, report_dir)
     lines += search_section(stored.studies or {}, variants, report_dir)
     criterion = (stored.studies or {}).get("criterion") or manifest.get("criterion")
     if criterion:
         lines += ["## Stability criterion", "", f"A run is {criterion}.", ""]
-    store.write_text_atomic(report_dir / "variants.md", markdown_table(table) + "\n")
-    store.write_text_atomic(report_dir / "report.md", "\n".join(lines))
-    return Report(report_dir, report_dir / "report.md", table, figure, missing)
+    text = "\n".join(lines)
+    store.write_text_atomic(report_dir / "variants.md", quality_markdown(table) + "\n")
+    store.write_text_atomic(report_dir / "report.md", text)
+    page = markdown_to_html(text, report_dir, str(manifest["name"]))
+    store.write_text_atomic(report_dir / "report.html", page)
+    figures = [report_dir / name for name in FIGURES if (report_dir / name).exists()]
+    return Report(
+        report_dir,
+        report_dir / "report.md",
+        report_dir / "report.html",
+        table,
+        figures,
+        stored.missing,
+    )

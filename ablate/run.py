@@ -38,6 +38,7 @@ from ablate.data import (
     eval_offsets,
     load_corpus,
 )
+from ablate.loggers import build_loggers, flatten
 from ablate.model import (
     GPT,
     build_model,
@@ -46,7 +47,16 @@ from ablate.model import (
     shared_init_digest,
 )
 from ablate.plan import RunSpec
-from ablate.probes import DivergenceMonitor, EarlyStop, MetricsRecorder, ProgressFn, Stop
+from ablate.probes import (
+    PROBE_COLUMNS,
+    DivergenceMonitor,
+    EarlyStop,
+    MetricsRecorder,
+    ModelProbe,
+    PeakMemory,
+    ProgressFn,
+    Stop,
+)
 from ablate.stability import Verdict, final_loss_verdict
 from ablate.train import LanguageModelTask
 
@@ -119,10 +129,19 @@ def quiet_lightning() -> None:
     warnings.filterwarnings("ignore", message=".*does not have many workers.*")
 
 
-def build_trainer(spec: RunSpec, steps: int, callbacks: list[L.Callback]) -> L.Trainer:
-    """A quiet Trainer: no logger, checkpoints, progress bar or summary; ablate records itself."""
+def build_trainer(
+    spec: RunSpec, steps: int, callbacks: list[L.Callback], run_dir: Path
+) -> L.Trainer:
+    """A quiet Trainer: no checkpoints, progress bar or summary; ablate records itself.
+
+    The loggers (CSV and those named in ``runtime.loggers``) get the run's configuration now and
+    its metrics from the callbacks (:mod:`ablate.loggers`).
+    """
     cfg = spec.config
     quiet_lightning()
+    loggers = build_loggers(spec, run_dir)
+    for logger in loggers:
+        logger.log_hyperparams(flatten(spec.to_json()))
     return L.Trainer(
         accelerator=cfg.runtime.accelerator,
         devices=1,
@@ -131,7 +150,8 @@ def build_trainer(spec: RunSpec, steps: int, callbacks: list[L.Callback]) -> L.T
         max_epochs=1,
         val_check_interval=min(cfg.train.eval_interval, steps),
         num_sanity_val_steps=0,
-        logger=False,
+        logger=loggers,
+        log_every_n_steps=cfg.runtime.log_every_n_steps,
         enable_checkpointing=False,
         enable_progress_bar=False,
         enable_model_summary=False,
@@ -143,7 +163,7 @@ def metrics_frame(recorder: MetricsRecorder) -> pd.DataFrame:
     """Per-step rows with ``val_loss`` filled at the steps where an evaluation ran."""
     steps = pd.DataFrame(
         recorder.steps,
-        columns=["step", "tokens", "train_loss", "lr", "grad_norm", "step_time_s"],
+        columns=["step", "tokens", "train_loss", "lr", "grad_norm", "step_time_s", "elapsed_s"],
     )
     evals = pd.DataFrame(recorder.evals, columns=["step", "val_loss"])
     evals = evals.drop_duplicates("step", keep="last")
@@ -170,11 +190,20 @@ def verdict_of(
     return final_loss_verdict(final_val_loss, initial_loss, cfg.train.stability.final_margin, steps)
 
 
+@dataclass
+class Observed:
+    """What the observing callbacks measured besides the per-step metrics."""
+
+    probe: ModelProbe
+    memory: PeakMemory
+
+
 def summarize(
     spec: RunSpec,
     prepared: Prepared,
     frame: pd.DataFrame,
     outcome: Outcome,
+    observed: Observed,
     wall_time_s: float,
     digests: tuple[str, str],
 ) -> dict[str, Any]:
@@ -221,6 +250,12 @@ def summarize(
         "wall_time_s": wall_time_s,
         "train_time_s": train_time,
         "tokens_per_s": steps_done * tokens_per_step / train_time if train_time > 0 else None,
+        "step_time_median_s": float(frame["step_time_s"].median()) if len(frame) else None,
+        "peak_memory_mb": observed.memory.peak_mb,
+        "memory_kind": observed.memory.kind,
+        "probe_steps": observed.probe.probe_steps,
+        "nonfinite_activations": observed.probe.nonfinite["activations"],
+        "nonfinite_grads": observed.probe.nonfinite["grads"],
         "init_digest": digests[0],
         "data_digest": digests[1],
         "error": outcome.error,
@@ -263,7 +298,10 @@ def execute_run(
     run_dir = store.experiment_dir(root, spec.experiment) / spec.run_id
     store.reset_run_dir(run_dir)
     store.write_json_atomic(run_dir / "config.json", spec.to_json())
-    store.write_json_atomic(run_dir / "status.json", {"status": "running", "pid": os.getpid()})
+    store.write_json_atomic(
+        run_dir / "status.json",
+        {"status": "running", "pid": os.getpid(), "hostname": platform.node()},
+    )
     torch.manual_seed(spec.seed)
     prepared = prepare(spec)
     store.write_json_atomic(run_dir / "env.json", environment(spec))
@@ -281,8 +319,14 @@ def execute_run(
         criterion.window,
     )
     all_stoppers = [monitor, *stoppers]
-    recorder = MetricsRecorder(cfg.tokens_per_step(), progress)
-    trainer = build_trainer(spec, prepared.steps, [recorder, *all_stoppers])
+    recorder = MetricsRecorder(
+        cfg.tokens_per_step(), progress, log_every=cfg.runtime.log_every_n_steps
+    )
+    observed = Observed(
+        ModelProbe(cfg.train.probes.interval, cfg.train.probes.attention), PeakMemory()
+    )
+    callbacks = [recorder, observed.probe, observed.memory, *all_stoppers]
+    trainer = build_trainer(spec, prepared.steps, callbacks, run_dir)
     task = LanguageModelTask(prepared.model, cfg.train, prepared.steps)
     seq_len = cfg.model.seq_len
     loaders = (
@@ -296,7 +340,11 @@ def execute_run(
     outcome = fit(trainer, task, loaders, recorder, all_stoppers)
     frame = metrics_frame(recorder)
     store.write_frame_atomic(run_dir / "metrics.csv", frame)
-    summary = summarize(spec, prepared, frame, outcome, time.perf_counter() - start, digests)
+    store.write_frame_atomic(
+        run_dir / "probes.csv", pd.DataFrame(observed.probe.rows, columns=PROBE_COLUMNS)
+    )
+    elapsed = time.perf_counter() - start
+    summary = summarize(spec, prepared, frame, outcome, observed, elapsed, digests)
     store.write_json_atomic(run_dir / "summary.json", summary)
     (run_dir / "status.json").unlink(missing_ok=True)
     if outcome.status == "interrupted":

@@ -8,12 +8,17 @@ Layout (``root`` defaults to ``results/``)::
         env.json          python, torch, lightning, device, precision, threads, git commit
         init_params.json  sha256 prefix of every initial parameter, by name
         metrics.csv       one row per optimizer step; val_loss filled at evaluation steps
+        probes.csv        long rows (step, quantity, site, layer, value) at each probe step
+        logs/             Lightning loggers' files (csv/, tensorboard/, wandb/)
         summary.json      written last: its presence with a final status marks the run done
         status.json       {"status": "running", ...} while the run is in progress
 
 Every file is written to a temporary name and renamed into place, so a reader (or a killed
 writer) never sees half a file. A run directory without a complete ``summary.json`` is
 incomplete and is redone from scratch, never half-counted.
+
+For notebooks, :func:`load_results` (also ``ablate.load_results``) returns every run of an
+experiment as one row of a DataFrame, with the per-step metrics and the probes as long frames.
 """
 
 from __future__ import annotations
@@ -21,8 +26,10 @@ from __future__ import annotations
 import json
 import math
 import os
+import platform
 import shutil
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -153,23 +160,82 @@ def load_summaries(exp_dir: Path, include_incomplete: bool = False) -> pd.DataFr
     return pd.DataFrame(rows) if rows else pd.DataFrame(columns=list(SUMMARY_KEYS))
 
 
-def load_metrics(exp_dir: Path, runs: pd.DataFrame | None = None) -> pd.DataFrame:
+def load_metrics(
+    exp_dir: Path, runs: pd.DataFrame | None = None, name: str = "metrics.csv"
+) -> pd.DataFrame:
     """Per-step metrics of ``runs`` (default: every done run) as one long frame, with run keys.
 
-    Pass the summaries already loaded to read only those runs' metrics files.
+    Pass the summaries already loaded to read only those runs' files; ``name="probes.csv"``
+    reads the probes instead.
     """
     runs = load_summaries(exp_dir) if runs is None else runs
     frames = []
     for run in runs.itertuples():
-        path = exp_dir / run.run_id / "metrics.csv"
-        if not path.exists():
+        path = exp_dir / run.run_id / name
+        if not path.exists() or path.stat().st_size == 0:
             continue
         frame = pd.read_csv(path)
         frame.insert(0, "seed", run.seed)
         frame.insert(0, "variant", run.variant)
         frame.insert(0, "run_id", run.run_id)
         frames.append(frame)
+    frames = [f for f in frames if len(f)]
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+
+
+def load_probes(exp_dir: Path, runs: pd.DataFrame | None = None) -> pd.DataFrame:
+    """The probes of ``runs`` (default: every done run) as one long frame, with run keys."""
+    return load_metrics(exp_dir, runs, "probes.csv")
+
+
+@dataclass(frozen=True)
+class Results:
+    """An experiment's stored runs: one row per run, and long frames of metrics and probes."""
+
+    runs: pd.DataFrame
+    metrics: pd.DataFrame
+    probes: pd.DataFrame
+
+
+def load_results(exp_dir: str | Path, include_incomplete: bool = False) -> Results:
+    """Every run of the experiment in ``exp_dir`` for a notebook.
+
+    Example::
+
+        >>> import ablate
+        >>> results = ablate.load_results("results/ln_vs_rms")  # doctest: +SKIP
+        >>> results.runs.groupby("variant")["final_val_loss"].mean()  # doctest: +SKIP
+    """
+    exp_dir = Path(exp_dir)
+    runs = load_summaries(exp_dir, include_incomplete)
+    return Results(runs, load_metrics(exp_dir, runs), load_probes(exp_dir, runs))
+
+
+def pending_state(run_dir: Path) -> str:
+    """Why a planned run has no result: running, failed, interrupted or not started."""
+    summary = read_json(run_dir / "summary.json")
+    if summary is not None and summary.get("status") not in DONE_STATUSES:
+        return str(summary.get("status"))
+    status = read_json(run_dir / "status.json")
+    if status is not None and status.get("status") == "running":
+        host = status.get("hostname")
+        if host and host != platform.node():
+            return f"running on {host}"
+        return "running" if process_alive(status.get("pid")) else "stopped (its process is gone)"
+    return "not started"
+
+
+def process_alive(pid: object) -> bool:
+    """Whether a process with this id exists on this machine."""
+    if not isinstance(pid, int) or pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def write_manifest(exp_dir: Path, manifest: dict[str, Any]) -> None:

@@ -9,7 +9,14 @@ import pandas as pd
 import pytest
 from scipy import stats
 
-from ablate.analysis import curve_band, paired_difference, variant_table
+from ablate.analysis import (
+    column,
+    curve_band,
+    noise_floor,
+    paired_difference,
+    probe_band,
+    variant_table,
+)
 
 
 def _runs() -> pd.DataFrame:
@@ -90,3 +97,34 @@ def test_curve_band_over_seeds() -> None:
     band = curve_band(metrics, "val_loss").set_index("step")
     assert band.loc[1, "mean"] == 4.0 and band.loc[1, "count"] == 2
     assert band.loc[2, "mean"] == 2.0 and band.loc[2, "count"] == 1
+
+
+def test_noise_floor_pools_the_variances_of_finished_runs() -> None:
+    runs = _runs()
+    ln = np.var([2.10, 2.00, 2.20, 2.05], ddof=1)
+    rms = np.var([2.00, 1.95, 2.08], ddof=1)  # the diverged seed 3 is left out
+    assert noise_floor(runs) == pytest.approx(math.sqrt((ln + rms) / 2))
+    assert math.isnan(noise_floor(runs[runs["seed"] == 0]))  # one seed each: no spread
+
+
+def test_missing_summary_keys_read_as_nan() -> None:
+    table = variant_table(_runs(), ["ln", "rms"], "ln").set_index("variant")
+    assert math.isnan(table.loc["ln", "peak_memory_mb_mean"])  # older runs lack the key
+    assert table.loc["ln", "nonfinite_values"] == 0
+    assert column(_runs(), "tokens_per_s").mean() == pytest.approx((4 * 1000 + 4 * 1200) / 8)
+
+
+def test_probe_band_means_over_seeds() -> None:
+    probes = pd.DataFrame(
+        {
+            "variant": ["a"] * 4,
+            "run_id": ["r1", "r1", "r2", "r2"],
+            "step": [1, 1, 1, 1],
+            "quantity": ["resid_rms", "grad_norm", "resid_rms", "grad_norm"],
+            "site": ["blocks.0"] * 4,
+            "layer": [0] * 4,
+            "value": [1.0, 5.0, 3.0, 7.0],
+        }
+    )
+    band = probe_band(probes, "resid_rms")
+    assert band["mean"].tolist() == [2.0] and band["count"].tolist() == [2]

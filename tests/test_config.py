@@ -132,3 +132,16 @@ def test_study_sections_are_typed_and_checked(tmp_path: Path) -> None:
     assert "sweep.lr_min/lr_max" in msg and "must be below" in msg
     msg = _error(tmp_path, "max_lr: {factor: 1.0}\n")
     assert "max_lr.factor" in msg and "greater than 1" in msg
+
+
+def test_probe_and_logger_settings_are_checked(tmp_path: Path) -> None:
+    msg = _error(tmp_path, "train:\n  probes: {interval: -1}\n")
+    assert "train.probes.interval: got -1" in msg and "greater than or equal to 0" in msg
+    msg = _error(tmp_path, "train:\n  probes: {every: 3}\n")
+    assert "train.probes.every: unknown key; allowed: interval, attention" in msg
+    msg = _error(tmp_path, "runtime:\n  log_every_n_steps: 0\n")
+    assert "runtime.log_every_n_steps: got 0" in msg
+    path = tmp_path / "ok.yaml"
+    path.write_text("train:\n  probes: {interval: 0, attention: false}\n")
+    probes = load_experiment(path).base.train.probes
+    assert probes.interval == 0 and probes.attention is False

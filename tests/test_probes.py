@@ -1,10 +1,19 @@
-"""The divergence criterion on constructed losses."""
+"""The divergence criterion on constructed losses; the model probes against direct computation."""
 
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
-from ablate.probes import DivergenceMonitor
+import pandas as pd
+import pytest
+import torch
+from conftest import tiny_config
+
+from ablate.model import GPT, build_model
+from ablate.plan import RunSpec
+from ablate.probes import DivergenceMonitor, ModelProbe
+from ablate.run import execute_run
 
 
 def test_non_finite_loss_diverges_at_any_step() -> None:
@@ -37,3 +46,115 @@ def test_windowed_threshold_ignores_a_one_batch_spike_but_not_a_blow_up() -> Non
     stops = [blow_up.check(step, loss) for step, loss in enumerate(losses, start=1)]
     assert stops[:4] == [None] * 4
     assert stops[4] is not None and stops[4].step == 5 and "mean loss of 5 steps" in stops[4].reason
+
+
+def _probe_step(model: GPT, batch: torch.Tensor, probe: ModelProbe) -> None:
+    """One forward/backward with the probe attached, as the Trainer drives it."""
+    probe.start(model, 1)
+    model.zero_grad()
+    model.loss(batch).backward()
+    probe.gradients(model)
+    probe.finish()
+
+
+def _model_and_batch() -> tuple[GPT, torch.Tensor]:
+    cfg = tiny_config(**{"model.n_layers": 2}).model
+    model = build_model(cfg, vocab_size=50, seed=0)
+    batch = torch.randint(0, 50, (3, cfg.seq_len + 1), generator=torch.Generator().manual_seed(1))
+    return model, batch
+
+
+def _value(rows: list, quantity: str, site: str) -> float:
+    found = [r[4] for r in rows if r[1] == quantity and r[2] == site]
+    assert len(found) == 1, (quantity, site, found)
+    return found[0]
+
+
+def test_probe_values_equal_direct_computation() -> None:
+    model, batch = _model_and_batch()
+    probe = ModelProbe(interval=1)
+    _probe_step(model, batch, probe)
+    # direct: run the model by hand, keeping every intermediate
+    with torch.no_grad():
+        idx = batch[:, :-1]
+        x = model.tok_emb(idx) + model.pos_emb(torch.arange(idx.shape[1]))
+        for i, block in enumerate(model.blocks):
+            h = block.norm_attn(x)
+            assert _value(probe.rows, "norm_rms", f"blocks.{i}.norm_attn") == pytest.approx(
+                float(h.pow(2).mean().sqrt()), rel=1e-5
+            )
+            q, k, _ = block.attn.qkv(h).split(16, dim=2)
+            q = q.view(3, -1, 2, 8).transpose(1, 2)
+            k = k.view(3, -1, 2, 8).transpose(1, 2)
+            scores = q @ k.transpose(-1, -2) / math.sqrt(8)
+            causal = torch.ones(scores.shape[-2:], dtype=torch.bool).tril()
+            expected = float(scores.masked_fill(~causal, -math.inf).max())
+            assert _value(probe.rows, "attn_logit_max", f"blocks.{i}.attn") == pytest.approx(
+                expected, rel=1e-5
+            )
+            x = block(x)
+            assert _value(probe.rows, "resid_rms", f"blocks.{i}") == pytest.approx(
+                float(x.pow(2).mean().sqrt()), rel=1e-5
+            )
+            grads = torch.cat([p.grad.flatten() for p in block.parameters()])
+            assert _value(probe.rows, "grad_norm", f"blocks.{i}") == pytest.approx(
+                float(grads.norm()), rel=1e-5
+            )
+        logits = model.head(model.norm_f(x))
+        assert _value(probe.rows, "logit_max_abs", "head") == pytest.approx(
+            float(logits.abs().max()), rel=1e-5
+        )
+        assert _value(probe.rows, "logsumexp_mean", "head") == pytest.approx(
+            float(torch.logsumexp(logits, -1).mean()), rel=1e-5
+        )
+    assert all(r[4] == 0 for r in probe.rows if r[1].startswith("nonfinite"))
+    assert probe.probe_steps == 1 and probe.nonfinite == {"activations": 0, "grads": 0}
+
+
+def test_non_finite_values_are_counted() -> None:
+    model, batch = _model_and_batch()
+    with torch.no_grad():
+        model.blocks[1].mlp.fc.weight[0, :3] = math.inf  # one hidden unit overflows
+    probe = ModelProbe(interval=1)
+    _probe_step(model, batch, probe)
+    counts = {(q, s): v for _, q, s, _, v in probe.rows if q.startswith("nonfinite") and v > 0}
+    assert ("nonfinite_activations", "blocks.0") not in counts  # before the bad weight
+    assert counts[("nonfinite_activations", "blocks.1")] > 0
+    assert counts[("nonfinite_activations", "head")] > 0
+
+
+def test_probe_schedule_first_every_interval_and_last() -> None:
+    probe = ModelProbe(interval=25)
+    assert [s for s in range(1, 101) if probe.due(s, 90)] == [1, 25, 50, 75, 90, 100]
+    assert not any(ModelProbe(interval=0).due(s, 10) for s in range(1, 11))
+
+
+def test_probes_do_not_change_training(tmp_path: Path) -> None:
+    losses = {}
+    for interval in (0, 1):
+        spec = RunSpec("p", "ln", 0, tiny_config(**{"train.probes.interval": interval}))
+        summary = execute_run(spec, tmp_path)
+        metrics = pd.read_csv(tmp_path / "p" / spec.run_id / "metrics.csv")
+        losses[interval] = metrics["train_loss"].tolist()
+        probes = pd.read_csv(tmp_path / "p" / spec.run_id / "probes.csv")
+        assert summary["probe_steps"] == (20 if interval else 0) == probes["step"].nunique()
+    assert losses[0] == losses[1]  # bitwise: the hooks only read
+
+
+def test_peak_memory_is_per_run_on_cpu() -> None:
+    from ablate.probes import _read_peak_rss_mb, _reset_peak_rss
+
+    block = torch.ones(64 * 2**20, dtype=torch.float32)  # 256 MiB, touched
+    high = _read_peak_rss_mb()
+    del block
+    assert _reset_peak_rss()
+    low = _read_peak_rss_mb()
+    assert high is not None and low is not None and high - low > 200
+
+
+def test_attention_probe_can_be_switched_off() -> None:
+    model, batch = _model_and_batch()
+    probe = ModelProbe(interval=1, attention=False)
+    _probe_step(model, batch, probe)
+    quantities = {r[1] for r in probe.rows}
+    assert "attn_logit_max" not in quantities and "resid_rms" in quantities

@@ -1,81 +1,228 @@
-"""The report rebuilt from a store: numbers recomputed from the summaries, files present."""
+"""The report rebuilt from a store: every number recomputed from the raw files, every figure made.
+
+A tiny LayerNorm-vs-RMSNorm experiment (3 seeds) is trained once for the module; the checks
+recompute the variant table from each run's ``metrics.csv`` / ``probes.csv`` with numpy and the
+t distribution (not the code under test), and rebuild the report of a partial copy.
+"""
 
 from __future__ import annotations
 
+import json
+import math
+import os
+import re
+import shutil
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
+from conftest import TINY, write_experiment
+from scipy import stats
 
 from ablate import store
-from ablate.report import build_report
+from ablate.cli import main
+from ablate.report import FIGURES, build_report, markdown_to_html, summary_lines
+
+VARIANTS = ["layernorm", "rmsnorm"]
 
 
-def _store(exp_dir: Path, complete: bool = True) -> None:
-    runs = []
-    for seed in (0, 1, 2):
-        for variant, offset in (("layernorm", 0.0), ("rmsnorm", 0.05)):
-            run_id = f"{variant[:2]}{seed}"
-            runs.append({"variant": variant, "seed": seed, "run_id": run_id})
-            if not complete and (variant, seed) == ("rmsnorm", 2):
-                continue
-            final = 2.0 + 0.1 * seed + offset
-            run_dir = exp_dir / run_id
-            store.write_json_atomic(run_dir / "config.json", {"variant": variant, "seed": seed})
-            store.write_frame_atomic(
-                run_dir / "metrics.csv",
-                pd.DataFrame(
-                    {
-                        "step": [1, 2, 3, 4],
-                        "train_loss": [5.0, 4.0, 3.0, 2.5],
-                        "val_loss": [None, 3.5, None, final],
-                    }
-                ),
-            )
-            store.write_json_atomic(
-                run_dir / "summary.json",
-                {
-                    "run_id": run_id,
-                    "variant": variant,
-                    "seed": seed,
-                    "status": "finished",
-                    "final_val_loss": final,
-                    "best_val_loss": final,
-                    "n_params": 1000 + 10 * (variant == "layernorm"),
-                    "tokens_per_s": 500.0,
-                },
-            )
-    store.write_manifest(
-        exp_dir,
-        {
-            "name": "exp",
-            "description": "d",
-            "variants": ["layernorm", "rmsnorm"],
-            "seeds": [0, 1, 2],
-            "runs": runs,
-        },
-    )
+@pytest.fixture(scope="module")
+def finished(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Results folder of a finished tiny experiment: 2 variants x 3 seeds, probes every 5."""
+    root = tmp_path_factory.mktemp("report")
+    train = {**TINY["train"], "probes": {"interval": 5}}
+    path = write_experiment(root / "tiny.yaml", seeds=[0, 1, 2], train=train)
+    args = ["run", str(path), "--results-dir", str(root / "results")]
+    assert main([*args, "--report-dir", str(root / "reports"), "--workers", "1"]) == 0
+    return root / "results" / "tiny"
 
 
-def test_report_files_and_numbers(tmp_path: Path) -> None:
-    _store(tmp_path / "exp")
-    report = build_report(tmp_path / "exp", tmp_path / "rep")
-    for name in ("report.md", "variants.md", "variants.csv", "runs.csv", "loss_curves.png"):
-        assert (tmp_path / "rep" / name).stat().st_size > 0, name
+def _raw_runs(exp_dir: Path) -> pd.DataFrame:
+    """Per run, the table's inputs recomputed from metrics.csv and probes.csv."""
+    rows = []
+    for run_dir in sorted(p for p in exp_dir.iterdir() if (p / "summary.json").exists()):
+        summary = json.loads((run_dir / "summary.json").read_text())
+        metrics = pd.read_csv(run_dir / "metrics.csv")
+        probes = pd.read_csv(run_dir / "probes.csv")
+        val = metrics["val_loss"].dropna()
+        rows.append(
+            {
+                "variant": summary["variant"],
+                "seed": summary["seed"],
+                "final": val.iloc[-1],
+                "best": val.min(),
+                "tokens_per_s": metrics["tokens"].iloc[-1] / metrics["step_time_s"].sum(),
+                "step_ms": 1000 * metrics["step_time_s"].median(),
+                "memory": summary["peak_memory_mb"],
+                "nonfinite": probes.loc[
+                    probes["quantity"].str.startswith("nonfinite"), "value"
+                ].sum(),
+                "n_params": summary["n_params"],
+            }
+        )
+    return pd.DataFrame(rows)
+
+
+def test_every_table_number_recomputed_from_raw_metrics(finished: Path, tmp_path: Path) -> None:
+    report = build_report(finished, tmp_path / "rep")
     table = pd.read_csv(tmp_path / "rep" / "variants.csv").set_index("variant")
-    assert table.loc["layernorm", "final_val_loss_mean"] == pytest.approx(2.1)
-    assert table.loc["rmsnorm", "final_val_loss_mean"] == pytest.approx(2.15)
-    assert table.loc["rmsnorm", "diff_vs_baseline"] == pytest.approx(0.05)
-    assert table.loc["rmsnorm", "n_pairs"] == 3
+    raw = _raw_runs(finished)
+    assert len(raw) == 6
+    for variant, mine in raw.groupby("variant"):
+        row = table.loc[variant]
+        assert row["runs"] == row["finished"] == 3 and row["diverged"] == 0
+        assert row["final_val_loss_mean"] == pytest.approx(mine["final"].mean(), rel=1e-9)
+        assert row["final_val_loss_std"] == pytest.approx(mine["final"].std(ddof=1), rel=1e-9)
+        assert row["best_val_loss_mean"] == pytest.approx(mine["best"].mean(), rel=1e-9)
+        assert row["best_val_loss_std"] == pytest.approx(mine["best"].std(ddof=1), rel=1e-9)
+        assert row["tokens_per_s_mean"] == pytest.approx(mine["tokens_per_s"].mean(), rel=1e-9)
+        assert row["tokens_per_s_std"] == pytest.approx(mine["tokens_per_s"].std(), rel=1e-9)
+        assert row["step_time_ms_mean"] == pytest.approx(mine["step_ms"].mean(), rel=1e-9)
+        assert row["peak_memory_mb_mean"] == pytest.approx(mine["memory"].mean(), rel=1e-9)
+        assert row["peak_memory_mb_mean"] > 50  # a process that imported torch
+        assert row["nonfinite_values"] == mine["nonfinite"].sum() == 0
+        assert row["n_params"] == mine["n_params"].iloc[0]
+    assert table.loc["layernorm", "n_params"] - table.loc["rmsnorm", "n_params"] == 3 * 16
+    # paired difference by hand: mean, t-interval, two-sided p
+    a = raw[raw["variant"] == "rmsnorm"].set_index("seed")["final"]
+    b = raw[raw["variant"] == "layernorm"].set_index("seed")["final"]
+    diff = (a - b).to_numpy()
+    n, mean, sd = len(diff), diff.mean(), diff.std(ddof=1)
+    half = stats.t.ppf(0.975, n - 1) * sd / math.sqrt(n)
+    p = 2 * stats.t.sf(abs(mean / (sd / math.sqrt(n))), n - 1)
+    row = table.loc["rmsnorm"]
+    assert row["n_pairs"] == 3
+    assert row["diff_vs_baseline"] == pytest.approx(mean, abs=1e-12)
+    assert row["diff_ci_low"] == pytest.approx(mean - half, rel=1e-9)
+    assert row["diff_ci_high"] == pytest.approx(mean + half, rel=1e-9)
+    assert row["paired_t_p"] == pytest.approx(p, rel=1e-6)
+    # the noise floor: pooled seed-to-seed std
+    noise = math.sqrt(np.mean([g["final"].var(ddof=1) for _, g in raw.groupby("variant")]))
     text = report.markdown.read_text()
-    assert "2.1000 ± 0.1000" in text and "0.0500" in text and "ttest_rel" in text
-    assert "Incomplete" not in text and report.missing == []
+    assert f"{noise:.4f}" in text
+    assert f"{table.loc['rmsnorm', 'final_val_loss_mean']:.4f}" in text
+    assert "ttest_rel" in text and report.missing == []
 
 
-def test_partial_experiment_says_what_is_missing(tmp_path: Path) -> None:
-    _store(tmp_path / "exp", complete=False)
-    report = build_report(tmp_path / "exp", tmp_path / "rep")
-    assert report.missing == ["rmsnorm seed=2"]
-    assert "Incomplete" in report.markdown.read_text()
-    assert (tmp_path / "rep" / "loss_curves.png").stat().st_size > 0
-    assert report.table.set_index("variant").loc["rmsnorm", "n_pairs"] == 2
+def test_every_figure_and_format_for_a_finished_experiment(finished: Path, tmp_path: Path) -> None:
+    report = build_report(finished, tmp_path / "rep")
+    names = {p.name for p in report.figures}
+    expected = {"loss_curves.png", "loss_time.png", "throughput.png", "probes.png", "logits.png"}
+    assert expected <= names
+    for path in report.figures:
+        assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and path.stat().st_size > 10_000
+    for name in ("variants.csv", "variants.md", "runs.csv", "probes_last.csv"):
+        assert (tmp_path / "rep" / name).stat().st_size > 0, name
+    text = report.markdown.read_text()
+    for path in report.figures:
+        assert f"]({path.name})" in text
+    page = report.html.read_text()
+    assert page.count("<table>") == len(re.findall(r"^\|[-:| ]+\|$", text, flags=re.MULTILINE))
+    assert page.count('src="data:image/png;base64,') == len(report.figures)
+    assert not re.search(r'src="(?!data:)', page)  # nothing to fetch: opens offline
+    last = pd.read_csv(tmp_path / "rep" / "probes_last.csv")
+    assert set(last["step"]) == {20} and len(last) == 6
+    assert (last["resid_rms_last_block"] > 0).all() and (last["attn_logit_max"] > 0).all()
+
+
+def _partial_copy(finished: Path, dest: Path) -> Path:
+    """The finished store with one run running, one failed and one never started."""
+    shutil.copytree(finished, dest)
+    manifest = store.read_manifest(dest)
+    rms = [r for r in manifest["runs"] if r["group"] == "main" and r["variant"] == "rmsnorm"]
+    running, failed, gone = (dest / r["run_id"] for r in rms)
+    (running / "summary.json").unlink()
+    store.write_json_atomic(running / "status.json", {"status": "running", "pid": os.getpid()})
+    summary = json.loads((failed / "summary.json").read_text())
+    store.write_json_atomic(failed / "summary.json", {**summary, "status": "failed"})
+    shutil.rmtree(gone)
+    return dest
+
+
+def test_partial_experiment_says_what_is_missing(finished: Path, tmp_path: Path) -> None:
+    exp = _partial_copy(finished, tmp_path / "tiny")
+    report = build_report(exp, tmp_path / "rep")
+    states = sorted(m.split(": ")[1] for m in report.missing)
+    assert states == ["failed", "not started", "running"]
+    assert all(m.startswith("rmsnorm seed=") for m in report.missing)
+    text = report.markdown.read_text()
+    assert "Partial results:** 3 of 6 planned runs" in text and "Incomplete" in text
+    table = report.table.set_index("variant")
+    assert table.loc["layernorm", "runs"] == 3 and table.loc["rmsnorm", "runs"] == 0
+    assert table.loc["rmsnorm", "n_pairs"] == 0
+    assert "only 0 matched pair(s): no interval, so no claim" in text
+    for name in ("loss_curves.png", "loss_time.png", "throughput.png", "probes.png", "logits.png"):
+        assert (tmp_path / "rep" / name).stat().st_size > 10_000, name
+    assert report.html.stat().st_size > 0
+
+
+def test_cli_report_rebuilds_and_rejects_a_folder_without_results(
+    finished: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["report", str(finished), "--out", str(tmp_path / "rep")]) == 0
+    assert (tmp_path / "rep" / "report.html").exists()
+    (tmp_path / "empty").mkdir()
+    assert main(["report", str(tmp_path / "empty")]) == 2
+    err = capsys.readouterr().err
+    assert "holds no experiment.json and no run folders" in err and len(err.splitlines()) == 1
+
+
+def test_stale_figures_are_removed(finished: Path, tmp_path: Path) -> None:
+    out = tmp_path / "rep"
+    out.mkdir()
+    (out / "stability_map.png").write_bytes(b"old")  # this experiment has no search
+    build_report(finished, out)
+    assert not (out / "stability_map.png").exists()
+    assert set(FIGURES) >= {p.name for p in out.glob("*.png")}
+
+
+def _table(diff: float, low: float, high: float, pairs: int) -> pd.DataFrame:
+    base = {"variant": "ln", "diverged": 0, "runs": 3, "tokens_per_s_mean": 100.0}
+    other = {
+        "variant": "rms",
+        "diverged": 1,
+        "runs": 3,
+        "tokens_per_s_mean": 90.0,
+        "tokens_per_s_std": 5.0,
+        "diff_vs_baseline": diff,
+        "diff_ci_low": low,
+        "diff_ci_high": high,
+        "paired_t_p": 0.01,
+        "n_pairs": pairs,
+    }
+    return pd.DataFrame([{**base, "tokens_per_s_std": 4.0}, other])
+
+
+class _Stored:
+    missing: list[str] = []
+    manifest = {"runs": []}
+    studies = {"max_lr": {"ln": {"bracket": [0.1, 0.2]}, "rms": {"bracket": [0.4, 0.8]}}}
+
+
+@pytest.mark.parametrize(
+    ("diff", "low", "high", "pairs", "noise", "says"),
+    [
+        (0.01, -0.02, 0.04, 3, 0.05, "3 seeds: the interval spans zero"),
+        (-0.10, -0.15, -0.05, 5, 0.02, "the interval excludes zero: rms's loss is lower."),
+        (0.03, 0.01, 0.05, 5, 0.04, "is higher; |Δ| is within the seed-to-seed noise floor"),
+        (0.03, math.nan, math.nan, 1, math.nan, "only 1 matched pair(s): no interval"),
+    ],
+)
+def test_summary_claims_only_what_the_numbers_support(
+    diff: float, low: float, high: float, pairs: int, noise: float, says: str
+) -> None:
+    text = "\n".join(summary_lines(_table(diff, low, high, pairs), noise, _Stored()))
+    assert says in text
+    assert "Diverged main runs: ln 0/3, rms 1/3." in text
+    assert "rms 90 tokens/s vs ln 100 (0.900×" in text
+    assert "do not overlap; rms/ln ratio of geometric midpoints 4.00" in text
+
+
+def test_html_embeds_images_and_renders_tables(tmp_path: Path) -> None:
+    (tmp_path / "a.png").write_bytes(b"\x89PNG fake")
+    text = "# t\n\n| x | y |\n|---|---|\n| 1 | 2 |\n\n![a](a.png)\n\n![b](missing.png)\n"
+    page = markdown_to_html(text, tmp_path, "t")
+    assert "<table>" in page and "<td>1</td>" in page
+    assert 'src="data:image/png;base64,iVBORyBmYWtl"' in page  # base64 of the file's bytes
+    assert 'src="missing.png"' in page  # a missing file is left as a link, not dropped

@@ -30,6 +30,12 @@ CONTRACT = {
     "tokens_per_s",
     "init_digest",
     "data_digest",
+    "step_time_median_s",
+    "peak_memory_mb",
+    "memory_kind",
+    "probe_steps",
+    "nonfinite_activations",
+    "nonfinite_grads",
 }
 
 
@@ -56,7 +62,17 @@ def test_summary_contract_and_files(ab_runs: dict) -> None:
     assert summary["final_val_loss"] < math.log(256)
     run_dir = ab_runs["root"] / "tiny" / summary["run_id"]
     names = {p.name for p in run_dir.iterdir()}
-    assert names == {"config.json", "env.json", "init_params.json", "metrics.csv", "summary.json"}
+    assert names == {
+        "config.json",
+        "env.json",
+        "init_params.json",
+        "metrics.csv",
+        "probes.csv",
+        "logs",
+        "summary.json",
+    }
+    assert summary["memory_kind"] == "process_peak_rss" and summary["peak_memory_mb"] > 50
+    assert summary["probe_steps"] == 2 and summary["nonfinite_activations"] == 0  # steps 1, 20
     env = json.loads((run_dir / "env.json").read_text())
     assert (
         env["torch"] == torch.__version__ and env["torch_threads"] >= 1 and env["precision"] == "32"
@@ -67,6 +83,9 @@ def test_summary_contract_and_files(ab_runs: dict) -> None:
     assert metrics["val_loss"].dropna().iloc[-1] == pytest.approx(summary["final_val_loss"])
     assert metrics["train_loss"].tail(10).mean() == pytest.approx(summary["final_train_loss"])
     assert (metrics["grad_norm"] > 0).all() and (metrics["step_time_s"] > 0).all()
+    assert metrics["elapsed_s"].is_monotonic_increasing
+    assert metrics["elapsed_s"].iloc[-1] >= metrics["step_time_s"].sum()
+    assert summary["step_time_median_s"] == pytest.approx(metrics["step_time_s"].median())
     assert metrics["lr"].iloc[0] == pytest.approx(3e-3 / 3)  # first warmup step
 
 

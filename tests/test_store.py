@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import math
+import os
+import subprocess
 from pathlib import Path
 
 import pandas as pd
@@ -67,3 +69,38 @@ def test_empty_experiment_gives_an_empty_frame_with_the_contract_columns(tmp_pat
     frame = store.load_summaries(tmp_path / "nothing")
     assert frame.empty and {"variant", "seed", "status", "final_val_loss"} <= set(frame.columns)
     assert store.read_manifest(tmp_path / "nothing")["variants"] == []
+
+
+def test_load_results_gives_runs_metrics_and_probes(tmp_path: Path) -> None:
+    import ablate
+
+    exp = tmp_path / "exp"
+    _fake_run(exp, "r1", "finished")
+    _fake_run(exp, "r2", None, seed=1)
+    probes = pd.DataFrame(
+        {"step": [1], "quantity": ["resid_rms"], "site": ["blocks.0"], "layer": [0], "value": [1.5]}
+    )
+    store.write_frame_atomic(exp / "r1" / "probes.csv", probes)
+    results = ablate.load_results(exp)
+    assert list(results.runs["run_id"]) == ["r1"]
+    assert list(results.metrics["run_id"]) == ["r1", "r1"]
+    assert results.probes[["run_id", "variant", "value"]].values.tolist() == [["r1", "a", 1.5]]
+    everything = ablate.load_results(exp, include_incomplete=True)
+    assert list(everything.runs["status"]) == ["finished", "incomplete"]
+
+
+def test_pending_state_of_a_planned_run(tmp_path: Path) -> None:
+    exp = tmp_path / "exp"
+    assert store.pending_state(exp / "never") == "not started"
+    failed = _fake_run(exp, "r1", "failed")
+    assert store.pending_state(failed) == "failed"
+    running = _fake_run(exp, "r2", None)
+    store.write_json_atomic(running / "status.json", {"status": "running", "pid": os.getpid()})
+    assert store.pending_state(running) == "running"
+    exited = subprocess.Popen(["true"])
+    exited.wait()  # reaped: no process has this pid now
+    store.write_json_atomic(running / "status.json", {"status": "running", "pid": exited.pid})
+    assert store.pending_state(running) == "stopped (its process is gone)"
+    other = {"status": "running", "pid": 1, "hostname": "elsewhere"}
+    store.write_json_atomic(running / "status.json", other)
+    assert store.pending_state(running) == "running on elsewhere"
