@@ -5,7 +5,8 @@
 "summary.json"). Divergence is a result (``status: diverged``); an exception inside training is
 stored as ``failed`` with the error; Ctrl-C stores ``interrupted`` and re-raises; a search's
 pruner stops a trial as ``pruned``. The stability verdict (:mod:`ablate.stability`) is recorded
-with every run.
+with every run, and so are the probes (``probes.csv``), the peak memory and the Lightning
+loggers' files (``logs/``).
 """
 
 from __future__ import annotations
