@@ -22,9 +22,10 @@ import torch
 
 from ablate.config import load_experiment
 from ablate.data import gather_windows
+from ablate.model import parameter_groups
 from ablate.plan import RunSpec
 from ablate.run import execute_run, prepare
-from ablate.train import lr_factor, parameter_groups
+from ablate.train import lr_factor
 
 
 def plain_loop(spec: RunSpec) -> tuple[float, float]:

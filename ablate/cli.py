@@ -3,7 +3,7 @@
 Commands: ``run`` (train every variant x seed and the LR sweep, run the studies, report),
 ``search`` (run or continue the Optuna studies: search and max stable LR), ``validate`` (check
 a file and print the plan with its cost), ``report`` (rebuild tables and figures from stored
-results).
+results), ``bench`` (norm kernels and training steps, timed).
 Exit codes: 0 success, 1 some run failed, 2 bad input (config or data), 130 interrupted.
 """
 
@@ -82,6 +82,34 @@ def build_parser() -> argparse.ArgumentParser:
     validate.add_argument("experiment", type=Path, help="experiment YAML file")
     validate.add_argument("--workers", type=int, default=None, help="as for run")
 
+    bench = sub.add_parser(
+        "bench", help="time every norm kernel and the training step of each variant"
+    )
+    bench.add_argument(
+        "--experiment",
+        type=Path,
+        default=Path("experiments/ln_vs_rms.yaml"),
+        help="whose variants' training steps to time (default: experiments/ln_vs_rms.yaml); "
+        "'none' skips the step benchmark",
+    )
+    bench.add_argument(
+        "--dims", default="128,512,1024,4096,8192", help="hidden sizes, comma-separated"
+    )
+    bench.add_argument("--tokens", default="8192", help="token counts (rows), comma-separated")
+    bench.add_argument("--dtypes", default="fp32,bf16", help="fp32 and/or bf16")
+    bench.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
+    bench.add_argument("--threads", type=int, default=None, help="torch threads (default: all)")
+    bench.add_argument("--no-compile", action="store_true", help="skip torch.compile'd kernels")
+    bench.add_argument("--steps", type=int, default=20, help="timed training steps per variant")
+    bench.add_argument("--repeats", type=int, default=3, help="alternating rounds of variants")
+    bench.add_argument(
+        "--min-run-time", type=float, default=0.2, help="seconds per kernel measurement"
+    )
+    bench.add_argument("--rounds", type=int, default=3, help="kernel rounds (median kept)")
+    bench.add_argument(
+        "--out", type=Path, default=Path("reports/bench"), help="folder for CSVs and the figure"
+    )
+
     report = sub.add_parser("report", help="rebuild tables and figures from stored results")
     report.add_argument(
         "results", type=Path, help="an experiment's results folder, e.g. results/ln_vs_rms"
@@ -101,12 +129,15 @@ def cmd_validate(args: argparse.Namespace, console: Console) -> int:
     """Print the plan of an experiment file and an estimate of its time."""
     from ablate.config import load_experiment
     from ablate.estimate import describe_plan
-    from ablate.execute import choose_resources
+    from ablate.execute import choose_resources, gpu_count
 
     experiment = load_experiment(args.experiment)
     n_runs = len(experiment.seeds) * len(experiment.variants)
     res = choose_resources(
-        n_runs, args.workers or experiment.base.runtime.workers, experiment.base.runtime.threads
+        n_runs,
+        args.workers or experiment.base.runtime.workers,
+        experiment.base.runtime.threads,
+        gpus=gpu_count(experiment.base.runtime.accelerator),
     )
     plan = describe_plan(experiment, res.workers, res.threads)
     console.print(f"[bold]{experiment.name}[/bold]: {experiment.description}".rstrip(": "))
@@ -134,7 +165,7 @@ def cmd_run(args: argparse.Namespace, console: Console) -> int:
     from ablate.estimate import check_corpora
     from ablate.execute import execute
     from ablate.plan import plan_manifest, plan_runs, plan_sweep
-    from ablate.report import build_report
+    from ablate.report import build_report, report_is_current
 
     _positive(args.workers, "--workers")
     _positive(args.threads, "--threads")
@@ -153,9 +184,15 @@ def cmd_run(args: argparse.Namespace, console: Console) -> int:
     )
     if experiment.search is not None or experiment.max_lr is not None:
         _studies(experiment, args, console)
-    report = build_report(exp_dir, args.report_dir / experiment.name)
-    console.print(report.table_markdown, markup=False, highlight=False, soft_wrap=True)
-    console.print(f"results: {exp_dir}\nreport:  {report.markdown}, {report.html}")
+    report_dir = args.report_dir / experiment.name
+    if report_is_current(exp_dir, report_dir):  # a rerun that found everything done
+        table = (report_dir / "variants.md").read_text(encoding="utf-8")
+        console.print(table, markup=False, highlight=False, soft_wrap=True)
+        console.print(f"results: {exp_dir}\nreport:  {report_dir} (up to date)")
+    else:
+        report = build_report(exp_dir, report_dir)
+        console.print(report.table_markdown, markup=False, highlight=False, soft_wrap=True)
+        console.print(f"results: {exp_dir}\nreport:  {report.markdown}, {report.html}")
     planned = len({s.run_id for s in specs})
     failed = planned - len(summaries) + sum(s["status"] == "failed" for s in summaries)
     return EXIT_RUN_FAILED if failed else EXIT_OK
@@ -163,13 +200,18 @@ def cmd_run(args: argparse.Namespace, console: Console) -> int:
 
 def _studies(experiment: Experiment, args: argparse.Namespace, console: Console) -> dict:
     """Run the search and max-LR studies of an experiment and print their outcome."""
-    from ablate.execute import choose_resources
+    from ablate.execute import choose_resources, gpu_count
     from ablate.search import run_studies, storage_url, study_jobs
 
     url = storage_url(experiment, args.results_dir, args.storage)
     jobs = len(study_jobs(experiment))
     runtime = experiment.base.runtime
-    res = choose_resources(jobs, args.workers or runtime.workers, args.threads or runtime.threads)
+    res = choose_resources(
+        jobs,
+        args.workers or runtime.workers,
+        args.threads or runtime.threads,
+        gpus=gpu_count(runtime.accelerator),
+    )
     console.print(
         f"studies in {url}: {jobs} job(s), {res.workers} worker(s) x {res.threads} thread(s)",
         markup=False,
@@ -230,7 +272,76 @@ def cmd_report(args: argparse.Namespace, console: Console) -> int:
     return EXIT_OK
 
 
-COMMANDS = {"run": cmd_run, "search": cmd_search, "validate": cmd_validate, "report": cmd_report}
+def _int_list(text: str, flag: str) -> list[int]:
+    try:
+        values = [int(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        raise UsageError(f"{flag}: {text!r} is not a comma-separated list of integers") from None
+    if not values or min(values) < 1:
+        raise UsageError(f"{flag}: {text!r}: give integers >= 1")
+    return values
+
+
+def cmd_bench(args: argparse.Namespace, console: Console) -> int:
+    """Kernel and step benchmarks; tables printed, CSVs and a figure written."""
+    import torch
+
+    from ablate.bench import (
+        DTYPES,
+        KernelCase,
+        kernel_rows,
+        kernel_table,
+        step_table,
+        write_outputs,
+    )
+    from ablate.config import load_experiment
+
+    dims, tokens = _int_list(args.dims, "--dims"), _int_list(args.tokens, "--tokens")
+    dtypes = [d for d in args.dtypes.split(",") if d]
+    if not dtypes or set(dtypes) - set(DTYPES):
+        raise UsageError(f"--dtypes: {args.dtypes!r}; allowed: {', '.join(DTYPES)}")
+    _positive(args.threads, "--threads")
+    _positive(args.steps, "--steps")
+    _positive(args.repeats, "--repeats")
+    _positive(args.rounds, "--rounds")
+    if args.device == "cuda" and not torch.cuda.is_available():
+        raise UsageError("--device cuda: no CUDA device is available")
+    cuda = args.device == "cuda" or (args.device == "auto" and torch.cuda.is_available())
+    device = torch.device("cuda" if cuda else "cpu")
+    experiment = None if str(args.experiment) == "none" else load_experiment(args.experiment)
+    threads = args.threads or torch.get_num_threads()
+    torch.set_num_threads(threads)
+    console.print(f"device {device.type}, torch {torch.__version__}, {threads} thread(s)")
+    rows = []
+    for dtype in dtypes:
+        for n in tokens:
+            for dim in dims:
+                case = KernelCase(n, dim, dtype, device)
+                console.print(f"kernels: {dtype} {n} x {dim}", highlight=False)
+                for _ in range(args.rounds):
+                    rows += kernel_rows(case, threads, not args.no_compile, args.min_run_time)
+    kernels = kernel_table(rows)
+    shown = kernels.drop(columns=["device", "error"]).dropna(subset=["fwd_bwd_ms"])
+    console.print(shown.to_markdown(index=False, floatfmt=".3g"), markup=False, highlight=False)
+    for row in kernels[kernels["error"].notna()].itertuples():
+        console.print(f"unavailable: {row.kind} {row.impl}: {row.error}", markup=False)
+    steps = None
+    if experiment is not None:
+        console.print(f"training steps: {experiment.name}, {args.repeats} round(s)")
+        steps = step_table(experiment, device, args.steps, threads, args.repeats)
+        console.print(steps.to_markdown(index=False, floatfmt=".4g"), markup=False, highlight=False)
+    for path in write_outputs(args.out, kernels, steps):
+        console.print(f"wrote {path}")
+    return EXIT_OK
+
+
+COMMANDS = {
+    "run": cmd_run,
+    "search": cmd_search,
+    "validate": cmd_validate,
+    "report": cmd_report,
+    "bench": cmd_bench,
+}
 
 
 def main(argv: list[str] | None = None) -> int:

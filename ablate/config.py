@@ -23,6 +23,7 @@ from ablate.loggers import missing_logger_package
 NormKind = Literal["layernorm", "rmsnorm"]
 Placement = Literal["pre", "post"]
 Precision = Literal["32", "bf16-mixed"]
+NormImpl = Literal["auto", "reference", "torch", "cpp"]
 
 NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 
@@ -49,11 +50,20 @@ class NormConfig(_Strict):
     fp32_reduction: bool = Field(
         True, description="compute the statistics in fp32 when the input is bf16/fp16"
     )
+    impl: NormImpl = Field(
+        "auto",
+        description="kernel: auto (fastest per device), reference, torch, cpp (RMSNorm, CPU)",
+    )
 
     @model_validator(mode="after")
     def _default_bias(self) -> NormConfig:
         if self.bias is None:
             self.bias = self.kind == "layernorm"
+        if self.impl == "cpp" and self.kind != "rmsnorm":
+            raise ValueError(
+                f"model.norm.impl: cpp is an RMSNorm kernel; for {self.kind} use auto, torch "
+                "or reference"
+            )
         return self
 
 

@@ -18,8 +18,7 @@ import torch
 
 from ablate.config import Experiment, RunConfig
 from ablate.data import Corpus, batch_offsets, gather_windows, load_corpus
-from ablate.model import GPT, build_model, count_parameters
-from ablate.train import parameter_groups
+from ablate.model import GPT, build_model, count_parameters, parameter_groups
 
 TIMED_STEPS = 3
 

@@ -34,7 +34,6 @@ from rich.progress import (
 
 from ablate import store
 from ablate.plan import RunSpec
-from ablate.run import execute_run
 
 
 @dataclass(frozen=True)
@@ -46,12 +45,26 @@ class Resources:
 
 
 def choose_resources(
-    pending: int, workers: int | None = None, threads: int | None = None, cores: int | None = None
+    pending: int,
+    workers: int | None = None,
+    threads: int | None = None,
+    cores: int | None = None,
+    gpus: int = 0,
 ) -> Resources:
-    """Default: one worker per core (at most one per pending run), cores shared among them."""
+    """Default: one worker per GPU when runs use GPUs, else one per core (at most one per
+    pending run); the cores are shared among the workers."""
     cores = cores or os.cpu_count() or 1
-    n = workers or max(1, min(pending, cores))
+    n = workers or max(1, min(pending, gpus or cores))
     return Resources(workers=n, threads=threads or max(1, cores // n))
+
+
+def gpu_count(accelerator: str) -> int:
+    """GPUs the runs will use: CUDA devices for ``cuda`` / ``auto``, none for ``cpu``."""
+    if accelerator == "cpu":
+        return 0
+    import torch
+
+    return torch.cuda.device_count()
 
 
 def run_dir_of(spec: RunSpec, root: Path) -> Path:
@@ -170,6 +183,8 @@ def _worker_run(
         except (OSError, EOFError):  # the display is gone (Ctrl-C); training goes on
             pass
 
+    from ablate.run import execute_run  # Lightning's import costs seconds: only when training
+
     try:
         return execute_run(spec, Path(root), progress=report)
     except KeyboardInterrupt:
@@ -188,6 +203,8 @@ def _torch_threads(threads: int) -> Iterator[None]:
 
 
 def _run_serial(specs: list[RunSpec], root: Path, threads: int, board: ProgressBoard) -> list[dict]:
+    from ablate.run import execute_run  # Lightning's import costs seconds: only when training
+
     summaries = []
     with _torch_threads(threads):
         for spec in specs:
@@ -280,7 +297,8 @@ def execute(
     summaries = done
     if not pending:
         return summaries
-    res = choose_resources(len(pending), workers, threads)
+    gpus = gpu_count(pending[0].config.runtime.accelerator)
+    res = choose_resources(len(pending), workers, threads, gpus=gpus)
     console.print(
         f"running {len(pending)} runs with {res.workers} worker(s) x {res.threads} thread(s)"
     )

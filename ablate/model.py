@@ -60,9 +60,9 @@ class Block(nn.Module):
         super().__init__()
         n = cfg.norm
         self.placement = n.placement
-        self.norm_attn = build_norm(n.kind, cfg.d_model, n.eps, n.bias, n.fp32_reduction)
+        self.norm_attn = build_norm(n.kind, cfg.d_model, n.eps, n.bias, n.fp32_reduction, n.impl)
         self.attn = CausalSelfAttention(cfg)
-        self.norm_mlp = build_norm(n.kind, cfg.d_model, n.eps, n.bias, n.fp32_reduction)
+        self.norm_mlp = build_norm(n.kind, cfg.d_model, n.eps, n.bias, n.fp32_reduction, n.impl)
         self.mlp = MLP(cfg)
         self.drop = nn.Dropout(cfg.dropout)
 
@@ -88,7 +88,7 @@ class GPT(nn.Module):
         n = cfg.norm
         # Post-norm blocks already end in a norm; a final one is only needed for pre-norm.
         self.norm_f = (
-            build_norm(n.kind, cfg.d_model, n.eps, n.bias, n.fp32_reduction)
+            build_norm(n.kind, cfg.d_model, n.eps, n.bias, n.fp32_reduction, n.impl)
             if n.placement == "pre"
             else nn.Identity()
         )
@@ -180,3 +180,12 @@ def shared_init_digest(model: nn.Module) -> str:
 def count_parameters(model: nn.Module) -> int:
     """Number of distinct trainable parameters (tied weights counted once)."""
     return sum(p.numel() for p in model.parameters() if p.requires_grad)
+
+
+def parameter_groups(model: nn.Module, weight_decay: float) -> list[dict]:
+    """nanoGPT split: matrices and embeddings decay; gains, biases and other vectors do not."""
+    params = [p for p in model.parameters() if p.requires_grad]
+    return [
+        {"params": [p for p in params if p.dim() >= 2], "weight_decay": weight_decay},
+        {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0},
+    ]

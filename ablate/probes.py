@@ -288,7 +288,8 @@ class ModelProbe(L.Callback):
         return rows
 
 
-def _read_peak_rss_mb() -> float | None:
+def read_peak_rss_mb() -> float | None:
+    """The process's peak resident set since start or the last reset, in MiB (Linux only)."""
     try:
         status = Path("/proc/self/status").read_text()
     except OSError:
@@ -297,7 +298,8 @@ def _read_peak_rss_mb() -> float | None:
     return int(found.group(1)) / 1024 if found else None
 
 
-def _reset_peak_rss() -> bool:
+def reset_peak_rss() -> bool:
+    """Reset the peak resident set to the current one; False where /proc does not allow it."""
     try:
         Path("/proc/self/clear_refs").write_text("5")  # Linux: reset the peak RSS (VmHWM)
     except OSError:
@@ -319,14 +321,14 @@ class PeakMemory(L.Callback):
         if self._device.type == "cuda":
             torch.cuda.reset_peak_memory_stats(self._device)
         else:
-            self._rss_reset = _reset_peak_rss()
+            self._rss_reset = reset_peak_rss()
 
     def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         if self._device.type == "cuda":
             self.peak_mb = torch.cuda.max_memory_allocated(self._device) / 2**20
             self.kind = "cuda_max_allocated"
         elif self._rss_reset:
-            self.peak_mb = _read_peak_rss_mb()
+            self.peak_mb = read_peak_rss_mb()
             self.kind = "process_peak_rss" if self.peak_mb is not None else "unavailable"
 
 

@@ -561,6 +561,12 @@ def markdown_to_html(text: str, folder: Path, title: str) -> str:
     )
 
 
+def report_is_current(exp_dir: Path, report_dir: Path) -> bool:
+    """True when the report exists and nothing it is built from changed since."""
+    report = report_dir / "report.md"
+    return report.exists() and report.stat().st_mtime >= store.newest_result_time(exp_dir)
+
+
 def build_report(exp_dir: Path, report_dir: Path) -> Report:
     """Rebuild every table and figure of an experiment from its stored results."""
     stored = load_experiment_results(exp_dir)

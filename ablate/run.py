@@ -47,6 +47,7 @@ from ablate.model import (
     parameter_digests,
     shared_init_digest,
 )
+from ablate.norms import used_impls
 from ablate.plan import RunSpec
 from ablate.probes import (
     PROBE_COLUMNS,
@@ -248,6 +249,7 @@ def summarize(
         "entropy_floor": prepared.corpus.entropy_floor,
         "norm_kind": spec.config.model.norm.kind,
         "norm_placement": spec.config.model.norm.placement,
+        "norm_impl": ",".join(used_impls(prepared.model)) or None,
         "wall_time_s": wall_time_s,
         "train_time_s": train_time,
         "tokens_per_s": steps_done * tokens_per_step / train_time if train_time > 0 else None,

@@ -239,8 +239,18 @@ def process_alive(pid: object) -> bool:
 
 
 def write_manifest(exp_dir: Path, manifest: dict[str, Any]) -> None:
-    """Record the current plan (name, variants in order, seeds, run ids) as experiment.json."""
-    write_json_atomic(exp_dir / "experiment.json", manifest)
+    """Record the current plan (name, variants in order, seeds, run ids) as experiment.json;
+    an unchanged plan leaves the file (and its time stamp) alone."""
+    path = exp_dir / "experiment.json"
+    if read_json(path) != json.loads(json.dumps(_finite(manifest))):
+        write_json_atomic(path, manifest)
+
+
+def newest_result_time(exp_dir: Path) -> float:
+    """Modification time of the newest file a report is built from (0 when there is none)."""
+    paths = [exp_dir / "experiment.json", exp_dir / "stability.json"]
+    paths += [run_dir / "summary.json" for run_dir in run_dirs(exp_dir)]
+    return max((p.stat().st_mtime for p in paths if p.exists()), default=0.0)
 
 
 def read_manifest(exp_dir: Path) -> dict[str, Any]:

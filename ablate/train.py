@@ -12,10 +12,9 @@ import math
 
 import lightning as L
 import torch
-from torch import nn
 
 from ablate.config import TrainConfig
-from ablate.model import GPT
+from ablate.model import GPT, parameter_groups
 
 
 def lr_factor(step: int, warmup: int, total: int, schedule: str, min_ratio: float) -> float:
@@ -27,15 +26,6 @@ def lr_factor(step: int, warmup: int, total: int, schedule: str, min_ratio: floa
     span = max(1, total - warmup)
     progress = min(1.0, (step - warmup) / span)
     return min_ratio + (1.0 - min_ratio) * 0.5 * (1.0 + math.cos(math.pi * progress))
-
-
-def parameter_groups(model: nn.Module, weight_decay: float) -> list[dict]:
-    """nanoGPT split: matrices and embeddings decay; gains, biases and other vectors do not."""
-    params = [p for p in model.parameters() if p.requires_grad]
-    return [
-        {"params": [p for p in params if p.dim() >= 2], "weight_decay": weight_decay},
-        {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0},
-    ]
 
 
 class LanguageModelTask(L.LightningModule):

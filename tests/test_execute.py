@@ -10,7 +10,7 @@ from rich.console import Console
 
 from ablate import store
 from ablate.config import load_experiment
-from ablate.execute import choose_resources, execute, run_dir_of
+from ablate.execute import choose_resources, execute, gpu_count, run_dir_of
 from ablate.plan import plan_runs
 
 
@@ -20,6 +20,13 @@ def test_resources_divide_cores_among_workers() -> None:
     assert choose_resources(1, cores=8).workers == 1 and choose_resources(1, cores=8).threads == 8
     assert choose_resources(10, workers=3, cores=12).threads == 4
     assert choose_resources(10, workers=2, threads=5, cores=2).threads == 5
+
+
+def test_runs_on_gpus_default_to_one_worker_per_gpu() -> None:
+    assert choose_resources(6, cores=16, gpus=1) == choose_resources(6, workers=1, cores=16)
+    assert choose_resources(6, cores=16, gpus=4).workers == 4
+    assert choose_resources(6, cores=16, gpus=4).threads == 4
+    assert gpu_count("cpu") == 0
 
 
 def _console() -> tuple[Console, io.StringIO]:

@@ -142,13 +142,13 @@ def test_probes_do_not_change_training(tmp_path: Path) -> None:
 
 
 def test_peak_memory_is_per_run_on_cpu() -> None:
-    from ablate.probes import _read_peak_rss_mb, _reset_peak_rss
+    from ablate.probes import read_peak_rss_mb, reset_peak_rss
 
     block = torch.ones(64 * 2**20, dtype=torch.float32)  # 256 MiB, touched
-    high = _read_peak_rss_mb()
+    high = read_peak_rss_mb()
     del block
-    assert _reset_peak_rss()
-    low = _read_peak_rss_mb()
+    assert reset_peak_rss()
+    low = read_peak_rss_mb()
     assert high is not None and low is not None and high - low > 200
 
 

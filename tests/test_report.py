@@ -22,7 +22,13 @@ from scipy import stats
 
 from ablate import store
 from ablate.cli import main
-from ablate.report import FIGURES, build_report, markdown_to_html, summary_lines
+from ablate.report import (
+    FIGURES,
+    build_report,
+    markdown_to_html,
+    report_is_current,
+    summary_lines,
+)
 
 VARIANTS = ["layernorm", "rmsnorm"]
 
@@ -226,3 +232,17 @@ def test_html_embeds_images_and_renders_tables(tmp_path: Path) -> None:
     assert "<table>" in page and "<td>1</td>" in page
     assert 'src="data:image/png;base64,iVBORyBmYWtl"' in page  # base64 of the file's bytes
     assert 'src="missing.png"' in page  # a missing file is left as a link, not dropped
+
+
+def test_report_is_current_until_a_result_changes(finished: Path, tmp_path: Path) -> None:
+    exp = tmp_path / "tiny"
+    shutil.copytree(finished, exp)
+    assert not report_is_current(exp, tmp_path / "rep")  # no report yet
+    build_report(exp, tmp_path / "rep")
+    assert report_is_current(exp, tmp_path / "rep")
+    store.write_manifest(exp, store.read_manifest(exp))  # the same plan: nothing rewritten
+    assert report_is_current(exp, tmp_path / "rep")
+    summary = next(exp.glob("*/summary.json"))
+    later = (tmp_path / "rep" / "report.md").stat().st_mtime + 5
+    os.utime(summary, (later, later))
+    assert not report_is_current(exp, tmp_path / "rep")

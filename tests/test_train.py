@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from ablate.config import ModelConfig
-from ablate.model import build_model
-from ablate.train import lr_factor, parameter_groups
+from ablate.model import build_model, parameter_groups
+from ablate.train import lr_factor
 
 
 def test_warmup_is_linear_then_cosine_decays_to_the_floor() -> None:

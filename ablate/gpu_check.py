@@ -1,0 +1,84 @@
+"""The GPU check in one command: the smoke experiment on CUDA in bf16-mixed, then the benchmark.
+
+For a machine with a CUDA GPU (untested on this project's CPU-only CI):
+
+    python -m ablate.gpu_check --out reports/gpu
+
+1. ``experiments/smoke.yaml`` with ``runtime.accelerator: cuda`` and ``train.precision:
+   bf16-mixed`` (saved as ``<out>/smoke_gpu.yaml``) through ``ablate run``: every run, the LR
+   sweep, the search and max-LR studies, and the report with its figures in
+   ``<out>/reports/smoke_gpu/``;
+2. ``ablate bench --device cuda`` on ``experiments/ln_vs_rms.yaml``: kernel table and figure,
+   step time, tokens/s, memory and MFU per variant in ``<out>/bench/``.
+
+Exit code: 2 without a CUDA device, else the worst of the two commands'.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import yaml
+
+from ablate.cli import EXIT_BAD_INPUT
+from ablate.cli import main as ablate_main
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def gpu_experiment(source: Path, dest: Path) -> Path:
+    """A copy of ``source`` that runs on CUDA in bf16-mixed, named ``<name>_gpu``."""
+    doc = yaml.safe_load(source.read_text(encoding="utf-8"))
+    doc["name"] = f"{doc.get('name') or source.stem}_gpu"
+    doc.setdefault("runtime", {})["accelerator"] = "cuda"
+    doc.setdefault("train", {})["precision"] = "bf16-mixed"
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    dest.write_text(yaml.safe_dump(doc, sort_keys=False), encoding="utf-8")
+    return dest
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the smoke experiment and the benchmark on the GPU; return the exit code."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, default=Path("reports/gpu"))
+    parser.add_argument("--smoke", type=Path, default=REPO / "experiments" / "smoke.yaml")
+    parser.add_argument(
+        "--bench-experiment", type=Path, default=REPO / "experiments" / "ln_vs_rms.yaml"
+    )
+    args = parser.parse_args(argv)
+    import torch
+
+    if not torch.cuda.is_available():
+        print("ablate.gpu_check: error: no CUDA device is available", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    print(f"GPU: {torch.cuda.get_device_name(0)}, torch {torch.__version__}")
+    experiment = gpu_experiment(args.smoke, args.out / "smoke_gpu.yaml")
+    run = ablate_main(
+        [
+            "run",
+            str(experiment),
+            "--results-dir",
+            str(args.out / "results"),
+            "--report-dir",
+            str(args.out / "reports"),
+        ]
+    )
+    bench = ablate_main(
+        [
+            "bench",
+            "--device",
+            "cuda",
+            "--experiment",
+            str(args.bench_experiment),
+            "--out",
+            str(args.out / "bench"),
+        ]
+    )
+    print(f"figures: {args.out / 'reports'}, {args.out / 'bench'}")
+    return max(run, bench)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,115 @@
+"""Every norm implementation equals the reference formula; auto picks per device and falls back."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from ablate import fast_norms
+from ablate.norms import build_norm, used_impls
+
+TOLERANCE = {torch.float32: 2e-5, torch.bfloat16: 3e-2}
+
+
+def _exact(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None) -> torch.Tensor:
+    """RMSNorm in float64: the formula itself."""
+    x64 = x.double()
+    y = x64 * torch.rsqrt(x64.pow(2).mean(-1, keepdim=True) + 1e-5) * w.double()
+    return y + b.double() if b is not None else y
+
+
+def _inputs(dtype: torch.dtype, shape: tuple[int, ...]) -> tuple[torch.Tensor, torch.Tensor]:
+    gen = torch.Generator().manual_seed(0)
+    x = (3 * torch.randn(shape, generator=gen)).to(dtype)
+    grad = torch.randn(shape, generator=gen).to(dtype)
+    return x, grad
+
+
+@pytest.mark.parametrize("impl", ["reference", "torch", "cpp"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("bias", [False, True])
+@pytest.mark.parametrize("shape", [(4, 7, 33), (257, 128)])
+def test_rmsnorm_implementations_equal_the_formula(
+    impl: str, dtype: torch.dtype, bias: bool, shape: tuple[int, ...]
+) -> None:
+    dim = shape[-1]
+    norm = build_norm("rmsnorm", dim, bias=bias, impl=impl)
+    with torch.no_grad():
+        norm.weight.copy_(1 + 0.3 * torch.randn(dim, generator=torch.Generator().manual_seed(1)))
+        if bias:
+            norm.bias.copy_(0.1 * torch.randn(dim, generator=torch.Generator().manual_seed(2)))
+    x, grad = _inputs(dtype, shape)
+    x.requires_grad_()
+    y = norm(x)
+    assert norm.used_impl == impl and y.dtype == dtype
+    y.backward(grad)
+    # the same through float64 autograd
+    x64 = x.detach().double().requires_grad_()
+    w64 = norm.weight.detach().double().requires_grad_()
+    b64 = norm.bias.detach().double().requires_grad_() if bias else None
+    exact = _exact(x64, w64, b64)
+    exact.backward(grad.double())
+    tol = TOLERANCE[dtype]
+    scale = exact.abs().max().item()
+    assert (y.double() - exact).abs().max().item() <= tol * scale
+    assert (x.grad.double() - x64.grad).abs().max().item() <= tol * x64.grad.abs().max().item()
+    w_err = (norm.weight.grad.double() - w64.grad).abs().max().item()
+    assert w_err <= tol * w64.grad.abs().max().item()
+    if bias:
+        assert torch.allclose(norm.bias.grad.double(), b64.grad, rtol=tol, atol=tol * 10)
+
+
+def test_cpp_kernel_on_a_non_contiguous_input_and_zero_rows() -> None:
+    norm = build_norm("rmsnorm", 16, impl="cpp")
+    x = torch.randn(16, 8).t()  # (8, 16), not contiguous
+    x[0] = 0.0  # a zero row stays finite: eps keeps the square root positive
+    ref = build_norm("rmsnorm", 16, impl="reference")
+    assert torch.allclose(norm(x), ref(x), atol=1e-6)
+    assert torch.isfinite(norm(x)).all()
+
+
+def test_auto_picks_the_cpp_kernel_on_cpu() -> None:
+    assert fast_norms.cpp_unavailable_reason() == ""  # this machine builds it
+    norm = build_norm("rmsnorm", 8)
+    norm(torch.randn(2, 8))
+    assert norm.used_impl == "cpp"
+    assert fast_norms.resolve("auto", torch.device("cuda")) == "torch"
+
+
+def test_auto_falls_back_to_the_reference_without_a_compiler(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(fast_norms, "_extension", lambda: (None, "OSError: no compiler"))
+    norm = build_norm("rmsnorm", 8)
+    with pytest.warns(UserWarning, match="C.. RMSNorm unavailable"):
+        norm(torch.randn(2, 8))
+    assert norm.used_impl == "reference"
+    with pytest.raises(RuntimeError, match="impl 'cpp' is not available on cpu: OSError"):
+        build_norm("rmsnorm", 8, impl="cpp")(torch.randn(2, 8))
+
+
+def test_native_low_precision_reduction_always_uses_the_reference() -> None:
+    norm = build_norm("rmsnorm", 8, fp32_reduction=False)
+    norm(torch.randn(2, 8).bfloat16())
+    assert norm.used_impl == "reference"
+
+
+@pytest.mark.parametrize("impl", ["auto", "torch", "reference"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_layernorm_implementations_equal_torch(impl: str, dtype: torch.dtype) -> None:
+    norm = build_norm("layernorm", 32, impl=impl)
+    torch_norm = torch.nn.LayerNorm(32, eps=1e-5)
+    with torch.no_grad():
+        for p in (norm.weight, norm.bias, torch_norm.weight, torch_norm.bias):
+            p.copy_(torch.randn(32, generator=torch.Generator().manual_seed(3)))
+    x, _ = _inputs(dtype, (5, 32))
+    expected = torch_norm(x.float())
+    assert torch.allclose(norm(x).float(), expected, atol=TOLERANCE[dtype] * 10)
+    assert norm.used_impl == ("reference" if impl == "reference" else "torch")
+
+
+def test_used_impls_lists_what_the_model_ran() -> None:
+    model = torch.nn.Sequential(build_norm("rmsnorm", 4), build_norm("layernorm", 4))
+    assert used_impls(model) == []
+    model(torch.randn(2, 4))
+    assert used_impls(model) == ["cpp", "torch"]
