@@ -23,7 +23,7 @@ lint: setup
 	$(BIN)/ruff check ablate tests
 
 bench: setup
-	$(BIN)/python -m ablate.bench_runner experiments/ln_vs_rms.yaml
+	$(BIN)/ablate bench
 
 clean:
 	rm -rf $(VENV) .pytest_cache

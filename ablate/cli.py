@@ -312,6 +312,11 @@ def cmd_bench(args: argparse.Namespace, console: Console) -> int:
     threads = args.threads or torch.get_num_threads()
     torch.set_num_threads(threads)
     console.print(f"device {device.type}, torch {torch.__version__}, {threads} thread(s)")
+    steps = None  # first: the process's memory is not yet grown by the large kernels
+    if experiment is not None:
+        console.print(f"training steps: {experiment.name}, {args.repeats} round(s)")
+        steps = step_table(experiment, device, args.steps, threads, args.repeats)
+        console.print(steps.to_markdown(index=False, floatfmt=".4g"), markup=False, highlight=False)
     rows = []
     for dtype in dtypes:
         for n in tokens:
@@ -325,11 +330,6 @@ def cmd_bench(args: argparse.Namespace, console: Console) -> int:
     console.print(shown.to_markdown(index=False, floatfmt=".3g"), markup=False, highlight=False)
     for row in kernels[kernels["error"].notna()].itertuples():
         console.print(f"unavailable: {row.kind} {row.impl}: {row.error}", markup=False)
-    steps = None
-    if experiment is not None:
-        console.print(f"training steps: {experiment.name}, {args.repeats} round(s)")
-        steps = step_table(experiment, device, args.steps, threads, args.repeats)
-        console.print(steps.to_markdown(index=False, floatfmt=".4g"), markup=False, highlight=False)
     for path in write_outputs(args.out, kernels, steps):
         console.print(f"wrote {path}")
     return EXIT_OK
