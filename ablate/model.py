@@ -5,6 +5,7 @@ initialized *by name*: each one draws from its own generator seeded from ``(seed
 variant that owns an extra parameter (LayerNorm's bias) leaves every shared parameter bitwise
 identical to the other variant's. :func:`shared_init_digest` hashes the parameters that do not
 belong to a norm, which is what any two norm variants of the same shape share.
+:func:`parameter_groups` splits the parameters into weight-decay and no-decay groups (nanoGPT).
 """
 
 from __future__ import annotations

@@ -88,15 +88,9 @@ class LayerNorm(_Norm):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.impl == "reference" or self.native_reduction(x):
             return super().forward(x)
-        self.used_impl = "torch"
-        if x.dtype in LOW_PRECISION:  # F.layer_norm accumulates in fp32: what fp32_reduction asks
-            return F.layer_norm(
-                x, (self.dim,), self.weight.to(x.dtype), self._bias(x.dtype), self.eps
-            )
-        return F.layer_norm(x, (self.dim,), self.weight, self.bias, self.eps)
-
-    def _bias(self, dtype: torch.dtype) -> torch.Tensor | None:
-        return self.bias.to(dtype) if self.bias is not None else None
+        self.used_impl = "torch"  # accumulates in fp32 for bf16/fp16: what fp32_reduction asks
+        bias = self.bias.to(x.dtype) if self.bias is not None else None
+        return F.layer_norm(x, (self.dim,), self.weight.to(x.dtype), bias, self.eps)
 
 
 class RMSNorm(_Norm):
