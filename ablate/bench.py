@@ -23,7 +23,6 @@ Runs on CPU, and on CUDA when ``--device cuda`` (or ``auto`` finds one).
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,11 +34,12 @@ from matplotlib.figure import Figure
 
 from ablate import store
 from ablate.config import Experiment, RunConfig
-from ablate.data import batch_offsets, gather_windows, load_corpus
+from ablate.data import load_corpus
+from ablate.estimate import time_steps
 from ablate.fast_norms import available, cpp_unavailable_reason
-from ablate.model import GPT, build_model, count_parameters, parameter_groups
+from ablate.model import GPT, build_model, count_parameters
 from ablate.norms import build_norm, used_impls
-from ablate.probes import read_peak_rss_mb, reset_peak_rss
+from ablate.probes import read_peak_memory, reset_peak_memory
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 IMPLS = {"layernorm": ("torch", "reference"), "rmsnorm": ("torch", "reference", "cpp")}
@@ -130,6 +130,23 @@ def kernel_rows(
     return rows
 
 
+def kernel_benchmark(
+    cases: list[KernelCase],
+    threads: int,
+    compile_too: bool,
+    min_run_time: float,
+    rounds: int,
+    progress: Callable[[KernelCase], None] = lambda case: None,
+) -> pd.DataFrame:
+    """Every case measured in ``rounds`` rounds, as :func:`kernel_table`."""
+    rows = []
+    for case in cases:
+        progress(case)
+        for _ in range(rounds):
+            rows += kernel_rows(case, threads, compile_too, min_run_time)
+    return kernel_table(rows)
+
+
 def kernel_table(rows: list[dict[str, object]]) -> pd.DataFrame:
     """Median over rounds per implementation and case, with ``vs_ln_torch``: fwd+bwd time
     over torch LayerNorm's at the same shape."""
@@ -168,37 +185,12 @@ def time_training_steps(
     """Median step time, tokens/s, peak memory and the norm kernels of one variant."""
     corpus = load_corpus(cfg.data, cfg.model.seq_len)
     model = build_model(cfg.model, corpus.vocab_size, seed).to(device)
-    optimizer = torch.optim.AdamW(parameter_groups(model, cfg.train.weight_decay), lr=1e-4)
-    seq_len, batch = cfg.model.seq_len, cfg.train.batch_size
-    offsets = batch_offsets(len(corpus.train), seq_len, batch, steps + 2, seed=seed)
-    bf16 = cfg.train.precision == "bf16-mixed"
-    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
-    if device.type == "cuda":
-        torch.cuda.reset_peak_memory_stats(device)
-    else:
-        reset_peak_rss()
-    times = []
-    for row in offsets:
-        tokens = gather_windows(corpus.train, row, seq_len).to(device)
-        sync()
-        start = time.perf_counter()
-        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16):
-            loss = model.loss(tokens)
-        loss.backward()
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
-        sync()
-        times.append(time.perf_counter() - start)
-    step_s = float(torch.tensor(times[2:]).median())  # two warm-up steps
-    memory = (
-        torch.cuda.max_memory_allocated(device) / 2**20
-        if device.type == "cuda"
-        else read_peak_rss_mb()
-    )
+    reset_peak_memory(device)
+    step_s = time_steps(model, cfg, corpus, steps, device)
     return {
         "step_ms": 1000 * step_s,
-        "tokens_per_s": batch * seq_len / step_s,
-        "peak_memory_mb": memory,
+        "tokens_per_s": cfg.tokens_per_step() / step_s,
+        "peak_memory_mb": read_peak_memory(device)[0],
         "flops_per_token": flops_per_token(model),
         "norm_impl": ",".join(used_impls(model)),
         "n_params": count_parameters(model),

@@ -13,7 +13,6 @@ time of a probe step over the median plain step, times the share of probe steps.
 
 from __future__ import annotations
 
-import argparse
 import statistics
 import tempfile
 from pathlib import Path
@@ -21,7 +20,7 @@ from pathlib import Path
 import pandas as pd
 import torch
 
-from ablate.bench_runner import benchmark_spec
+from ablate.bench_runner import benchmark_arguments, benchmark_spec
 from ablate.plan import RunSpec
 from ablate.run import execute_run
 
@@ -55,12 +54,7 @@ def without_probes(spec: RunSpec) -> RunSpec:
 
 def main(argv: list[str] | None = None) -> None:
     """Print each pair's training times and the median probe overhead."""
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("experiment", type=Path)
-    parser.add_argument("--steps", type=int, default=200)
-    parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--threads", type=int, default=torch.get_num_threads())
-    args = parser.parse_args(argv)
+    args = benchmark_arguments(__doc__.splitlines()[0], steps=200).parse_args(argv)
     torch.set_num_threads(args.threads)
     probed = benchmark_spec(args.experiment, args.steps)
     bare = without_probes(probed)

@@ -76,14 +76,19 @@ def benchmark_spec(path: Path, steps: int) -> RunSpec:
     return RunSpec(experiment.name, variant, experiment.seeds[0], config)
 
 
-def main(argv: list[str] | None = None) -> None:
-    """Print runner and plain-loop tokens/s for each repetition and the median ratio."""
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def benchmark_arguments(description: str, steps: int) -> argparse.ArgumentParser:
+    """The options every runner benchmark takes: the file, steps, repeats and threads."""
+    parser = argparse.ArgumentParser(description=description)
     parser.add_argument("experiment", type=Path)
-    parser.add_argument("--steps", type=int, default=100)
+    parser.add_argument("--steps", type=int, default=steps)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--threads", type=int, default=torch.get_num_threads())
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Print runner and plain-loop tokens/s for each repetition and the median ratio."""
+    args = benchmark_arguments(__doc__.splitlines()[0], steps=100).parse_args(argv)
     torch.set_num_threads(args.threads)
     spec = benchmark_spec(args.experiment, args.steps)
     tokens = spec.config.steps() * spec.config.tokens_per_step()

@@ -289,8 +289,7 @@ def cmd_bench(args: argparse.Namespace, console: Console) -> int:
     from ablate.bench import (
         DTYPES,
         KernelCase,
-        kernel_rows,
-        kernel_table,
+        kernel_benchmark,
         step_table,
         write_outputs,
     )
@@ -317,15 +316,15 @@ def cmd_bench(args: argparse.Namespace, console: Console) -> int:
         console.print(f"training steps: {experiment.name}, {args.repeats} round(s)")
         steps = step_table(experiment, device, args.steps, threads, args.repeats)
         console.print(steps.to_markdown(index=False, floatfmt=".4g"), markup=False, highlight=False)
-    rows = []
-    for dtype in dtypes:
-        for n in tokens:
-            for dim in dims:
-                case = KernelCase(n, dim, dtype, device)
-                console.print(f"kernels: {dtype} {n} x {dim}", highlight=False)
-                for _ in range(args.rounds):
-                    rows += kernel_rows(case, threads, not args.no_compile, args.min_run_time)
-    kernels = kernel_table(rows)
+    cases = [KernelCase(n, dim, dt, device) for dt in dtypes for n in tokens for dim in dims]
+    kernels = kernel_benchmark(
+        cases,
+        threads,
+        not args.no_compile,
+        args.min_run_time,
+        args.rounds,
+        lambda c: console.print(f"kernels: {c.dtype} {c.tokens} x {c.dim}", highlight=False),
+    )
     shown = kernels.drop(columns=["device", "error"]).dropna(subset=["fwd_bwd_ms"])
     console.print(shown.to_markdown(index=False, floatfmt=".3g"), markup=False, highlight=False)
     for row in kernels[kernels["error"].notna()].itertuples():

@@ -33,6 +33,9 @@ class PlanEstimate:
     wall_time_s: float
 
 
+CPU = torch.device("cpu")
+
+
 def check_corpora(experiment: Experiment) -> dict[str, Corpus]:
     """Load every variant's corpus once (raises DataError with one line on a bad source)."""
     cache: dict[str, Corpus] = {}
@@ -45,23 +48,33 @@ def check_corpora(experiment: Experiment) -> dict[str, Corpus]:
     return corpora
 
 
-def time_steps(model: GPT, cfg: RunConfig, corpus: Corpus, steps: int = TIMED_STEPS) -> float:
-    """Seconds per step (forward, backward, AdamW) of ``model`` (trained in place): median of
-    ``steps`` after a warm-up."""
+def time_steps(
+    model: GPT,
+    cfg: RunConfig,
+    corpus: Corpus,
+    steps: int = TIMED_STEPS,
+    device: torch.device = CPU,
+) -> float:
+    """Seconds per step (forward, backward, AdamW) of ``model`` (trained in place, on
+    ``device``): median of ``steps`` after a warm-up."""
     optimizer = torch.optim.AdamW(parameter_groups(model, cfg.train.weight_decay), lr=1e-4)
     seq_len, batch = cfg.model.seq_len, cfg.train.batch_size
     offsets = batch_offsets(len(corpus.train), seq_len, batch, steps + 1, seed=0)
     autocast = torch.autocast(
-        "cpu", dtype=torch.bfloat16, enabled=cfg.train.precision == "bf16-mixed"
+        device.type, dtype=torch.bfloat16, enabled=cfg.train.precision == "bf16-mixed"
     )
+    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
     times = []
     for row in offsets:
+        tokens = gather_windows(corpus.train, row, seq_len).to(device)
+        sync()
         start = time.perf_counter()
         with autocast:
-            loss = model.loss(gather_windows(corpus.train, row, seq_len))
+            loss = model.loss(tokens)
         loss.backward()
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
+        sync()
         times.append(time.perf_counter() - start)
     return float(torch.tensor(times[1:]).median())
 

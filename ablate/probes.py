@@ -307,6 +307,22 @@ def reset_peak_rss() -> bool:
     return True
 
 
+def reset_peak_memory(device: torch.device) -> bool:
+    """Start a peak-memory measurement on ``device``; False where none is possible."""
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
+        return True
+    return reset_peak_rss()
+
+
+def read_peak_memory(device: torch.device) -> tuple[float | None, str]:
+    """(peak MiB since :func:`reset_peak_memory`, what was measured)."""
+    if device.type == "cuda":
+        return torch.cuda.max_memory_allocated(device) / 2**20, "cuda_max_allocated"
+    peak = read_peak_rss_mb()
+    return peak, "process_peak_rss" if peak is not None else "unavailable"
+
+
 class PeakMemory(L.Callback):
     """Peak memory of the training loop in MiB, and what was measured (``kind``)."""
 
@@ -314,22 +330,15 @@ class PeakMemory(L.Callback):
         self.peak_mb: float | None = None
         self.kind = "unavailable"
         self._device = torch.device("cpu")
-        self._rss_reset = False
+        self._started = False
 
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         self._device = pl_module.device
-        if self._device.type == "cuda":
-            torch.cuda.reset_peak_memory_stats(self._device)
-        else:
-            self._rss_reset = reset_peak_rss()
+        self._started = reset_peak_memory(self._device)
 
     def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        if self._device.type == "cuda":
-            self.peak_mb = torch.cuda.max_memory_allocated(self._device) / 2**20
-            self.kind = "cuda_max_allocated"
-        elif self._rss_reset:
-            self.peak_mb = read_peak_rss_mb()
-            self.kind = "process_peak_rss" if self.peak_mb is not None else "unavailable"
+        if self._started:
+            self.peak_mb, self.kind = read_peak_memory(self._device)
 
 
 class DivergenceMonitor(EarlyStop):
