@@ -163,8 +163,8 @@ def cmd_run(args: argparse.Namespace, console: Console) -> int:
     from ablate import store
     from ablate.config import load_experiment
     from ablate.estimate import check_corpora
-    from ablate.execute import execute
-    from ablate.plan import plan_manifest, plan_runs, plan_sweep
+    from ablate.execute import execute, ready_conversions
+    from ablate.plan import plan_convert, plan_manifest, plan_runs, plan_sweep
     from ablate.report import build_report, report_is_current
 
     _positive(args.workers, "--workers")
@@ -172,16 +172,18 @@ def cmd_run(args: argparse.Namespace, console: Console) -> int:
     experiment = load_experiment(args.experiment)
     check_corpora(experiment)
     specs = plan_runs(experiment) + plan_sweep(experiment)
+    continued = plan_convert(experiment)
     exp_dir = store.experiment_dir(args.results_dir, experiment.name)
-    store.write_manifest(exp_dir, plan_manifest(experiment, specs))
+    store.write_manifest(exp_dir, plan_manifest(experiment, specs + continued))
     runtime = experiment.base.runtime
-    summaries = execute(
-        specs,
-        args.results_dir,
-        args.workers or runtime.workers,
-        args.threads or runtime.threads,
-        console,
-    )
+    workers, threads = args.workers or runtime.workers, args.threads or runtime.threads
+    summaries = execute(specs, args.results_dir, workers, threads, console)
+    if continued:  # after the main runs: they are the sources
+        ready, waiting = ready_conversions(continued, exp_dir)
+        for spec, why in waiting:
+            console.print(f"convert: {spec.variant} seed={spec.seed} skipped: {why}", markup=False)
+        summaries += execute(ready, args.results_dir, workers, threads, console)
+        specs += continued
     if experiment.search is not None or experiment.max_lr is not None:
         _studies(experiment, args, console)
     report_dir = args.report_dir / experiment.name

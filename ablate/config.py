@@ -11,6 +11,8 @@ names the file, the key and what is allowed.
 from __future__ import annotations
 
 import copy
+import itertools
+import json
 import re
 from pathlib import Path
 from typing import Any, Literal, get_args
@@ -20,9 +22,9 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from ablate.loggers import missing_logger_package
 
-NormKind = Literal["layernorm", "rmsnorm"]
-Placement = Literal["pre", "post"]
-Precision = Literal["32", "bf16-mixed"]
+NormKind = Literal["layernorm", "rmsnorm", "dyt"]  # the names registered in ablate.norms
+Placement = Literal["pre", "post", "sandwich", "deepnorm", "none"]
+Precision = Literal["32", "bf16-mixed", "bf16-true"]
 NormImpl = Literal["auto", "reference", "torch", "cpp"]
 
 NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
@@ -39,14 +41,24 @@ class _Strict(BaseModel):
 
 
 class NormConfig(_Strict):
-    """Which normalization, where it sits, and its numerics."""
+    """Which normalization, where it sits, and its numerics.
+
+    Placements (see :class:`ablate.model.Block`): ``pre`` x + f(norm(x)); ``post``
+    norm(x + f(x)); ``sandwich`` (Sandwich-LN / Peri-LN) x + norm(f(norm(x))); ``deepnorm``
+    norm(alpha x + f(x)) with DeepNet's alpha and beta; ``none``: no norm anywhere (a baseline;
+    ``kind`` is then unused).
+    """
 
     kind: NormKind = "layernorm"
     placement: Placement = "pre"
     eps: float = Field(1e-5, gt=0, lt=1)
     bias: bool | None = Field(
-        None, description="learnable bias; default: true for layernorm, false for rmsnorm"
+        None, description="learnable bias; default: true for layernorm and dyt, false for rmsnorm"
     )
+    qk_norm: bool = Field(
+        False, description="also normalize attention queries and keys per head (same kind)"
+    )
+    alpha_init: float = Field(0.5, gt=0, le=100, description="dyt: initial alpha of tanh(alpha x)")
     fp32_reduction: bool = Field(
         True, description="compute the statistics in fp32 when the input is bf16/fp16"
     )
@@ -58,7 +70,7 @@ class NormConfig(_Strict):
     @model_validator(mode="after")
     def _default_bias(self) -> NormConfig:
         if self.bias is None:
-            self.bias = self.kind == "layernorm"
+            self.bias = self.kind != "rmsnorm"
         if self.impl == "cpp" and self.kind != "rmsnorm":
             raise ValueError(
                 f"model.norm.impl: cpp is an RMSNorm kernel; for {self.kind} use auto, torch "
@@ -175,6 +187,9 @@ class RuntimeConfig(_Strict):
         description="Lightning loggers besides CSV (always on): tensorboard, mlflow, wandb",
     )
     log_every_n_steps: int = Field(10, ge=1, le=100_000, description="logger cadence")
+    save_weights: bool = Field(
+        True, description="store each finished main run's final weights (model.pt) for convert:"
+    )
 
 
 class RunConfig(_Strict):
@@ -259,6 +274,48 @@ class MaxLRConfig(_Strict):
         return self
 
 
+class ConvertConfig(_Strict):
+    """Swap the norms of a finished variant's weights and keep training (see :mod:`ablate.convert`).
+
+    For every seed, the source run's final weights are loaded twice: once unchanged (the
+    ``continued`` control) and once with ``target``'s norms (``converted``); both then train
+    ``tokens`` more on the same batches at a constant ``lr`` after ``warmup_steps``.
+    """
+
+    source: str = Field(description="the variant whose finished runs are converted")
+    target: dict[str, Any] = Field(
+        default_factory=lambda: {"model.norm.kind": "rmsnorm"},
+        description="dotted model.norm.* overrides that make the converted model",
+    )
+    bias: Literal["fold", "drop"] = Field(
+        "fold",
+        description="a source bias the target lacks: fold into the next linear layer where "
+        "that is exact, else drop; or always drop",
+    )
+    tokens: int = Field(ge=1, description="continued-training budget of each run")
+    lr: float | None = Field(
+        None,
+        gt=0,
+        le=100,
+        description="default: where the source schedule ended (lr x min_lr_ratio)",
+    )
+    warmup_steps: int = Field(0, ge=0)
+    eval_interval: int | None = Field(None, ge=1, description="default: the source's")
+    seeds: list[int] | None = Field(None, min_length=1, description="default: the experiment's")
+
+
+class ConvertPlan(BaseModel):
+    """A resolved ``convert:`` section: the two continued-training configs and the mapping."""
+
+    model_config = ConfigDict(frozen=True)
+
+    source: str
+    seeds: list[int]
+    bias: str
+    control: RunConfig  # the source's model, continued
+    converted: RunConfig  # the target's model, continued
+
+
 class ExperimentFile(_Strict):
     """The top level of an experiment file, before variants are resolved."""
 
@@ -266,6 +323,9 @@ class ExperimentFile(_Strict):
     description: str = ""
     seeds: list[int] = Field(default_factory=lambda: [0], min_length=1)
     variants: dict[str, dict[str, Any]] = Field(default_factory=dict)
+    grid: dict[str, list[Any]] = Field(
+        default_factory=dict, description="dotted key -> levels; every combination is a variant"
+    )
     data: dict[str, Any] = Field(default_factory=dict)
     model: dict[str, Any] = Field(default_factory=dict)
     train: dict[str, Any] = Field(default_factory=dict)
@@ -273,6 +333,7 @@ class ExperimentFile(_Strict):
     sweep: SweepConfig | None = None
     search: SearchConfig | None = None
     max_lr: MaxLRConfig | None = None
+    convert: ConvertConfig | None = None
     storage: str | None = Field(
         None, description="Optuna storage URL; default sqlite in the results folder"
     )
@@ -292,7 +353,12 @@ class Experiment(BaseModel):
     sweep: SweepConfig | None = None
     search: SearchConfig | None = None
     max_lr: MaxLRConfig | None = None
+    convert: ConvertPlan | None = None
     storage: str | None = None
+    grid: dict[str, list[Any]] = Field(default_factory=dict, description="factor -> levels")
+    factors: dict[str, dict[str, Any]] = Field(
+        default_factory=dict, description="grid variant -> {factor key: level}"
+    )
 
 
 def _allowed_keys(model: type[BaseModel]) -> str:
@@ -424,6 +490,116 @@ def _check_budget(config: RunConfig, where: str) -> None:
         )
 
 
+def _variant_config(
+    base_raw: dict[str, Any], overrides: dict[str, Any], where: str, base_dir: Path
+) -> RunConfig:
+    """The validated RunConfig of one variant: base plus its dotted overrides, all checks."""
+    merged = apply_overrides(base_raw, overrides, where)
+    merged["data"] = _resolve_paths(merged["data"], base_dir)
+    config = build_run_config(merged, where)
+    _check_data_file(config, where)
+    _check_budget(config, where)
+    _check_loggers(config, where)
+    return config
+
+
+def run_fingerprint(config: RunConfig) -> str:
+    """What makes two configs the same run: everything but runtime, and the norm only if used."""
+    dump = config.model_dump(mode="json", exclude={"runtime"})
+    norm = dump["model"]["norm"]
+    if norm["placement"] == "none" and not norm["qk_norm"]:
+        dump["model"]["norm"] = {"placement": "none"}
+    return json.dumps(dump, sort_keys=True)
+
+
+def level_name(key: str, value: Any) -> str:
+    """A readable, path-safe name of a grid level: ``rmsnorm``, ``warmup_steps-40``, ``no_bias``."""
+    last = key.rsplit(".", 1)[-1]
+    if isinstance(value, bool):
+        return last if value else f"no_{last}"
+    if isinstance(value, str):
+        return re.sub(r"[^A-Za-z0-9_.-]", "_", value) or f"{last}-empty"
+    if isinstance(value, float):
+        return f"{last}-{value:g}"
+    return f"{last}-{value}"
+
+
+def expand_grid(grid: dict[str, list[Any]], where: str) -> dict[str, dict[str, Any]]:
+    """Every combination of the grid's levels as ``{variant name: {dotted key: level}}``.
+
+    Names join the levels' names with ``.`` in the order the keys are written
+    (``layernorm.post``); the first combination is the report's baseline.
+    """
+    for key, levels in grid.items():
+        if not levels:
+            raise ConfigError(f"{where}: grid.{key}: give a non-empty list of levels")
+        names = [level_name(key, v) for v in levels]
+        if len(set(names)) != len(names):
+            raise ConfigError(f"{where}: grid.{key}: levels {levels} repeat; give distinct values")
+    combos = itertools.product(*grid.values()) if grid else []
+    keys = list(grid)
+    return {
+        ".".join(level_name(k, v) for k, v in zip(keys, combo, strict=True)): dict(
+            zip(keys, combo, strict=True)
+        )
+        for combo in combos
+    }
+
+
+CONVERTIBLE = {"kind", "bias", "eps", "fp32_reduction", "impl", "alpha_init"}
+
+
+def _convert_plan(
+    section: ConvertConfig, variants: dict[str, RunConfig], seeds: list[int], where: str
+) -> ConvertPlan:
+    """Resolve ``convert:``: the control and the converted continued-training configs."""
+    if section.source not in variants:
+        raise ConfigError(
+            f"{where}: convert.source: {section.source!r} is not a variant; "
+            f"allowed: {', '.join(variants)}"
+        )
+    for key in section.target:
+        parts = str(key).split(".")
+        if parts[:2] != ["model", "norm"] or len(parts) != 3 or parts[2] not in CONVERTIBLE:
+            raise ConfigError(
+                f"{where}: convert.target: {key!r} cannot change in a conversion; allowed: "
+                + ", ".join(f"model.norm.{k}" for k in sorted(CONVERTIBLE))
+            )
+    source = variants[section.source]
+    target_raw = apply_overrides(
+        source.model_dump(mode="json"), section.target, f"{where}: convert.target"
+    )
+    target_raw["model"]["norm"].pop(
+        "bias", None
+    ) if "model.norm.bias" not in section.target else None
+    target = build_run_config(target_raw, f"{where}: convert.target")
+    if target.model == source.model:
+        raise ConfigError(f"{where}: convert.target: changes nothing in {section.source}'s norm")
+    train = {
+        "tokens": section.tokens,
+        "lr": section.lr or source.train.lr * source.train.min_lr_ratio,
+        "warmup_steps": section.warmup_steps,
+        "schedule": "constant",
+        "eval_interval": section.eval_interval or source.train.eval_interval,
+    }
+    control = build_run_config(_with_train_raw(source, train), f"{where}: convert (control run)")
+    converted = build_run_config(_with_train_raw(target, train), f"{where}: convert")
+    _check_budget(control, f"{where}: convert.tokens")
+    return ConvertPlan(
+        source=section.source,
+        seeds=section.seeds or seeds,
+        bias=section.bias,
+        control=control,
+        converted=converted,
+    )
+
+
+def _with_train_raw(config: RunConfig, train: dict[str, Any]) -> dict[str, Any]:
+    raw = config.model_dump(mode="json")
+    raw["train"] = {**raw["train"], **train}
+    return raw
+
+
 def load_experiment(path: str | Path) -> Experiment:
     """Read, validate and resolve an experiment file; raise ConfigError on any problem."""
     path = Path(path)
@@ -446,29 +622,32 @@ def load_experiment(path: str | Path) -> Experiment:
         "runtime": top.runtime,
     }
     base = build_run_config(base_raw, str(path))
-    variant_raws = top.variants or {"base": {}}
+    factors = expand_grid(top.grid, str(path))
+    named = {str(k): v for k, v in top.variants.items()}
+    clash = sorted(set(named) & set(factors))
+    if clash:
+        raise ConfigError(f"{path}: variants.{clash[0]}: the grid makes a variant of that name too")
+    variant_raws = {**named, **{name: levels for name, levels in factors.items()}}
+    variant_raws = variant_raws or {"base": {}}
     variants: dict[str, RunConfig] = {}
     seen: dict[str, str] = {}
     for vname, overrides in variant_raws.items():
-        where = f"{path}: variants.{vname}"
+        origin = "grid" if vname in factors else "variants"
+        where = f"{path}: {origin}.{vname}" if origin == "variants" else f"{path}: grid ({vname})"
         if not NAME_PATTERN.match(str(vname)):
             raise ConfigError(f"{where}: variant names use letters, digits, _ . - only")
         if not isinstance(overrides, dict):
             raise ConfigError(f"{where}: must be a mapping of dotted keys to values")
-        merged = apply_overrides(base_raw, overrides, where)
-        merged["data"] = _resolve_paths(merged["data"], path.parent)
-        config = build_run_config(merged, where)
-        _check_data_file(config, where)
-        _check_budget(config, where)
-        _check_loggers(config, where)
-        fingerprint = config.model_dump_json(exclude={"runtime"})
+        config = _variant_config(base_raw, overrides, where, path.parent)
+        fingerprint = run_fingerprint(config)
         if fingerprint in seen:
             raise ConfigError(
-                f"{where}: resolves to the same run as variants.{seen[fingerprint]}; "
-                "each variant must change something"
+                f"{where}: resolves to the same run as {seen[fingerprint]}; each variant must "
+                "change something (placement none has no norm: its kind does not matter)"
             )
-        seen[fingerprint] = str(vname)
+        seen[fingerprint] = f"{origin}.{vname}" if origin == "variants" else f"grid ({vname})"
         variants[str(vname)] = config
+    convert = _convert_plan(top.convert, variants, top.seeds, str(path)) if top.convert else None
     return Experiment(
         name=name,
         description=top.description,
@@ -479,5 +658,8 @@ def load_experiment(path: str | Path) -> Experiment:
         sweep=top.sweep,
         search=top.search,
         max_lr=top.max_lr,
+        convert=convert,
         storage=top.storage,
+        grid=top.grid,
+        factors=factors,
     )

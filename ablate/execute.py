@@ -278,6 +278,32 @@ def _run_pool(specs: list[RunSpec], root: Path, res: Resources, board: ProgressB
     return summaries
 
 
+def ready_conversions(
+    specs: list[RunSpec], exp_dir: Path
+) -> tuple[list[RunSpec], list[tuple[RunSpec, str]]]:
+    """Split convert runs into those whose source finished with stored weights, and the rest.
+
+    The rest come with the reason, e.g. ``source run 1a2b... is diverged``.
+    """
+    ready, waiting = [], []
+    for spec in specs:
+        source = exp_dir / str(spec.init_from)
+        summary = store.read_summary(source)
+        if summary is None or summary["status"] != "finished":
+            state = summary["status"] if summary else "not done"
+            waiting.append((spec, f"source run {spec.init_from} is {state}"))
+        elif not (source / store.WEIGHTS_FILE).is_file():
+            waiting.append(
+                (
+                    spec,
+                    f"source run {spec.init_from} has no {store.WEIGHTS_FILE} (save_weights off)",
+                )
+            )
+        else:
+            ready.append(spec)
+    return ready, waiting
+
+
 def execute(
     specs: list[RunSpec],
     root: Path,

@@ -180,7 +180,7 @@ def throughput_figure(runs: pd.DataFrame, variants: list[str], path: Path) -> Pa
                 continue
             ax.bar(i, values.mean(), color=f"C{i}", alpha=0.6)
             ax.scatter(np.full(len(values), i), values, color="black", s=12, zorder=3)
-        ax.set_xticks(range(len(variants)), variants)
+        ax.set_xticks(range(len(variants)), variants, rotation=30 if len(variants) > 3 else 0)
         ax.set_title(title, fontsize=10)
         ax.set_ylabel(unit)
         ax.grid(alpha=0.3, axis="y")
@@ -268,4 +268,64 @@ def stability_map_figure(trials: pd.DataFrame, variants: list[str], path: Path) 
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
         fig.colorbar(points, ax=ax, label="final val loss (unstable: min(ℓ, ℓ0))")
+    return _save(fig, path)
+
+
+def interaction_figure(pairs: list[tuple[str, str, pd.DataFrame]], path: Path) -> Path | None:
+    """One panel per factor pair: mean final val loss against ``a``'s levels, a line per ``b``.
+
+    Each frame is :func:`ablate.factorial.two_way`'s; bars are ± std. Parallel lines mean no
+    interaction.
+    """
+    if not pairs:
+        return None
+    fig = Figure(figsize=(4.6 * len(pairs), 3.8))
+    axes = np.atleast_1d(fig.subplots(1, len(pairs)))
+    for ax, (a, b, cells) in zip(axes, pairs, strict=True):
+        levels_a = list(dict.fromkeys(cells[a]))
+        for i, level_b in enumerate(dict.fromkeys(cells[b])):
+            mine = cells[cells[b] == level_b].set_index(a).reindex(levels_a)
+            ax.errorbar(
+                range(len(levels_a)),
+                mine["mean"],
+                yerr=mine["std"].fillna(0.0),
+                color=f"C{i}",
+                marker="o",
+                capsize=3,
+                label=f"{b.rsplit('.', 1)[-1]} = {level_b}",
+            )
+        ax.set_xticks(range(len(levels_a)), levels_a)
+        ax.set_xlabel(a)
+        ax.set_ylabel("final val loss (mean ± std)")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+    return _save(fig, path)
+
+
+def convert_figure(metrics: pd.DataFrame, starts: pd.DataFrame, path: Path) -> Path | None:
+    """Val loss of the continued and converted runs against continued tokens, from the swap.
+
+    ``starts`` has one row per run (variant, seed, loss_after_swap): the point at 0 tokens.
+    """
+    if metrics.empty:
+        return None
+    at_swap = starts[["run_id", "variant", "seed", "loss_after_swap"]].rename(
+        columns={"loss_after_swap": "val_loss"}
+    )
+    curves = pd.concat([at_swap.assign(tokens=0), metrics], ignore_index=True)
+    band = curve_band(curves, "val_loss", by="tokens")
+    fig = Figure(figsize=(6.5, 4.2))
+    ax = fig.subplots()
+    for i, variant in enumerate(dict.fromkeys(starts["variant"])):
+        mine = band[band["variant"] == variant]
+        if len(mine):
+            _band(ax, mine, "tokens", f"C{i}", variant)
+            ax.scatter([0], mine["mean"].iloc[:1], color=f"C{i}", zorder=3)
+    before = column(starts, "loss_before_swap").mean()
+    ax.axhline(before, color="gray", linestyle=":", label=f"source before the swap ({before:.3f})")
+    ax.set_xlabel("continued-training tokens")
+    ax.set_ylabel(LOSS_UNIT)
+    ax.set_title("validation loss after the swap (mean ± std over seeds)")
+    ax.grid(alpha=0.3)
+    ax.legend()
     return _save(fig, path)

@@ -1,5 +1,9 @@
 """A small GPT-style decoder whose norm kind and placement are parameters, and its fair init.
 
+Placements: Pre-Norm, Post-Norm, Sandwich (Peri-LN), DeepNorm and none (see :class:`Block`);
+any norm kind of :mod:`ablate.norms` fits any placement, and ``qk_norm`` adds per-head norms on
+queries and keys.
+
 Everything but the normalization is fixed by :class:`~ablate.config.ModelConfig`. Parameters are
 initialized *by name*: each one draws from its own generator seeded from ``(seed, name)``, so a
 variant that owns an extra parameter (LayerNorm's bias) leaves every shared parameter bitwise
@@ -12,6 +16,7 @@ from __future__ import annotations
 
 import hashlib
 import math
+from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
@@ -20,9 +25,34 @@ from torch import nn
 from ablate.config import ModelConfig
 from ablate.norms import build_norm, is_norm
 
+FINAL_NORM_PLACEMENTS = ("pre", "sandwich")
+DEEPNORM_SCALED = ("attn.proj.weight", "mlp.fc.weight", "mlp.proj.weight")
+
+
+def make_norm(cfg: ModelConfig, dim: int | None = None) -> nn.Module:
+    """The configured norm over ``dim`` features (default d_model)."""
+    n = cfg.norm
+    return build_norm(
+        n.kind, dim or cfg.d_model, n.eps, n.bias, n.fp32_reduction, n.impl, alpha_init=n.alpha_init
+    )
+
+
+def deepnorm_alpha(n_layers: int) -> float:
+    """DeepNet's residual scale for a decoder-only model: alpha = (2N)^(1/4) (Wang et al. 2022)."""
+    return (2 * n_layers) ** 0.25
+
+
+def deepnorm_beta(n_layers: int) -> float:
+    """DeepNet's init gain of the value, output and MLP matrices: beta = (8N)^(-1/4)."""
+    return (8 * n_layers) ** -0.25
+
 
 class CausalSelfAttention(nn.Module):
-    """Multi-head causal self-attention through ``scaled_dot_product_attention``."""
+    """Multi-head causal self-attention through ``scaled_dot_product_attention``.
+
+    With ``model.norm.qk_norm`` the queries and keys are normalized per head (``q_norm``,
+    ``k_norm``, over d_head features) before the dot product (Wortsman et al. 2023).
+    """
 
     def __init__(self, cfg: ModelConfig) -> None:
         super().__init__()
@@ -30,11 +60,22 @@ class CausalSelfAttention(nn.Module):
         self.qkv = nn.Linear(cfg.d_model, 3 * cfg.d_model)
         self.proj = nn.Linear(cfg.d_model, cfg.d_model)
         self.dropout = cfg.dropout
+        head = cfg.d_model // cfg.n_heads
+        self.q_norm = make_norm(cfg, head) if cfg.norm.qk_norm else None
+        self.k_norm = make_norm(cfg, head) if cfg.norm.qk_norm else None
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def heads(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Queries, keys (normalized under qk_norm) and values, each (B, H, T, d_head)."""
         b, t, d = x.shape
         q, k, v = self.qkv(x).split(d, dim=2)  # 3 x (B, T, D)
         q, k, v = (z.view(b, t, self.n_heads, d // self.n_heads).transpose(1, 2) for z in (q, k, v))
+        if self.q_norm is not None and self.k_norm is not None:
+            q, k = self.q_norm(q), self.k_norm(k)
+        return q, k, v
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, t, d = x.shape
+        q, k, v = self.heads(x)
         dropout = self.dropout if self.training else 0.0
         y = F.scaled_dot_product_attention(q, k, v, dropout_p=dropout, is_causal=True)
         return self.proj(y.transpose(1, 2).reshape(b, t, d))  # (B, T, D)
@@ -55,28 +96,53 @@ class MLP(nn.Module):
 
 
 class Block(nn.Module):
-    """One transformer block; ``pre``: x + f(norm(x)); ``post``: norm(x + f(x))."""
+    """One transformer block; the placement decides where its norms sit.
+
+    ``pre``: x + f(norm(x)); ``post``: norm(x + f(x)); ``sandwich``: x + norm_out(f(norm(x)));
+    ``deepnorm``: norm(alpha * x + f(x)); ``none``: x + f(x). ``f`` is attention, then the MLP.
+    """
 
     def __init__(self, cfg: ModelConfig) -> None:
         super().__init__()
-        n = cfg.norm
-        self.placement = n.placement
-        self.norm_attn = build_norm(n.kind, cfg.d_model, n.eps, n.bias, n.fp32_reduction, n.impl)
+        self.placement = cfg.norm.placement
+        has_norm = self.placement != "none"
+        self.norm_attn = make_norm(cfg) if has_norm else None
         self.attn = CausalSelfAttention(cfg)
-        self.norm_mlp = build_norm(n.kind, cfg.d_model, n.eps, n.bias, n.fp32_reduction, n.impl)
+        self.norm_attn_out = make_norm(cfg) if self.placement == "sandwich" else None
+        self.norm_mlp = make_norm(cfg) if has_norm else None
         self.mlp = MLP(cfg)
+        self.norm_mlp_out = make_norm(cfg) if self.placement == "sandwich" else None
         self.drop = nn.Dropout(cfg.dropout)
+        self.alpha = deepnorm_alpha(cfg.n_layers) if self.placement == "deepnorm" else 1.0
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.sublayer(x, lambda h: self.drop(self.attn(h)), self.norm_attn, self.norm_attn_out)
+        return self.sublayer(x, self.mlp, self.norm_mlp, self.norm_mlp_out)
+
+    def sublayer(
+        self,
+        x: torch.Tensor,
+        f: Callable[[torch.Tensor], torch.Tensor],
+        norm: nn.Module | None,
+        norm_out: nn.Module | None,
+    ) -> torch.Tensor:
+        """One residual line under this block's placement."""
+        if norm is None:  # placement none
+            return x + f(x)
         if self.placement == "pre":
-            x = x + self.drop(self.attn(self.norm_attn(x)))
-            return x + self.mlp(self.norm_mlp(x))
-        x = self.norm_attn(x + self.drop(self.attn(x)))
-        return self.norm_mlp(x + self.mlp(x))
+            return x + f(norm(x))
+        if self.placement == "sandwich":
+            assert norm_out is not None
+            return x + norm_out(f(norm(x)))
+        return norm(self.alpha * x + f(x))  # post (alpha 1) and deepnorm
 
 
 class GPT(nn.Module):
-    """Token + position embeddings, ``n_layers`` blocks, final norm (pre-norm only), LM head."""
+    """Token + position embeddings, ``n_layers`` blocks, a final norm where needed, LM head.
+
+    Pre-Norm and Sandwich end with a final norm on the residual stream; Post-Norm and DeepNorm
+    blocks already end in a norm, and the no-norm baseline has none.
+    """
 
     def __init__(self, cfg: ModelConfig, vocab_size: int) -> None:
         super().__init__()
@@ -86,13 +152,8 @@ class GPT(nn.Module):
         self.pos_emb = nn.Embedding(cfg.seq_len, cfg.d_model)
         self.drop = nn.Dropout(cfg.dropout)
         self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layers))
-        n = cfg.norm
-        # Post-norm blocks already end in a norm; a final one is only needed for pre-norm.
-        self.norm_f = (
-            build_norm(n.kind, cfg.d_model, n.eps, n.bias, n.fp32_reduction, n.impl)
-            if n.placement == "pre"
-            else nn.Identity()
-        )
+        final = cfg.norm.placement in FINAL_NORM_PLACEMENTS
+        self.norm_f = make_norm(cfg) if final else nn.Identity()
         self.head = nn.Linear(cfg.d_model, vocab_size, bias=False)
         if cfg.tie_weights:
             self.head.weight = self.tok_emb.weight
@@ -119,7 +180,14 @@ def name_seed(seed: int, name: str) -> int:
 
 
 def _init_std(name: str, cfg: ModelConfig) -> float:
-    """GPT-2 scheme: N(0, std), residual output projections scaled by 1/sqrt(2 * n_layers)."""
+    """GPT-2 scheme: N(0, std), residual output projections scaled by 1/sqrt(2 * n_layers).
+
+    DeepNorm replaces that down-scaling by its own: beta on the attention output and both MLP
+    matrices (and on the value rows of ``qkv``, see :func:`init_parameters`).
+    """
+    if cfg.norm.placement == "deepnorm":
+        scaled = name.endswith(DEEPNORM_SCALED)
+        return cfg.init_std * deepnorm_beta(cfg.n_layers) if scaled else cfg.init_std
     if name.endswith("proj.weight"):
         return cfg.init_std / math.sqrt(2 * cfg.n_layers)
     return cfg.init_std
@@ -129,18 +197,26 @@ def _init_std(name: str, cfg: ModelConfig) -> float:
 def init_parameters(model: GPT, seed: int) -> None:
     """Initialize every parameter from its own ``(seed, name)`` generator.
 
-    Norm gains start at one and biases at zero; matrices and embeddings are normal.
+    Norms reset themselves (gain one, bias zero, DyT's alpha); other biases start at zero;
+    matrices and embeddings are normal. Under DeepNorm the value third of each ``qkv`` weight
+    is scaled by beta as well (queries and keys keep ``init_std``, as in DeepNet).
     """
     norm_params = norm_parameter_names(model)
+    for module in model.modules():
+        if is_norm(module):
+            module.reset_parameters()
+    cfg = model.cfg
     for name, param in model.named_parameters():
         if name in norm_params:
-            param.fill_(1.0 if name.endswith("weight") else 0.0)
-        elif name.endswith("bias"):
+            continue
+        if name.endswith("bias"):
             param.zero_()
-        else:
-            generator = torch.Generator().manual_seed(name_seed(seed, name))
-            sample = torch.randn(param.shape, generator=generator, dtype=torch.float32)
-            param.copy_(sample * _init_std(name, model.cfg))
+            continue
+        generator = torch.Generator().manual_seed(name_seed(seed, name))
+        sample = torch.randn(param.shape, generator=generator, dtype=torch.float32)
+        param.copy_(sample * _init_std(name, cfg))
+        if cfg.norm.placement == "deepnorm" and name.endswith("attn.qkv.weight"):
+            param[2 * cfg.d_model :].mul_(deepnorm_beta(cfg.n_layers))
 
 
 def build_model(cfg: ModelConfig, vocab_size: int, seed: int) -> GPT:

@@ -1,12 +1,17 @@
-"""Normalization layers and their registry: LayerNorm and RMSNorm with bias, eps and fp32 reduction.
+"""Normalization layers and their registry: LayerNorm, RMSNorm, DyT; bias, eps, fp32 reduction.
 
-Both layers share one shape: a learnable gain ``weight`` (ones at init) and an optional ``bias``
+Every layer shares one shape: a learnable gain ``weight`` (ones at init) and an optional ``bias``
 (zeros at init), so parameters keep the same names across norm kinds and the model can initialize
-every shared parameter identically. When ``fp32_reduction`` is set and the input is bf16/fp16,
-the statistics (mean, variance or mean square) are computed in fp32 and the normalized value is
-cast back before the affine step, the practice the sources recommend for low precision. With
-``fp32_reduction`` off, a bf16/fp16 input is reduced in its own dtype op by op (torch's fused
-CPU LayerNorm would silently accumulate in fp32, hiding the difference under test).
+every shared parameter identically; a kind may own more (DyT's scalar ``alpha``), and
+:meth:`_Norm.reset_parameters` sets them all. Adding a norm is one class with the
+``@register("name")`` line here, plus its name in :data:`ablate.config.NormKind` (the config
+stays torch-free; a test checks the two lists agree).
+
+When ``fp32_reduction`` is set and the input is bf16/fp16, the statistics (mean, variance or
+mean square) are computed in fp32 and the normalized value is cast back before the affine step,
+the practice the sources recommend for low precision. With ``fp32_reduction`` off, a bf16/fp16
+input is reduced in its own dtype op by op (torch's fused CPU LayerNorm would silently
+accumulate in fp32, hiding the difference under test).
 
 ``impl`` picks the kernel (see :mod:`ablate.fast_norms`): RMSNorm runs the C++ kernel on CPU
 and ``F.rms_norm`` on CUDA under ``auto``; LayerNorm runs ``F.layer_norm`` (``auto``/``torch``)
@@ -23,6 +28,9 @@ Example::
 
 from __future__ import annotations
 
+import inspect
+from collections.abc import Callable
+
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -35,6 +43,8 @@ LOW_PRECISION = (torch.bfloat16, torch.float16)
 class _Norm(nn.Module):
     """Shared parameters and affine step of every norm over the last dimension."""
 
+    default_bias = False  # the kind's usual choice when the config leaves ``bias`` unset
+
     def __init__(
         self, dim: int, eps: float, bias: bool, fp32_reduction: bool, impl: str = "auto"
     ) -> None:
@@ -46,6 +56,13 @@ class _Norm(nn.Module):
         self.used_impl: str | None = None
         self.weight = nn.Parameter(torch.ones(dim))
         self.bias = nn.Parameter(torch.zeros(dim)) if bias else None
+
+    @torch.no_grad()
+    def reset_parameters(self) -> None:
+        """Gain one, bias zero (the state at construction)."""
+        self.weight.fill_(1.0)
+        if self.bias is not None:
+            self.bias.zero_()
 
     def native_reduction(self, x: torch.Tensor) -> bool:
         """True when a low-precision input must be reduced in its own dtype, op by op."""
@@ -78,8 +95,24 @@ class _Norm(nn.Module):
         )
 
 
+NORMS: dict[str, type[_Norm]] = {}
+
+
+def register(name: str) -> Callable[[type[_Norm]], type[_Norm]]:
+    """Class decorator: make a norm buildable as ``model.norm.kind: name``."""
+
+    def add(cls: type[_Norm]) -> type[_Norm]:
+        NORMS[name] = cls
+        return cls
+
+    return add
+
+
+@register("layernorm")
 class LayerNorm(_Norm):
     """y = (x - mean(x)) / sqrt(var(x) + eps) * weight + bias (Ba et al. 2016)."""
+
+    default_bias = True
 
     def normalize(self, x: torch.Tensor) -> torch.Tensor:
         centered = x - x.mean(dim=-1, keepdim=True)
@@ -93,6 +126,7 @@ class LayerNorm(_Norm):
         return F.layer_norm(x, (self.dim,), self.weight.to(x.dtype), bias, self.eps)
 
 
+@register("rmsnorm")
 class RMSNorm(_Norm):
     """y = x / sqrt(mean(x^2) + eps) * weight (+ bias) (Zhang & Sennrich 2019)."""
 
@@ -108,7 +142,36 @@ class RMSNorm(_Norm):
         return self.affine(kernel(x, self.weight, self.eps))
 
 
-NORMS: dict[str, type[_Norm]] = {"layernorm": LayerNorm, "rmsnorm": RMSNorm}
+@register("dyt")
+class DyT(_Norm):
+    """Dynamic Tanh, y = tanh(alpha * x) * weight + bias (Zhu et al. 2025): no statistics at all.
+
+    ``alpha`` is one learnable scalar, ``alpha_init`` at the start (0.5, the paper's default);
+    ``eps`` is unused. With ``fp32_reduction`` a bf16/fp16 input is squashed in fp32.
+    """
+
+    default_bias = True
+
+    def __init__(
+        self,
+        dim: int,
+        eps: float,
+        bias: bool,
+        fp32_reduction: bool,
+        impl: str = "auto",
+        alpha_init: float = 0.5,
+    ) -> None:
+        super().__init__(dim, eps, bias, fp32_reduction, impl)
+        self.alpha_init = alpha_init
+        self.alpha = nn.Parameter(torch.full((), alpha_init))
+
+    @torch.no_grad()
+    def reset_parameters(self) -> None:
+        super().reset_parameters()
+        self.alpha.fill_(self.alpha_init)
+
+    def normalize(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.tanh(self.alpha.to(x.dtype) * x)
 
 
 def build_norm(
@@ -118,13 +181,20 @@ def build_norm(
     bias: bool | None = None,
     fp32_reduction: bool = True,
     impl: str = "auto",
+    **options: float,
 ) -> _Norm:
-    """Instantiate the norm named ``kind``; ``bias=None`` means the kind's usual default."""
+    """Instantiate the norm named ``kind``; ``bias=None`` means the kind's usual default.
+
+    ``options`` go to kinds that take more (``alpha_init`` for DyT) and are ignored by others.
+    """
     if kind not in NORMS:
         raise ValueError(f"unknown norm kind {kind!r}; allowed: {', '.join(NORMS)}")
+    cls = NORMS[kind]
     if bias is None:
-        bias = kind == "layernorm"
-    return NORMS[kind](dim, eps=eps, bias=bias, fp32_reduction=fp32_reduction, impl=impl)
+        bias = cls.default_bias
+    accepted = inspect.signature(cls.__init__).parameters
+    extra = {k: v for k, v in options.items() if k in accepted}
+    return cls(dim, eps=eps, bias=bias, fp32_reduction=fp32_reduction, impl=impl, **extra)
 
 
 def used_impls(model: nn.Module) -> list[str]:

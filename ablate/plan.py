@@ -27,7 +27,9 @@ class RunSpec:
     variant: str
     seed: int
     config: RunConfig
-    group: str = "main"  # main, sweep, search or max_lr: what the run is for (not hashed)
+    group: str = "main"  # main, sweep, search, max_lr or convert: what the run is for (not hashed)
+    init_from: str | None = None  # convert: run id of the source run whose weights start it
+    bias_mapping: str | None = None  # convert: fold or drop (see ablate.convert)
 
     @property
     def data_seed(self) -> int:
@@ -35,9 +37,9 @@ class RunSpec:
         return self.config.data.seed if self.config.data.seed is not None else self.seed
 
     def identity(self) -> dict[str, Any]:
-        """The fields hashed into the run id."""
+        """The fields hashed into the run id (a source run only for continued training)."""
         cfg = self.config
-        return {
+        identity = {
             "version": SPEC_VERSION,
             "variant": self.variant,
             "seed": self.seed,
@@ -46,6 +48,9 @@ class RunSpec:
             "train": cfg.train.model_dump(mode="json"),
             "accelerator": cfg.runtime.accelerator,
         }
+        if self.init_from is not None:
+            identity["init_from"] = {"run_id": self.init_from, "bias": self.bias_mapping}
+        return identity
 
     @property
     def run_id(self) -> str:
@@ -62,6 +67,8 @@ class RunSpec:
             "data_seed": self.data_seed,
             "run_id": self.run_id,
             "group": self.group,
+            "init_from": self.init_from,
+            "bias_mapping": self.bias_mapping,
             "config": self.config.model_dump(mode="json"),
         }
 
@@ -74,6 +81,8 @@ class RunSpec:
             seed=data["seed"],
             config=RunConfig.model_validate(data["config"]),
             group=data.get("group", "main"),
+            init_from=data.get("init_from"),
+            bias_mapping=data.get("bias_mapping"),
         )
 
 
@@ -115,13 +124,47 @@ def plan_sweep(experiment: Experiment) -> list[RunSpec]:
     return plan_lr_grid(experiment, experiment.sweep, "sweep")
 
 
+CONTROL, CONVERTED = "continued", "converted"
+
+
+def plan_convert(experiment: Experiment) -> list[RunSpec]:
+    """The ``convert:`` runs: per seed, the source run continued as is and converted."""
+    plan = experiment.convert
+    if plan is None:
+        return []
+    source = experiment.variants[plan.source]
+    specs = []
+    for seed in plan.seeds:
+        source_id = RunSpec(experiment.name, plan.source, seed, source).run_id
+        for variant, config in ((CONTROL, plan.control), (CONVERTED, plan.converted)):
+            specs.append(
+                RunSpec(
+                    experiment.name,
+                    variant,
+                    seed,
+                    config,
+                    group="convert",
+                    init_from=source_id,
+                    bias_mapping=plan.bias,
+                )
+            )
+    return specs
+
+
 def plan_manifest(experiment: Experiment, specs: list[RunSpec]) -> dict[str, Any]:
-    """What the report needs to know of the plan: variants in order, seeds, every run id."""
+    """What the report needs to know of the plan: variants in order, seeds, factors, run ids."""
     return {
         "name": experiment.name,
         "description": experiment.description,
         "source": experiment.path,
         "variants": list(experiment.variants),
+        "grid": [[key, levels] for key, levels in experiment.grid.items()],  # ordered
+        "factors": experiment.factors,
+        "convert": (
+            {"source": experiment.convert.source, "bias": experiment.convert.bias}
+            if experiment.convert
+            else None
+        ),
         "seeds": experiment.seeds,
         "criterion": criterion_text(experiment.base.train.stability),
         "runs": [
@@ -131,6 +174,7 @@ def plan_manifest(experiment: Experiment, specs: list[RunSpec]) -> dict[str, Any
                 "run_id": s.run_id,
                 "group": s.group,
                 "lr": s.config.train.lr,
+                "init_from": s.init_from,
             }
             for s in specs
         ],

@@ -34,7 +34,7 @@ from torch import nn
 from torch.utils.hooks import RemovableHandle
 
 from ablate.loggers import log_metrics
-from ablate.model import GPT
+from ablate.model import GPT, CausalSelfAttention
 from ablate.norms import is_norm
 from ablate.train import LanguageModelTask
 
@@ -150,22 +150,19 @@ def _nonfinite(x: torch.Tensor) -> torch.Tensor:
     return (~torch.isfinite(x.detach())).sum()
 
 
-def max_causal_logit(qkv: torch.Tensor, n_heads: int) -> torch.Tensor:
+def max_causal_logit(q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
     """Largest pre-softmax attention logit q.k/sqrt(d_head) over allowed (causal) pairs.
 
-    ``qkv`` is the (B, T, 3D) output of the attention's input projection. Computed in fp32 one
-    sequence at a time, so the (H, T, T) score matrix of a single sequence is the peak memory.
+    ``q`` and ``k`` are (B, H, T, d_head), as the attention uses them (after any QK-norm).
+    Computed in fp32 one sequence at a time, so the (H, T, T) score matrix of a single sequence
+    is the peak memory.
     """
-    b, t, three_d = qkv.shape
-    d = three_d // 3
-    head = d // n_heads
-    allowed = torch.ones(t, t, dtype=torch.bool, device=qkv.device).tril()
-    best = torch.full((), -math.inf, device=qkv.device)
-    with torch.autocast(qkv.device.type, enabled=False):
-        for row in qkv.detach().float():
-            q = row[:, :d].view(t, n_heads, head).transpose(0, 1)  # (H, T, hd)
-            k = row[:, d : 2 * d].view(t, n_heads, head).transpose(0, 1)
-            scores = q @ k.transpose(1, 2) / math.sqrt(head)  # (H, T, T)
+    t, head = q.shape[2], q.shape[3]
+    allowed = torch.ones(t, t, dtype=torch.bool, device=q.device).tril()
+    best = torch.full((), -math.inf, device=q.device)
+    with torch.autocast(q.device.type, enabled=False):
+        for q_row, k_row in zip(q.detach().float(), k.detach().float(), strict=True):
+            scores = q_row @ k_row.transpose(1, 2) / math.sqrt(head)  # (H, T, T)
             best = torch.maximum(best, scores.masked_fill(~allowed, -math.inf).max())
     return best
 
@@ -208,7 +205,7 @@ class ModelProbe(L.Callback):
         for i, block in enumerate(model.blocks):
             self._hook(block, partial(self._activation, "resid_rms", f"blocks.{i}", i))
             if self.attention:
-                self._hook(block.attn.qkv, partial(self._attention, i, block.attn.n_heads))
+                self._handles.append(block.attn.register_forward_hook(partial(self._attention, i)))
         for name, module in model.named_modules():
             if is_norm(module):
                 layer = layer_of(name, n_layers)
@@ -219,8 +216,12 @@ class ModelProbe(L.Callback):
         self._add(quantity, site, layer, _rms(out))
         self._add("nonfinite_activations", site, layer, _nonfinite(out))
 
-    def _attention(self, layer: int, n_heads: int, qkv: torch.Tensor) -> None:
-        self._add("attn_logit_max", f"blocks.{layer}.attn", layer, max_causal_logit(qkv, n_heads))
+    def _attention(
+        self, layer: int, attn: CausalSelfAttention, inputs: tuple[torch.Tensor], _out: object
+    ) -> None:
+        with torch.no_grad():  # the queries and keys again, from the attention's own input
+            q, k, _ = attn.heads(inputs[0])
+        self._add("attn_logit_max", f"blocks.{layer}.attn", layer, max_causal_logit(q, k))
 
     def _logits(self, logits: torch.Tensor) -> None:
         z = logits.detach().float()

@@ -12,6 +12,8 @@ report folder:
   runs, and (when studied) the max-stable-LR bracket and LR sensitivity;
 - ``runs.csv`` (one row per run), ``probes_last.csv`` (the probes at each run's last probe
   step) and the LR-sweep / search CSVs;
+- for a grid, ``factors.csv`` and the factor tables (:mod:`ablate.factorial`); for a
+  ``convert:`` section, ``convert.csv`` (jump after the swap, recovery, Δ vs continuing);
 - the figures of :mod:`ablate.figures`.
 
 It works on partial and still-running experiments: what is missing is listed with its state
@@ -25,6 +27,7 @@ import html
 import math
 import re
 from dataclasses import dataclass
+from itertools import combinations
 from pathlib import Path
 
 import markdown
@@ -32,13 +35,18 @@ import pandas as pd
 
 from ablate import store
 from ablate.analysis import (
+    column,
     noise_floor,
+    paired_difference,
     sensitivity_table,
     sweep_frame,
     sweep_table,
     variant_table,
 )
+from ablate.factorial import Design, factor_section, two_way
 from ablate.figures import (
+    convert_figure,
+    interaction_figure,
     logit_figure,
     loss_figure,
     loss_time_figure,
@@ -47,6 +55,7 @@ from ablate.figures import (
     sweep_figure,
     throughput_figure,
 )
+from ablate.plan import CONTROL, CONVERTED
 
 
 @dataclass(frozen=True)
@@ -77,6 +86,8 @@ class StoredExperiment:
     probes: pd.DataFrame  # probe rows of the main runs
     studies: dict | None  # stability.json, when search or max_lr ran
     missing: list[str]  # planned runs without a result, with their state
+    convert: pd.DataFrame  # the convert: runs (continued and converted)
+    convert_metrics: pd.DataFrame  # their per-step metrics
 
 
 def load_experiment_results(exp_dir: Path) -> StoredExperiment:
@@ -88,6 +99,8 @@ def load_experiment_results(exp_dir: Path) -> StoredExperiment:
     if planned:
         runs = runs[runs["run_id"].isin(planned)]
     main = runs[runs["run_id"].isin(main_ids)] if main_ids else runs
+    convert_ids = {r["run_id"] for r in manifest["runs"] if r.get("group") == "convert"}
+    convert = runs[runs["run_id"].isin(convert_ids)]
     return StoredExperiment(
         manifest=manifest,
         runs=runs,
@@ -96,6 +109,8 @@ def load_experiment_results(exp_dir: Path) -> StoredExperiment:
         probes=store.load_probes(exp_dir, main),
         studies=store.read_json(exp_dir / "stability.json"),
         missing=missing_runs(exp_dir, manifest, runs),
+        convert=convert,
+        convert_metrics=store.load_metrics(exp_dir, convert) if len(convert) else pd.DataFrame(),
     )
 
 
@@ -107,7 +122,8 @@ def missing_runs(exp_dir: Path, manifest: dict, runs: pd.DataFrame) -> list[str]
         if r["run_id"] in have or r["run_id"] in missing:
             continue
         group = r.get("group", "main")
-        where = "" if group == "main" else f" ({group}, lr={r['lr']:.3g})"
+        where = "" if group in ("main", "convert") else f" ({group}, lr={r['lr']:.3g})"
+        where = " (convert)" if group == "convert" else where
         state = store.pending_state(exp_dir / r["run_id"])
         missing[r["run_id"]] = f"{r['variant']} seed={r['seed']}{where}: {state}"
     return list(missing.values())
@@ -522,6 +538,112 @@ def main_sections(
     return lines
 
 
+def factors_part(runs: pd.DataFrame, design: Design, out: Path) -> list[str]:
+    """The factor tables (:mod:`ablate.factorial`), factors.csv and the interaction figure."""
+    lines, effects = factor_section(runs, design)
+    store.write_frame_atomic(out / "factors.csv", effects)
+    pairs = [(a, b, two_way(runs, design, a, b)) for a, b in combinations(design.keys, 2)]
+    figure = interaction_figure(pairs, out / "interactions.png")
+    _figure(
+        lines,
+        figure,
+        "Interactions",
+        "Mean final val loss per level; one line per level of the second factor, ± std. "
+        "Parallel lines: the factors' effects add up.",
+    )
+    return lines
+
+
+def convert_table(runs: pd.DataFrame) -> pd.DataFrame:
+    """Per convert variant: loss before and right after the swap, the jump, the final loss,
+    and the paired difference of the converted runs to the continued ones."""
+    rows = []
+    for variant in (CONTROL, CONVERTED):
+        mine = runs[(runs["variant"] == variant) & (runs["status"] == "finished")]
+        before, after = column(mine, "loss_before_swap"), column(mine, "loss_after_swap")
+        final = column(mine, "final_val_loss")
+        diff = paired_difference(runs, CONVERTED, CONTROL) if variant == CONVERTED else None
+        rows.append(
+            {
+                "variant": variant,
+                "runs": int((runs["variant"] == variant).sum()),
+                "finished": len(mine),
+                "loss_before_swap": before.mean(),
+                "loss_after_swap_mean": after.mean(),
+                "loss_after_swap_std": after.std(ddof=1),
+                "jump_mean": (after - before).mean(),
+                "final_val_loss_mean": final.mean(),
+                "final_val_loss_std": final.std(ddof=1),
+                "diff_vs_continued": diff.mean if diff else float("nan"),
+                "diff_ci_low": diff.ci_low if diff else float("nan"),
+                "diff_ci_high": diff.ci_high if diff else float("nan"),
+                "paired_t_p": diff.p_value if diff else float("nan"),
+                "n_pairs": diff.n_pairs if diff else 0,
+            }
+        )
+    return pd.DataFrame(rows)
+
+
+def convert_section(stored: StoredExperiment, out: Path) -> list[str]:
+    """The checkpoint-conversion section: jump, recovery, mapping, figure (none without runs)."""
+    runs = stored.convert
+    info = stored.manifest.get("convert") or {}
+    if runs.empty:
+        return []
+    table = convert_table(runs)
+    store.write_frame_atomic(out / "convert.csv", table)
+    shown = pd.DataFrame(
+        {
+            "run": table["variant"],
+            "finished": table["finished"],
+            "val loss before swap": table["loss_before_swap"].map(_fmt),
+            "right after swap": [
+                _pm(m, s)
+                for m, s in zip(
+                    table["loss_after_swap_mean"], table["loss_after_swap_std"], strict=True
+                )
+            ],
+            "jump": table["jump_mean"].map(_fmt),
+            "after continued training": [
+                _pm(m, s)
+                for m, s in zip(
+                    table["final_val_loss_mean"], table["final_val_loss_std"], strict=True
+                )
+            ],
+            "Δ vs continued [95% CI], p": [
+                "–"
+                if r.variant == CONTROL
+                else f"{_fmt(r.diff_vs_continued)} [{_fmt(r.diff_ci_low)}, "
+                f"{_fmt(r.diff_ci_high)}], p {_fmt(r.paired_t_p, 3)} ({r.n_pairs})"
+                for r in table.itertuples()
+            ],
+        }
+    )
+    converted = runs[runs["variant"] == CONVERTED]
+    mapping = converted.iloc[0] if len(converted) else None
+    folded = ", ".join(mapping["params_folded"]) if mapping is not None else ""
+    dropped = ", ".join(mapping["params_dropped"]) if mapping is not None else ""
+    lines = [
+        "## Checkpoint conversion",
+        "",
+        f"The finished `{info.get('source')}` runs' final weights, loaded twice per seed: "
+        f"unchanged (`{CONTROL}`) and with the converted norms (`{CONVERTED}`, bias mapping "
+        f"`{info.get('bias')}`), then trained further on the same batches. Jump = loss right "
+        "after the swap − loss before it; Δ = converted − continued after the continued "
+        "training, paired by seed.",
+        "",
+        shown.to_markdown(index=False),
+        "",
+        f"Biases folded into the next linear layer (exact): {folded or 'none'}. "
+        f"Dropped: {dropped or 'none'}. Gains and every other parameter were copied.",
+        "",
+    ]
+    starts = runs[runs["status"] == "finished"]
+    figure = convert_figure(stored.convert_metrics, starts, out / "convert.png")
+    _figure(lines, figure, "After the swap", "The point at 0 tokens is the loss right after it.")
+    return lines
+
+
 FIGURES = (
     "loss_curves.png",
     "loss_time.png",
@@ -530,6 +652,8 @@ FIGURES = (
     "logits.png",
     "lr_sweep.png",
     "stability_map.png",
+    "interactions.png",
+    "convert.png",
 )
 
 HTML_STYLE = """
@@ -597,7 +721,12 @@ def build_report(exp_dir: Path, report_dir: Path) -> Report:
             f"{'; '.join(stored.missing)}.",
             "",
         ]
-    lines += body + sweep_lines
+    design = Design.from_manifest(manifest)
+    if design is not None:
+        lines += factors_part(stored.main, design, report_dir)
+    lines += body
+    lines += convert_section(stored, report_dir)
+    lines += sweep_lines
     lines += max_lr_section(stored.studies or {}, report_dir)
     lines += search_section(stored.studies or {}, variants, report_dir)
     criterion = (stored.studies or {}).get("criterion") or manifest.get("criterion")

@@ -31,12 +31,14 @@ from torch.utils.data import DataLoader
 
 from ablate import store
 from ablate.config import RunConfig
+from ablate.convert import convert_weights
 from ablate.data import (
     Corpus,
     WindowBatches,
     batch_digest,
     batch_offsets,
     eval_offsets,
+    gather_windows,
     load_corpus,
 )
 from ablate.loggers import build_loggers, flatten
@@ -44,6 +46,7 @@ from ablate.model import (
     GPT,
     build_model,
     count_parameters,
+    name_seed,
     parameter_digests,
     shared_init_digest,
 )
@@ -63,6 +66,7 @@ from ablate.stability import Verdict, final_loss_verdict
 from ablate.train import LanguageModelTask
 
 FINAL_TRAIN_WINDOW = 10  # final_train_loss is the mean over this many last steps
+WEIGHTS_GROUPS = ("main", "convert")
 
 
 @dataclass
@@ -74,18 +78,75 @@ class Prepared:
     train_offsets: torch.Tensor
     val_offsets: torch.Tensor
     steps: int
+    start: dict[str, Any] | None = None  # continued training: the source and the swap
 
 
-def prepare(spec: RunSpec) -> Prepared:
-    """Corpus, batch order, validation windows and the initialized model of a run."""
+def prepare(spec: RunSpec, root: Path | None = None) -> Prepared:
+    """Corpus, batch order, validation windows and the initialized model of a run.
+
+    A continued-training run (``spec.init_from``) starts from the source run's stored weights
+    under ``root``, mapped by :func:`ablate.convert.convert_weights`, and draws its batches from
+    a generator of its own (the source's batches are not repeated in order).
+    """
     cfg = spec.config
     seq_len, batch = cfg.model.seq_len, cfg.train.batch_size
     corpus = load_corpus(cfg.data, seq_len)
     steps = cfg.steps()
-    train_offsets = batch_offsets(len(corpus.train), seq_len, batch, steps, spec.data_seed)
+    data_seed = spec.data_seed if spec.init_from is None else name_seed(spec.data_seed, "continue")
+    train_offsets = batch_offsets(len(corpus.train), seq_len, batch, steps, data_seed)
     val_offsets = eval_offsets(len(corpus.val), seq_len, batch, cfg.train.eval_batches)
     model = build_model(cfg.model, corpus.vocab_size, spec.seed)
-    return Prepared(corpus, model, train_offsets, val_offsets, steps)
+    prepared = Prepared(corpus, model, train_offsets, val_offsets, steps)
+    if spec.init_from is not None:
+        if root is None:
+            raise ValueError("a continued-training run needs the results root of its source")
+        prepared.start = start_from_source(spec, prepared, root)
+    return prepared
+
+
+def load_source(spec: RunSpec, root: Path, vocab_size: int) -> tuple[RunSpec, GPT]:
+    """The source run's spec and its final model (``model.pt``), or a clear error."""
+    source_dir = store.experiment_dir(root, spec.experiment) / str(spec.init_from)
+    summary = store.read_summary(source_dir)
+    if summary is None or summary["status"] != "finished":
+        state = summary["status"] if summary else "not run"
+        raise ValueError(f"source run {spec.init_from} is {state}: nothing to continue from")
+    weights = source_dir / store.WEIGHTS_FILE
+    if not weights.is_file():
+        raise ValueError(
+            f"source run {spec.init_from} has no {store.WEIGHTS_FILE} (runtime.save_weights "
+            f"was off); delete {source_dir} and run again to retrain it"
+        )
+    source_spec = RunSpec.from_json(store.read_json(source_dir / "config.json") or {})
+    source = GPT(source_spec.config.model, vocab_size)
+    source.load_state_dict(torch.load(weights, map_location="cpu", weights_only=True))
+    return source_spec, source
+
+
+def start_from_source(spec: RunSpec, prepared: Prepared, root: Path) -> dict[str, Any]:
+    """Load, map and measure: the val loss of the source model and right after the swap."""
+    source_spec, source = load_source(spec, root, prepared.corpus.vocab_size)
+    mapping = convert_weights(source, prepared.model, spec.bias_mapping or "fold")
+    seq_len = spec.config.model.seq_len
+    return {
+        "source_run_id": spec.init_from,
+        "source_variant": source_spec.variant,
+        "loss_before_swap": evaluate(source, prepared.corpus, prepared.val_offsets, seq_len),
+        "loss_after_swap": evaluate(prepared.model, prepared.corpus, prepared.val_offsets, seq_len),
+        "params_folded": mapping["folded"],
+        "params_dropped": mapping["dropped"],
+    }
+
+
+@torch.no_grad()
+def evaluate(model: GPT, corpus: Corpus, val_offsets: torch.Tensor, seq_len: int) -> float:
+    """Mean validation loss over the run's fixed windows (as the trainer's evaluation), in fp32."""
+    model.eval()
+    losses = [
+        float(model.loss(gather_windows(corpus.val, offsets, seq_len))) for offsets in val_offsets
+    ]
+    model.train()
+    return sum(losses) / len(losses)
 
 
 def environment(spec: RunSpec) -> dict[str, Any]:
@@ -262,6 +323,7 @@ def summarize(
         "init_digest": digests[0],
         "data_digest": digests[1],
         "error": outcome.error,
+        **(prepared.start or {}),
     }
 
 
@@ -287,6 +349,13 @@ def fit(
     return Outcome("finished")
 
 
+def save_weights(model: GPT, path: Path) -> None:
+    """The model's state_dict, written to a temporary name and renamed (never half a file)."""
+    tmp = path.with_name(f".{path.name}.tmp")
+    torch.save(model.state_dict(), tmp)
+    os.replace(tmp, path)
+
+
 def execute_run(
     spec: RunSpec,
     root: Path,
@@ -306,7 +375,7 @@ def execute_run(
         {"status": "running", "pid": os.getpid(), "hostname": platform.node()},
     )
     torch.manual_seed(spec.seed)
-    prepared = prepare(spec)
+    prepared = prepare(spec, root)
     store.write_json_atomic(run_dir / "env.json", environment(spec))
     store.write_json_atomic(run_dir / "init_params.json", parameter_digests(prepared.model))
     digests = (
@@ -348,6 +417,8 @@ def execute_run(
     )
     elapsed = time.perf_counter() - start
     summary = summarize(spec, prepared, frame, outcome, observed, elapsed, digests)
+    if outcome.status == "finished" and cfg.runtime.save_weights and spec.group in WEIGHTS_GROUPS:
+        save_weights(prepared.model, run_dir / store.WEIGHTS_FILE)
     store.write_json_atomic(run_dir / "summary.json", summary)
     (run_dir / "status.json").unlink(missing_ok=True)
     if outcome.status == "interrupted":

@@ -10,6 +10,7 @@ Layout (``root`` defaults to ``results/``)::
         metrics.csv       one row per optimizer step; val_loss filled at evaluation steps
         probes.csv        long rows (step, quantity, site, layer, value) at each probe step
         logs/             Lightning loggers' files (csv/, tensorboard/, wandb/)
+        model.pt          final weights of a finished main or convert run (runtime.save_weights)
         summary.json      written last: its presence with a final status marks the run done
         status.json       {"status": "running", ...} while the run is in progress
 
@@ -36,6 +37,7 @@ from typing import Any
 import pandas as pd
 
 DONE_STATUSES = ("finished", "diverged", "pruned")
+WEIGHTS_FILE = "model.pt"  # a finished main or convert run's final state_dict
 SUMMARY_KEYS = (
     "variant",
     "seed",

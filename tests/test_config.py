@@ -80,7 +80,7 @@ def test_wrong_type_and_out_of_range(tmp_path: Path) -> None:
     msg = _error(tmp_path, "train:\n  lr: -0.1\n")
     assert "train.lr" in msg and "greater than 0" in msg
     msg = _error(tmp_path, "model:\n  norm:\n    kind: batchnorm\n")
-    assert "model.norm.kind" in msg and "'layernorm' or 'rmsnorm'" in msg
+    assert "model.norm.kind" in msg and "'layernorm', 'rmsnorm' or 'dyt'" in msg
     msg = _error(tmp_path, "seeds: [0, x]\n")
     assert "seeds.1" in msg
 
@@ -89,7 +89,7 @@ def test_variant_errors_name_the_variant(tmp_path: Path) -> None:
     msg = _error(tmp_path, "variants:\n  v1: {model.norm.knd: rmsnorm}\n")
     assert "variants.v1" in msg and "'model.norm.knd' does not exist" in msg and "kind" in msg
     msg = _error(tmp_path, "variants:\n  v1: {model.norm.placement: middle}\n")
-    assert "variants.v1" in msg and "model.norm.placement" in msg and "'pre' or 'post'" in msg
+    assert "variants.v1" in msg and "model.norm.placement" in msg and "'pre', 'post', 'sandwich', 'deepnorm' or 'none'" in msg
     msg = _error(tmp_path, "variants:\n  a: {train.lr: 0.01}\n  b: {train.lr: 0.01}\n")
     assert "same run as variants.a" in msg
 
