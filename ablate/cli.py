@@ -142,7 +142,7 @@ def cmd_validate(args: argparse.Namespace, console: Console) -> int:
     plan = describe_plan(experiment, res.workers, res.threads)
     console.print(f"[bold]{experiment.name}[/bold]: {experiment.description}".rstrip(": "))
     console.print(
-        f"seeds {experiment.seeds}; up to {plan.runs} runs (main, sweep, search, max_lr); "
+        f"seeds {experiment.seeds}; up to {plan.runs} runs (main, sweep, search, max_lr, convert); "
         f"{res.workers} worker(s) x {res.threads} thread(s)"
     )
     console.print(

@@ -627,7 +627,7 @@ def load_experiment(path: str | Path) -> Experiment:
     clash = sorted(set(named) & set(factors))
     if clash:
         raise ConfigError(f"{path}: variants.{clash[0]}: the grid makes a variant of that name too")
-    variant_raws = {**named, **{name: levels for name, levels in factors.items()}}
+    variant_raws = {**factors, **named}  # grid first: its first combination is the baseline
     variant_raws = variant_raws or {"base": {}}
     variants: dict[str, RunConfig] = {}
     seen: dict[str, str] = {}

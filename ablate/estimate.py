@@ -56,7 +56,9 @@ def time_steps(
     device: torch.device = CPU,
 ) -> float:
     """Seconds per step (forward, backward, AdamW) of ``model`` (trained in place, on
-    ``device``): median of ``steps`` after a warm-up."""
+    ``device``): median of ``steps`` after a warm-up. ``bf16-true`` casts the model to bf16."""
+    if cfg.train.precision == "bf16-true":
+        model.to(torch.bfloat16)
     optimizer = torch.optim.AdamW(parameter_groups(model, cfg.train.weight_decay), lr=1e-4)
     seq_len, batch = cfg.model.seq_len, cfg.train.batch_size
     offsets = batch_offsets(len(corpus.train), seq_len, batch, steps + 1, seed=0)
@@ -95,9 +97,16 @@ def max_lr_probes(experiment: Experiment, start: float) -> int:
     return coarse + max(0, fine)
 
 
-def study_runs(experiment: Experiment, config: RunConfig) -> dict[str, tuple[int, int]]:
-    """Per group beyond the main runs: (runs of one variant, steps per run); max_lr at most."""
+def study_runs(
+    experiment: Experiment, config: RunConfig, variant: str = ""
+) -> dict[str, tuple[int, int]]:
+    """Per group beyond the main runs: (runs of one variant, steps per run); max_lr at most.
+
+    ``convert`` runs (continued and converted, per seed) count with their source ``variant``.
+    """
     runs: dict[str, tuple[int, int]] = {}
+    if (convert := experiment.convert) is not None and variant == convert.source:
+        runs["convert"] = (2 * len(convert.seeds), convert.control.steps())
     per_step = config.tokens_per_step()
     if (sweep := experiment.sweep) is not None:
         seeds = len(sweep.seeds or experiment.seeds)
@@ -123,7 +132,7 @@ def describe_plan(experiment: Experiment, workers: int, threads: int) -> PlanEst
             model = build_model(cfg.model, corpus.vocab_size, seed=0)
             parameters = count_parameters(model)
             step_time = time_steps(model, cfg, corpus)
-            extra = study_runs(experiment, cfg)
+            extra = study_runs(experiment, cfg, name)
             run_time = estimate_run_time(cfg, step_time)
             extra_time = sum(n * steps * step_time for n, steps in extra.values())
             rows.append(
@@ -144,7 +153,7 @@ def describe_plan(experiment: Experiment, workers: int, threads: int) -> PlanEst
         torch.set_num_threads(before)
     table = pd.DataFrame(rows)
     runs = int(table["seeds"].sum()) + int(
-        table[[c for c in table if c.endswith("_runs")]].to_numpy().sum()
+        table[[c for c in table if c.endswith("_runs")]].fillna(0).to_numpy().sum()
     )
     total = float(table["est_variant_time_s"].sum())
     return PlanEstimate(table, runs, workers, total / max(1, min(workers, runs)))

@@ -302,7 +302,9 @@ def interaction_figure(pairs: list[tuple[str, str, pd.DataFrame]], path: Path) -
     return _save(fig, path)
 
 
-def convert_figure(metrics: pd.DataFrame, starts: pd.DataFrame, path: Path) -> Path | None:
+def convert_figure(
+    metrics: pd.DataFrame, starts: pd.DataFrame, variants: list[str], path: Path
+) -> Path | None:
     """Val loss of the continued and converted runs against continued tokens, from the swap.
 
     ``starts`` has one row per run (variant, seed, loss_after_swap): the point at 0 tokens.
@@ -316,7 +318,7 @@ def convert_figure(metrics: pd.DataFrame, starts: pd.DataFrame, path: Path) -> P
     band = curve_band(curves, "val_loss", by="tokens")
     fig = Figure(figsize=(6.5, 4.2))
     ax = fig.subplots()
-    for i, variant in enumerate(dict.fromkeys(starts["variant"])):
+    for i, variant in enumerate(variants):
         mine = band[band["variant"] == variant]
         if len(mine):
             _band(ax, mine, "tokens", f"C{i}", variant)

@@ -27,7 +27,7 @@ class RunSpec:
     variant: str
     seed: int
     config: RunConfig
-    group: str = "main"  # main, sweep, search, max_lr or convert: what the run is for (not hashed)
+    group: str = "main"  # main, sweep, search, max_lr or convert: what it is for (not hashed)
     init_from: str | None = None  # convert: run id of the source run whose weights start it
     bias_mapping: str | None = None  # convert: fold or drop (see ablate.convert)
 

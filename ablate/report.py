@@ -639,7 +639,9 @@ def convert_section(stored: StoredExperiment, out: Path) -> list[str]:
         "",
     ]
     starts = runs[runs["status"] == "finished"]
-    figure = convert_figure(stored.convert_metrics, starts, out / "convert.png")
+    figure = convert_figure(
+        stored.convert_metrics, starts, [CONTROL, CONVERTED], out / "convert.png"
+    )
     _figure(lines, figure, "After the swap", "The point at 0 tokens is the loss right after it.")
     return lines
 
