@@ -185,3 +185,61 @@ def test_ctrl_c_marks_the_run_interrupted_and_exits_130(tmp_path: Path, workers:
     assert len(summaries) == int(workers), out  # no further run was started after Ctrl-C
     assert all(s["status"] == "interrupted" and 0 < s["steps"] < 20000 for s in summaries)
     assert not list(exp_dir.glob("*/status.json"))
+
+
+@pytest.mark.slow
+def test_convert_section_end_to_end(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    import pandas as pd
+
+    from ablate.config import load_experiment
+    from ablate.execute import ready_conversions
+    from ablate.plan import plan_convert
+
+    path = write_experiment(
+        tmp_path / "conv.yaml",
+        name="conv",
+        convert={"source": "layernorm", "tokens": 4 * 16 * 10, "eval_interval": 5},
+    )
+    args = ["run", str(path), "--results-dir", str(tmp_path / "r"), "--report-dir"]
+    assert main([*args, str(tmp_path / "rep"), "--workers", "1"]) == 0
+    exp_dir = tmp_path / "r" / "conv"
+    summaries = [json.loads(p.read_text()) for p in exp_dir.glob("*/summary.json")]
+    by = {(s["group"], s["variant"], s["seed"]): s for s in summaries}
+    for seed in (0, 1):
+        source = by[("main", "layernorm", seed)]
+        control, converted = by[("convert", "continued", seed)], by[("convert", "converted", seed)]
+        assert (exp_dir / source["run_id"] / "model.pt").is_file()
+        for run in (control, converted):
+            assert run["status"] == "finished" and run["steps"] == 10
+            assert run["source_run_id"] == source["run_id"]
+            assert run["loss_before_swap"] == pytest.approx(source["final_val_loss"], abs=1e-5)
+        assert control["loss_after_swap"] == control["loss_before_swap"]
+        assert converted["loss_after_swap"] != converted["loss_before_swap"]
+        assert converted["params_folded"] == ["blocks.0.norm_attn.bias", "blocks.0.norm_mlp.bias"]
+        assert converted["params_dropped"] == ["norm_f.bias"]
+        assert control["final_val_loss"] < control["loss_before_swap"]  # training went on
+    report = tmp_path / "rep" / "conv"
+    text = (report / "report.md").read_text()
+    assert "## Checkpoint conversion" in text and (report / "convert.png").stat().st_size > 10_000
+    table = pd.read_csv(report / "convert.csv").set_index("variant")
+    jumps = [
+        by[("convert", "converted", s)]["loss_after_swap"]
+        - by[("convert", "converted", s)]["loss_before_swap"]
+        for s in (0, 1)
+    ]
+    assert table.loc["converted", "jump_mean"] == pytest.approx(sum(jumps) / 2, abs=1e-9)
+    diffs = [
+        by[("convert", "converted", s)]["final_val_loss"]
+        - by[("convert", "continued", s)]["final_val_loss"]
+        for s in (0, 1)
+    ]
+    assert table.loc["converted", "diff_vs_continued"] == pytest.approx(sum(diffs) / 2, abs=1e-9)
+
+    specs = plan_convert(load_experiment(path))
+    assert {s.run_id for s in specs} == {
+        by[("convert", v, s)]["run_id"] for v in ("continued", "converted") for s in (0, 1)
+    }
+    (exp_dir / by[("main", "layernorm", 1)]["run_id"] / "model.pt").unlink()
+    ready, waiting = ready_conversions(specs, exp_dir)
+    assert [s.seed for s in ready] == [0, 0] and len(waiting) == 2
+    assert all("has no model.pt" in why for _, why in waiting)

@@ -89,7 +89,11 @@ def test_variant_errors_name_the_variant(tmp_path: Path) -> None:
     msg = _error(tmp_path, "variants:\n  v1: {model.norm.knd: rmsnorm}\n")
     assert "variants.v1" in msg and "'model.norm.knd' does not exist" in msg and "kind" in msg
     msg = _error(tmp_path, "variants:\n  v1: {model.norm.placement: middle}\n")
-    assert "variants.v1" in msg and "model.norm.placement" in msg and "'pre', 'post', 'sandwich', 'deepnorm' or 'none'" in msg
+    assert (
+        "variants.v1" in msg
+        and "model.norm.placement" in msg
+        and "'pre', 'post', 'sandwich', 'deepnorm' or 'none'" in msg
+    )
     msg = _error(tmp_path, "variants:\n  a: {train.lr: 0.01}\n  b: {train.lr: 0.01}\n")
     assert "same run as variants.a" in msg
 
@@ -145,3 +149,115 @@ def test_probe_and_logger_settings_are_checked(tmp_path: Path) -> None:
     path.write_text("train:\n  probes: {interval: 0, attention: false}\n")
     probes = load_experiment(path).base.train.probes
     assert probes.interval == 0 and probes.attention is False
+
+
+def test_grid_expands_every_combination_with_readable_names(tmp_path: Path) -> None:
+    path = write_experiment(
+        tmp_path / "grid.yaml",
+        variants={"nonorm": {"model.norm.placement": "none"}},
+        grid={
+            "model.norm.kind": ["layernorm", "rmsnorm"],
+            "model.norm.placement": ["pre", "post"],
+            "train.warmup_steps": [3, 0],
+        },
+    )
+    exp = load_experiment(path)
+    grid_names = [
+        f"{k}.{p}.warmup_steps-{w}"
+        for k in ("layernorm", "rmsnorm")
+        for p in ("pre", "post")
+        for w in (3, 0)
+    ]
+    assert list(exp.variants) == [*grid_names, "nonorm"]  # grid first: its first is the baseline
+    post = exp.variants["rmsnorm.post.warmup_steps-0"]
+    assert (post.model.norm.kind, post.model.norm.placement, post.train.warmup_steps) == (
+        "rmsnorm",
+        "post",
+        0,
+    )
+    assert post.model.norm.bias is False and exp.variants[grid_names[0]].model.norm.bias is True
+    assert exp.factors["layernorm.post.warmup_steps-3"] == {
+        "model.norm.kind": "layernorm",
+        "model.norm.placement": "post",
+        "train.warmup_steps": 3,
+    }
+    assert "nonorm" not in exp.factors and list(exp.grid) == list(exp.factors[grid_names[0]])
+
+
+def test_grid_level_names() -> None:
+    from ablate.config import level_name
+
+    assert level_name("model.norm.bias", False) == "no_bias"
+    assert level_name("model.norm.fp32_reduction", True) == "fp32_reduction"
+    assert level_name("model.norm.eps", 1e-08) == "eps-1e-08"
+    assert level_name("train.precision", "bf16-mixed") == "bf16-mixed"
+    assert level_name("train.precision", "32") == "32"
+
+
+def test_grid_errors_are_one_line(tmp_path: Path) -> None:
+    def grid_error(grid: dict, **extra) -> str:
+        extra.setdefault("variants", {})
+        path = write_experiment(tmp_path / "g.yaml", grid=grid, **extra)
+        with pytest.raises(ConfigError) as info:
+            load_experiment(path)
+        assert "\n" not in str(info.value)
+        return str(info.value)
+
+    assert "grid.model.norm.kind: give a non-empty list" in grid_error({"model.norm.kind": []})
+    assert "'model.norm.knd' does not exist" in grid_error({"model.norm.knd": ["rmsnorm"]})
+    msg = grid_error({"model.norm.kind": ["rmsnorm", "groupnorm"]})
+    assert "grid (groupnorm)" in msg and "model.norm.kind" in msg
+    msg = grid_error(
+        {"model.norm.kind": ["layernorm", "rmsnorm"], "model.norm.placement": ["none"]}
+    )
+    assert "same run as grid (layernorm.none)" in msg and "kind does not matter" in msg
+    assert "repeat" in grid_error({"train.lr": [0.1, 0.1]})
+    msg = grid_error({"model.norm.kind": ["rmsnorm"]}, variants={"rmsnorm": {"train.lr": 0.1}})
+    assert "variants.rmsnorm: the grid makes a variant of that name too" in msg
+
+
+def test_convert_section_resolves_control_and_converted_runs(tmp_path: Path) -> None:
+    path = write_experiment(
+        tmp_path / "c.yaml",
+        convert={"source": "layernorm", "tokens": 640, "eval_interval": 5},
+    )
+    plan = load_experiment(path).convert
+    assert plan is not None and plan.source == "layernorm" and plan.seeds == [0, 1]
+    assert plan.control.model.norm.kind == "layernorm" and plan.control.model.norm.bias is True
+    assert plan.converted.model.norm.kind == "rmsnorm" and plan.converted.model.norm.bias is False
+    for config in (plan.control, plan.converted):
+        train = config.train
+        assert (train.tokens, train.schedule, train.warmup_steps, train.eval_interval) == (
+            640,
+            "constant",
+            0,
+            5,
+        )
+        assert train.lr == pytest.approx(3e-3 * 0.1)  # where the source's cosine ended
+    assert plan.converted.model.model_copy(update={"norm": plan.control.model.norm}) == (
+        plan.control.model
+    )
+
+
+@pytest.mark.parametrize(
+    "section, fragment",
+    [
+        ({"source": "batchnorm", "tokens": 640}, "convert.source: 'batchnorm' is not a variant"),
+        (
+            {"source": "layernorm", "tokens": 640, "target": {"model.norm.placement": "post"}},
+            "'model.norm.placement' cannot change in a conversion",
+        ),
+        (
+            {"source": "layernorm", "tokens": 640, "target": {"model.norm.kind": "layernorm"}},
+            "changes nothing",
+        ),
+        ({"source": "layernorm", "tokens": 1}, "convert.tokens"),
+        ({"source": "layernorm"}, "convert.tokens"),
+        ({"source": "layernorm", "tokens": 640, "bias": "keep"}, "convert.bias"),
+    ],
+)
+def test_convert_section_errors(tmp_path: Path, section: dict, fragment: str) -> None:
+    path = write_experiment(tmp_path / "c.yaml", convert=section)
+    with pytest.raises(ConfigError) as info:
+        load_experiment(path)
+    assert fragment in str(info.value) and "\n" not in str(info.value)

@@ -94,3 +94,114 @@ def test_norm_kind_reaches_every_norm() -> None:
     ln = build_model(_cfg("layernorm"), 50, 0)
     norms = [m for m in ln.modules() if isinstance(m, LayerNorm | RMSNorm)]
     assert len(norms) == 5 and all(isinstance(m, LayerNorm) for m in norms)
+
+
+def _placed(placement: str, kind: str = "layernorm", n_layers: int = 2, **norm) -> torch.nn.Module:
+    cfg = ModelConfig(
+        d_model=32,
+        n_layers=n_layers,
+        n_heads=4,
+        seq_len=16,
+        norm=NormConfig(kind=kind, placement=placement, **norm),
+    )
+    model = build_model(cfg, 50, seed=3).eval()
+    with torch.no_grad():  # non-trivial gains and biases, so a misplaced norm shows
+        for name, p in model.named_parameters():
+            if name in norm_parameter_names(model):
+                p.add_(0.1 * torch.randn(p.shape, generator=torch.Generator().manual_seed(1)))
+    return model
+
+
+def _x() -> torch.Tensor:
+    return torch.randn(2, 16, 32, generator=torch.Generator().manual_seed(5))
+
+
+@torch.no_grad()
+def test_pre_norm_block_and_final_norm() -> None:
+    model = _placed("pre")
+    block, x = model.blocks[0], _x()
+    h = x + block.attn(block.norm_attn(x))
+    assert torch.allclose(block(x), h + block.mlp(block.norm_mlp(h)), atol=1e-6)
+    assert isinstance(model.norm_f, LayerNorm)
+
+
+@torch.no_grad()
+def test_post_norm_ends_each_block_with_its_norm_and_has_no_final_norm() -> None:
+    model = _placed("post", "rmsnorm")
+    block, x = model.blocks[0], _x()
+    h = block.norm_attn(x + block.attn(x))
+    assert torch.allclose(block(x), block.norm_mlp(h + block.mlp(h)), atol=1e-6)
+    assert isinstance(model.norm_f, torch.nn.Identity)
+    assert block.norm_attn_out is None and block.norm_mlp_out is None
+
+
+@torch.no_grad()
+def test_sandwich_normalizes_both_input_and_output_of_each_sublayer() -> None:
+    model = _placed("sandwich")
+    block, x = model.blocks[0], _x()
+    h = x + block.norm_attn_out(block.attn(block.norm_attn(x)))
+    expected = h + block.norm_mlp_out(block.mlp(block.norm_mlp(h)))
+    assert torch.allclose(block(x), expected, atol=1e-6)
+    assert len([n for n in norm_parameter_names(model) if n.endswith("weight")]) == 4 * 2 + 1
+
+
+@torch.no_grad()
+def test_deepnorm_alpha_and_beta_follow_the_formula_for_the_layer_count() -> None:
+    from ablate.model import _init_std, deepnorm_alpha, deepnorm_beta, name_seed
+
+    for n in (2, 6, 12):
+        assert deepnorm_alpha(n) == (2 * n) ** 0.25 and deepnorm_beta(n) == (8 * n) ** -0.25
+    model = _placed("deepnorm", n_layers=6)
+    block, x = model.blocks[0], _x()
+    alpha = (2 * 6) ** 0.25
+    assert block.alpha == alpha
+    h = block.norm_attn(alpha * x + block.attn(x))
+    assert torch.allclose(block(x), block.norm_mlp(alpha * h + block.mlp(h)), atol=1e-6)
+    # init: value rows of qkv, attn.proj and both MLP matrices scaled by beta; q, k rows not
+    beta, std = (8 * 6) ** -0.25, model.cfg.init_std
+    fresh = build_model(model.cfg, 50, seed=3)
+    for name, p in fresh.named_parameters():
+        if not name.startswith("blocks.1.") or not name.endswith("weight") or "norm" in name:
+            continue
+        g = torch.Generator().manual_seed(name_seed(3, name))
+        sample = torch.randn(p.shape, generator=g)
+        if name.endswith("qkv.weight"):
+            assert torch.equal(p[:64], sample[:64] * std)
+            assert torch.allclose(p[64:], sample[64:] * std * beta, rtol=1e-6, atol=0)
+        else:
+            assert torch.allclose(p, sample * std * beta, rtol=1e-6, atol=0), name
+            assert _init_std(name, model.cfg) == std * beta
+
+
+@torch.no_grad()
+def test_no_norm_baseline_has_no_norm_anywhere() -> None:
+    model = _placed("none")
+    assert norm_parameter_names(model) == set()
+    block, x = model.blocks[0], _x()
+    h = x + block.attn(x)
+    assert torch.allclose(block(x), h + block.mlp(h), atol=1e-6)
+
+
+@torch.no_grad()
+def test_qk_norm_normalizes_queries_and_keys_per_head() -> None:
+    model = _placed("pre", "rmsnorm", qk_norm=True)
+    attn, x = model.blocks[0].attn, _x()
+    assert isinstance(attn.q_norm, RMSNorm) and attn.q_norm.dim == 8
+    q, k, v = attn.qkv(x).split(32, dim=2)
+    q, k, v = (z.view(2, 16, 4, 8).transpose(1, 2) for z in (q, k, v))
+    q, k = attn.q_norm(q), attn.k_norm(k)
+    y = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+    expected = attn.proj(y.transpose(1, 2).reshape(2, 16, 32))
+    assert torch.allclose(attn(x), expected, atol=1e-6)
+    plain = _placed("pre", "rmsnorm")
+    assert plain.blocks[0].attn.q_norm is None
+    assert count_parameters(model) - count_parameters(plain) == 2 * 2 * 8  # 2 layers x q, k gains
+
+
+def test_every_kind_fits_every_placement_with_shared_init_across_kinds() -> None:
+    for placement in ("pre", "post", "sandwich", "deepnorm"):
+        digests = {
+            shared_init_digest(build_model(_cfg(kind, placement), 50, seed=4))
+            for kind in ("layernorm", "rmsnorm", "dyt")
+        }
+        assert len(digests) == 1, placement

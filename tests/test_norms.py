@@ -107,3 +107,50 @@ def test_fp32_reduction_under_bf16_is_closer_to_fp32(kind: str) -> None:
 def test_unknown_kind_names_the_allowed_ones() -> None:
     with pytest.raises(ValueError, match="layernorm, rmsnorm"):
         build_norm("batchnorm", 4)
+
+
+def test_dyt_is_tanh_of_alpha_x_times_gain_plus_bias() -> None:
+    norm = build_norm("dyt", 32, alpha_init=0.7)
+    assert [n for n, _ in norm.named_parameters()] == ["weight", "bias", "alpha"]
+    assert norm.alpha.detach().item() == pytest.approx(0.7)
+    _randomize(norm)
+    x = _x().double()
+    expected = torch.tanh(norm.alpha.double() * x) * norm.weight.double() + norm.bias.double()
+    assert torch.allclose(norm(x.float()).double(), expected, atol=1e-6, rtol=0)
+    norm.reset_parameters()
+    assert norm.alpha.detach().item() == pytest.approx(0.7) and bool((norm.weight == 1).all())
+
+
+def test_dyt_gradient_reaches_alpha() -> None:
+    norm = build_norm("dyt", 8, alpha_init=0.5)
+    x = _x((3, 8))
+    norm(x).sum().backward()
+    # d/dalpha sum tanh(alpha x) = sum x (1 - tanh^2(alpha x))
+    expected = (x * (1 - torch.tanh(0.5 * x) ** 2)).sum()
+    assert float(norm.alpha.grad) == pytest.approx(float(expected), rel=1e-5)
+
+
+@pytest.mark.parametrize("kind", ["layernorm", "rmsnorm"])
+@pytest.mark.parametrize("bias", [True, False])
+def test_layernorm_and_rmsnorm_follow_their_formula_with_and_without_bias(
+    kind: str, bias: bool
+) -> None:
+    norm = build_norm(kind, 32, eps=1e-5, bias=bias, impl="auto")
+    _randomize(norm)
+    x = _x().double()
+    centered = x - x.mean(-1, keepdim=True) if kind == "layernorm" else x
+    y = centered / torch.sqrt(centered.pow(2).mean(-1, keepdim=True) + 1e-5)
+    y = y * norm.weight.double() + (norm.bias.double() if bias else 0.0)
+    assert torch.allclose(norm(x.float()).double(), y, atol=2e-5, rtol=0)
+
+
+def test_registry_and_config_list_the_same_kinds_with_their_bias_defaults() -> None:
+    from typing import get_args
+
+    from ablate.config import NormConfig, NormKind
+    from ablate.norms import NORMS
+
+    assert set(get_args(NormKind)) == set(NORMS)
+    for kind in NORMS:
+        built = build_norm(kind, 4)
+        assert NormConfig(kind=kind).bias == (built.bias is not None) == NORMS[kind].default_bias

@@ -158,3 +158,29 @@ def test_attention_probe_can_be_switched_off() -> None:
     _probe_step(model, batch, probe)
     quantities = {r[1] for r in probe.rows}
     assert "attn_logit_max" not in quantities and "resid_rms" in quantities
+
+
+def test_attention_probe_sees_the_normalized_queries_and_keys() -> None:
+    from ablate.config import ModelConfig, NormConfig
+    from ablate.model import build_model
+
+    cfg = ModelConfig(
+        d_model=16, n_layers=1, n_heads=2, seq_len=8, norm=NormConfig(kind="rmsnorm", qk_norm=True)
+    )
+    model = build_model(cfg, 32, seed=0)
+    with torch.no_grad():
+        model.blocks[0].attn.q_norm.weight.fill_(3.0)  # scales every logit by 3
+    batch = torch.randint(0, 32, (2, 9), generator=torch.Generator().manual_seed(0))
+    probe = ModelProbe(interval=1)
+    _probe_step(model, batch, probe)
+    with torch.no_grad():
+        x = model.tok_emb(batch[:, :-1]) + model.pos_emb(torch.arange(8))
+        q, k, _ = model.blocks[0].attn.heads(model.blocks[0].norm_attn(x))
+        scores = q @ k.transpose(-1, -2) / math.sqrt(8)
+        causal = torch.ones(8, 8, dtype=torch.bool).tril()
+        expected = float(scores.masked_fill(~causal, -math.inf).max())
+    assert _value(probe.rows, "attn_logit_max", "blocks.0.attn") == pytest.approx(
+        expected, rel=1e-5
+    )
+    # q and k are RMS-normalized per head: |q.k| <= 3 * d_head / sqrt(d_head)
+    assert 0 < expected <= 3 * math.sqrt(8) + 1e-4

@@ -246,3 +246,34 @@ def test_report_is_current_until_a_result_changes(finished: Path, tmp_path: Path
     later = (tmp_path / "rep" / "report.md").stat().st_mtime + 5
     os.utime(summary, (later, later))
     assert not report_is_current(exp, tmp_path / "rep")
+
+
+@pytest.mark.slow
+def test_grid_report_has_factor_tables_recomputed_from_the_runs(tmp_path: Path) -> None:
+    path = write_experiment(
+        tmp_path / "grid.yaml",
+        name="grid",
+        variants={},
+        grid={"model.norm.kind": ["layernorm", "rmsnorm"], "model.norm.placement": ["pre", "post"]},
+    )
+    results, reports = tmp_path / "results", tmp_path / "reports"
+    argv = ["run", str(path), "--results-dir", str(results), "--report-dir", str(reports)]
+    assert main([*argv, "--workers", "1"]) == 0
+    folder = reports / "grid"
+    text = (folder / "report.md").read_text(encoding="utf-8")
+    assert "## Factors" in text and "### model.norm.kind × model.norm.placement" in text
+    assert (folder / "interactions.png").stat().st_size > 10_000
+    runs = pd.read_csv(folder / "runs.csv")
+    loss = {(r.variant, r.seed): r.final_val_loss for r in runs.itertuples()}
+    effects = pd.read_csv(folder / "factors.csv").set_index(["factor", "level"])
+    per_seed = [
+        np.mean([loss[(f"rmsnorm.{p}", s)] - loss[(f"layernorm.{p}", s)] for p in ("pre", "post")])
+        for s in (0, 1)
+    ]
+    half = stats.t.ppf(0.975, 1) * np.std(per_seed, ddof=1) / math.sqrt(2)
+    row = effects.loc[("model.norm.kind", "rmsnorm")]
+    assert row["effect"] == pytest.approx(np.mean(per_seed), abs=1e-9)
+    assert row["effect_ci_high"] - row["effect_ci_low"] == pytest.approx(2 * half, rel=1e-6)
+    post = [loss[(f"{k}.post", s)] for k in ("layernorm", "rmsnorm") for s in (0, 1)]
+    assert effects.loc[("model.norm.placement", "post"), "mean"] == pytest.approx(np.mean(post))
+    assert "baseline: layernorm.pre" in text

@@ -177,3 +177,56 @@ def test_exception_in_training_is_stored_as_failed_and_redone_later(
     summary = execute_run(spec, tmp_path)
     assert summary["status"] == "failed" and "RuntimeError: boom at step 1" in summary["error"]
     assert not store.is_done(tmp_path / "tiny" / spec.run_id)
+
+
+def _smoke_spec(kind: str, placement: str, **overrides) -> RunSpec:
+    """A run at the size of experiments/smoke.yaml with this norm kind and placement."""
+    from conftest import REPO
+
+    from ablate.config import apply_overrides, build_run_config, load_experiment
+
+    base = load_experiment(REPO / "experiments" / "smoke.yaml").base.model_dump(mode="json")
+    del base["model"]["norm"]["bias"]  # resolved for the base's kind; let each kind choose
+    changes = {"model.norm.kind": kind, "model.norm.placement": placement, **overrides}
+    config = build_run_config(apply_overrides(base, changes, "test"), "test")
+    return RunSpec("smoke", f"{placement}-{kind}", 0, config)
+
+
+PLACEMENTS = ("pre", "post", "sandwich", "deepnorm")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("placement", PLACEMENTS)
+def test_every_kind_trains_in_every_placement_at_smoke_size(placement: str, tmp_path: Path) -> None:
+    initial = math.log(256)
+    for kind in ("layernorm", "rmsnorm", "dyt"):
+        summary = execute_run(_smoke_spec(kind, placement), tmp_path)
+        assert summary["status"] == "finished", summary
+        assert summary["final_val_loss"] < initial - 1.0, (kind, summary["final_val_loss"])
+        assert summary["norm_placement"] == placement and summary["norm_kind"] == kind
+        assert summary["nonfinite_activations"] == 0 and summary["nonfinite_grads"] == 0
+
+
+@pytest.mark.slow
+def test_no_norm_baseline_and_qk_norm_train_at_smoke_size(tmp_path: Path) -> None:
+    none = execute_run(_smoke_spec("layernorm", "none"), tmp_path)
+    qk = execute_run(_smoke_spec("rmsnorm", "pre", **{"model.norm.qk_norm": True}), tmp_path)
+    for summary in (none, qk):
+        assert summary["status"] == "finished" and summary["final_val_loss"] < math.log(256) - 1
+    assert none["norm_impl"] is None  # no norm ran at all
+    plain = prepare(_smoke_spec("rmsnorm", "pre")).model
+    assert qk["n_params"] - sum(p.numel() for p in plain.parameters()) == 2 * 2 * 16
+
+
+def test_bf16_true_feeds_the_norms_bf16_and_the_reduction_setting_matters(tmp_path: Path) -> None:
+    runs = {
+        fp32: execute_run(
+            _spec(**{"train.precision": "bf16-true", "model.norm.fp32_reduction": fp32}), tmp_path
+        )
+        for fp32 in (True, False)
+    }
+    assert all(s["status"] == "finished" for s in runs.values())
+    assert runs[True]["norm_impl"] == "torch" and runs[False]["norm_impl"] == "reference"
+    assert runs[True]["final_val_loss"] != runs[False]["final_val_loss"]
+    weights = torch.load(tmp_path / "tiny" / runs[True]["run_id"] / "model.pt", weights_only=True)
+    assert weights["blocks.0.norm_attn.weight"].dtype == torch.bfloat16

@@ -1,0 +1,144 @@
+"""Factorial grids: main effects, two-way cells and interactions against hand computations."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+from scipy import stats
+
+from ablate.factorial import Design, factor_section, interaction, main_effects, two_way
+
+KIND, PLACE = "model.norm.kind", "model.norm.placement"
+_RNG = np.random.default_rng(0)
+NOISE = {  # (kind, placement, seed) -> a fixed perturbation, so the seeds disagree
+    (k, p, s): float(_RNG.normal(0.0, 0.005))
+    for k in ("layernorm", "rmsnorm")
+    for p in ("pre", "post")
+    for s in range(3)
+}
+
+
+def _loss(kind: str, place: str, seed: int) -> float:
+    rms, post = kind == "rmsnorm", place == "post"
+    return (
+        2.0
+        + 0.1 * rms
+        + 0.3 * post
+        + 0.05 * (rms and post)
+        + 0.01 * seed
+        + NOISE[(kind, place, seed)]
+    )
+
+
+def _design() -> Design:
+    manifest = {
+        "grid": [[KIND, ["layernorm", "rmsnorm"]], [PLACE, ["pre", "post"]]],
+        "factors": {
+            f"{k}.{p}": {KIND: k, PLACE: p}
+            for k in ("layernorm", "rmsnorm")
+            for p in ("pre", "post")
+        },
+    }
+    design = Design.from_manifest(manifest)
+    assert design is not None
+    return design
+
+
+def _runs(diverged: tuple[str, str, int] | None = None) -> pd.DataFrame:
+    rows = []
+    for (k, p, s), _ in NOISE.items():
+        gone = (k, p, s) == diverged
+        rows.append(
+            {
+                "variant": f"{k}.{p}",
+                "seed": s,
+                "status": "diverged" if gone else "finished",
+                "final_val_loss": 9.0 if gone else _loss(k, p, s),
+            }
+        )
+    rows.append({"variant": "other", "seed": 0, "status": "finished", "final_val_loss": 0.0})
+    return pd.DataFrame(rows)
+
+
+def _t_interval(values: list[float]) -> tuple[float, float, float]:
+    x = np.asarray(values)
+    half = stats.t.ppf(0.975, len(x) - 1) * x.std(ddof=1) / math.sqrt(len(x))
+    return x.mean(), x.mean() - half, x.mean() + half
+
+
+def test_main_effects_average_the_other_factor_within_each_seed() -> None:
+    table = main_effects(_runs(), _design()).set_index(["factor", "level"])
+    per_seed = [
+        np.mean([_loss("rmsnorm", p, s) - _loss("layernorm", p, s) for p in ("pre", "post")])
+        for s in range(3)
+    ]
+    mean, low, high = _t_interval(per_seed)
+    row = table.loc[(KIND, "rmsnorm")]
+    assert row["effect"] == pytest.approx(mean, abs=1e-12)
+    assert (row["effect_ci_low"], row["effect_ci_high"]) == pytest.approx((low, high), abs=1e-9)
+    assert row["seeds"] == 3 and 0 < row["effect_p"] < 0.05
+    assert mean == pytest.approx(0.1 + 0.05 / 2, abs=0.01)
+    level = [_loss("rmsnorm", p, s) for p in ("pre", "post") for s in range(3)]
+    assert row["mean"] == pytest.approx(np.mean(level)) and row["std"] == pytest.approx(
+        np.std(level, ddof=1)
+    )
+    first = table.loc[(PLACE, "pre")]
+    assert math.isnan(first["effect"]) and first["runs"] == 6 and first["finished"] == 6
+    assert table.loc[(PLACE, "post"), "effect"] == pytest.approx(0.3 + 0.05 / 2, abs=0.01)
+
+
+def test_diverged_runs_are_counted_and_left_out_of_every_contrast() -> None:
+    runs, design = _runs(diverged=("rmsnorm", "post", 2)), _design()
+    table = main_effects(runs, design).set_index(["factor", "level"])
+    row = table.loc[(KIND, "rmsnorm")]
+    assert (row["runs"], row["finished"], row["diverged"]) == (6, 5, 1)
+    seed2 = _loss("rmsnorm", "pre", 2) - _loss("layernorm", "pre", 2)  # only the complete pair
+    per_seed = [
+        np.mean([_loss("rmsnorm", p, s) - _loss("layernorm", p, s) for p in ("pre", "post")])
+        for s in range(2)
+    ] + [seed2]
+    assert row["effect"] == pytest.approx(np.mean(per_seed), abs=1e-12)
+    cells = two_way(runs, design, KIND, PLACE).set_index([KIND, PLACE])
+    assert cells.loc[("rmsnorm", "post"), "diverged"] == 1
+    assert cells.loc[("rmsnorm", "post"), "mean"] == pytest.approx(
+        np.mean([_loss("rmsnorm", "post", s) for s in range(2)])
+    )
+    assert interaction(runs, design, KIND, PLACE).n_seeds == 2
+
+
+def test_two_way_cells_and_interaction_contrast() -> None:
+    runs, design = _runs(), _design()
+    cells = two_way(runs, design, KIND, PLACE)
+    assert list(zip(cells[KIND], cells[PLACE], strict=True)) == [
+        ("layernorm", "pre"),
+        ("layernorm", "post"),
+        ("rmsnorm", "pre"),
+        ("rmsnorm", "post"),
+    ]
+    for r in cells.itertuples():
+        values = [_loss(r[1], r[2], s) for s in range(3)]
+        assert r.mean == pytest.approx(np.mean(values)) and r.std == pytest.approx(
+            np.std(values, ddof=1)
+        )
+    per_seed = [
+        (_loss("rmsnorm", "post", s) - _loss("rmsnorm", "pre", s))
+        - (_loss("layernorm", "post", s) - _loss("layernorm", "pre", s))
+        for s in range(3)
+    ]
+    est = interaction(runs, design, KIND, PLACE)
+    mean, low, high = _t_interval(per_seed)
+    assert est is not None and est.mean == pytest.approx(mean, abs=1e-12)
+    assert (est.ci_low, est.ci_high) == pytest.approx((low, high), abs=1e-9)
+    assert mean == pytest.approx(0.05, abs=0.01)
+
+
+def test_factor_section_renders_every_table() -> None:
+    lines, effects = factor_section(_runs(), _design())
+    text = "\n".join(lines)
+    assert "## Factors" in text and f"### {KIND} × {PLACE}" in text
+    assert "first level" in text and "Interaction (effect of" in text
+    assert len(effects) == 4 and text.count("\n| ") == (1 + 4) + (1 + 2)
+    assert Design.from_manifest({"grid": [], "factors": {}}) is None
