@@ -208,7 +208,7 @@ def step_table(
             cfg = cfg.model_copy(deep=True)
             cfg.runtime.accelerator = device.type
             row = time_training_steps(cfg, experiment.seeds[0], device, steps)
-            dtype = torch.bfloat16 if cfg.train.precision == "bf16-mixed" else torch.float32
+            dtype = torch.float32 if cfg.train.precision == "32" else torch.bfloat16
             if dtype not in peaks:
                 peaks[dtype] = matmul_peak_flops(device, dtype, threads)
             achieved = float(row["flops_per_token"]) * float(row["tokens_per_s"])

@@ -69,8 +69,13 @@ def test_summary_contract_and_files(ab_runs: dict) -> None:
         "metrics.csv",
         "probes.csv",
         "logs",
+        "model.pt",
         "summary.json",
     }
+    weights = torch.load(run_dir / "model.pt", weights_only=True)
+    model = prepare(_spec("layernorm")).model
+    assert set(weights) == set(model.state_dict())
+    assert not torch.equal(weights["blocks.0.attn.qkv.weight"], model.blocks[0].attn.qkv.weight)
     assert summary["memory_kind"] == "process_peak_rss" and summary["peak_memory_mb"] > 50
     assert summary["probe_steps"] == 2 and summary["nonfinite_activations"] == 0  # steps 1, 20
     env = json.loads((run_dir / "env.json").read_text())
@@ -230,3 +235,12 @@ def test_bf16_true_feeds_the_norms_bf16_and_the_reduction_setting_matters(tmp_pa
     assert runs[True]["final_val_loss"] != runs[False]["final_val_loss"]
     weights = torch.load(tmp_path / "tiny" / runs[True]["run_id"] / "model.pt", weights_only=True)
     assert weights["blocks.0.norm_attn.weight"].dtype == torch.bfloat16
+
+
+def test_weights_are_stored_only_for_main_runs_with_save_weights(tmp_path: Path) -> None:
+    off = _spec(**{"runtime.save_weights": False})
+    sweep = RunSpec("tiny", "layernorm", 1, tiny_config(), group="sweep")
+    for spec in (off, sweep):
+        assert execute_run(spec, tmp_path)["status"] == "finished"
+        assert not (tmp_path / "tiny" / spec.run_id / "model.pt").exists()
+    assert off.run_id == _spec().run_id  # a runtime setting: same run
