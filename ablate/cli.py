@@ -163,7 +163,7 @@ def cmd_run(args: argparse.Namespace, console: Console) -> int:
     from ablate import store
     from ablate.config import load_experiment
     from ablate.estimate import check_corpora
-    from ablate.execute import execute, ready_conversions
+    from ablate.execute import execute, ready_conversions, split_done
     from ablate.plan import plan_convert, plan_manifest, plan_runs, plan_sweep
     from ablate.report import build_report, report_is_current
 
@@ -177,12 +177,12 @@ def cmd_run(args: argparse.Namespace, console: Console) -> int:
     store.write_manifest(exp_dir, plan_manifest(experiment, specs + continued))
     runtime = experiment.base.runtime
     workers, threads = args.workers or runtime.workers, args.threads or runtime.threads
-    summaries = execute(specs, args.results_dir, workers, threads, console)
+    execute(specs, args.results_dir, workers, threads, console)
     if continued:  # after the main runs: they are the sources
         ready, waiting = ready_conversions(continued, exp_dir)
         for spec, why in waiting:
             console.print(f"convert: {spec.variant} seed={spec.seed} skipped: {why}", markup=False)
-        summaries += execute(ready, args.results_dir, workers, threads, console)
+        execute(ready, args.results_dir, workers, threads, console)
         specs += continued
     if experiment.search is not None or experiment.max_lr is not None:
         _studies(experiment, args, console)
@@ -195,9 +195,14 @@ def cmd_run(args: argparse.Namespace, console: Console) -> int:
         report = build_report(exp_dir, report_dir)
         console.print(report.table_markdown, markup=False, highlight=False, soft_wrap=True)
         console.print(f"results: {exp_dir}\nreport:  {report.markdown}, {report.html}")
-    planned = len({s.run_id for s in specs})
-    failed = planned - len(summaries) + sum(s["status"] == "failed" for s in summaries)
-    return EXIT_RUN_FAILED if failed else EXIT_OK
+    _, missing = split_done(specs, args.results_dir)  # as stored now, by any process
+    if missing:
+        console.print(
+            f"{len(missing)} planned run(s) not done (failed, or still trained by another "
+            f"process): see {report_dir / 'report.md'}",
+            markup=False,
+        )
+    return EXIT_RUN_FAILED if missing else EXIT_OK
 
 
 def _studies(experiment: Experiment, args: argparse.Namespace, console: Console) -> dict:
@@ -345,6 +350,16 @@ COMMANDS = {
 }
 
 
+def os_error_line(exc: OSError) -> str:
+    """One line for a file-system error; stored files are written by rename, so never half."""
+    where = f"{exc.filename}: " if exc.filename else ""
+    what = exc.strerror or str(exc)
+    return (
+        f"{where}{what} (errno {exc.errno}); files already stored are unchanged (each is "
+        "written to a temporary name and renamed)"
+    )
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``ablate`` console script."""
     args = build_parser().parse_args(argv)
@@ -356,6 +371,9 @@ def main(argv: list[str] | None = None) -> int:
         return COMMANDS[args.command](args, console)
     except (ConfigError, DataError, UsageError) as exc:
         print(f"ablate {args.command}: error: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except OSError as exc:  # a read-only or full results folder, a vanished file, ...
+        print(f"ablate {args.command}: error: {os_error_line(exc)}", file=sys.stderr)
         return EXIT_BAD_INPUT
     except KeyboardInterrupt:
         print(

@@ -410,12 +410,29 @@ def _format_validation(exc: ValidationError, where: str) -> ConfigError:
     return ConfigError(f"{where}: {first}{more}")
 
 
+def _value_prefix(parts: list[str]) -> str | None:
+    """The dotted prefix of ``parts`` that names a plain value (``train.lr`` in
+    ``train.lr.x``), or None when every prefix is a section."""
+    for i in range(1, len(parts)):
+        owner = _section_model(parts[: i - 1]) if i > 1 else RunConfig
+        field = owner.model_fields.get(parts[i - 1]) if owner is not None else None
+        if field is not None and _model_in(field.annotation) is None:
+            return ".".join(parts[:i])
+    return None
+
+
 def apply_overrides(base: dict[str, Any], overrides: dict[str, Any], where: str) -> dict[str, Any]:
     """Return a copy of ``base`` with each dotted key of ``overrides`` set; unknown keys fail."""
     result = copy.deepcopy(base)
     for dotted, value in overrides.items():
         parts = str(dotted).split(".")
         owner = _section_model(parts[:-1])
+        value_prefix = _value_prefix(parts)
+        if value_prefix:
+            raise ConfigError(
+                f"{where}: override key {dotted!r} does not exist; {value_prefix} is a value, "
+                "not a section"
+            )
         if owner is None or parts[-1] not in owner.model_fields:
             section = ".".join(parts[:-1])
             allowed = _allowed_keys(owner) if owner is not None else _allowed_keys(RunConfig)
@@ -433,11 +450,28 @@ def apply_overrides(base: dict[str, Any], overrides: dict[str, Any], where: str)
     return result
 
 
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """PyYAML's safe loader, except that a key given twice in one mapping is an error (PyYAML
+    would silently keep the last: a second variant of the same name would replace the first)."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen: set[Any] = set()
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=deep)
+            if key in seen:
+                mark = key_node.start_mark
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"duplicate key {key!r} (also given above)", mark
+                )
+            seen.add(key)
+        return super().construct_mapping(node, deep=deep)
+
+
 def _read_yaml(path: Path) -> dict[str, Any]:
     if not path.is_file():
         raise ConfigError(f"{path}: file not found (give the path to an experiment .yaml file)")
     try:
-        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
+        raw = yaml.load(path.read_text(encoding="utf-8"), Loader=_UniqueKeyLoader)  # noqa: S506
     except UnicodeDecodeError:
         raise ConfigError(f"{path}: not UTF-8 text; an experiment file is YAML") from None
     except yaml.YAMLError as exc:
@@ -569,9 +603,8 @@ def _convert_plan(
     target_raw = apply_overrides(
         source.model_dump(mode="json"), section.target, f"{where}: convert.target"
     )
-    target_raw["model"]["norm"].pop(
-        "bias", None
-    ) if "model.norm.bias" not in section.target else None
+    if "model.norm.bias" not in section.target:  # the target kind's own default
+        target_raw["model"]["norm"].pop("bias")
     target = build_run_config(target_raw, f"{where}: convert.target")
     if target.model == source.model:
         raise ConfigError(f"{where}: convert.target: changes nothing in {section.source}'s norm")
@@ -632,8 +665,8 @@ def load_experiment(path: str | Path) -> Experiment:
     variants: dict[str, RunConfig] = {}
     seen: dict[str, str] = {}
     for vname, overrides in variant_raws.items():
-        origin = "grid" if vname in factors else "variants"
-        where = f"{path}: {origin}.{vname}" if origin == "variants" else f"{path}: grid ({vname})"
+        label = f"grid ({vname})" if vname in factors else f"variants.{vname}"
+        where = f"{path}: {label}"
         if not NAME_PATTERN.match(str(vname)):
             raise ConfigError(f"{where}: variant names use letters, digits, _ . - only")
         if not isinstance(overrides, dict):
@@ -645,7 +678,7 @@ def load_experiment(path: str | Path) -> Experiment:
                 f"{where}: resolves to the same run as {seen[fingerprint]}; each variant must "
                 "change something (placement none has no norm: its kind does not matter)"
             )
-        seen[fingerprint] = f"{origin}.{vname}" if origin == "variants" else f"grid ({vname})"
+        seen[fingerprint] = label
         variants[str(vname)] = config
     convert = _convert_plan(top.convert, variants, top.seeds, str(path)) if top.convert else None
     return Experiment(

@@ -105,8 +105,8 @@ def _read_tokens(path: Path, vocab_size: int | None) -> tuple[np.ndarray, int]:
     if path.suffix == ".npy":
         try:
             ids = np.load(path, allow_pickle=False)
-        except ValueError as exc:
-            raise DataError(f"{path}: not a readable .npy array ({exc})") from None
+        except ValueError:
+            raise DataError(f"{path}: not a readable .npy array (numpy.save format)") from None
         if ids.ndim != 1 or not np.issubdtype(ids.dtype, np.integer):
             raise DataError(f"{path}: must hold a 1-D integer array, got {ids.dtype}{ids.shape}")
     else:

@@ -17,7 +17,7 @@ import pandas as pd
 import torch
 
 from ablate.config import Experiment, RunConfig
-from ablate.data import Corpus, batch_offsets, gather_windows, load_corpus
+from ablate.data import Corpus, DataError, batch_offsets, gather_windows, load_corpus
 from ablate.model import GPT, build_model, count_parameters, parameter_groups
 
 TIMED_STEPS = 3
@@ -37,13 +37,17 @@ CPU = torch.device("cpu")
 
 
 def check_corpora(experiment: Experiment) -> dict[str, Corpus]:
-    """Load every variant's corpus once (raises DataError with one line on a bad source)."""
+    """Load every variant's corpus once; a bad source raises DataError with one line that names
+    the experiment file and the variant."""
     cache: dict[str, Corpus] = {}
     corpora = {}
     for name, cfg in experiment.variants.items():
         key = f"{cfg.data.model_dump_json()}|{cfg.model.seq_len}"
         if key not in cache:
-            cache[key] = load_corpus(cfg.data, cfg.model.seq_len)
+            try:
+                cache[key] = load_corpus(cfg.data, cfg.model.seq_len)
+            except DataError as exc:
+                raise DataError(f"{experiment.path}: variants.{name}: {exc}") from None
         corpora[name] = cache[key]
     return corpora
 

@@ -9,10 +9,12 @@ process draws them with rich (one line per active run and an overall bar with an
 
 from __future__ import annotations
 
+import ctypes
 import multiprocessing as mp
 import os
 import queue as queue_module
 import signal
+import sys
 from collections.abc import Iterator
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from contextlib import contextmanager
@@ -167,6 +169,19 @@ def _ignore_sigint() -> None:
 
 def _init_worker(threads: int) -> None:
     torch.set_num_threads(threads)
+    die_with_parent()
+
+
+PR_SET_PDEATHSIG = 1  # linux/prctl.h
+
+
+def die_with_parent() -> None:
+    """Linux: have the kernel kill this worker when the ``ablate`` process that started it
+    dies (SIGKILL, OOM), so no orphan keeps training; its run is redone on the next run."""
+    if sys.platform != "linux":
+        return
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
 
 
 def _worker_run(
@@ -218,6 +233,9 @@ def _run_serial(specs: list[RunSpec], root: Path, threads: int, board: ProgressB
             except KeyboardInterrupt:
                 board.finish(spec, None, "interrupted")
                 raise
+            except store.RunClaimed as exc:
+                board.finish(spec, None, f"skipped: {exc}")
+                continue
             except Exception as exc:  # as in the pool: report it, go on with the other runs
                 board.finish(spec, None, f"failed: {exc!r}")
                 continue
@@ -264,8 +282,11 @@ def _run_pool(specs: list[RunSpec], root: Path, res: Resources, board: ProgressB
                     for future in finished:
                         _drain(messages, board, by_id, timeout=0)
                         spec = futures[future]
-                        if future.exception() is not None:
-                            board.finish(spec, None, f"failed: {future.exception()!r}")
+                        error = future.exception()
+                        if isinstance(error, store.RunClaimed):
+                            board.finish(spec, None, f"skipped: {error}")
+                        elif error is not None:
+                            board.finish(spec, None, f"failed: {error!r}")
                         elif future.result() is not None:
                             summaries.append(future.result())
                             board.finish(spec, future.result())

@@ -365,9 +365,29 @@ def execute_run(
     """Train ``spec`` into ``root/<experiment>/<run_id>/`` and return its summary.
 
     ``stoppers`` are extra early-stop callbacks (the search's pruner); divergence is built in.
+    The run is claimed first (:func:`ablate.store.claim_run`): a run another live process is
+    training raises :class:`ablate.store.RunClaimed`, and one that finished meanwhile is not
+    trained again.
     """
+    exp_dir = store.experiment_dir(root, spec.experiment)
+    store.claim_run(exp_dir, spec.run_id)  # raises RunClaimed when another process trains it
+    try:
+        return _train_and_store(spec, root, progress, stoppers)
+    finally:
+        store.release_run(exp_dir, spec.run_id)
+
+
+def _train_and_store(
+    spec: RunSpec,
+    root: Path,
+    progress: ProgressFn | None,
+    stoppers: Sequence[EarlyStop],
+) -> dict[str, Any]:
+    """The body of :func:`execute_run`, under the run's claim."""
     start = time.perf_counter()
     run_dir = store.experiment_dir(root, spec.experiment) / spec.run_id
+    if store.is_done(run_dir):  # another process finished it after this one planned it
+        raise store.RunClaimed(f"run {spec.run_id} was finished meanwhile by another process")
     store.reset_run_dir(run_dir)
     store.write_json_atomic(run_dir / "config.json", spec.to_json())
     store.write_json_atomic(

@@ -13,9 +13,12 @@ Layout (``root`` defaults to ``results/``)::
         model.pt          final weights of a finished main or convert run (runtime.save_weights)
         summary.json      written last: its presence with a final status marks the run done
         status.json       {"status": "running", ...} while the run is in progress
+    root/<experiment>/.claims/<run-id>  {"pid", "hostname"} of the process training the run
 
 Every file is written to a temporary name and renamed into place, so a reader (or a killed
-writer) never sees half a file. A run directory without a complete ``summary.json`` is
+writer) never sees half a file. A run is trained by the process that holds its claim
+(:func:`claim_run`), so two ``ablate run`` on one results folder share the work instead of
+training a run twice. A run directory without a complete ``summary.json`` is
 incomplete and is redone from scratch, never half-counted.
 
 For notebooks, :func:`load_results` (also ``ablate.load_results``) returns every run of an
@@ -38,6 +41,7 @@ import pandas as pd
 
 DONE_STATUSES = ("finished", "diverged", "pruned")
 WEIGHTS_FILE = "model.pt"  # a finished main or convert run's final state_dict
+CLAIMS = ".claims"  # one file per run being trained: which process trains it
 SUMMARY_KEYS = (
     "variant",
     "seed",
@@ -238,6 +242,54 @@ def process_alive(pid: object) -> bool:
     except PermissionError:
         return True
     return True
+
+
+class RunClaimed(RuntimeError):
+    """The run is being trained by another live process (another ``ablate run``)."""
+
+
+def claim_path(exp_dir: Path, run_id: str) -> Path:
+    """Where the claim of a run lives (outside the run folder, which a run resets)."""
+    return exp_dir / CLAIMS / run_id
+
+
+def claim_run(exp_dir: Path, run_id: str) -> None:
+    """Claim a run for this process, or raise :class:`RunClaimed` naming its holder.
+
+    The claim is a file created with ``O_EXCL`` (atomic on local and NFSv3+ file systems)
+    holding the owner's pid and host. A claim left by a dead process of this host (SIGKILL, a
+    crash) is stale and taken over; one from another host is honoured until removed.
+    """
+    path = claim_path(exp_dir, run_id)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    me = {"pid": os.getpid(), "hostname": platform.node()}
+    for _ in range(2):
+        try:
+            fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+        except FileExistsError:
+            holder = read_json(path) or {}
+            same_host = holder.get("hostname") == me["hostname"]
+            if same_host and holder.get("pid") == me["pid"]:
+                return
+            if same_host and not process_alive(holder.get("pid")):
+                path.unlink(missing_ok=True)  # stale: its process is gone
+                continue
+            where = holder.get("hostname") or "an unknown host"
+            raise RunClaimed(
+                f"run {run_id} is being trained by pid {holder.get('pid')} on {where}"
+            ) from None
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            json.dump(me, handle)
+        return
+    raise RunClaimed(f"run {run_id}: its claim could not be taken over")
+
+
+def release_run(exp_dir: Path, run_id: str) -> None:
+    """Drop this process's claim of a run (no-op when it holds none)."""
+    path = claim_path(exp_dir, run_id)
+    holder = read_json(path) or {}
+    if holder.get("pid") == os.getpid() and holder.get("hostname") == platform.node():
+        path.unlink(missing_ok=True)
 
 
 def write_manifest(exp_dir: Path, manifest: dict[str, Any]) -> None:

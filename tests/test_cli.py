@@ -243,3 +243,95 @@ def test_convert_section_end_to_end(tmp_path: Path, capsys: pytest.CaptureFixtur
     ready, waiting = ready_conversions(specs, exp_dir)
     assert [s.seed for s in ready] == [0, 0] and len(waiting) == 2
     assert all("has no model.pt" in why for _, why in waiting)
+
+
+def _losses(exp_dir: Path) -> dict[str, tuple]:
+    """run id -> (status, final val loss, every train loss): what must not depend on kills."""
+    import pandas as pd
+
+    found = {}
+    for summary_path in exp_dir.glob("*/summary.json"):
+        summary = json.loads(summary_path.read_text())
+        metrics = pd.read_csv(summary_path.parent / "metrics.csv")
+        found[summary["run_id"]] = (
+            summary["status"],
+            summary["final_val_loss"],
+            tuple(metrics["train_loss"]),
+        )
+    return found
+
+
+def _no_debris(exp_dir: Path) -> None:
+    assert not list(exp_dir.rglob("*.tmp")) and not list(exp_dir.glob("*/status.json"))
+    assert not list((exp_dir / ".claims").glob("*"))
+    for path in exp_dir.rglob("*.json"):
+        json.loads(path.read_text())  # every JSON file parses: none is half written
+
+
+@pytest.mark.slow
+def test_sigkill_at_random_points_then_rerun_equals_an_uninterrupted_run(tmp_path: Path) -> None:
+    import random
+
+    path = _long_experiment(tmp_path, 300)
+    reference = tmp_path / "reference"
+    proc = _ablate("run", str(path), "--results-dir", str(reference), cwd=tmp_path)
+    out, _ = proc.communicate(timeout=300)
+    assert proc.returncode == 0, out
+    expected = _losses(reference / "tiny")
+    assert len(expected) == 4
+
+    rng = random.Random(7)
+    killed = tmp_path / "killed"
+    kills = 0
+    for _ in range(4):
+        proc = _ablate(
+            "run", str(path), "--results-dir", str(killed), cwd=tmp_path, start_new_session=True
+        )
+        time.sleep(rng.uniform(3.0, 9.0))  # start-up takes ~3 s; each run ~2 s
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            kills += 1
+        proc.wait()
+    assert kills >= 3
+    rerun = _ablate("run", str(path), "--results-dir", str(killed), cwd=tmp_path)
+    out, _ = rerun.communicate(timeout=300)
+    assert rerun.returncode == 0, out
+    assert _losses(killed / "tiny") == expected  # same runs, bitwise the same losses
+    _no_debris(killed / "tiny")
+
+
+@pytest.mark.slow
+def test_two_concurrent_runs_share_the_work_and_train_each_run_once(tmp_path: Path) -> None:
+    path = _long_experiment(tmp_path, 600)
+    first, second = (_ablate("run", str(path), "--workers", "1", cwd=tmp_path) for _ in range(2))
+    outputs = [p.communicate(timeout=300)[0] for p in (first, second)]
+    exp_dir = tmp_path / "results" / "tiny"
+    summaries = [json.loads(p.read_text()) for p in exp_dir.glob("*/summary.json")]
+    assert len(summaries) == 4 and all(s["status"] == "finished" for s in summaries)
+    for summary in summaries:
+        trained = sum(f"[{summary['run_id']}]: finished" in out for out in outputs)
+        assert trained == 1, outputs  # one process trained it; the other skipped it or found it
+    assert sum("skipped: run" in out or "already done" in out for out in outputs) >= 1
+    _no_debris(exp_dir)
+    again = _ablate("run", str(path), "--workers", "1", cwd=tmp_path)
+    out, _ = again.communicate(timeout=120)
+    assert again.returncode == 0 and "4 of 4 runs already done" in out, out
+
+
+@pytest.mark.slow
+def test_workers_die_with_a_killed_ablate_process(tmp_path: Path) -> None:
+    from ablate.store import process_alive
+
+    path = _long_experiment(tmp_path, 20000)
+    exp_dir = tmp_path / "results" / "tiny"
+    proc = _ablate("run", str(path), "--workers", "2", cwd=tmp_path, start_new_session=True)
+    _wait_until(lambda: len(list(exp_dir.glob("*/status.json"))) == 2, "two runs to start")
+    workers = [json.loads(p.read_text())["pid"] for p in exp_dir.glob("*/status.json")]
+    assert all(process_alive(pid) for pid in workers)
+    proc.kill()  # SIGKILL to the ablate process alone, not its group
+    proc.wait()
+    _wait_until(lambda: not any(process_alive(pid) for pid in workers), "workers to exit", 30)
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)  # the manager and tracker, if any is left
+    except ProcessLookupError:
+        pass
