@@ -163,8 +163,11 @@ def outcome_line(spec: RunSpec, summary: dict[str, Any] | None, error: str | Non
     return f"{head}: {status}{extra}, {val_text}, {summary['wall_time_s']:.1f}s"
 
 
-def _ignore_sigint() -> None:
+def _init_manager() -> None:
+    """The queue's server process: deaf to Ctrl-C (the workers report through it while they
+    store their interrupted runs), but gone with the ``ablate`` process."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    die_with_parent()
 
 
 def _init_worker(threads: int) -> None:
@@ -265,7 +268,7 @@ def _run_pool(specs: list[RunSpec], root: Path, res: Resources, board: ProgressB
     summaries: list[dict] = []
     by_id = {s.run_id: s for s in specs}
     manager = SyncManager(ctx=ctx)
-    manager.start(_ignore_sigint)  # Ctrl-C must not kill the queue the workers report through
+    manager.start(_init_manager)  # Ctrl-C must not kill the queue the workers report through
     with manager:
         messages, stop = manager.Queue(), manager.Event()
         with ProcessPoolExecutor(
