@@ -41,18 +41,24 @@ def paired_difference(
     a = finished[finished["variant"] == variant].set_index("seed")[metric]
     b = finished[finished["variant"] == baseline].set_index("seed")[metric]
     seeds = a.index.intersection(b.index)
-    diff = (a[seeds] - b[seeds]).astype(float)
-    n = len(seeds)
+    return mean_difference(a[seeds] - b[seeds])
+
+
+def mean_difference(diff: pd.Series) -> PairedDifference:
+    """Mean of matched differences (one per seed), its 95% t interval and the p-value of
+    H0: mean 0 (``ttest_1samp`` on the differences, the same test as ``ttest_rel``)."""
+    values = diff.dropna().astype(float).to_numpy()
+    n = len(values)
     if n < 2:
-        mean = float(diff.mean()) if n else float("nan")
+        mean = float(values.mean()) if n else float("nan")
         return PairedDifference(n, mean, float("nan"), float("nan"), float("nan"))
-    if np.allclose(diff.to_numpy(), diff.iloc[0]):  # zero variance: the t-test is undefined
-        value = float(diff.iloc[0])
+    if np.allclose(values, values[0]):  # zero variance: the t-test is undefined
+        value = float(values[0])
         return PairedDifference(n, value, value, value, float("nan"))
-    result = stats.ttest_rel(a[seeds].astype(float), b[seeds].astype(float))
+    result = stats.ttest_1samp(values, 0.0)
     interval = result.confidence_interval(CONFIDENCE)
     return PairedDifference(
-        n, float(diff.mean()), float(interval.low), float(interval.high), float(result.pvalue)
+        n, float(values.mean()), float(interval.low), float(interval.high), float(result.pvalue)
     )
 
 

@@ -65,7 +65,8 @@ def main(argv: list[str] | None = None) -> None:
     configs = parse_configs(args.configs)
     with tempfile.TemporaryDirectory() as scratch:
         experiment = main_runs_only(args.experiment, Path(scratch) / "bench.yaml", args.steps)
-        n_runs = len(load_experiment(experiment).variants) * len(load_experiment(experiment).seeds)
+        loaded = load_experiment(experiment)
+        n_runs = len(loaded.variants) * len(loaded.seeds)
         print(f"{args.experiment}: {n_runs} main runs of {args.steps} steps per configuration")
         per_hour = {}
         results = Path(scratch)

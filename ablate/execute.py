@@ -311,20 +311,11 @@ def ready_conversions(
     """
     ready, waiting = [], []
     for spec in specs:
-        source = exp_dir / str(spec.init_from)
-        summary = store.read_summary(source)
-        if summary is None or summary["status"] != "finished":
-            state = summary["status"] if summary else "not done"
-            waiting.append((spec, f"source run {spec.init_from} is {state}"))
-        elif not (source / store.WEIGHTS_FILE).is_file():
-            waiting.append(
-                (
-                    spec,
-                    f"source run {spec.init_from} has no {store.WEIGHTS_FILE} (save_weights off)",
-                )
-            )
-        else:
+        problem = store.weights_missing(exp_dir / str(spec.init_from))
+        if problem is None:
             ready.append(spec)
+        else:
+            waiting.append((spec, f"source run {spec.init_from} {problem}"))
     return ready, waiting
 
 

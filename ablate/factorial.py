@@ -24,22 +24,10 @@ from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
-from scipy import stats
 
-from ablate.analysis import CONFIDENCE, column
+from ablate.analysis import PairedDifference, column, mean_difference
 
 METRIC = "final_val_loss"
-
-
-@dataclass(frozen=True)
-class SeedEstimate:
-    """Mean over seeds of a per-seed contrast, its 95% interval and p (H0: zero)."""
-
-    n_seeds: int
-    mean: float
-    ci_low: float
-    ci_high: float
-    p_value: float
 
 
 def level_text(value: object) -> str:
@@ -80,18 +68,6 @@ def factor_runs(runs: pd.DataFrame, design: Design) -> pd.DataFrame:
     return grid
 
 
-def seed_estimate(per_seed: pd.Series) -> SeedEstimate:
-    """Mean, 95% interval and one-sample t-test p over seeds (NaN below two seeds)."""
-    values = per_seed.dropna().astype(float).to_numpy()
-    n = len(values)
-    mean = float(values.mean()) if n else float("nan")
-    if n < 2 or np.allclose(values, values[0]):
-        return SeedEstimate(n, mean, float("nan"), float("nan"), float("nan"))
-    result = stats.ttest_1samp(values, 0.0)
-    interval = result.confidence_interval(CONFIDENCE)
-    return SeedEstimate(n, mean, float(interval.low), float(interval.high), float(result.pvalue))
-
-
 def _finished_cells(grid: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
     """Finished runs indexed by (seed, *factor levels) -> metric."""
     done = grid[grid["status"] == "finished"]
@@ -121,7 +97,7 @@ def main_effects(runs: pd.DataFrame, design: Design) -> pd.DataFrame:
             mine = grid[grid[key] == level]
             done = mine[mine["status"] == "finished"][METRIC]
             effect = (
-                seed_estimate(level_contrast(grid, keys, key, level, levels[0]))
+                mean_difference(level_contrast(grid, keys, key, level, levels[0]))
                 if level != levels[0]
                 else None
             )
@@ -138,7 +114,7 @@ def main_effects(runs: pd.DataFrame, design: Design) -> pd.DataFrame:
                     "effect_ci_low": effect.ci_low if effect else float("nan"),
                     "effect_ci_high": effect.ci_high if effect else float("nan"),
                     "effect_p": effect.p_value if effect else float("nan"),
-                    "seeds": effect.n_seeds if effect else 0,
+                    "seeds": effect.n_pairs if effect else 0,
                 }
             )
     return pd.DataFrame(rows)
@@ -164,7 +140,7 @@ def two_way(runs: pd.DataFrame, design: Design, a: str, b: str) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def interaction(runs: pd.DataFrame, design: Design, a: str, b: str) -> SeedEstimate | None:
+def interaction(runs: pd.DataFrame, design: Design, a: str, b: str) -> PairedDifference | None:
     """The a × b interaction contrast over seeds; None unless both factors have two levels."""
     la, lb = design.levels[a], design.levels[b]
     if len(la) != 2 or len(lb) != 2:
@@ -175,25 +151,25 @@ def interaction(runs: pd.DataFrame, design: Design, a: str, b: str) -> SeedEstim
     cells = _finished_cells(grid, keys).reset_index()
     wide = cells.pivot_table(index=["seed", *others], columns=[a, b], values=METRIC)
     if any((x, y) not in wide.columns for x in la for y in lb):
-        return SeedEstimate(0, float("nan"), float("nan"), float("nan"), float("nan"))
+        return mean_difference(pd.Series(dtype=float))
     contrast = (wide[(la[1], lb[1])] - wide[(la[1], lb[0])]) - (
         wide[(la[0], lb[1])] - wide[(la[0], lb[0])]
     )
-    return seed_estimate(contrast.dropna().groupby(level="seed").mean())
+    return mean_difference(contrast.dropna().groupby(level="seed").mean())
 
 
 def _num(value: float, digits: int = 4) -> str:
     return "–" if value is None or not np.isfinite(value) else f"{value:.{digits}f}"
 
 
-def _estimate_text(est: SeedEstimate | None) -> tuple[str, str]:
+def _estimate_text(est: PairedDifference | None) -> tuple[str, str]:
     """('Δ [low, high]', 'p (n seeds)') of an estimate, or dashes."""
-    if est is None or est.n_seeds == 0:
+    if est is None or est.n_pairs == 0:
         return "–", "–"
     interval = (
         f" [{_num(est.ci_low)}, {_num(est.ci_high)}]" if np.isfinite(est.ci_low) else " (no CI)"
     )
-    return f"{_num(est.mean)}{interval}", f"{_num(est.p_value, 3)} ({est.n_seeds})"
+    return f"{_num(est.mean)}{interval}", f"{_num(est.p_value, 3)} ({est.n_pairs})"
 
 
 def main_effects_markdown(table: pd.DataFrame) -> str:
@@ -201,7 +177,7 @@ def main_effects_markdown(table: pd.DataFrame) -> str:
     rows = []
     for r in table.itertuples():
         first = r.seeds == 0 and not np.isfinite(r.effect)
-        est = SeedEstimate(r.seeds, r.effect, r.effect_ci_low, r.effect_ci_high, r.effect_p)
+        est = PairedDifference(r.seeds, r.effect, r.effect_ci_low, r.effect_ci_high, r.effect_p)
         effect, p = ("first level", "–") if first else _estimate_text(est)
         rows.append(
             {
@@ -230,9 +206,16 @@ def two_way_markdown(cells: pd.DataFrame, a: str, b: str) -> str:
     return wide.reset_index().rename(columns={a: f"{a} ↓ {b} →"}).to_markdown(index=False)
 
 
-def factor_section(runs: pd.DataFrame, design: Design) -> tuple[list[str], pd.DataFrame]:
-    """Markdown lines of the factor analysis and the main-effect table (for the CSV)."""
+FactorPair = tuple[str, str, pd.DataFrame]  # factor a, factor b, their two_way cells
+
+
+def factor_section(
+    runs: pd.DataFrame, design: Design
+) -> tuple[list[str], pd.DataFrame, list[FactorPair]]:
+    """Markdown lines of the factor analysis, the main-effect table (for the CSV) and each
+    factor pair's two-way cells (for the figure)."""
     effects = main_effects(runs, design)
+    pairs = []
     lines = [
         "## Factors",
         "",
@@ -243,6 +226,8 @@ def factor_section(runs: pd.DataFrame, design: Design) -> tuple[list[str], pd.Da
         "",
     ]
     for a, b in itertools.combinations(design.keys, 2):
+        cells = two_way(runs, design, a, b)
+        pairs.append((a, b, cells))
         lines += [
             f"### {a} × {b}",
             "",
@@ -250,7 +235,7 @@ def factor_section(runs: pd.DataFrame, design: Design) -> tuple[list[str], pd.Da
             + (" and the other factors" if len(design.keys) > 2 else "")
             + ":",
             "",
-            two_way_markdown(two_way(runs, design, a, b), a, b),
+            two_way_markdown(cells, a, b),
             "",
         ]
         est = interaction(runs, design, a, b)
@@ -261,4 +246,4 @@ def factor_section(runs: pd.DataFrame, design: Design) -> tuple[list[str], pd.Da
                 f"{design.levels[a][0]}): {effect}, p {p}. Zero means the two effects add up.",
                 "",
             ]
-    return lines, effects
+    return lines, effects, pairs

@@ -27,7 +27,6 @@ import html
 import math
 import re
 from dataclasses import dataclass
-from itertools import combinations
 from pathlib import Path
 
 import markdown
@@ -43,7 +42,7 @@ from ablate.analysis import (
     sweep_table,
     variant_table,
 )
-from ablate.factorial import Design, factor_section, two_way
+from ablate.factorial import Design, factor_section
 from ablate.figures import (
     convert_figure,
     interaction_figure,
@@ -122,8 +121,12 @@ def missing_runs(exp_dir: Path, manifest: dict, runs: pd.DataFrame) -> list[str]
         if r["run_id"] in have or r["run_id"] in missing:
             continue
         group = r.get("group", "main")
-        where = "" if group in ("main", "convert") else f" ({group}, lr={r['lr']:.3g})"
-        where = " (convert)" if group == "convert" else where
+        if group == "main":
+            where = ""
+        elif group == "convert":
+            where = " (convert)"
+        else:
+            where = f" ({group}, lr={r['lr']:.3g})"
         state = store.pending_state(exp_dir / r["run_id"])
         missing[r["run_id"]] = f"{r['variant']} seed={r['seed']}{where}: {state}"
     return list(missing.values())
@@ -540,9 +543,8 @@ def main_sections(
 
 def factors_part(runs: pd.DataFrame, design: Design, out: Path) -> list[str]:
     """The factor tables (:mod:`ablate.factorial`), factors.csv and the interaction figure."""
-    lines, effects = factor_section(runs, design)
+    lines, effects, pairs = factor_section(runs, design)
     store.write_frame_atomic(out / "factors.csv", effects)
-    pairs = [(a, b, two_way(runs, design, a, b)) for a, b in combinations(design.keys, 2)]
     figure = interaction_figure(pairs, out / "interactions.png")
     _figure(
         lines,
@@ -558,11 +560,12 @@ def convert_table(runs: pd.DataFrame) -> pd.DataFrame:
     """Per convert variant: loss before and right after the swap, the jump, the final loss,
     and the paired difference of the converted runs to the continued ones."""
     rows = []
+    converted_diff = paired_difference(runs, CONVERTED, CONTROL)
     for variant in (CONTROL, CONVERTED):
         mine = runs[(runs["variant"] == variant) & (runs["status"] == "finished")]
         before, after = column(mine, "loss_before_swap"), column(mine, "loss_after_swap")
         final = column(mine, "final_val_loss")
-        diff = paired_difference(runs, CONVERTED, CONTROL) if variant == CONVERTED else None
+        diff = converted_diff if variant == CONVERTED else None
         rows.append(
             {
                 "variant": variant,

@@ -107,16 +107,10 @@ def prepare(spec: RunSpec, root: Path | None = None) -> Prepared:
 def load_source(spec: RunSpec, root: Path, vocab_size: int) -> tuple[RunSpec, GPT]:
     """The source run's spec and its final model (``model.pt``), or a clear error."""
     source_dir = store.experiment_dir(root, spec.experiment) / str(spec.init_from)
-    summary = store.read_summary(source_dir)
-    if summary is None or summary["status"] != "finished":
-        state = summary["status"] if summary else "not run"
-        raise ValueError(f"source run {spec.init_from} is {state}: nothing to continue from")
+    problem = store.weights_missing(source_dir)
+    if problem is not None:
+        raise ValueError(f"source run {spec.init_from} {problem}: nothing to continue from")
     weights = source_dir / store.WEIGHTS_FILE
-    if not weights.is_file():
-        raise ValueError(
-            f"source run {spec.init_from} has no {store.WEIGHTS_FILE} (runtime.save_weights "
-            f"was off); delete {source_dir} and run again to retrain it"
-        )
     source_spec = RunSpec.from_json(store.read_json(source_dir / "config.json") or {})
     source = GPT(source_spec.config.model, vocab_size)
     source.load_state_dict(torch.load(weights, map_location="cpu", weights_only=True))

@@ -244,6 +244,17 @@ def process_alive(pid: object) -> bool:
     return True
 
 
+def weights_missing(run_dir: Path) -> str | None:
+    """Why a run cannot be continued from (``is diverged``, ``has no model.pt ...``), or None
+    when it finished with its final weights stored."""
+    summary = read_summary(run_dir)
+    if summary is None or summary["status"] != "finished":
+        return f"is {summary['status'] if summary else 'not done'}"
+    if not (run_dir / WEIGHTS_FILE).is_file():
+        return f"has no {WEIGHTS_FILE} (runtime.save_weights was off when it ran)"
+    return None
+
+
 class RunClaimed(RuntimeError):
     """The run is being trained by another live process (another ``ablate run``)."""
 

@@ -106,7 +106,7 @@ def test_diverged_runs_are_counted_and_left_out_of_every_contrast() -> None:
     assert cells.loc[("rmsnorm", "post"), "mean"] == pytest.approx(
         np.mean([_loss("rmsnorm", "post", s) for s in range(2)])
     )
-    assert interaction(runs, design, KIND, PLACE).n_seeds == 2
+    assert interaction(runs, design, KIND, PLACE).n_pairs == 2
 
 
 def test_two_way_cells_and_interaction_contrast() -> None:
@@ -136,7 +136,7 @@ def test_two_way_cells_and_interaction_contrast() -> None:
 
 
 def test_factor_section_renders_every_table() -> None:
-    lines, effects = factor_section(_runs(), _design())
+    lines, effects, _ = factor_section(_runs(), _design())
     text = "\n".join(lines)
     assert "## Factors" in text and f"### {KIND} × {PLACE}" in text
     assert "first level" in text and "Interaction (effect of" in text
