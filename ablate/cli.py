@@ -208,7 +208,7 @@ def cmd_run(args: argparse.Namespace, console: Console) -> int:
 def _studies(experiment: Experiment, args: argparse.Namespace, console: Console) -> dict:
     """Run the search and max-LR studies of an experiment and print their outcome."""
     from ablate.execute import choose_resources, gpu_count
-    from ablate.search import run_studies, storage_url, study_jobs
+    from ablate.search import run_studies, storage_label, storage_url, study_jobs
 
     url = storage_url(experiment, args.results_dir, args.storage)
     jobs = len(study_jobs(experiment))
@@ -220,7 +220,8 @@ def _studies(experiment: Experiment, args: argparse.Namespace, console: Console)
         gpus=gpu_count(runtime.accelerator),
     )
     console.print(
-        f"studies in {url}: {jobs} job(s), {res.workers} worker(s) x {res.threads} thread(s)",
+        f"studies in {storage_label(url)}: {jobs} job(s), "
+        f"{res.workers} worker(s) x {res.threads} thread(s)",
         markup=False,
         highlight=False,
     )

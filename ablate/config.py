@@ -190,6 +190,16 @@ class RuntimeConfig(_Strict):
     save_weights: bool = Field(
         True, description="store each finished main run's final weights (model.pt) for convert:"
     )
+    heartbeat_s: int = Field(
+        30,
+        ge=1,
+        le=3600,
+        description="search on an RDB storage: a trial's worker records a heartbeat this often; "
+        "one silent for 3x this long is failed and retried",
+    )
+    trial_retries: int = Field(
+        3, ge=0, le=100, description="how often a trial whose worker died is retried"
+    )
 
 
 class RunConfig(_Strict):

@@ -355,16 +355,17 @@ def execute_run(
     root: Path,
     progress: ProgressFn | None = None,
     stoppers: Sequence[EarlyStop] = (),
+    take_over: bool = False,
 ) -> dict[str, Any]:
     """Train ``spec`` into ``root/<experiment>/<run_id>/`` and return its summary.
 
     ``stoppers`` are extra early-stop callbacks (the search's pruner); divergence is built in.
-    The run is claimed first (:func:`ablate.store.claim_run`): a run another live process is
-    training raises :class:`ablate.store.RunClaimed`, and one that finished meanwhile is not
-    trained again.
+    The run is claimed first (:func:`ablate.store.claim_run`, ``take_over`` passed on): a run
+    another live process is training raises :class:`ablate.store.RunClaimed`, and one that
+    finished meanwhile is not trained again.
     """
     exp_dir = store.experiment_dir(root, spec.experiment)
-    store.claim_run(exp_dir, spec.run_id)  # raises RunClaimed when another process trains it
+    store.claim_run(exp_dir, spec.run_id, take_over)  # RunClaimed: another process trains it
     try:
         return _train_and_store(spec, root, progress, stoppers)
     finally:

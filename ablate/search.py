@@ -1,19 +1,27 @@
 """Optuna studies: the LR x warmup search and the maximum-stable-LR bracketing, per variant.
 
 Both live in one Optuna storage (by default ``results/<experiment>/optuna.db``, SQLite; any
-Optuna RDB URL, or ``journal:PATH`` for a journal file) with one study per variant and purpose:
-``<experiment>.<variant>.search`` and ``<experiment>.<variant>.max_lr``. Every trial is also an
-ordinary run in the results store (``group`` search or max_lr), so reports read one place, and
-a trial whose run is already stored reuses it instead of training again.
+Optuna RDB URL such as ``postgresql://``, or ``journal:PATH`` for a journal file) with one study
+per variant and purpose: ``<experiment>.<variant>.search`` and ``<experiment>.<variant>.max_lr``.
+Every trial is also an ordinary run in the results store (``group`` search or max_lr), so
+reports read one place, and a trial whose run is already stored reuses it instead of training
+again; a run another process is training is waited for, not trained twice.
+
+Many processes (on many machines, with the results folder on a shared file system) may work on
+one storage. On an RDB storage every search trial sends a heartbeat (``runtime.heartbeat_s``);
+one silent for three heartbeats belongs to a dead worker: Optuna fails it and enqueues a retry
+with the same parameters (``runtime.trial_retries``), which takes over the dead worker's run.
 
 - **Search**: a seeded sampler (TPE by default) proposes ``lr`` (log scale) and
   ``warmup_steps``; the objective is the final val loss with unstable runs scored as
   min(loss, ℓ0), so the sampler sees where divergence begins (Optuna's samplers ignore failed
   trials). The median pruner stops poor trials at an evaluation (intermediate val loss against
   optimizer steps). ``n_trials`` counts complete and pruned trials over every process sharing
-  the storage, so rerunning continues the study and parallel processes share the work.
-- **Max stable LR**: :func:`ablate.stability.bracket_max_stable` with each probe an
-  ``enqueue_trial``-ed trial of the max_lr study; a probe runs the k seeds in order and stops at
+  the storage, so rerunning continues the study and parallel processes share the work: a
+  worker starts a trial only while complete + pruned + running trials are fewer than
+  ``n_trials``, and on an RDB storage stays until the running ones are done or retried.
+- **Max stable LR**: :func:`ablate.stability.bracket_max_stable` with each probe a trial of
+  the max_lr study asked for at exactly that LR; a probe runs the k seeds in order and stops at
   the first unstable one. Probes already in the study are read back, never rerun.
 """
 
@@ -21,6 +29,10 @@ from __future__ import annotations
 
 import math
 import multiprocessing as mp
+import os
+import time
+import warnings
+from collections import Counter
 from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import asdict, dataclass
@@ -30,12 +42,15 @@ from typing import Any
 
 import lightning as L
 import optuna
+import sqlalchemy.exc
 import torch
-from optuna.distributions import BaseDistribution
+from optuna.distributions import BaseDistribution, FloatDistribution
+from optuna.storages import RetryHeartbeatStaleTrialCallback
 from optuna.trial import FrozenTrial, TrialState
+from sqlalchemy.engine import make_url
 
 from ablate import store
-from ablate.config import Experiment
+from ablate.config import Experiment, RuntimeConfig
 from ablate.plan import RunSpec, with_train
 from ablate.probes import EarlyStop, Stop
 from ablate.run import execute_run
@@ -44,6 +59,8 @@ from ablate.train import LanguageModelTask
 
 PrintFn = Callable[[str], None]
 COUNTED = (TrialState.COMPLETE, TrialState.PRUNED)
+GRACE_HEARTBEATS = 3  # a trial silent for this many heartbeats belongs to a dead worker
+POLL_S = 1.0  # how often a worker looks again at trials or runs that others hold
 
 
 def storage_url(experiment: Experiment, root: Path, override: str | None = None) -> str:
@@ -56,13 +73,57 @@ def storage_url(experiment: Experiment, root: Path, override: str | None = None)
     return f"sqlite:///{path}"
 
 
-def open_storage(url: str) -> str | optuna.storages.BaseStorage:
-    """An Optuna storage for ``url``; ``journal:PATH`` opens a journal file."""
+def open_storage(
+    url: str, runtime: RuntimeConfig | None = None, heartbeat: bool = True
+) -> optuna.storages.BaseStorage:
+    """An Optuna storage for ``url``.
+
+    ``journal:PATH`` opens a journal file (no heartbeat: a dead worker's trial stays RUNNING and
+    is never counted). Any other URL is an RDB storage; with ``heartbeat`` its trials send one
+    every ``runtime.heartbeat_s``, and a stale trial is failed and retried up to
+    ``trial_retries`` times.
+    """
     if url.startswith("journal:"):
         from optuna.storages.journal import JournalFileBackend
 
         return optuna.storages.JournalStorage(JournalFileBackend(url.removeprefix("journal:")))
-    return url
+    runtime = runtime or RuntimeConfig()
+    # SQLite: wait for a lock held by another worker instead of failing after 5 s
+    engine = {"connect_args": {"timeout": 120}} if url.startswith("sqlite") else {}
+    if not heartbeat:
+        return _rdb_storage(url, engine_kwargs=engine)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        return _rdb_storage(
+            url,
+            engine_kwargs=engine,
+            heartbeat_interval=runtime.heartbeat_s,
+            grace_period=GRACE_HEARTBEATS * runtime.heartbeat_s,
+            heartbeat_stale_trial_callback=RetryHeartbeatStaleTrialCallback(runtime.trial_retries),
+        )
+
+
+def _rdb_storage(url: str, attempts: int = 5, **options: Any) -> optuna.storages.RDBStorage:
+    """An RDB storage (``postgresql://`` through psycopg 3, installed with ablate); retried
+    while workers started together race to create its tables."""
+    parsed = make_url(url)
+    if parsed.drivername == "postgresql":
+        url = parsed.set(drivername="postgresql+psycopg").render_as_string(hide_password=False)
+    for attempt in range(attempts):
+        try:
+            return optuna.storages.RDBStorage(url, **options)
+        except (sqlalchemy.exc.IntegrityError, sqlalchemy.exc.OperationalError):
+            if attempt == attempts - 1:
+                raise
+            time.sleep(0.5 * (attempt + 1))  # another worker is creating the schema
+    raise AssertionError("unreachable")
+
+
+def storage_label(url: str) -> str:
+    """``url`` fit to print or store: an RDB URL's password hidden."""
+    if url.startswith("journal:"):
+        return url
+    return make_url(url).render_as_string(hide_password=True)
 
 
 def study_name(experiment: Experiment, variant: str, purpose: str) -> str:
@@ -73,11 +134,15 @@ def study_name(experiment: Experiment, variant: str, purpose: str) -> str:
 def open_study(
     experiment: Experiment, variant: str, purpose: str, url: str, **options: Any
 ) -> optuna.Study:
-    """Create or load the variant's study for ``purpose`` (minimizing), quietly."""
+    """Create or load the variant's study for ``purpose`` (minimizing), quietly.
+
+    Only search trials send heartbeats: a max-LR probe is asked for at a fixed LR and is never
+    retried (an unfinished probe is simply asked for again).
+    """
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     return optuna.create_study(
         study_name=study_name(experiment, variant, purpose),
-        storage=open_storage(url),
+        storage=open_storage(url, experiment.base.runtime, heartbeat=purpose == "search"),
         direction="minimize",
         load_if_exists=True,
         **options,
@@ -108,11 +173,28 @@ class TrialPruner(EarlyStop):
 
 
 def run_or_reuse(
-    spec: RunSpec, root: Path, stoppers: list[EarlyStop] | None = None
+    spec: RunSpec,
+    root: Path,
+    stoppers: list[EarlyStop] | None = None,
+    take_over: bool = False,
+    say: PrintFn = print,
 ) -> dict[str, Any]:
-    """The stored summary of ``spec`` if it is done, else train it now."""
-    summary = store.read_summary(store.experiment_dir(root, spec.experiment) / spec.run_id)
-    return summary if summary is not None else execute_run(spec, root, stoppers=stoppers or [])
+    """The stored summary of ``spec`` if it is done, else train it now.
+
+    A run another live process is training is waited for and then reused; ``take_over``
+    claims it whoever holds it (a retried trial: Optuna found its worker dead).
+    """
+    run_dir = store.experiment_dir(root, spec.experiment) / spec.run_id
+    announced = False
+    while (summary := store.read_summary(run_dir)) is None:
+        try:
+            return execute_run(spec, root, stoppers=stoppers or [], take_over=take_over)
+        except store.RunClaimed as claimed:
+            if not announced:
+                say(f"waiting: {claimed}")
+                announced = True
+            time.sleep(POLL_S)
+    return summary
 
 
 def trial_value(summary: dict[str, Any]) -> float:
@@ -217,8 +299,9 @@ def run_search(
         warmup = trial.suggest_int("warmup_steps", cfg.warmup_min, cfg.warmup_max)
         config = with_train(base, lr=lr, warmup_steps=warmup, tokens=cfg.tokens)
         spec = RunSpec(experiment.name, variant, seed, config, group="search")
+        retry = "run_id" in trial.user_attrs  # copied from a trial whose worker died
         trial.set_user_attr("run_id", spec.run_id)
-        summary = run_or_reuse(spec, root, [TrialPruner(trial)])
+        summary = run_or_reuse(spec, root, [TrialPruner(trial)], take_over=retry, say=say)
         trial.set_user_attr("stable", summary.get("stable"))
         trial.set_user_attr("status", summary["status"])
         say(f"search {variant} #{trial.number}: lr={lr:.3g} warmup={warmup}: {_describe(summary)}")
@@ -228,16 +311,44 @@ def run_search(
             raise RunFailedError(summary["error"])
         return trial_value(summary)
 
-    remaining = cfg.n_trials - counted_trials(study)
-    if remaining > 0:
-        study.optimize(
-            objective,
-            n_trials=remaining,
-            timeout=cfg.timeout_s,
-            callbacks=[optuna.study.MaxTrialsCallback(cfg.n_trials, states=COUNTED)],
-            catch=(RunFailedError,),
-        )
+    deadline = time.monotonic() + (cfg.timeout_s or math.inf)
+    watch = not url.startswith("journal:")  # RDB storages have a heartbeat
+    while time.monotonic() < deadline:
+        fail_dead_workers_trials(study)
+        step = next_search_step(study, cfg.n_trials, watch)
+        if step == "done":
+            break
+        if step == "wait":
+            time.sleep(POLL_S)
+            continue
+        study.optimize(objective, n_trials=1, catch=(RunFailedError,))
     return study
+
+
+def fail_dead_workers_trials(study: optuna.Study) -> None:
+    """Fail the study's trials whose heartbeat is stale; each comes back as a WAITING retry."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        optuna.storages.fail_stale_trials(study)
+
+
+def next_search_step(study: optuna.Study, n_trials: int, watch_running: bool) -> str:
+    """What a search worker does next: ``trial``, ``wait`` or ``done``.
+
+    A waiting trial (a retry) is always run. Otherwise a new trial starts while complete +
+    pruned (+ running, when ``watch_running``) trials are fewer than ``n_trials``; when only
+    running trials stand between the study and ``n_trials`` the worker waits, since one of them
+    may belong to a dead worker and come back as a retry. Without a heartbeat (journal) running
+    trials are neither counted nor waited for.
+    """
+    states = Counter(t.state for t in study.get_trials(deepcopy=False))
+    counted = sum(states[s] for s in COUNTED)
+    running = states[TrialState.RUNNING] if watch_running else 0
+    if states[TrialState.WAITING]:
+        return "trial"
+    if counted >= n_trials:
+        return "done"
+    return "trial" if counted + running < n_trials else "wait"
 
 
 def search_summary(study: optuna.Study) -> dict[str, Any]:
@@ -299,6 +410,7 @@ def probe_stability(
     seeds: list[int],
     root: Path,
     tokens: int | None,
+    say: PrintFn = print,
 ) -> ProbeResult:
     """Run ``seeds`` in order at ``lr``, stopping at the first unstable one."""
     base = experiment.variants[variant]
@@ -306,7 +418,7 @@ def probe_stability(
     runs = 0
     for seed in seeds:
         summary = run_or_reuse(
-            RunSpec(experiment.name, variant, seed, config, group="max_lr"), root
+            RunSpec(experiment.name, variant, seed, config, group="max_lr"), root, say=say
         )
         runs += 1
         if not summary.get("stable"):
@@ -322,14 +434,6 @@ def _stored_probe(study: optuna.Study, lr: float) -> ProbeResult | None:
     return None
 
 
-def _is_waiting(study: optuna.Study, lr: float) -> bool:
-    waiting = study.get_trials(deepcopy=False, states=(TrialState.WAITING,))
-    return any(
-        math.isclose(t.system_attrs.get("fixed_params", {}).get("lr", math.nan), lr, rel_tol=1e-12)
-        for t in waiting
-    )
-
-
 def run_max_lr(
     experiment: Experiment, variant: str, root: Path, url: str, say: PrintFn = print
 ) -> dict[str, Any]:
@@ -340,20 +444,26 @@ def run_max_lr(
     seeds = cfg.seeds or experiment.seeds
     probes: list[ProbeResult] = []
 
-    def objective(trial: optuna.Trial) -> float:
-        lr = trial.suggest_float("lr", cfg.lr_min, cfg.lr_max, log=True)
-        found = probe_stability(experiment, variant, lr, seeds, root, cfg.tokens)
+    def run_probe(lr: float) -> None:
+        # a single-point distribution fixes the LR; a trial left WAITING by an older version
+        # is popped first and run at its own LR, and the loop below asks again
+        trial = study.ask({"lr": FloatDistribution(lr, lr, log=True)})
+        try:
+            found = probe_stability(
+                experiment, variant, trial.params["lr"], seeds, root, cfg.tokens, say
+            )
+        except BaseException:
+            study.tell(trial, state=TrialState.FAIL)
+            raise
         for key, value in asdict(found).items():
             trial.set_user_attr(key, value)
-        return 0.0 if found.stable else 1.0
+        study.tell(trial, 0.0 if found.stable else 1.0)
 
     def probe(lr: float) -> bool:
         result = _stored_probe(study, lr)
         fresh = result is None
-        while result is None:  # waiting trials left by a crash run first; ours is among them
-            if not _is_waiting(study, lr):
-                study.enqueue_trial({"lr": lr})
-            study.optimize(objective, n_trials=1)
+        while result is None:
+            run_probe(lr)
             result = _stored_probe(study, lr)
         result.reused = not fresh
         probes.append(result)
@@ -392,14 +502,19 @@ def _job(
     return kind, variant, run_max_lr(experiment, variant, Path(root), url, say)
 
 
-def study_jobs(experiment: Experiment) -> list[tuple[str, str]]:
-    """(purpose, variant) of every study the experiment configures."""
-    return [
-        (kind, variant)
-        for kind, cfg in (("search", experiment.search), ("max_lr", experiment.max_lr))
-        if cfg is not None
-        for variant in experiment.variants
-    ]
+def study_jobs(experiment: Experiment, rotate: int = 0) -> list[tuple[str, str]]:
+    """(purpose, variant) of every study the experiment configures.
+
+    Search studies first (any number of workers share one); the max-LR brackets, which are
+    sequential, rotated by ``rotate`` so that processes started together begin on different
+    variants.
+    """
+    variants = list(experiment.variants)
+    searches = [("search", v) for v in variants] if experiment.search is not None else []
+    turn = rotate % len(variants)
+    brackets = variants[turn:] + variants[:turn]
+    max_lrs = [("max_lr", v) for v in brackets] if experiment.max_lr is not None else []
+    return searches + max_lrs
 
 
 def run_studies(
@@ -409,7 +524,7 @@ def run_studies(
 
     Writes and returns ``stability.json`` of the experiment's results folder.
     """
-    jobs = study_jobs(experiment)
+    jobs = study_jobs(experiment, rotate=os.getpid())
     for kind, variant in jobs:  # create storage and studies once, before workers race to
         open_study(experiment, variant, kind, url)
     if workers <= 1 or len(jobs) <= 1:
@@ -420,12 +535,15 @@ def run_studies(
                 pool.submit(_job, k, experiment, v, str(root), url, threads) for k, v in jobs
             ]
             results = [f.result() for f in futures]
+    found = {(k, v): r for k, v, r in results}
     report: dict[str, Any] = {
         "experiment": experiment.name,
-        "storage": url,
+        "storage": storage_label(url),
         "criterion": criterion_text(experiment.base.train.stability),
-        "search": {v: r for k, v, r in results if k == "search"},
-        "max_lr": {v: r for k, v, r in results if k == "max_lr"},
+        **{
+            kind: {v: found[kind, v] for v in experiment.variants if (kind, v) in found}
+            for kind in ("search", "max_lr")
+        },
     }
     store.write_json_atomic(store.experiment_dir(root, experiment.name) / "stability.json", report)
     return report

@@ -264,12 +264,14 @@ def claim_path(exp_dir: Path, run_id: str) -> Path:
     return exp_dir / CLAIMS / run_id
 
 
-def claim_run(exp_dir: Path, run_id: str) -> None:
+def claim_run(exp_dir: Path, run_id: str, take_over: bool = False) -> None:
     """Claim a run for this process, or raise :class:`RunClaimed` naming its holder.
 
     The claim is a file created with ``O_EXCL`` (atomic on local and NFSv3+ file systems)
     holding the owner's pid and host. A claim left by a dead process of this host (SIGKILL, a
-    crash) is stale and taken over; one from another host is honoured until removed.
+    crash) is stale and taken over; one from another host is honoured until removed, or taken
+    over with ``take_over`` (a retried Optuna trial: its storage's heartbeat found the holder
+    dead).
     """
     path = claim_path(exp_dir, run_id)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -282,7 +284,7 @@ def claim_run(exp_dir: Path, run_id: str) -> None:
             same_host = holder.get("hostname") == me["hostname"]
             if same_host and holder.get("pid") == me["pid"]:
                 return
-            if same_host and not process_alive(holder.get("pid")):
+            if take_over or (same_host and not process_alive(holder.get("pid"))):
                 path.unlink(missing_ok=True)  # stale: its process is gone
                 continue
             where = holder.get("hostname") or "an unknown host"

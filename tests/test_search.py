@@ -5,8 +5,13 @@ from __future__ import annotations
 import json
 import math
 import os
+import platform
+import re
+import signal
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
 
 import optuna
@@ -118,54 +123,186 @@ def test_run_studies_writes_stability_json(tmp_path: Path) -> None:
     assert result["criterion"].startswith("unstable if")
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("kind", ["sqlite", "journal"])
-def test_two_processes_share_one_study_without_duplicates(tmp_path: Path, kind: str) -> None:
-    path = write_experiment(
-        tmp_path / "e.yaml",
-        variants={"rmsnorm": {"model.norm.kind": "rmsnorm"}},
-        search={"n_trials": 6, "pruner": "none", "warmup_max": 5},
-    )
-    url = (
+def _storage(kind: str, tmp_path: Path, request: pytest.FixtureRequest) -> str:
+    """A fresh storage URL of ``kind``: sqlite, journal or postgres (the suite's own server)."""
+    if kind == "postgres":
+        return request.getfixturevalue("postgres").new_database()
+    return (
         f"sqlite:///{tmp_path / 'study.db'}"
         if kind == "sqlite"
         else f"journal:{tmp_path / 'j.log'}"
     )
-    optuna.create_study(study_name="tiny.rmsnorm.search", storage=search.open_storage(url))
-    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    procs = [
+
+
+def _search_workers(path: Path, url: str, workers: int) -> list[subprocess.Popen]:
+    """``workers`` separate ``ablate search`` processes on one storage, started together."""
+    return [
         subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "ablate.cli",
-                "search",
-                str(path),
-                "--storage",
-                url,
-                "--workers",
-                "1",
-                "--threads",
-                "1",
-            ],
-            cwd=tmp_path,
-            env=env,
+            [sys.executable, "-m", "ablate.cli", "search", str(path), "--storage", url]
+            + ["--workers", "1", "--threads", "1"],
+            cwd=path.parent,
+            env={**os.environ, "PYTHONUNBUFFERED": "1"},
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             text=True,
         )
-        for _ in range(2)
+        for _ in range(workers)
     ]
-    outputs = [p.communicate(timeout=300)[0] for p in procs]
+
+
+def _trained_trials(outputs: list[str]) -> list[int]:
+    """Trial numbers as each worker printed them when it finished one (one line per trial)."""
+    return [
+        int(match)
+        for output in outputs
+        for match in re.findall(r"^search rmsnorm #(\d+):", output, flags=re.MULTILINE)
+    ]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("kind", "workers"), [("sqlite", 4), ("journal", 4), ("postgres", 1), ("postgres", 4)]
+)
+def test_workers_share_one_study_each_trial_run_once(
+    tmp_path: Path, request: pytest.FixtureRequest, kind: str, workers: int
+) -> None:
+    requested = 8
+    path = write_experiment(
+        tmp_path / "e.yaml",
+        variants={"rmsnorm": {"model.norm.kind": "rmsnorm"}},
+        search={"n_trials": requested, "pruner": "none", "warmup_max": 5},
+    )
+    url = _storage(kind, tmp_path, request)
+    started = time.perf_counter()
+    procs = _search_workers(path, url, workers)  # no study yet: the workers race to create it
+    outputs = [p.communicate(timeout=600)[0] for p in procs]
+    wall = time.perf_counter() - started
     assert all(p.returncode == 0 for p in procs), outputs
-    trials = [t for t in _trials(url, "tiny.rmsnorm.search") if t.state.name == "COMPLETE"]
-    assert 6 <= len(trials) <= 7  # n_trials, at most one over when both finish together
-    run_ids = [t.user_attrs["run_id"] for t in trials]
-    assert len(set(run_ids)) == len(run_ids)
-    assert len({(t.params["lr"], t.params["warmup_steps"]) for t in trials}) == len(trials)
-    for run_id in run_ids:
-        summary = json.loads((tmp_path / "results" / "tiny" / run_id / "summary.json").read_text())
-        assert summary["group"] == "search"
+    trials = _trials(url, "tiny.rmsnorm.search")
+    complete = [t for t in trials if t.state.name == "COMPLETE"]
+    trained = _trained_trials(outputs)
+    run_ids = [t.user_attrs["run_id"] for t in complete]
+    stored = list((tmp_path / "results" / "tiny").glob("*/summary.json"))
+    duplicates = len(trained) - len(set(trained))
+    lost = len(set(trained) ^ {t.number for t in complete})
+    print(
+        f"{kind} x {workers}: trials requested {requested}, run {len(complete)}, "
+        f"duplicates {duplicates}, lost {lost}, wall {wall:.1f} s"
+    )
+    assert duplicates == 0 and lost == 0
+    # every trial done; at most one extra per other worker when they start one together
+    assert len(trials) == len(complete) and requested <= len(complete) <= requested + workers - 1
+    assert len(set(run_ids)) == len(run_ids) == len(stored)
+    assert {p.parent.name for p in stored} == set(run_ids)
+    assert all(json.loads(p.read_text())["group"] == "search" for p in stored)
+    assert len({(t.params["lr"], t.params["warmup_steps"]) for t in complete}) == len(complete)
+    assert not list((tmp_path / "results" / "tiny" / ".claims").iterdir())
+
+
+def _kill_first_trainer(results: Path, procs: list[subprocess.Popen]) -> str:
+    """SIGKILL the worker that trains the first run seen running; return that run's id."""
+    pids = {p.pid: p for p in procs}
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        for status_file in results.glob("*/status.json"):
+            status = json.loads(status_file.read_text() or "{}")
+            if status.get("status") == "running" and status.get("pid") in pids:
+                time.sleep(0.5)  # well inside the run: its trial has sent heartbeats
+                pids[status["pid"]].send_signal(signal.SIGKILL)
+                return status_file.parent.name
+        time.sleep(0.05)
+    raise AssertionError("no worker started a run within 120 s")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kind", ["sqlite", "postgres"])
+def test_trial_of_a_killed_worker_is_retried_once(
+    tmp_path: Path, request: pytest.FixtureRequest, kind: str
+) -> None:
+    requested = 5
+    path = write_experiment(
+        tmp_path / "e.yaml",
+        variants={"rmsnorm": {"model.norm.kind": "rmsnorm"}},
+        search={"n_trials": requested, "pruner": "none", "warmup_max": 5, "tokens": 4 * 16 * 200},
+        runtime={"heartbeat_s": 1},  # silent for 3 s: dead
+    )
+    url = _storage(kind, tmp_path, request)
+    procs = _search_workers(path, url, 3)
+    killed_run = _kill_first_trainer(tmp_path / "results" / "tiny", procs)
+    outputs = [p.communicate(timeout=600)[0] for p in procs]
+    assert sorted(p.returncode for p in procs) == [-signal.SIGKILL, 0, 0], outputs
+    trials = _trials(url, "tiny.rmsnorm.search")
+    failed = [t for t in trials if t.state.name == "FAIL"]
+    complete = [t for t in trials if t.state.name == "COMPLETE"]
+    assert len(failed) == 1 and failed[0].user_attrs["run_id"] == killed_run
+    retries = [t for t in complete if t.system_attrs.get("failed_trial") == failed[0].number]
+    assert len(retries) == 1 and retries[0].params == failed[0].params
+    assert retries[0].user_attrs["run_id"] == killed_run
+    trained = _trained_trials(outputs)
+    assert sorted(trained) == sorted(t.number for t in complete)  # none twice, none lost
+    assert requested <= len(complete) <= requested + 2 and len(trials) == len(complete) + 1
+    run_ids = {t.user_attrs["run_id"] for t in complete}
+    stored = {
+        p.parent.name: json.loads(p.read_text())
+        for p in (tmp_path / "results" / "tiny").glob("*/summary.json")
+    }
+    assert stored.keys() == run_ids and len(run_ids) == len(complete)
+    assert all(s["status"] in {"finished", "diverged"} for s in stored.values())
+    assert not list((tmp_path / "results" / "tiny" / ".claims").iterdir())
+
+
+def test_a_run_claimed_by_a_live_process_is_waited_for(tmp_path: Path) -> None:
+    from conftest import tiny_config
+
+    from ablate import store
+    from ablate.plan import RunSpec
+
+    spec = RunSpec("tiny", "layernorm", 0, tiny_config(), group="max_lr")
+    exp_dir = tmp_path / "tiny"
+    claim = store.claim_path(exp_dir, spec.run_id)
+    claim.parent.mkdir(parents=True)
+    holder = subprocess.Popen(["sleep", "30"])  # stands for another worker training the run
+    claim.write_text(json.dumps({"pid": holder.pid, "hostname": platform.node()}))
+    # that worker dies (and is reaped: a zombie still has a pid): its claim becomes stale
+    timer = threading.Timer(1.5, lambda: (holder.kill(), holder.wait()))
+    timer.start()
+    said: list[str] = []
+    started = time.monotonic()
+    try:
+        summary = search.run_or_reuse(spec, tmp_path, say=said.append)
+    finally:
+        timer.cancel()
+        holder.kill()
+        holder.wait()
+    assert time.monotonic() - started >= 1.5
+    assert said == [
+        f"waiting: run {spec.run_id} is being trained by pid {holder.pid} on {platform.node()}"
+    ]
+    assert summary["status"] == "finished" and summary["run_id"] == spec.run_id
+    assert not claim.exists()
+
+
+@pytest.mark.slow
+def test_two_processes_bracket_max_lr_together(tmp_path: Path) -> None:
+    path = write_experiment(
+        tmp_path / "e.yaml",
+        max_lr={"seeds": [0], "start": 0.01, "factor": 4.0, "lr_max": 50.0},
+    )
+    url = f"sqlite:///{tmp_path / 'study.db'}"
+    outputs = [p.communicate(timeout=600)[0] for p in _search_workers(path, url, 2)]
+    brackets = [re.findall(r"^max stable lr (\w+): (.*) after", o, re.MULTILINE) for o in outputs]
+    assert len(brackets[0]) == 2 and brackets[0] == brackets[1], outputs
+    stored = json.loads((tmp_path / "results" / "tiny" / "stability.json").read_text())
+    for variant, found in stored["max_lr"].items():
+        probed = {p["lr"] for p in found["probes"]}
+        study = _trials(url, f"tiny.{variant}.max_lr")
+        assert {t.params["lr"] for t in study if t.state.name == "COMPLETE"} == probed
+        assert all(t.state.name == "COMPLETE" for t in study)
+    runs = [
+        json.loads(p.read_text()) for p in (tmp_path / "results" / "tiny").glob("*/summary.json")
+    ]
+    assert len(runs) == sum(len(f["probes"]) for f in stored["max_lr"].values())  # seed 0 each
+    assert not list((tmp_path / "results" / "tiny" / ".claims").iterdir())
 
 
 def test_pruner_stops_a_poor_trial_as_a_stored_result(tmp_path: Path) -> None:

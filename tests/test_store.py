@@ -5,10 +5,12 @@ from __future__ import annotations
 import json
 import math
 import os
+import platform
 import subprocess
 from pathlib import Path
 
 import pandas as pd
+import pytest
 
 from ablate import store
 
@@ -104,3 +106,34 @@ def test_pending_state_of_a_planned_run(tmp_path: Path) -> None:
     other = {"status": "running", "pid": 1, "hostname": "elsewhere"}
     store.write_json_atomic(running / "status.json", other)
     assert store.pending_state(running) == "running on elsewhere"
+
+
+def _claim_by(exp_dir: Path, run_id: str, pid: int, hostname: str) -> None:
+    path = store.claim_path(exp_dir, run_id)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"pid": pid, "hostname": hostname}))
+
+
+def test_claims_of_live_and_remote_holders_are_honoured_dead_ones_taken_over(
+    tmp_path: Path,
+) -> None:
+    me = {"pid": os.getpid(), "hostname": platform.node()}
+    sleeper = subprocess.Popen(["sleep", "30"])
+    try:
+        _claim_by(tmp_path, "live", sleeper.pid, me["hostname"])
+        with pytest.raises(store.RunClaimed, match=f"pid {sleeper.pid} on {me['hostname']}"):
+            store.claim_run(tmp_path, "live")
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+    store.claim_run(tmp_path, "live")  # its holder is dead now
+    assert json.loads(store.claim_path(tmp_path, "live").read_text()) == me
+    _claim_by(tmp_path, "remote", 1, "elsewhere")
+    with pytest.raises(store.RunClaimed, match="on elsewhere"):
+        store.claim_run(tmp_path, "remote")
+    store.claim_run(tmp_path, "remote", take_over=True)  # Optuna found its worker dead
+    assert json.loads(store.claim_path(tmp_path, "remote").read_text()) == me
+    _claim_by(tmp_path, "other", 1, "elsewhere")
+    store.release_run(tmp_path, "other")  # not ours: stays
+    store.release_run(tmp_path, "live")
+    assert sorted(p.name for p in (tmp_path / store.CLAIMS).iterdir()) == ["other", "remote"]
