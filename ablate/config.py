@@ -200,6 +200,18 @@ class RuntimeConfig(_Strict):
     trial_retries: int = Field(
         3, ge=0, le=100, description="how often a trial whose worker died is retried"
     )
+    devices: int = Field(
+        1, ge=1, le=1024, description="processes (CPU) or GPUs per node that train one run (DDP)"
+    )
+    strategy: Literal["auto", "ddp_spawn"] = Field(
+        "auto",
+        description="Lightning strategy; auto: one process, or ddp_spawn for several devices",
+    )
+    num_nodes: int = Field(1, ge=1, le=1024, description="machines that train one run together")
+
+    def processes(self) -> int:
+        """Processes that train one run together (the DDP world size)."""
+        return self.devices * self.num_nodes
 
 
 class RunConfig(_Strict):
@@ -209,6 +221,16 @@ class RunConfig(_Strict):
     model: ModelConfig = Field(default_factory=ModelConfig)
     train: TrainConfig = Field(default_factory=TrainConfig)
     runtime: RuntimeConfig = Field(default_factory=RuntimeConfig)
+
+    @model_validator(mode="after")
+    def _batch_splits_evenly(self) -> RunConfig:
+        world = self.runtime.processes()
+        if self.train.batch_size % world:
+            raise ValueError(
+                f"train.batch_size ({self.train.batch_size}) must split evenly among the "
+                f"{world} processes of runtime.devices x runtime.num_nodes"
+            )
+        return self
 
     def steps(self) -> int:
         """Optimizer steps that the token budget buys at this batch and sequence size."""

@@ -48,6 +48,8 @@ class RunSpec:
             "train": cfg.train.model_dump(mode="json"),
             "accelerator": cfg.runtime.accelerator,
         }
+        if cfg.runtime.processes() > 1:  # DDP reduces in another order: close, not bitwise
+            identity["processes"] = cfg.runtime.processes()
         if self.init_from is not None:
             identity["init_from"] = {"run_id": self.init_from, "bias": self.bias_mapping}
         return identity

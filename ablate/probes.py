@@ -27,6 +27,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
+from typing import Any
 
 import lightning as L
 import torch
@@ -83,6 +84,14 @@ class MetricsRecorder(L.Callback):
         self._t0 = 0.0
         self._lr = math.nan
         self._last_report = 0.0
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = self.__dict__.copy()
+        state.pop("progress")  # a function of the parent process (a queue, a console)
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state, progress=None)
 
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         self._start = time.perf_counter()

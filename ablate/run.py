@@ -27,14 +27,13 @@ from typing import Any
 import lightning as L
 import pandas as pd
 import torch
-from torch.utils.data import DataLoader
 
 from ablate import store
 from ablate.config import RunConfig
 from ablate.convert import convert_weights
 from ablate.data import (
     Corpus,
-    WindowBatches,
+    RunData,
     batch_digest,
     batch_offsets,
     eval_offsets,
@@ -67,6 +66,7 @@ from ablate.train import LanguageModelTask
 
 FINAL_TRAIN_WINDOW = 10  # final_train_loss is the mean over this many last steps
 WEIGHTS_GROUPS = ("main", "convert")
+HANDBACK_FILE = ".rank0_state.pt"  # observers' state from spawned DDP processes (transient)
 
 
 @dataclass
@@ -156,6 +156,8 @@ def environment(spec: RunSpec) -> dict[str, Any]:
         "precision": spec.config.train.precision,
         "default_dtype": str(torch.get_default_dtype()),
         "torch_threads": torch.get_num_threads(),
+        "processes": spec.config.runtime.processes(),
+        "strategy": spec.config.runtime.strategy,
         "git_commit": git_commit(),
         "hostname": platform.node(),
         "pid": os.getpid(),
@@ -199,9 +201,14 @@ def build_trainer(
     loggers = build_loggers(spec, run_dir)
     for logger in loggers:
         logger.log_hyperparams(flatten(spec.to_json()))
+    runtime = cfg.runtime
+    several = runtime.processes() > 1
     return L.Trainer(
-        accelerator=cfg.runtime.accelerator,
-        devices=1,
+        accelerator=runtime.accelerator,
+        devices=runtime.devices,
+        num_nodes=runtime.num_nodes,
+        strategy="ddp_spawn" if several and runtime.strategy == "auto" else runtime.strategy,
+        use_distributed_sampler=False,  # RunData gives each process its share of every batch
         precision=cfg.train.precision,
         max_steps=steps,
         max_epochs=1,
@@ -321,18 +328,68 @@ def summarize(
     }
 
 
+def evaluate_last_step(
+    trainer: L.Trainer, task: LanguageModelTask, data: RunData, recorder: MetricsRecorder
+) -> None:
+    """Evaluate the last step when the evaluation cadence did not.
+
+    One process: ``trainer.validate``. Under DDP the model here holds rank 0's final weights,
+    and a second spawn would restart the loggers' files, so the evaluation runs in this
+    process (in the precision plugin's forward context) and is recorded in ``metrics.csv``
+    only, not in the Lightning loggers.
+    """
+    if trainer.world_size == 1:
+        trainer.validate(task, datamodule=data, verbose=False)
+        return
+    with torch.no_grad(), trainer.precision_plugin.forward_context():
+        loss = evaluate(task.model, data.corpus, data.val_offsets, data.seq_len)
+    recorder.evals.append({"step": recorder.steps[-1]["step"], "val_loss": loss})
+
+
+class RankZeroHandBack(L.Callback):
+    """Brings the observers' state back from spawned DDP processes.
+
+    Under ``ddp_spawn`` the callbacks that record a run live in the spawned processes; at the
+    end of fit or validate rank 0 writes their state (their pickled ``__dict__``) to ``path``,
+    and :meth:`restore`, in the process that built them, loads it into the originals.
+    """
+
+    def __init__(self, observers: list[L.Callback], path: Path) -> None:
+        self.observers = observers
+        self.path = path
+        self.owner = os.getpid()
+
+    def teardown(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
+        if os.getpid() != self.owner and trainer.is_global_zero:
+            tmp = self.path.with_name(f".{self.path.name}.tmp")
+            torch.save([cb.__getstate__() for cb in self.observers], tmp)
+            os.replace(tmp, self.path)
+
+    def restore(self) -> None:
+        """Load rank 0's state into the observers, if a spawned run left one."""
+        if not self.path.exists():
+            return
+        for observer, state in zip(
+            self.observers, torch.load(self.path, weights_only=False), strict=True
+        ):
+            observer.__dict__.update(state)
+        self.path.unlink()
+
+
 def fit(
     trainer: L.Trainer,
     task: LanguageModelTask,
-    loaders: tuple[DataLoader, DataLoader],
+    data: RunData,
     recorder: MetricsRecorder,
     stoppers: list[EarlyStop],
+    handback: RankZeroHandBack,
 ) -> Outcome:
     """Train, evaluate the last step, and say how it ended; exceptions become outcomes."""
     try:
-        trainer.fit(task, *loaders)
+        trainer.fit(task, datamodule=data)
+        handback.restore()
         if not recorder.evals or recorder.evals[-1]["step"] != recorder.steps[-1]["step"]:
-            trainer.validate(task, loaders[1], verbose=False)  # always evaluate the last step
+            evaluate_last_step(trainer, task, data, recorder)  # always the last step too
     except (KeyboardInterrupt, SystemExit):
         return Outcome("interrupted")
     except Exception as exc:  # a crash inside training is stored as a failed run
@@ -412,19 +469,12 @@ def _train_and_store(
     observed = Observed(
         ModelProbe(cfg.train.probes.interval, cfg.train.probes.attention), PeakMemory()
     )
-    callbacks = [recorder, observed.probe, observed.memory, *all_stoppers]
-    trainer = build_trainer(spec, prepared.steps, callbacks, run_dir)
+    observers = [recorder, observed.probe, observed.memory, *all_stoppers]
+    handback = RankZeroHandBack(observers, run_dir / HANDBACK_FILE)
+    trainer = build_trainer(spec, prepared.steps, [*observers, handback], run_dir)
     task = LanguageModelTask(prepared.model, cfg.train, prepared.steps)
-    seq_len = cfg.model.seq_len
-    loaders = (
-        DataLoader(
-            WindowBatches(prepared.corpus.train, prepared.train_offsets, seq_len), batch_size=None
-        ),
-        DataLoader(
-            WindowBatches(prepared.corpus.val, prepared.val_offsets, seq_len), batch_size=None
-        ),
-    )
-    outcome = fit(trainer, task, loaders, recorder, all_stoppers)
+    data = RunData(prepared.corpus, prepared.train_offsets, prepared.val_offsets, cfg.model.seq_len)
+    outcome = fit(trainer, task, data, recorder, all_stoppers, handback)
     frame = metrics_frame(recorder)
     store.write_frame_atomic(run_dir / "metrics.csv", frame)
     store.write_frame_atomic(

@@ -167,8 +167,11 @@ class TrialPruner(EarlyStop):
         if pl_module.last_val_loss is None or trainer.sanity_checking or self.stop is not None:
             return
         step = trainer.global_step
-        self.trial.report(clipped_loss(pl_module.last_val_loss, math.inf), step)
-        if step < pl_module.total_steps and self.trial.should_prune():
+        prune = False
+        if trainer.is_global_zero:  # under DDP one process talks to Optuna and tells the rest
+            self.trial.report(clipped_loss(pl_module.last_val_loss, math.inf), step)
+            prune = step < pl_module.total_steps and self.trial.should_prune()
+        if trainer.strategy.broadcast(prune, src=0):
             self.request_stop(trainer, Stop(step, f"pruned by Optuna at step {step}"))
 
 
@@ -221,13 +224,13 @@ class TrialSeededSampler(optuna.samplers.BaseSampler):
     state between trials beyond their random generator (history comes from the storage).
     """
 
-    def __init__(self, make: Callable[[int], optuna.samplers.BaseSampler], seed: int) -> None:
+    def __init__(self, make: type[optuna.samplers.BaseSampler], seed: int) -> None:
         self._make = make
         self._seed = seed
-        self._inner = make(seed)
+        self._inner = make(seed=seed)
 
     def before_trial(self, study: optuna.Study, trial: FrozenTrial) -> None:
-        self._inner = self._make(self._seed * 1_000_003 + trial.number)
+        self._inner = self._make(seed=self._seed * 1_000_003 + trial.number)
         self._inner.before_trial(study, trial)
 
     def infer_relative_search_space(
@@ -260,7 +263,7 @@ def make_sampler(experiment: Experiment) -> optuna.samplers.BaseSampler:
     cfg = experiment.search
     assert cfg is not None
     kind = {"random": optuna.samplers.RandomSampler, "tpe": optuna.samplers.TPESampler}
-    return TrialSeededSampler(lambda seed: kind[cfg.sampler](seed=seed), cfg.sampler_seed)
+    return TrialSeededSampler(kind[cfg.sampler], cfg.sampler_seed)
 
 
 def make_pruner(experiment: Experiment) -> optuna.pruners.BasePruner:

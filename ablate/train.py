@@ -41,14 +41,26 @@ class LanguageModelTask(L.LightningModule):
         self.last_val_loss: float | None = None
         self._val_sum = 0.0
         self._val_count = 0
+        self.threads = torch.get_num_threads()  # the run's share of the machine
+
+    def setup(self, stage: str) -> None:
+        """Under DDP each process of this machine takes its part of the run's threads."""
+        if self.trainer.world_size > 1:
+            torch.set_num_threads(max(1, self.threads // self.trainer.num_devices))
 
     def training_step(self, batch: torch.Tensor, batch_idx: int) -> torch.Tensor | None:
         loss = self.model.loss(batch)
-        self.last_loss = loss.detach()
+        self.last_loss = self.global_mean(loss.detach())
         self.last_grad_norm = None
-        if not torch.isfinite(loss):
-            return None  # skip the update; the divergence monitor stops the run
+        if not torch.isfinite(self.last_loss):
+            return None  # skip the update (every process alike); the divergence monitor stops
         return loss
+
+    def global_mean(self, value: torch.Tensor) -> torch.Tensor:
+        """``value`` averaged over the DDP processes: the loss of the whole global batch."""
+        if self.trainer.world_size == 1:
+            return value
+        return self.trainer.strategy.reduce(value, reduce_op="mean")
 
     def configure_gradient_clipping(
         self,

@@ -244,3 +244,44 @@ def test_weights_are_stored_only_for_main_runs_with_save_weights(tmp_path: Path)
         assert execute_run(spec, tmp_path)["status"] == "finished"
         assert not (tmp_path / "tiny" / spec.run_id / "model.pt").exists()
     assert off.run_id == _spec().run_id  # a runtime setting: same run
+
+
+DDP_TOLERANCE = 1e-5  # 2 processes vs 1: the same sums, reduced in another order (fp32)
+
+
+def _metrics(root: Path, spec: RunSpec) -> pd.DataFrame:
+    return pd.read_csv(root / "tiny" / spec.run_id / "metrics.csv")
+
+
+@pytest.mark.slow
+def test_two_ddp_processes_match_one_process_on_the_same_global_batch(tmp_path: Path) -> None:
+    # 23 steps: evaluations at 10 and 20 inside fit, the last step's in a separate validate
+    specs = {
+        devices: _spec(**{"runtime.devices": devices, "train.tokens": 4 * 16 * 23})
+        for devices in (1, 2)
+    }
+    summaries = {devices: execute_run(spec, tmp_path) for devices, spec in specs.items()}
+    one, two = summaries[1], summaries[2]
+    assert specs[1].run_id != specs[2].run_id  # not bitwise the same run: its own id
+    assert one["status"] == two["status"] == "finished" and one["steps"] == two["steps"] == 23
+    assert one["data_digest"] == two["data_digest"] and one["init_digest"] == two["init_digest"]
+    first, second = _metrics(tmp_path, specs[1]), _metrics(tmp_path, specs[2])
+    assert list(second.dropna(subset=["val_loss"])["step"]) == [10, 20, 23]
+    for column in ("train_loss", "val_loss", "grad_norm"):
+        gap = (first[column] - second[column]).abs().max()
+        assert gap <= DDP_TOLERANCE, (column, gap)
+    assert abs(one["final_val_loss"] - two["final_val_loss"]) <= DDP_TOLERANCE
+    assert abs(first["train_loss"].iloc[0] - math.log(256)) < 0.5  # a real loss, not zeros
+    run_dir = tmp_path / "tiny" / specs[2].run_id
+    assert json.loads((run_dir / "env.json").read_text())["processes"] == 2
+    assert not list(run_dir.glob("*rank0*"))  # the hand-back file is consumed
+    assert len(pd.read_csv(run_dir / "probes.csv")) > 0
+
+
+@pytest.mark.slow
+def test_ddp_processes_stop_a_diverging_run_together(tmp_path: Path) -> None:
+    overrides = {"train.lr": 50.0, "train.grad_clip": None, "train.tokens": 4 * 16 * 200}
+    one = execute_run(_spec(**overrides), tmp_path)
+    two = execute_run(_spec(**overrides, **{"runtime.devices": 2}), tmp_path)
+    assert one["status"] == two["status"] == "diverged"
+    assert two["diverged_step"] == one["diverged_step"] == two["steps"]
