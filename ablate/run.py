@@ -359,6 +359,10 @@ class RankZeroHandBack(L.Callback):
         self.path = path
         self.owner = os.getpid()
 
+    def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
+        if os.getpid() != self.owner:
+            quiet_lightning()  # a spawned process starts with Lightning's default logging
+
     def teardown(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
         if os.getpid() != self.owner and trainer.is_global_zero:
             tmp = self.path.with_name(f".{self.path.name}.tmp")
