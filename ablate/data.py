@@ -12,8 +12,8 @@ The split is the last ``val_fraction`` of the tokens. The batch order is a table
 offsets drawn once, up front, from a ``torch.Generator`` seeded by the data seed: batch *i* is
 the same whatever the variant, the global RNG, evaluation, the number of loader workers or the
 point a run resumed from. Validation uses fixed, evenly spaced windows. Under DDP
-(:class:`RunData`) process *r* of *W* takes columns ``r*B/W .. (r+1)*B/W`` of every batch, so the
-global batch sequence is the same as with one process.
+(:class:`RunData`) process *r* of *W* takes sequences ``r*B/W .. (r+1)*B/W`` of every batch, so
+the global batch sequence is the same as with one process.
 """
 
 from __future__ import annotations

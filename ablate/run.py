@@ -329,16 +329,20 @@ def summarize(
 
 
 def evaluate_last_step(
-    trainer: L.Trainer, task: LanguageModelTask, data: RunData, recorder: MetricsRecorder
+    trainer: L.Trainer,
+    task: LanguageModelTask,
+    data: RunData,
+    recorder: MetricsRecorder,
+    spawned: bool,
 ) -> None:
     """Evaluate the last step when the evaluation cadence did not.
 
-    One process: ``trainer.validate``. Under DDP the model here holds rank 0's final weights,
-    and a second spawn would restart the loggers' files, so the evaluation runs in this
-    process (in the precision plugin's forward context) and is recorded in ``metrics.csv``
-    only, not in the Lightning loggers.
+    In-process training: ``trainer.validate``. After ``ddp_spawn`` the model here holds rank
+    0's final weights, and a second spawn would restart the loggers' files, so the evaluation
+    runs in this process (in the precision plugin's forward context) and is recorded in
+    ``metrics.csv`` only, not in the Lightning loggers.
     """
-    if trainer.world_size == 1:
+    if not spawned:
         trainer.validate(task, datamodule=data, verbose=False)
         return
     with torch.no_grad(), trainer.precision_plugin.forward_context():
@@ -369,15 +373,16 @@ class RankZeroHandBack(L.Callback):
             torch.save([cb.__getstate__() for cb in self.observers], tmp)
             os.replace(tmp, self.path)
 
-    def restore(self) -> None:
-        """Load rank 0's state into the observers, if a spawned run left one."""
+    def restore(self) -> bool:
+        """Load rank 0's state into the observers; whether spawned processes left one."""
         if not self.path.exists():
-            return
+            return False
         for observer, state in zip(
             self.observers, torch.load(self.path, weights_only=False), strict=True
         ):
             observer.__dict__.update(state)
         self.path.unlink()
+        return True
 
 
 def fit(
@@ -391,9 +396,9 @@ def fit(
     """Train, evaluate the last step, and say how it ended; exceptions become outcomes."""
     try:
         trainer.fit(task, datamodule=data)
-        handback.restore()
+        spawned = handback.restore()
         if not recorder.evals or recorder.evals[-1]["step"] != recorder.steps[-1]["step"]:
-            evaluate_last_step(trainer, task, data, recorder)  # always the last step too
+            evaluate_last_step(trainer, task, data, recorder, spawned)  # always the last step
     except (KeyboardInterrupt, SystemExit):
         return Outcome("interrupted")
     except Exception as exc:  # a crash inside training is stored as a failed run

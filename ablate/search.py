@@ -275,11 +275,6 @@ def make_pruner(experiment: Experiment) -> optuna.pruners.BasePruner:
     return optuna.pruners.MedianPruner(n_startup_trials=5, n_warmup_steps=0)
 
 
-def counted_trials(study: optuna.Study) -> int:
-    """Complete and pruned trials: the ones ``n_trials`` counts."""
-    return len(study.get_trials(deepcopy=False, states=COUNTED))
-
-
 def run_search(
     experiment: Experiment, variant: str, root: Path, url: str, say: PrintFn = print
 ) -> optuna.Study:

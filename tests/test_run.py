@@ -261,6 +261,10 @@ def test_two_ddp_processes_match_one_process_on_the_same_global_batch(tmp_path: 
         for devices in (1, 2)
     }
     summaries = {devices: execute_run(spec, tmp_path) for devices, spec in specs.items()}
+    one_spawned = _spec(**{"runtime.strategy": "ddp_spawn", "train.tokens": 4 * 16 * 23})
+    alone = execute_run(one_spawned, tmp_path / "spawned")  # 1 process, the path of 2
+    assert alone["status"] == "finished"
+    assert abs(alone["final_val_loss"] - summaries[1]["final_val_loss"]) <= DDP_TOLERANCE
     one, two = summaries[1], summaries[2]
     assert specs[1].run_id != specs[2].run_id  # not bitwise the same run: its own id
     assert one["status"] == two["status"] == "finished" and one["steps"] == two["steps"] == 23
