@@ -33,6 +33,19 @@ class PairedDifference:
     p_value: float
 
 
+DIFF_COLUMNS = ("diff_vs_baseline", "diff_ci_low", "diff_ci_high", "paired_t_p", "n_pairs")
+
+
+def difference_columns(
+    diff: PairedDifference | None, names: tuple[str, str, str, str, str] = DIFF_COLUMNS
+) -> dict[str, float | int]:
+    """``diff`` as table columns (mean, interval, p, pairs) under ``names``; NaN/0 for None."""
+    if diff is None:
+        return dict(zip(names, (float("nan"),) * 4 + (0,), strict=True))
+    values = (diff.mean, diff.ci_low, diff.ci_high, diff.p_value, diff.n_pairs)
+    return dict(zip(names, values, strict=True))
+
+
 def paired_difference(
     runs: pd.DataFrame, variant: str, baseline: str, metric: str = "final_val_loss"
 ) -> PairedDifference:
@@ -89,11 +102,7 @@ def variant_row(runs: pd.DataFrame, variant: str, baseline: str) -> dict[str, ob
         "final_val_loss_std": val.std(ddof=1),
         "best_val_loss_mean": best.mean(),
         "best_val_loss_std": best.std(ddof=1),
-        "diff_vs_baseline": float("nan"),
-        "diff_ci_low": float("nan"),
-        "diff_ci_high": float("nan"),
-        "paired_t_p": float("nan"),
-        "n_pairs": 0,
+        **difference_columns(None),
         "n_params": int(mine["n_params"].iloc[0]) if len(mine) else None,
         "tokens_per_s_mean": tokens_per_s.mean(),
         "tokens_per_s_std": tokens_per_s.std(ddof=1),
@@ -105,14 +114,7 @@ def variant_row(runs: pd.DataFrame, variant: str, baseline: str) -> dict[str, ob
         ),
     }
     if variant != baseline:
-        diff = paired_difference(runs, variant, baseline)
-        row.update(
-            diff_vs_baseline=diff.mean,
-            diff_ci_low=diff.ci_low,
-            diff_ci_high=diff.ci_high,
-            paired_t_p=diff.p_value,
-            n_pairs=diff.n_pairs,
-        )
+        row.update(difference_columns(paired_difference(runs, variant, baseline)))
     return row
 
 

@@ -25,9 +25,10 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from ablate.analysis import PairedDifference, column, mean_difference
+from ablate.analysis import PairedDifference, column, difference_columns, mean_difference
 
 METRIC = "final_val_loss"
+EFFECT_COLUMNS = ("effect", "effect_ci_low", "effect_ci_high", "effect_p", "seeds")
 
 
 def level_text(value: object) -> str:
@@ -110,11 +111,7 @@ def main_effects(runs: pd.DataFrame, design: Design) -> pd.DataFrame:
                     "diverged": int((mine["status"] == "diverged").sum()),
                     "mean": done.mean(),
                     "std": done.std(ddof=1),
-                    "effect": effect.mean if effect else float("nan"),
-                    "effect_ci_low": effect.ci_low if effect else float("nan"),
-                    "effect_ci_high": effect.ci_high if effect else float("nan"),
-                    "effect_p": effect.p_value if effect else float("nan"),
-                    "seeds": effect.n_pairs if effect else 0,
+                    **difference_columns(effect, EFFECT_COLUMNS),
                 }
             )
     return pd.DataFrame(rows)

@@ -29,6 +29,14 @@ def _save(fig: Figure, path: Path) -> Path:
     return path
 
 
+def _variant_bands(ax: Axes, band: pd.DataFrame, x: str, variants: list[str]) -> None:
+    """One :func:`_band` per variant with rows in ``band``, coloured by the variant's place."""
+    for i, variant in enumerate(variants):
+        mine = band[band["variant"] == variant]
+        if len(mine):
+            _band(ax, mine, x, f"C{i}", variant)
+
+
 def _band(ax: Axes, band: pd.DataFrame, x: str, color: str, label: str) -> None:
     """Mean line and ± std band (std 0 where one seed) of a :func:`curve_band` frame."""
     n = int(band["count"].max())
@@ -49,11 +57,8 @@ def loss_figure(metrics: pd.DataFrame, variants: list[str], path: Path) -> Path 
         )
     )
     val, train = curve_band(metrics, "val_loss"), curve_band(smoothed, "train_smooth")
-    for i, variant in enumerate(variants):
-        for ax, band in ((ax_val, val), (ax_train, train)):
-            mine = band[band["variant"] == variant]
-            if len(mine):
-                _band(ax, mine, "step", f"C{i}", variant)
+    for ax, band in ((ax_val, val), (ax_train, train)):
+        _variant_bands(ax, band, "step", variants)
     ax_val.set_title("validation loss (mean ± std over seeds)")
     ax_train.set_title(f"train loss ({TRAIN_SMOOTHING}-step mean, ± std over seeds)")
     for ax in (ax_val, ax_train):
@@ -79,10 +84,7 @@ def loss_time_figure(metrics: pd.DataFrame, variants: list[str], path: Path) -> 
     )
     fig = Figure(figsize=(6.5, 4.2))
     ax = fig.subplots()
-    for i, variant in enumerate(variants):
-        mine = band[band["variant"] == variant]
-        if len(mine):
-            _band(ax, mine, "elapsed_s", f"C{i}", variant)
+    _variant_bands(ax, band, "elapsed_s", variants)
     ax.set_title("validation loss against wall-clock time")
     ax.set_xlabel("time since the start of training (s)")
     ax.set_ylabel(LOSS_UNIT)
@@ -145,10 +147,7 @@ def logit_figure(probes: pd.DataFrame, variants: list[str], path: Path) -> Path 
         mine = probes[probes["quantity"] == quantity]
         per_run = mine.groupby(["variant", "run_id", "step"])["value"].max().reset_index()
         band = curve_band(per_run, "value")
-        for i, variant in enumerate(variants):
-            line = band[band["variant"] == variant]
-            if len(line):
-                _band(ax, line, "step", f"C{i}", variant)
+        _variant_bands(ax, band, "step", variants)
         ax.set_title(title, fontsize=10)
         ax.set_xlabel("optimizer step")
         ax.set_ylabel(unit)

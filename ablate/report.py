@@ -34,7 +34,9 @@ import pandas as pd
 
 from ablate import store
 from ablate.analysis import (
+    DIFF_COLUMNS,
     column,
+    difference_columns,
     noise_floor,
     paired_difference,
     sensitivity_table,
@@ -577,11 +579,7 @@ def convert_table(runs: pd.DataFrame) -> pd.DataFrame:
                 "jump_mean": (after - before).mean(),
                 "final_val_loss_mean": final.mean(),
                 "final_val_loss_std": final.std(ddof=1),
-                "diff_vs_continued": diff.mean if diff else float("nan"),
-                "diff_ci_low": diff.ci_low if diff else float("nan"),
-                "diff_ci_high": diff.ci_high if diff else float("nan"),
-                "paired_t_p": diff.p_value if diff else float("nan"),
-                "n_pairs": diff.n_pairs if diff else 0,
+                **difference_columns(diff, ("diff_vs_continued", *DIFF_COLUMNS[1:])),
             }
         )
     return pd.DataFrame(rows)

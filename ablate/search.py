@@ -109,14 +109,12 @@ def _rdb_storage(url: str, attempts: int = 5, **options: Any) -> optuna.storages
     parsed = make_url(url)
     if parsed.drivername == "postgresql":
         url = parsed.set(drivername="postgresql+psycopg").render_as_string(hide_password=False)
-    for attempt in range(attempts):
+    for attempt in range(1, attempts):
         try:
             return optuna.storages.RDBStorage(url, **options)
         except (sqlalchemy.exc.IntegrityError, sqlalchemy.exc.OperationalError):
-            if attempt == attempts - 1:
-                raise
-            time.sleep(0.5 * (attempt + 1))  # another worker is creating the schema
-    raise AssertionError("unreachable")
+            time.sleep(0.5 * attempt)  # another worker is creating the schema
+    return optuna.storages.RDBStorage(url, **options)  # the last attempt raises what it meets
 
 
 def storage_label(url: str) -> str:

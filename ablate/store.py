@@ -285,7 +285,7 @@ def claim_run(exp_dir: Path, run_id: str, take_over: bool = False) -> None:
             if same_host and holder.get("pid") == me["pid"]:
                 return
             if take_over or (same_host and not process_alive(holder.get("pid"))):
-                path.unlink(missing_ok=True)  # stale: its process is gone
+                path.unlink(missing_ok=True)  # stale: its process is gone (or declared dead)
                 continue
             where = holder.get("hostname") or "an unknown host"
             raise RunClaimed(
