@@ -75,6 +75,20 @@ def mean_difference(diff: pd.Series) -> PairedDifference:
     )
 
 
+def holm(p_values: list[float]) -> list[float]:
+    """Holm–Bonferroni adjusted p-values, in the given order (NaN stays NaN): the i-th
+    smallest of m is multiplied by m − i + 1, made monotone and capped at 1. Rejecting where
+    the adjusted p < α keeps the family-wise error rate of all m comparisons at α."""
+    order = sorted((p, i) for i, p in enumerate(p_values) if not np.isnan(p))
+    m = len(order)
+    adjusted = [float("nan")] * len(p_values)
+    running = 0.0
+    for rank, (p, i) in enumerate(order):
+        running = max(running, min(1.0, (m - rank) * p))
+        adjusted[i] = running
+    return adjusted
+
+
 def column(frame: pd.DataFrame, name: str) -> pd.Series:
     """``frame[name]`` as floats; all NaN when the column is missing (runs stored by older
     versions lack the newer summary keys)."""

@@ -155,96 +155,94 @@ def cmd_validate(args: argparse.Namespace, console: Console) -> int:
         f"estimated wall time: {plan.wall_time_s / 60:.1f} min "
         "(measured step time x steps, plus evaluation)"
     )
+    for line in variant_difference_lines(experiment):
+        console.print(line, markup=False, highlight=False, soft_wrap=True)
     return EXIT_OK
 
 
+def variant_difference_lines(experiment: Experiment) -> list[str]:
+    """Per variant, every resolved key in which it differs from the base (``base -> variant``);
+    a key the variant does not name is marked (only a kind's own default bias may follow)."""
+    from ablate.config import DERIVED, differences
+
+    lines = ["what each variant changes against the base:"]
+    for name, config in experiment.variants.items():
+        named = set(experiment.overrides.get(name, {}))
+        changes = [
+            f"{key}: {old!r} -> {new!r}{_why_changed(key, named, DERIVED)}"
+            for key, (old, new) in differences(experiment.base, config).items()
+        ]
+        lines.append(f"  {name}: {'; '.join(changes) or 'nothing (the base itself)'}")
+    return lines
+
+
+def _why_changed(key: str, named: set[str], derived: dict[str, str]) -> str:
+    if key in named:
+        return ""
+    return f" (follows {derived[key]})" if key in derived else " (not named by the variant)"
+
+
 def cmd_run(args: argparse.Namespace, console: Console) -> int:
-    """Train every pending run of an experiment, then write its report."""
-    from ablate import store
+    """Run every stage of an experiment (:mod:`ablate.pipeline`) and print the outcome."""
     from ablate.config import load_experiment
-    from ablate.estimate import check_corpora
-    from ablate.execute import execute, ready_conversions, split_done
-    from ablate.plan import plan_convert, plan_manifest, plan_runs, plan_sweep
-    from ablate.report import build_report, report_is_current
+    from ablate.pipeline import run_experiment
 
     _positive(args.workers, "--workers")
     _positive(args.threads, "--threads")
     experiment = load_experiment(args.experiment)
-    check_corpora(experiment)
-    specs = plan_runs(experiment) + plan_sweep(experiment)
-    continued = plan_convert(experiment)
-    exp_dir = store.experiment_dir(args.results_dir, experiment.name)
-    store.write_manifest(exp_dir, plan_manifest(experiment, specs + continued))
-    runtime = experiment.base.runtime
-    workers, threads = args.workers or runtime.workers, args.threads or runtime.threads
-    execute(specs, args.results_dir, workers, threads, console)
-    if continued:  # after the main runs: they are the sources
-        ready, waiting = ready_conversions(continued, exp_dir)
-        for spec, why in waiting:
-            console.print(f"convert: {spec.variant} seed={spec.seed} skipped: {why}", markup=False)
-        execute(ready, args.results_dir, workers, threads, console)
-        specs += continued
-    if experiment.search is not None or experiment.max_lr is not None:
-        _studies(experiment, args, console)
-    report_dir = args.report_dir / experiment.name
-    if report_is_current(exp_dir, report_dir):  # a rerun that found everything done
-        table = (report_dir / "variants.md").read_text(encoding="utf-8")
-        console.print(table, markup=False, highlight=False, soft_wrap=True)
-        console.print(f"results: {exp_dir}\nreport:  {report_dir} (up to date)")
-    else:
-        report = build_report(exp_dir, report_dir)
-        console.print(report.table_markdown, markup=False, highlight=False, soft_wrap=True)
-        console.print(f"results: {exp_dir}\nreport:  {report.markdown}, {report.html}")
-    _, missing = split_done(specs, args.results_dir)  # as stored now, by any process
-    if missing:
+    result = run_experiment(
+        experiment,
+        args.results_dir,
+        args.report_dir,
+        args.workers,
+        args.threads,
+        args.storage,
+        console,
+    )
+    _print_studies(result.studies, console)
+    table = (result.report_dir / "variants.md").read_text(encoding="utf-8")
+    console.print(table, markup=False, highlight=False, soft_wrap=True)
+    state = "" if result.report_rebuilt else " (up to date)"
+    console.print(f"results: {result.exp_dir}\nreport:  {result.report_dir / 'report.md'}{state}")
+    if result.missing:
         console.print(
-            f"{len(missing)} planned run(s) not done (failed, or still trained by another "
-            f"process): see {report_dir / 'report.md'}",
+            f"{len(result.missing)} planned run(s) not done (failed, or still trained by "
+            f"another process): see {result.report_dir / 'report.md'}",
             markup=False,
         )
-    return EXIT_RUN_FAILED if missing else EXIT_OK
+    return EXIT_RUN_FAILED if result.missing else EXIT_OK
 
 
-def _studies(experiment: Experiment, args: argparse.Namespace, console: Console) -> dict:
-    """Run the search and max-LR studies of an experiment and print their outcome."""
-    from ablate.execute import choose_resources, gpu_count
-    from ablate.search import run_studies, storage_label, storage_url, study_jobs
-
-    url = storage_url(experiment, args.results_dir, args.storage)
-    jobs = len(study_jobs(experiment))
-    runtime = experiment.base.runtime
-    res = choose_resources(
-        jobs,
-        args.workers or runtime.workers,
-        args.threads or runtime.threads,
-        gpus=gpu_count(runtime.accelerator),
-    )
-    console.print(
-        f"studies in {storage_label(url)}: {jobs} job(s), "
-        f"{res.workers} worker(s) x {res.threads} thread(s)",
-        markup=False,
-        highlight=False,
-    )
-    result = run_studies(experiment, args.results_dir, url, res.workers, res.threads)
-    for variant, found in result["max_lr"].items():
+def _print_studies(studies: dict, console: Console) -> None:
+    """One line per bracket and per search study."""
+    for variant, found in studies.get("max_lr", {}).items():
         low, high = found["bracket"]
+        shown = f"[{low:.4g}, {high:.4g}]" if low and high else f"[{low}, {high}]"
+        check = (
+            ""
+            if found.get("monotone", True)
+            else (f"; NON-MONOTONE: {len(found['contradictions'])} stored run(s) contradict it")
+        )
         console.print(
-            f"max stable lr {variant}: [{low}, {high}] after {found['runs_total']} "
-            f"runs; failed seeds {found['failed_seeds']}",
+            f"max stable lr {variant}: {shown} after {found['runs_total']} runs; failed seeds "
+            f"{found['failed_seeds']}{check}",
             markup=False,
         )
-    for variant, found in result["search"].items():
-        console.print(
-            f"search {variant}: best {found['best']}; stable region {found['stable_region']}",
-            markup=False,
+    for variant, found in studies.get("search", {}).items():
+        best = found["best"]
+        text = (
+            f"lr {best['lr']:.3g}, warmup {best['warmup_steps']}, val loss {best['value']:.4f}"
+            if best
+            else "no stable trial"
         )
-    return result
+        console.print(f"search {variant}: best {text}", markup=False)
 
 
 def cmd_search(args: argparse.Namespace, console: Console) -> int:
     """Run (or continue) the experiment's search and max-LR studies."""
     from ablate.config import load_experiment
     from ablate.estimate import check_corpora
+    from ablate.pipeline import Context, run_studies_only
 
     _positive(args.workers, "--workers")
     _positive(args.threads, "--threads")
@@ -252,7 +250,11 @@ def cmd_search(args: argparse.Namespace, console: Console) -> int:
     if experiment.search is None and experiment.max_lr is None:
         raise UsageError(f"{args.experiment}: has no search: or max_lr: section to run")
     check_corpora(experiment)
-    _studies(experiment, args, console)
+    ctx = Context(
+        experiment, args.results_dir, Path("reports"), args.workers, args.threads, args.storage
+    )
+    ctx.console = console
+    _print_studies(run_studies_only(ctx), console)
     return EXIT_OK
 
 

@@ -15,7 +15,7 @@ import itertools
 import json
 import re
 from pathlib import Path
-from typing import Any, Literal, get_args
+from typing import Annotated, Any, Literal, get_args
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
@@ -28,6 +28,8 @@ Precision = Literal["32", "bf16-mixed", "bf16-true"]
 NormImpl = Literal["auto", "reference", "torch", "cpp"]
 
 NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+SEED_LIMIT = 2**32  # torch, numpy and the per-name init seeds all take seeds below this
+Seed = Annotated[int, Field(ge=0, lt=SEED_LIMIT)]
 
 
 class ConfigError(ValueError):
@@ -89,13 +91,11 @@ class DataConfig(_Strict):
         None, ge=2, le=65536, description="tokens_file: vocabulary size (default: max id + 1)"
     )
     val_fraction: float = Field(0.1, gt=0, lt=0.5)
-    seed: int | None = Field(
-        None, ge=0, description="seed of the batch order; default: the run's seed"
-    )
+    seed: Seed | None = Field(None, description="seed of the batch order; default: the run's seed")
     synthetic_vocab: int = Field(64, ge=4, le=4096)
     synthetic_tokens: int = Field(200_000, ge=10_000, le=50_000_000)
     synthetic_branching: int = Field(4, ge=1, le=64)
-    synthetic_seed: int = Field(1234, ge=0)
+    synthetic_seed: Seed = 1234
 
     @model_validator(mode="after")
     def _path_needed(self) -> DataConfig:
@@ -128,17 +128,27 @@ class ModelConfig(_Strict):
 
 
 class StabilityConfig(_Strict):
-    """The stability criterion (see :mod:`ablate.stability`): when a run diverges or failed."""
+    """The stability criterion (see :mod:`ablate.stability`): when a run diverged or collapsed."""
 
     threshold: float | None = Field(
-        None, gt=0, description="train loss above this after warmup diverges; default ln(vocab)"
+        None,
+        gt=0,
+        description="train loss above this diverges; default: the run's start loss "
+        "max(ln(vocab), loss of step 1) + divergence_margin",
+    )
+    divergence_margin: float = Field(
+        0.5, ge=0, le=100, description="default threshold: this far above the start loss"
     )
     after_warmup: bool = True
     window: int = Field(
         5, ge=1, le=1000, description="steps averaged before comparing with the threshold"
     )
+    floor: Literal["unigram", "initial"] = Field(
+        "unigram",
+        description="what a run must beat: the corpus's unigram cross-entropy, or ln(vocab)",
+    )
     final_margin: float = Field(
-        0.1, ge=0, description="unstable if the final val loss > ln(vocab) - final_margin"
+        0.1, ge=0, description="collapsed if the final val loss >= floor - final_margin"
     )
 
 
@@ -252,7 +262,7 @@ class SweepConfig(_Strict):
     lr_min: float = Field(1e-4, gt=0, le=100)
     lr_max: float = Field(1e-1, gt=0, le=100)
     points: int = Field(7, ge=2, le=200)
-    seeds: list[int] | None = Field(None, min_length=1, description="default: the experiment's")
+    seeds: list[Seed] | None = Field(None, min_length=1, description="default: the experiment's")
     tokens: int | None = Field(None, ge=1, description="budget of a sweep run; default train's")
 
     @model_validator(mode="after")
@@ -278,7 +288,11 @@ class SearchConfig(_Strict):
     sampler: Literal["tpe", "random"] = "tpe"
     sampler_seed: int = Field(0, ge=0)
     pruner: Literal["median", "none"] = "median"
-    seed: int | None = Field(None, ge=0, description="run seed of every trial; default: first")
+    seed: Seed | None = Field(
+        None,
+        description="run seed of every trial; default: one above the largest of seeds, so the "
+        "tuned comparison is scored on seeds the search did not select on",
+    )
     tokens: int | None = Field(None, ge=1, description="budget of a trial; default train's")
 
     @model_validator(mode="after")
@@ -292,7 +306,7 @@ class SearchConfig(_Strict):
 class MaxLRConfig(_Strict):
     """Bracketing search for the largest LR that is stable for every one of ``seeds``."""
 
-    seeds: list[int] | None = Field(None, min_length=1, description="default: the experiment's")
+    seeds: list[Seed] | None = Field(None, min_length=1, description="default: the experiment's")
     start: float | None = Field(None, gt=0, description="first probe; default train.lr")
     factor: float = Field(4.0, gt=1, le=1000, description="coarse step while bracketing")
     precision: float = Field(2**0.25, gt=1, le=100, description="final bracket ratio")
@@ -333,7 +347,7 @@ class ConvertConfig(_Strict):
     )
     warmup_steps: int = Field(0, ge=0)
     eval_interval: int | None = Field(None, ge=1, description="default: the source's")
-    seeds: list[int] | None = Field(None, min_length=1, description="default: the experiment's")
+    seeds: list[Seed] | None = Field(None, min_length=1, description="default: the experiment's")
 
 
 class ConvertPlan(BaseModel):
@@ -381,6 +395,9 @@ class Experiment(BaseModel):
     path: str
     seeds: list[int]
     variants: dict[str, RunConfig]
+    overrides: dict[str, dict[str, Any]] = Field(
+        default_factory=dict, description="variant -> the dotted keys it sets"
+    )
     base: RunConfig
     sweep: SweepConfig | None = None
     search: SearchConfig | None = None
@@ -391,6 +408,13 @@ class Experiment(BaseModel):
     factors: dict[str, dict[str, Any]] = Field(
         default_factory=dict, description="grid variant -> {factor key: level}"
     )
+
+    def search_seed(self) -> int:
+        """The run seed of every search trial: ``search.seed``, else one above the largest of
+        ``seeds``, so the tuned comparison is scored on seeds the search did not select on."""
+        if self.search is not None and self.search.seed is not None:
+            return self.search.seed
+        return max(self.seeds) + 1
 
 
 def _allowed_keys(model: type[BaseModel]) -> str:
@@ -453,10 +477,26 @@ def _value_prefix(parts: list[str]) -> str | None:
     return None
 
 
+def flatten_overrides(overrides: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """Overrides as dotted keys: a mapping under a key that names a section is spelled out key
+    by key (``{model: {norm: {kind: x}}}`` and ``{model.norm: {kind: x}}`` both become
+    ``{model.norm.kind: x}``), so a variant changes exactly the keys it names and never
+    replaces a whole section. A mapping under a plain value stays (and is refused later)."""
+    flat: dict[str, Any] = {}
+    for key, value in overrides.items():
+        dotted = f"{prefix}{key}"
+        if isinstance(value, dict) and _section_model(dotted.split(".")) is not None:
+            flat.update(flatten_overrides(value, f"{dotted}."))
+        else:
+            flat[dotted] = value
+    return flat
+
+
 def apply_overrides(base: dict[str, Any], overrides: dict[str, Any], where: str) -> dict[str, Any]:
-    """Return a copy of ``base`` with each dotted key of ``overrides`` set; unknown keys fail."""
+    """Return a copy of ``base`` with each key of ``overrides`` set, nested mappings merged key
+    by key (:func:`flatten_overrides`); unknown keys fail."""
     result = copy.deepcopy(base)
-    for dotted, value in overrides.items():
+    for dotted, value in flatten_overrides(overrides).items():
         parts = str(dotted).split(".")
         owner = _section_model(parts[:-1])
         value_prefix = _value_prefix(parts)
@@ -569,6 +609,43 @@ def _variant_config(
     return config
 
 
+DERIVED = {"model.norm.bias": "model.norm.kind"}  # a default that follows another key's value
+
+
+def flat_config(config: RunConfig) -> dict[str, Any]:
+    """Every resolved key of ``config`` as ``{dotted key: value}``."""
+
+    def walk(node: dict[str, Any], prefix: str) -> dict[str, Any]:
+        flat: dict[str, Any] = {}
+        for key, value in node.items():
+            if isinstance(value, dict):
+                flat.update(walk(value, f"{prefix}{key}."))
+            else:
+                flat[f"{prefix}{key}"] = value
+        return flat
+
+    return walk(config.model_dump(mode="json"), "")
+
+
+def differences(base: RunConfig, other: RunConfig) -> dict[str, tuple[Any, Any]]:
+    """``{dotted key: (base value, other value)}`` for every resolved key that differs."""
+    a, b = flat_config(base), flat_config(other)
+    return {key: (a[key], b[key]) for key in a if a[key] != b[key]}
+
+
+def unexplained_differences(
+    base: RunConfig, other: RunConfig, overrides: dict[str, Any]
+) -> list[str]:
+    """Keys in which ``other`` differs from ``base`` that ``overrides`` neither names nor
+    implies (a kind's own default bias follows the kind): empty for a fair variant."""
+    named = set(flatten_overrides(overrides))
+    return [
+        key
+        for key in differences(base, other)
+        if key not in named and DERIVED.get(key) not in named
+    ]
+
+
 def run_fingerprint(config: RunConfig) -> str:
     """What makes two configs the same run: everything but runtime, and the norm only if used."""
     dump = config.model_dump(mode="json", exclude={"runtime"})
@@ -678,8 +755,10 @@ def load_experiment(path: str | Path) -> Experiment:
         raise ConfigError(f"{path}: name: {name!r} is not allowed; use letters, digits, _ . -")
     if len(set(top.seeds)) != len(top.seeds):
         raise ConfigError(f"{path}: seeds: {top.seeds} has duplicates; give distinct integers")
-    if any(seed < 0 for seed in top.seeds):
-        raise ConfigError(f"{path}: seeds: {top.seeds}: seeds must be integers >= 0")
+    if any(not 0 <= seed < SEED_LIMIT - 1 for seed in top.seeds):  # the search's is one above
+        raise ConfigError(
+            f"{path}: seeds: {top.seeds}: seeds must be integers >= 0 and < 2**32 - 1"
+        )
     base_raw = {
         "data": _resolve_paths(top.data, path.parent),
         "model": top.model,
@@ -687,14 +766,20 @@ def load_experiment(path: str | Path) -> Experiment:
         "runtime": top.runtime,
     }
     base = build_run_config(base_raw, str(path))
+    _check_data_file(base, str(path))
     factors = expand_grid(top.grid, str(path))
     named = {str(k): v for k, v in top.variants.items()}
     clash = sorted(set(named) & set(factors))
     if clash:
         raise ConfigError(f"{path}: variants.{clash[0]}: the grid makes a variant of that name too")
     variant_raws = {**factors, **named}  # grid first: its first combination is the baseline
-    variant_raws = variant_raws or {"base": {}}
+    if not variant_raws:
+        raise ConfigError(
+            f"{path}: variants: none given; name at least one under variants: or grid: "
+            "(the base alone is variants: {base: {}})"
+        )
     variants: dict[str, RunConfig] = {}
+    resolved_overrides: dict[str, dict[str, Any]] = {}
     seen: dict[str, str] = {}
     for vname, overrides in variant_raws.items():
         label = f"grid ({vname})" if vname in factors else f"variants.{vname}"
@@ -703,6 +788,7 @@ def load_experiment(path: str | Path) -> Experiment:
             raise ConfigError(f"{where}: variant names use letters, digits, _ . - only")
         if not isinstance(overrides, dict):
             raise ConfigError(f"{where}: must be a mapping of dotted keys to values")
+        overrides = flatten_overrides(overrides)
         config = _variant_config(base_raw, overrides, where, path.parent)
         fingerprint = run_fingerprint(config)
         if fingerprint in seen:
@@ -712,6 +798,7 @@ def load_experiment(path: str | Path) -> Experiment:
             )
         seen[fingerprint] = label
         variants[str(vname)] = config
+        resolved_overrides[str(vname)] = overrides
     convert = _convert_plan(top.convert, variants, top.seeds, str(path)) if top.convert else None
     return Experiment(
         name=name,
@@ -719,6 +806,7 @@ def load_experiment(path: str | Path) -> Experiment:
         path=str(path),
         seeds=top.seeds,
         variants=variants,
+        overrides=resolved_overrides,
         base=base,
         sweep=top.sweep,
         search=top.search,

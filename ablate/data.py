@@ -43,6 +43,15 @@ class Corpus:
     vocab_size: int
     digest: str
     entropy_floor: float | None = None  # nats/token, known only for the synthetic source
+    unigram_loss: float = float("nan")  # nats/token: train-split frequencies scored on val
+
+
+def unigram_loss(train: np.ndarray, val: np.ndarray, vocab_size: int) -> float:
+    """Cross-entropy (nats/token) on ``val`` of the token frequencies of ``train`` with add-½
+    smoothing: what a model that learned only unigram statistics scores (the trivial floor)."""
+    counts = np.bincount(train, minlength=vocab_size).astype(np.float64) + 0.5
+    log_probs = np.log(counts / counts.sum())
+    return float(-log_probs[val].mean())
 
 
 def builtin_text() -> bytes:
@@ -155,7 +164,12 @@ def load_corpus(cfg: DataConfig, seq_len: int) -> Corpus:
         )
     digest = hashlib.sha256(ids.astype(np.int64).tobytes()).hexdigest()[:16]
     return Corpus(
-        torch.from_numpy(train.copy()), torch.from_numpy(val.copy()), vocab, digest, floor
+        torch.from_numpy(train.copy()),
+        torch.from_numpy(val.copy()),
+        vocab,
+        digest,
+        floor,
+        unigram_loss(train, val, vocab),
     )
 
 

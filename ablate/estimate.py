@@ -117,6 +117,7 @@ def study_runs(
         runs["sweep"] = (sweep.points * seeds, (sweep.tokens or config.train.tokens) // per_step)
     if (search := experiment.search) is not None:
         runs["search"] = (search.n_trials, (search.tokens or config.train.tokens) // per_step)
+        runs["tuned"] = (len(experiment.seeds), config.steps())  # at the search's best
     if (max_lr := experiment.max_lr) is not None:
         probes = max_lr_probes(experiment, max_lr.start or config.train.lr)
         seeds = len(max_lr.seeds or experiment.seeds)

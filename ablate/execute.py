@@ -1,10 +1,12 @@
 """Running RunSpecs: skip finished ones, run the rest in a process pool, show live progress.
 
 The executor knows nothing about norms or models: it checks the store for finished runs, picks a
-worker count for the machine (dividing torch threads among workers), and calls
-:func:`ablate.run.execute_run` for each pending spec, in this process when there is one worker
-and in a ``spawn`` process pool otherwise. Workers report steps through a queue; the main
-process draws them with rich (one line per active run and an overall bar with an ETA).
+worker count for the machine (dividing torch threads among workers), and hands each pending
+spec to :func:`obtain` — the one claim / train / reuse path of every run of every stage,
+search trials and max-LR probes included — in this process when there is one worker and in a
+``spawn`` process pool otherwise (:func:`process_pool`, also the studies' pool). Workers
+report steps through a queue; the main process draws them with rich (one line per active run
+and an overall bar with an ETA).
 """
 
 from __future__ import annotations
@@ -15,13 +17,14 @@ import os
 import queue as queue_module
 import signal
 import sys
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from contextlib import contextmanager
 from dataclasses import dataclass
 from multiprocessing.managers import SyncManager
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import torch
 from rich.console import Console
@@ -36,6 +39,9 @@ from rich.progress import (
 
 from ablate import store
 from ablate.plan import RunSpec
+
+T = TypeVar("T")
+ProgressFn = Callable[[int, float], None]
 
 
 @dataclass(frozen=True)
@@ -187,6 +193,45 @@ def die_with_parent() -> None:
     libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
 
 
+POLL_S = 1.0  # how often a process waiting for another's run looks again
+
+
+def obtain(
+    spec: RunSpec,
+    root: Path,
+    progress: ProgressFn | None = None,
+    stoppers: Sequence[Any] = (),
+    take_over: bool = False,
+    wait: bool = False,
+    say: Callable[[str], None] = print,
+) -> dict[str, Any]:
+    """The stored summary of ``spec`` if it is done, else train it here and store it: the one
+    claim / train / reuse path of every run of every stage (main, sweep, tuned, search trial,
+    max-LR probe, convert).
+
+    A run that another live process is training, or has finished since the caller planned it,
+    raises :class:`ablate.store.RunClaimed` (the executor reports it as skipped), or with
+    ``wait`` is waited for and then reused; ``take_over`` claims it whoever holds it (a retried
+    search trial whose worker died).
+    """
+    from ablate.run import execute_run  # Lightning's import costs seconds: only when training
+
+    announced = False
+    while (summary := store.read_summary(run_dir_of(spec, root))) is None:
+        try:
+            return execute_run(spec, root, progress, stoppers, take_over)
+        except store.RunClaimed as claimed:
+            if not wait:
+                raise
+            if not announced:
+                say(f"waiting: {claimed}")
+                announced = True
+            time.sleep(POLL_S)
+    if not wait:
+        raise store.RunClaimed(f"run {spec.run_id} was finished meanwhile by another process")
+    return summary
+
+
 def _worker_run(
     spec_json: dict[str, Any], root: str, messages: Any, stop: Any
 ) -> dict[str, Any] | None:
@@ -201,10 +246,8 @@ def _worker_run(
         except (OSError, EOFError):  # the display is gone (Ctrl-C); training goes on
             pass
 
-    from ablate.run import execute_run  # Lightning's import costs seconds: only when training
-
     try:
-        return execute_run(spec, Path(root), progress=report)
+        return obtain(spec, Path(root), progress=report)
     except KeyboardInterrupt:
         stop.set()
         raise
@@ -221,14 +264,12 @@ def _torch_threads(threads: int) -> Iterator[None]:
 
 
 def _run_serial(specs: list[RunSpec], root: Path, threads: int, board: ProgressBoard) -> list[dict]:
-    from ablate.run import execute_run  # Lightning's import costs seconds: only when training
-
     summaries = []
     with _torch_threads(threads):
         for spec in specs:
             board.start(spec)
             try:
-                summary = execute_run(
+                summary = obtain(
                     spec,
                     root,
                     progress=lambda step, loss, rid=spec.run_id: board.update(rid, step, loss),
@@ -263,6 +304,29 @@ def _drain(messages: Any, board: ProgressBoard, by_id: dict[str, RunSpec], timeo
             return
 
 
+def process_pool(res: Resources) -> ProcessPoolExecutor:
+    """The executor's pool: ``spawn`` processes with ``res.threads`` torch threads each, killed
+    by the kernel when the ``ablate`` process dies."""
+    return ProcessPoolExecutor(
+        res.workers,
+        mp_context=mp.get_context("spawn"),
+        initializer=_init_worker,
+        initargs=(res.threads,),
+    )
+
+
+def run_parallel(job: Callable[..., T], jobs: list[tuple[Any, ...]], res: Resources) -> list[T]:
+    """``job(*args)`` for every args of ``jobs``, ``res.workers`` at a time in the executor's
+    pool (in this process when there is one worker or one job); results in order. The studies
+    run this way, their trials' runs going through :func:`obtain`."""
+    if res.workers <= 1 or len(jobs) <= 1:
+        with _torch_threads(res.threads):
+            return [job(*args) for args in jobs]
+    with process_pool(res) as pool:
+        futures = [pool.submit(job, *args) for args in jobs]
+        return [future.result() for future in futures]
+
+
 def _run_pool(specs: list[RunSpec], root: Path, res: Resources, board: ProgressBoard) -> list[dict]:
     ctx = mp.get_context("spawn")
     summaries: list[dict] = []
@@ -271,9 +335,7 @@ def _run_pool(specs: list[RunSpec], root: Path, res: Resources, board: ProgressB
     manager.start(_init_manager)  # Ctrl-C must not kill the queue the workers report through
     with manager:
         messages, stop = manager.Queue(), manager.Event()
-        with ProcessPoolExecutor(
-            res.workers, mp_context=ctx, initializer=_init_worker, initargs=(res.threads,)
-        ) as pool:
+        with process_pool(res) as pool:
             futures: dict[Future, RunSpec] = {
                 pool.submit(_worker_run, s.to_json(), str(root), messages, stop): s for s in specs
             }

@@ -25,7 +25,13 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from ablate.analysis import PairedDifference, column, difference_columns, mean_difference
+from ablate.analysis import (
+    PairedDifference,
+    column,
+    difference_columns,
+    holm,
+    mean_difference,
+)
 
 METRIC = "final_val_loss"
 EFFECT_COLUMNS = ("effect", "effect_ci_low", "effect_ci_high", "effect_p", "seeds")
@@ -114,7 +120,8 @@ def main_effects(runs: pd.DataFrame, design: Design) -> pd.DataFrame:
                     **difference_columns(effect, EFFECT_COLUMNS),
                 }
             )
-    return pd.DataFrame(rows)
+    table = pd.DataFrame(rows)
+    return table.assign(effect_p_holm=holm(list(table["effect_p"])))
 
 
 def two_way(runs: pd.DataFrame, design: Design, a: str, b: str) -> pd.DataFrame:
@@ -176,6 +183,8 @@ def main_effects_markdown(table: pd.DataFrame) -> str:
         first = r.seeds == 0 and not np.isfinite(r.effect)
         est = PairedDifference(r.seeds, r.effect, r.effect_ci_low, r.effect_ci_high, r.effect_p)
         effect, p = ("first level", "–") if first else _estimate_text(est)
+        if not first and np.isfinite(r.effect_p_holm) and (table["effect_p"].notna().sum() > 1):
+            p += f"; Holm {_num(r.effect_p_holm, 3)}"
         rows.append(
             {
                 "factor": r.factor,
@@ -217,7 +226,8 @@ def factor_section(
         "## Factors",
         "",
         "Main effects: each level against the factor's first level, averaged over the other "
-        "factors' levels within each seed; interval and p-value from a t-test over seeds.",
+        "factors' levels within each seed; interval and p-value from a t-test over seeds, the "
+        "p-values also Holm-adjusted over all the main effects.",
         "",
         main_effects_markdown(effects),
         "",

@@ -45,8 +45,17 @@ def _band(ax: Axes, band: pd.DataFrame, x: str, color: str, label: str) -> None:
     ax.fill_between(band[x], band["mean"] - std, band["mean"] + std, color=color, alpha=0.2)
 
 
-def loss_figure(metrics: pd.DataFrame, variants: list[str], path: Path) -> Path | None:
-    """Val loss (mean ± std band over seeds) and smoothed train loss against step."""
+def _floor_line(ax: Axes, floor: float | None) -> None:
+    """The unigram floor: a loss no better than predicting token frequencies."""
+    if floor is not None and np.isfinite(floor):
+        ax.axhline(floor, color="black", linestyle=":", linewidth=1, label="unigram floor")
+
+
+def loss_figure(
+    metrics: pd.DataFrame, variants: list[str], path: Path, floor: float | None = None
+) -> Path | None:
+    """Val loss (mean ± std band over seeds) and smoothed train loss against step, with the
+    unigram floor."""
     if metrics.empty:
         return None
     fig = Figure(figsize=(11, 4.2))
@@ -62,6 +71,7 @@ def loss_figure(metrics: pd.DataFrame, variants: list[str], path: Path) -> Path 
     ax_val.set_title("validation loss (mean ± std over seeds)")
     ax_train.set_title(f"train loss ({TRAIN_SMOOTHING}-step mean, ± std over seeds)")
     for ax in (ax_val, ax_train):
+        _floor_line(ax, floor)
         ax.set_xlabel("optimizer step")
         ax.set_ylabel(LOSS_UNIT)
         ax.grid(alpha=0.3)
@@ -190,9 +200,15 @@ def throughput_figure(runs: pd.DataFrame, variants: list[str], path: Path) -> Pa
 
 
 def sweep_figure(
-    table: pd.DataFrame, variants: list[str], initial_loss: float, brackets: dict, path: Path
+    table: pd.DataFrame,
+    variants: list[str],
+    losses: tuple[float, float | None],
+    brackets: dict,
+    path: Path,
 ) -> Path:
-    """Final val loss against LR per variant; points with an unstable seed marked x."""
+    """Final val loss against LR per variant; points with an unstable seed marked x; the
+    initial loss ℓ0 and the unigram floor (``losses``) as lines."""
+    initial_loss, floor = losses
     fig = Figure(figsize=(7.5, 4.5))
     ax = fig.subplots()
     for i, variant in enumerate(variants):
@@ -219,6 +235,7 @@ def sweep_figure(
                 label=f"{variant}: max stable LR bracket",
             )
     ax.axhline(initial_loss, color="grey", linestyle="--", linewidth=1, label="ℓ0 = ln(vocab)")
+    _floor_line(ax, floor)
     ax.set_xscale("log")
     ax.set_xlabel("peak learning rate")
     ax.set_ylabel("final val loss, min(ℓ, ℓ0), mean over seeds (nats)")

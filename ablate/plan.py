@@ -19,6 +19,11 @@ from ablate.stability import criterion_text
 SPEC_VERSION = 1
 
 
+def _digest(identity: dict[str, Any]) -> str:
+    canonical = json.dumps(identity, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(canonical.encode()).hexdigest()[:12]
+
+
 @dataclass(frozen=True)
 class RunSpec:
     """One training run: which experiment, variant and seed, under which resolved config."""
@@ -27,7 +32,7 @@ class RunSpec:
     variant: str
     seed: int
     config: RunConfig
-    group: str = "main"  # main, sweep, search, max_lr or convert: what it is for (not hashed)
+    group: str = "main"  # main, sweep, search, tuned, max_lr or convert: its stage (not hashed)
     init_from: str | None = None  # convert: run id of the source run whose weights start it
     bias_mapping: str | None = None  # convert: fold or drop (see ablate.convert)
 
@@ -55,10 +60,21 @@ class RunSpec:
         return identity
 
     @property
+    def family(self) -> str:
+        """12 hex digits over the identity without variant name, seed, LR and warmup: runs of
+        one family differ only there, so their stability can be compared along the LR axis."""
+        identity = self.identity()
+        for key in ("variant", "seed"):
+            identity.pop(key)
+        identity["train"] = {
+            k: v for k, v in identity["train"].items() if k not in ("lr", "warmup_steps")
+        }
+        return _digest(identity)
+
+    @property
     def run_id(self) -> str:
         """12 hex digits of sha256 over the canonical JSON of :meth:`identity`."""
-        canonical = json.dumps(self.identity(), sort_keys=True, separators=(",", ":"))
-        return hashlib.sha256(canonical.encode()).hexdigest()[:12]
+        return _digest(self.identity())
 
     def to_json(self) -> dict[str, Any]:
         """The resolved run as stored in ``config.json``."""
@@ -126,6 +142,24 @@ def plan_sweep(experiment: Experiment) -> list[RunSpec]:
     return plan_lr_grid(experiment, experiment.sweep, "sweep")
 
 
+def plan_tuned(experiment: Experiment, best: dict[str, dict[str, Any]]) -> list[RunSpec]:
+    """The tuned A/B: every variant with a search result at its own best ``lr`` and
+    ``warmup_steps`` (``best[variant]``), on the experiment's seeds at the full budget; seed-major
+    like :func:`plan_runs`, so each seed's initial weights and batches are matched as there."""
+    return [
+        RunSpec(
+            experiment.name,
+            variant,
+            seed,
+            with_train(config, lr=best[variant]["lr"], warmup_steps=best[variant]["warmup_steps"]),
+            group="tuned",
+        )
+        for seed in experiment.seeds
+        for variant, config in experiment.variants.items()
+        if best.get(variant)
+    ]
+
+
 CONTROL, CONVERTED = "continued", "converted"
 
 
@@ -176,6 +210,7 @@ def plan_manifest(experiment: Experiment, specs: list[RunSpec]) -> dict[str, Any
                 "run_id": s.run_id,
                 "group": s.group,
                 "lr": s.config.train.lr,
+                "warmup_steps": s.config.train.warmup_steps,
                 "init_from": s.init_from,
             }
             for s in specs

@@ -34,9 +34,11 @@ import torch
 from torch import nn
 from torch.utils.hooks import RemovableHandle
 
+from ablate.config import StabilityConfig
 from ablate.loggers import log_metrics
 from ablate.model import GPT, CausalSelfAttention
 from ablate.norms import is_norm
+from ablate.stability import divergence_threshold
 from ablate.train import LanguageModelTask
 
 ProgressFn = Callable[[int, float], None]
@@ -353,27 +355,35 @@ class PeakMemory(L.Callback):
 
 class DivergenceMonitor(EarlyStop):
     """Stops training on a non-finite loss, or when the mean train loss of the last ``window``
-    steps is above ``threshold`` after warmup (``window`` 1: any single step)."""
+    steps is above the threshold after warmup (``window`` 1: any single step).
+
+    The threshold is fixed at the first step (:func:`ablate.stability.divergence_threshold`):
+    the criterion's ``threshold`` if set, else the run's start loss max(ℓ0, loss of step 1) +
+    ``divergence_margin``, so the untrained model's own loss is never a divergence.
+    """
 
     status = "diverged"
 
-    def __init__(
-        self, threshold: float, warmup_steps: int, after_warmup: bool = True, window: int = 1
-    ) -> None:
+    def __init__(self, criterion: StabilityConfig, initial_loss: float, warmup_steps: int) -> None:
         super().__init__()
-        self.threshold = threshold
-        self.warmup_steps = warmup_steps if after_warmup else 0
-        self.recent: deque[float] = deque(maxlen=window)
+        self.criterion = criterion
+        self.initial_loss = initial_loss
+        self.threshold: float | None = None
+        self.warmup_steps = warmup_steps if criterion.after_warmup else 0
+        self.recent: deque[float] = deque(maxlen=criterion.window)
 
     def check(self, step: int, loss: float) -> Stop | None:
         """Record the training loss of ``step``; the divergence it shows, if any."""
+        if self.threshold is None:
+            self.threshold = divergence_threshold(self.criterion, self.initial_loss, loss)
         if not math.isfinite(loss):
             return Stop(step, f"non-finite loss ({loss})")
         self.recent.append(loss)
         mean = sum(self.recent) / len(self.recent)
         if step > self.warmup_steps and mean > self.threshold:
             what = "loss" if self.recent.maxlen == 1 else f"mean loss of {len(self.recent)} steps"
-            return Stop(step, f"{what} {mean:.4g} > threshold {self.threshold:.4g} after warmup")
+            after = " after warmup" if self.warmup_steps else ""
+            return Stop(step, f"{what} {mean:.4g} > threshold {self.threshold:.4g}{after}")
         return None
 
     def on_train_batch_end(

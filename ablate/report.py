@@ -5,7 +5,12 @@ summary, metrics and probes, and ``stability.json`` when studies ran) and writes
 report folder:
 
 - ``report.md`` and a self-contained ``report.html`` (figures embedded, opens offline): a
-  written summary of what the numbers do and do not support, then the tables and figures;
+  written summary of what the numbers do and do not support — leading with the tuned
+  comparison when there is a search (the factors' main effects in a grid), p-values
+  Holm-adjusted when there are several comparisons, a design of fewer than 3 seeds flagged,
+  non-monotone max-LR brackets named — then the tables and figures;
+- with a search, ``comparison.csv`` and ``variants_tuned.csv``: Δ at the shared LR beside Δ
+  with each variant at its own tuned (LR, warmup), the max stable LR and the headroom;
 - ``variants.csv`` / ``variants.md``: per variant, final and best val loss mean ± std over
   seeds, the paired difference to the baseline (first) variant with its 95% interval and
   paired t-test, parameters, tokens/s, step time, peak memory, non-finite counts, diverged
@@ -37,6 +42,7 @@ from ablate.analysis import (
     DIFF_COLUMNS,
     column,
     difference_columns,
+    holm,
     noise_floor,
     paired_difference,
     sensitivity_table,
@@ -44,7 +50,7 @@ from ablate.analysis import (
     sweep_table,
     variant_table,
 )
-from ablate.factorial import Design, factor_section
+from ablate.factorial import Design, factor_section, level_text
 from ablate.figures import (
     convert_figure,
     interaction_figure,
@@ -82,7 +88,8 @@ class StoredExperiment:
 
     manifest: dict
     runs: pd.DataFrame  # every planned run with a result (main and sweep)
-    main: pd.DataFrame  # the main variant x seed runs
+    main: pd.DataFrame  # the main variant x seed runs (the shared-LR A/B)
+    tuned: pd.DataFrame  # the tuned A/B: each variant at its best search settings
     metrics: pd.DataFrame  # per-step metrics of the main runs
     probes: pd.DataFrame  # probe rows of the main runs
     studies: dict | None  # stability.json, when search or max_lr ran
@@ -100,12 +107,12 @@ def load_experiment_results(exp_dir: Path) -> StoredExperiment:
     if planned:
         runs = runs[runs["run_id"].isin(planned)]
     main = runs[runs["run_id"].isin(main_ids)] if main_ids else runs
-    convert_ids = {r["run_id"] for r in manifest["runs"] if r.get("group") == "convert"}
-    convert = runs[runs["run_id"].isin(convert_ids)]
+    convert = runs[runs["run_id"].isin(_group_ids(manifest, "convert"))]
     return StoredExperiment(
         manifest=manifest,
         runs=runs,
         main=main,
+        tuned=runs[runs["run_id"].isin(_group_ids(manifest, "tuned"))],
         metrics=store.load_metrics(exp_dir, main),  # only the main runs' curves are drawn
         probes=store.load_probes(exp_dir, main),
         studies=store.read_json(exp_dir / "stability.json"),
@@ -113,6 +120,10 @@ def load_experiment_results(exp_dir: Path) -> StoredExperiment:
         convert=convert,
         convert_metrics=store.load_metrics(exp_dir, convert) if len(convert) else pd.DataFrame(),
     )
+
+
+def _group_ids(manifest: dict, group: str) -> set[str]:
+    return {r["run_id"] for r in manifest["runs"] if r.get("group") == group}
 
 
 def missing_runs(exp_dir: Path, manifest: dict, runs: pd.DataFrame) -> list[str]:
@@ -125,8 +136,8 @@ def missing_runs(exp_dir: Path, manifest: dict, runs: pd.DataFrame) -> list[str]
         group = r.get("group", "main")
         if group == "main":
             where = ""
-        elif group == "convert":
-            where = " (convert)"
+        elif group in ("convert", "tuned"):
+            where = f" ({group})"
         else:
             where = f" ({group}, lr={r['lr']:.3g})"
         state = store.pending_state(exp_dir / r["run_id"])
@@ -170,6 +181,15 @@ def quality_markdown(table: pd.DataFrame) -> str:
                 "–" if i == 0 else f"{_fmt(r.paired_t_p, 3)} ({r.n_pairs})"
                 for i, r in enumerate(rows)
             ],
+            **(
+                {
+                    "p, Holm-adjusted": [
+                        "–" if i == 0 else _fmt(r.p_holm, 3) for i, r in enumerate(rows)
+                    ]
+                }
+                if "p_holm" in table
+                else {}
+            ),
             "parameters (Δ)": [
                 "–"
                 if pd.isna(r.n_params)
@@ -258,7 +278,76 @@ def _interval_words(row: pd.Series, noise: float) -> str:
     return words + "."
 
 
-def summary_lines(table: pd.DataFrame, noise: float, stored: StoredExperiment) -> list[str]:
+def _difference_lines(table: pd.DataFrame, noise: float, where: str) -> list[str]:
+    """One sentence per variant: its paired difference to the baseline, and what it supports."""
+    baseline = table.iloc[0]
+    lines = []
+    for _, row in table.iloc[1:].iterrows():
+        holm_text = f", Holm-adjusted {_fmt(row['p_holm'], 3)}" if "p_holm" in row else ""
+        label = f"Final val loss {where}".rstrip()
+        lines.append(
+            f"- **{label}, {row['variant']} − {baseline['variant']}: "
+            f"{_fmt(row['diff_vs_baseline'])}** (95% CI [{_fmt(row['diff_ci_low'])}, "
+            f"{_fmt(row['diff_ci_high'])}], paired t-test p = {_fmt(row['paired_t_p'], 3)}"
+            f"{holm_text}): " + _interval_words(row, noise)
+        )
+    return lines
+
+
+def effect_sentences(effects: pd.DataFrame) -> list[str]:
+    """One sentence per non-first factor level: its main effect, interval and p-values."""
+    sentences = []
+    for r in effects[effects["effect"].notna()].itertuples():
+        supported = (
+            "the interval spans zero"
+            if r.effect_ci_low <= 0 <= r.effect_ci_high
+            else "the interval excludes zero"
+        )
+        sentences.append(
+            f"{r.factor} = {level_text(r.level)}: {_fmt(r.effect)} "
+            f"[{_fmt(r.effect_ci_low)}, {_fmt(r.effect_ci_high)}], p {_fmt(r.effect_p, 3)}, "
+            f"Holm {_fmt(r.effect_p_holm, 3)} ({r.seeds} seeds): {supported}."
+        )
+    return sentences
+
+
+def lead_lines(
+    stored: StoredExperiment, tuned: pd.DataFrame | None, effects: pd.DataFrame | None = None
+) -> list[str]:
+    """Which comparison the summary leads with, and why; a design too small to estimate its
+    own noise is flagged."""
+    seeds = stored.manifest["seeds"]
+    lines = []
+    if tuned is not None:
+        search_seed = (stored.studies or {}).get("search_seed")
+        lines.append(
+            "- **Leading comparison: each variant at its own tuned LR and warmup** (the "
+            f"search's best, found on seed {search_seed}, scored here on seeds {seeds}), since "
+            "a shared LR favours whichever variant it happens to suit; the shared-LR "
+            "comparison follows."
+        )
+    elif effects is not None:
+        lines.append(
+            "- **Leading comparison: the factors' main effects**, each level against its "
+            "factor's first level, averaged over the other factors within each seed:"
+        )
+        lines += [f"  - {text}" for text in effect_sentences(effects)]
+    if len(seeds) < 3:
+        lines.append(
+            f"- **Too few seeds:** {len(seeds)} per variant; fewer than 3 cannot estimate "
+            "their own noise, so the intervals below are wide and no difference should be "
+            "read from them."
+        )
+    return lines
+
+
+def summary_lines(
+    table: pd.DataFrame,
+    noise: float,
+    stored: StoredExperiment,
+    tuned: pd.DataFrame | None,
+    effects: pd.DataFrame | None = None,
+) -> list[str]:
     """The written summary: every sentence carries the number behind it."""
     baseline = table.iloc[0]
     lines = ["## Summary", ""]
@@ -268,12 +357,14 @@ def summary_lines(table: pd.DataFrame, noise: float, stored: StoredExperiment) -
             f"- **Partial results:** {len(stored.missing)} of {planned} planned runs have no "
             "result yet; everything below uses the runs that are stored."
         )
-    for _, row in table.iloc[1:].iterrows():
+    lines += lead_lines(stored, tuned, effects)
+    if tuned is not None:
+        lines += _difference_lines(tuned, noise, "at tuned settings")
+    lines += _difference_lines(table, noise, "at the shared LR" if tuned is not None else "")
+    if _comparisons(table, tuned) > 1:
         lines.append(
-            f"- **Final val loss, {row['variant']} − {baseline['variant']}: "
-            f"{_fmt(row['diff_vs_baseline'])}** (95% CI [{_fmt(row['diff_ci_low'])}, "
-            f"{_fmt(row['diff_ci_high'])}], paired t-test p = {_fmt(row['paired_t_p'], 3)}): "
-            + _interval_words(row, noise)
+            f"- {_comparisons(table, tuned)} comparisons in this report: p-values are also "
+            "given Holm-adjusted for multiplicity."
         )
     if not math.isnan(noise):
         lines.append(
@@ -297,13 +388,29 @@ def summary_lines(table: pd.DataFrame, noise: float, stored: StoredExperiment) -
 
 
 def _bracket_lines(studies: dict) -> list[str]:
-    found = {v: r for v, r in (studies.get("max_lr") or {}).items() if all(r.get("bracket", []))}
+    brackets = studies.get("max_lr") or {}
+    lines = []
+    for variant, r in brackets.items():
+        low, high = r.get("bracket", [None, None])
+        if low is None:
+            lines.append(
+                f"- {variant}: **no stable LR found**: none of the {len(r['probes'])} LRs probed "
+                f"({_lr_span(r)}) ended below the floor for every seed; the budget may be too "
+                "small to learn, so no bracket is given."
+            )
+        if r.get("monotone") is False:
+            lines.append(
+                f"- {variant}: **the bracket is non-monotone**: {len(r['contradictions'])} of "
+                f"{r['checked_runs']} stored runs at the same budget contradict a single "
+                f"boundary ({_contradiction_text(r['contradictions'])})."
+            )
+    found = {v: r for v, r in brackets.items() if all(r.get("bracket", []))}
     if not found:
-        return []
+        return lines
     text = ", ".join(
         f"{v} [{r['bracket'][0]:.3g}, {r['bracket'][1]:.3g}]" for v, r in found.items()
     )
-    lines = [f"- Max stable LR brackets (every seed stable): {text}."]
+    lines.append(f"- Max stable LR brackets (every seed stable): {text}.")
     if len(found) == 2:
         (va, a), (vb, b) = found.items()
         overlap = a["bracket"][0] < b["bracket"][1] and b["bracket"][0] < a["bracket"][1]
@@ -313,6 +420,128 @@ def _bracket_lines(studies: dict) -> list[str]:
             f"  The brackets {verdict}; {vb}/{va} ratio of geometric midpoints {ratio:.2f}."
         )
     return lines
+
+
+def _lr_span(bracket: dict) -> str:
+    lrs = [p["lr"] for p in bracket["probes"]]
+    return f"{min(lrs):.3g} to {max(lrs):.3g}" if lrs else "none"
+
+
+def _contradiction_text(found: list[dict]) -> str:
+    return "; ".join(
+        f"{'stable' if c['stable'] else 'unstable'} {c['group']} run {c['run_id']} "
+        f"seed {c['seed']} at lr {c['lr']:.3g}"
+        for c in found
+    )
+
+
+def _comparisons(table: pd.DataFrame, tuned: pd.DataFrame | None) -> int:
+    """Paired comparisons against the baseline in the report (shared and tuned)."""
+    return len(table) - 1 + (len(tuned) - 1 if tuned is not None else 0)
+
+
+def with_holm(
+    table: pd.DataFrame, tuned: pd.DataFrame | None
+) -> tuple[pd.DataFrame, pd.DataFrame | None]:
+    """Both tables with ``p_holm``: their p-values adjusted together (Holm), when there is
+    more than one comparison."""
+    if _comparisons(table, tuned) < 2:
+        return table, tuned
+    frames = [table] if tuned is None else [table, tuned]
+    adjusted = holm([p for f in frames for p in f["paired_t_p"].iloc[1:]])
+    out, start = [], 0
+    for frame in frames:
+        n = len(frame) - 1
+        out.append(frame.assign(p_holm=[float("nan"), *adjusted[start : start + n]]))
+        start += n
+    return out[0], (out[1] if tuned is not None else None)
+
+
+def _diff_text(row: pd.Series | None) -> str:
+    if row is None or pd.isna(row["diff_vs_baseline"]):
+        return "–"
+    holm_text = f", Holm {_fmt(row['p_holm'], 3)}" if "p_holm" in row else ""
+    return (
+        f"{_fmt(row['diff_vs_baseline'])} [{_fmt(row['diff_ci_low'])}, "
+        f"{_fmt(row['diff_ci_high'])}], p {_fmt(row['paired_t_p'], 3)}{holm_text}"
+    )
+
+
+def comparison_table(
+    stored: StoredExperiment, table: pd.DataFrame, tuned: pd.DataFrame
+) -> pd.DataFrame:
+    """Per variant: Δ at the shared LR and Δ at its tuned settings, the settings, the max
+    stable LR and the headroom (max stable LR / tuned LR)."""
+    studies = stored.studies or {}
+    rows = []
+    for i, variant in enumerate(table["variant"]):
+        shared = stored.main[stored.main["variant"] == variant]
+        mine = stored.tuned[stored.tuned["variant"] == variant]
+        best = ((studies.get("search") or {}).get(variant) or {}).get("best") or {}
+        low = ((studies.get("max_lr") or {}).get(variant) or {}).get("bracket", [None])[0]
+        tuned_lr = float(mine["lr"].iloc[0]) if len(mine) else best.get("lr")
+        rows.append(
+            {
+                "variant": variant,
+                "shared_lr": float(shared["lr"].iloc[0]) if len(shared) else None,
+                "shared_warmup": int(shared["warmup_steps"].iloc[0]) if len(shared) else None,
+                "delta_shared": _diff_text(table.iloc[i] if i else None),
+                "tuned_lr": tuned_lr,
+                "tuned_warmup": best.get("warmup_steps"),
+                "search_best_val_loss": best.get("value"),
+                "tuned_final_val_loss": tuned.iloc[i]["final_val_loss_mean"],
+                "delta_tuned": _diff_text(tuned.iloc[i] if i else None),
+                "max_stable_lr": low,
+                "headroom": low / tuned_lr if low and tuned_lr else None,
+            }
+        )
+    return pd.DataFrame(rows)
+
+
+def comparison_section(
+    stored: StoredExperiment, table: pd.DataFrame, tuned: pd.DataFrame, out: Path
+) -> list[str]:
+    """Markdown and CSVs of the question answered twice: shared LR and tuned settings."""
+    frame = comparison_table(stored, table, tuned)
+    store.write_frame_atomic(out / "comparison.csv", frame)
+    store.write_frame_atomic(out / "variants_tuned.csv", tuned)
+    shown = pd.DataFrame(
+        {
+            "variant": frame["variant"],
+            "shared LR, warmup": [
+                f"{r.shared_lr:.3g}, {r.shared_warmup}" if r.shared_lr else "–"
+                for r in frame.itertuples()
+            ],
+            "Δ at shared LR [95% CI], p": frame["delta_shared"],
+            "tuned LR, warmup": [
+                f"{r.tuned_lr:.3g}, {r.tuned_warmup}" if r.tuned_lr else "–"
+                for r in frame.itertuples()
+            ],
+            "final val loss, tuned": [
+                _pm(m, s)
+                for m, s in zip(
+                    tuned["final_val_loss_mean"], tuned["final_val_loss_std"], strict=True
+                )
+            ],
+            "Δ at tuned settings [95% CI], p": frame["delta_tuned"],
+            "max stable LR": frame["max_stable_lr"].map(lambda v: _fmt(v, 4) if v else "–"),
+            "headroom (max stable / tuned LR)": frame["headroom"].map(
+                lambda v: f"{v:.2f}×" if v else "–"
+            ),
+        }
+    )
+    return [
+        "## Shared LR and tuned settings",
+        "",
+        "The same question answered twice: every variant at the file's shared LR and warmup, "
+        "and every variant at its own best (LR, warmup) from the search, trained at the full "
+        "budget on the same seeds (matched initial weights and batches). Δ = variant − "
+        "baseline over matched seeds. Headroom: how far above its tuned LR a variant stays "
+        "stable.",
+        "",
+        shown.to_markdown(index=False),
+        "",
+    ]
 
 
 def attach_studies(table: pd.DataFrame, sensitivity: pd.DataFrame, studies: dict) -> pd.DataFrame:
@@ -351,9 +580,8 @@ def sweep_section(
     store.write_frame_atomic(out / "sweep.csv", table)
     store.write_frame_atomic(out / "lr_sensitivity.csv", sensitivity)
     brackets = (stored.studies or {}).get("max_lr", {})
-    figure = sweep_figure(
-        table, variants, float(frame["initial_loss"].iloc[0]), brackets, out / "lr_sweep.png"
-    )
+    losses = (float(frame["initial_loss"].iloc[0]), unigram_floor(stored.runs))
+    figure = sweep_figure(table, variants, losses, brackets, out / "lr_sweep.png")
     shown = table.assign(
         lr=table["lr"].map(lambda v: f"{v:.3g}"),
         loss=[
@@ -396,20 +624,40 @@ def max_lr_section(studies: dict, out: Path) -> list[str]:
                 "runs": r["runs_total"],
                 "probes": len(r["probes"]),
                 "seeds that failed": r["failed_seeds"],
+                "monotone": _monotone_text(r),
             }
             for v, r in found.items()
         ]
     )
     store.write_frame_atomic(out / "max_lr.csv", table)
-    return [
+    lines = [
         "## Maximum stable learning rate",
         "",
         "The largest LR stable for every seed, by bracketing (coarse steps, then bisection in "
-        "log space); each probe is a trial of the variant's `max_lr` Optuna study.",
+        "log space); each probe is a trial of the variant's `max_lr` Optuna study. Each "
+        "bracket is then checked against every stored run of the variant at the same budget "
+        "(sweep points, search trials, probes, main runs): *monotone* when none is stable above "
+        "an LR where the same seed failed, nor unstable below the largest stable LR.",
         "",
         table.to_markdown(index=False, floatfmt=".4g"),
         "",
     ]
+    for variant, r in found.items():
+        if r.get("contradictions"):
+            lines += [
+                f"Runs that contradict {variant}'s bracket: "
+                f"{_contradiction_text(r['contradictions'])}.",
+                "",
+            ]
+    return lines
+
+
+def _monotone_text(bracket: dict) -> str:
+    if "monotone" not in bracket:
+        return "not checked"
+    if bracket["monotone"]:
+        return f"yes ({bracket['checked_runs']} runs)"
+    return f"NO: {len(bracket['contradictions'])} of {bracket['checked_runs']} runs contradict"
 
 
 def _span(region: dict | None, key: str, fmt: str) -> str:
@@ -462,6 +710,12 @@ def search_section(studies: dict, variants: list[str], out: Path) -> list[str]:
     return lines
 
 
+def unigram_floor(runs: pd.DataFrame) -> float | None:
+    """The corpus's unigram cross-entropy as the runs recorded it (None before it was)."""
+    floor = column(runs, "unigram_loss").dropna()
+    return float(floor.iloc[0]) if len(floor) else None
+
+
 def _figure(lines: list[str], figure: Path | None, title: str, caption: str) -> None:
     if figure is not None:
         lines += [f"### {title}", "", caption, "", f"![{title}]({figure.name})", ""]
@@ -499,7 +753,7 @@ def main_sections(
         "",
     ]
     figures = [
-        loss_figure(stored.metrics, variants, out / "loss_curves.png"),
+        loss_figure(stored.metrics, variants, out / "loss_curves.png", unigram_floor(stored.main)),
         loss_time_figure(stored.metrics, variants, out / "loss_time.png"),
         throughput_figure(stored.main, variants, out / "throughput.png"),
         probe_figure(stored.probes, variants, out / "probes.png"),
@@ -543,8 +797,9 @@ def main_sections(
     return lines
 
 
-def factors_part(runs: pd.DataFrame, design: Design, out: Path) -> list[str]:
-    """The factor tables (:mod:`ablate.factorial`), factors.csv and the interaction figure."""
+def factors_part(runs: pd.DataFrame, design: Design, out: Path) -> tuple[list[str], pd.DataFrame]:
+    """The factor tables (:mod:`ablate.factorial`), factors.csv and the interaction figure;
+    the lines and the main-effect table."""
     lines, effects, pairs = factor_section(runs, design)
     store.write_frame_atomic(out / "factors.csv", effects)
     figure = interaction_figure(pairs, out / "interactions.png")
@@ -555,7 +810,7 @@ def factors_part(runs: pd.DataFrame, design: Design, out: Path) -> list[str]:
         "Mean final val loss per level; one line per level of the second factor, ± std. "
         "Parallel lines: the factors' effects add up.",
     )
-    return lines
+    return lines, effects
 
 
 def convert_table(runs: pd.DataFrame) -> pd.DataFrame:
@@ -703,6 +958,8 @@ def build_report(exp_dir: Path, report_dir: Path) -> Report:
     for name in FIGURES:  # a figure whose data are gone must not survive from an older build
         (report_dir / name).unlink(missing_ok=True)
     table = variant_table(stored.main, variants, variants[0])
+    tuned = variant_table(stored.tuned, variants, variants[0]) if len(stored.tuned) else None
+    table, tuned = with_holm(table, tuned)
     noise = noise_floor(stored.main)
     sweep_lines, sensitivity = sweep_section(stored, variants, report_dir)
     table = attach_studies(table, sensitivity, stored.studies or {})
@@ -717,16 +974,20 @@ def build_report(exp_dir: Path, report_dir: Path) -> Report:
         f"Variants: {', '.join(variants)} (baseline: {variants[0]}); seeds: {manifest['seeds']}.",
         "",
     ]
-    lines += summary_lines(table, noise, stored)
+    design = Design.from_manifest(manifest)
+    factor_lines, effects = (
+        factors_part(stored.main, design, report_dir) if design is not None else ([], None)
+    )
+    lines += summary_lines(table, noise, stored, tuned, effects)
     if stored.missing:
         lines += [
             f"**Incomplete:** {len(stored.missing)} planned run(s) have no result yet: "
             f"{'; '.join(stored.missing)}.",
             "",
         ]
-    design = Design.from_manifest(manifest)
-    if design is not None:
-        lines += factors_part(stored.main, design, report_dir)
+    lines += factor_lines
+    if tuned is not None:
+        lines += comparison_section(stored, table, tuned, report_dir)
     lines += body
     lines += convert_section(stored, report_dir)
     lines += sweep_lines

@@ -244,14 +244,20 @@ class Outcome:
 
 
 def verdict_of(
-    outcome: Outcome, final_val_loss: float | None, cfg: RunConfig, steps: int, initial_loss: float
+    outcome: Outcome, final_val_loss: float | None, cfg: RunConfig, steps: int, corpus: Corpus
 ) -> Verdict | None:
     """The stability verdict of a run; None when it cannot be judged (pruned, failed, ...)."""
     if outcome.status == "diverged" and outcome.stop is not None:
-        return Verdict(False, outcome.stop.reason, outcome.stop.step)
+        return Verdict(False, f"diverged: {outcome.stop.reason}", outcome.stop.step)
     if outcome.status != "finished":
         return None
-    return final_loss_verdict(final_val_loss, initial_loss, cfg.train.stability.final_margin, steps)
+    return final_loss_verdict(
+        final_val_loss,
+        cfg.train.stability,
+        math.log(corpus.vocab_size),
+        corpus.unigram_loss,
+        steps,
+    )
 
 
 @dataclass
@@ -260,6 +266,7 @@ class Observed:
 
     probe: ModelProbe
     memory: PeakMemory
+    divergence: DivergenceMonitor
 
 
 def summarize(
@@ -279,10 +286,11 @@ def summarize(
     train_time = float(frame["step_time_s"].sum())
     initial_loss = math.log(prepared.corpus.vocab_size)
     diverged = outcome.stop if outcome.status == "diverged" else None
-    verdict = verdict_of(outcome, final_val, spec.config, steps_done, initial_loss)
+    verdict = verdict_of(outcome, final_val, spec.config, steps_done, prepared.corpus)
     return {
         "experiment": spec.experiment,
         "run_id": spec.run_id,
+        "family": spec.family,
         "variant": spec.variant,
         "seed": spec.seed,
         "data_seed": spec.data_seed,
@@ -308,7 +316,9 @@ def summarize(
         "n_params": count_parameters(prepared.model),
         "vocab_size": prepared.corpus.vocab_size,
         "initial_loss": initial_loss,
+        "unigram_loss": prepared.corpus.unigram_loss,
         "entropy_floor": prepared.corpus.entropy_floor,
+        "divergence_threshold": observed.divergence.threshold,
         "norm_kind": spec.config.model.norm.kind,
         "norm_placement": spec.config.model.norm.placement,
         "norm_impl": ",".join(used_impls(prepared.model)) or None,
@@ -466,17 +476,14 @@ def _train_and_store(
     cfg = spec.config
     criterion = cfg.train.stability
     monitor = DivergenceMonitor(
-        criterion.threshold or math.log(prepared.corpus.vocab_size),
-        cfg.train.warmup_steps,
-        criterion.after_warmup,
-        criterion.window,
+        criterion, math.log(prepared.corpus.vocab_size), cfg.train.warmup_steps
     )
     all_stoppers = [monitor, *stoppers]
     recorder = MetricsRecorder(
         cfg.tokens_per_step(), progress, log_every=cfg.runtime.log_every_n_steps
     )
     observed = Observed(
-        ModelProbe(cfg.train.probes.interval, cfg.train.probes.attention), PeakMemory()
+        ModelProbe(cfg.train.probes.interval, cfg.train.probes.attention), PeakMemory(), monitor
     )
     observers = [recorder, observed.probe, observed.memory, *all_stoppers]
     handback = RankZeroHandBack(observers, run_dir / HANDBACK_FILE)

@@ -3,9 +3,11 @@
 Both live in one Optuna storage (by default ``results/<experiment>/optuna.db``, SQLite; any
 Optuna RDB URL such as ``postgresql://``, or ``journal:PATH`` for a journal file) with one study
 per variant and purpose: ``<experiment>.<variant>.search`` and ``<experiment>.<variant>.max_lr``.
-Every trial is also an ordinary run in the results store (``group`` search or max_lr), so
-reports read one place, and a trial whose run is already stored reuses it instead of training
-again; a run another process is training is waited for, not trained twice.
+Every trial is also an ordinary run in the results store (``group`` search or max_lr), claimed,
+trained or reused through the one executor path (:func:`ablate.execute.obtain`), so reports
+read one place, a trial whose run is already stored (by a trial, or by a stage of ``ablate
+run``) reuses it, and a run another process is training is waited for, not trained twice.
+The studies themselves run in the executor's process pool (:func:`ablate.execute.run_parallel`).
 
 Many processes (on many machines, with the results folder on a shared file system) may work on
 one storage. On an RDB storage every search trial sends a heartbeat (``runtime.heartbeat_s``);
@@ -13,37 +15,39 @@ one silent for three heartbeats belongs to a dead worker: Optuna fails it and en
 with the same parameters (``runtime.trial_retries``), which takes over the dead worker's run.
 
 - **Search**: a seeded sampler (TPE by default) proposes ``lr`` (log scale) and
-  ``warmup_steps``; the objective is the final val loss with unstable runs scored as
-  min(loss, ℓ0), so the sampler sees where divergence begins (Optuna's samplers ignore failed
-  trials). The median pruner stops poor trials at an evaluation (intermediate val loss against
+  ``warmup_steps`` on the search seed (:meth:`ablate.config.Experiment.search_seed`, by default
+  not one of the final comparison's); the objective is the final val loss with unstable runs
+  scored as min(loss, ℓ0), so the sampler sees where divergence begins (Optuna's samplers
+  ignore failed trials). The best *stable* trial's (LR, warmup) is what the tuned A/B
+  trains. The median pruner stops poor trials at an evaluation (intermediate val loss against
   optimizer steps). ``n_trials`` counts complete and pruned trials over every process sharing
   the storage, so rerunning continues the study and parallel processes share the work: a
   worker starts a trial only while complete + pruned + running trials are fewer than
   ``n_trials``, and on an RDB storage stays until the running ones are done or retried.
 - **Max stable LR**: :func:`ablate.stability.bracket_max_stable` with each probe a trial of
-  the max_lr study asked for at exactly that LR; a probe runs the k seeds in order and stops at
-  the first unstable one. Probes already in the study are read back, never rerun.
+  the max_lr study asked for at exactly that LR, starting at ``max_lr.start``, else at the
+  search's best LR (a stable point), else at ``train.lr``; a probe runs the k seeds in order
+  and stops at the first unstable one. Probes already in the study are read back, never rerun.
+  (:mod:`ablate.pipeline` then holds each bracket against every other stored run.)
 """
 
 from __future__ import annotations
 
 import math
-import multiprocessing as mp
 import os
 import time
 import warnings
 from collections import Counter
 from collections.abc import Callable, Sequence
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import asdict, dataclass
 from functools import partial
 from pathlib import Path
 from typing import Any
 
 import lightning as L
+import numpy as np
 import optuna
 import sqlalchemy.exc
-import torch
 from optuna.distributions import BaseDistribution, FloatDistribution
 from optuna.storages import RetryHeartbeatStaleTrialCallback
 from optuna.trial import FrozenTrial, TrialState
@@ -51,14 +55,15 @@ from sqlalchemy.engine import make_url
 
 from ablate import store
 from ablate.config import Experiment, RuntimeConfig
+from ablate.execute import Resources, obtain, run_parallel
 from ablate.plan import RunSpec, with_train
 from ablate.probes import EarlyStop, Stop
-from ablate.run import execute_run
-from ablate.stability import Bracket, bracket_max_stable, clipped_loss, criterion_text
+from ablate.stability import Bracket, bracket_max_stable, clipped_loss
 from ablate.train import LanguageModelTask
 
 PrintFn = Callable[[str], None]
 COUNTED = (TrialState.COMPLETE, TrialState.PRUNED)
+KINDS = ("search", "max_lr")  # the two studies of a variant
 GRACE_HEARTBEATS = 3  # a trial silent for this many heartbeats belongs to a dead worker
 POLL_S = 1.0  # how often a worker looks again at trials or runs that others hold
 
@@ -173,31 +178,6 @@ class TrialPruner(EarlyStop):
             self.request_stop(trainer, Stop(step, f"pruned by Optuna at step {step}"))
 
 
-def run_or_reuse(
-    spec: RunSpec,
-    root: Path,
-    stoppers: list[EarlyStop] | None = None,
-    take_over: bool = False,
-    say: PrintFn = print,
-) -> dict[str, Any]:
-    """The stored summary of ``spec`` if it is done, else train it now.
-
-    A run another live process is training is waited for and then reused; ``take_over``
-    claims it whoever holds it (a retried trial: Optuna found its worker dead).
-    """
-    run_dir = store.experiment_dir(root, spec.experiment) / spec.run_id
-    announced = False
-    while (summary := store.read_summary(run_dir)) is None:
-        try:
-            return execute_run(spec, root, stoppers=stoppers or [], take_over=take_over)
-        except store.RunClaimed as claimed:
-            if not announced:
-                say(f"waiting: {claimed}")
-                announced = True
-            time.sleep(POLL_S)
-    return summary
-
-
 def trial_value(summary: dict[str, Any]) -> float:
     """The objective: final val loss, an unstable run counted as min(loss, ℓ0)."""
     loss = summary["final_val_loss"]
@@ -288,7 +268,7 @@ def run_search(
         pruner=make_pruner(experiment),
     )
     base = experiment.variants[variant]
-    seed = cfg.seed if cfg.seed is not None else experiment.seeds[0]
+    seed = experiment.search_seed()
 
     def objective(trial: optuna.Trial) -> float:
         lr = trial.suggest_float("lr", cfg.lr_min, cfg.lr_max, log=True)
@@ -297,7 +277,8 @@ def run_search(
         spec = RunSpec(experiment.name, variant, seed, config, group="search")
         retry = "run_id" in trial.user_attrs  # copied from a trial whose worker died
         trial.set_user_attr("run_id", spec.run_id)
-        summary = run_or_reuse(spec, root, [TrialPruner(trial)], take_over=retry, say=say)
+        pruner = TrialPruner(trial)
+        summary = obtain(spec, root, stoppers=[pruner], take_over=retry, wait=True, say=say)
         trial.set_user_attr("stable", summary.get("stable"))
         trial.set_user_attr("status", summary["status"])
         say(f"search {variant} #{trial.number}: lr={lr:.3g} warmup={warmup}: {_describe(summary)}")
@@ -351,7 +332,7 @@ def search_summary(study: optuna.Study) -> dict[str, Any]:
     """Best (lr, warmup) and the stable region (ranges over stable complete trials)."""
     complete = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
     stable = [t for t in complete if t.user_attrs.get("stable")]
-    best = min(complete, key=lambda t: t.value, default=None)
+    best = min(stable, key=lambda t: t.value, default=None)  # the tuned stage trains at it
     region = (
         {
             "lr": [min(t.params["lr"] for t in stable), max(t.params["lr"] for t in stable)],
@@ -396,6 +377,7 @@ class ProbeResult:
     stable: bool
     runs: int
     failed_seeds: list[int]
+    reason: str | None = None  # why the first failing seed was unstable
     reused: bool = False
 
 
@@ -413,12 +395,11 @@ def probe_stability(
     config = with_train(base, lr=lr, tokens=tokens)
     runs = 0
     for seed in seeds:
-        summary = run_or_reuse(
-            RunSpec(experiment.name, variant, seed, config, group="max_lr"), root, say=say
-        )
+        spec = RunSpec(experiment.name, variant, seed, config, group="max_lr")
+        summary = obtain(spec, root, wait=True, say=say)
         runs += 1
         if not summary.get("stable"):
-            return ProbeResult(lr, False, runs, [seed])
+            return ProbeResult(lr, False, runs, [seed], summary.get("unstable_reason"))
     return ProbeResult(lr, True, runs, [])
 
 
@@ -426,8 +407,24 @@ def _stored_probe(study: optuna.Study, lr: float) -> ProbeResult | None:
     for trial in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)):
         if math.isclose(trial.params.get("lr", math.nan), lr, rel_tol=1e-12):
             attrs = trial.user_attrs
-            return ProbeResult(lr, attrs["stable"], attrs["runs"], attrs["failed_seeds"], True)
+            return ProbeResult(
+                lr, attrs["stable"], attrs["runs"], attrs["failed_seeds"], attrs.get("reason"), True
+            )
     return None
+
+
+def max_lr_start(experiment: Experiment, variant: str, url: str) -> float:
+    """The first probe: ``max_lr.start``, else the variant's best stable search trial's LR (a
+    stable point, so the bracket is searched upwards from it), else ``train.lr``."""
+    cfg = experiment.max_lr
+    assert cfg is not None
+    if cfg.start is not None:
+        return cfg.start
+    if experiment.search is not None:
+        best = search_summary(open_study(experiment, variant, "search", url))["best"]
+        if best is not None:
+            return float(np.clip(best["lr"], cfg.lr_min, cfg.lr_max))
+    return float(np.clip(experiment.variants[variant].train.lr, cfg.lr_min, cfg.lr_max))
 
 
 def run_max_lr(
@@ -470,7 +467,7 @@ def run_max_lr(
         )
         return result.stable
 
-    start = cfg.start or experiment.variants[variant].train.lr
+    start = max_lr_start(experiment, variant, url)
     bracket: Bracket = bracket_max_stable(
         probe, start, cfg.factor, cfg.precision, cfg.lr_min, cfg.lr_max
     )
@@ -488,18 +485,17 @@ def run_max_lr(
     }
 
 
-def _job(
-    kind: str, experiment: Experiment, variant: str, root: str, url: str, threads: int
-) -> tuple[str, str, dict[str, Any]]:
-    torch.set_num_threads(threads)
+def _job(kind: str, experiment: Experiment, variant: str, root: str, url: str) -> dict[str, Any]:
     say = partial(print, flush=True)
     if kind == "search":
-        return kind, variant, search_summary(run_search(experiment, variant, Path(root), url, say))
-    return kind, variant, run_max_lr(experiment, variant, Path(root), url, say)
+        return search_summary(run_search(experiment, variant, Path(root), url, say))
+    return run_max_lr(experiment, variant, Path(root), url, say)
 
 
-def study_jobs(experiment: Experiment, rotate: int = 0) -> list[tuple[str, str]]:
-    """(purpose, variant) of every study the experiment configures.
+def study_jobs(
+    experiment: Experiment, kinds: Sequence[str] = KINDS, rotate: int = 0
+) -> list[tuple[str, str]]:
+    """(purpose, variant) of every study of ``kinds`` the experiment configures.
 
     Search studies first (any number of workers share one); the max-LR brackets, which are
     sequential, rotated by ``rotate`` so that processes started together begin on different
@@ -510,36 +506,20 @@ def study_jobs(experiment: Experiment, rotate: int = 0) -> list[tuple[str, str]]
     turn = rotate % len(variants)
     brackets = variants[turn:] + variants[:turn]
     max_lrs = [("max_lr", v) for v in brackets] if experiment.max_lr is not None else []
-    return searches + max_lrs
+    return [(kind, v) for kind, v in searches + max_lrs if kind in kinds]
 
 
 def run_studies(
-    experiment: Experiment, root: Path, url: str, workers: int, threads: int
-) -> dict[str, Any]:
-    """Every variant's search and max-LR study (those configured), ``workers`` at a time.
-
-    Writes and returns ``stability.json`` of the experiment's results folder.
-    """
-    jobs = study_jobs(experiment, rotate=os.getpid())
+    experiment: Experiment, root: Path, url: str, res: Resources, kinds: Sequence[str] = KINDS
+) -> dict[str, dict[str, Any]]:
+    """Every variant's study of ``kinds`` (those configured), ``res.workers`` at a time in the
+    executor's pool: ``{kind: {variant: result}}``, variants in the experiment's order."""
+    jobs = study_jobs(experiment, kinds, rotate=os.getpid())
     for kind, variant in jobs:  # create storage and studies once, before workers race to
         open_study(experiment, variant, kind, url)
-    if workers <= 1 or len(jobs) <= 1:
-        results = [_job(k, experiment, v, str(root), url, threads) for k, v in jobs]
-    else:
-        with ProcessPoolExecutor(workers, mp_context=mp.get_context("spawn")) as pool:
-            futures = [
-                pool.submit(_job, k, experiment, v, str(root), url, threads) for k, v in jobs
-            ]
-            results = [f.result() for f in futures]
-    found = {(k, v): r for k, v, r in results}
-    report: dict[str, Any] = {
-        "experiment": experiment.name,
-        "storage": storage_label(url),
-        "criterion": criterion_text(experiment.base.train.stability),
-        **{
-            kind: {v: found[kind, v] for v in experiment.variants if (kind, v) in found}
-            for kind in ("search", "max_lr")
-        },
+    results = run_parallel(_job, [(k, experiment, v, str(root), url) for k, v in jobs], res)
+    found = {job: result for job, result in zip(jobs, results, strict=True)}
+    return {
+        kind: {v: found[kind, v] for v in experiment.variants if (kind, v) in found}
+        for kind in kinds
     }
-    store.write_json_atomic(store.experiment_dir(root, experiment.name) / "stability.json", report)
-    return report

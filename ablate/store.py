@@ -305,12 +305,17 @@ def release_run(exp_dir: Path, run_id: str) -> None:
         path.unlink(missing_ok=True)
 
 
+def write_json_if_changed(path: Path, data: Any) -> None:
+    """:func:`write_json_atomic`, except that equal content leaves the file (and its time
+    stamp, which says whether a report is up to date) alone."""
+    if read_json(path) != json.loads(json.dumps(_finite(data))):
+        write_json_atomic(path, data)
+
+
 def write_manifest(exp_dir: Path, manifest: dict[str, Any]) -> None:
     """Record the current plan (name, variants in order, seeds, run ids) as experiment.json;
     an unchanged plan leaves the file (and its time stamp) alone."""
-    path = exp_dir / "experiment.json"
-    if read_json(path) != json.loads(json.dumps(_finite(manifest))):
-        write_json_atomic(path, manifest)
+    write_json_if_changed(exp_dir / "experiment.json", manifest)
 
 
 def newest_result_time(exp_dir: Path) -> float:

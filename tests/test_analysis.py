@@ -12,6 +12,7 @@ from scipy import stats
 from ablate.analysis import (
     column,
     curve_band,
+    holm,
     noise_floor,
     paired_difference,
     probe_band,
@@ -128,3 +129,12 @@ def test_probe_band_means_over_seeds() -> None:
     )
     band = probe_band(probes, "resid_rms")
     assert band["mean"].tolist() == [2.0] and band["count"].tolist() == [2]
+
+
+def test_holm_adjusts_in_rank_order_and_keeps_nan() -> None:
+    # sorted: 0.005 x 4 = 0.02, 0.01 x 3 = 0.03, 0.03 x 2 = 0.06, max(0.06, 0.04 x 1) = 0.06
+    adjusted = holm([0.01, 0.04, 0.03, math.nan, 0.005])
+    assert adjusted[:3] == pytest.approx([0.03, 0.06, 0.06]) and adjusted[4] == pytest.approx(0.02)
+    assert math.isnan(adjusted[3])
+    assert holm([0.6, 0.7]) == pytest.approx([1.0, 1.0])  # capped at 1
+    assert holm([0.04]) == pytest.approx([0.04])  # one comparison: unchanged

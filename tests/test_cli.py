@@ -23,6 +23,11 @@ def test_validate_prints_the_plan_with_cost(
     out = capsys.readouterr().out
     assert "4 runs" in out and "layernorm" in out and "rmsnorm" in out
     assert "estimated wall time" in out and "step_time_ms" in out and "parameters" in out
+    assert "  layernorm: nothing (the base itself)" in out
+    assert (
+        "  rmsnorm: model.norm.kind: 'layernorm' -> 'rmsnorm'; model.norm.bias: True -> False "
+        "(follows model.norm.kind)"
+    ) in out
 
 
 @pytest.mark.parametrize(
@@ -99,11 +104,14 @@ def test_smoke_experiment_end_to_end(tmp_path: Path) -> None:
     summaries = [json.loads(p.read_text()) for p in exp_dir.glob("*/summary.json")]
     main = [s for s in summaries if s["group"] == "main"]
     assert len(main) == 4 and all(s["status"] == "finished" and s["stable"] for s in main)
-    assert all(s["final_val_loss"] < 4.5 for s in main)
+    floor = main[0]["unigram_loss"]
+    assert 3.2 < floor < 3.3 and all(s["final_val_loss"] < floor - 0.1 for s in main)
     assert len({s["init_digest"] for s in main}) == 2  # one per seed, shared by both norms
     assert len({s["data_digest"] for s in main}) == 2
-    assert {s["group"] for s in summaries} == {"main", "sweep", "search", "max_lr"}
+    assert {s["group"] for s in summaries} == {"main", "sweep", "search", "tuned", "max_lr"}
     assert len([s for s in summaries if s["group"] == "sweep"]) == 8  # 4 lrs x 2 variants
+    assert {s["seed"] for s in summaries if s["group"] == "search"} == {2}  # not a final seed
+    assert len([s for s in summaries if s["group"] == "tuned"]) == 4
 
     studies = json.loads((exp_dir / "stability.json").read_text())
     for variant in ("layernorm", "rmsnorm"):
@@ -114,11 +122,13 @@ def test_smoke_experiment_end_to_end(tmp_path: Path) -> None:
         assert studies["search"][variant]["complete"] + studies["search"][variant]["pruned"] == 4
     text = (report_dir / "report.md").read_text()
     assert "Maximum stable learning rate" in text and "LR sensitivity" in text
-    assert "Stability criterion" in text and "ℓ0 − 0.1" in text
+    assert "Stability criterion" in text and "the unigram floor − 0.1 (collapsed)" in text
+    assert "## Shared LR and tuned settings" in text and "Leading comparison" in text
 
     again = _ablate("run", str(REPO / "experiments" / "smoke.yaml"), cwd=tmp_path)
     out, _ = again.communicate(timeout=120)
     assert again.returncode == 0 and "12 of 12 runs already done" in out, out
+    assert "4 of 4 runs already done" in out, out  # the tuned A/B
     assert "[stored]" in out and "max_lr layernorm" in out
     after = {p.parent.name for p in exp_dir.glob("*/summary.json")}
     assert after == {s["run_id"] for s in summaries}  # nothing was trained again

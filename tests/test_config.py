@@ -8,7 +8,13 @@ import pytest
 import yaml
 from conftest import REPO, write_experiment
 
-from ablate.config import ConfigError, load_experiment
+from ablate.config import (
+    ConfigError,
+    differences,
+    flat_config,
+    load_experiment,
+    unexplained_differences,
+)
 
 SHIPPED = sorted((REPO / "experiments").glob("*.yaml"))
 
@@ -51,10 +57,83 @@ def test_defaults_and_overrides(tmp_path: Path) -> None:
     assert a.steps() == a.train.tokens // (a.train.batch_size * a.model.seq_len)
 
 
-def test_no_variants_means_one_base_variant(tmp_path: Path) -> None:
+ONE = "variants: {base: {}}\n"  # the explicit single-variant form
+
+
+def test_the_base_alone_is_an_explicit_variant(tmp_path: Path) -> None:
     path = tmp_path / "e.yaml"
-    path.write_text("seeds: [3]\n")
-    assert list(load_experiment(path).variants) == ["base"]
+    path.write_text("seeds: [3]\n" + ONE)
+    exp = load_experiment(path)
+    assert list(exp.variants) == ["base"] and exp.variants["base"] == exp.base
+
+
+@pytest.mark.parametrize(
+    "text, fragment",
+    [
+        ("", "variants: none given"),
+        ("# only a comment\n", "variants: none given"),
+        ("variants: {}\n", "variants: none given"),
+        ("seeds: [1180591620717411303424]\n" + ONE, "seeds must be integers >= 0 and < 2**32"),
+        ("seeds: [4294967295]\n" + ONE, "seeds must be integers >= 0 and < 2**32"),
+        ("data: {seed: 1180591620717411303424}\n" + ONE, "data.seed"),
+        ("search: {seed: 4294967296}\n" + ONE, "search.seed"),
+    ],
+)
+def test_empty_files_no_variants_and_huge_seeds_are_refused(
+    tmp_path: Path, text: str, fragment: str
+) -> None:
+    assert fragment in _error(tmp_path, text)
+
+
+def test_nested_and_dotted_variants_resolve_identically(tmp_path: Path) -> None:
+    base = {
+        "model": {"d_model": 32, "n_heads": 2, "norm": {"placement": "post", "qk_norm": True}},
+        "train": {"tokens": 4096, "batch_size": 4, "lr": 0.01},
+    }
+    spellings = {
+        "dotted": {"model.norm.kind": "rmsnorm", "train.lr": 0.02},
+        "nested": {"model": {"norm": {"kind": "rmsnorm"}}, "train": {"lr": 0.02}},
+        "half": {"model.norm": {"kind": "rmsnorm"}, "train.lr": 0.02},
+    }
+    resolved = {}
+    for name, overrides in spellings.items():
+        path = tmp_path / f"{name}.yaml"
+        path.write_text(yaml.safe_dump({**base, "variants": {"v": overrides}}))
+        exp = load_experiment(path)
+        resolved[name] = exp.variants["v"]
+        assert exp.overrides["v"] == {"model.norm.kind": "rmsnorm", "train.lr": 0.02}
+        assert differences(exp.base, exp.variants["v"]) == {
+            "model.norm.kind": ("layernorm", "rmsnorm"),
+            "model.norm.bias": (True, False),  # RMSNorm's own default follows the kind
+            "train.lr": (0.01, 0.02),
+        }
+    assert resolved["dotted"] == resolved["nested"] == resolved["half"]
+    nested = resolved["nested"]
+    assert nested.model.norm.placement == "post" and nested.model.norm.qk_norm  # kept
+    assert nested.model.d_model == 32 and nested.train.tokens == 4096  # not reset
+
+
+def test_a_variant_that_changes_an_unnamed_key_is_caught() -> None:
+    exp = load_experiment(REPO / "experiments" / "ln_vs_rms.yaml")
+    widened = exp.variants["rmsnorm"].model_copy(
+        update={"train": exp.base.train.model_copy(update={"lr": 1.0})}
+    )
+    assert unexplained_differences(exp.base, widened, exp.overrides["rmsnorm"]) == ["train.lr"]
+    assert unexplained_differences(exp.base, widened, {"train.lr": 1.0}) == [
+        "model.norm.kind",
+        "model.norm.bias",
+    ]
+
+
+@pytest.mark.parametrize("path", SHIPPED, ids=[p.name for p in SHIPPED])
+def test_every_shipped_variant_differs_from_the_base_in_exactly_its_keys(path: Path) -> None:
+    experiment = load_experiment(path)
+    for name, config in experiment.variants.items():
+        overrides = experiment.overrides[name]
+        assert unexplained_differences(experiment.base, config, overrides) == [], name
+        values = flat_config(config)
+        for key, value in overrides.items():
+            assert values[key] == value, (name, key)
 
 
 def _error(tmp_path: Path, text: str) -> str:
@@ -99,7 +178,7 @@ def test_variant_errors_name_the_variant(tmp_path: Path) -> None:
 
 
 def test_budget_file_and_syntax_errors(tmp_path: Path) -> None:
-    msg = _error(tmp_path, "train: {tokens: 10}\n")
+    msg = _error(tmp_path, "train: {tokens: 10}\n" + ONE)
     assert "train.tokens" in msg and "buys no step" in msg
     msg = _error(tmp_path, "data: {source: text_file, path: nowhere.txt}\n")
     assert "data.path: file not found" in msg
@@ -124,7 +203,7 @@ def test_study_sections_are_typed_and_checked(tmp_path: Path) -> None:
     path = tmp_path / "e.yaml"
     path.write_text(
         "sweep: {lr_min: 1.0e-3, lr_max: 1.0, points: 4}\n"
-        "search: {n_trials: 3}\nmax_lr: {factor: 2.0}\nstorage: journal:/tmp/j.log\n"
+        "search: {n_trials: 3}\nmax_lr: {factor: 2.0}\nstorage: journal:/tmp/j.log\n" + ONE
     )
     exp = load_experiment(path)
     assert exp.sweep.lrs() == pytest.approx([1e-3, 1e-2, 1e-1, 1.0])
@@ -146,7 +225,7 @@ def test_probe_and_logger_settings_are_checked(tmp_path: Path) -> None:
     msg = _error(tmp_path, "runtime:\n  log_every_n_steps: 0\n")
     assert "runtime.log_every_n_steps: got 0" in msg
     path = tmp_path / "ok.yaml"
-    path.write_text("train:\n  probes: {interval: 0, attention: false}\n")
+    path.write_text("train:\n  probes: {interval: 0, attention: false}\n" + ONE)
     probes = load_experiment(path).base.train.probes
     assert probes.interval == 0 and probes.attention is False
 

@@ -23,6 +23,7 @@ from ablate.data import (
     gather_windows,
     load_corpus,
     markov_chain,
+    unigram_loss,
 )
 
 
@@ -140,3 +141,21 @@ def test_ddp_processes_split_every_batch_into_equal_shares(world: int) -> None:
         assert torch.equal(torch.cat(parts), batch)  # rank r holds rows r*B/W .. (r+1)*B/W
     val = list(RunData(corpus, offsets, val_offsets, 16).val_dataloader())
     assert [b.shape for b in val] == [(8, 17), (8, 17)]  # every process: all val windows
+
+
+def test_unigram_floor_against_a_hand_computation() -> None:
+    train, val = np.array([0, 0, 1]), np.array([0, 2])
+    # add-1/2 counts: 2.5, 1.5, 0.5 of 4.5; val scores p(0) and p(2)
+    expected = -(math.log(2.5 / 4.5) + math.log(0.5 / 4.5)) / 2
+    assert unigram_loss(train, val, vocab_size=3) == pytest.approx(expected, rel=1e-12)
+
+
+def test_corpus_floor_uses_train_frequencies_scored_on_val(tmp_path: Path) -> None:
+    path = tmp_path / "t.txt"
+    path.write_text("ab" * 450 + "c" * 100)  # val (last 10%) is all 'c', never seen in train
+    corpus = load_corpus(DataConfig(source="text_file", path=str(path), val_fraction=0.1), 8)
+    assert corpus.vocab_size == 256
+    expected = -math.log(0.5 / (900 + 0.5 * 256))  # 'c' has only the half count
+    assert corpus.unigram_loss == pytest.approx(expected, rel=1e-9)
+    builtin = load_corpus(DataConfig(), 128)
+    assert 3.2 < builtin.unigram_loss < 3.3 < math.log(256)  # the default text: about 3.25

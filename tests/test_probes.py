@@ -10,20 +10,27 @@ import pytest
 import torch
 from conftest import tiny_config
 
+from ablate.config import StabilityConfig
 from ablate.model import GPT, build_model
 from ablate.plan import RunSpec
 from ablate.probes import DivergenceMonitor, ModelProbe
 from ablate.run import execute_run
 
 
+def _monitor(warmup: int, **criterion: object) -> DivergenceMonitor:
+    """A monitor with an explicit threshold (default 5.0) and a window of 1 unless given."""
+    settings = {"threshold": 5.0, "window": 1, **criterion}
+    return DivergenceMonitor(StabilityConfig(**settings), math.log(256), warmup)
+
+
 def test_non_finite_loss_diverges_at_any_step() -> None:
-    monitor = DivergenceMonitor(threshold=5.0, warmup_steps=10)
+    monitor = _monitor(10)
     assert monitor.check(2, math.nan).reason.startswith("non-finite")
     assert monitor.check(3, math.inf).step == 3
 
 
 def test_threshold_applies_only_after_warmup() -> None:
-    monitor = DivergenceMonitor(threshold=5.0, warmup_steps=10)
+    monitor = _monitor(10)
     assert monitor.check(10, 9.0) is None
     found = monitor.check(11, 9.0)
     assert found is not None and found.step == 11 and "> threshold 5" in found.reason
@@ -31,17 +38,28 @@ def test_threshold_applies_only_after_warmup() -> None:
 
 
 def test_threshold_from_the_first_step_when_after_warmup_is_off() -> None:
-    monitor = DivergenceMonitor(threshold=5.0, warmup_steps=10, after_warmup=False)
+    monitor = _monitor(10, after_warmup=False)
     assert monitor.check(1, 6.0) is not None
 
 
+def test_default_threshold_is_the_start_loss_plus_the_margin() -> None:
+    l0 = math.log(256)
+    above = DivergenceMonitor(StabilityConfig(window=1), l0, warmup_steps=0)
+    assert above.check(1, 5.558) is None  # an untrained model a little above ln(256)
+    assert above.threshold == pytest.approx(5.558 + 0.5)
+    assert above.check(2, 6.0) is None and above.check(3, 6.1).step == 3
+    below = DivergenceMonitor(StabilityConfig(window=1, divergence_margin=0.2), l0, 0)
+    below.check(1, 5.0)  # a first loss under ln(V): the threshold starts from ln(V)
+    assert below.threshold == pytest.approx(l0 + 0.2)
+
+
 def test_windowed_threshold_ignores_a_one_batch_spike_but_not_a_blow_up() -> None:
-    monitor = DivergenceMonitor(threshold=5.0, warmup_steps=2, window=5)
+    monitor = _monitor(2, window=5)
     for step, loss in enumerate([5.5, 4.0, 3.5, 3.4, 3.3], start=1):
         assert monitor.check(step, loss) is None
     assert monitor.check(6, 10.0) is None  # mean of the last 5: (3.5+3.4+3.3+10+...)/5 < 5
     assert monitor.check(7, 3.2) is None
-    blow_up = DivergenceMonitor(threshold=5.0, warmup_steps=2, window=5)
+    blow_up = _monitor(2, window=5)
     losses = [5.5, 4.0, 3.5, 6.0, 8.0]  # the mean of these five is 5.4
     stops = [blow_up.check(step, loss) for step, loss in enumerate(losses, start=1)]
     assert stops[:4] == [None] * 4

@@ -21,6 +21,7 @@ from conftest import TINY, write_experiment
 from scipy import stats
 
 from ablate import store
+from ablate.analysis import holm
 from ablate.cli import main
 from ablate.report import (
     FIGURES,
@@ -28,6 +29,7 @@ from ablate.report import (
     markdown_to_html,
     report_is_current,
     summary_lines,
+    with_holm,
 )
 
 VARIANTS = ["layernorm", "rmsnorm"]
@@ -202,7 +204,7 @@ def _table(diff: float, low: float, high: float, pairs: int) -> pd.DataFrame:
 
 class _Stored:
     missing: list[str] = []
-    manifest = {"runs": []}
+    manifest = {"runs": [], "seeds": [0, 1, 2]}
     studies = {"max_lr": {"ln": {"bracket": [0.1, 0.2]}, "rms": {"bracket": [0.4, 0.8]}}}
 
 
@@ -218,11 +220,49 @@ class _Stored:
 def test_summary_claims_only_what_the_numbers_support(
     diff: float, low: float, high: float, pairs: int, noise: float, says: str
 ) -> None:
-    text = "\n".join(summary_lines(_table(diff, low, high, pairs), noise, _Stored()))
+    text = "\n".join(summary_lines(_table(diff, low, high, pairs), noise, _Stored(), None))
     assert says in text
     assert "Diverged main runs: ln 0/3, rms 1/3." in text
     assert "rms 90 tokens/s vs ln 100 (0.900×" in text
     assert "do not overlap; rms/ln ratio of geometric midpoints 4.00" in text
+    assert "Too few seeds" not in text and "Holm" not in text and "Leading" not in text
+
+
+def test_summary_leads_with_the_tuned_comparison_and_adjusts_for_multiplicity() -> None:
+    stored = _Stored()
+    stored.manifest = {"runs": [], "seeds": [0, 1]}
+    stored.studies = {
+        "search_seed": 2,
+        "max_lr": {
+            "ln": {
+                "bracket": [None, 1e-4],
+                "probes": [{"lr": 1e-4}, {"lr": 3e-3}],
+                "monotone": False,
+                "checked_runs": 9,
+                "contradictions": [
+                    {"run_id": "abc", "lr": 0.01, "stable": True, "group": "sweep", "seed": 0}
+                ],
+            }
+        },
+    }
+    shared = _table(0.03, 0.01, 0.05, 2)
+    tuned = _table(-0.02, -0.04, -0.01, 2).assign(paired_t_p=[math.nan, 0.04])
+    shared, tuned = with_holm(shared, tuned)
+    # Holm over both: 0.01 x 2 = 0.02, then max(0.02, 0.04 x 1) = 0.04
+    assert shared["p_holm"].iloc[1] == pytest.approx(0.02)
+    assert tuned["p_holm"].iloc[1] == pytest.approx(0.04)
+    text = "\n".join(summary_lines(shared, 0.01, stored, tuned))
+    lead = text.index("Leading comparison: each variant at its own tuned LR and warmup")
+    assert (
+        lead
+        < text.index("at tuned settings, rms − ln: -0.0200")
+        < text.index("at the shared LR, rms − ln: 0.0300")
+    )
+    assert "found on seed 2, scored here on seeds [0, 1]" in text
+    assert "**Too few seeds:** 2 per variant" in text
+    assert "2 comparisons in this report" in text and "Holm-adjusted 0.04" in text
+    assert "ln: **no stable LR found**: none of the 2 LRs probed (0.0001 to 0.003)" in text
+    assert "1 of 9 stored runs" in text and "stable sweep run abc seed 0 at lr 0.01" in text
 
 
 def test_html_embeds_images_and_renders_tables(tmp_path: Path) -> None:
@@ -277,3 +317,11 @@ def test_grid_report_has_factor_tables_recomputed_from_the_runs(tmp_path: Path) 
     post = [loss[(f"{k}.post", s)] for k in ("layernorm", "rmsnorm") for s in (0, 1)]
     assert effects.loc[("model.norm.placement", "post"), "mean"] == pytest.approx(np.mean(post))
     assert "baseline: layernorm.pre" in text
+    p_kind = effects.loc[("model.norm.kind", "rmsnorm"), "effect_p"]
+    p_post = effects.loc[("model.norm.placement", "post"), "effect_p"]
+    assert effects.loc[("model.norm.kind", "rmsnorm"), "effect_p_holm"] == pytest.approx(
+        holm([p_kind, p_post])[0]
+    )
+    lead = text.index("**Leading comparison: the factors' main effects**")
+    assert lead < text.index("  - model.norm.kind = rmsnorm: ") < text.index("## Factors")
+    assert "**Too few seeds:** 2 per variant" in text

@@ -9,10 +9,11 @@ from pathlib import Path
 import pandas as pd
 import pytest
 import torch
-from conftest import tiny_config
+from conftest import REPO, tiny_config
 
 from ablate import store
-from ablate.plan import RunSpec
+from ablate.config import load_experiment
+from ablate.plan import RunSpec, with_train
 from ablate.run import execute_run, prepare
 
 CONTRACT = {
@@ -36,6 +37,9 @@ CONTRACT = {
     "probe_steps",
     "nonfinite_activations",
     "nonfinite_grads",
+    "unigram_loss",
+    "divergence_threshold",
+    "family",
 }
 
 
@@ -129,6 +133,28 @@ def test_huge_learning_rate_diverges_as_a_result_not_a_crash(tmp_path: Path) -> 
     assert store.is_done(tmp_path / "tiny" / spec.run_id)
 
 
+def _smoke_file_spec(**train: object) -> RunSpec:
+    experiment = load_experiment(REPO / "experiments" / "smoke.yaml")
+    return RunSpec("smoke", "layernorm", 0, with_train(experiment.variants["layernorm"], **train))
+
+
+def test_warmup_0_at_lr_1e_3_on_the_smoke_model_is_stable(tmp_path: Path) -> None:
+    summary = execute_run(_smoke_file_spec(lr=1e-3, warmup_steps=0), tmp_path)
+    metrics = pd.read_csv(tmp_path / "smoke" / summary["run_id"] / "metrics.csv")
+    first = float(metrics["train_loss"].iloc[0])
+    assert first > math.log(256)  # the untrained model starts above ln(vocab) ...
+    assert summary["divergence_threshold"] == pytest.approx(first + 0.5)  # ... and is judged so
+    assert summary["status"] == "finished" and summary["stable"] is True
+    assert summary["final_val_loss"] < summary["unigram_loss"] - 0.1
+
+
+def test_a_run_that_learns_only_byte_frequencies_is_collapsed(tmp_path: Path) -> None:
+    summary = execute_run(_smoke_file_spec(lr=1e-4, warmup_steps=0), tmp_path)
+    assert summary["status"] == "finished" and summary["stable"] is False
+    assert summary["unstable_reason"].startswith("collapsed: final val loss")
+    assert summary["final_val_loss"] >= summary["unigram_loss"] - 0.1
+
+
 def test_last_step_is_always_evaluated(tmp_path: Path) -> None:
     spec = _spec(**{"train.tokens": 4 * 16 * 13})  # 13 steps, evaluation every 10
     execute_run(spec, tmp_path)
@@ -192,7 +218,13 @@ def _smoke_spec(kind: str, placement: str, **overrides) -> RunSpec:
 
     base = load_experiment(REPO / "experiments" / "smoke.yaml").base.model_dump(mode="json")
     del base["model"]["norm"]["bias"]  # resolved for the base's kind; let each kind choose
-    changes = {"model.norm.kind": kind, "model.norm.placement": placement, **overrides}
+    short = {  # 40 steps at a moderate LR: does it train at all, in every placement
+        "train.tokens": 10240,
+        "train.lr": 3e-3,
+        "train.warmup_steps": 5,
+        "train.eval_interval": 10,
+    }
+    changes = {"model.norm.kind": kind, "model.norm.placement": placement, **short, **overrides}
     config = build_run_config(apply_overrides(base, changes, "test"), "test")
     return RunSpec("smoke", f"{placement}-{kind}", 0, config)
 

@@ -9,43 +9,68 @@ import pytest
 from ablate.config import StabilityConfig
 from ablate.probes import DivergenceMonitor
 from ablate.stability import (
+    Observation,
     bracket_max_stable,
     clipped_loss,
+    contradictions,
     criterion_text,
     final_loss_verdict,
     lr_sensitivity,
 )
 
 L0 = math.log(256)
+UNIGRAM = 3.25  # about the default text's unigram cross-entropy
 
 
-def _judge(curve: list[float], final_val: float, warmup: int = 5) -> tuple[bool, str | None]:
+def _judge(
+    curve: list[float], final_val: float, warmup: int = 5, **criterion: object
+) -> tuple[bool, str | None]:
     """Apply the whole criterion to a constructed train-loss curve and final val loss."""
-    monitor = DivergenceMonitor(threshold=L0, warmup_steps=warmup, window=2)
+    cfg = StabilityConfig(window=2, **criterion)
+    monitor = DivergenceMonitor(cfg, L0, warmup_steps=warmup)
     for step, loss in enumerate(curve, start=1):
         stop = monitor.check(step, loss)
         if stop is not None:
             return False, stop.reason
-    verdict = final_loss_verdict(final_val, L0, 0.1, len(curve))
+    verdict = final_loss_verdict(final_val, cfg, L0, UNIGRAM, len(curve))
     return verdict.stable, verdict.reason
 
 
 def test_criterion_on_constructed_loss_curves() -> None:
-    healthy = [5.5, 5.0, 4.2, 3.6, 3.1, 2.8, 2.6, 2.5]
+    healthy = [5.56, 5.0, 4.2, 3.6, 3.1, 2.8, 2.6, 2.5]
     assert _judge(healthy, 2.55) == (True, None)
     nan = [5.5, 5.0, math.nan, 3.0]
     stable, reason = _judge(nan, 3.0)
     assert not stable and "non-finite" in reason
     explosion = [5.5, 4.0, 3.5, 3.2, 3.0, 2.9, 7.5, 40.0]
     stable, reason = _judge(explosion, 2.9)
-    assert not stable and "threshold" in reason
+    assert not stable and "threshold 6.045" in reason  # ℓ0 + 0.5: step 1 was below ℓ0
     plateau = [5.55, 5.54, 5.53, 5.52, 5.50, 5.49, 5.48, 5.48]
     stable, reason = _judge(plateau, 5.47)
-    assert not stable and "final val loss" in reason
+    assert not stable and reason.startswith("collapsed") and "unigram floor 3.25" in reason
     spike_in_warmup = [5.5, 9.0, 4.0, 3.5, 3.2, 3.0, 2.9, 2.8]  # tolerated during warmup
     assert _judge(spike_in_warmup, 2.8) == (True, None)
-    one_batch_spike = [5.5, 4.0, 3.5, 3.2, 3.0, 2.9, 6.5, 2.9]  # above ℓ0 once, recovered
+    one_batch_spike = [5.5, 4.0, 3.5, 3.2, 3.0, 2.9, 7.0, 2.9]  # above the threshold once
     assert _judge(one_batch_spike, 2.9) == (True, None)
+
+
+def test_a_run_that_ends_at_the_unigram_floor_collapsed() -> None:
+    learned_bytes = [5.56, 4.5, 3.8, 3.4, 3.3, 3.28, 3.27, 3.27]  # never diverges
+    stable, reason = _judge(learned_bytes, 3.27)
+    assert not stable and reason == (
+        "collapsed: final val loss 3.27 not below the unigram floor 3.25 − 0.1"
+    )
+    assert _judge(learned_bytes, 3.15)[0] is False  # the margin: 3.15 is not below 3.15
+    assert _judge(learned_bytes, 3.14) == (True, None)
+    stable, reason = _judge(learned_bytes, 3.27, floor="initial")  # the old criterion
+    assert stable and reason is None
+    assert "initial loss ℓ0 5.545" in _judge(learned_bytes, 5.5, floor="initial")[1]
+
+
+def test_untrained_loss_above_ln_vocab_is_not_a_divergence_without_warmup() -> None:
+    small_model = [5.558, 5.557, 5.55, 5.54, 5.52, 5.4, 5.1, 4.6]  # step 1 above ℓ0 = 5.545
+    assert _judge(small_model, 3.0, warmup=0) == (True, None)
+    assert _judge(small_model, 3.0, warmup=0, threshold=L0)[0] is False  # the old default
 
 
 def test_clipped_loss_and_sensitivity() -> None:
@@ -58,10 +83,44 @@ def test_clipped_loss_and_sensitivity() -> None:
 
 def test_criterion_text_names_the_settings() -> None:
     text = criterion_text(StabilityConfig(final_margin=0.25))
-    assert "non-finite" in text and "ℓ0 = ln(vocab) after warmup" in text and "0.25" in text
-    assert "mean train loss of 5 steps" in text
-    one = criterion_text(StabilityConfig(threshold=7, after_warmup=False, window=1))
-    assert "the train loss exceeds 7 at any step" in one
+    assert "non-finite" in text and "max(ℓ0, step-1 loss) + 0.5 after warmup" in text
+    assert "mean train loss of 5 steps" in text and "the unigram floor − 0.25 (collapsed)" in text
+    one = criterion_text(
+        StabilityConfig(threshold=7, after_warmup=False, window=1, floor="initial")
+    )
+    assert "the train loss exceeds 7 at any step" in one and "ℓ0 = ln(vocab) − 0.1" in one
+
+
+def _profile(stable_between: tuple[float, float], hole: float | None = None):  # noqa: ANN202
+    """A synthetic stability profile: stable inside the window, except at the hole."""
+    low, high = stable_between
+    return lambda lr: low <= lr <= high and not (hole and math.isclose(lr, hole))
+
+
+def test_contradictions_find_a_hole_below_the_bracket_and_stability_above_it() -> None:
+    lrs = [1e-3 * 2**i for i in range(12)]  # 0.001 ... 2.048
+    probe = _profile((1e-3, 0.3), hole=0.032)  # a loss spike at 0.032 only
+    bracket = bracket_max_stable(probe, 1e-3, factor=4.0, precision=2**0.25)
+    low, high = bracket.largest_stable, bracket.smallest_unstable
+    assert low <= 0.3 < high
+    runs = [Observation(f"r{i}", lr, probe(lr), "sweep", 0) for i, lr in enumerate(lrs)]
+    found = contradictions(low, high, runs)
+    assert [(o.lr, o.stable) for o in found] == [(0.032, False)]  # the hole, nothing else
+    monotone = [Observation(o.run_id, o.lr, o.lr <= 0.3, "sweep", 0) for o in runs]
+    assert contradictions(low, high, monotone) == []
+    back = [
+        *monotone,
+        Observation("x", 2.0, False, "max_lr", 1),
+        Observation("y", 3.0, True, "max_lr", 1),
+    ]
+    found = contradictions(low, 2.0, back)  # seed 1 failed at 2.0, then was stable at 3.0
+    assert [o.run_id for o in found] == ["y"]
+    other_seed = [
+        *monotone,
+        Observation("x", 2.0, False, "max_lr", 1),
+        Observation("z", 3.0, True, "max_lr", 2),
+    ]
+    assert contradictions(low, 2.0, other_seed) == []  # seed 2 never failed there
 
 
 @pytest.mark.parametrize("boundary", [3e-4, 0.0123, 0.7, 5.0])

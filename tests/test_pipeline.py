@@ -1,0 +1,132 @@
+"""The staged protocol from Python: shared A/B, search, tuned A/B, max LR, report; one executor."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import optuna
+import yaml
+from conftest import REPO, TINY
+
+from ablate import store
+from ablate.config import load_experiment
+from ablate.pipeline import Context, run_experiment, run_studies_only
+from ablate.search import open_storage, storage_url
+
+
+def _smoke_like(tmp_path: Path, **extra: object) -> Path:
+    """The smoke model (learns beyond unigram statistics in 200 steps) with a 2-trial search."""
+    doc = yaml.safe_load((REPO / "experiments" / "smoke.yaml").read_text())
+    for section in ("sweep", "max_lr"):
+        doc.pop(section)
+    doc["search"] = {
+        "n_trials": 2,
+        "lr_min": 5e-3,
+        "lr_max": 2e-2,
+        "warmup_max": 10,
+        "pruner": "none",
+    }
+    doc.update(extra)
+    path = tmp_path / "smoke_like.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    return path
+
+
+def _summaries(exp_dir: Path) -> list[dict]:
+    return [json.loads(p.read_text()) for p in sorted(exp_dir.glob("*/summary.json"))]
+
+
+def test_pipeline_runs_the_tuned_ab_at_the_searchs_best_on_every_final_seed(
+    tmp_path: Path,
+) -> None:
+    result = run_experiment(
+        _smoke_like(tmp_path), tmp_path / "results", tmp_path / "reports", workers=1, threads=1
+    )
+    assert result.missing == [] and result.report_rebuilt
+    runs = _summaries(result.exp_dir)
+    search = result.studies["search"]
+    assert [s["seed"] for s in runs if s["group"] == "search"] == [2] * 4  # max(seeds) + 1
+    tuned = [s for s in runs if s["group"] == "tuned"]
+    assert sorted((s["variant"], s["seed"]) for s in tuned) == [
+        ("layernorm", 0),
+        ("layernorm", 1),
+        ("rmsnorm", 0),
+        ("rmsnorm", 1),
+    ]
+    for s in tuned:
+        best = search[s["variant"]]["best"]
+        assert (s["lr"], s["warmup_steps"]) == (best["lr"], best["warmup_steps"])
+        assert s["planned_steps"] == 200  # the full budget, not the search's
+    main = [s for s in runs if s["group"] == "main"]
+    for seed in (0, 1):
+        same_seed = [s for s in tuned + main if s["seed"] == seed]
+        assert len({s["init_digest"] for s in same_seed}) == 1  # shared weights bitwise equal
+        assert len({s["data_digest"] for s in same_seed}) == 1  # same batches
+    report = (result.report_dir / "report.md").read_text()
+    assert "## Shared LR and tuned settings" in report
+    assert (result.report_dir / "comparison.csv").exists()
+    again = run_experiment(
+        result.experiment, tmp_path / "results", tmp_path / "reports", workers=1, threads=1
+    )
+    assert not again.report_rebuilt and _summaries(result.exp_dir) == runs  # nothing retrained
+
+
+def _tiny_with_search(tmp_path: Path, n_trials: int) -> Path:
+    """The tiny experiment whose search runs on seed 0 over a range that holds the base's LR."""
+    doc = {
+        "name": "tiny",
+        "seeds": [0],
+        **TINY,
+        "variants": {
+            "layernorm": {"model.norm.kind": "layernorm"},
+            "rmsnorm": {"model.norm.kind": "rmsnorm"},
+        },
+        "search": {"n_trials": n_trials, "seed": 0, "lr_min": 1e-3, "lr_max": 1e-2},
+    }
+    path = tmp_path / "tiny.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    return path
+
+
+def _enqueue_base(path: Path, root: Path, variant: str) -> None:
+    """Ask the variant's search to try the base's own LR and warmup next."""
+    experiment = load_experiment(path)
+    url = storage_url(experiment, root)
+    study = optuna.create_study(
+        study_name=f"tiny.{variant}.search",
+        storage=open_storage(url),
+        direction="minimize",
+        load_if_exists=True,
+    )
+    train = experiment.base.train
+    study.enqueue_trial({"lr": train.lr, "warmup_steps": train.warmup_steps})
+
+
+def test_a_search_trial_and_a_main_run_are_one_run_whichever_comes_first(
+    tmp_path: Path,
+) -> None:
+    root = tmp_path / "results"
+    first = _tiny_with_search(tmp_path, n_trials=1)
+    _enqueue_base(first, root, "layernorm")
+    experiment = load_experiment(first)
+    run_studies_only(Context(experiment, root, tmp_path / "reports", workers=1, threads=1))
+    by_id = {s["run_id"]: s for s in _summaries(root / "tiny")}
+    trial_run = next(s for s in by_id.values() if s["variant"] == "layernorm")
+    assert trial_run["group"] == "search" and trial_run["lr"] == TINY["train"]["lr"]
+
+    more = _tiny_with_search(tmp_path, n_trials=2)  # n_trials is not part of any run's id
+    _enqueue_base(more, root, "rmsnorm")
+    result = run_experiment(more, root, tmp_path / "reports", workers=1, threads=1)
+    after = {s["run_id"]: s for s in _summaries(root / "tiny")}
+    main = {s.variant: s.run_id for s in result.specs if s.group == "main"}
+    assert main["layernorm"] == trial_run["run_id"]  # the main run is the trial's run ...
+    assert after[main["layernorm"]] == trial_run  # ... reused, not trained again
+    trials = optuna.load_study(
+        study_name="tiny.rmsnorm.search", storage=open_storage(storage_url(result.experiment, root))
+    ).trials
+    reused = [t for t in trials if t.params["lr"] == TINY["train"]["lr"]]
+    assert [t.user_attrs["run_id"] for t in reused] == [main["rmsnorm"]]  # the trial reused ...
+    assert after[main["rmsnorm"]]["group"] == "main"  # ... the run the shared A/B trained
+    assert reused[0].value == after[main["rmsnorm"]]["final_val_loss"]  # min(loss, ℓ0) = loss
+    assert len(store.run_dirs(root / "tiny")) == len(after)  # every run folder is a finished run
