@@ -112,6 +112,7 @@ def variant_row(runs: pd.DataFrame, variant: str, baseline: str) -> dict[str, ob
         "runs": len(mine),
         "finished": len(finished),
         "diverged": int((mine["status"] == "diverged").sum()),
+        "collapsed": int((column(finished, "stable") == 0).sum()),  # finished, not learned
         "final_val_loss_mean": val.mean(),
         "final_val_loss_std": val.std(ddof=1),
         "best_val_loss_mean": best.mean(),

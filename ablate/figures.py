@@ -15,6 +15,7 @@ import numpy as np
 import pandas as pd
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
+from matplotlib.ticker import NullFormatter
 
 from ablate.analysis import column, curve_band, probe_band
 
@@ -278,6 +279,7 @@ def stability_map_figure(trials: pd.DataFrame, variants: list[str], path: Path) 
             pruned["lr"], pruned["warmup_steps"], color="grey", marker="+", s=60, label="pruned"
         )
         ax.set_xscale("log")
+        ax.xaxis.set_minor_formatter(NullFormatter())  # a narrow LR range: no crowded minor labels
         ax.set_title(f"{variant}: search trials")
         ax.set_xlabel("peak learning rate")
         ax.set_ylabel("warmup steps")

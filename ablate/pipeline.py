@@ -168,9 +168,7 @@ def stored_tuned_plan(ctx: Context) -> list[RunSpec]:
 
 def search_stage(ctx: Context) -> dict[str, Any]:
     """Run (or continue) every variant's LR x warmup study; ``{variant: summary}``."""
-    from ablate.search import run_studies
-
-    return _studies(ctx, "search", run_studies)["search"]
+    return _studies(ctx, "search")
 
 
 def best_settings(search: dict[str, Any]) -> dict[str, dict[str, Any]]:
@@ -184,21 +182,21 @@ def best_settings(search: dict[str, Any]) -> dict[str, dict[str, Any]]:
 
 def max_lr_stage(ctx: Context) -> dict[str, Any]:
     """Bracket every variant's max stable LR and check each bracket against the store."""
-    from ablate.search import run_studies
-
-    brackets = _studies(ctx, "max_lr", run_studies)["max_lr"]
+    brackets = _studies(ctx, "max_lr")
     return check_brackets(ctx.experiment, brackets, store.load_summaries(ctx.exp_dir))
 
 
-def _studies(ctx: Context, kind: str, run_studies: Callable[..., dict]) -> dict[str, Any]:
-    from ablate.search import storage_label, storage_url, study_jobs
+def _studies(ctx: Context, kind: str) -> dict[str, Any]:
+    """Every variant's study of ``kind`` (Optuna is imported only here: a file without
+    studies never loads it); ``{variant: result}``."""
+    from ablate.search import run_studies, storage_label, storage_url, study_jobs
 
     url = storage_url(ctx.experiment, ctx.results_dir, ctx.storage)
     res = ctx.resources(len(study_jobs(ctx.experiment, (kind,))))
     ctx.say(
         f"{kind} studies in {storage_label(url)}: {res.workers} worker(s) x {res.threads} thread(s)"
     )
-    return run_studies(ctx.experiment, ctx.results_dir, url, res, (kind,))
+    return run_studies(ctx.experiment, ctx.results_dir, url, res, (kind,))[kind]
 
 
 def probe_family(experiment: Experiment, variant: str) -> str:
@@ -210,11 +208,12 @@ def probe_family(experiment: Experiment, variant: str) -> str:
     return RunSpec(experiment.name, variant, 0, config).family
 
 
-def observations(runs: pd.DataFrame, family: str) -> list[Observation]:
-    """Every judged run of ``family`` in the store, as (run id, lr, stable, group, seed)."""
+def observations(runs: pd.DataFrame, variant: str, family: str) -> list[Observation]:
+    """Every judged run of the variant in ``family`` (its configuration at the probes' budget,
+    any LR and warmup) in the store, as (run id, lr, stable, group, seed)."""
     if runs.empty or "family" not in runs:
         return []
-    mine = runs[(runs["family"] == family) & runs["stable"].notna()]
+    mine = runs[(runs["variant"] == variant) & (runs["family"] == family) & runs["stable"].notna()]
     return [
         Observation(r.run_id, float(r.lr), bool(r.stable), str(r.group), int(r.seed))
         for r in mine.itertuples()
@@ -225,11 +224,12 @@ def check_brackets(
     experiment: Experiment, brackets: dict[str, Any], runs: pd.DataFrame
 ) -> dict[str, Any]:
     """Each bracket with ``monotone`` and its ``contradictions``: stored runs of the same
-    variant and budget (sweep points, search trials, probes) on the wrong side of it."""
+    variant and budget, at any warmup (sweep points, search trials, probes, main runs), on the
+    wrong side of it."""
     checked = {}
     for variant, found in brackets.items():
         low, high = found["bracket"]
-        seen = observations(runs, probe_family(experiment, variant))
+        seen = observations(runs, variant, probe_family(experiment, variant))
         against = contradictions(low, high, seen)
         checked[variant] = {
             **found,

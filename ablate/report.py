@@ -164,7 +164,9 @@ def quality_markdown(table: pd.DataFrame) -> str:
     shown = pd.DataFrame(
         {
             "variant": table["variant"],
-            "runs (finished / diverged)": [f"{r.runs} ({r.finished} / {r.diverged})" for r in rows],
+            "runs (finished / diverged / collapsed)": [
+                f"{r.runs} ({r.finished} / {r.diverged} / {r.collapsed})" for r in rows
+            ],
             "final val loss, mean ± std": [
                 _pm(r.final_val_loss_mean, r.final_val_loss_std) for r in rows
             ],
@@ -311,6 +313,17 @@ def effect_sentences(effects: pd.DataFrame) -> list[str]:
     return sentences
 
 
+def unstable_text(table: pd.DataFrame) -> str:
+    """Per variant, its diverged and collapsed runs of all its runs ("rms 1 diverged of 3")."""
+    parts = []
+    for _, r in table.iterrows():
+        counts = [f"{r['diverged']} diverged"]
+        if r.get("collapsed", 0):
+            counts.append(f"{r['collapsed']} collapsed")
+        parts.append(f"{r['variant']} {' + '.join(counts)} of {r['runs']}")
+    return ", ".join(parts)
+
+
 def lead_lines(
     stored: StoredExperiment, tuned: pd.DataFrame | None, effects: pd.DataFrame | None = None
 ) -> list[str]:
@@ -371,8 +384,7 @@ def summary_lines(
             f"- Seed-to-seed noise floor (std of the final val loss over seeds, pooled over "
             f"variants): {noise:.4f}."
         )
-    diverged = [f"{r['variant']} {r['diverged']}/{r['runs']}" for _, r in table.iterrows()]
-    lines.append(f"- Diverged main runs: {', '.join(diverged)}.")
+    lines.append(f"- Unstable main runs: {unstable_text(table)}.")
     base_speed = baseline["tokens_per_s_mean"]
     for _, row in table.iloc[1:].iterrows():
         if pd.notna(row["tokens_per_s_mean"]) and pd.notna(base_speed) and base_speed > 0:
@@ -734,7 +746,8 @@ def main_sections(
         "",
         quality_markdown(table),
         "",
-        "Loss statistics use finished runs; diverged runs are counted, not averaged. Δ is "
+        "Loss statistics use finished runs, collapsed ones included (their final loss is what "
+        "they learned); diverged runs are counted, not averaged. Δ is "
         "variant − baseline over matched seeds (same initial weights for shared parameters, same "
         "batches); the interval and p-value come from a paired t-test (`scipy.stats.ttest_rel`). "
         "With fewer than 2 pairs no interval is given."

@@ -403,9 +403,21 @@ def probe_stability(
     return ProbeResult(lr, True, runs, [])
 
 
-def _stored_probe(study: optuna.Study, lr: float) -> ProbeResult | None:
+def probe_key(experiment: Experiment, variant: str, seeds: list[int]) -> str:
+    """What a probe's verdict depends on besides its LR: the run family (the variant's config
+    at the probe budget, LR and warmup aside) and the seeds. A stored probe is reused only
+    under the same key, so editing ``max_lr.tokens`` or ``seeds`` probes afresh."""
+    cfg = experiment.max_lr
+    assert cfg is not None
+    config = with_train(experiment.variants[variant], tokens=cfg.tokens)
+    family = RunSpec(experiment.name, variant, 0, config).family
+    return f"{family}:{','.join(str(s) for s in seeds)}"
+
+
+def _stored_probe(study: optuna.Study, lr: float, key: str) -> ProbeResult | None:
     for trial in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)):
-        if math.isclose(trial.params.get("lr", math.nan), lr, rel_tol=1e-12):
+        same_lr = math.isclose(trial.params.get("lr", math.nan), lr, rel_tol=1e-12)
+        if same_lr and trial.user_attrs.get("probe_key") == key:
             attrs = trial.user_attrs
             return ProbeResult(
                 lr, attrs["stable"], attrs["runs"], attrs["failed_seeds"], attrs.get("reason"), True
@@ -427,14 +439,27 @@ def max_lr_start(experiment: Experiment, variant: str, url: str) -> float:
     return float(np.clip(experiment.variants[variant].train.lr, cfg.lr_min, cfg.lr_max))
 
 
+class ProbeNotStored(LookupError):
+    """A max-LR replay (``stored_only``) needs a probe that the study does not hold yet."""
+
+
 def run_max_lr(
-    experiment: Experiment, variant: str, root: Path, url: str, say: PrintFn = print
+    experiment: Experiment,
+    variant: str,
+    root: Path,
+    url: str,
+    say: PrintFn = print,
+    stored_only: bool = False,
 ) -> dict[str, Any]:
-    """Bracket the variant's maximum stable LR; each probe is a trial of its max_lr study."""
+    """Bracket the variant's maximum stable LR; each probe is a trial of its max_lr study.
+
+    ``stored_only`` replays the bracketing from stored probes and raises
+    :class:`ProbeNotStored` at the first probe it would have to run."""
     cfg = experiment.max_lr
     assert cfg is not None
     study = open_study(experiment, variant, "max_lr", url)
     seeds = cfg.seeds or experiment.seeds
+    key = probe_key(experiment, variant, seeds)
     probes: list[ProbeResult] = []
 
     def run_probe(lr: float) -> None:
@@ -448,16 +473,19 @@ def run_max_lr(
         except BaseException:
             study.tell(trial, state=TrialState.FAIL)
             raise
-        for key, value in asdict(found).items():
-            trial.set_user_attr(key, value)
+        for name, value in asdict(found).items():
+            trial.set_user_attr(name, value)
+        trial.set_user_attr("probe_key", key)
         study.tell(trial, 0.0 if found.stable else 1.0)
 
     def probe(lr: float) -> bool:
-        result = _stored_probe(study, lr)
+        result = _stored_probe(study, lr, key)
         fresh = result is None
+        if fresh and stored_only:
+            raise ProbeNotStored(f"max_lr {variant}: lr={lr:.4g} not probed yet")
         while result is None:
             run_probe(lr)
-            result = _stored_probe(study, lr)
+            result = _stored_probe(study, lr, key)
         result.reused = not fresh
         probes.append(result)
         verdict = "stable" if result.stable else f"unstable (seed {result.failed_seeds})"
@@ -509,16 +537,40 @@ def study_jobs(
     return [(kind, v) for kind, v in searches + max_lrs if kind in kinds]
 
 
+def stored_result(
+    kind: str, experiment: Experiment, variant: str, root: Path, url: str
+) -> dict[str, Any] | None:
+    """A study's result when its storage already holds all of it (a rerun), else None."""
+    if kind == "search":
+        cfg = experiment.search
+        assert cfg is not None
+        study = open_study(experiment, variant, "search", url)
+        watch = not url.startswith("journal:")
+        done = next_search_step(study, cfg.n_trials, watch) == "done"
+        return search_summary(study) if done else None
+    said: list[str] = []  # shown only when the replay completes (else the pool says it again)
+    try:
+        result = run_max_lr(experiment, variant, root, url, said.append, stored_only=True)
+    except ProbeNotStored:
+        return None
+    for line in said:
+        print(line, flush=True)
+    return result
+
+
 def run_studies(
     experiment: Experiment, root: Path, url: str, res: Resources, kinds: Sequence[str] = KINDS
 ) -> dict[str, dict[str, Any]]:
-    """Every variant's study of ``kinds`` (those configured), ``res.workers`` at a time in the
-    executor's pool: ``{kind: {variant: result}}``, variants in the experiment's order."""
+    """Every variant's study of ``kinds`` (those configured): ``{kind: {variant: result}}``,
+    variants in the experiment's order. Studies whose storage holds all of their result are
+    read here; the others run ``res.workers`` at a time in the executor's pool."""
     jobs = study_jobs(experiment, kinds, rotate=os.getpid())
     for kind, variant in jobs:  # create storage and studies once, before workers race to
         open_study(experiment, variant, kind, url)
-    results = run_parallel(_job, [(k, experiment, v, str(root), url) for k, v in jobs], res)
-    found = {job: result for job, result in zip(jobs, results, strict=True)}
+    found = {(k, v): stored_result(k, experiment, v, root, url) for k, v in jobs}
+    pending = [job for job, result in found.items() if result is None]
+    results = run_parallel(_job, [(k, experiment, v, str(root), url) for k, v in pending], res)
+    found.update(zip(pending, results, strict=True))
     return {
         kind: {v: found[kind, v] for v in experiment.variants if (kind, v) in found}
         for kind in kinds

@@ -67,6 +67,7 @@ def _raw_runs(exp_dir: Path) -> pd.DataFrame:
                     probes["quantity"].str.startswith("nonfinite"), "value"
                 ].sum(),
                 "n_params": summary["n_params"],
+                "learned": val.iloc[-1] < summary["unigram_loss"] - 0.1,  # recomputed verdict
             }
         )
     return pd.DataFrame(rows)
@@ -80,6 +81,7 @@ def test_every_table_number_recomputed_from_raw_metrics(finished: Path, tmp_path
     for variant, mine in raw.groupby("variant"):
         row = table.loc[variant]
         assert row["runs"] == row["finished"] == 3 and row["diverged"] == 0
+        assert row["collapsed"] == (~mine["learned"]).sum()
         assert row["final_val_loss_mean"] == pytest.approx(mine["final"].mean(), rel=1e-9)
         assert row["final_val_loss_std"] == pytest.approx(mine["final"].std(ddof=1), rel=1e-9)
         assert row["best_val_loss_mean"] == pytest.approx(mine["best"].mean(), rel=1e-9)
@@ -186,10 +188,11 @@ def test_stale_figures_are_removed(finished: Path, tmp_path: Path) -> None:
 
 
 def _table(diff: float, low: float, high: float, pairs: int) -> pd.DataFrame:
-    base = {"variant": "ln", "diverged": 0, "runs": 3, "tokens_per_s_mean": 100.0}
+    base = {"variant": "ln", "diverged": 0, "collapsed": 0, "runs": 3, "tokens_per_s_mean": 100.0}
     other = {
         "variant": "rms",
         "diverged": 1,
+        "collapsed": 1,
         "runs": 3,
         "tokens_per_s_mean": 90.0,
         "tokens_per_s_std": 5.0,
@@ -222,7 +225,7 @@ def test_summary_claims_only_what_the_numbers_support(
 ) -> None:
     text = "\n".join(summary_lines(_table(diff, low, high, pairs), noise, _Stored(), None))
     assert says in text
-    assert "Diverged main runs: ln 0/3, rms 1/3." in text
+    assert "Unstable main runs: ln 0 diverged of 3, rms 1 diverged + 1 collapsed of 3." in text
     assert "rms 90 tokens/s vs ln 100 (0.900×" in text
     assert "do not overlap; rms/ln ratio of geometric midpoints 4.00" in text
     assert "Too few seeds" not in text and "Holm" not in text and "Leading" not in text

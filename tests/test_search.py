@@ -113,6 +113,26 @@ def test_max_lr_resumed_after_interruption_redoes_nothing(
     assert runs_before <= runs_after
 
 
+def test_max_lr_probes_are_reused_only_under_the_same_budget_and_seeds(tmp_path: Path) -> None:
+    root = tmp_path / "results"
+    sections = {"seeds": [0], "start": 0.01, "factor": 8.0, "precision": 8.0, "lr_max": 50.0}
+    first = _experiment(tmp_path, max_lr=sections)
+    url = storage_url(first, root)
+    quiet = {"say": lambda _: None}
+    done = run_max_lr(first, "rmsnorm", root, url, **quiet)
+    again = run_max_lr(first, "rmsnorm", root, url, **quiet)
+    assert all(p["reused"] for p in again["probes"]) and again["bracket"] == done["bracket"]
+    longer = _experiment(tmp_path, max_lr={**sections, "tokens": 4 * 16 * 30})
+    fresh = run_max_lr(longer, "rmsnorm", root, url, **quiet)
+    assert not any(p["reused"] for p in fresh["probes"]) and fresh["runs"] >= 1
+    more_seeds = _experiment(tmp_path, max_lr={**sections, "seeds": [0, 1]})
+    assert not run_max_lr(more_seeds, "rmsnorm", root, url, **quiet)["probes"][0]["reused"]
+    replayed = search.stored_result("max_lr", first, "rmsnorm", root, url)  # a rerun: no pool
+    assert replayed["bracket"] == done["bracket"] and replayed["runs"] == 0
+    unrun = _experiment(tmp_path, max_lr={**sections, "tokens": 4 * 16 * 40})
+    assert search.stored_result("max_lr", unrun, "rmsnorm", root, url) is None
+
+
 def test_run_studies_writes_stability_json(tmp_path: Path) -> None:
     exp = _experiment(
         tmp_path,
