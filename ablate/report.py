@@ -549,7 +549,8 @@ def comparison_section(
         "and every variant at its own best (LR, warmup) from the search, trained at the full "
         "budget on the same seeds (matched initial weights and batches). Δ = variant − "
         "baseline over matched seeds. Headroom: how far above its tuned LR a variant stays "
-        "stable.",
+        "stable (max stable LR as bracketed at the `max_lr` budget, which may be shorter than "
+        "the tuned runs').",
         "",
         shown.to_markdown(index=False),
         "",
