@@ -1,6 +1,7 @@
 """The ``ablate`` command line: argument parsing and printing only.
 
-Commands: ``run`` (train every variant x seed and the LR sweep, run the studies, report),
+Commands: ``run`` (every stage of :mod:`ablate.pipeline`: shared-LR A/B, search, tuned A/B,
+max stable LR, convert, report),
 ``search`` (run or continue the Optuna studies: search and max stable LR), ``validate`` (check
 a file and print the plan with its cost), ``report`` (rebuild tables and figures from stored
 results), ``bench`` (norm kernels and training steps, timed).
@@ -65,7 +66,9 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
 
     run = sub.add_parser(
-        "run", help="train every variant x seed and the LR sweep, run the studies, then report"
+        "run",
+        help="every stage: shared-LR A/B (+ sweep), search, tuned A/B, max stable LR, convert, "
+        "report",
     )
     _add_execution_args(run)
     run.add_argument(
