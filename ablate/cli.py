@@ -56,6 +56,16 @@ def _add_execution_args(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def installed_version() -> str:
+    """ablate's version as installed (pyproject.toml's), or "unknown" outside an install."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("ablate")
+    except PackageNotFoundError:
+        return "unknown"
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of every sub-command."""
     parser = argparse.ArgumentParser(
@@ -63,6 +73,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Matched-seed normalization ablations (LayerNorm vs RMSNorm, placement) "
         "on a small decoder-only transformer.",
     )
+    parser.add_argument("--version", action="version", version=f"ablate {installed_version()}")
     sub = parser.add_subparsers(dest="command", required=True)
 
     run = sub.add_parser(

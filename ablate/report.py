@@ -31,6 +31,7 @@ import base64
 import html
 import math
 import re
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -957,10 +958,19 @@ def markdown_to_html(text: str, folder: Path, title: str) -> str:
     )
 
 
+BUILT = ".built.json"  # written last by build_report: the files that build wrote
+
+
 def report_is_current(exp_dir: Path, report_dir: Path) -> bool:
-    """True when the report exists and nothing it is built from changed since."""
-    report = report_dir / "report.md"
-    return report.exists() and report.stat().st_mtime >= store.newest_result_time(exp_dir)
+    """True when the last build finished (its list of files was written), every file it wrote
+    is still there, and none is older than the results it is built from. A build interrupted
+    half-way (``report.md`` without ``report.html``) is therefore never current."""
+    built = store.read_json(report_dir / BUILT)
+    if not built or not built.get("files"):
+        return False
+    newest = store.newest_result_time(exp_dir)
+    paths = [report_dir / name for name in built["files"]]
+    return all(p.is_file() and p.stat().st_mtime >= newest for p in paths)
 
 
 def build_report(exp_dir: Path, report_dir: Path) -> Report:
@@ -969,6 +979,8 @@ def build_report(exp_dir: Path, report_dir: Path) -> Report:
     manifest = stored.manifest
     variants = manifest["variants"] or sorted(stored.main["variant"].unique())
     report_dir.mkdir(parents=True, exist_ok=True)
+    (report_dir / BUILT).unlink(missing_ok=True)  # not current until this build completes
+    started = time.time()
     for name in FIGURES:  # a figure whose data are gone must not survive from an older build
         (report_dir / name).unlink(missing_ok=True)
     table = variant_table(stored.main, variants, variants[0])
@@ -1015,6 +1027,10 @@ def build_report(exp_dir: Path, report_dir: Path) -> Report:
     store.write_text_atomic(report_dir / "report.md", text)
     page = markdown_to_html(text, report_dir, str(manifest["name"]))
     store.write_text_atomic(report_dir / "report.html", page)
+    written = sorted(
+        p.name for p in report_dir.iterdir() if p.is_file() and p.stat().st_mtime >= started - 1
+    )
+    store.write_json_atomic(report_dir / BUILT, {"files": [n for n in written if n != BUILT]})
     figures = [report_dir / name for name in FIGURES if (report_dir / name).exists()]
     return Report(
         report_dir,

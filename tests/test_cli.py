@@ -346,3 +346,12 @@ def test_workers_die_with_a_killed_ablate_process(tmp_path: Path) -> None:
         os.killpg(proc.pid, signal.SIGKILL)  # python's resource tracker, if still there
     except ProcessLookupError:
         pass
+
+
+def test_version_is_the_installed_one(capsys: pytest.CaptureFixture) -> None:
+    from importlib.metadata import version
+
+    with pytest.raises(SystemExit) as info:
+        main(["--version"])
+    assert info.value.code == 0
+    assert capsys.readouterr().out.strip() == f"ablate {version('ablate')}"

@@ -291,6 +291,22 @@ def test_report_is_current_until_a_result_changes(finished: Path, tmp_path: Path
     assert not report_is_current(exp, tmp_path / "rep")
 
 
+def test_a_report_missing_any_of_its_files_is_rebuilt(finished: Path, tmp_path: Path) -> None:
+    exp, rep = tmp_path / "tiny", tmp_path / "rep"
+    shutil.copytree(finished, exp)
+    build_report(exp, rep)
+    built = json.loads((rep / ".built.json").read_text())["files"]
+    assert {"report.md", "report.html", "variants.md", "variants.csv", "loss_curves.png"} <= set(
+        built
+    )
+    (rep / "report.html").unlink()  # e.g. Ctrl-C between report.md and report.html
+    assert not report_is_current(exp, rep)
+    build_report(exp, rep)
+    assert report_is_current(exp, rep) and (rep / "report.html").exists()
+    (rep / ".built.json").unlink()  # a build that never finished
+    assert not report_is_current(exp, rep)
+
+
 @pytest.mark.slow
 def test_grid_report_has_factor_tables_recomputed_from_the_runs(tmp_path: Path) -> None:
     path = write_experiment(
