@@ -166,10 +166,16 @@ def load_summaries(exp_dir: Path, include_incomplete: bool = False) -> pd.DataFr
     return pd.DataFrame(rows) if rows else pd.DataFrame(columns=list(SUMMARY_KEYS))
 
 
+# summary keys repeated on every metrics and probe row, under these names (metrics.csv has a
+# per-step ``lr`` of its own, so the run's peak LR is ``peak_lr`` there)
+RUN_KEYS = {"group": "group", "lr": "peak_lr", "warmup_steps": "warmup_steps"}
+
+
 def load_metrics(
     exp_dir: Path, runs: pd.DataFrame | None = None, name: str = "metrics.csv"
 ) -> pd.DataFrame:
-    """Per-step metrics of ``runs`` (default: every done run) as one long frame, with run keys.
+    """Per-step metrics of ``runs`` (default: every done run) as one long frame, with run keys
+    (run id, variant, seed) and :data:`RUN_KEYS` (group, peak_lr, warmup_steps).
 
     Pass the summaries already loaded to read only those runs' files; ``name="probes.csv"``
     reads the probes instead.
@@ -181,9 +187,11 @@ def load_metrics(
         if not path.exists() or path.stat().st_size == 0:
             continue
         frame = pd.read_csv(path)
-        frame.insert(0, "seed", run.seed)
-        frame.insert(0, "variant", run.variant)
-        frame.insert(0, "run_id", run.run_id)
+        keys = {"run_id": run.run_id, "variant": run.variant, "seed": run.seed}
+        for key, column in RUN_KEYS.items():  # the stage and settings, to select like runs
+            keys[column] = getattr(run, key, None)
+        for i, (key, value) in enumerate(keys.items()):
+            frame.insert(i, key, value)
         frames.append(frame)
     frames = [f for f in frames if len(f)]
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
@@ -210,7 +218,11 @@ def load_results(exp_dir: str | Path, include_incomplete: bool = False) -> Resul
 
         >>> import ablate
         >>> results = ablate.load_results("results/ln_vs_rms")  # doctest: +SKIP
-        >>> results.runs.groupby("variant")["final_val_loss"].mean()  # doctest: +SKIP
+        >>> main = results.runs.query("group == 'main'")  # doctest: +SKIP
+        >>> main.groupby("variant")["final_val_loss"].mean()  # doctest: +SKIP
+
+    ``group`` says which stage trained a run (main, sweep, search, tuned, max_lr, convert); the
+    report's Final quality table uses the ``main`` runs, its tuned comparison the ``tuned`` ones.
     """
     exp_dir = Path(exp_dir)
     runs = load_summaries(exp_dir, include_incomplete)

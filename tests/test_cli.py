@@ -10,6 +10,7 @@ import sys
 import time
 from pathlib import Path
 
+import pandas as pd
 import pytest
 from conftest import REPO, write_experiment
 
@@ -125,6 +126,8 @@ def test_smoke_experiment_end_to_end(tmp_path: Path) -> None:
     assert "Stability criterion" in text and "the unigram floor − 0.1 (collapsed)" in text
     assert "## Shared LR and tuned settings" in text and "Leading comparison" in text
 
+    _readme_notebook_snippet_matches_the_report(exp_dir, report_dir)
+
     again = _ablate("run", str(REPO / "experiments" / "smoke.yaml"), cwd=tmp_path)
     out, _ = again.communicate(timeout=120)
     assert again.returncode == 0 and "12 of 12 runs already done" in out, out
@@ -132,6 +135,26 @@ def test_smoke_experiment_end_to_end(tmp_path: Path) -> None:
     assert "[stored]" in out and "max_lr layernorm" in out
     after = {p.parent.name for p in exp_dir.glob("*/summary.json")}
     assert after == {s["run_id"] for s in summaries}  # nothing was trained again
+
+
+def _readme_notebook_snippet_matches_the_report(exp_dir: Path, report_dir: Path) -> None:
+    """Run the README's pandas snippet on a stored experiment with every group (main, sweep,
+    search, tuned, max_lr) and compare what it computes with the report's tables."""
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    block = readme.split("For notebooks, everything stored as pandas frames:")[1]
+    code = block.split("```python\n")[1].split("```")[0]
+    assert 'load_results("results/ln_vs_rms")' in code
+    scope: dict = {}
+    exec(code.replace("results/ln_vs_rms", str(exp_dir)), scope)  # noqa: S102
+    shared = pd.read_csv(report_dir / "variants.csv").set_index("variant")
+    tuned = pd.read_csv(report_dir / "variants_tuned.csv").set_index("variant")
+    for name, table in (("main", shared), ("tuned", tuned)):
+        stats = scope[name].groupby("variant")["final_val_loss"].agg(["mean", "std"])
+        assert stats["mean"].to_dict() == pytest.approx(table["final_val_loss_mean"].to_dict())
+        assert stats["std"].to_dict() == pytest.approx(table["final_val_loss_std"].to_dict())
+    last = scope["curves"].pivot_table(index="step", columns="variant", values="val_loss")
+    assert last.iloc[-1].to_dict() == pytest.approx(shared["final_val_loss_mean"].to_dict())
+    assert set(scope["results"].metrics["group"]) == {"main", "sweep", "search", "tuned", "max_lr"}
 
 
 def _long_experiment(tmp_path: Path, steps: int) -> Path:
