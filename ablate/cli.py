@@ -155,8 +155,9 @@ def cmd_validate(args: argparse.Namespace, console: Console) -> int:
     )
     plan = describe_plan(experiment, res.workers, res.threads)
     console.print(f"[bold]{experiment.name}[/bold]: {experiment.description}".rstrip(": "))
+    groups = ", ".join(planned_groups(experiment))
     console.print(
-        f"seeds {experiment.seeds}; up to {plan.runs} runs (main, sweep, search, max_lr, convert); "
+        f"seeds {experiment.seeds}; up to {plan.runs} runs ({groups}); "
         f"{res.workers} worker(s) x {res.threads} thread(s)"
     )
     console.print(
@@ -172,6 +173,19 @@ def cmd_validate(args: argparse.Namespace, console: Console) -> int:
     for line in variant_difference_lines(experiment):
         console.print(line, markup=False, highlight=False, soft_wrap=True)
     return EXIT_OK
+
+
+def planned_groups(experiment: Experiment) -> list[str]:
+    """The stages whose runs this file plans, in pipeline order."""
+    present = {
+        "main": True,
+        "sweep": experiment.sweep is not None,
+        "search": experiment.search is not None,
+        "tuned": experiment.search is not None,
+        "max_lr": experiment.max_lr is not None,
+        "convert": experiment.convert is not None,
+    }
+    return [group for group, planned in present.items() if planned]
 
 
 def variant_difference_lines(experiment: Experiment) -> list[str]:

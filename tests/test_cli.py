@@ -24,6 +24,7 @@ def test_validate_prints_the_plan_with_cost(
     out = capsys.readouterr().out
     assert "4 runs" in out and "layernorm" in out and "rmsnorm" in out
     assert "estimated wall time" in out and "step_time_ms" in out and "parameters" in out
+    assert "up to 4 runs (main);" in out  # only the stages the file has
     assert "  layernorm: nothing (the base itself)" in out
     assert (
         "  rmsnorm: model.norm.kind: 'layernorm' -> 'rmsnorm'; model.norm.bias: True -> False "
