@@ -42,12 +42,12 @@ from ablate.execute import (
 )
 from ablate.plan import (
     RunSpec,
+    max_lr_family,
     plan_convert,
     plan_manifest,
     plan_runs,
     plan_sweep,
     plan_tuned,
-    with_train,
 )
 from ablate.stability import Observation, contradictions, criterion_text
 
@@ -199,15 +199,6 @@ def _studies(ctx: Context, kind: str) -> dict[str, Any]:
     return run_studies(ctx.experiment, ctx.results_dir, url, res, (kind,))[kind]
 
 
-def probe_family(experiment: Experiment, variant: str) -> str:
-    """The run family of the variant's max-LR probes (same config apart from seed, LR and
-    warmup): the runs a bracket is checked against."""
-    cfg = experiment.max_lr
-    assert cfg is not None
-    config = with_train(experiment.variants[variant], tokens=cfg.tokens)
-    return RunSpec(experiment.name, variant, 0, config).family
-
-
 def observations(runs: pd.DataFrame, variant: str, family: str) -> list[Observation]:
     """Every judged run of the variant in ``family`` (its configuration at the probes' budget,
     any LR and warmup) in the store, as (run id, lr, stable, group, seed)."""
@@ -229,7 +220,7 @@ def check_brackets(
     checked = {}
     for variant, found in brackets.items():
         low, high = found["bracket"]
-        seen = observations(runs, variant, probe_family(experiment, variant))
+        seen = observations(runs, variant, max_lr_family(experiment, variant))
         against = contradictions(low, high, seen)
         checked[variant] = {
             **found,

@@ -160,6 +160,16 @@ def plan_tuned(experiment: Experiment, best: dict[str, dict[str, Any]]) -> list[
     ]
 
 
+def max_lr_family(experiment: Experiment, variant: str) -> str:
+    """The run family of the variant's max-LR probes (its config at the ``max_lr`` budget,
+    seed, LR and warmup aside): what a probe's verdict depends on besides LR and seed, and
+    the runs a bracket is checked against."""
+    cfg = experiment.max_lr
+    assert cfg is not None
+    config = with_train(experiment.variants[variant], tokens=cfg.tokens)
+    return RunSpec(experiment.name, variant, 0, config).family
+
+
 CONTROL, CONVERTED = "continued", "converted"
 
 

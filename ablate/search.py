@@ -55,8 +55,8 @@ from sqlalchemy.engine import make_url
 
 from ablate import store
 from ablate.config import Experiment, RuntimeConfig
-from ablate.execute import Resources, obtain, run_parallel
-from ablate.plan import RunSpec, with_train
+from ablate.execute import POLL_S, Resources, obtain, run_parallel
+from ablate.plan import RunSpec, max_lr_family, with_train
 from ablate.probes import EarlyStop, Stop
 from ablate.stability import Bracket, bracket_max_stable, clipped_loss
 from ablate.train import LanguageModelTask
@@ -65,7 +65,6 @@ PrintFn = Callable[[str], None]
 COUNTED = (TrialState.COMPLETE, TrialState.PRUNED)
 KINDS = ("search", "max_lr")  # the two studies of a variant
 GRACE_HEARTBEATS = 3  # a trial silent for this many heartbeats belongs to a dead worker
-POLL_S = 1.0  # how often a worker looks again at trials or runs that others hold
 
 
 def storage_url(experiment: Experiment, root: Path, override: str | None = None) -> str:
@@ -407,11 +406,7 @@ def probe_key(experiment: Experiment, variant: str, seeds: list[int]) -> str:
     """What a probe's verdict depends on besides its LR: the run family (the variant's config
     at the probe budget, LR and warmup aside) and the seeds. A stored probe is reused only
     under the same key, so editing ``max_lr.tokens`` or ``seeds`` probes afresh."""
-    cfg = experiment.max_lr
-    assert cfg is not None
-    config = with_train(experiment.variants[variant], tokens=cfg.tokens)
-    family = RunSpec(experiment.name, variant, 0, config).family
-    return f"{family}:{','.join(str(s) for s in seeds)}"
+    return f"{max_lr_family(experiment, variant)}:{','.join(str(s) for s in seeds)}"
 
 
 def _stored_probe(study: optuna.Study, lr: float, key: str) -> ProbeResult | None:
