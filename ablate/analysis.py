@@ -154,6 +154,34 @@ def curve_band(metrics: pd.DataFrame, value: str, by: str = "step") -> pd.DataFr
     return grouped.agg(["mean", "std", "count"]).reset_index()
 
 
+def curve_difference(
+    metrics: pd.DataFrame, variants: list[str], baseline: str, value: str = "val_loss"
+) -> pd.DataFrame:
+    """Per non-baseline variant and step: mean of (variant − baseline) ``value`` over matched
+    seeds with its 95% t interval (:func:`mean_difference`), where both evaluated the step.
+    Columns: variant, step, mean, ci_low, ci_high, n_pairs."""
+    present = metrics.dropna(subset=[value])
+    wide = present.pivot_table(index=["seed", "step"], columns="variant", values=value)
+    rows = []
+    for variant in variants:
+        if variant == baseline or variant not in wide or baseline not in wide:
+            continue
+        diff = (wide[variant] - wide[baseline]).dropna()
+        for step, per_seed in diff.groupby(level="step"):
+            d = mean_difference(per_seed)
+            rows.append(
+                {
+                    "variant": variant,
+                    "step": int(step),
+                    "mean": d.mean,
+                    "ci_low": d.ci_low,
+                    "ci_high": d.ci_high,
+                    "n_pairs": d.n_pairs,
+                }
+            )
+    return pd.DataFrame(rows, columns=["variant", "step", "mean", "ci_low", "ci_high", "n_pairs"])
+
+
 def probe_band(probes: pd.DataFrame, quantity: str) -> pd.DataFrame:
     """Per variant, site, layer and step: mean and count over seeds of one probe quantity."""
     mine = probes[probes["quantity"] == quantity]

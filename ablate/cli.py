@@ -11,13 +11,14 @@ Exit codes: 0 success, 1 some run failed, 2 bad input (config or data), 130 inte
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from rich.console import Console
-
 if TYPE_CHECKING:
+    from rich.console import Console
+
     from ablate.config import Experiment
 
 EXIT_OK, EXIT_RUN_FAILED, EXIT_BAD_INPUT, EXIT_INTERRUPTED = 0, 1, 2, 130
@@ -129,7 +130,11 @@ def build_parser() -> argparse.ArgumentParser:
         "results", type=Path, help="an experiment's results folder, e.g. results/ln_vs_rms"
     )
     report.add_argument(
-        "--out", type=Path, default=None, help="report folder (default: reports/<experiment>/)"
+        "--out",
+        type=Path,
+        default=None,
+        help="report folder (default: where ablate run last wrote this experiment's report, "
+        "else reports/<experiment>/)",
     )
     return parser
 
@@ -167,8 +172,9 @@ def cmd_validate(args: argparse.Namespace, console: Console) -> int:
         soft_wrap=True,
     )
     console.print(
-        f"estimated wall time: {plan.wall_time_s / 60:.1f} min "
-        "(measured step time x steps, plus evaluation)"
+        f"estimated wall time: {plan.wall_time_s / 60:.1f} min (measured step time x steps, "
+        f"plus evaluation; of which {plan.fixed_s:.0f} s fixed costs: run set-up, pool starts, "
+        "start-up and report)"
     )
     for line in variant_difference_lines(experiment):
         console.print(line, markup=False, highlight=False, soft_wrap=True)
@@ -301,7 +307,8 @@ def cmd_report(args: argparse.Namespace, console: Console) -> int:
             f"{args.results}: holds no experiment.json and no run folders; "
             "give results/<experiment>, as written by ablate run"
         )
-    out = args.out or Path("reports") / args.results.name
+    out = args.out or store.remembered_report_dir(args.results)
+    out = out or Path("reports") / args.results.name
     report = build_report(args.results, out)
     console.print(report.table_markdown, markup=False, highlight=False, soft_wrap=True)
     if report.missing:
@@ -391,13 +398,30 @@ def os_error_line(exc: OSError) -> str:
     )
 
 
+INTERRUPTED = "ablate: interrupted; finished runs are kept, the others redo on the next run"
+
+
 def main(argv: list[str] | None = None) -> int:
-    """Entry point of the ``ablate`` console script."""
+    """Entry point of the ``ablate`` console script. Ctrl-C at any moment, from parsing to the
+    report, exits 130 with one line and no traceback."""
+    try:
+        return _dispatch(argv)
+    except KeyboardInterrupt:
+        quiet = signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C: no traceback
+        print(INTERRUPTED, file=sys.stderr)
+        signal.signal(signal.SIGINT, quiet)
+        return EXIT_INTERRUPTED
+
+
+def _dispatch(argv: list[str] | None) -> int:
+    """Parse, run the command, and turn bad input into one line and exit code 2."""
     args = build_parser().parse_args(argv)
-    console = Console(soft_wrap=True)  # long lines stay whole in logs
+    from rich.console import Console
+
     from ablate.config import ConfigError
     from ablate.data import DataError
 
+    console = Console(soft_wrap=True)  # long lines stay whole in logs
     try:
         return COMMANDS[args.command](args, console)
     except (ConfigError, DataError, UsageError) as exc:
@@ -406,12 +430,6 @@ def main(argv: list[str] | None = None) -> int:
     except OSError as exc:  # a read-only or full results folder, a vanished file, ...
         print(f"ablate {args.command}: error: {os_error_line(exc)}", file=sys.stderr)
         return EXIT_BAD_INPUT
-    except KeyboardInterrupt:
-        print(
-            "ablate: interrupted; finished runs are kept, the others redo on the next run",
-            file=sys.stderr,
-        )
-        return EXIT_INTERRUPTED
 
 
 if __name__ == "__main__":

@@ -12,8 +12,8 @@ The split is the last ``val_fraction`` of the tokens. The batch order is a table
 offsets drawn once, up front, from a ``torch.Generator`` seeded by the data seed: batch *i* is
 the same whatever the variant, the global RNG, evaluation, the number of loader workers or the
 point a run resumed from. Validation uses fixed, evenly spaced windows. Under DDP
-(:class:`RunData`) process *r* of *W* takes sequences ``r*B/W .. (r+1)*B/W`` of every batch, so
-the global batch sequence is the same as with one process.
+(:class:`ablate.train.RunData`) process *r* of *W* takes sequences ``r*B/W .. (r+1)*B/W`` of
+every batch, so the global batch sequence is the same as with one process.
 """
 
 from __future__ import annotations
@@ -22,10 +22,9 @@ import hashlib
 from dataclasses import dataclass
 from pathlib import Path
 
-import lightning as L
 import numpy as np
 import torch
-from torch.utils.data import DataLoader, Dataset
+from torch.utils.data import Dataset
 
 from ablate.config import DataConfig
 
@@ -206,31 +205,6 @@ class WindowBatches(Dataset):
 
     def __getitem__(self, i: int) -> torch.Tensor:
         return gather_windows(self.tokens, self.offsets[i], self.seq_len)
-
-
-class RunData(L.LightningDataModule):
-    """A run's train and val loaders; each DDP process trains on its share of every batch.
-
-    Every process evaluates all validation windows (the same weights give the same loss).
-    """
-
-    def __init__(
-        self, corpus: Corpus, train_offsets: torch.Tensor, val_offsets: torch.Tensor, seq_len: int
-    ) -> None:
-        super().__init__()
-        self.corpus = corpus
-        self.train_offsets = train_offsets  # (steps, global batch)
-        self.val_offsets = val_offsets
-        self.seq_len = seq_len
-
-    def train_dataloader(self) -> DataLoader:
-        rank, world = self.trainer.global_rank, self.trainer.world_size
-        share = self.train_offsets.tensor_split(world, dim=1)[rank]
-        return DataLoader(WindowBatches(self.corpus.train, share, self.seq_len), batch_size=None)
-
-    def val_dataloader(self) -> DataLoader:
-        windows = WindowBatches(self.corpus.val, self.val_offsets, self.seq_len)
-        return DataLoader(windows, batch_size=None)
 
 
 def batch_digest(corpus: Corpus, offsets: torch.Tensor) -> str:

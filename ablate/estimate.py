@@ -4,7 +4,10 @@
 file fails with one line before anything is written. :func:`describe_plan` builds each variant's
 model once, times a few real optimizer steps at the thread count the executor will use, and
 turns that into an estimate of every run's time and of the whole experiment's wall time; the
-sweep, search and max-LR runs are counted too (the max-LR count is an upper bound).
+sweep, search and max-LR runs are counted too (the max-LR count is an upper bound). Fixed
+costs are added as measured on a 2-core CPU: each run's set-up (model, Trainer, files), each
+stage's pool start (spawning workers that import torch and Lightning), and the start-up and
+report of the experiment.
 """
 
 from __future__ import annotations
@@ -21,6 +24,9 @@ from ablate.data import Corpus, DataError, batch_offsets, gather_windows, load_c
 from ablate.model import GPT, build_model, count_parameters, parameter_groups
 
 TIMED_STEPS = 3
+RUN_SETUP_S = 0.5  # per run: building the model and the Trainer, writing the run's files
+STAGE_START_S = 4.0  # per stage: starting the pool (or importing Lightning in this process)
+EXPERIMENT_FIXED_S = 6.0  # start-up (imports, corpora, plan) and writing the report
 
 
 @dataclass(frozen=True)
@@ -31,6 +37,7 @@ class PlanEstimate:
     runs: int
     workers: int
     wall_time_s: float
+    fixed_s: float  # the part of wall_time_s that is not training steps
 
 
 CPU = torch.device("cpu")
@@ -138,8 +145,8 @@ def describe_plan(experiment: Experiment, workers: int, threads: int) -> PlanEst
             parameters = count_parameters(model)
             step_time = time_steps(model, cfg, corpus)
             extra = study_runs(experiment, cfg, name)
-            run_time = estimate_run_time(cfg, step_time)
-            extra_time = sum(n * steps * step_time for n, steps in extra.values())
+            run_time = estimate_run_time(cfg, step_time) + RUN_SETUP_S
+            extra_time = sum(n * (steps * step_time + RUN_SETUP_S) for n, steps in extra.values())
             rows.append(
                 {
                     "variant": name,
@@ -160,5 +167,15 @@ def describe_plan(experiment: Experiment, workers: int, threads: int) -> PlanEst
     runs = int(table["seeds"].sum()) + int(
         table[[c for c in table if c.endswith("_runs")]].fillna(0).to_numpy().sum()
     )
-    total = float(table["est_variant_time_s"].sum())
-    return PlanEstimate(table, runs, workers, total / max(1, min(workers, runs)))
+    parallel = max(1, min(workers, runs))
+    fixed = fixed_costs(experiment)
+    wall = float(table["est_variant_time_s"].sum()) / parallel + fixed
+    return PlanEstimate(table, runs, workers, wall, fixed + runs * RUN_SETUP_S / parallel)
+
+
+def fixed_costs(experiment: Experiment) -> float:
+    """Seconds of wall time outside the runs: a pool start per stage, and the experiment's
+    start-up and report."""
+    stages = 1 + 2 * (experiment.search is not None) + (experiment.max_lr is not None)
+    stages += experiment.convert is not None
+    return stages * STAGE_START_S + EXPERIMENT_FIXED_S

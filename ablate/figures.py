@@ -104,6 +104,30 @@ def loss_time_figure(metrics: pd.DataFrame, variants: list[str], path: Path) -> 
     return _save(fig, path)
 
 
+def difference_figure(diff: pd.DataFrame, variants: list[str], path: Path) -> Path | None:
+    """Each variant's val loss minus the baseline's over steps, mean over matched seeds with its
+    95% interval (a band only where there are 2+ pairs): near-identical loss curves hide what
+    this shows. Below zero, the variant is ahead."""
+    if diff.empty:
+        return None
+    fig = Figure(figsize=(6.5, 4.2))
+    ax = fig.subplots()
+    for i, variant in enumerate(variants):
+        mine = diff[diff["variant"] == variant]
+        if mine.empty:
+            continue
+        n = int(mine["n_pairs"].max())
+        ax.plot(mine["step"], mine["mean"], color=f"C{i}", label=f"{variant} (n={n})")
+        ax.fill_between(mine["step"], mine["ci_low"], mine["ci_high"], color=f"C{i}", alpha=0.2)
+    ax.axhline(0.0, color="black", linewidth=1, label=f"{variants[0]} (baseline)")
+    ax.set_title("val loss − baseline's, same seed (mean, 95% CI)")
+    ax.set_xlabel("optimizer step")
+    ax.set_ylabel("Δ cross-entropy (nats / token)")
+    ax.grid(alpha=0.3)
+    ax.legend()
+    return _save(fig, path)
+
+
 PROBE_ROWS = (
     ("resid_rms", "residual stream RMS after each block"),
     ("grad_norm", "gradient norm of each block (before clipping)"),

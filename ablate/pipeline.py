@@ -31,9 +31,10 @@ from rich.console import Console
 
 from ablate import store
 from ablate.config import Experiment, load_experiment
-from ablate.estimate import check_corpora
+from ablate.estimate import check_corpora, study_runs
 from ablate.execute import (
     Resources,
+    StudyProgress,
     choose_resources,
     execute,
     gpu_count,
@@ -196,7 +197,12 @@ def _studies(ctx: Context, kind: str) -> dict[str, Any]:
     ctx.say(
         f"{kind} studies in {storage_label(url)}: {res.workers} worker(s) x {res.threads} thread(s)"
     )
-    return run_studies(ctx.experiment, ctx.results_dir, url, res, (kind,))[kind]
+    total = sum(
+        study_runs(ctx.experiment, config, variant)[kind][0]
+        for variant, config in ctx.experiment.variants.items()
+    )
+    with StudyProgress(ctx.console, ctx.exp_dir, kind, total) as progress:
+        return run_studies(ctx.experiment, ctx.results_dir, url, res, (kind,), progress.say)[kind]
 
 
 def observations(runs: pd.DataFrame, variant: str, family: str) -> list[Observation]:
@@ -283,9 +289,10 @@ def report_path(ctx: Context) -> Path:
 
 def report_stage(ctx: Context) -> bool:
     """Rebuild the report unless it is up to date; whether it was rebuilt."""
-    from ablate.report import build_report, report_is_current
-
-    if report_is_current(ctx.exp_dir, report_path(ctx)):
+    store.remember_report_dir(ctx.exp_dir, report_path(ctx))
+    if store.report_is_current(ctx.exp_dir, report_path(ctx)):
         return False
+    from ablate.report import build_report  # scipy and matplotlib: only when it is rebuilt
+
     build_report(ctx.exp_dir, report_path(ctx))
     return True

@@ -38,7 +38,7 @@ from ablate.config import StabilityConfig
 from ablate.loggers import log_metrics
 from ablate.model import GPT, CausalSelfAttention
 from ablate.norms import is_norm
-from ablate.stability import divergence_threshold
+from ablate.stability import clipped_loss, divergence_threshold
 from ablate.train import LanguageModelTask
 
 ProgressFn = Callable[[int, float], None]
@@ -64,6 +64,28 @@ class EarlyStop(L.Callback):
         """Record why, and ask the Trainer to stop after this batch."""
         self.stop = stop
         trainer.should_stop = True
+
+
+class TrialPruner(EarlyStop):
+    """Reports each evaluation's val loss to an Optuna trial; stops the run if it should prune."""
+
+    status = "pruned"
+
+    def __init__(self, trial: Any) -> None:
+        super().__init__()
+        self.trial = trial
+
+    def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        assert isinstance(pl_module, LanguageModelTask)
+        if pl_module.last_val_loss is None or trainer.sanity_checking or self.stop is not None:
+            return
+        step = trainer.global_step
+        prune = False
+        if trainer.is_global_zero:  # under DDP one process talks to Optuna and tells the rest
+            self.trial.report(clipped_loss(pl_module.last_val_loss, math.inf), step)
+            prune = step < pl_module.total_steps and self.trial.should_prune()
+        if trainer.strategy.broadcast(prune, src=0):
+            self.request_stop(trainer, Stop(step, f"pruned by Optuna at step {step}"))
 
 
 class MetricsRecorder(L.Callback):

@@ -15,6 +15,8 @@ report folder:
   seeds, the paired difference to the baseline (first) variant with its 95% interval and
   paired t-test, parameters, tokens/s, step time, peak memory, non-finite counts, diverged
   runs, and (when studied) the max-stable-LR bracket and LR sensitivity;
+- ``loss_difference.csv``: per variant and evaluation step, val loss − the baseline's on the
+  same seed, mean and 95% interval (the ``loss_difference.png`` figure);
 - ``runs.csv`` (one row per run), ``probes_last.csv`` (the probes at each run's last probe
   step) and the LR-sweep / search CSVs;
 - for a grid, ``factors.csv`` and the factor tables (:mod:`ablate.factorial`); for a
@@ -42,6 +44,7 @@ from ablate import store
 from ablate.analysis import (
     DIFF_COLUMNS,
     column,
+    curve_difference,
     difference_columns,
     holm,
     noise_floor,
@@ -54,6 +57,7 @@ from ablate.analysis import (
 from ablate.factorial import Design, factor_section, level_text
 from ablate.figures import (
     convert_figure,
+    difference_figure,
     interaction_figure,
     logit_figure,
     loss_figure,
@@ -154,6 +158,33 @@ def _fmt(value: object, digits: int = 4) -> str:
     return str(value)
 
 
+def _signed(value: object, digits: int = 4) -> str:
+    """A difference with its sign, e.g. ``+0.0013`` or ``-0.0066``."""
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "–"
+    return f"{float(value):+.{digits}f}"  # type: ignore[arg-type]
+
+
+def _sig(value: object, figures: int = 3) -> str:
+    """By significant figures, so that small values keep their digits (``9.9e-05``)."""
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "–"
+    return f"{float(value):.{figures}g}"  # type: ignore[arg-type]
+
+
+def _p(value: object) -> str:
+    """A p-value: three decimals, or two significant figures below 0.001."""
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "–"
+    p = float(value)  # type: ignore[arg-type]
+    return f"{p:.3f}" if p >= 0.001 else f"{p:.1e}"
+
+
+def _delta_ci(delta: object, low: object, high: object) -> str:
+    """``+0.0013 [-0.0036, +0.0061]``."""
+    return f"{_signed(delta)} [{_signed(low)}, {_signed(high)}]"
+
+
 def _pm(mean: object, std: object, digits: int = 4) -> str:
     return f"{_fmt(mean, digits)} ± {_fmt(std, digits)}"
 
@@ -177,19 +208,14 @@ def quality_markdown(table: pd.DataFrame) -> str:
             "Δ final vs baseline [95% CI]": [
                 "baseline"
                 if i == 0
-                else f"{_fmt(r.diff_vs_baseline)} [{_fmt(r.diff_ci_low)}, {_fmt(r.diff_ci_high)}]"
+                else _delta_ci(r.diff_vs_baseline, r.diff_ci_low, r.diff_ci_high)
                 for i, r in enumerate(rows)
             ],
             "paired t-test p (pairs)": [
-                "–" if i == 0 else f"{_fmt(r.paired_t_p, 3)} ({r.n_pairs})"
-                for i, r in enumerate(rows)
+                "–" if i == 0 else f"{_p(r.paired_t_p)} ({r.n_pairs})" for i, r in enumerate(rows)
             ],
             **(
-                {
-                    "p, Holm-adjusted": [
-                        "–" if i == 0 else _fmt(r.p_holm, 3) for i, r in enumerate(rows)
-                    ]
-                }
+                {"p, Holm-adjusted": ["–" if i == 0 else _p(r.p_holm) for i, r in enumerate(rows)]}
                 if "p_holm" in table
                 else {}
             ),
@@ -257,10 +283,10 @@ def probes_markdown(per_run: pd.DataFrame, variants: list[str]) -> str:
         {
             "variant": means.index,
             "step": means["step"].map(lambda v: _fmt(v, 0)),
-            "residual RMS, last block": means["resid_rms_last_block"].map(lambda v: _fmt(v, 3)),
-            "largest block grad norm": means["grad_norm_max_block"].map(lambda v: _fmt(v, 3)),
-            "largest attention logit": means["attn_logit_max"].map(lambda v: _fmt(v, 2)),
-            "largest abs output logit": means["logit_max_abs"].map(lambda v: _fmt(v, 2)),
+            "residual RMS, last block": means["resid_rms_last_block"].map(_sig),
+            "largest block grad norm": means["grad_norm_max_block"].map(_sig),
+            "largest attention logit": means["attn_logit_max"].map(_sig),
+            "largest abs output logit": means["logit_max_abs"].map(_sig),
         }
     )
     return shown.to_markdown(index=False)
@@ -286,12 +312,12 @@ def _difference_lines(table: pd.DataFrame, noise: float, where: str) -> list[str
     baseline = table.iloc[0]
     lines = []
     for _, row in table.iloc[1:].iterrows():
-        holm_text = f", Holm-adjusted {_fmt(row['p_holm'], 3)}" if "p_holm" in row else ""
+        holm_text = f", Holm-adjusted {_p(row['p_holm'])}" if "p_holm" in row else ""
         label = f"Final val loss {where}".rstrip()
         lines.append(
             f"- **{label}, {row['variant']} − {baseline['variant']}: "
-            f"{_fmt(row['diff_vs_baseline'])}** (95% CI [{_fmt(row['diff_ci_low'])}, "
-            f"{_fmt(row['diff_ci_high'])}], paired t-test p = {_fmt(row['paired_t_p'], 3)}"
+            f"{_signed(row['diff_vs_baseline'])}** (95% CI [{_signed(row['diff_ci_low'])}, "
+            f"{_signed(row['diff_ci_high'])}], paired t-test p = {_p(row['paired_t_p'])}"
             f"{holm_text}): " + _interval_words(row, noise)
         )
     return lines
@@ -307,9 +333,9 @@ def effect_sentences(effects: pd.DataFrame) -> list[str]:
             else "the interval excludes zero"
         )
         sentences.append(
-            f"{r.factor} = {level_text(r.level)}: {_fmt(r.effect)} "
-            f"[{_fmt(r.effect_ci_low)}, {_fmt(r.effect_ci_high)}], p {_fmt(r.effect_p, 3)}, "
-            f"Holm {_fmt(r.effect_p_holm, 3)} ({r.seeds} seeds): {supported}."
+            f"{r.factor} = {level_text(r.level)}: {_signed(r.effect)} "
+            f"[{_signed(r.effect_ci_low)}, {_signed(r.effect_ci_high)}], p {_p(r.effect_p)}, "
+            f"Holm {_p(r.effect_p_holm)} ({r.seeds} seeds): {supported}."
         )
     return sentences
 
@@ -473,10 +499,10 @@ def with_holm(
 def _diff_text(row: pd.Series | None) -> str:
     if row is None or pd.isna(row["diff_vs_baseline"]):
         return "–"
-    holm_text = f", Holm {_fmt(row['p_holm'], 3)}" if "p_holm" in row else ""
+    holm_text = f", Holm {_p(row['p_holm'])}" if "p_holm" in row else ""
     return (
-        f"{_fmt(row['diff_vs_baseline'])} [{_fmt(row['diff_ci_low'])}, "
-        f"{_fmt(row['diff_ci_high'])}], p {_fmt(row['paired_t_p'], 3)}{holm_text}"
+        f"{_signed(row['diff_vs_baseline'])} [{_signed(row['diff_ci_low'])}, "
+        f"{_signed(row['diff_ci_high'])}], p {_p(row['paired_t_p'])}{holm_text}"
     )
 
 
@@ -537,7 +563,7 @@ def comparison_section(
                 )
             ],
             "Δ at tuned settings [95% CI], p": frame["delta_tuned"],
-            "max stable LR": frame["max_stable_lr"].map(lambda v: _fmt(v, 4) if v else "–"),
+            "max stable LR": frame["max_stable_lr"].map(lambda v: _sig(v) if v else "–"),
             "headroom (max stable / tuned LR)": frame["headroom"].map(
                 lambda v: f"{v:.2f}×" if v else "–"
             ),
@@ -767,8 +793,12 @@ def main_sections(
         "values are counted in activations and gradients at the probe steps.",
         "",
     ]
+    difference = curve_difference(stored.metrics, variants, variants[0])
+    if len(difference):
+        store.write_frame_atomic(out / "loss_difference.csv", difference)
     figures = [
         loss_figure(stored.metrics, variants, out / "loss_curves.png", unigram_floor(stored.main)),
+        difference_figure(difference, variants, out / "loss_difference.png"),
         loss_time_figure(stored.metrics, variants, out / "loss_time.png"),
         throughput_figure(stored.main, variants, out / "throughput.png"),
         probe_figure(stored.probes, variants, out / "probes.png"),
@@ -786,8 +816,15 @@ def main_sections(
             "",
         ]
     lines += ["## Figures", ""]
-    loss, time_, speed, probes, logits = figures
+    loss, difference_png, time_, speed, probes, logits = figures
     _figure(lines, loss, "Loss against step", "Mean ± std over seeds; train loss smoothed.")
+    _figure(
+        lines,
+        difference_png,
+        "Difference from the baseline against step",
+        f"Val loss of each variant minus {variants[0]}'s on the same seed (same initial weights "
+        "and batches), mean and 95% interval over seeds; below zero the variant is ahead.",
+    )
     _figure(
         lines,
         time_,
@@ -884,8 +921,8 @@ def convert_section(stored: StoredExperiment, out: Path) -> list[str]:
             "Δ vs continued [95% CI], p": [
                 "–"
                 if r.variant == CONTROL
-                else f"{_fmt(r.diff_vs_continued)} [{_fmt(r.diff_ci_low)}, "
-                f"{_fmt(r.diff_ci_high)}], p {_fmt(r.paired_t_p, 3)} ({r.n_pairs})"
+                else f"{_signed(r.diff_vs_continued)} [{_signed(r.diff_ci_low)}, "
+                f"{_signed(r.diff_ci_high)}], p {_p(r.paired_t_p)} ({r.n_pairs})"
                 for r in table.itertuples()
             ],
         }
@@ -919,6 +956,7 @@ def convert_section(stored: StoredExperiment, out: Path) -> list[str]:
 
 FIGURES = (
     "loss_curves.png",
+    "loss_difference.png",
     "loss_time.png",
     "throughput.png",
     "probes.png",
@@ -958,28 +996,15 @@ def markdown_to_html(text: str, folder: Path, title: str) -> str:
     )
 
 
-BUILT = ".built.json"  # written last by build_report: the files that build wrote
-
-
-def report_is_current(exp_dir: Path, report_dir: Path) -> bool:
-    """True when the last build finished (its list of files was written), every file it wrote
-    is still there, and none is older than the results it is built from. A build interrupted
-    half-way (``report.md`` without ``report.html``) is therefore never current."""
-    built = store.read_json(report_dir / BUILT)
-    if not built or not built.get("files"):
-        return False
-    newest = store.newest_result_time(exp_dir)
-    paths = [report_dir / name for name in built["files"]]
-    return all(p.is_file() and p.stat().st_mtime >= newest for p in paths)
-
-
 def build_report(exp_dir: Path, report_dir: Path) -> Report:
     """Rebuild every table and figure of an experiment from its stored results."""
     stored = load_experiment_results(exp_dir)
     manifest = stored.manifest
     variants = manifest["variants"] or sorted(stored.main["variant"].unique())
     report_dir.mkdir(parents=True, exist_ok=True)
-    (report_dir / BUILT).unlink(missing_ok=True)  # not current until this build completes
+    (report_dir / store.REPORT_BUILT).unlink(
+        missing_ok=True
+    )  # not current until this build completes
     started = time.time()
     for name in FIGURES:  # a figure whose data are gone must not survive from an older build
         (report_dir / name).unlink(missing_ok=True)
@@ -1030,7 +1055,10 @@ def build_report(exp_dir: Path, report_dir: Path) -> Report:
     written = sorted(
         p.name for p in report_dir.iterdir() if p.is_file() and p.stat().st_mtime >= started - 1
     )
-    store.write_json_atomic(report_dir / BUILT, {"files": [n for n in written if n != BUILT]})
+    store.write_json_atomic(
+        report_dir / store.REPORT_BUILT,
+        {"files": [n for n in written if n != store.REPORT_BUILT]},
+    )
     figures = [report_dir / name for name in FIGURES if (report_dir / name).exists()]
     return Report(
         report_dir,

@@ -33,7 +33,6 @@ from ablate.config import RunConfig
 from ablate.convert import convert_weights
 from ablate.data import (
     Corpus,
-    RunData,
     batch_digest,
     batch_offsets,
     eval_offsets,
@@ -62,7 +61,7 @@ from ablate.probes import (
     Stop,
 )
 from ablate.stability import Verdict, final_loss_verdict
-from ablate.train import LanguageModelTask
+from ablate.train import LanguageModelTask, RunData
 
 FINAL_TRAIN_WINDOW = 10  # final_train_loss is the mean over this many last steps
 WEIGHTS_GROUPS = ("main", "convert")
@@ -490,6 +489,7 @@ def _train_and_store(
     trainer = build_trainer(spec, prepared.steps, [*observers, handback], run_dir)
     task = LanguageModelTask(prepared.model, cfg.train, prepared.steps)
     data = RunData(prepared.corpus, prepared.train_offsets, prepared.val_offsets, cfg.model.seq_len)
+    on_interrupt = signal.getsignal(signal.SIGINT)  # Lightning ignores Ctrl-C once it got one
     outcome = fit(trainer, task, data, recorder, all_stoppers, handback)
     frame = metrics_frame(recorder)
     store.write_frame_atomic(run_dir / "metrics.csv", frame)
@@ -503,6 +503,7 @@ def _train_and_store(
     store.write_json_atomic(run_dir / "summary.json", summary)
     (run_dir / "status.json").unlink(missing_ok=True)
     if outcome.status == "interrupted":
-        signal.signal(signal.SIGINT, signal.default_int_handler)
+        if on_interrupt is not None:
+            signal.signal(signal.SIGINT, on_interrupt)
         raise KeyboardInterrupt
     return summary

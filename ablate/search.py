@@ -40,11 +40,9 @@ import warnings
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
-from functools import partial
 from pathlib import Path
 from typing import Any
 
-import lightning as L
 import numpy as np
 import optuna
 import sqlalchemy.exc
@@ -55,11 +53,9 @@ from sqlalchemy.engine import make_url
 
 from ablate import store
 from ablate.config import Experiment, RuntimeConfig
-from ablate.execute import POLL_S, Resources, obtain, run_parallel
+from ablate.execute import POLL_S, Resources, obtain, run_parallel, worker_say
 from ablate.plan import RunSpec, max_lr_family, with_train
-from ablate.probes import EarlyStop, Stop
 from ablate.stability import Bracket, bracket_max_stable, clipped_loss
-from ablate.train import LanguageModelTask
 
 PrintFn = Callable[[str], None]
 COUNTED = (TrialState.COMPLETE, TrialState.PRUNED)
@@ -77,21 +73,44 @@ def storage_url(experiment: Experiment, root: Path, override: str | None = None)
     return f"sqlite:///{path}"
 
 
+_OPENED: dict[tuple[Any, ...], optuna.storages.BaseStorage] = {}
+
+
 def open_storage(
     url: str, runtime: RuntimeConfig | None = None, heartbeat: bool = True
 ) -> optuna.storages.BaseStorage:
-    """An Optuna storage for ``url``.
+    """An Optuna storage for ``url``, opened once per process (opening an RDB storage checks
+    its schema: ~0.1 s) and again only when a storage file was replaced.
 
     ``journal:PATH`` opens a journal file (no heartbeat: a dead worker's trial stays RUNNING and
     is never counted). Any other URL is an RDB storage; with ``heartbeat`` its trials send one
     every ``runtime.heartbeat_s``, and a stale trial is failed and retried up to
     ``trial_retries`` times.
     """
+    runtime = runtime or RuntimeConfig()
+    key = (url, heartbeat, runtime.heartbeat_s, runtime.trial_retries, _file_identity(url))
+    if key not in _OPENED:
+        _OPENED[key] = _open_storage(url, runtime, heartbeat)
+    return _OPENED[key]
+
+
+def _file_identity(url: str) -> tuple[int, int] | None:
+    """(device, inode) of a SQLite or journal storage's file; None for a server or no file."""
+    path = url.removeprefix("journal:") if url.startswith("journal:") else None
+    if url.startswith("sqlite"):
+        path = make_url(url).database
+    try:
+        stat = os.stat(path) if path else None
+    except OSError:
+        return None
+    return (stat.st_dev, stat.st_ino) if stat else None
+
+
+def _open_storage(url: str, runtime: RuntimeConfig, heartbeat: bool) -> optuna.storages.BaseStorage:
     if url.startswith("journal:"):
         from optuna.storages.journal import JournalFileBackend
 
         return optuna.storages.JournalStorage(JournalFileBackend(url.removeprefix("journal:")))
-    runtime = runtime or RuntimeConfig()
     # SQLite: wait for a lock held by another worker instead of failing after 5 s
     engine = {"connect_args": {"timeout": 120}} if url.startswith("sqlite") else {}
     if not heartbeat:
@@ -141,7 +160,7 @@ def open_study(
     Only search trials send heartbeats: a max-LR probe is asked for at a fixed LR and is never
     retried (an unfinished probe is simply asked for again).
     """
-    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    optuna.logging.set_verbosity(optuna.logging.ERROR)  # ablate prints every trial itself
     return optuna.create_study(
         study_name=study_name(experiment, variant, purpose),
         storage=open_storage(url, experiment.base.runtime, heartbeat=purpose == "search"),
@@ -153,28 +172,6 @@ def open_study(
 
 class RunFailedError(RuntimeError):
     """A trial's run raised an exception (stored as ``failed``); Optuna marks the trial FAIL."""
-
-
-class TrialPruner(EarlyStop):
-    """Reports each evaluation's val loss to an Optuna trial; stops the run if it should prune."""
-
-    status = "pruned"
-
-    def __init__(self, trial: optuna.Trial) -> None:
-        super().__init__()
-        self.trial = trial
-
-    def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        assert isinstance(pl_module, LanguageModelTask)
-        if pl_module.last_val_loss is None or trainer.sanity_checking or self.stop is not None:
-            return
-        step = trainer.global_step
-        prune = False
-        if trainer.is_global_zero:  # under DDP one process talks to Optuna and tells the rest
-            self.trial.report(clipped_loss(pl_module.last_val_loss, math.inf), step)
-            prune = step < pl_module.total_steps and self.trial.should_prune()
-        if trainer.strategy.broadcast(prune, src=0):
-            self.request_stop(trainer, Stop(step, f"pruned by Optuna at step {step}"))
 
 
 def trial_value(summary: dict[str, Any]) -> float:
@@ -276,6 +273,8 @@ def run_search(
         spec = RunSpec(experiment.name, variant, seed, config, group="search")
         retry = "run_id" in trial.user_attrs  # copied from a trial whose worker died
         trial.set_user_attr("run_id", spec.run_id)
+        from ablate.probes import TrialPruner  # Lightning: imported only where a trial trains
+
         pruner = TrialPruner(trial)
         summary = obtain(spec, root, stoppers=[pruner], take_over=retry, wait=True, say=say)
         trial.set_user_attr("stable", summary.get("stable"))
@@ -420,6 +419,31 @@ def _stored_probe(study: optuna.Study, lr: float, key: str) -> ProbeResult | Non
     return None
 
 
+PROBE_METRIC = "minus_lr_if_stable"  # the max-LR studies' objective, as the dashboard names it
+
+
+def probe_value(lr: float, stable: bool) -> float:
+    """A max-LR probe's objective: −lr when every seed was stable, else 0. Minimized, so the
+    study's best trial is its largest stable LR (the bracket's lower end)."""
+    return -lr if stable else 0.0
+
+
+def label_bracket_study(study: optuna.Study, bracket: Bracket) -> None:
+    """Name the objective and store the bracket as study attributes, for optuna-dashboard
+    (written only when they change, so a replay writes nothing)."""
+    attrs = {
+        "largest_stable_lr": bracket.largest_stable,
+        "smallest_unstable_lr": bracket.smallest_unstable,
+    }
+    if study.metric_names != [PROBE_METRIC]:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+            study.set_metric_names([PROBE_METRIC])
+    for name, value in attrs.items():
+        if study.user_attrs.get(name, "unset") != value:
+            study.set_user_attr(name, value)
+
+
 def max_lr_start(experiment: Experiment, variant: str, url: str) -> float:
     """The first probe: ``max_lr.start``, else the variant's best stable search trial's LR (a
     stable point, so the bracket is searched upwards from it), else ``train.lr``."""
@@ -458,9 +482,12 @@ def run_max_lr(
     probes: list[ProbeResult] = []
 
     def run_probe(lr: float) -> None:
-        # a single-point distribution fixes the LR; a trial left WAITING by an older version
-        # is popped first and run at its own LR, and the loop below asks again
-        trial = study.ask({"lr": FloatDistribution(lr, lr, log=True)})
+        # the LR is enqueued (fixed) within the section's range, which the dashboard plots; a
+        # trial left WAITING earlier is popped first and run at its own LR, and the loop below
+        # asks again
+        study.enqueue_trial({"lr": lr})
+        span = FloatDistribution(min(cfg.lr_min, lr), max(cfg.lr_max, lr), log=True)
+        trial = study.ask({"lr": span})
         try:
             found = probe_stability(
                 experiment, variant, trial.params["lr"], seeds, root, cfg.tokens, say
@@ -471,7 +498,7 @@ def run_max_lr(
         for name, value in asdict(found).items():
             trial.set_user_attr(name, value)
         trial.set_user_attr("probe_key", key)
-        study.tell(trial, 0.0 if found.stable else 1.0)
+        study.tell(trial, probe_value(trial.params["lr"], found.stable))
 
     def probe(lr: float) -> bool:
         result = _stored_probe(study, lr, key)
@@ -494,6 +521,7 @@ def run_max_lr(
     bracket: Bracket = bracket_max_stable(
         probe, start, cfg.factor, cfg.precision, cfg.lr_min, cfg.lr_max
     )
+    label_bracket_study(study, bracket)
     return {
         "variant": variant,
         "study": study.study_name,
@@ -509,7 +537,7 @@ def run_max_lr(
 
 
 def _job(kind: str, experiment: Experiment, variant: str, root: str, url: str) -> dict[str, Any]:
-    say = partial(print, flush=True)
+    say = worker_say
     if kind == "search":
         return search_summary(run_search(experiment, variant, Path(root), url, say))
     return run_max_lr(experiment, variant, Path(root), url, say)
@@ -533,7 +561,12 @@ def study_jobs(
 
 
 def stored_result(
-    kind: str, experiment: Experiment, variant: str, root: Path, url: str
+    kind: str,
+    experiment: Experiment,
+    variant: str,
+    root: Path,
+    url: str,
+    say: PrintFn = print,
 ) -> dict[str, Any] | None:
     """A study's result when its storage already holds all of it (a rerun), else None."""
     if kind == "search":
@@ -549,22 +582,29 @@ def stored_result(
     except ProbeNotStored:
         return None
     for line in said:
-        print(line, flush=True)
+        say(line)
     return result
 
 
 def run_studies(
-    experiment: Experiment, root: Path, url: str, res: Resources, kinds: Sequence[str] = KINDS
+    experiment: Experiment,
+    root: Path,
+    url: str,
+    res: Resources,
+    kinds: Sequence[str] = KINDS,
+    say: PrintFn = print,
 ) -> dict[str, dict[str, Any]]:
     """Every variant's study of ``kinds`` (those configured): ``{kind: {variant: result}}``,
     variants in the experiment's order. Studies whose storage holds all of their result are
-    read here; the others run ``res.workers`` at a time in the executor's pool."""
+    read here; the others run ``res.workers`` at a time in the executor's pool. Their lines
+    go to ``say``."""
     jobs = study_jobs(experiment, kinds, rotate=os.getpid())
     for kind, variant in jobs:  # create storage and studies once, before workers race to
         open_study(experiment, variant, kind, url)
-    found = {(k, v): stored_result(k, experiment, v, root, url) for k, v in jobs}
+    found = {(k, v): stored_result(k, experiment, v, root, url, say) for k, v in jobs}
     pending = [job for job, result in found.items() if result is None]
-    results = run_parallel(_job, [(k, experiment, v, str(root), url) for k, v in pending], res)
+    jobs_left = [(k, experiment, v, str(root), url) for k, v in pending]
+    results = run_parallel(_job, jobs_left, res, say)
     found.update(zip(pending, results, strict=True))
     return {
         kind: {v: found[kind, v] for v in experiment.variants if (kind, v) in found}

@@ -14,6 +14,8 @@ Layout (``root`` defaults to ``results/``)::
         summary.json      written last: its presence with a final status marks the run done
         status.json       {"status": "running", ...} while the run is in progress
     root/<experiment>/.claims/<run-id>  {"pid", "hostname"} of the process training the run
+    root/<experiment>/report.json  {"report_dir"}: where ``ablate run`` last wrote the report
+    <report dir>/.built.json       written last by a report build: the files it wrote
 
 Every file is written to a temporary name and renamed into place, so a reader (or a killed
 writer) never sees half a file. A run is trained by the process that holds its claim
@@ -335,6 +337,33 @@ def newest_result_time(exp_dir: Path) -> float:
     paths = [exp_dir / "experiment.json", exp_dir / "stability.json"]
     paths += [run_dir / "summary.json" for run_dir in run_dirs(exp_dir)]
     return max((p.stat().st_mtime for p in paths if p.exists()), default=0.0)
+
+
+REPORT_BUILT = ".built.json"  # written last by a report build: the files that build wrote
+REPORT_WHERE = "report.json"  # in the results folder: where the report was last written
+
+
+def report_is_current(exp_dir: Path, report_dir: Path) -> bool:
+    """True when the last build finished (its list of files was written), every file it wrote
+    is still there, and none is older than the results it is built from. A build interrupted
+    half-way (``report.md`` without ``report.html``) is therefore never current."""
+    built = read_json(report_dir / REPORT_BUILT)
+    if not built or not built.get("files"):
+        return False
+    newest = newest_result_time(exp_dir)
+    paths = [report_dir / name for name in built["files"]]
+    return all(p.is_file() and p.stat().st_mtime >= newest for p in paths)
+
+
+def remember_report_dir(exp_dir: Path, report_dir: Path) -> None:
+    """Record where the experiment's report was written, for ``ablate report`` to write there."""
+    write_json_if_changed(exp_dir / REPORT_WHERE, {"report_dir": str(report_dir.resolve())})
+
+
+def remembered_report_dir(exp_dir: Path) -> Path | None:
+    """Where ``ablate run`` last wrote this experiment's report, if it did."""
+    where = read_json(exp_dir / REPORT_WHERE)
+    return Path(where["report_dir"]) if where and where.get("report_dir") else None
 
 
 def read_manifest(exp_dir: Path) -> dict[str, Any]:

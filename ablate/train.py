@@ -1,9 +1,10 @@
-"""The LightningModule: AdamW groups, warmup + cosine/constant schedule, loss, clipping, evaluation.
+"""The LightningModule (AdamW groups, warmup + cosine/constant schedule, loss, clipping,
+evaluation) and the DataModule that feeds it.
 
 The module owns the optimization of one run. It records the gradient norm it clips with (so the
 metrics carry it at no extra cost), skips the optimizer step for a non-finite loss, and exposes
 the last validation loss; the callbacks in :mod:`ablate.probes` read these to log and to stop
-diverged runs.
+diverged runs. :class:`RunData` hands each DDP process its share of every batch.
 """
 
 from __future__ import annotations
@@ -12,8 +13,10 @@ import math
 
 import lightning as L
 import torch
+from torch.utils.data import DataLoader
 
 from ablate.config import TrainConfig
+from ablate.data import Corpus, WindowBatches
 from ablate.model import GPT, parameter_groups
 
 
@@ -98,3 +101,28 @@ class LanguageModelTask(L.LightningModule):
             "optimizer": optimizer,
             "lr_scheduler": {"scheduler": scheduler, "interval": "step"},
         }
+
+
+class RunData(L.LightningDataModule):
+    """A run's train and val loaders; each DDP process trains on its share of every batch.
+
+    Every process evaluates all validation windows (the same weights give the same loss).
+    """
+
+    def __init__(
+        self, corpus: Corpus, train_offsets: torch.Tensor, val_offsets: torch.Tensor, seq_len: int
+    ) -> None:
+        super().__init__()
+        self.corpus = corpus
+        self.train_offsets = train_offsets  # (steps, global batch)
+        self.val_offsets = val_offsets
+        self.seq_len = seq_len
+
+    def train_dataloader(self) -> DataLoader:
+        rank, world = self.trainer.global_rank, self.trainer.world_size
+        share = self.train_offsets.tensor_split(world, dim=1)[rank]
+        return DataLoader(WindowBatches(self.corpus.train, share, self.seq_len), batch_size=None)
+
+    def val_dataloader(self) -> DataLoader:
+        windows = WindowBatches(self.corpus.val, self.val_offsets, self.seq_len)
+        return DataLoader(windows, batch_size=None)

@@ -15,6 +15,8 @@ import pytest
 from conftest import REPO, write_experiment
 
 from ablate.cli import main
+from ablate.config import load_experiment
+from ablate.estimate import describe_plan
 
 
 def test_validate_prints_the_plan_with_cost(
@@ -86,9 +88,15 @@ def _ablate(*args: str, cwd: Path, **kw) -> subprocess.Popen:
 
 @pytest.mark.slow
 def test_smoke_experiment_end_to_end(tmp_path: Path) -> None:
+    started = time.monotonic()
     proc = _ablate("run", str(REPO / "experiments" / "smoke.yaml"), cwd=tmp_path)
     out, _ = proc.communicate(timeout=300)
+    measured = time.monotonic() - started
     assert proc.returncode == 0, out
+    experiment = load_experiment(REPO / "experiments" / "smoke.yaml")
+    estimate = describe_plan(experiment, workers=2, threads=1).wall_time_s
+    print(f"smoke: estimated {estimate:.0f} s, measured {measured:.0f} s")  # pytest -s
+    assert 0.5 <= estimate / measured <= 2.0, (estimate, measured)  # validate's promise
     report_dir = tmp_path / "reports" / "smoke"
     for name in (
         "report.md",
@@ -129,9 +137,20 @@ def test_smoke_experiment_end_to_end(tmp_path: Path) -> None:
 
     _readme_notebook_snippet_matches_the_report(exp_dir, report_dir)
 
-    again = _ablate("run", str(REPO / "experiments" / "smoke.yaml"), cwd=tmp_path)
-    out, _ = again.communicate(timeout=120)
+    rerun = (  # the cached rerun in one process, which must not import Lightning
+        "import sys; from ablate.cli import main; code = main(sys.argv[1:]); "
+        "print('lightning imported:', 'lightning' in sys.modules); sys.exit(code)"
+    )
+    again = subprocess.run(
+        [sys.executable, "-c", rerun, "run", str(REPO / "experiments" / "smoke.yaml")],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    out = again.stdout + again.stderr
     assert again.returncode == 0 and "12 of 12 runs already done" in out, out
+    assert "lightning imported: False" in out and "(up to date)" in out, out
     assert "4 of 4 runs already done" in out, out  # the tuned A/B
     assert "[stored]" in out and "max_lr layernorm" in out
     after = {p.parent.name for p in exp_dir.glob("*/summary.json")}

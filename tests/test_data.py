@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -14,13 +13,11 @@ from torch.utils.data import DataLoader
 from ablate.config import DataConfig
 from ablate.data import (
     DataError,
-    RunData,
     WindowBatches,
     batch_offsets,
     builtin_text,
     entropy_rate,
     eval_offsets,
-    gather_windows,
     load_corpus,
     markov_chain,
     unigram_loss,
@@ -122,25 +119,6 @@ def test_eval_windows_are_fixed_and_in_range() -> None:
     a = eval_offsets(1000, 32, 4, 3)
     assert a.shape == (3, 4) and torch.equal(a, eval_offsets(1000, 32, 4, 3))
     assert int(a.min()) == 0 and int(a.max()) == 1000 - 33
-
-
-@pytest.mark.parametrize("world", [1, 2, 4])
-def test_ddp_processes_split_every_batch_into_equal_shares(world: int) -> None:
-    corpus = load_corpus(DataConfig(), 16)
-    offsets = batch_offsets(len(corpus.train), 16, 8, 5, seed=0)
-    val_offsets = eval_offsets(len(corpus.val), 16, 8, 2)
-    whole = [gather_windows(corpus.train, row, 16) for row in offsets]
-    shares = []
-    for rank in range(world):
-        data = RunData(corpus, offsets, val_offsets, 16)
-        data.trainer = SimpleNamespace(global_rank=rank, world_size=world)
-        shares.append(list(data.train_dataloader()))
-    for step, batch in enumerate(whole):
-        parts = [share[step] for share in shares]
-        assert all(part.shape == (8 // world, 17) for part in parts)
-        assert torch.equal(torch.cat(parts), batch)  # rank r holds rows r*B/W .. (r+1)*B/W
-    val = list(RunData(corpus, offsets, val_offsets, 16).val_dataloader())
-    assert [b.shape for b in val] == [(8, 17), (8, 17)]  # every process: all val windows
 
 
 def test_unigram_floor_against_a_hand_computation() -> None:

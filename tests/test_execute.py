@@ -1,14 +1,24 @@
-"""The executor: resources for the machine, skipping finished runs, redoing incomplete ones."""
+"""The executor: resources for the machine, skipping finished runs, redoing incomplete ones,
+and Ctrl-C at any moment."""
 
 from __future__ import annotations
 
 import io
 import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 
+import pytest
+from conftest import TINY, write_experiment
 from rich.console import Console
 
 from ablate import store
+from ablate.cli import main
 from ablate.config import load_experiment
 from ablate.execute import choose_resources, execute, gpu_count, run_dir_of
 from ablate.plan import plan_runs
@@ -76,3 +86,136 @@ def test_process_pool_gives_the_same_results_as_serial(
     pooled = execute(specs, tmp_path / "b", workers=2, threads=1, console=console)
     by_id = {s["run_id"]: s["final_val_loss"] for s in serial}
     assert {s["run_id"]: s["final_val_loss"] for s in pooled} == by_id
+
+
+# Ctrl-C at any moment: the experiment below takes ~11 s with 2 workers on 2 cores (start-up,
+# spawning and importing workers, 6 runs of 0.6 s, the report); SIGINT goes to the whole process
+# group, as a terminal's Ctrl-C does.
+INTERRUPT_MOMENTS = 4  # per series: one seeded moment in each quarter of the run
+INTERRUPT_LIMIT_S = 10.0
+
+
+def _moments(seed: int, until: float) -> list[float]:
+    """One seeded moment in each of INTERRUPT_MOMENTS equal slices of (0, ``until``) s, so
+    that every phase (start-up, pool start, training, report) is hit."""
+    rng = random.Random(seed)
+    width = until / INTERRUPT_MOMENTS
+    return [width * (i + rng.uniform(0.02, 1.0)) for i in range(INTERRUPT_MOMENTS)]
+
+
+def _three_variant_experiment(path: Path) -> Path:
+    return write_experiment(
+        path,
+        model={"d_model": 32, "n_layers": 1, "n_heads": 2, "seq_len": 16},
+        train={**TINY["train"], "tokens": 4 * 16 * 160, "eval_interval": 80},
+        variants={
+            "layernorm": {"model.norm.kind": "layernorm"},
+            "rmsnorm": {"model.norm.kind": "rmsnorm"},
+            "rms_qk": {"model.norm.kind": "rmsnorm", "model.norm.qk_norm": True},
+        },
+    )
+
+
+def _session_processes(session: int) -> list[str]:
+    """Command lines of the live processes in ``session`` (the ablate process's own, as it was
+    started with ``start_new_session``): its workers, managers and their children."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        try:
+            stat = (entry / "stat").read_text()
+            command = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+        except (OSError, ValueError):
+            continue
+        state, _, _, sid = stat[stat.rindex(")") + 2 :].split()[:4]
+        if entry.name.isdigit() and int(sid) == session and state != "Z":
+            found.append(command)
+    return found
+
+
+def _interrupt_at(moment: float, *args: str, cwd: Path) -> tuple[int, float, str] | None:
+    """Start ``ablate *args``, send Ctrl-C after ``moment`` seconds, and return (exit code,
+    seconds from Ctrl-C to exit, its output); None when it had finished before the moment.
+    Asserts that no process of its session outlives it by more than 3 s."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "ablate.cli", *args],
+        cwd=cwd,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
+    time.sleep(moment)
+    if proc.poll() is not None:
+        proc.communicate()
+        return None
+    os.killpg(proc.pid, signal.SIGINT)
+    sent = time.monotonic()
+    try:
+        out, _ = proc.communicate(timeout=60)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        out, _ = proc.communicate()
+        pytest.fail(f"no exit 60 s after Ctrl-C at {moment:.2f} s:\n{out}")
+    took = time.monotonic() - sent
+    deadline = time.monotonic() + 3.0
+    while (left := _session_processes(proc.pid)) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not left, f"Ctrl-C at {moment:.2f} s left {left}"
+    return proc.returncode, took, out
+
+
+def _assert_clean_interrupt(result: tuple[int, float, str], moment: float) -> None:
+    code, took, out = result
+    # -SIGINT: the signal landed while Python was already exiting; a shell shows that as 130
+    assert code in (130, -signal.SIGINT), f"Ctrl-C at {moment:.2f} s: exit {code}\n{out}"
+    assert took < INTERRUPT_LIMIT_S, f"Ctrl-C at {moment:.2f} s: {took:.1f} s to exit\n{out}"
+    assert "Traceback" not in out, f"Ctrl-C at {moment:.2f} s:\n{out}"
+
+
+def _finished_in_output(out: str) -> set[str]:
+    """Run ids the output says finished."""
+    return {line.split("[")[1].split("]")[0] for line in out.splitlines() if "]: finished" in line}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("workers", ["1", "2"])
+def test_ctrl_c_at_seeded_moments_exits_130_promptly_and_cleanly(
+    tmp_path: Path, workers: str
+) -> None:
+    path = _three_variant_experiment(tmp_path / "e.yaml")
+    tried = []
+    for i, moment in enumerate(_moments(int(workers), 10.0)):
+        root = tmp_path / f"results{i}"
+        args = ("run", str(path), "--workers", workers, "--results-dir", str(root))
+        result = _interrupt_at(moment, *args, "--report-dir", str(tmp_path / f"r{i}"), cwd=tmp_path)
+        if result is None:
+            continue
+        tried.append(moment)
+        _assert_clean_interrupt(result, moment)
+        summaries = [json.loads(p.read_text()) for p in root.glob("*/*/summary.json")]
+        finished = {s["run_id"] for s in summaries if s["status"] == "finished"}
+        assert _finished_in_output(result[2]) <= finished  # every run it finished is kept
+        assert {s["status"] for s in summaries} <= {"finished", "interrupted"}
+    print(f"workers={workers}: Ctrl-C at {[round(m, 2) for m in tried]} s")  # pytest -s
+    assert len(tried) >= INTERRUPT_MOMENTS - 1, tried
+
+
+@pytest.mark.slow
+def test_ctrl_c_while_the_report_is_rebuilt_keeps_results_and_leaves_no_current_report(
+    tmp_path: Path,
+) -> None:
+    path = _three_variant_experiment(tmp_path / "e.yaml")
+    root, reports = tmp_path / "results", tmp_path / "reports"
+    args = ("run", str(path), "--results-dir", str(root), "--report-dir", str(reports))
+    assert main([*args, "--workers", "1"]) == 0
+    results = {p: p.read_bytes() for p in root.rglob("*") if p.is_file()}
+    for moment in _moments(3, 4.0):  # a cached rerun: start-up, then the report
+        (reports / "tiny" / ".built.json").unlink(missing_ok=True)  # the rerun rebuilds it
+        result = _interrupt_at(moment, *args, cwd=tmp_path)
+        if result is not None:
+            _assert_clean_interrupt(result, moment)
+            assert not store.report_is_current(root / "tiny", reports / "tiny")
+        assert {p: p.read_bytes() for p in root.rglob("*") if p.is_file()} == results
+    assert main(list(args)) == 0
+    assert store.report_is_current(root / "tiny", reports / "tiny")

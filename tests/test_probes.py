@@ -1,10 +1,12 @@
-"""The divergence criterion on constructed losses; the model probes against direct computation."""
+"""The divergence criterion on constructed losses; the model probes against direct computation;
+the search's pruner as an early stop."""
 
 from __future__ import annotations
 
 import math
 from pathlib import Path
 
+import optuna
 import pandas as pd
 import pytest
 import torch
@@ -13,8 +15,9 @@ from conftest import tiny_config
 from ablate.config import StabilityConfig
 from ablate.model import GPT, build_model
 from ablate.plan import RunSpec
-from ablate.probes import DivergenceMonitor, ModelProbe
+from ablate.probes import DivergenceMonitor, ModelProbe, TrialPruner
 from ablate.run import execute_run
+from ablate.store import is_done
 
 
 def _monitor(warmup: int, **criterion: object) -> DivergenceMonitor:
@@ -202,3 +205,18 @@ def test_attention_probe_sees_the_normalized_queries_and_keys() -> None:
     )
     # q and k are RMS-normalized per head: |q.k| <= 3 * d_head / sqrt(d_head)
     assert 0 < expected <= 3 * math.sqrt(8) + 1e-4
+
+
+def test_pruner_stops_a_poor_trial_as_a_stored_result(tmp_path: Path) -> None:
+    study = optuna.create_study(pruner=optuna.pruners.MedianPruner(n_startup_trials=1))
+    good = study.ask()
+    for step in (10, 20):
+        good.report(1.0, step)  # a trial far better than a 20-step tiny model can do
+    study.tell(good, 1.0)
+    trial = study.ask()
+    spec = RunSpec("tiny", "layernorm", 0, tiny_config(), group="search")
+    summary = execute_run(spec, tmp_path, stoppers=[TrialPruner(trial)])
+    assert summary["status"] == "pruned" and summary["steps"] == 10
+    assert summary["stopped_reason"] == "pruned by Optuna at step 10"
+    assert summary["stable"] is None and summary["diverged_step"] is None
+    assert is_done(tmp_path / "tiny" / spec.run_id)  # a result: reused, not retrained

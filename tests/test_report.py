@@ -27,7 +27,8 @@ from ablate.report import (
     FIGURES,
     build_report,
     markdown_to_html,
-    report_is_current,
+    probes_markdown,
+    quality_markdown,
     summary_lines,
     with_holm,
 )
@@ -107,6 +108,12 @@ def test_every_table_number_recomputed_from_raw_metrics(finished: Path, tmp_path
     assert row["diff_ci_low"] == pytest.approx(mean - half, rel=1e-9)
     assert row["diff_ci_high"] == pytest.approx(mean + half, rel=1e-9)
     assert row["paired_t_p"] == pytest.approx(p, rel=1e-6)
+    # the difference over steps ends at the table's difference, with the same interval
+    curve = pd.read_csv(tmp_path / "rep" / "loss_difference.csv")
+    last = curve[curve["step"] == curve["step"].max()].set_index("variant").loc["rmsnorm"]
+    assert last["step"] == 20 and last["n_pairs"] == 3
+    assert last["mean"] == pytest.approx(mean, abs=1e-12)
+    assert last["ci_low"] == pytest.approx(mean - half, rel=1e-9)
     # the noise floor: pooled seed-to-seed std
     noise = math.sqrt(np.mean([g["final"].var(ddof=1) for _, g in raw.groupby("variant")]))
     text = report.markdown.read_text()
@@ -118,7 +125,8 @@ def test_every_table_number_recomputed_from_raw_metrics(finished: Path, tmp_path
 def test_every_figure_and_format_for_a_finished_experiment(finished: Path, tmp_path: Path) -> None:
     report = build_report(finished, tmp_path / "rep")
     names = {p.name for p in report.figures}
-    expected = {"loss_curves.png", "loss_time.png", "throughput.png", "probes.png", "logits.png"}
+    expected = {"loss_curves.png", "loss_difference.png", "loss_time.png", "throughput.png"}
+    expected |= {"probes.png", "logits.png"}
     assert expected <= names
     for path in report.figures:
         assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and path.stat().st_size > 10_000
@@ -259,7 +267,7 @@ def test_summary_leads_with_the_tuned_comparison_and_adjusts_for_multiplicity() 
     assert (
         lead
         < text.index("at tuned settings, rms − ln: -0.0200")
-        < text.index("at the shared LR, rms − ln: 0.0300")
+        < text.index("at the shared LR, rms − ln: +0.0300")
     )
     assert "found on seed 2, scored here on seeds [0, 1]" in text
     assert "**Too few seeds:** 2 per variant" in text
@@ -280,15 +288,30 @@ def test_html_embeds_images_and_renders_tables(tmp_path: Path) -> None:
 def test_report_is_current_until_a_result_changes(finished: Path, tmp_path: Path) -> None:
     exp = tmp_path / "tiny"
     shutil.copytree(finished, exp)
-    assert not report_is_current(exp, tmp_path / "rep")  # no report yet
+    assert not store.report_is_current(exp, tmp_path / "rep")  # no report yet
     build_report(exp, tmp_path / "rep")
-    assert report_is_current(exp, tmp_path / "rep")
+    assert store.report_is_current(exp, tmp_path / "rep")
     store.write_manifest(exp, store.read_manifest(exp))  # the same plan: nothing rewritten
-    assert report_is_current(exp, tmp_path / "rep")
+    assert store.report_is_current(exp, tmp_path / "rep")
     summary = next(exp.glob("*/summary.json"))
     later = (tmp_path / "rep" / "report.md").stat().st_mtime + 5
     os.utime(summary, (later, later))
-    assert not report_is_current(exp, tmp_path / "rep")
+    assert not store.report_is_current(exp, tmp_path / "rep")
+
+
+def test_ablate_report_writes_where_the_run_put_the_report(
+    finished: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    exp = tmp_path / "tiny"
+    shutil.copytree(finished, exp)
+    assert store.remembered_report_dir(exp) == (finished.parent.parent / "reports" / "tiny")
+    store.remember_report_dir(exp, tmp_path / "elsewhere")
+    monkeypatch.chdir(tmp_path)
+    assert main(["report", str(exp)]) == 0
+    assert store.report_is_current(exp, tmp_path / "elsewhere")
+    assert not (tmp_path / "reports").exists()  # not the ./reports default
+    assert main(["report", str(exp), "--out", str(tmp_path / "given")]) == 0
+    assert (tmp_path / "given" / "report.md").is_file()  # --out still wins
 
 
 def test_a_report_missing_any_of_its_files_is_rebuilt(finished: Path, tmp_path: Path) -> None:
@@ -300,11 +323,11 @@ def test_a_report_missing_any_of_its_files_is_rebuilt(finished: Path, tmp_path: 
         built
     )
     (rep / "report.html").unlink()  # e.g. Ctrl-C between report.md and report.html
-    assert not report_is_current(exp, rep)
+    assert not store.report_is_current(exp, rep)
     build_report(exp, rep)
-    assert report_is_current(exp, rep) and (rep / "report.html").exists()
+    assert store.report_is_current(exp, rep) and (rep / "report.html").exists()
     (rep / ".built.json").unlink()  # a build that never finished
-    assert not report_is_current(exp, rep)
+    assert not store.report_is_current(exp, rep)
 
 
 @pytest.mark.slow
@@ -344,3 +367,39 @@ def test_grid_report_has_factor_tables_recomputed_from_the_runs(tmp_path: Path) 
     lead = text.index("**Leading comparison: the factors' main effects**")
     assert lead < text.index("  - model.norm.kind = rmsnorm: ") < text.index("## Factors")
     assert "**Too few seeds:** 2 per variant" in text
+
+
+def test_small_probe_values_keep_their_digits_and_differences_their_sign() -> None:
+    per_run = pd.DataFrame(
+        {
+            "variant": ["dyt", "dyt"],
+            "seed": [0, 1],
+            "step": [100, 100],
+            "resid_rms_last_block": [1.2345, 1.2345],
+            "grad_norm_max_block": [9.9e-5, 9.9e-5],  # a DyT run's: 0.000 at three decimals
+            "attn_logit_max": [12.5, 12.5],
+            "logit_max_abs": [3.25, 3.25],
+        }
+    )
+    assert "| 9.9e-05 |" in probes_markdown(per_run, ["dyt"]).replace("  ", "")
+    table = pd.DataFrame(
+        {
+            "variant": ["ln", "rms"],
+            "runs": [3, 3],
+            "finished": [3, 3],
+            "diverged": [0, 0],
+            "collapsed": [0, 0],
+            "final_val_loss_mean": [2.5, 2.5013],
+            "final_val_loss_std": [0.01, 0.01],
+            "best_val_loss_mean": [2.5, 2.5],
+            "best_val_loss_std": [0.01, 0.01],
+            "diff_vs_baseline": [math.nan, 0.0013],
+            "diff_ci_low": [math.nan, -0.0036],
+            "diff_ci_high": [math.nan, 0.0061],
+            "paired_t_p": [math.nan, 0.00004],
+            "n_pairs": [0, 3],
+            "n_params": [100, 96],
+        }
+    )
+    shown = quality_markdown(table)
+    assert "+0.0013 [-0.0036, +0.0061]" in shown and "4.0e-05 (3)" in shown

@@ -133,6 +133,25 @@ def test_max_lr_probes_are_reused_only_under_the_same_budget_and_seeds(tmp_path:
     assert search.stored_result("max_lr", unrun, "rmsnorm", root, url) is None
 
 
+def test_a_max_lr_study_reads_in_the_dashboard_as_its_bracket(tmp_path: Path) -> None:
+    sections = {"seeds": [0], "start": 0.01, "factor": 8.0, "precision": 8.0, "lr_max": 50.0}
+    exp = _experiment(tmp_path, max_lr=sections)
+    root = tmp_path / "results"
+    url = storage_url(exp, root)
+    found = run_max_lr(exp, "rmsnorm", root, url, say=lambda _: None)
+    low, high = found["bracket"]
+    assert low is not None and high is not None
+    study = optuna.load_study(study_name=found["study"], storage=search.open_storage(url))
+    assert study.best_trial.params["lr"] == pytest.approx(low)  # best: the largest stable LR
+    assert study.metric_names == [search.PROBE_METRIC]
+    assert study.user_attrs == {"largest_stable_lr": low, "smallest_unstable_lr": high}
+    stable = {p["lr"]: p["stable"] for p in found["probes"]}
+    for trial in study.trials:
+        lr = trial.params["lr"]
+        assert trial.value == (-lr if stable[lr] else 0.0)
+        assert trial.distributions["lr"].high >= 50.0  # the section's range, not one point
+
+
 def test_run_studies_writes_stability_json(tmp_path: Path) -> None:
     exp = _experiment(
         tmp_path,
@@ -338,24 +357,3 @@ def test_two_processes_bracket_max_lr_together(tmp_path: Path) -> None:
     ]
     assert len(runs) == sum(len(f["probes"]) for f in stored["max_lr"].values())  # seed 0 each
     assert not list((tmp_path / "results" / "tiny" / ".claims").iterdir())
-
-
-def test_pruner_stops_a_poor_trial_as_a_stored_result(tmp_path: Path) -> None:
-    from conftest import tiny_config
-
-    from ablate.plan import RunSpec
-    from ablate.run import execute_run
-    from ablate.store import is_done
-
-    study = optuna.create_study(pruner=optuna.pruners.MedianPruner(n_startup_trials=1))
-    good = study.ask()
-    for step in (10, 20):
-        good.report(1.0, step)  # a trial far better than a 20-step tiny model can do
-    study.tell(good, 1.0)
-    trial = study.ask()
-    spec = RunSpec("tiny", "layernorm", 0, tiny_config(), group="search")
-    summary = execute_run(spec, tmp_path, stoppers=[search.TrialPruner(trial)])
-    assert summary["status"] == "pruned" and summary["steps"] == 10
-    assert summary["stopped_reason"] == "pruned by Optuna at step 10"
-    assert summary["stable"] is None and summary["diverged_step"] is None
-    assert is_done(tmp_path / "tiny" / spec.run_id)  # a result: reused, not retrained

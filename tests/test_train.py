@@ -1,12 +1,16 @@
-"""The learning-rate schedule and the optimizer's parameter groups."""
+"""The learning-rate schedule, the optimizer's parameter groups and the DDP batch shares."""
 
 from __future__ import annotations
 
-import pytest
+from types import SimpleNamespace
 
-from ablate.config import ModelConfig
+import pytest
+import torch
+
+from ablate.config import DataConfig, ModelConfig
+from ablate.data import batch_offsets, eval_offsets, gather_windows, load_corpus
 from ablate.model import build_model, parameter_groups
-from ablate.train import lr_factor
+from ablate.train import RunData, lr_factor
 
 
 def test_warmup_is_linear_then_cosine_decays_to_the_floor() -> None:
@@ -32,3 +36,22 @@ def test_decay_groups_split_matrices_from_vectors() -> None:
     )
     n = sum(p.numel() for g in (decay, no_decay) for p in g["params"])
     assert n == sum(p.numel() for p in model.parameters())
+
+
+@pytest.mark.parametrize("world", [1, 2, 4])
+def test_ddp_processes_split_every_batch_into_equal_shares(world: int) -> None:
+    corpus = load_corpus(DataConfig(), 16)
+    offsets = batch_offsets(len(corpus.train), 16, 8, 5, seed=0)
+    val_offsets = eval_offsets(len(corpus.val), 16, 8, 2)
+    whole = [gather_windows(corpus.train, row, 16) for row in offsets]
+    shares = []
+    for rank in range(world):
+        data = RunData(corpus, offsets, val_offsets, 16)
+        data.trainer = SimpleNamespace(global_rank=rank, world_size=world)
+        shares.append(list(data.train_dataloader()))
+    for step, batch in enumerate(whole):
+        parts = [share[step] for share in shares]
+        assert all(part.shape == (8 // world, 17) for part in parts)
+        assert torch.equal(torch.cat(parts), batch)  # rank r holds rows r*B/W .. (r+1)*B/W
+    val = list(RunData(corpus, offsets, val_offsets, 16).val_dataloader())
+    assert [b.shape for b in val] == [(8, 17), (8, 17)]  # every process: all val windows
