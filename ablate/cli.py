@@ -10,11 +10,12 @@ Exit codes: 0 success, 1 some run failed, 2 bad input (config or data), 130 inte
 
 from __future__ import annotations
 
+import _thread
 import argparse
 import signal
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -404,6 +405,8 @@ INTERRUPTED = "ablate: interrupted; finished runs are kept, the others redo on t
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``ablate`` console script. Ctrl-C at any moment, from parsing to the
     report, exits 130 with one line and no traceback."""
+    default_hook = sys.unraisablehook
+    sys.unraisablehook = _redeliver_interrupt
     try:
         return _dispatch(argv)
     except KeyboardInterrupt:
@@ -411,6 +414,18 @@ def main(argv: list[str] | None = None) -> int:
         print(INTERRUPTED, file=sys.stderr)
         signal.signal(signal.SIGINT, quiet)
         return EXIT_INTERRUPTED
+    finally:
+        sys.unraisablehook = default_hook
+
+
+def _redeliver_interrupt(unraisable: Any) -> None:
+    """A Ctrl-C that Python swallowed (raised inside a callback whose exceptions it only
+    prints, e.g. an import lock's weakref callback) is delivered again, not printed; other
+    unraisable exceptions are printed as usual."""
+    if issubclass(unraisable.exc_type, KeyboardInterrupt):
+        _thread.interrupt_main(signal.SIGINT)
+    else:
+        sys.__unraisablehook__(unraisable)
 
 
 def _dispatch(argv: list[str] | None) -> int:

@@ -284,7 +284,8 @@ def test_trial_of_a_killed_worker_is_retried_once(
     procs = _search_workers(path, url, 3)
     killed_run = _kill_first_trainer(tmp_path / "results" / "tiny", procs)
     outputs = [p.communicate(timeout=600)[0] for p in procs]
-    assert sorted(p.returncode for p in procs) == [-signal.SIGKILL, 0, 0], outputs
+    codes = sorted(p.returncode for p in procs)
+    assert codes == [-signal.SIGKILL, 0, 0], "\n----\n".join(outputs)  # shown whole
     trials = _trials(url, "tiny.rmsnorm.search")
     failed = [t for t in trials if t.state.name == "FAIL"]
     complete = [t for t in trials if t.state.name == "COMPLETE"]
