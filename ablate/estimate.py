@@ -22,6 +22,7 @@ import torch
 from ablate.config import Experiment, RunConfig
 from ablate.data import Corpus, DataError, batch_offsets, gather_windows, load_corpus
 from ablate.model import GPT, build_model, count_parameters, parameter_groups
+from ablate.plan import planned_groups
 
 TIMED_STEPS = 3
 RUN_SETUP_S = 0.5  # per run: building the model and the Trainer, writing the run's files
@@ -176,6 +177,5 @@ def describe_plan(experiment: Experiment, workers: int, threads: int) -> PlanEst
 def fixed_costs(experiment: Experiment) -> float:
     """Seconds of wall time outside the runs: a pool start per stage, and the experiment's
     start-up and report."""
-    stages = 1 + 2 * (experiment.search is not None) + (experiment.max_lr is not None)
-    stages += experiment.convert is not None
-    return stages * STAGE_START_S + EXPERIMENT_FIXED_S
+    stages = [group for group in planned_groups(experiment) if group != "sweep"]  # sweep: in main
+    return len(stages) * STAGE_START_S + EXPERIMENT_FIXED_S

@@ -98,6 +98,21 @@ def split_done(specs: list[RunSpec], root: Path) -> tuple[list[dict], list[RunSp
     return done, pending
 
 
+def _progress(console: Console, *extra: TextColumn, transient: bool) -> Progress:
+    """Rich progress lines: description, bar, done / total, ``extra`` columns, elapsed, eta."""
+    return Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        *extra,
+        TimeElapsedColumn(),
+        TextColumn("eta"),
+        TimeRemainingColumn(),
+        console=console,
+        transient=transient,
+    )
+
+
 class ProgressBoard:
     """Rich progress: an overall bar over all steps, and one line per active run."""
 
@@ -105,17 +120,7 @@ class ProgressBoard:
         self.console = console
         self.specs = {spec.run_id: spec for spec in specs}
         total_steps = sum(spec.config.steps() for spec in specs)
-        self.progress = Progress(
-            TextColumn("{task.description}"),
-            BarColumn(),
-            MofNCompleteColumn(),
-            TextColumn("{task.fields[loss]}"),
-            TimeElapsedColumn(),
-            TextColumn("eta"),
-            TimeRemainingColumn(),
-            console=console,
-            transient=False,
-        )
+        self.progress = _progress(console, TextColumn("{task.fields[loss]}"), transient=False)
         self.overall = self.progress.add_task(f"{len(specs)} runs", total=total_steps, loss="")
         self.tasks: dict[str, Any] = {}
         self.steps: dict[str, int] = {}
@@ -172,18 +177,9 @@ class StudyProgress:
     lines print above it. The max-LR total is an upper bound, as the bracket may close early."""
 
     def __init__(self, console: Console, exp_dir: Path, group: str, total: int) -> None:
-        self.console, self.exp_dir, self.group, self.total = console, exp_dir, group, total
+        self.console, self.exp_dir, self.group = console, exp_dir, group
         self.seen = set(exp_dir.glob("*/summary.json"))
-        self.progress = Progress(
-            TextColumn("{task.description}"),
-            BarColumn(),
-            MofNCompleteColumn(),
-            TimeElapsedColumn(),
-            TextColumn("eta"),
-            TimeRemainingColumn(),
-            console=console,
-            transient=True,
-        )
+        self.progress = _progress(console, transient=True)
         self.task = self.progress.add_task(f"{group} runs (at most {total})", total=total)
         self.done = threading.Event()
         self.watcher = threading.Thread(target=self._watch, daemon=True)
@@ -501,11 +497,15 @@ def run_parallel(
     with worker_pool(res, messages) as pool:
         with sigint_deferred():
             futures = [pool.submit(_in_worker, job, *args) for args in jobs]
+
+        def print_line(message: Message) -> None:  # a job's line (:func:`worker_say`)
+            say(message[1])
+
         pending = set(futures)
-        while pending:  # the jobs' lines (:func:`worker_say`) are printed here
-            _drain(messages, lambda message: say(message[1]), timeout=0.2)
+        while pending:
+            _drain(messages, print_line, timeout=0.2)
             _, pending = wait(pending, timeout=0)
-        _drain(messages, lambda message: say(message[1]), timeout=0)
+        _drain(messages, print_line, timeout=0)
         return [future.result() for future in futures]
 
 

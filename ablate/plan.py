@@ -226,3 +226,16 @@ def plan_manifest(experiment: Experiment, specs: list[RunSpec]) -> dict[str, Any
             for s in specs
         ],
     }
+
+
+def planned_groups(experiment: Experiment) -> list[str]:
+    """The stages whose runs this file plans, in pipeline order."""
+    present = {
+        "main": True,
+        "sweep": experiment.sweep is not None,
+        "search": experiment.search is not None,
+        "tuned": experiment.search is not None,
+        "max_lr": experiment.max_lr is not None,
+        "convert": experiment.convert is not None,
+    }
+    return [group for group, planned in present.items() if planned]

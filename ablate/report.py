@@ -150,8 +150,13 @@ def missing_runs(exp_dir: Path, manifest: dict, runs: pd.DataFrame) -> list[str]
     return list(missing.values())
 
 
+def _missing(value: object) -> bool:
+    """None or NaN: shown as –."""
+    return value is None or (isinstance(value, float) and math.isnan(value))
+
+
 def _fmt(value: object, digits: int = 4) -> str:
-    if value is None or (isinstance(value, float) and math.isnan(value)):
+    if _missing(value):
         return "–"
     if isinstance(value, float):
         return f"{value:.{digits}f}"
@@ -160,21 +165,17 @@ def _fmt(value: object, digits: int = 4) -> str:
 
 def _signed(value: object, digits: int = 4) -> str:
     """A difference with its sign, e.g. ``+0.0013`` or ``-0.0066``."""
-    if value is None or (isinstance(value, float) and math.isnan(value)):
-        return "–"
-    return f"{float(value):+.{digits}f}"  # type: ignore[arg-type]
+    return "–" if _missing(value) else f"{float(value):+.{digits}f}"  # type: ignore[arg-type]
 
 
 def _sig(value: object, figures: int = 3) -> str:
     """By significant figures, so that small values keep their digits (``9.9e-05``)."""
-    if value is None or (isinstance(value, float) and math.isnan(value)):
-        return "–"
-    return f"{float(value):.{figures}g}"  # type: ignore[arg-type]
+    return "–" if _missing(value) else f"{float(value):.{figures}g}"  # type: ignore[arg-type]
 
 
 def _p(value: object) -> str:
     """A p-value: three decimals, or two significant figures below 0.001."""
-    if value is None or (isinstance(value, float) and math.isnan(value)):
+    if _missing(value):
         return "–"
     p = float(value)  # type: ignore[arg-type]
     return f"{p:.3f}" if p >= 0.001 else f"{p:.1e}"

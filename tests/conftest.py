@@ -8,6 +8,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import sys
 import tempfile
 import time
 import uuid
@@ -56,6 +57,20 @@ def write_experiment(path: Path, **extra: Any) -> Path:
     doc.update(extra)
     path.write_text(yaml.safe_dump(doc), encoding="utf-8")
     return path
+
+
+def ablate_process(*args: str, cwd: Path, **kw: Any) -> subprocess.Popen:
+    """``python -m ablate.cli *args`` started in ``cwd``, unbuffered, stderr into stdout."""
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    return subprocess.Popen(
+        [sys.executable, "-m", "ablate.cli", *args],
+        cwd=cwd,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        **kw,
+    )
 
 
 @pytest.fixture

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from conftest import REPO, write_experiment
+from conftest import REPO, ablate_process, write_experiment
 
 from ablate.cli import main
 from ablate.config import load_experiment
@@ -73,23 +73,10 @@ def test_missing_experiment_file_and_results_folder(
     assert "nope.yaml: file not found" in err and "results folder not found" in err
 
 
-def _ablate(*args: str, cwd: Path, **kw) -> subprocess.Popen:
-    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    return subprocess.Popen(
-        [sys.executable, "-m", "ablate.cli", *args],
-        cwd=cwd,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        **kw,
-    )
-
-
 @pytest.mark.slow
 def test_smoke_experiment_end_to_end(tmp_path: Path) -> None:
     started = time.monotonic()
-    proc = _ablate("run", str(REPO / "experiments" / "smoke.yaml"), cwd=tmp_path)
+    proc = ablate_process("run", str(REPO / "experiments" / "smoke.yaml"), cwd=tmp_path)
     out, _ = proc.communicate(timeout=300)
     measured = time.monotonic() - started
     assert proc.returncode == 0, out
@@ -201,7 +188,7 @@ def _wait_until(condition, what: str, timeout: float = 240.0) -> None:  # noqa: 
 def test_run_killed_mid_way_is_redone_and_finished_runs_are_kept(tmp_path: Path) -> None:
     path = _long_experiment(tmp_path, 1500)
     exp_dir = tmp_path / "results" / "tiny"
-    proc = _ablate("run", str(path), "--workers", "1", cwd=tmp_path, start_new_session=True)
+    proc = ablate_process("run", str(path), "--workers", "1", cwd=tmp_path, start_new_session=True)
     _wait_until(
         lambda: list(exp_dir.glob("*/summary.json")) and list(exp_dir.glob("*/status.json")),
         "one run finished and the next one started",
@@ -212,7 +199,7 @@ def test_run_killed_mid_way_is_redone_and_finished_runs_are_kept(tmp_path: Path)
     killed = [p.parent.name for p in exp_dir.glob("*/status.json")]
     assert len(finished_before) >= 1 and len(killed) == 1 and killed[0] not in finished_before
 
-    rerun = _ablate("run", str(path), "--workers", "1", cwd=tmp_path)
+    rerun = ablate_process("run", str(path), "--workers", "1", cwd=tmp_path)
     out, _ = rerun.communicate(timeout=300)
     assert rerun.returncode == 0, out
     assert f"{len(finished_before)} of 4 runs already done" in out
@@ -228,7 +215,9 @@ def test_run_killed_mid_way_is_redone_and_finished_runs_are_kept(tmp_path: Path)
 def test_ctrl_c_marks_the_run_interrupted_and_exits_130(tmp_path: Path, workers: str) -> None:
     path = _long_experiment(tmp_path, 20000)
     exp_dir = tmp_path / "results" / "tiny"
-    proc = _ablate("run", str(path), "--workers", workers, cwd=tmp_path, start_new_session=True)
+    proc = ablate_process(
+        "run", str(path), "--workers", workers, cwd=tmp_path, start_new_session=True
+    )
     _wait_until(lambda: len(list(exp_dir.glob("*/status.json"))) == int(workers), "runs to start")
     time.sleep(3.0)  # let training begin
     os.killpg(proc.pid, signal.SIGINT)  # Ctrl-C reaches the whole process group
@@ -327,7 +316,7 @@ def test_sigkill_at_random_points_then_rerun_equals_an_uninterrupted_run(tmp_pat
 
     path = _long_experiment(tmp_path, 300)
     reference = tmp_path / "reference"
-    proc = _ablate("run", str(path), "--results-dir", str(reference), cwd=tmp_path)
+    proc = ablate_process("run", str(path), "--results-dir", str(reference), cwd=tmp_path)
     out, _ = proc.communicate(timeout=300)
     assert proc.returncode == 0, out
     expected = _losses(reference / "tiny")
@@ -337,7 +326,7 @@ def test_sigkill_at_random_points_then_rerun_equals_an_uninterrupted_run(tmp_pat
     killed = tmp_path / "killed"
     kills = 0
     for _ in range(4):
-        proc = _ablate(
+        proc = ablate_process(
             "run", str(path), "--results-dir", str(killed), cwd=tmp_path, start_new_session=True
         )
         time.sleep(rng.uniform(3.0, 9.0))  # start-up takes ~3 s; each run ~2 s
@@ -347,7 +336,7 @@ def test_sigkill_at_random_points_then_rerun_equals_an_uninterrupted_run(tmp_pat
         proc.wait()
     assert kills >= 3
     print(f"kills={kills} of 4 attempts")  # shown with pytest -s
-    rerun = _ablate("run", str(path), "--results-dir", str(killed), cwd=tmp_path)
+    rerun = ablate_process("run", str(path), "--results-dir", str(killed), cwd=tmp_path)
     out, _ = rerun.communicate(timeout=300)
     assert rerun.returncode == 0, out
     assert _losses(killed / "tiny") == expected  # same runs, bitwise the same losses
@@ -357,7 +346,9 @@ def test_sigkill_at_random_points_then_rerun_equals_an_uninterrupted_run(tmp_pat
 @pytest.mark.slow
 def test_two_concurrent_runs_share_the_work_and_train_each_run_once(tmp_path: Path) -> None:
     path = _long_experiment(tmp_path, 600)
-    first, second = (_ablate("run", str(path), "--workers", "1", cwd=tmp_path) for _ in range(2))
+    first, second = (
+        ablate_process("run", str(path), "--workers", "1", cwd=tmp_path) for _ in range(2)
+    )
     outputs = [p.communicate(timeout=300)[0] for p in (first, second)]
     exp_dir = tmp_path / "results" / "tiny"
     summaries = [json.loads(p.read_text()) for p in exp_dir.glob("*/summary.json")]
@@ -367,7 +358,7 @@ def test_two_concurrent_runs_share_the_work_and_train_each_run_once(tmp_path: Pa
         assert trained == 1, outputs  # one process trained it; the other skipped it or found it
     assert sum("skipped: run" in out or "already done" in out for out in outputs) >= 1
     _no_debris(exp_dir)
-    again = _ablate("run", str(path), "--workers", "1", cwd=tmp_path)
+    again = ablate_process("run", str(path), "--workers", "1", cwd=tmp_path)
     out, _ = again.communicate(timeout=120)
     assert again.returncode == 0 and "4 of 4 runs already done" in out, out
 
@@ -378,7 +369,7 @@ def test_workers_die_with_a_killed_ablate_process(tmp_path: Path) -> None:
 
     path = _long_experiment(tmp_path, 20000)
     exp_dir = tmp_path / "results" / "tiny"
-    proc = _ablate("run", str(path), "--workers", "2", cwd=tmp_path, start_new_session=True)
+    proc = ablate_process("run", str(path), "--workers", "2", cwd=tmp_path, start_new_session=True)
     _wait_until(lambda: len(list(exp_dir.glob("*/status.json"))) == 2, "two runs to start")
     workers = [json.loads(p.read_text())["pid"] for p in exp_dir.glob("*/status.json")]
     assert all(process_alive(pid) for pid in workers)
