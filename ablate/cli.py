@@ -14,6 +14,8 @@ import _thread
 import argparse
 import signal
 import sys
+import threading
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -150,6 +152,7 @@ def cmd_validate(args: argparse.Namespace, console: Console) -> int:
     from ablate.config import load_experiment
     from ablate.estimate import describe_plan
     from ablate.execute import choose_resources, gpu_count
+    from ablate.plan import planned_groups
 
     experiment = load_experiment(args.experiment)
     n_runs = len(experiment.seeds) * len(experiment.variants)
@@ -180,19 +183,6 @@ def cmd_validate(args: argparse.Namespace, console: Console) -> int:
     for line in variant_difference_lines(experiment):
         console.print(line, markup=False, highlight=False, soft_wrap=True)
     return EXIT_OK
-
-
-def planned_groups(experiment: Experiment) -> list[str]:
-    """The stages whose runs this file plans, in pipeline order."""
-    present = {
-        "main": True,
-        "sweep": experiment.sweep is not None,
-        "search": experiment.search is not None,
-        "tuned": experiment.search is not None,
-        "max_lr": experiment.max_lr is not None,
-        "convert": experiment.convert is not None,
-    }
-    return [group for group, planned in present.items() if planned]
 
 
 def variant_difference_lines(experiment: Experiment) -> list[str]:
@@ -402,30 +392,61 @@ def os_error_line(exc: OSError) -> str:
 INTERRUPTED = "ablate: interrupted; finished runs are kept, the others redo on the next run"
 
 
+class CtrlC:
+    """Ctrl-C that always ends the command. Python or a library can swallow a
+    ``KeyboardInterrupt`` (one raised in an import lock's callback is only printed; a bare
+    ``except:`` drops it), so after the first Ctrl-C it is delivered again every
+    :attr:`REDELIVER_S` seconds until :func:`main` has handled it; a swallowed one is not
+    printed."""
+
+    REDELIVER_S = 0.5
+
+    def __init__(self) -> None:
+        self.pending = threading.Event()
+
+    def __enter__(self) -> CtrlC:
+        self.handler = signal.signal(signal.SIGINT, self.on_signal)
+        self.hook = sys.unraisablehook
+        sys.unraisablehook = self.on_unraisable
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.pending.clear()
+        sys.unraisablehook = self.hook
+        signal.signal(signal.SIGINT, self.handler)
+
+    def on_signal(self, signum: int, frame: object) -> None:
+        """SIGINT: raise ``KeyboardInterrupt``, and keep raising it until it is handled."""
+        if not self.pending.is_set():
+            self.pending.set()
+            threading.Thread(target=self._redeliver, daemon=True).start()
+        raise KeyboardInterrupt
+
+    def _redeliver(self) -> None:
+        while True:
+            time.sleep(self.REDELIVER_S)
+            if not self.pending.is_set():
+                return
+            _thread.interrupt_main(signal.SIGINT)  # no-op while SIGINT is ignored
+
+    def on_unraisable(self, unraisable: Any) -> None:
+        """A swallowed ``KeyboardInterrupt`` is redelivered, so it is not printed."""
+        if not issubclass(unraisable.exc_type, KeyboardInterrupt):
+            self.hook(unraisable)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``ablate`` console script. Ctrl-C at any moment, from parsing to the
     report, exits 130 with one line and no traceback."""
-    default_hook = sys.unraisablehook
-    sys.unraisablehook = _redeliver_interrupt
-    try:
-        return _dispatch(argv)
-    except KeyboardInterrupt:
-        quiet = signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C: no traceback
-        print(INTERRUPTED, file=sys.stderr)
-        signal.signal(signal.SIGINT, quiet)
-        return EXIT_INTERRUPTED
-    finally:
-        sys.unraisablehook = default_hook
-
-
-def _redeliver_interrupt(unraisable: Any) -> None:
-    """A Ctrl-C that Python swallowed (raised inside a callback whose exceptions it only
-    prints, e.g. an import lock's weakref callback) is delivered again, not printed; other
-    unraisable exceptions are printed as usual."""
-    if issubclass(unraisable.exc_type, KeyboardInterrupt):
-        _thread.interrupt_main(signal.SIGINT)
-    else:
-        sys.__unraisablehook__(unraisable)
+    with CtrlC() as ctrl_c:
+        try:
+            return _dispatch(argv)
+        except KeyboardInterrupt:
+            quiet = signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C: no traceback
+            ctrl_c.pending.clear()
+            print(INTERRUPTED, file=sys.stderr)
+            signal.signal(signal.SIGINT, quiet)
+            return EXIT_INTERRUPTED
 
 
 def _dispatch(argv: list[str] | None) -> int:

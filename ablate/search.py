@@ -253,6 +253,8 @@ def run_search(
     experiment: Experiment, variant: str, root: Path, url: str, say: PrintFn = print
 ) -> optuna.Study:
     """Continue the variant's search study until it holds ``n_trials`` counted trials."""
+    from ablate.probes import TrialPruner  # Lightning: imported before a trial's heartbeat starts
+
     cfg = experiment.search
     assert cfg is not None
     study = open_study(
@@ -273,8 +275,6 @@ def run_search(
         spec = RunSpec(experiment.name, variant, seed, config, group="search")
         retry = "run_id" in trial.user_attrs  # copied from a trial whose worker died
         trial.set_user_attr("run_id", spec.run_id)
-        from ablate.probes import TrialPruner  # Lightning: imported only where a trial trains
-
         pruner = TrialPruner(trial)
         summary = obtain(spec, root, stoppers=[pruner], take_over=retry, wait=True, say=say)
         trial.set_user_attr("stable", summary.get("stable"))
