@@ -14,8 +14,6 @@ import _thread
 import argparse
 import signal
 import sys
-import threading
-import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -393,16 +391,14 @@ INTERRUPTED = "ablate: interrupted; finished runs are kept, the others redo on t
 
 
 class CtrlC:
-    """Ctrl-C that always ends the command. Python or a library can swallow a
-    ``KeyboardInterrupt`` (one raised in an import lock's callback is only printed; a bare
-    ``except:`` drops it), so after the first Ctrl-C it is delivered again every
-    :attr:`REDELIVER_S` seconds until :func:`main` has handled it; a swallowed one is not
-    printed."""
-
-    REDELIVER_S = 0.5
+    """Ctrl-C that always ends the command with 130. Python or a library can swallow a
+    ``KeyboardInterrupt`` (one raised in an import lock's callback is only printed as
+    "Exception ignored"; a bare ``except:`` drops it): a swallowed one that Python reports is
+    raised again and not printed, and a command that returns after a Ctrl-C it never saw still
+    exits 130."""
 
     def __init__(self) -> None:
-        self.pending = threading.Event()
+        self.pending = False  # a Ctrl-C came that main has not handled yet
 
     def __enter__(self) -> CtrlC:
         self.handler = signal.signal(signal.SIGINT, self.on_signal)
@@ -411,27 +407,19 @@ class CtrlC:
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self.pending.clear()
         sys.unraisablehook = self.hook
         signal.signal(signal.SIGINT, self.handler)
 
     def on_signal(self, signum: int, frame: object) -> None:
-        """SIGINT: raise ``KeyboardInterrupt``, and keep raising it until it is handled."""
-        if not self.pending.is_set():
-            self.pending.set()
-            threading.Thread(target=self._redeliver, daemon=True).start()
+        """SIGINT: remember it and raise ``KeyboardInterrupt``."""
+        self.pending = True
         raise KeyboardInterrupt
 
-    def _redeliver(self) -> None:
-        while True:
-            time.sleep(self.REDELIVER_S)
-            if not self.pending.is_set():
-                return
-            _thread.interrupt_main(signal.SIGINT)  # no-op while SIGINT is ignored
-
     def on_unraisable(self, unraisable: Any) -> None:
-        """A swallowed ``KeyboardInterrupt`` is redelivered, so it is not printed."""
-        if not issubclass(unraisable.exc_type, KeyboardInterrupt):
+        """A swallowed ``KeyboardInterrupt`` is raised again instead of printed."""
+        if issubclass(unraisable.exc_type, KeyboardInterrupt):
+            _thread.interrupt_main(signal.SIGINT)
+        else:
             self.hook(unraisable)
 
 
@@ -440,13 +428,14 @@ def main(argv: list[str] | None = None) -> int:
     report, exits 130 with one line and no traceback."""
     with CtrlC() as ctrl_c:
         try:
-            return _dispatch(argv)
+            code = _dispatch(argv)
         except KeyboardInterrupt:
-            quiet = signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C: no traceback
-            ctrl_c.pending.clear()
-            print(INTERRUPTED, file=sys.stderr)
-            signal.signal(signal.SIGINT, quiet)
-            return EXIT_INTERRUPTED
+            ctrl_c.pending = True
+        if not ctrl_c.pending:
+            return code
+        signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C: no traceback
+        print(INTERRUPTED, file=sys.stderr)
+        return EXIT_INTERRUPTED
 
 
 def _dispatch(argv: list[str] | None) -> int:
