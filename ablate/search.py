@@ -122,8 +122,33 @@ def _open_storage(url: str, runtime: RuntimeConfig, heartbeat: bool) -> optuna.s
             engine_kwargs=engine,
             heartbeat_interval=runtime.heartbeat_s,
             grace_period=GRACE_HEARTBEATS * runtime.heartbeat_s,
-            heartbeat_stale_trial_callback=RetryHeartbeatStaleTrialCallback(runtime.trial_retries),
+            heartbeat_stale_trial_callback=RetryOnce(runtime.trial_retries, url),
         )
+
+
+class RetryOnce:
+    """Optuna's retry of a trial whose worker died, made by one process only. SQLite has no
+    row locks, so two processes can both fail the same stale trial and both retry it; for a
+    SQLite storage the retry is claimed first with a file created ``O_EXCL`` beside the
+    database. Server databases lock the row and need no claim."""
+
+    def __init__(self, max_retry: int, url: str) -> None:
+        self.retry = RetryHeartbeatStaleTrialCallback(max_retry)
+        database = make_url(url).database if url.startswith("sqlite") else None
+        self.claims = Path(f"{database}.retries") if database else None
+
+    def __call__(self, study: optuna.Study, trial: FrozenTrial) -> None:
+        if self.claims is not None:
+            self.claims.mkdir(exist_ok=True)
+            try:
+                os.close(
+                    os.open(
+                        self.claims / f"{study.study_name}.{trial.number}", os.O_CREAT | os.O_EXCL
+                    )
+                )
+            except FileExistsError:
+                return  # another process retries it
+        self.retry(study, trial)
 
 
 def _rdb_storage(url: str, attempts: int = 5, **options: Any) -> optuna.storages.RDBStorage:
