@@ -4,7 +4,7 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: setup run test lint bench clean
+.PHONY: setup run test test-fast lint bench clean
 
 setup: $(VENV)/.installed
 
@@ -17,6 +17,7 @@ run: setup
 	$(BIN)/ablate run experiments/ln_vs_rms.yaml
 
 test: setup
+	$(BIN)/lint-imports --no-cache
 	$(BIN)/python -m pytest -q
 
 lint: setup

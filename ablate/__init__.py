@@ -13,7 +13,7 @@ __all__ = ["load_results"]
 
 def __getattr__(name: str) -> Any:
     if name == "load_results":
-        from ablate.store import load_results
+        from ablate.core.store import load_results
 
         return load_results
     raise AttributeError(f"module 'ablate' has no attribute {name!r}")

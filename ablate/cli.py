@@ -1,6 +1,6 @@
 """The ``ablate`` command line: argument parsing and printing only.
 
-Commands: ``run`` (every stage of :mod:`ablate.pipeline`: shared-LR A/B, search, tuned A/B,
+Commands: ``run`` (every stage of :mod:`ablate.launch.pipeline`: shared-LR A/B, search, tuned A/B,
 max stable LR, convert, report),
 ``search`` (run or continue the Optuna studies: search and max stable LR), ``validate`` (check
 a file and print the plan with its cost), ``report`` (rebuild tables and figures from stored
@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from rich.console import Console
 
-    from ablate.config import Experiment
+    from ablate.core.config import Experiment
 
 EXIT_OK, EXIT_RUN_FAILED, EXIT_BAD_INPUT, EXIT_INTERRUPTED = 0, 1, 2, 130
 
@@ -147,10 +147,10 @@ def _positive(value: int | None, flag: str) -> None:
 
 def cmd_validate(args: argparse.Namespace, console: Console) -> int:
     """Print the plan of an experiment file and an estimate of its time."""
-    from ablate.config import load_experiment
-    from ablate.estimate import describe_plan
-    from ablate.execute import choose_resources, gpu_count
-    from ablate.plan import planned_groups
+    from ablate.core.load import load_experiment
+    from ablate.core.plan import planned_groups
+    from ablate.launch.estimate import describe_plan
+    from ablate.launch.execute import choose_resources, gpu_count
 
     experiment = load_experiment(args.experiment)
     n_runs = len(experiment.seeds) * len(experiment.variants)
@@ -186,7 +186,7 @@ def cmd_validate(args: argparse.Namespace, console: Console) -> int:
 def variant_difference_lines(experiment: Experiment) -> list[str]:
     """Per variant, every resolved key in which it differs from the base (``base -> variant``);
     a key the variant does not name is marked (only a kind's own default bias may follow)."""
-    from ablate.config import DERIVED, differences
+    from ablate.core.overrides import DERIVED, differences
 
     lines = ["what each variant changes against the base:"]
     for name, config in experiment.variants.items():
@@ -206,9 +206,9 @@ def _why_changed(key: str, named: set[str], derived: dict[str, str]) -> str:
 
 
 def cmd_run(args: argparse.Namespace, console: Console) -> int:
-    """Run every stage of an experiment (:mod:`ablate.pipeline`) and print the outcome."""
-    from ablate.config import load_experiment
-    from ablate.pipeline import run_experiment
+    """Run every stage of an experiment (:mod:`ablate.launch.pipeline`) and print the outcome."""
+    from ablate.core.load import load_experiment
+    from ablate.launch.pipeline import run_experiment
 
     _positive(args.workers, "--workers")
     _positive(args.threads, "--threads")
@@ -263,9 +263,9 @@ def _print_studies(studies: dict, console: Console) -> None:
 
 def cmd_search(args: argparse.Namespace, console: Console) -> int:
     """Run (or continue) the experiment's search and max-LR studies."""
-    from ablate.config import load_experiment
-    from ablate.estimate import check_corpora
-    from ablate.pipeline import Context, run_studies_only
+    from ablate.core.load import load_experiment
+    from ablate.launch.estimate import check_corpora
+    from ablate.launch.pipeline import Context, run_studies_only
 
     _positive(args.workers, "--workers")
     _positive(args.threads, "--threads")
@@ -283,8 +283,8 @@ def cmd_search(args: argparse.Namespace, console: Console) -> int:
 
 def cmd_report(args: argparse.Namespace, console: Console) -> int:
     """Rebuild the report of one experiment's results folder."""
-    from ablate import store
-    from ablate.report import build_report
+    from ablate.core import store
+    from ablate.report.builder import build_report
 
     if not args.results.is_dir():
         raise UsageError(
@@ -320,14 +320,14 @@ def cmd_bench(args: argparse.Namespace, console: Console) -> int:
     """Kernel and step benchmarks; tables printed, CSVs and a figure written."""
     import torch
 
-    from ablate.bench import (
+    from ablate.bench.speed import (
         DTYPES,
         KernelCase,
         kernel_benchmark,
         step_table,
         write_outputs,
     )
-    from ablate.config import load_experiment
+    from ablate.core.load import load_experiment
 
     dims, tokens = _int_list(args.dims, "--dims"), _int_list(args.tokens, "--tokens")
     dtypes = [d for d in args.dtypes.split(",") if d]
@@ -443,8 +443,8 @@ def _dispatch(argv: list[str] | None) -> int:
     args = build_parser().parse_args(argv)
     from rich.console import Console
 
-    from ablate.config import ConfigError
-    from ablate.data import DataError
+    from ablate.core.config import ConfigError
+    from ablate.training.data import DataError
 
     console = Console(soft_wrap=True)  # long lines stay whole in logs
     try:

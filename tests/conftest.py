@@ -20,7 +20,9 @@ from typing import Any
 import pytest
 import yaml
 
-from ablate.config import RunConfig, apply_overrides, build_run_config
+from ablate.core.config import RunConfig
+from ablate.core.load import build_run_config
+from ablate.core.overrides import apply_overrides
 
 REPO = Path(__file__).resolve().parent.parent
 

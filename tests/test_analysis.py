@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 from scipy import stats
 
-from ablate.analysis import (
+from ablate.report.analysis import (
     column,
     curve_band,
     holm,

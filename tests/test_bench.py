@@ -9,10 +9,10 @@ import pytest
 import torch
 from conftest import write_experiment
 
-from ablate.bench import KernelCase, flops_per_token, kernel_rows, kernel_table, step_table
+from ablate.bench.speed import KernelCase, flops_per_token, kernel_rows, kernel_table, step_table
 from ablate.cli import main
-from ablate.config import load_experiment
-from ablate.model import build_model
+from ablate.core.load import load_experiment
+from ablate.nn.model import build_model
 
 
 def test_kernel_rows_cover_every_implementation() -> None:

@@ -6,8 +6,8 @@ from pathlib import Path
 
 from conftest import REPO
 
-from ablate.bench_search import search_only
-from ablate.config import load_experiment
+from ablate.bench.search import search_only
+from ablate.core.load import load_experiment
 
 
 def test_search_only_keeps_the_first_variant_and_sizes_the_search(tmp_path: Path) -> None:

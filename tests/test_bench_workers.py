@@ -6,8 +6,8 @@ from pathlib import Path
 
 from conftest import REPO
 
-from ablate.bench_workers import main_runs_only, parse_configs
-from ablate.config import load_experiment
+from ablate.bench.workers import main_runs_only, parse_configs
+from ablate.core.load import load_experiment
 
 
 def test_main_runs_only_drops_studies_and_cuts_the_budget(tmp_path: Path) -> None:

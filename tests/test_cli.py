@@ -15,8 +15,8 @@ import pytest
 from conftest import REPO, ablate_process, write_experiment
 
 from ablate.cli import main
-from ablate.config import load_experiment
-from ablate.estimate import describe_plan
+from ablate.core.load import load_experiment
+from ablate.launch.estimate import describe_plan
 
 
 def test_validate_prints_the_plan_with_cost(
@@ -233,9 +233,9 @@ def test_ctrl_c_marks_the_run_interrupted_and_exits_130(tmp_path: Path, workers:
 def test_convert_section_end_to_end(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     import pandas as pd
 
-    from ablate.config import load_experiment
-    from ablate.execute import ready_conversions
-    from ablate.plan import plan_convert
+    from ablate.core.load import load_experiment
+    from ablate.core.plan import plan_convert
+    from ablate.launch.execute import ready_conversions
 
     path = write_experiment(
         tmp_path / "conv.yaml",
@@ -365,7 +365,7 @@ def test_two_concurrent_runs_share_the_work_and_train_each_run_once(tmp_path: Pa
 
 @pytest.mark.slow
 def test_workers_die_with_a_killed_ablate_process(tmp_path: Path) -> None:
-    from ablate.store import process_alive
+    from ablate.core.store import process_alive
 
     path = _long_experiment(tmp_path, 20000)
     exp_dir = tmp_path / "results" / "tiny"

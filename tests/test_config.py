@@ -8,13 +8,9 @@ import pytest
 import yaml
 from conftest import REPO, write_experiment
 
-from ablate.config import (
-    ConfigError,
-    differences,
-    flat_config,
-    load_experiment,
-    unexplained_differences,
-)
+from ablate.core.config import ConfigError
+from ablate.core.load import load_experiment
+from ablate.core.overrides import differences, flat_config, unexplained_differences
 
 SHIPPED = sorted((REPO / "experiments").glob("*.yaml"))
 
@@ -264,7 +260,7 @@ def test_grid_expands_every_combination_with_readable_names(tmp_path: Path) -> N
 
 
 def test_grid_level_names() -> None:
-    from ablate.config import level_name
+    from ablate.core.overrides import level_name
 
     assert level_name("model.norm.bias", False) == "no_bias"
     assert level_name("model.norm.fp32_reduction", True) == "fp32_reduction"

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from ablate.config import ModelConfig, NormConfig
-from ablate.convert import ConversionError, convert_weights
-from ablate.model import GPT, build_model, norm_parameter_names
+from ablate.core.config import ModelConfig, NormConfig
+from ablate.nn.convert import ConversionError, convert_weights
+from ablate.nn.model import GPT, build_model, norm_parameter_names
 
 
 def _model(kind: str, placement: str = "pre", seed: int = 0, **norm) -> GPT:

@@ -10,8 +10,8 @@ import pytest
 import torch
 from torch.utils.data import DataLoader
 
-from ablate.config import DataConfig
-from ablate.data import (
+from ablate.core.config import DataConfig
+from ablate.training.data import (
     DataError,
     WindowBatches,
     batch_offsets,

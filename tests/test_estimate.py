@@ -5,8 +5,8 @@ from __future__ import annotations
 import pandas as pd
 from conftest import REPO
 
-from ablate.config import load_experiment
-from ablate.estimate import (
+from ablate.core.load import load_experiment
+from ablate.launch.estimate import (
     EXPERIMENT_FIXED_S,
     RUN_SETUP_S,
     STAGE_START_S,

@@ -16,11 +16,11 @@ import pytest
 from conftest import TINY, ablate_process, write_experiment
 from rich.console import Console
 
-from ablate import store
 from ablate.cli import main
-from ablate.config import load_experiment
-from ablate.execute import choose_resources, execute, gpu_count, run_dir_of
-from ablate.plan import plan_runs
+from ablate.core import store
+from ablate.core.load import load_experiment
+from ablate.core.plan import plan_runs
+from ablate.launch.execute import choose_resources, execute, gpu_count, run_dir_of
 
 
 def test_resources_divide_cores_among_workers() -> None:

@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 from scipy import stats
 
-from ablate.factorial import Design, factor_section, interaction, main_effects, two_way
+from ablate.report.factorial import Design, factor_section, interaction, main_effects, two_way
 
 KIND, PLACE = "model.norm.kind", "model.norm.placement"
 _RNG = np.random.default_rng(0)

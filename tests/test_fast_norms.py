@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from ablate import fast_norms
-from ablate.norms import build_norm, used_impls
+from ablate.nn import fast_norms
+from ablate.nn.norms import build_norm, used_impls
 
 TOLERANCE = {torch.float32: 2e-5, torch.bfloat16: 3e-2}
 

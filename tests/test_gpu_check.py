@@ -8,7 +8,7 @@ import pytest
 import torch
 from conftest import REPO
 
-from ablate.config import load_experiment
+from ablate.core.load import load_experiment
 from ablate.gpu_check import gpu_experiment, main
 
 

@@ -7,8 +7,8 @@ from pathlib import Path
 import pandas as pd
 from conftest import write_experiment
 
-from ablate.config import load_experiment
-from ablate.grid_check import grid_boundary, grid_specs, overlaps, stable_above
+from ablate.bench.grid_check import grid_boundary, grid_specs, overlaps, stable_above
+from ablate.core.load import load_experiment
 
 
 def test_grid_specs_cover_variants_points_and_seeds(tmp_path: Path) -> None:

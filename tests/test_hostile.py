@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 from conftest import REPO, write_experiment
 
-from ablate import store
 from ablate.cli import main
+from ablate.core import store
 
 HOSTILE = sorted((REPO / "tests" / "hostile").glob("*.yaml"))
 

@@ -9,11 +9,13 @@ import pytest
 import yaml
 from conftest import TINY, tiny_config, write_experiment
 
-from ablate import loggers
 from ablate.cli import main
-from ablate.config import ConfigError, load_experiment
-from ablate.plan import RunSpec
-from ablate.run import execute_run
+from ablate.core import load
+from ablate.core.config import ConfigError
+from ablate.core.load import load_experiment
+from ablate.core.plan import RunSpec
+from ablate.training import loggers
+from ablate.training.run import execute_run
 
 
 def test_csv_logger_gets_metrics_probes_and_hyperparameters(tmp_path: Path) -> None:
@@ -43,7 +45,7 @@ def test_tensorboard_logger_writes_event_files(tmp_path: Path) -> None:
 def test_a_logger_without_its_package_is_a_one_line_error(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    monkeypatch.setitem(loggers.LOGGER_PACKAGES, "wandb", ("no_such_package_ablate",))
+    monkeypatch.setitem(load.LOGGER_PACKAGES, "wandb", ("no_such_package_ablate",))
     runtime = {"loggers": ["wandb"]}
     path = write_experiment(tmp_path / "x.yaml", runtime=runtime)
     with pytest.raises(ConfigError, match=r"runtime\.loggers: 'wandb' needs the no_such_pack"):

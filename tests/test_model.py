@@ -4,15 +4,15 @@ from __future__ import annotations
 
 import torch
 
-from ablate.config import ModelConfig, NormConfig
-from ablate.model import (
+from ablate.core.config import ModelConfig, NormConfig
+from ablate.nn.model import (
     build_model,
     count_parameters,
     norm_parameter_names,
     parameter_digests,
     shared_init_digest,
 )
-from ablate.norms import LayerNorm, RMSNorm
+from ablate.nn.norms import LayerNorm, RMSNorm
 
 
 def _cfg(kind: str = "layernorm", placement: str = "pre", **kw) -> ModelConfig:
@@ -147,7 +147,7 @@ def test_sandwich_normalizes_both_input_and_output_of_each_sublayer() -> None:
 
 @torch.no_grad()
 def test_deepnorm_alpha_and_beta_follow_the_formula_for_the_layer_count() -> None:
-    from ablate.model import _init_std, deepnorm_alpha, deepnorm_beta, name_seed
+    from ablate.nn.model import _init_std, deepnorm_alpha, deepnorm_beta, name_seed
 
     for n in (2, 6, 12):
         assert deepnorm_alpha(n) == (2 * n) ** 0.25 and deepnorm_beta(n) == (8 * n) ** -0.25

@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from ablate.norms import LayerNorm, RMSNorm, build_norm
+from ablate.nn.norms import LayerNorm, RMSNorm, build_norm
 
 
 def _x(shape: tuple[int, ...] = (4, 7, 32), seed: int = 0) -> torch.Tensor:
@@ -147,8 +147,8 @@ def test_layernorm_and_rmsnorm_follow_their_formula_with_and_without_bias(
 def test_registry_and_config_list_the_same_kinds_with_their_bias_defaults() -> None:
     from typing import get_args
 
-    from ablate.config import NormConfig, NormKind
-    from ablate.norms import NORMS
+    from ablate.core.config import NormConfig, NormKind
+    from ablate.nn.norms import NORMS
 
     assert set(get_args(NormKind)) == set(NORMS)
     for kind in NORMS:

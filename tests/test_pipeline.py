@@ -9,10 +9,10 @@ import optuna
 import yaml
 from conftest import REPO, TINY
 
-from ablate import store
-from ablate.config import load_experiment
-from ablate.pipeline import Context, run_experiment, run_studies_only
-from ablate.search import open_storage, storage_url
+from ablate.core import store
+from ablate.core.load import load_experiment
+from ablate.launch.pipeline import Context, run_experiment, run_studies_only
+from ablate.launch.search import open_storage, storage_url
 
 
 def _smoke_like(tmp_path: Path, **extra: object) -> Path:

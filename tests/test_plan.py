@@ -6,8 +6,8 @@ from pathlib import Path
 
 from conftest import tiny_config, write_experiment
 
-from ablate.config import load_experiment
-from ablate.plan import RunSpec, plan_manifest, plan_runs, plan_sweep, with_train
+from ablate.core.load import load_experiment
+from ablate.core.plan import RunSpec, plan_manifest, plan_runs, plan_sweep, with_train
 
 
 def test_plan_is_variants_times_seeds_seed_major(tiny_experiment: Path) -> None:

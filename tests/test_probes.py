@@ -12,12 +12,12 @@ import pytest
 import torch
 from conftest import tiny_config
 
-from ablate.config import StabilityConfig
-from ablate.model import GPT, build_model
-from ablate.plan import RunSpec
-from ablate.probes import DivergenceMonitor, ModelProbe, TrialPruner
-from ablate.run import execute_run
-from ablate.store import is_done
+from ablate.core.config import StabilityConfig
+from ablate.core.plan import RunSpec
+from ablate.core.store import is_done
+from ablate.nn.model import GPT, build_model
+from ablate.training.probes import DivergenceMonitor, ModelProbe, TrialPruner
+from ablate.training.run import execute_run
 
 
 def _monitor(warmup: int, **criterion: object) -> DivergenceMonitor:
@@ -163,7 +163,7 @@ def test_probes_do_not_change_training(tmp_path: Path) -> None:
 
 
 def test_peak_memory_is_per_run_on_cpu() -> None:
-    from ablate.probes import read_peak_rss_mb, reset_peak_rss
+    from ablate.training.probes import read_peak_rss_mb, reset_peak_rss
 
     block = torch.ones(64 * 2**20, dtype=torch.float32)  # 256 MiB, touched
     high = read_peak_rss_mb()
@@ -182,8 +182,8 @@ def test_attention_probe_can_be_switched_off() -> None:
 
 
 def test_attention_probe_sees_the_normalized_queries_and_keys() -> None:
-    from ablate.config import ModelConfig, NormConfig
-    from ablate.model import build_model
+    from ablate.core.config import ModelConfig, NormConfig
+    from ablate.nn.model import build_model
 
     cfg = ModelConfig(
         d_model=16, n_layers=1, n_heads=2, seq_len=8, norm=NormConfig(kind="rmsnorm", qk_norm=True)

@@ -20,10 +20,10 @@ import pytest
 from conftest import TINY, write_experiment
 from scipy import stats
 
-from ablate import store
-from ablate.analysis import holm
 from ablate.cli import main
-from ablate.report import (
+from ablate.core import store
+from ablate.report.analysis import holm
+from ablate.report.builder import (
     FIGURES,
     build_report,
     markdown_to_html,

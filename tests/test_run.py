@@ -11,10 +11,10 @@ import pytest
 import torch
 from conftest import REPO, tiny_config
 
-from ablate import store
-from ablate.config import load_experiment
-from ablate.plan import RunSpec, with_train
-from ablate.run import execute_run, prepare
+from ablate.core import store
+from ablate.core.load import load_experiment
+from ablate.core.plan import RunSpec, with_train
+from ablate.training.run import execute_run, prepare
 
 CONTRACT = {
     "variant",
@@ -198,7 +198,7 @@ def test_bf16_mixed_precision_trains(tmp_path: Path) -> None:
 def test_exception_in_training_is_stored_as_failed_and_redone_later(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from ablate.train import LanguageModelTask
+    from ablate.training.task import LanguageModelTask
 
     def boom(self, batch, batch_idx):  # noqa: ANN001, ANN202
         raise RuntimeError("boom at step 1")
@@ -214,7 +214,8 @@ def _smoke_spec(kind: str, placement: str, **overrides) -> RunSpec:
     """A run at the size of experiments/smoke.yaml with this norm kind and placement."""
     from conftest import REPO
 
-    from ablate.config import apply_overrides, build_run_config, load_experiment
+    from ablate.core.load import build_run_config, load_experiment
+    from ablate.core.overrides import apply_overrides
 
     base = load_experiment(REPO / "experiments" / "smoke.yaml").base.model_dump(mode="json")
     del base["model"]["norm"]["bias"]  # resolved for the base's kind; let each kind choose

@@ -18,11 +18,11 @@ import optuna
 import pytest
 from conftest import TINY, write_experiment
 
-from ablate import search
-from ablate.config import load_experiment
-from ablate.execute import obtain
-from ablate.pipeline import Context, run_studies_only
-from ablate.search import run_max_lr, run_search, storage_url
+from ablate.core.load import load_experiment
+from ablate.launch import search
+from ablate.launch.execute import obtain
+from ablate.launch.pipeline import Context, run_studies_only
+from ablate.launch.search import run_max_lr, run_search, storage_url
 
 L0 = math.log(256)
 
@@ -309,8 +309,8 @@ def test_trial_of_a_killed_worker_is_retried_once(
 def test_a_run_claimed_by_a_live_process_is_waited_for(tmp_path: Path) -> None:
     from conftest import tiny_config
 
-    from ablate import store
-    from ablate.plan import RunSpec
+    from ablate.core import store
+    from ablate.core.plan import RunSpec
 
     spec = RunSpec("tiny", "layernorm", 0, tiny_config(), group="max_lr")
     exp_dir = tmp_path / "tiny"

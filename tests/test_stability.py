@@ -6,9 +6,8 @@ import math
 
 import pytest
 
-from ablate.config import StabilityConfig
-from ablate.probes import DivergenceMonitor
-from ablate.stability import (
+from ablate.core.config import StabilityConfig
+from ablate.core.stability import (
     Observation,
     bracket_max_stable,
     clipped_loss,
@@ -17,6 +16,7 @@ from ablate.stability import (
     final_loss_verdict,
     lr_sensitivity,
 )
+from ablate.training.probes import DivergenceMonitor
 
 L0 = math.log(256)
 UNIGRAM = 3.25  # about the default text's unigram cross-entropy

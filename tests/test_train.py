@@ -7,10 +7,10 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from ablate.config import DataConfig, ModelConfig
-from ablate.data import batch_offsets, eval_offsets, gather_windows, load_corpus
-from ablate.model import build_model, parameter_groups
-from ablate.train import RunData, lr_factor
+from ablate.core.config import DataConfig, ModelConfig
+from ablate.nn.model import build_model, parameter_groups
+from ablate.training.data import batch_offsets, eval_offsets, gather_windows, load_corpus
+from ablate.training.task import RunData, lr_factor
 
 
 def test_warmup_is_linear_then_cosine_decays_to_the_floor() -> None:

@@ -1,0 +1,264 @@
+"""Reading an experiment file: YAML, variants merged into the base, environment checks, convert.
+
+:func:`load_experiment` reads the YAML (a key given twice is an error), validates the base and
+every variant (:mod:`ablate.core.overrides`), checks what the file needs from the machine (data
+files, logger packages, a token budget that buys a step) and resolves the ``convert:`` section.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import ValidationError
+
+from ablate.core.config import (
+    NAME_PATTERN,
+    SEED_LIMIT,
+    ConfigError,
+    ConvertConfig,
+    ConvertPlan,
+    Experiment,
+    ExperimentFile,
+    RunConfig,
+)
+from ablate.core.overrides import (
+    apply_overrides,
+    expand_grid,
+    flatten_overrides,
+    format_validation,
+    run_fingerprint,
+)
+
+# logger name -> the packages that provide it (any one of them will do)
+LOGGER_PACKAGES: dict[str, tuple[str, ...]] = {
+    "tensorboard": ("tensorboard", "tensorboardX"),
+    "mlflow": ("mlflow",),
+    "wandb": ("wandb",),
+}
+
+
+def missing_logger_package(name: str) -> str | None:
+    """None when ``name``'s logger can be used; else what to install, as words."""
+    packages = LOGGER_PACKAGES[name]
+    if any(importlib.util.find_spec(p) is not None for p in packages):
+        return None
+    return f"the {' or '.join(packages)} package (pip install {packages[-1]})"
+
+
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """PyYAML's safe loader, except that a key given twice in one mapping is an error (PyYAML
+    would silently keep the last: a second variant of the same name would replace the first)."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen: set[Any] = set()
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=deep)
+            if key in seen:
+                mark = key_node.start_mark
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"duplicate key {key!r} (also given above)", mark
+                )
+            seen.add(key)
+        return super().construct_mapping(node, deep=deep)
+
+
+def _read_yaml(path: Path) -> dict[str, Any]:
+    if not path.is_file():
+        raise ConfigError(f"{path}: file not found (give the path to an experiment .yaml file)")
+    try:
+        raw = yaml.load(path.read_text(encoding="utf-8"), Loader=_UniqueKeyLoader)  # noqa: S506
+    except UnicodeDecodeError:
+        raise ConfigError(f"{path}: not UTF-8 text; an experiment file is YAML") from None
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        raise ConfigError(f"{path}: YAML syntax error at {where}{problem}") from None
+    if raw is None:
+        raw = {}
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{path}: top level must be a mapping of keys, got {type(raw).__name__}")
+    return raw
+
+
+def _resolve_paths(section: dict[str, Any], base_dir: Path) -> dict[str, Any]:
+    """Make ``data.path`` absolute relative to the experiment file's folder."""
+    path = section.get("path")
+    if isinstance(path, str) and path and not Path(path).is_absolute():
+        section = {**section, "path": str((base_dir / path).resolve())}
+    return section
+
+
+def build_run_config(raw: dict[str, Any], where: str) -> RunConfig:
+    """Validate one run's raw sections into a RunConfig, or raise a one-line ConfigError."""
+    try:
+        return RunConfig.model_validate(raw)
+    except ValidationError as exc:
+        raise format_validation(exc, where) from None
+
+
+def _check_data_file(config: RunConfig, where: str) -> None:
+    data = config.data
+    if data.path is not None and data.source in ("text_file", "tokens_file"):
+        if not Path(data.path).is_file():
+            raise ConfigError(f"{where}: data.path: file not found: {data.path}")
+
+
+def _check_loggers(config: RunConfig, where: str) -> None:
+    for name in config.runtime.loggers:
+        missing = missing_logger_package(name)
+        if missing:
+            raise ConfigError(f"{where}: runtime.loggers: {name!r} needs {missing}")
+
+
+def _check_budget(config: RunConfig, where: str) -> None:
+    if config.steps() < 1:
+        raise ConfigError(
+            f"{where}: train.tokens: {config.train.tokens} buys no step; it must be at least "
+            f"train.batch_size * model.seq_len = {config.tokens_per_step()}"
+        )
+
+
+def _variant_config(
+    base_raw: dict[str, Any], overrides: dict[str, Any], where: str, base_dir: Path
+) -> RunConfig:
+    """The validated RunConfig of one variant: base plus its dotted overrides, all checks."""
+    merged = apply_overrides(base_raw, overrides, where)
+    merged["data"] = _resolve_paths(merged["data"], base_dir)
+    config = build_run_config(merged, where)
+    _check_data_file(config, where)
+    _check_budget(config, where)
+    _check_loggers(config, where)
+    return config
+
+
+CONVERTIBLE = {"kind", "bias", "eps", "fp32_reduction", "impl", "alpha_init"}
+
+
+def _convert_plan(
+    section: ConvertConfig, variants: dict[str, RunConfig], seeds: list[int], where: str
+) -> ConvertPlan:
+    """Resolve ``convert:``: the control and the converted continued-training configs."""
+    if section.source not in variants:
+        raise ConfigError(
+            f"{where}: convert.source: {section.source!r} is not a variant; "
+            f"allowed: {', '.join(variants)}"
+        )
+    for key in section.target:
+        parts = str(key).split(".")
+        if parts[:2] != ["model", "norm"] or len(parts) != 3 or parts[2] not in CONVERTIBLE:
+            raise ConfigError(
+                f"{where}: convert.target: {key!r} cannot change in a conversion; allowed: "
+                + ", ".join(f"model.norm.{k}" for k in sorted(CONVERTIBLE))
+            )
+    source = variants[section.source]
+    target_raw = apply_overrides(
+        source.model_dump(mode="json"), section.target, f"{where}: convert.target"
+    )
+    if "model.norm.bias" not in section.target:  # the target kind's own default
+        target_raw["model"]["norm"].pop("bias")
+    target = build_run_config(target_raw, f"{where}: convert.target")
+    if target.model == source.model:
+        raise ConfigError(f"{where}: convert.target: changes nothing in {section.source}'s norm")
+    train = {
+        "tokens": section.tokens,
+        "lr": section.lr or source.train.lr * source.train.min_lr_ratio,
+        "warmup_steps": section.warmup_steps,
+        "schedule": "constant",
+        "eval_interval": section.eval_interval or source.train.eval_interval,
+    }
+    control = build_run_config(_with_train_raw(source, train), f"{where}: convert (control run)")
+    converted = build_run_config(_with_train_raw(target, train), f"{where}: convert")
+    _check_budget(control, f"{where}: convert.tokens")
+    return ConvertPlan(
+        source=section.source,
+        seeds=section.seeds or seeds,
+        bias=section.bias,
+        control=control,
+        converted=converted,
+    )
+
+
+def _with_train_raw(config: RunConfig, train: dict[str, Any]) -> dict[str, Any]:
+    raw = config.model_dump(mode="json")
+    raw["train"] = {**raw["train"], **train}
+    return raw
+
+
+def load_experiment(path: str | Path) -> Experiment:
+    """Read, validate and resolve an experiment file; raise ConfigError on any problem."""
+    path = Path(path)
+    raw = _read_yaml(path)
+    try:
+        top = ExperimentFile.model_validate(raw)
+    except ValidationError as exc:
+        raise format_validation(exc, str(path)) from None
+    name = top.name or path.stem
+    if not NAME_PATTERN.match(name):
+        raise ConfigError(f"{path}: name: {name!r} is not allowed; use letters, digits, _ . -")
+    if len(set(top.seeds)) != len(top.seeds):
+        raise ConfigError(f"{path}: seeds: {top.seeds} has duplicates; give distinct integers")
+    if any(not 0 <= seed < SEED_LIMIT - 1 for seed in top.seeds):  # the search's is one above
+        raise ConfigError(
+            f"{path}: seeds: {top.seeds}: seeds must be integers >= 0 and < 2**32 - 1"
+        )
+    base_raw = {
+        "data": _resolve_paths(top.data, path.parent),
+        "model": top.model,
+        "train": top.train,
+        "runtime": top.runtime,
+    }
+    base = build_run_config(base_raw, str(path))
+    _check_data_file(base, str(path))
+    factors = expand_grid(top.grid, str(path))
+    named = {str(k): v for k, v in top.variants.items()}
+    clash = sorted(set(named) & set(factors))
+    if clash:
+        raise ConfigError(f"{path}: variants.{clash[0]}: the grid makes a variant of that name too")
+    variant_raws = {**factors, **named}  # grid first: its first combination is the baseline
+    if not variant_raws:
+        raise ConfigError(
+            f"{path}: variants: none given; name at least one under variants: or grid: "
+            "(the base alone is variants: {base: {}})"
+        )
+    variants: dict[str, RunConfig] = {}
+    resolved_overrides: dict[str, dict[str, Any]] = {}
+    seen: dict[str, str] = {}
+    for vname, overrides in variant_raws.items():
+        label = f"grid ({vname})" if vname in factors else f"variants.{vname}"
+        where = f"{path}: {label}"
+        if not NAME_PATTERN.match(str(vname)):
+            raise ConfigError(f"{where}: variant names use letters, digits, _ . - only")
+        if not isinstance(overrides, dict):
+            raise ConfigError(f"{where}: must be a mapping of dotted keys to values")
+        overrides = flatten_overrides(overrides)
+        config = _variant_config(base_raw, overrides, where, path.parent)
+        fingerprint = run_fingerprint(config)
+        if fingerprint in seen:
+            raise ConfigError(
+                f"{where}: resolves to the same run as {seen[fingerprint]}; each variant must "
+                "change something (placement none has no norm: its kind does not matter)"
+            )
+        seen[fingerprint] = label
+        variants[str(vname)] = config
+        resolved_overrides[str(vname)] = overrides
+    convert = _convert_plan(top.convert, variants, top.seeds, str(path)) if top.convert else None
+    return Experiment(
+        name=name,
+        description=top.description,
+        path=str(path),
+        seeds=top.seeds,
+        variants=variants,
+        overrides=resolved_overrides,
+        base=base,
+        sweep=top.sweep,
+        search=top.search,
+        max_lr=top.max_lr,
+        convert=convert,
+        storage=top.storage,
+        grid=top.grid,
+        factors=factors,
+    )

@@ -1,0 +1,241 @@
+"""Expanding an experiment into RunSpecs: one per variant x seed, each with a content-hash id.
+
+A run's id is a hash of everything that can change its result: the variant name, the seed and
+the resolved ``data``, ``model`` and ``train`` sections plus the accelerator. Worker and thread
+counts are left out (they change speed, not the computation's definition). Rerunning an
+experiment therefore finds finished runs by id and skips them; editing a field gives new ids.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from ablate.core.config import Experiment, RunConfig, SweepConfig
+from ablate.core.stability import criterion_text
+
+SPEC_VERSION = 1
+
+
+def _digest(identity: dict[str, Any]) -> str:
+    canonical = json.dumps(identity, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(canonical.encode()).hexdigest()[:12]
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    """One training run: which experiment, variant and seed, under which resolved config."""
+
+    experiment: str
+    variant: str
+    seed: int
+    config: RunConfig
+    group: str = "main"  # main, sweep, search, tuned, max_lr or convert: its stage (not hashed)
+    init_from: str | None = None  # convert: run id of the source run whose weights start it
+    bias_mapping: str | None = None  # convert: fold or drop (see ablate.nn.convert)
+
+    @property
+    def data_seed(self) -> int:
+        """Seed of the batch order: ``data.seed`` if set, else the run's seed."""
+        return self.config.data.seed if self.config.data.seed is not None else self.seed
+
+    def identity(self) -> dict[str, Any]:
+        """The fields hashed into the run id (a source run only for continued training)."""
+        cfg = self.config
+        identity = {
+            "version": SPEC_VERSION,
+            "variant": self.variant,
+            "seed": self.seed,
+            "data": cfg.data.model_dump(mode="json"),
+            "model": cfg.model.model_dump(mode="json"),
+            "train": cfg.train.model_dump(mode="json"),
+            "accelerator": cfg.runtime.accelerator,
+        }
+        if cfg.runtime.processes() > 1:  # DDP reduces in another order: close, not bitwise
+            identity["processes"] = cfg.runtime.processes()
+        if self.init_from is not None:
+            identity["init_from"] = {"run_id": self.init_from, "bias": self.bias_mapping}
+        return identity
+
+    @property
+    def family(self) -> str:
+        """12 hex digits over the identity without variant name, seed, LR and warmup: runs of
+        one family differ only there, so their stability can be compared along the LR axis."""
+        identity = self.identity()
+        for key in ("variant", "seed"):
+            identity.pop(key)
+        identity["train"] = {
+            k: v for k, v in identity["train"].items() if k not in ("lr", "warmup_steps")
+        }
+        return _digest(identity)
+
+    @property
+    def run_id(self) -> str:
+        """12 hex digits of sha256 over the canonical JSON of :meth:`identity`."""
+        return _digest(self.identity())
+
+    def to_json(self) -> dict[str, Any]:
+        """The resolved run as stored in ``config.json``."""
+        return {
+            "experiment": self.experiment,
+            "variant": self.variant,
+            "seed": self.seed,
+            "data_seed": self.data_seed,
+            "run_id": self.run_id,
+            "group": self.group,
+            "init_from": self.init_from,
+            "bias_mapping": self.bias_mapping,
+            "config": self.config.model_dump(mode="json"),
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> RunSpec:
+        """Rebuild a RunSpec from :meth:`to_json`'s output."""
+        return cls(
+            experiment=data["experiment"],
+            variant=data["variant"],
+            seed=data["seed"],
+            config=RunConfig.model_validate(data["config"]),
+            group=data.get("group", "main"),
+            init_from=data.get("init_from"),
+            bias_mapping=data.get("bias_mapping"),
+        )
+
+
+def with_train(config: RunConfig, **fields: Any) -> RunConfig:
+    """A validated copy of ``config`` with some ``train`` fields replaced (None: keep)."""
+    train = {**config.train.model_dump(), **{k: v for k, v in fields.items() if v is not None}}
+    return RunConfig.model_validate({**config.model_dump(), "train": train})
+
+
+def plan_runs(experiment: Experiment) -> list[RunSpec]:
+    """Every variant x seed, seed-major so matched pairs complete together."""
+    return [
+        RunSpec(experiment.name, variant, seed, config)
+        for seed in experiment.seeds
+        for variant, config in experiment.variants.items()
+    ]
+
+
+def plan_lr_grid(experiment: Experiment, grid: SweepConfig, group: str) -> list[RunSpec]:
+    """Every variant at every LR of ``grid`` for each of its seeds (default: the experiment's)."""
+    return [
+        RunSpec(
+            experiment.name,
+            variant,
+            seed,
+            with_train(config, lr=lr, tokens=grid.tokens),
+            group=group,
+        )
+        for seed in grid.seeds or experiment.seeds
+        for lr in grid.lrs()
+        for variant, config in experiment.variants.items()
+    ]
+
+
+def plan_sweep(experiment: Experiment) -> list[RunSpec]:
+    """The LR grid of ``sweep:`` (none without ``sweep:``)."""
+    if experiment.sweep is None:
+        return []
+    return plan_lr_grid(experiment, experiment.sweep, "sweep")
+
+
+def plan_tuned(experiment: Experiment, best: dict[str, dict[str, Any]]) -> list[RunSpec]:
+    """The tuned A/B: every variant with a search result at its own best ``lr`` and
+    ``warmup_steps`` (``best[variant]``), on the experiment's seeds at the full budget; seed-major
+    like :func:`plan_runs`, so each seed's initial weights and batches are matched as there."""
+    return [
+        RunSpec(
+            experiment.name,
+            variant,
+            seed,
+            with_train(config, lr=best[variant]["lr"], warmup_steps=best[variant]["warmup_steps"]),
+            group="tuned",
+        )
+        for seed in experiment.seeds
+        for variant, config in experiment.variants.items()
+        if best.get(variant)
+    ]
+
+
+def max_lr_family(experiment: Experiment, variant: str) -> str:
+    """The run family of the variant's max-LR probes (its config at the ``max_lr`` budget,
+    seed, LR and warmup aside): what a probe's verdict depends on besides LR and seed, and
+    the runs a bracket is checked against."""
+    cfg = experiment.max_lr
+    assert cfg is not None
+    config = with_train(experiment.variants[variant], tokens=cfg.tokens)
+    return RunSpec(experiment.name, variant, 0, config).family
+
+
+CONTROL, CONVERTED = "continued", "converted"
+
+
+def plan_convert(experiment: Experiment) -> list[RunSpec]:
+    """The ``convert:`` runs: per seed, the source run continued as is and converted."""
+    plan = experiment.convert
+    if plan is None:
+        return []
+    source = experiment.variants[plan.source]
+    specs = []
+    for seed in plan.seeds:
+        source_id = RunSpec(experiment.name, plan.source, seed, source).run_id
+        for variant, config in ((CONTROL, plan.control), (CONVERTED, plan.converted)):
+            specs.append(
+                RunSpec(
+                    experiment.name,
+                    variant,
+                    seed,
+                    config,
+                    group="convert",
+                    init_from=source_id,
+                    bias_mapping=plan.bias,
+                )
+            )
+    return specs
+
+
+def plan_manifest(experiment: Experiment, specs: list[RunSpec]) -> dict[str, Any]:
+    """What the report needs to know of the plan: variants in order, seeds, factors, run ids."""
+    return {
+        "name": experiment.name,
+        "description": experiment.description,
+        "source": experiment.path,
+        "variants": list(experiment.variants),
+        "grid": [[key, levels] for key, levels in experiment.grid.items()],  # ordered
+        "factors": experiment.factors,
+        "convert": (
+            {"source": experiment.convert.source, "bias": experiment.convert.bias}
+            if experiment.convert
+            else None
+        ),
+        "seeds": experiment.seeds,
+        "criterion": criterion_text(experiment.base.train.stability),
+        "runs": [
+            {
+                "variant": s.variant,
+                "seed": s.seed,
+                "run_id": s.run_id,
+                "group": s.group,
+                "lr": s.config.train.lr,
+                "warmup_steps": s.config.train.warmup_steps,
+                "init_from": s.init_from,
+            }
+            for s in specs
+        ],
+    }
+
+
+def planned_groups(experiment: Experiment) -> list[str]:
+    """The stages whose runs this file plans, in pipeline order."""
+    present = {
+        "main": True,
+        "sweep": experiment.sweep is not None,
+        "search": experiment.search is not None,
+        "tuned": experiment.search is not None,
+        "max_lr": experiment.max_lr is not None,
+        "convert": experiment.convert is not None,
+    }
+    return [group for group, planned in present.items() if planned]

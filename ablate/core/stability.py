@@ -1,0 +1,197 @@
+"""The stability criterion, the LR-sensitivity metric, the max-stable-LR bracketing search and
+the check of a bracket against every other run.
+
+A run is **unstable** when (checked in this order):
+
+1. **diverged**: its training loss becomes non-finite (NaN or inf), at any step; or its
+   training loss, averaged over the last ``window`` steps (default 5, so that a one-batch spike
+   that training recovers from is not a divergence), exceeds the threshold after warmup. The
+   default threshold is judged against where the run starts: its start loss max(ℓ0, loss of
+   step 1), ℓ0 = ln(vocab), plus ``divergence_margin`` (default 0.5), so the untrained model's
+   own loss (a little above ℓ0 for a small model) is never a divergence, with or without
+   warmup;
+2. **collapsed**: its final validation loss is not below the floor − ``final_margin``
+   (default 0.1). The floor (``floor``) is by default the corpus's unigram cross-entropy
+   (train-split token frequencies, add-½ smoothing, scored on the val split): a run that ends
+   there learned nothing a frequency table does not know. ``floor: initial`` uses ℓ0 instead.
+
+The first stops the run early (``status: diverged``); the second is judged at the end. Every
+run's summary records ``stable``, ``unstable_reason`` and ``unstable_step``.
+
+The search functions here are pure: :func:`bracket_max_stable` takes a ``probe(lr) -> bool``
+and knows nothing of training or Optuna, so it can be tested on a synthetic stability function;
+:func:`contradictions` holds a bracket against other runs of the same variant and budget.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from ablate.core.config import StabilityConfig
+
+FLOAT_SLACK = 1e-9  # relative: LRs equal up to float rounding are the same LR
+
+
+def criterion_text(cfg: StabilityConfig) -> str:
+    """The stability criterion in words, with these settings."""
+    if cfg.threshold:
+        threshold = f"{cfg.threshold:g}"
+    else:
+        threshold = f"the start loss max(ℓ0, step-1 loss) + {cfg.divergence_margin:g}"
+    when = "after warmup" if cfg.after_warmup else "at any step"
+    loss = "the train loss" if cfg.window == 1 else f"the mean train loss of {cfg.window} steps"
+    floor = "the unigram floor" if cfg.floor == "unigram" else "ℓ0 = ln(vocab)"
+    return (
+        f"unstable if the train loss becomes non-finite, or {loss} exceeds {threshold} {when} "
+        f"(diverged), or the final val loss is not below {floor} − {cfg.final_margin:g} "
+        "(collapsed)"
+    )
+
+
+def divergence_threshold(cfg: StabilityConfig, initial_loss: float, first_loss: float) -> float:
+    """The train loss above which a run has diverged: ``threshold`` if set, else the run's start
+    loss max(ℓ0, loss of step 1) + ``divergence_margin``."""
+    if cfg.threshold:
+        return cfg.threshold
+    start = max(initial_loss, first_loss) if math.isfinite(first_loss) else initial_loss
+    return start + cfg.divergence_margin
+
+
+def floor_value(cfg: StabilityConfig, initial_loss: float, unigram: float) -> float:
+    """The loss a run must get below (by ``final_margin``) to count as having learned."""
+    return unigram if cfg.floor == "unigram" and math.isfinite(unigram) else initial_loss
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """Whether a run was stable, and if not, why and at which step."""
+
+    stable: bool
+    reason: str | None = None
+    step: int | None = None
+
+
+def final_loss_verdict(
+    final_val_loss: float | None,
+    cfg: StabilityConfig,
+    initial_loss: float,
+    unigram: float,
+    step: int,
+) -> Verdict:
+    """Criterion 2: a run whose final val loss is not below floor − margin collapsed."""
+    if final_val_loss is None or not math.isfinite(final_val_loss):
+        return Verdict(False, "no finite final val loss", step)
+    floor = floor_value(cfg, initial_loss, unigram)
+    if final_val_loss >= floor - cfg.final_margin:
+        name = "unigram floor" if floor == unigram else "initial loss ℓ0"
+        return Verdict(
+            False,
+            f"collapsed: final val loss {final_val_loss:.4g} not below the {name} "
+            f"{floor:.4g} − {cfg.final_margin:g}",
+            step,
+        )
+    return Verdict(True)
+
+
+def clipped_loss(loss: float | None, initial_loss: float) -> float:
+    """min(loss, ℓ0), with a missing or non-finite loss counted as ℓ0 (Wortsman et al. 2023)."""
+    if loss is None or not math.isfinite(loss):
+        return initial_loss
+    return min(loss, initial_loss)
+
+
+def lr_sensitivity(losses: Sequence[float | None], initial_loss: float) -> float:
+    """E_lr[min(ℓ(lr), ℓ0)] − min_lr ℓ(lr) over a learning-rate grid (lower: less sensitive)."""
+    clipped = [clipped_loss(loss, initial_loss) for loss in losses]
+    return sum(clipped) / len(clipped) - min(clipped)
+
+
+@dataclass
+class Bracket:
+    """The max-stable-LR search's result: largest stable and smallest unstable LR probed."""
+
+    largest_stable: float | None
+    smallest_unstable: float | None
+    probes: list[tuple[float, bool]] = field(default_factory=list)
+
+    @property
+    def ratio(self) -> float | None:
+        """smallest_unstable / largest_stable, the bracket's relative width."""
+        if self.largest_stable is None or self.smallest_unstable is None:
+            return None
+        return self.smallest_unstable / self.largest_stable
+
+
+def bracket_max_stable(
+    probe: Callable[[float], bool],
+    start: float,
+    factor: float = 4.0,
+    precision: float = 2**0.25,
+    lr_min: float = 1e-6,
+    lr_max: float = 100.0,
+) -> Bracket:
+    """Find the largest stable LR to within ``precision`` (a ratio), assuming one boundary.
+
+    Coarse phase: from ``start``, multiply by ``factor`` while stable (or divide while
+    unstable) until the boundary is bracketed or ``lr_min``/``lr_max`` is reached. Fine phase:
+    bisect in log space (probe the geometric mean) until unstable / stable <= ``precision``.
+    """
+    if not (lr_min <= start <= lr_max) or factor <= 1 or precision <= 1:
+        raise ValueError("need lr_min <= start <= lr_max, factor > 1 and precision > 1")
+    result = Bracket(None, None)
+
+    def check(lr: float) -> bool:
+        stable = probe(lr)
+        result.probes.append((lr, stable))
+        if stable:
+            result.largest_stable = max(lr, result.largest_stable or lr)
+        else:
+            result.smallest_unstable = min(lr, result.smallest_unstable or lr)
+        return stable
+
+    lr = start
+    if check(lr):
+        while result.smallest_unstable is None and lr < lr_max:
+            lr = min(lr * factor, lr_max)
+            check(lr)
+    else:
+        while result.largest_stable is None and lr > lr_min:
+            lr = max(lr / factor, lr_min)
+            check(lr)
+    while result.ratio is not None and result.ratio > precision * (1 + FLOAT_SLACK):
+        check(math.sqrt(result.largest_stable * result.smallest_unstable))
+    return result
+
+
+@dataclass(frozen=True)
+class Observation:
+    """One stored run of a variant: its LR and whether it was stable."""
+
+    run_id: str
+    lr: float
+    stable: bool
+    group: str
+    seed: int
+
+
+def contradictions(
+    largest_stable: float | None, smallest_unstable: float | None, runs: Sequence[Observation]
+) -> list[Observation]:
+    """The runs that contradict a bracket's single boundary: an unstable run below the largest
+    LR where every seed was stable (a hole), or a stable run above an LR at or beyond the
+    smallest unstable one where the same seed was unstable (stability coming back). Empty: the
+    bracket is monotone with every run."""
+    failed_at: dict[int, float] = {}  # per seed: its smallest unstable LR at/after the boundary
+    if smallest_unstable is not None:
+        for run in runs:
+            if not run.stable and run.lr >= smallest_unstable * (1 - FLOAT_SLACK):
+                failed_at[run.seed] = min(run.lr, failed_at.get(run.seed, math.inf))
+    found = []
+    for run in runs:
+        hole = largest_stable is not None and run.lr < largest_stable * (1 - FLOAT_SLACK)
+        above = run.lr > failed_at.get(run.seed, math.inf) * (1 + FLOAT_SLACK)
+        if (hole and not run.stable) or (above and run.stable):
+            found.append(run)
+    return sorted(found, key=lambda r: (r.lr, r.seed))

@@ -1,0 +1,181 @@
+"""What a plan will cost before it runs: corpora checked, parameters counted, step time measured.
+
+``ablate validate`` and ``ablate run`` call :func:`check_corpora` first, so a missing or bad data
+file fails with one line before anything is written. :func:`describe_plan` builds each variant's
+model once, times a few real optimizer steps at the thread count the executor will use, and
+turns that into an estimate of every run's time and of the whole experiment's wall time; the
+sweep, search and max-LR runs are counted too (the max-LR count is an upper bound). Fixed
+costs are added as measured on a 2-core CPU: each run's set-up (model, Trainer, files), each
+stage's pool start (spawning workers that import torch and Lightning), and the start-up and
+report of the experiment.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+
+import pandas as pd
+import torch
+
+from ablate.core.config import Experiment, RunConfig
+from ablate.core.plan import planned_groups
+from ablate.nn.model import GPT, build_model, count_parameters, parameter_groups
+from ablate.training.data import Corpus, DataError, batch_offsets, gather_windows, load_corpus
+
+TIMED_STEPS = 3
+RUN_SETUP_S = 0.5  # per run: building the model and the Trainer, writing the run's files
+STAGE_START_S = 4.0  # per stage: starting the pool (or importing Lightning in this process)
+EXPERIMENT_FIXED_S = 6.0  # start-up (imports, corpora, plan) and writing the report
+
+
+@dataclass(frozen=True)
+class PlanEstimate:
+    """One row per variant, and the experiment's estimated wall time with ``workers`` workers."""
+
+    table: pd.DataFrame
+    runs: int
+    workers: int
+    wall_time_s: float
+    fixed_s: float  # the part of wall_time_s that is not training steps
+
+
+CPU = torch.device("cpu")
+
+
+def check_corpora(experiment: Experiment) -> dict[str, Corpus]:
+    """Load every variant's corpus once; a bad source raises DataError with one line that names
+    the experiment file and the variant."""
+    cache: dict[str, Corpus] = {}
+    corpora = {}
+    for name, cfg in experiment.variants.items():
+        key = f"{cfg.data.model_dump_json()}|{cfg.model.seq_len}"
+        if key not in cache:
+            try:
+                cache[key] = load_corpus(cfg.data, cfg.model.seq_len)
+            except DataError as exc:
+                raise DataError(f"{experiment.path}: variants.{name}: {exc}") from None
+        corpora[name] = cache[key]
+    return corpora
+
+
+def time_steps(
+    model: GPT,
+    cfg: RunConfig,
+    corpus: Corpus,
+    steps: int = TIMED_STEPS,
+    device: torch.device = CPU,
+) -> float:
+    """Seconds per step (forward, backward, AdamW) of ``model`` (trained in place, on
+    ``device``): median of ``steps`` after a warm-up. ``bf16-true`` casts the model to bf16."""
+    if cfg.train.precision == "bf16-true":
+        model.to(torch.bfloat16)
+    optimizer = torch.optim.AdamW(parameter_groups(model, cfg.train.weight_decay), lr=1e-4)
+    seq_len, batch = cfg.model.seq_len, cfg.train.batch_size
+    offsets = batch_offsets(len(corpus.train), seq_len, batch, steps + 1, seed=0)
+    autocast = torch.autocast(
+        device.type, dtype=torch.bfloat16, enabled=cfg.train.precision == "bf16-mixed"
+    )
+    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
+    times = []
+    for row in offsets:
+        tokens = gather_windows(corpus.train, row, seq_len).to(device)
+        sync()
+        start = time.perf_counter()
+        with autocast:
+            loss = model.loss(tokens)
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        sync()
+        times.append(time.perf_counter() - start)
+    return float(torch.tensor(times[1:]).median())
+
+
+def estimate_run_time(cfg: RunConfig, step_time_s: float) -> float:
+    """Training steps plus evaluations (a forward pass costs about a third of a step)."""
+    steps = cfg.steps()
+    evals = steps // cfg.train.eval_interval + 1
+    return step_time_s * (steps + evals * cfg.train.eval_batches / 3)
+
+
+def max_lr_probes(experiment: Experiment, start: float) -> int:
+    """An upper bound on the bracketing search's probes: coarse steps up, then bisections."""
+    cfg = experiment.max_lr
+    assert cfg is not None
+    coarse = math.ceil(math.log(cfg.lr_max / start) / math.log(cfg.factor)) + 1
+    fine = math.ceil(math.log2(math.log(cfg.factor) / math.log(cfg.precision)))
+    return coarse + max(0, fine)
+
+
+def study_runs(
+    experiment: Experiment, config: RunConfig, variant: str = ""
+) -> dict[str, tuple[int, int]]:
+    """Per group beyond the main runs: (runs of one variant, steps per run); max_lr at most.
+
+    ``convert`` runs (continued and converted, per seed) count with their source ``variant``.
+    """
+    runs: dict[str, tuple[int, int]] = {}
+    if (convert := experiment.convert) is not None and variant == convert.source:
+        runs["convert"] = (2 * len(convert.seeds), convert.control.steps())
+    per_step = config.tokens_per_step()
+    if (sweep := experiment.sweep) is not None:
+        seeds = len(sweep.seeds or experiment.seeds)
+        runs["sweep"] = (sweep.points * seeds, (sweep.tokens or config.train.tokens) // per_step)
+    if (search := experiment.search) is not None:
+        runs["search"] = (search.n_trials, (search.tokens or config.train.tokens) // per_step)
+        runs["tuned"] = (len(experiment.seeds), config.steps())  # at the search's best
+    if (max_lr := experiment.max_lr) is not None:
+        probes = max_lr_probes(experiment, max_lr.start or config.train.lr)
+        seeds = len(max_lr.seeds or experiment.seeds)
+        runs["max_lr"] = (probes * seeds, (max_lr.tokens or config.train.tokens) // per_step)
+    return runs
+
+
+def describe_plan(experiment: Experiment, workers: int, threads: int) -> PlanEstimate:
+    """Per variant: runs by group, steps, parameters, measured step time, estimated time."""
+    corpora = check_corpora(experiment)
+    rows = []
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        for name, cfg in experiment.variants.items():
+            corpus = corpora[name]
+            model = build_model(cfg.model, corpus.vocab_size, seed=0)
+            parameters = count_parameters(model)
+            step_time = time_steps(model, cfg, corpus)
+            extra = study_runs(experiment, cfg, name)
+            run_time = estimate_run_time(cfg, step_time) + RUN_SETUP_S
+            extra_time = sum(n * (steps * step_time + RUN_SETUP_S) for n, steps in extra.values())
+            rows.append(
+                {
+                    "variant": name,
+                    "norm": f"{cfg.model.norm.placement}-{cfg.model.norm.kind}",
+                    "seeds": len(experiment.seeds),
+                    "steps": cfg.steps(),
+                    "tokens_per_run": cfg.steps() * cfg.tokens_per_step(),
+                    "parameters": parameters,
+                    "step_time_ms": step_time * 1e3,
+                    "est_run_time_s": run_time,
+                    **{f"{group}_runs": n for group, (n, _) in extra.items()},
+                    "est_variant_time_s": run_time * len(experiment.seeds) + extra_time,
+                }
+            )
+    finally:
+        torch.set_num_threads(before)
+    table = pd.DataFrame(rows)
+    runs = int(table["seeds"].sum()) + int(
+        table[[c for c in table if c.endswith("_runs")]].fillna(0).to_numpy().sum()
+    )
+    parallel = max(1, min(workers, runs))
+    fixed = fixed_costs(experiment)
+    wall = float(table["est_variant_time_s"].sum()) / parallel + fixed
+    return PlanEstimate(table, runs, workers, wall, fixed + runs * RUN_SETUP_S / parallel)
+
+
+def fixed_costs(experiment: Experiment) -> float:
+    """Seconds of wall time outside the runs: a pool start per stage, and the experiment's
+    start-up and report."""
+    stages = [group for group in planned_groups(experiment) if group != "sweep"]  # sweep: in main
+    return len(stages) * STAGE_START_S + EXPERIMENT_FIXED_S

@@ -1,0 +1,299 @@
+"""The staged protocol of one experiment, callable from Python: ``run_experiment(path)``.
+
+Stages, in order (each one only those the file configures):
+
+1. **shared** — the shared-LR A/B: every variant x seed at the base's LR and warmup, and the
+   LR sweep;
+2. **search** — an Optuna study per variant over LR x warmup, on the search seed (by default
+   one above the largest of ``seeds``, so the final comparison is not scored on the noise it
+   was selected on);
+3. **tuned** — the tuned A/B: every variant at its own best (LR, warmup) from the search, on
+   the experiment's seeds, matched init and batch order as in the shared A/B;
+4. **max_lr** — the largest stable LR per variant, bracketed, then held against every other
+   stored run of the variant at the same budget (:func:`check_brackets`);
+5. **convert** — continued training of the finished source runs, as stored and norm-swapped;
+6. **report** — rebuilt from the store (skipped when it is up to date).
+
+A stage only decides which RunSpecs it needs; every run of every stage goes through the one
+executor (:func:`ablate.launch.execute.obtain`: claim, train or reuse, store). The CLI parses and
+prints; everything else is here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+from rich.console import Console
+
+from ablate.core import store
+from ablate.core.config import Experiment
+from ablate.core.load import load_experiment
+from ablate.core.plan import (
+    RunSpec,
+    max_lr_family,
+    plan_convert,
+    plan_manifest,
+    plan_runs,
+    plan_sweep,
+    plan_tuned,
+)
+from ablate.core.stability import Observation, contradictions, criterion_text
+from ablate.launch.estimate import check_corpora, study_runs
+from ablate.launch.execute import (
+    Resources,
+    StudyProgress,
+    choose_resources,
+    execute,
+    gpu_count,
+    ready_conversions,
+    split_done,
+)
+
+STAGES = ("shared", "search", "tuned", "max_lr", "convert", "report")
+SayFn = Callable[[str], None]
+
+
+@dataclass
+class Context:
+    """Where an experiment's runs and report go, and how many processes train them."""
+
+    experiment: Experiment
+    results_dir: Path
+    report_dir: Path
+    workers: int | None = None
+    threads: int | None = None
+    storage: str | None = None
+    console: Console = field(default_factory=lambda: Console(stderr=True))
+
+    @property
+    def exp_dir(self) -> Path:
+        """The experiment's results folder."""
+        return store.experiment_dir(self.results_dir, self.experiment.name)
+
+    def say(self, text: str) -> None:
+        """Print one plain line."""
+        self.console.print(text, markup=False, highlight=False, soft_wrap=True)
+
+    def resources(self, jobs: int) -> Resources:
+        """Workers and threads for ``jobs`` things at once (runs or studies)."""
+        runtime = self.experiment.base.runtime
+        return choose_resources(
+            jobs,
+            self.workers or runtime.workers,
+            self.threads or runtime.threads,
+            gpus=gpu_count(runtime.accelerator),
+        )
+
+    def execute(self, specs: list[RunSpec]) -> list[dict[str, Any]]:
+        """Every spec through the executor (skip stored, train the rest)."""
+        runtime = self.experiment.base.runtime
+        return execute(
+            specs,
+            self.results_dir,
+            self.workers or runtime.workers,
+            self.threads or runtime.threads,
+            self.console,
+        )
+
+
+@dataclass
+class PipelineResult:
+    """What :func:`run_experiment` did: the planned runs, the studies, the report."""
+
+    experiment: Experiment
+    exp_dir: Path
+    report_dir: Path
+    specs: list[RunSpec]
+    studies: dict[str, Any]
+    missing: list[RunSpec]
+    report_rebuilt: bool
+
+
+def run_experiment(
+    experiment: Experiment | str | Path,
+    results_dir: Path = Path("results"),
+    report_dir: Path = Path("reports"),
+    workers: int | None = None,
+    threads: int | None = None,
+    storage: str | None = None,
+    console: Console | None = None,
+) -> PipelineResult:
+    """Every stage of an experiment (file or loaded) in order; finished runs are reused."""
+    if not isinstance(experiment, Experiment):
+        experiment = load_experiment(experiment)
+    check_corpora(experiment)
+    ctx = Context(experiment, Path(results_dir), Path(report_dir), workers, threads, storage)
+    if console is not None:
+        ctx.console = console
+    specs = plan_runs(experiment) + plan_sweep(experiment)
+    continued = plan_convert(experiment)
+    write_manifest(ctx, specs + stored_tuned_plan(ctx) + continued)
+    ctx.execute(specs)  # stage: shared
+    studies: dict[str, Any] = {}
+    if experiment.search is not None:
+        studies["search"] = search_stage(ctx)
+        tuned = plan_tuned(experiment, best_settings(studies["search"]))
+        specs += tuned
+        write_manifest(ctx, specs + continued)
+        ctx.execute(tuned)  # stage: tuned
+    if experiment.max_lr is not None:
+        studies["max_lr"] = max_lr_stage(ctx)
+    if studies:
+        write_studies(ctx, studies)
+    if continued:  # stage: convert, after the shared A/B that holds its sources
+        ctx.execute(ready_convert(ctx, continued))
+        specs += continued
+    rebuilt = report_stage(ctx)
+    _, missing = split_done(specs, ctx.results_dir)  # as stored now, by any process
+    return PipelineResult(
+        experiment, ctx.exp_dir, report_path(ctx), specs, studies, missing, rebuilt
+    )
+
+
+def write_manifest(ctx: Context, specs: list[RunSpec]) -> None:
+    """The plan as the report reads it (``experiment.json``)."""
+    store.write_manifest(ctx.exp_dir, plan_manifest(ctx.experiment, specs))
+
+
+def stored_tuned_plan(ctx: Context) -> list[RunSpec]:
+    """The tuned runs as the last stored search chose them (none before a search finished), so
+    a rerun whose search has nothing left to do plans, and writes, the same manifest."""
+    if ctx.experiment.search is None:
+        return []
+    studies = store.read_json(ctx.exp_dir / "stability.json") or {}
+    return plan_tuned(ctx.experiment, best_settings(studies.get("search") or {}))
+
+
+def search_stage(ctx: Context) -> dict[str, Any]:
+    """Run (or continue) every variant's LR x warmup study; ``{variant: summary}``."""
+    return _studies(ctx, "search")
+
+
+def best_settings(search: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """``{variant: {lr, warmup_steps}}`` of each variant's best stable search trial."""
+    return {
+        variant: {"lr": found["best"]["lr"], "warmup_steps": found["best"]["warmup_steps"]}
+        for variant, found in search.items()
+        if found.get("best")
+    }
+
+
+def max_lr_stage(ctx: Context) -> dict[str, Any]:
+    """Bracket every variant's max stable LR and check each bracket against the store."""
+    brackets = _studies(ctx, "max_lr")
+    return check_brackets(ctx.experiment, brackets, store.load_summaries(ctx.exp_dir))
+
+
+def _studies(ctx: Context, kind: str) -> dict[str, Any]:
+    """Every variant's study of ``kind`` (Optuna is imported only here: a file without
+    studies never loads it); ``{variant: result}``."""
+    from ablate.launch.search import run_studies, storage_label, storage_url, study_jobs
+
+    url = storage_url(ctx.experiment, ctx.results_dir, ctx.storage)
+    res = ctx.resources(len(study_jobs(ctx.experiment, (kind,))))
+    ctx.say(
+        f"{kind} studies in {storage_label(url)}: {res.workers} worker(s) x {res.threads} thread(s)"
+    )
+    total = sum(
+        study_runs(ctx.experiment, config, variant)[kind][0]
+        for variant, config in ctx.experiment.variants.items()
+    )
+    with StudyProgress(ctx.console, ctx.exp_dir, kind, total) as progress:
+        return run_studies(ctx.experiment, ctx.results_dir, url, res, (kind,), progress.say)[kind]
+
+
+def observations(runs: pd.DataFrame, variant: str, family: str) -> list[Observation]:
+    """Every judged run of the variant in ``family`` (its configuration at the probes' budget,
+    any LR and warmup) in the store, as (run id, lr, stable, group, seed)."""
+    if runs.empty or "family" not in runs:
+        return []
+    mine = runs[(runs["variant"] == variant) & (runs["family"] == family) & runs["stable"].notna()]
+    return [
+        Observation(r.run_id, float(r.lr), bool(r.stable), str(r.group), int(r.seed))
+        for r in mine.itertuples()
+    ]
+
+
+def check_brackets(
+    experiment: Experiment, brackets: dict[str, Any], runs: pd.DataFrame
+) -> dict[str, Any]:
+    """Each bracket with ``monotone`` and its ``contradictions``: stored runs of the same
+    variant and budget, at any warmup (sweep points, search trials, probes, main runs), on the
+    wrong side of it."""
+    checked = {}
+    for variant, found in brackets.items():
+        low, high = found["bracket"]
+        seen = observations(runs, variant, max_lr_family(experiment, variant))
+        against = contradictions(low, high, seen)
+        checked[variant] = {
+            **found,
+            "checked_runs": len(seen),
+            "monotone": not against,
+            "contradictions": [vars(o) for o in against],
+        }
+    return checked
+
+
+def write_studies(ctx: Context, studies: dict[str, Any]) -> None:
+    """``stability.json``: the criterion, the storage and every study's result."""
+    from ablate.launch.search import storage_label, storage_url
+
+    url = storage_url(ctx.experiment, ctx.results_dir, ctx.storage)
+    store.write_json_if_changed(
+        ctx.exp_dir / "stability.json",
+        {
+            "experiment": ctx.experiment.name,
+            "storage": storage_label(url),
+            "criterion": criterion_text(ctx.experiment.base.train.stability),
+            "search_seed": ctx.experiment.search_seed() if ctx.experiment.search else None,
+            "search": studies.get("search", {}),
+            "max_lr": {v: lasting(r) for v, r in studies.get("max_lr", {}).items()},
+        },
+    )
+
+
+def lasting(bracket: dict[str, Any]) -> dict[str, Any]:
+    """A bracket without what only this process saw (runs it trained itself, probes it found
+    stored), so that a rerun that trains nothing stores the same file."""
+    kept = {k: v for k, v in bracket.items() if k != "runs"}
+    kept["probes"] = [{k: v for k, v in p.items() if k != "reused"} for p in bracket["probes"]]
+    return kept
+
+
+def run_studies_only(ctx: Context) -> dict[str, Any]:
+    """``ablate search``: the search and max-LR studies without training the A/Bs."""
+    studies: dict[str, Any] = {}
+    if ctx.experiment.search is not None:
+        studies["search"] = search_stage(ctx)
+    if ctx.experiment.max_lr is not None:
+        studies["max_lr"] = max_lr_stage(ctx)
+    write_studies(ctx, studies)
+    return studies
+
+
+def ready_convert(ctx: Context, continued: list[RunSpec]) -> list[RunSpec]:
+    """The convert runs whose source finished with stored weights; the others are named."""
+    ready, waiting = ready_conversions(continued, ctx.exp_dir)
+    for spec, why in waiting:
+        ctx.say(f"convert: {spec.variant} seed={spec.seed} skipped: {why}")
+    return ready
+
+
+def report_path(ctx: Context) -> Path:
+    """The experiment's report folder."""
+    return ctx.report_dir / ctx.experiment.name
+
+
+def report_stage(ctx: Context) -> bool:
+    """Rebuild the report unless it is up to date; whether it was rebuilt."""
+    store.remember_report_dir(ctx.exp_dir, report_path(ctx))
+    if store.report_is_current(ctx.exp_dir, report_path(ctx)):
+        return False
+    from ablate.report.builder import build_report  # scipy and matplotlib: only when it is rebuilt
+
+    build_report(ctx.exp_dir, report_path(ctx))
+    return True

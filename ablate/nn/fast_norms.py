@@ -1,0 +1,194 @@
+"""Fast RMSNorm kernels and the choice between implementations, made per device.
+
+On this project's CPU torch builds ``F.rms_norm`` is composed of several ops and is 3–8× slower
+than the fused ``F.layer_norm`` at the same shape, so an A/B of the norms' *speed* would compare
+a fused LayerNorm with an unfused RMSNorm. ablate therefore ships its own RMSNorm kernel for
+CPU: one C++ pass per row forward and backward, fp32 accumulation, rows split across threads
+(``csrc/rms_norm.cpp``), compiled on first use with ``torch.utils.cpp_extension.load_inline``
+(about 30 s, once per machine: cached under ``$TORCH_EXTENSIONS_DIR/ablate/``, default
+``~/.cache/torch_extensions/ablate/``; later processes import the built library directly).
+
+Implementations (``model.norm.impl``):
+
+- ``reference``: the op-by-op formula in :mod:`ablate.nn.norms` (autograd backward);
+- ``torch``: ``F.rms_norm`` (a fused kernel on CUDA in recent torch);
+- ``cpp``: the C++ kernel above (CPU; statistics in fp32);
+- ``auto``: per device, the fastest *measured* one that is available: ``cpp`` on CPU,
+  ``torch`` on CUDA, else ``reference``. The choice is deterministic (a fixed table, not a
+  timing race), so the same spec gives the same numerics; when the C++ build is unavailable
+  (no compiler, no ninja) ``auto`` falls back to ``reference`` and says why once.
+
+``python -m ablate.bench.speed`` (``ablate bench``) measures all of them against LayerNorm.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import importlib.util
+import os
+import platform
+import time
+import warnings
+from pathlib import Path
+from types import ModuleType
+
+import torch
+import torch.nn.functional as F
+
+IMPLS = ("reference", "torch", "cpp")
+SOURCE = Path(__file__).parent / "csrc" / "rms_norm.cpp"
+CFLAGS = ["-O3", "-march=native", "-ffast-math", "-fno-finite-math-only", "-fopenmp"]
+
+
+STALE_LOCK_S = 600  # a build lock older than this was left by a killed build
+
+
+def build_directory(name: str) -> Path:
+    """Where the kernel is built: ``$TORCH_EXTENSIONS_DIR`` or ``~/.cache/torch_extensions``."""
+    root = os.environ.get("TORCH_EXTENSIONS_DIR") or Path.home() / ".cache" / "torch_extensions"
+    return Path(root) / "ablate" / name
+
+
+def _import_built(name: str, folder: Path) -> ModuleType | None:
+    """The already built library, imported directly (no build tool, no lock), or None."""
+    library = folder / f"{name}.so"
+    spec = importlib.util.spec_from_file_location(name, library)
+    if not library.is_file() or spec is None or spec.loader is None:
+        return None
+    module = importlib.util.module_from_spec(spec)
+    try:
+        spec.loader.exec_module(module)
+    except ImportError:  # a truncated library from a killed build: build it again
+        return None
+    return module
+
+
+def _build(name: str, folder: Path, source: str) -> ModuleType:
+    """Compile the kernel (about 30 s) into ``folder``; concurrent builders wait on a lock."""
+    from torch.utils.cpp_extension import load_inline
+
+    _put_ninja_on_path()
+    folder.mkdir(parents=True, exist_ok=True)
+    lock = folder / "lock"
+    if lock.exists() and time.time() - lock.stat().st_mtime > STALE_LOCK_S:
+        lock.unlink(missing_ok=True)  # torch would wait on it forever
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return load_inline(
+            name=name,
+            cpp_sources=[source],
+            functions=["rms_norm_forward", "rms_norm_backward"],
+            extra_cflags=CFLAGS,
+            extra_ldflags=["-fopenmp"],
+            build_directory=str(folder),
+            verbose=False,
+        )
+
+
+@functools.cache
+def _extension() -> tuple[ModuleType | None, str]:
+    """(the compiled module, "") or (None, why it is unavailable); loaded once per process."""
+    source = SOURCE.read_text(encoding="utf-8")
+    key = hashlib.sha256((source + " ".join(CFLAGS) + _cpu_flags()).encode()).hexdigest()
+    name = f"ablate_rms_norm_{key[:12]}"  # a new CPU or source gets a new build
+    folder = build_directory(name)
+    try:
+        return _import_built(name, folder) or _build(name, folder, source), ""
+    except Exception as exc:  # no compiler, no ninja, no headers: fall back, do not fail
+        return None, f"{type(exc).__name__}: {str(exc).strip().splitlines()[0][:200]}"
+
+
+def _put_ninja_on_path() -> None:
+    """torch calls ``ninja`` by name; the pip-installed one lives beside this interpreter."""
+    try:
+        import ninja
+
+        bin_dir = ninja.BIN_DIR
+    except ImportError:
+        return
+    path = os.environ.get("PATH", "")
+    if bin_dir not in path.split(os.pathsep):
+        os.environ["PATH"] = os.pathsep.join([bin_dir, path]) if path else bin_dir
+
+
+def _cpu_flags() -> str:
+    """The CPU's feature flags (what -march=native compiled for), or the machine name."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("flags"):
+                return line
+    except OSError:
+        pass
+    return platform.machine()
+
+
+def cpp_unavailable_reason() -> str:
+    """Empty when the C++ kernel can be used, else why not (building it if needed)."""
+    return _extension()[1]
+
+
+class _CppRMSNorm(torch.autograd.Function):
+    """y = x / sqrt(mean(x^2) + eps) * w with the C++ kernel's forward and analytic backward."""
+
+    @staticmethod
+    def forward(ctx, x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+        module = _extension()[0]
+        assert module is not None
+        x = x.contiguous()
+        w = weight.to(x.dtype).contiguous()
+        y, rstd = module.rms_norm_forward(x, w, eps)
+        ctx.save_for_backward(x, w, rstd)
+        ctx.weight_dtype = weight.dtype
+        return y
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, None]:
+        module = _extension()[0]
+        x, w, rstd = ctx.saved_tensors
+        dx, dw = module.rms_norm_backward(grad.contiguous(), x, w, rstd)
+        return dx, dw.to(ctx.weight_dtype), None
+
+
+def rms_norm_cpp(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    """RMSNorm with gain through the C++ kernel (CPU tensors, statistics in fp32)."""
+    return _CppRMSNorm.apply(x, weight, eps)
+
+
+def rms_norm_torch(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    """RMSNorm with gain through ``F.rms_norm`` (gain cast to the input's dtype)."""
+    return F.rms_norm(x, (x.shape[-1],), weight.to(x.dtype), eps)
+
+
+AUTO_ORDER: dict[str, tuple[str, ...]] = {"cpu": ("cpp",), "cuda": ("torch",)}
+
+
+def available(impl: str, device: torch.device) -> bool:
+    """Whether ``impl`` can run on ``device``."""
+    if impl == "cpp":
+        return device.type == "cpu" and _extension()[0] is not None
+    return impl in IMPLS
+
+
+@functools.cache
+def _warn_fallback(reason: str) -> None:
+    warnings.warn(
+        f"ablate: C++ RMSNorm unavailable, using the reference one ({reason})", stacklevel=3
+    )
+
+
+def resolve(impl: str, device: torch.device) -> str:
+    """The implementation ``impl`` means on ``device`` (``auto`` resolved; never unavailable)."""
+    if impl != "auto":
+        if not available(impl, device):
+            raise RuntimeError(
+                f"model.norm.impl {impl!r} is not available on {device.type}: "
+                f"{cpp_unavailable_reason() or 'CPU only'}; use auto or reference"
+            )
+        return impl
+    for candidate in AUTO_ORDER.get(device.type, ()):
+        if available(candidate, device):
+            return candidate
+    if device.type == "cpu":
+        _warn_fallback(cpp_unavailable_reason())
+    return "reference"

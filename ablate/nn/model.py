@@ -1,0 +1,268 @@
+"""A small GPT-style decoder whose norm kind and placement are parameters, and its fair init.
+
+Placements: Pre-Norm, Post-Norm, Sandwich (Peri-LN), DeepNorm and none (see :class:`Block`);
+any norm kind of :mod:`ablate.nn.norms` fits any placement, and ``qk_norm`` adds per-head norms on
+queries and keys.
+
+Everything but the normalization is fixed by :class:`~ablate.core.config.ModelConfig`. Parameters
+are initialized *by name*: each one draws from its own generator seeded from ``(seed, name)``, so
+a variant that owns an extra parameter (LayerNorm's bias) leaves every shared parameter bitwise
+identical to the other variant's. :func:`shared_init_digest` hashes the parameters that do not
+belong to a norm, which is what any two norm variants of the same shape share.
+:func:`parameter_groups` splits the parameters into weight-decay and no-decay groups (nanoGPT).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from collections.abc import Callable
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from ablate.core.config import ModelConfig
+from ablate.nn.norms import build_norm, is_norm
+
+FINAL_NORM_PLACEMENTS = ("pre", "sandwich")
+DEEPNORM_SCALED = ("attn.proj.weight", "mlp.fc.weight", "mlp.proj.weight")
+
+
+def make_norm(cfg: ModelConfig, dim: int | None = None) -> nn.Module:
+    """The configured norm over ``dim`` features (default d_model)."""
+    n = cfg.norm
+    return build_norm(
+        n.kind, dim or cfg.d_model, n.eps, n.bias, n.fp32_reduction, n.impl, alpha_init=n.alpha_init
+    )
+
+
+def deepnorm_alpha(n_layers: int) -> float:
+    """DeepNet's residual scale for a decoder-only model: alpha = (2N)^(1/4) (Wang et al. 2022)."""
+    return (2 * n_layers) ** 0.25
+
+
+def deepnorm_beta(n_layers: int) -> float:
+    """DeepNet's init gain of the value, output and MLP matrices: beta = (8N)^(-1/4)."""
+    return (8 * n_layers) ** -0.25
+
+
+class CausalSelfAttention(nn.Module):
+    """Multi-head causal self-attention through ``scaled_dot_product_attention``.
+
+    With ``model.norm.qk_norm`` the queries and keys are normalized per head (``q_norm``,
+    ``k_norm``, over d_head features) before the dot product (Wortsman et al. 2023).
+    """
+
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        self.n_heads = cfg.n_heads
+        self.qkv = nn.Linear(cfg.d_model, 3 * cfg.d_model)
+        self.proj = nn.Linear(cfg.d_model, cfg.d_model)
+        self.dropout = cfg.dropout
+        head = cfg.d_model // cfg.n_heads
+        self.q_norm = make_norm(cfg, head) if cfg.norm.qk_norm else None
+        self.k_norm = make_norm(cfg, head) if cfg.norm.qk_norm else None
+
+    def heads(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Queries, keys (normalized under qk_norm) and values, each (B, H, T, d_head)."""
+        b, t, d = x.shape
+        q, k, v = self.qkv(x).split(d, dim=2)  # 3 x (B, T, D)
+        q, k, v = (z.view(b, t, self.n_heads, d // self.n_heads).transpose(1, 2) for z in (q, k, v))
+        if self.q_norm is not None and self.k_norm is not None:
+            q, k = self.q_norm(q), self.k_norm(k)
+        return q, k, v
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, t, d = x.shape
+        q, k, v = self.heads(x)
+        dropout = self.dropout if self.training else 0.0
+        y = F.scaled_dot_product_attention(q, k, v, dropout_p=dropout, is_causal=True)
+        return self.proj(y.transpose(1, 2).reshape(b, t, d))  # (B, T, D)
+
+
+class MLP(nn.Module):
+    """Two-layer GELU feed-forward network."""
+
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        hidden = cfg.d_ff or 4 * cfg.d_model
+        self.fc = nn.Linear(cfg.d_model, hidden)
+        self.proj = nn.Linear(hidden, cfg.d_model)
+        self.drop = nn.Dropout(cfg.dropout)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.drop(self.proj(F.gelu(self.fc(x))))
+
+
+class Block(nn.Module):
+    """One transformer block; the placement decides where its norms sit.
+
+    ``pre``: x + f(norm(x)); ``post``: norm(x + f(x)); ``sandwich``: x + norm_out(f(norm(x)));
+    ``deepnorm``: norm(alpha * x + f(x)); ``none``: x + f(x). ``f`` is attention, then the MLP.
+    """
+
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        self.placement = cfg.norm.placement
+        has_norm = self.placement != "none"
+        self.norm_attn = make_norm(cfg) if has_norm else None
+        self.attn = CausalSelfAttention(cfg)
+        self.norm_attn_out = make_norm(cfg) if self.placement == "sandwich" else None
+        self.norm_mlp = make_norm(cfg) if has_norm else None
+        self.mlp = MLP(cfg)
+        self.norm_mlp_out = make_norm(cfg) if self.placement == "sandwich" else None
+        self.drop = nn.Dropout(cfg.dropout)
+        self.alpha = deepnorm_alpha(cfg.n_layers) if self.placement == "deepnorm" else 1.0
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.sublayer(x, lambda h: self.drop(self.attn(h)), self.norm_attn, self.norm_attn_out)
+        return self.sublayer(x, self.mlp, self.norm_mlp, self.norm_mlp_out)
+
+    def sublayer(
+        self,
+        x: torch.Tensor,
+        f: Callable[[torch.Tensor], torch.Tensor],
+        norm: nn.Module | None,
+        norm_out: nn.Module | None,
+    ) -> torch.Tensor:
+        """One residual line under this block's placement."""
+        if norm is None:  # placement none
+            return x + f(x)
+        if self.placement == "pre":
+            return x + f(norm(x))
+        if self.placement == "sandwich":
+            assert norm_out is not None
+            return x + norm_out(f(norm(x)))
+        return norm(self.alpha * x + f(x))  # post (alpha 1) and deepnorm
+
+
+class GPT(nn.Module):
+    """Token + position embeddings, ``n_layers`` blocks, a final norm where needed, LM head.
+
+    Pre-Norm and Sandwich end with a final norm on the residual stream; Post-Norm and DeepNorm
+    blocks already end in a norm, and the no-norm baseline has none.
+    """
+
+    def __init__(self, cfg: ModelConfig, vocab_size: int) -> None:
+        super().__init__()
+        self.cfg = cfg
+        self.vocab_size = vocab_size
+        self.tok_emb = nn.Embedding(vocab_size, cfg.d_model)
+        self.pos_emb = nn.Embedding(cfg.seq_len, cfg.d_model)
+        self.drop = nn.Dropout(cfg.dropout)
+        self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layers))
+        final = cfg.norm.placement in FINAL_NORM_PLACEMENTS
+        self.norm_f = make_norm(cfg) if final else nn.Identity()
+        self.head = nn.Linear(cfg.d_model, vocab_size, bias=False)
+        if cfg.tie_weights:
+            self.head.weight = self.tok_emb.weight
+
+    def forward(self, idx: torch.Tensor) -> torch.Tensor:
+        """Logits (B, T, V) for token ids ``idx`` (B, T)."""
+        t = idx.shape[1]
+        pos = torch.arange(t, device=idx.device)
+        x = self.drop(self.tok_emb(idx) + self.pos_emb(pos))  # (B, T, D)
+        for block in self.blocks:
+            x = block(x)
+        return self.head(self.norm_f(x))
+
+    def loss(self, batch: torch.Tensor) -> torch.Tensor:
+        """Mean next-token cross-entropy over a batch of (B, T+1) token ids."""
+        logits = self(batch[:, :-1])
+        return F.cross_entropy(logits.flatten(0, 1).float(), batch[:, 1:].flatten())
+
+
+def name_seed(seed: int, name: str) -> int:
+    """A 63-bit generator seed derived from the run seed and a parameter's name."""
+    digest = hashlib.sha256(f"{seed}:{name}".encode()).digest()
+    return int.from_bytes(digest[:8], "little") & ((1 << 63) - 1)
+
+
+def _init_std(name: str, cfg: ModelConfig) -> float:
+    """GPT-2 scheme: N(0, std), residual output projections scaled by 1/sqrt(2 * n_layers).
+
+    DeepNorm replaces that down-scaling by its own: beta on the attention output and both MLP
+    matrices (and on the value rows of ``qkv``, see :func:`init_parameters`).
+    """
+    if cfg.norm.placement == "deepnorm":
+        scaled = name.endswith(DEEPNORM_SCALED)
+        return cfg.init_std * deepnorm_beta(cfg.n_layers) if scaled else cfg.init_std
+    if name.endswith("proj.weight"):
+        return cfg.init_std / math.sqrt(2 * cfg.n_layers)
+    return cfg.init_std
+
+
+@torch.no_grad()
+def init_parameters(model: GPT, seed: int) -> None:
+    """Initialize every parameter from its own ``(seed, name)`` generator.
+
+    Norms reset themselves (gain one, bias zero, DyT's alpha); other biases start at zero;
+    matrices and embeddings are normal. Under DeepNorm the value third of each ``qkv`` weight
+    is scaled by beta as well (queries and keys keep ``init_std``, as in DeepNet).
+    """
+    norm_params = norm_parameter_names(model)
+    for module in model.modules():
+        if is_norm(module):
+            module.reset_parameters()
+    cfg = model.cfg
+    for name, param in model.named_parameters():
+        if name in norm_params:
+            continue
+        if name.endswith("bias"):
+            param.zero_()
+            continue
+        generator = torch.Generator().manual_seed(name_seed(seed, name))
+        sample = torch.randn(param.shape, generator=generator, dtype=torch.float32)
+        param.copy_(sample * _init_std(name, cfg))
+        if cfg.norm.placement == "deepnorm" and name.endswith("attn.qkv.weight"):
+            param[2 * cfg.d_model :].mul_(deepnorm_beta(cfg.n_layers))
+
+
+def build_model(cfg: ModelConfig, vocab_size: int, seed: int) -> GPT:
+    """A GPT for ``cfg`` with parameters initialized from ``seed`` by name."""
+    model = GPT(cfg, vocab_size)
+    init_parameters(model, seed)
+    return model
+
+
+def norm_parameter_names(model: nn.Module) -> set[str]:
+    """Names of all parameters owned by normalization layers."""
+    return {
+        f"{mod_name}.{p_name}"
+        for mod_name, module in model.named_modules()
+        if is_norm(module)
+        for p_name, _ in module.named_parameters(recurse=False)
+    }
+
+
+def parameter_digests(model: nn.Module) -> dict[str, str]:
+    """sha256 (first 16 hex digits) of each parameter's bytes, by name."""
+    return {
+        name: hashlib.sha256(p.detach().cpu().contiguous().numpy().tobytes()).hexdigest()[:16]
+        for name, p in model.named_parameters()
+    }
+
+
+def shared_init_digest(model: nn.Module) -> str:
+    """One digest over every non-norm parameter (name and bytes): equal across norm variants."""
+    norm_params = norm_parameter_names(model)
+    h = hashlib.sha256()
+    for name, digest in sorted(parameter_digests(model).items()):
+        if name not in norm_params:
+            h.update(f"{name}={digest};".encode())
+    return h.hexdigest()[:16]
+
+
+def count_parameters(model: nn.Module) -> int:
+    """Number of distinct trainable parameters (tied weights counted once)."""
+    return sum(p.numel() for p in model.parameters() if p.requires_grad)
+
+
+def parameter_groups(model: nn.Module, weight_decay: float) -> list[dict]:
+    """nanoGPT split: matrices and embeddings decay; gains, biases and other vectors do not."""
+    params = [p for p in model.parameters() if p.requires_grad]
+    return [
+        {"params": [p for p in params if p.dim() >= 2], "weight_decay": weight_decay},
+        {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0},
+    ]

@@ -1,0 +1,262 @@
+"""Statistics over stored runs: per-variant summaries, paired differences, the LR sweep.
+
+Everything takes the frame :func:`ablate.core.store.load_summaries` returns (one row per run). Loss
+statistics use runs that finished; diverged runs are counted, not averaged in, since their
+final loss measures the blow-up, not the norm. Paired differences match a variant's seed with
+the baseline's same seed, and use scipy's paired t-test (``scipy.stats.ttest_rel``) and its 95%
+confidence interval. The *noise floor* is the seed-to-seed standard deviation of the final val
+loss pooled over variants (the root mean of the per-variant variances): a difference between
+variants smaller than it is not distinguishable from a change of seed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+from scipy import stats
+
+from ablate.core.stability import clipped_loss, lr_sensitivity
+
+CONFIDENCE = 0.95
+
+
+@dataclass(frozen=True)
+class PairedDifference:
+    """Mean of (variant - baseline) over matched seeds, its 95% interval and the test's p-value."""
+
+    n_pairs: int
+    mean: float
+    ci_low: float
+    ci_high: float
+    p_value: float
+
+
+DIFF_COLUMNS = ("diff_vs_baseline", "diff_ci_low", "diff_ci_high", "paired_t_p", "n_pairs")
+
+
+def difference_columns(
+    diff: PairedDifference | None, names: tuple[str, str, str, str, str] = DIFF_COLUMNS
+) -> dict[str, float | int]:
+    """``diff`` as table columns (mean, interval, p, pairs) under ``names``; NaN/0 for None."""
+    if diff is None:
+        return dict(zip(names, (float("nan"),) * 4 + (0,), strict=True))
+    values = (diff.mean, diff.ci_low, diff.ci_high, diff.p_value, diff.n_pairs)
+    return dict(zip(names, values, strict=True))
+
+
+def paired_difference(
+    runs: pd.DataFrame, variant: str, baseline: str, metric: str = "final_val_loss"
+) -> PairedDifference:
+    """Paired t-test of ``metric`` between two variants' finished runs that share a seed."""
+    finished = runs[runs["status"] == "finished"]
+    a = finished[finished["variant"] == variant].set_index("seed")[metric]
+    b = finished[finished["variant"] == baseline].set_index("seed")[metric]
+    seeds = a.index.intersection(b.index)
+    return mean_difference(a[seeds] - b[seeds])
+
+
+def mean_difference(diff: pd.Series) -> PairedDifference:
+    """Mean of matched differences (one per seed), its 95% t interval and the p-value of
+    H0: mean 0 (``ttest_1samp`` on the differences, the same test as ``ttest_rel``)."""
+    values = diff.dropna().astype(float).to_numpy()
+    n = len(values)
+    if n < 2:
+        mean = float(values.mean()) if n else float("nan")
+        return PairedDifference(n, mean, float("nan"), float("nan"), float("nan"))
+    if np.allclose(values, values[0]):  # zero variance: the t-test is undefined
+        value = float(values[0])
+        return PairedDifference(n, value, value, value, float("nan"))
+    result = stats.ttest_1samp(values, 0.0)
+    interval = result.confidence_interval(CONFIDENCE)
+    return PairedDifference(
+        n, float(values.mean()), float(interval.low), float(interval.high), float(result.pvalue)
+    )
+
+
+def holm(p_values: list[float]) -> list[float]:
+    """Holm–Bonferroni adjusted p-values, in the given order (NaN stays NaN): the i-th
+    smallest of m is multiplied by m − i + 1, made monotone and capped at 1. Rejecting where
+    the adjusted p < α keeps the family-wise error rate of all m comparisons at α."""
+    order = sorted((p, i) for i, p in enumerate(p_values) if not np.isnan(p))
+    m = len(order)
+    adjusted = [float("nan")] * len(p_values)
+    running = 0.0
+    for rank, (p, i) in enumerate(order):
+        running = max(running, min(1.0, (m - rank) * p))
+        adjusted[i] = running
+    return adjusted
+
+
+def column(frame: pd.DataFrame, name: str) -> pd.Series:
+    """``frame[name]`` as floats; all NaN when the column is missing (runs stored by older
+    versions lack the newer summary keys)."""
+    if name not in frame:
+        return pd.Series(np.nan, index=frame.index, dtype=float)
+    return pd.to_numeric(frame[name], errors="coerce").astype(float)
+
+
+def variant_row(runs: pd.DataFrame, variant: str, baseline: str) -> dict[str, object]:
+    """Runs, outcomes, loss and speed over seeds, and the paired difference to ``baseline``.
+
+    Loss and speed use finished runs; ``nonfinite_values`` sums the non-finite activations and
+    gradients the probes counted in every run of the variant, diverged ones included.
+    """
+    mine = runs[runs["variant"] == variant]
+    finished = mine[mine["status"] == "finished"]
+    val, best = column(finished, "final_val_loss"), column(finished, "best_val_loss")
+    tokens_per_s = column(finished, "tokens_per_s")
+    row: dict[str, object] = {
+        "variant": variant,
+        "runs": len(mine),
+        "finished": len(finished),
+        "diverged": int((mine["status"] == "diverged").sum()),
+        "collapsed": int((column(finished, "stable") == 0).sum()),  # finished, not learned
+        "final_val_loss_mean": val.mean(),
+        "final_val_loss_std": val.std(ddof=1),
+        "best_val_loss_mean": best.mean(),
+        "best_val_loss_std": best.std(ddof=1),
+        **difference_columns(None),
+        "n_params": int(mine["n_params"].iloc[0]) if len(mine) else None,
+        "tokens_per_s_mean": tokens_per_s.mean(),
+        "tokens_per_s_std": tokens_per_s.std(ddof=1),
+        "step_time_ms_mean": 1000 * column(finished, "step_time_median_s").mean(),
+        "peak_memory_mb_mean": column(finished, "peak_memory_mb").mean(),
+        "nonfinite_values": int(
+            column(mine, "nonfinite_activations").fillna(0).sum()
+            + column(mine, "nonfinite_grads").fillna(0).sum()
+        ),
+    }
+    if variant != baseline:
+        row.update(difference_columns(paired_difference(runs, variant, baseline)))
+    return row
+
+
+def variant_table(runs: pd.DataFrame, variants: list[str], baseline: str) -> pd.DataFrame:
+    """One :func:`variant_row` per variant, in the experiment's order."""
+    return pd.DataFrame([variant_row(runs, v, baseline) for v in variants])
+
+
+def noise_floor(runs: pd.DataFrame, metric: str = "final_val_loss") -> float:
+    """Seed-to-seed std of ``metric`` over finished runs, pooled over variants (NaN if no
+    variant has two finished seeds)."""
+    finished = runs[runs["status"] == "finished"]
+    grouped = column(finished, metric).groupby(finished["variant"])
+    variances = grouped.var(ddof=1).dropna()
+    return float(np.sqrt(variances.mean())) if len(variances) else float("nan")
+
+
+def curve_band(metrics: pd.DataFrame, value: str, by: str = "step") -> pd.DataFrame:
+    """Per variant and ``by`` (step): mean, std and count of ``value`` over seeds."""
+    present = metrics.dropna(subset=[value])
+    grouped = present.groupby(["variant", by])[value]
+    return grouped.agg(["mean", "std", "count"]).reset_index()
+
+
+def curve_difference(
+    metrics: pd.DataFrame, variants: list[str], baseline: str, value: str = "val_loss"
+) -> pd.DataFrame:
+    """Per non-baseline variant and step: mean of (variant − baseline) ``value`` over matched
+    seeds with its 95% t interval (:func:`mean_difference`), where both evaluated the step.
+    Columns: variant, step, mean, ci_low, ci_high, n_pairs."""
+    present = metrics.dropna(subset=[value])
+    wide = present.pivot_table(index=["seed", "step"], columns="variant", values=value)
+    rows = []
+    for variant in variants:
+        if variant == baseline or variant not in wide or baseline not in wide:
+            continue
+        diff = (wide[variant] - wide[baseline]).dropna()
+        for step, per_seed in diff.groupby(level="step"):
+            d = mean_difference(per_seed)
+            rows.append(
+                {
+                    "variant": variant,
+                    "step": int(step),
+                    "mean": d.mean,
+                    "ci_low": d.ci_low,
+                    "ci_high": d.ci_high,
+                    "n_pairs": d.n_pairs,
+                }
+            )
+    return pd.DataFrame(rows, columns=["variant", "step", "mean", "ci_low", "ci_high", "n_pairs"])
+
+
+def probe_band(probes: pd.DataFrame, quantity: str) -> pd.DataFrame:
+    """Per variant, site, layer and step: mean and count over seeds of one probe quantity."""
+    mine = probes[probes["quantity"] == quantity]
+    grouped = mine.groupby(["variant", "site", "layer", "step"])["value"]
+    return grouped.agg(["mean", "count"]).reset_index()
+
+
+def sweep_frame(manifest_runs: list[dict], runs: pd.DataFrame) -> pd.DataFrame:
+    """One row per stored sweep run: variant, seed, lr, status, stable, final and clipped loss.
+
+    The clipped loss is min(final val loss, ℓ0), an unstable run counting as ℓ0 (Wortsman et
+    al. 2023), so a diverged run sits at the initial loss instead of off the chart.
+    """
+    by_id = runs.set_index("run_id") if len(runs) else None
+    rows = []
+    for entry in manifest_runs:
+        if entry.get("group") != "sweep" or by_id is None or entry["run_id"] not in by_id.index:
+            continue
+        summary = by_id.loc[entry["run_id"]]
+        initial = float(summary["initial_loss"])
+        stable = bool(summary["stable"]) if pd.notna(summary["stable"]) else False
+        loss = summary["final_val_loss"]
+        rows.append(
+            {
+                "variant": entry["variant"],
+                "seed": entry["seed"],
+                "lr": entry["lr"],
+                "run_id": entry["run_id"],
+                "status": summary["status"],
+                "stable": stable,
+                "final_val_loss": loss,
+                "initial_loss": initial,
+                "clipped_loss": clipped_loss(
+                    None if pd.isna(loss) or not stable else float(loss), initial
+                ),
+            }
+        )
+    columns = [
+        "variant",
+        "seed",
+        "lr",
+        "run_id",
+        "status",
+        "stable",
+        "final_val_loss",
+        "initial_loss",
+        "clipped_loss",
+    ]
+    return pd.DataFrame(rows, columns=columns)
+
+
+def sweep_table(frame: pd.DataFrame) -> pd.DataFrame:
+    """Per variant and LR: mean clipped final loss over seeds, seeds run, seeds unstable."""
+    grouped = frame.groupby(["variant", "lr"])
+    return grouped.agg(
+        loss_mean=("clipped_loss", "mean"),
+        seeds=("seed", "count"),
+        unstable=("stable", lambda s: int((~s.astype(bool)).sum())),
+    ).reset_index()
+
+
+def sensitivity_table(table: pd.DataFrame, frame: pd.DataFrame) -> pd.DataFrame:
+    """Per variant: LR sensitivity E_lr[min(ℓ, ℓ0)] − min_lr ℓ, the best LR and its loss."""
+    rows = []
+    for variant, mine in table.groupby("variant", sort=False):
+        initial = float(frame.loc[frame["variant"] == variant, "initial_loss"].iloc[0])
+        best = mine.loc[mine["loss_mean"].idxmin()]
+        rows.append(
+            {
+                "variant": variant,
+                "lr_sensitivity": lr_sensitivity(list(mine["loss_mean"]), initial),
+                "best_lr": float(best["lr"]),
+                "best_loss": float(best["loss_mean"]),
+                "grid_points": len(mine),
+                "unstable_points": int((mine["unstable"] > 0).sum()),
+            }
+        )
+    return pd.DataFrame(rows)

@@ -1,0 +1,93 @@
+"""Lightning loggers of a run: CSV always, TensorBoard, MLflow or W&B when named and installed.
+
+ablate records its own metrics (``metrics.csv``, ``probes.csv``); the loggers are a view of the
+same numbers for the tools researchers already use: the callbacks of :mod:`ablate.training.probes`
+hand them the train loss, learning rate and gradient norm every ``runtime.log_every_n_steps``
+steps, the val loss at each evaluation and the probes at each probe step (:func:`log_metrics`);
+the run logs its flattened configuration once. Each logger writes under the run's folder
+(``<run>/logs/<logger>/``); MLflow uses ``MLFLOW_TRACKING_URI`` when set, else a file store in the
+experiment's folder (``<experiment>/mlruns``). W&B follows its own environment
+(``WANDB_MODE=offline`` for machines without network).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import lightning as L
+    from lightning.pytorch.loggers import Logger
+
+    from ablate.core.plan import RunSpec
+
+
+def _csv(spec: RunSpec, run_dir: Path) -> Logger:
+    from lightning.pytorch.loggers import CSVLogger
+
+    return CSVLogger(save_dir=run_dir / "logs", name="csv", version="")
+
+
+def _tensorboard(spec: RunSpec, run_dir: Path) -> Logger:
+    from lightning.pytorch.loggers import TensorBoardLogger
+
+    return TensorBoardLogger(
+        save_dir=run_dir / "logs", name="tensorboard", version="", default_hp_metric=False
+    )
+
+
+def _mlflow(spec: RunSpec, run_dir: Path) -> Logger:
+    import os
+
+    from lightning.pytorch.loggers import MLFlowLogger
+
+    tracking = os.environ.get("MLFLOW_TRACKING_URI") or f"file:{run_dir.parent / 'mlruns'}"
+    return MLFlowLogger(
+        experiment_name=spec.experiment,
+        run_name=f"{spec.variant}-seed{spec.seed}-{spec.run_id}",
+        tracking_uri=tracking,
+        tags={"variant": spec.variant, "seed": str(spec.seed), "group": spec.group},
+    )
+
+
+def _wandb(spec: RunSpec, run_dir: Path) -> Logger:
+    from lightning.pytorch.loggers import WandbLogger
+
+    return WandbLogger(
+        project=spec.experiment,
+        name=f"{spec.variant}-seed{spec.seed}",
+        group=spec.group,
+        id=spec.run_id,
+        save_dir=str(run_dir / "logs"),
+    )
+
+
+BUILDERS: dict[str, Callable[[RunSpec, Path], Logger]] = {
+    "tensorboard": _tensorboard,
+    "mlflow": _mlflow,
+    "wandb": _wandb,
+}
+
+
+def build_loggers(spec: RunSpec, run_dir: Path) -> list[Logger]:
+    """The CSV logger and every logger named in ``runtime.loggers``, writing under ``run_dir``."""
+    return [_csv(spec, run_dir), *(BUILDERS[n](spec, run_dir) for n in spec.config.runtime.loggers)]
+
+
+def flatten(config: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """Nested sections as one level of dotted keys (``model.norm.kind``), for hyperparameters."""
+    flat: dict[str, Any] = {}
+    for key, value in config.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, dict):
+            flat.update(flatten(value, f"{name}."))
+        else:
+            flat[name] = value if isinstance(value, int | float | str | bool) else str(value)
+    return flat
+
+
+def log_metrics(trainer: L.Trainer, metrics: dict[str, float], step: int) -> None:
+    """Send ``metrics`` at ``step`` to every logger of the Trainer."""
+    for logger in trainer.loggers:
+        logger.log_metrics(metrics, step)

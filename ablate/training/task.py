@@ -1,0 +1,128 @@
+"""The LightningModule (AdamW groups, warmup + cosine/constant schedule, loss, clipping,
+evaluation) and the DataModule that feeds it.
+
+The module owns the optimization of one run. It records the gradient norm it clips with (so the
+metrics carry it at no extra cost), skips the optimizer step for a non-finite loss, and exposes
+the last validation loss; the callbacks in :mod:`ablate.training.probes` read these to log
+and to stop diverged runs. :class:`RunData` hands each DDP process its share of every batch.
+"""
+
+from __future__ import annotations
+
+import math
+
+import lightning as L
+import torch
+from torch.utils.data import DataLoader
+
+from ablate.core.config import TrainConfig
+from ablate.nn.model import GPT, parameter_groups
+from ablate.training.data import Corpus, WindowBatches
+
+
+def lr_factor(step: int, warmup: int, total: int, schedule: str, min_ratio: float) -> float:
+    """Multiplier of the peak learning rate at optimizer step ``step`` (0-based)."""
+    if warmup > 0 and step < warmup:
+        return (step + 1) / warmup
+    if schedule == "constant":
+        return 1.0
+    span = max(1, total - warmup)
+    progress = min(1.0, (step - warmup) / span)
+    return min_ratio + (1.0 - min_ratio) * 0.5 * (1.0 + math.cos(math.pi * progress))
+
+
+class LanguageModelTask(L.LightningModule):
+    """Next-token training of a :class:`~ablate.nn.model.GPT` under a :class:`TrainConfig`."""
+
+    def __init__(self, model: GPT, cfg: TrainConfig, total_steps: int) -> None:
+        super().__init__()
+        self.model = model
+        self.cfg = cfg
+        self.total_steps = total_steps
+        self.last_loss: torch.Tensor | None = None
+        self.last_grad_norm: torch.Tensor | None = None
+        self.last_val_loss: float | None = None
+        self._val_sum = 0.0
+        self._val_count = 0
+        self.threads = torch.get_num_threads()  # the run's share of the machine
+
+    def setup(self, stage: str) -> None:
+        """Under DDP each process of this machine takes its part of the run's threads."""
+        if self.trainer.world_size > 1:
+            torch.set_num_threads(max(1, self.threads // self.trainer.num_devices))
+
+    def training_step(self, batch: torch.Tensor, batch_idx: int) -> torch.Tensor | None:
+        loss = self.model.loss(batch)
+        self.last_loss = self.global_mean(loss.detach())
+        self.last_grad_norm = None
+        if not torch.isfinite(self.last_loss):
+            return None  # skip the update (every process alike); the divergence monitor stops
+        return loss
+
+    def global_mean(self, value: torch.Tensor) -> torch.Tensor:
+        """``value`` averaged over the DDP processes: the loss of the whole global batch."""
+        if self.trainer.world_size == 1:
+            return value
+        return self.trainer.strategy.reduce(value, reduce_op="mean")
+
+    def configure_gradient_clipping(
+        self,
+        optimizer: torch.optim.Optimizer,
+        gradient_clip_val: float | None = None,
+        gradient_clip_algorithm: str | None = None,
+    ) -> None:
+        max_norm = self.cfg.grad_clip if self.cfg.grad_clip is not None else math.inf
+        self.last_grad_norm = torch.nn.utils.clip_grad_norm_(self.parameters(), max_norm)
+
+    def on_validation_epoch_start(self) -> None:
+        self._val_sum, self._val_count = 0.0, 0
+
+    def validation_step(self, batch: torch.Tensor, batch_idx: int) -> None:
+        self._val_sum += float(self.model.loss(batch))
+        self._val_count += 1
+
+    def on_validation_epoch_end(self) -> None:
+        self.last_val_loss = self._val_sum / max(1, self._val_count)
+
+    def configure_optimizers(self) -> dict:
+        cfg = self.cfg
+        optimizer = torch.optim.AdamW(
+            parameter_groups(self.model, cfg.weight_decay),
+            lr=cfg.lr,
+            betas=(cfg.beta1, cfg.beta2),
+        )
+        scheduler = torch.optim.lr_scheduler.LambdaLR(
+            optimizer,
+            lambda step: lr_factor(
+                step, cfg.warmup_steps, self.total_steps, cfg.schedule, cfg.min_lr_ratio
+            ),
+        )
+        return {
+            "optimizer": optimizer,
+            "lr_scheduler": {"scheduler": scheduler, "interval": "step"},
+        }
+
+
+class RunData(L.LightningDataModule):
+    """A run's train and val loaders; each DDP process trains on its share of every batch.
+
+    Every process evaluates all validation windows (the same weights give the same loss).
+    """
+
+    def __init__(
+        self, corpus: Corpus, train_offsets: torch.Tensor, val_offsets: torch.Tensor, seq_len: int
+    ) -> None:
+        super().__init__()
+        self.corpus = corpus
+        self.train_offsets = train_offsets  # (steps, global batch)
+        self.val_offsets = val_offsets
+        self.seq_len = seq_len
+
+    def train_dataloader(self) -> DataLoader:
+        rank, world = self.trainer.global_rank, self.trainer.world_size
+        share = self.train_offsets.tensor_split(world, dim=1)[rank]
+        return DataLoader(WindowBatches(self.corpus.train, share, self.seq_len), batch_size=None)
+
+    def val_dataloader(self) -> DataLoader:
+        windows = WindowBatches(self.corpus.val, self.val_offsets, self.seq_len)
+        return DataLoader(windows, batch_size=None)
