@@ -23,15 +23,9 @@ from scipy import stats
 from ablate.cli import main
 from ablate.core import store
 from ablate.report.analysis import holm
-from ablate.report.builder import (
-    FIGURES,
-    build_report,
-    markdown_to_html,
-    probes_markdown,
-    quality_markdown,
-    summary_lines,
-    with_holm,
-)
+from ablate.report.builder import FIGURES, build_report, markdown_to_html
+from ablate.report.summary import summary_lines, with_holm
+from ablate.report.text import probes_markdown, quality_markdown
 
 VARIANTS = ["layernorm", "rmsnorm"]
 

@@ -260,3 +260,26 @@ def sensitivity_table(table: pd.DataFrame, frame: pd.DataFrame) -> pd.DataFrame:
             }
         )
     return pd.DataFrame(rows)
+
+
+def last_probes(probes: pd.DataFrame) -> pd.DataFrame:
+    """Per run: the probes at its last probe step, one column per headline quantity."""
+    if probes.empty:
+        return pd.DataFrame()
+    last = probes[probes["step"] == probes.groupby("run_id")["step"].transform("max")]
+    blocks = last[last["site"].str.fullmatch(r"blocks\.\d+")]
+    top = blocks[blocks["layer"] == blocks.groupby("run_id")["layer"].transform("max")]
+
+    def per_run(frame: pd.DataFrame, quantity: str, how: str) -> pd.Series:
+        return frame[frame["quantity"] == quantity].groupby("run_id")["value"].agg(how)
+
+    frame = pd.DataFrame(
+        {
+            "resid_rms_last_block": per_run(top, "resid_rms", "max"),
+            "grad_norm_max_block": per_run(blocks, "grad_norm", "max"),
+            "attn_logit_max": per_run(last, "attn_logit_max", "max"),
+            "logit_max_abs": per_run(last, "logit_max_abs", "max"),
+        }
+    )
+    keys = last.groupby("run_id")[["variant", "seed", "step"]].first()
+    return keys.join(frame).reset_index()

@@ -1,9 +1,10 @@
 """The report's figures, drawn with matplotlib's object API (no pyplot state, no GUI backend).
 
-Each function takes frames from :mod:`ablate.report.analysis` / :mod:`ablate.core.store`, writes one PNG and
-returns its path, or None when the data for it are absent (a partial experiment, runs stored by
-an older version). Colours follow the experiment's variant order (``C0`` is the baseline), so a
-variant has the same colour in every figure; every axis names its quantity and unit.
+Each function takes frames from :mod:`ablate.report.analysis` / :mod:`ablate.core.store` and
+returns one figure, or None when the data for it are absent (a partial experiment, runs stored by
+an older version); the report builder saves it (:func:`save_figure`). Colours follow the
+experiment's variant order (``C0`` is the baseline), so a variant has the same colour in every
+figure; every axis names its quantity and unit.
 """
 
 from __future__ import annotations
@@ -24,10 +25,10 @@ DPI = 120
 LOSS_UNIT = "cross-entropy (nats / token)"
 
 
-def _save(fig: Figure, path: Path) -> Path:
+def save_figure(fig: Figure, path: Path) -> None:
+    """Lay out ``fig`` and write it as a PNG."""
     fig.tight_layout()
     fig.savefig(path, dpi=DPI)
-    return path
 
 
 def _variant_bands(ax: Axes, band: pd.DataFrame, x: str, variants: list[str]) -> None:
@@ -53,8 +54,8 @@ def _floor_line(ax: Axes, floor: float | None) -> None:
 
 
 def loss_figure(
-    metrics: pd.DataFrame, variants: list[str], path: Path, floor: float | None = None
-) -> Path | None:
+    metrics: pd.DataFrame, variants: list[str], floor: float | None = None
+) -> Figure | None:
     """Val loss (mean ± std band over seeds) and smoothed train loss against step, with the
     unigram floor."""
     if metrics.empty:
@@ -77,10 +78,10 @@ def loss_figure(
         ax.set_ylabel(LOSS_UNIT)
         ax.grid(alpha=0.3)
         ax.legend()
-    return _save(fig, path)
+    return fig
 
 
-def loss_time_figure(metrics: pd.DataFrame, variants: list[str], path: Path) -> Path | None:
+def loss_time_figure(metrics: pd.DataFrame, variants: list[str]) -> Figure | None:
     """Val loss against wall-clock time since the start of training (evaluations included).
 
     Each evaluation step is placed at the mean elapsed time of the seeds; the band is ± std of
@@ -101,10 +102,10 @@ def loss_time_figure(metrics: pd.DataFrame, variants: list[str], path: Path) -> 
     ax.set_ylabel(LOSS_UNIT)
     ax.grid(alpha=0.3)
     ax.legend()
-    return _save(fig, path)
+    return fig
 
 
-def difference_figure(diff: pd.DataFrame, variants: list[str], path: Path) -> Path | None:
+def difference_figure(diff: pd.DataFrame, variants: list[str]) -> Figure | None:
     """Each variant's val loss minus the baseline's over steps, mean over matched seeds with its
     95% interval (a band only where there are 2+ pairs): near-identical loss curves hide what
     this shows. Below zero, the variant is ahead."""
@@ -125,7 +126,7 @@ def difference_figure(diff: pd.DataFrame, variants: list[str], path: Path) -> Pa
     ax.set_ylabel("Δ cross-entropy (nats / token)")
     ax.grid(alpha=0.3)
     ax.legend()
-    return _save(fig, path)
+    return fig
 
 
 PROBE_ROWS = (
@@ -134,7 +135,7 @@ PROBE_ROWS = (
 )
 
 
-def probe_figure(probes: pd.DataFrame, variants: list[str], path: Path) -> Path | None:
+def probe_figure(probes: pd.DataFrame, variants: list[str]) -> Figure | None:
     """Per layer, residual-stream RMS and gradient norm over training; one column per variant.
 
     Lines are means over seeds, coloured by depth (dark: first block); rows share a log y axis
@@ -162,7 +163,7 @@ def probe_figure(probes: pd.DataFrame, variants: list[str], path: Path) -> Path 
             ax.set_ylabel("RMS (activation units)" if quantity == "resid_rms" else "L2 norm")
             ax.grid(alpha=0.3, which="both")
             ax.legend(fontsize=7)
-    return _save(fig, path)
+    return fig
 
 
 LOGIT_PANELS = (
@@ -172,7 +173,7 @@ LOGIT_PANELS = (
 )
 
 
-def logit_figure(probes: pd.DataFrame, variants: list[str], path: Path) -> Path | None:
+def logit_figure(probes: pd.DataFrame, variants: list[str]) -> Figure | None:
     """Attention and output-logit statistics over training, mean over seeds, per variant."""
     if probes.empty:
         return None
@@ -189,7 +190,7 @@ def logit_figure(probes: pd.DataFrame, variants: list[str], path: Path) -> Path 
         ax.grid(alpha=0.3)
         if len(band):
             ax.legend(fontsize=8)
-    return _save(fig, path)
+    return fig
 
 
 SPEED_PANELS = (
@@ -199,7 +200,7 @@ SPEED_PANELS = (
 )
 
 
-def throughput_figure(runs: pd.DataFrame, variants: list[str], path: Path) -> Path | None:
+def throughput_figure(runs: pd.DataFrame, variants: list[str]) -> Figure | None:
     """Tokens/s, median step time and peak memory per variant: bar = mean, dots = seeds."""
     finished = runs[runs["status"] == "finished"]
     if finished.empty or column(finished, "tokens_per_s").isna().all():
@@ -221,7 +222,7 @@ def throughput_figure(runs: pd.DataFrame, variants: list[str], path: Path) -> Pa
     kinds = set(finished.get("memory_kind", pd.Series(dtype=str)).dropna())
     if kinds:
         axes[-1].set_xlabel("measured as: " + ", ".join(sorted(kinds)), fontsize=8)
-    return _save(fig, path)
+    return fig
 
 
 def sweep_figure(
@@ -229,8 +230,7 @@ def sweep_figure(
     variants: list[str],
     losses: tuple[float, float | None],
     brackets: dict,
-    path: Path,
-) -> Path:
+) -> Figure:
     """Final val loss against LR per variant; points with an unstable seed marked x; the
     initial loss ℓ0 and the unigram floor (``losses``) as lines."""
     initial_loss, floor = losses
@@ -267,10 +267,10 @@ def sweep_figure(
     ax.set_title("learning-rate sweep")
     ax.grid(alpha=0.3, which="both")
     ax.legend(fontsize=8)
-    return _save(fig, path)
+    return fig
 
 
-def stability_map_figure(trials: pd.DataFrame, variants: list[str], path: Path) -> Path:
+def stability_map_figure(trials: pd.DataFrame, variants: list[str]) -> Figure:
     """Search trials in the LR x warmup plane: colour = objective, x = unstable, + = pruned."""
     fig = Figure(figsize=(5.5 * len(variants), 4.3))
     axes = fig.subplots(1, len(variants), squeeze=False)[0]
@@ -310,10 +310,10 @@ def stability_map_figure(trials: pd.DataFrame, variants: list[str], path: Path) 
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
         fig.colorbar(points, ax=ax, label="final val loss (unstable: min(ℓ, ℓ0))")
-    return _save(fig, path)
+    return fig
 
 
-def interaction_figure(pairs: list[tuple[str, str, pd.DataFrame]], path: Path) -> Path | None:
+def interaction_figure(pairs: list[tuple[str, str, pd.DataFrame]]) -> Figure | None:
     """One panel per factor pair: mean final val loss against ``a``'s levels, a line per ``b``.
 
     Each frame is :func:`ablate.report.factorial.two_way`'s; bars are ± std. Parallel lines mean no
@@ -341,12 +341,12 @@ def interaction_figure(pairs: list[tuple[str, str, pd.DataFrame]], path: Path) -
         ax.set_ylabel("final val loss (mean ± std)")
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
-    return _save(fig, path)
+    return fig
 
 
 def convert_figure(
-    metrics: pd.DataFrame, starts: pd.DataFrame, variants: list[str], path: Path
-) -> Path | None:
+    metrics: pd.DataFrame, starts: pd.DataFrame, variants: list[str]
+) -> Figure | None:
     """Val loss of the continued and converted runs against continued tokens, from the swap.
 
     ``starts`` has one row per run (variant, seed, loss_after_swap): the point at 0 tokens.
@@ -372,4 +372,4 @@ def convert_figure(
     ax.set_title("validation loss after the swap (mean ± std over seeds)")
     ax.grid(alpha=0.3)
     ax.legend()
-    return _save(fig, path)
+    return fig

@@ -1,0 +1,84 @@
+"""What the store holds of an experiment, read once for the report: plan, runs, curves, studies.
+
+The manifest says which runs are planned and in which stage (group); :func:`missing_runs` words
+the state of every planned run that has no result, so a partial experiment reports honestly.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import pandas as pd
+
+from ablate.core import store
+from ablate.report.analysis import column
+
+
+@dataclass(frozen=True)
+class StoredExperiment:
+    """What the store holds of an experiment: its plan, runs, main-run metrics, studies."""
+
+    manifest: dict
+    runs: pd.DataFrame  # every planned run with a result (main and sweep)
+    main: pd.DataFrame  # the main variant x seed runs (the shared-LR A/B)
+    tuned: pd.DataFrame  # the tuned A/B: each variant at its best search settings
+    metrics: pd.DataFrame  # per-step metrics of the main runs
+    probes: pd.DataFrame  # probe rows of the main runs
+    studies: dict | None  # stability.json, when search or max_lr ran
+    missing: list[str]  # planned runs without a result, with their state
+    convert: pd.DataFrame  # the convert: runs (continued and converted)
+    convert_metrics: pd.DataFrame  # their per-step metrics
+
+
+def load_experiment_results(exp_dir: Path) -> StoredExperiment:
+    """Read the manifest, the planned runs' summaries, metrics and probes, and stability.json."""
+    manifest = store.read_manifest(exp_dir)
+    runs = store.load_summaries(exp_dir)
+    planned = {r["run_id"] for r in manifest["runs"]}
+    main_ids = {r["run_id"] for r in manifest["runs"] if r.get("group", "main") == "main"}
+    if planned:
+        runs = runs[runs["run_id"].isin(planned)]
+    main = runs[runs["run_id"].isin(main_ids)] if main_ids else runs
+    convert = runs[runs["run_id"].isin(_group_ids(manifest, "convert"))]
+    return StoredExperiment(
+        manifest=manifest,
+        runs=runs,
+        main=main,
+        tuned=runs[runs["run_id"].isin(_group_ids(manifest, "tuned"))],
+        metrics=store.load_metrics(exp_dir, main),  # only the main runs' curves are drawn
+        probes=store.load_probes(exp_dir, main),
+        studies=store.read_json(exp_dir / "stability.json"),
+        missing=missing_runs(exp_dir, manifest, runs),
+        convert=convert,
+        convert_metrics=store.load_metrics(exp_dir, convert) if len(convert) else pd.DataFrame(),
+    )
+
+
+def _group_ids(manifest: dict, group: str) -> set[str]:
+    return {r["run_id"] for r in manifest["runs"] if r.get("group") == group}
+
+
+def missing_runs(exp_dir: Path, manifest: dict, runs: pd.DataFrame) -> list[str]:
+    """'variant seed=N [group lr] (state)' for every planned run without a result, each once."""
+    have = set(runs["run_id"]) if len(runs) else set()
+    missing: dict[str, str] = {}
+    for r in manifest["runs"]:
+        if r["run_id"] in have or r["run_id"] in missing:
+            continue
+        group = r.get("group", "main")
+        if group == "main":
+            where = ""
+        elif group in ("convert", "tuned"):
+            where = f" ({group})"
+        else:
+            where = f" ({group}, lr={r['lr']:.3g})"
+        state = store.pending_state(exp_dir / r["run_id"])
+        missing[r["run_id"]] = f"{r['variant']} seed={r['seed']}{where}: {state}"
+    return list(missing.values())
+
+
+def unigram_floor(runs: pd.DataFrame) -> float | None:
+    """The corpus's unigram cross-entropy as the runs recorded it (None before it was)."""
+    floor = column(runs, "unigram_loss").dropna()
+    return float(floor.iloc[0]) if len(floor) else None

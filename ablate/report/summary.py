@@ -1,0 +1,221 @@
+"""The report's written summary: every sentence with the number behind it and its uncertainty.
+
+Leads with the tuned comparison when there is a search (the factors' main effects in a grid),
+words what each paired interval supports against the seed-to-seed noise floor, Holm-adjusts
+p-values when there are several comparisons, and names unstable runs and non-monotone brackets.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+
+from ablate.report.analysis import holm
+from ablate.report.factorial import level_text
+from ablate.report.load import StoredExperiment
+from ablate.report.text import fmt, p_text, signed
+
+
+def _interval_words(row: pd.Series, noise: float) -> str:
+    """What one paired difference supports, in words with its numbers."""
+    pairs = int(row["n_pairs"])
+    if pairs < 2 or math.isnan(row["diff_ci_low"]):
+        return f"only {pairs} matched pair(s): no interval, so no claim either way."
+    if row["diff_ci_low"] <= 0 <= row["diff_ci_high"]:
+        words = f"{pairs} seeds: the interval spans zero, so the data do not show a difference"
+    else:
+        side = "lower" if row["diff_vs_baseline"] < 0 else "higher"
+        words = f"the interval excludes zero: {row['variant']}'s loss is {side}"
+    if not math.isnan(noise) and abs(row["diff_vs_baseline"]) < noise:
+        words += f"; |Δ| is within the seed-to-seed noise floor ({noise:.4f})"
+    return words + "."
+
+
+def _difference_lines(table: pd.DataFrame, noise: float, where: str) -> list[str]:
+    """One sentence per variant: its paired difference to the baseline, and what it supports."""
+    baseline = table.iloc[0]
+    lines = []
+    for _, row in table.iloc[1:].iterrows():
+        holm_text = f", Holm-adjusted {p_text(row['p_holm'])}" if "p_holm" in row else ""
+        label = f"Final val loss {where}".rstrip()
+        lines.append(
+            f"- **{label}, {row['variant']} − {baseline['variant']}: "
+            f"{signed(row['diff_vs_baseline'])}** (95% CI [{signed(row['diff_ci_low'])}, "
+            f"{signed(row['diff_ci_high'])}], paired t-test p = {p_text(row['paired_t_p'])}"
+            f"{holm_text}): " + _interval_words(row, noise)
+        )
+    return lines
+
+
+def effect_sentences(effects: pd.DataFrame) -> list[str]:
+    """One sentence per non-first factor level: its main effect, interval and p-values."""
+    sentences = []
+    for r in effects[effects["effect"].notna()].itertuples():
+        supported = (
+            "the interval spans zero"
+            if r.effect_ci_low <= 0 <= r.effect_ci_high
+            else "the interval excludes zero"
+        )
+        sentences.append(
+            f"{r.factor} = {level_text(r.level)}: {signed(r.effect)} "
+            f"[{signed(r.effect_ci_low)}, {signed(r.effect_ci_high)}], p {p_text(r.effect_p)}, "
+            f"Holm {p_text(r.effect_p_holm)} ({r.seeds} seeds): {supported}."
+        )
+    return sentences
+
+
+def unstable_text(table: pd.DataFrame) -> str:
+    """Per variant, its diverged and collapsed runs of all its runs ("rms 1 diverged of 3")."""
+    parts = []
+    for _, r in table.iterrows():
+        counts = [f"{r['diverged']} diverged"]
+        if r.get("collapsed", 0):
+            counts.append(f"{r['collapsed']} collapsed")
+        parts.append(f"{r['variant']} {' + '.join(counts)} of {r['runs']}")
+    return ", ".join(parts)
+
+
+def lead_lines(
+    stored: StoredExperiment, tuned: pd.DataFrame | None, effects: pd.DataFrame | None = None
+) -> list[str]:
+    """Which comparison the summary leads with, and why; a design too small to estimate its
+    own noise is flagged."""
+    seeds = stored.manifest["seeds"]
+    lines = []
+    if tuned is not None:
+        search_seed = (stored.studies or {}).get("search_seed")
+        lines.append(
+            "- **Leading comparison: each variant at its own tuned LR and warmup** (the "
+            f"search's best, found on seed {search_seed}, scored here on seeds {seeds}), since "
+            "a shared LR favours whichever variant it happens to suit; the shared-LR "
+            "comparison follows."
+        )
+    elif effects is not None:
+        lines.append(
+            "- **Leading comparison: the factors' main effects**, each level against its "
+            "factor's first level, averaged over the other factors within each seed:"
+        )
+        lines += [f"  - {text}" for text in effect_sentences(effects)]
+    if len(seeds) < 3:
+        lines.append(
+            f"- **Too few seeds:** {len(seeds)} per variant; fewer than 3 cannot estimate "
+            "their own noise, so the intervals below are wide and no difference should be "
+            "read from them."
+        )
+    return lines
+
+
+def summary_lines(
+    table: pd.DataFrame,
+    noise: float,
+    stored: StoredExperiment,
+    tuned: pd.DataFrame | None,
+    effects: pd.DataFrame | None = None,
+) -> list[str]:
+    """The written summary: every sentence carries the number behind it."""
+    baseline = table.iloc[0]
+    lines = ["## Summary", ""]
+    if stored.missing:
+        planned = len({r["run_id"] for r in stored.manifest["runs"]})
+        lines.append(
+            f"- **Partial results:** {len(stored.missing)} of {planned} planned runs have no "
+            "result yet; everything below uses the runs that are stored."
+        )
+    lines += lead_lines(stored, tuned, effects)
+    if tuned is not None:
+        lines += _difference_lines(tuned, noise, "at tuned settings")
+    lines += _difference_lines(table, noise, "at the shared LR" if tuned is not None else "")
+    if comparisons(table, tuned) > 1:
+        lines.append(
+            f"- {comparisons(table, tuned)} comparisons in this report: p-values are also "
+            "given Holm-adjusted for multiplicity."
+        )
+    if not math.isnan(noise):
+        lines.append(
+            f"- Seed-to-seed noise floor (std of the final val loss over seeds, pooled over "
+            f"variants): {noise:.4f}."
+        )
+    lines.append(f"- Unstable main runs: {unstable_text(table)}.")
+    base_speed = baseline["tokens_per_s_mean"]
+    for _, row in table.iloc[1:].iterrows():
+        if pd.notna(row["tokens_per_s_mean"]) and pd.notna(base_speed) and base_speed > 0:
+            lines.append(
+                f"- Throughput: {row['variant']} {row['tokens_per_s_mean']:,.0f} tokens/s vs "
+                f"{baseline['variant']} {base_speed:,.0f} "
+                f"({row['tokens_per_s_mean'] / base_speed:.3f}×; seed-to-seed std "
+                f"{fmt(row['tokens_per_s_std'], 0)} and {fmt(baseline['tokens_per_s_std'], 0)}), "
+                "measured during training on this machine."
+            )
+    lines += _bracket_lines(stored.studies or {})
+    return lines + [""]
+
+
+def _bracket_lines(studies: dict) -> list[str]:
+    brackets = studies.get("max_lr") or {}
+    lines = []
+    for variant, r in brackets.items():
+        low, high = r.get("bracket", [None, None])
+        if low is None:
+            lines.append(
+                f"- {variant}: **no stable LR found**: none of the {len(r['probes'])} LRs probed "
+                f"({_lr_span(r)}) ended below the floor for every seed; the budget may be too "
+                "small to learn, so no bracket is given."
+            )
+        if r.get("monotone") is False:
+            lines.append(
+                f"- {variant}: **the bracket is non-monotone**: {len(r['contradictions'])} of "
+                f"{r['checked_runs']} stored runs at the same budget contradict a single "
+                f"boundary ({contradiction_text(r['contradictions'])})."
+            )
+    found = {v: r for v, r in brackets.items() if all(r.get("bracket", []))}
+    if not found:
+        return lines
+    text = ", ".join(
+        f"{v} [{r['bracket'][0]:.3g}, {r['bracket'][1]:.3g}]" for v, r in found.items()
+    )
+    lines.append(f"- Max stable LR brackets (every seed stable): {text}.")
+    if len(found) == 2:
+        (va, a), (vb, b) = found.items()
+        overlap = a["bracket"][0] < b["bracket"][1] and b["bracket"][0] < a["bracket"][1]
+        ratio = math.sqrt(b["bracket"][0] * b["bracket"][1] / (a["bracket"][0] * a["bracket"][1]))
+        verdict = "overlap: no difference at this precision" if overlap else "do not overlap"
+        lines.append(
+            f"  The brackets {verdict}; {vb}/{va} ratio of geometric midpoints {ratio:.2f}."
+        )
+    return lines
+
+
+def _lr_span(bracket: dict) -> str:
+    lrs = [p["lr"] for p in bracket["probes"]]
+    return f"{min(lrs):.3g} to {max(lrs):.3g}" if lrs else "none"
+
+
+def contradiction_text(found: list[dict]) -> str:
+    return "; ".join(
+        f"{'stable' if c['stable'] else 'unstable'} {c['group']} run {c['run_id']} "
+        f"seed {c['seed']} at lr {c['lr']:.3g}"
+        for c in found
+    )
+
+
+def comparisons(table: pd.DataFrame, tuned: pd.DataFrame | None) -> int:
+    """Paired comparisons against the baseline in the report (shared and tuned)."""
+    return len(table) - 1 + (len(tuned) - 1 if tuned is not None else 0)
+
+
+def with_holm(
+    table: pd.DataFrame, tuned: pd.DataFrame | None
+) -> tuple[pd.DataFrame, pd.DataFrame | None]:
+    """Both tables with ``p_holm``: their p-values adjusted together (Holm), when there is
+    more than one comparison."""
+    if comparisons(table, tuned) < 2:
+        return table, tuned
+    frames = [table] if tuned is None else [table, tuned]
+    adjusted = holm([p for f in frames for p in f["paired_t_p"].iloc[1:]])
+    out, start = [], 0
+    for frame in frames:
+        n = len(frame) - 1
+        out.append(frame.assign(p_holm=[float("nan"), *adjusted[start : start + n]]))
+        start += n
+    return out[0], (out[1] if tuned is not None else None)

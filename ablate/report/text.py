@@ -1,0 +1,136 @@
+"""How the report prints numbers and its per-variant tables as Markdown.
+
+A missing value prints as ``–``; differences carry their sign (``+0.0013``); small probe values
+keep significant figures (``9.9e-05``); p-values below 0.001 go to scientific notation.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+
+
+def missing(value: object) -> bool:
+    """None or NaN: shown as –."""
+    return value is None or (isinstance(value, float) and math.isnan(value))
+
+
+def fmt(value: object, digits: int = 4) -> str:
+    if missing(value):
+        return "–"
+    if isinstance(value, float):
+        return f"{value:.{digits}f}"
+    return str(value)
+
+
+def signed(value: object, digits: int = 4) -> str:
+    """A difference with its sign, e.g. ``+0.0013`` or ``-0.0066``."""
+    return "–" if missing(value) else f"{float(value):+.{digits}f}"  # type: ignore[arg-type]
+
+
+def sig(value: object, figures: int = 3) -> str:
+    """By significant figures, so that small values keep their digits (``9.9e-05``)."""
+    return "–" if missing(value) else f"{float(value):.{figures}g}"  # type: ignore[arg-type]
+
+
+def p_text(value: object) -> str:
+    """A p-value: three decimals, or two significant figures below 0.001."""
+    if missing(value):
+        return "–"
+    p = float(value)  # type: ignore[arg-type]
+    return f"{p:.3f}" if p >= 0.001 else f"{p:.1e}"
+
+
+def delta_ci(delta: object, low: object, high: object) -> str:
+    """``+0.0013 [-0.0036, +0.0061]``."""
+    return f"{signed(delta)} [{signed(low)}, {signed(high)}]"
+
+
+def pm(mean: object, std: object, digits: int = 4) -> str:
+    return f"{fmt(mean, digits)} ± {fmt(std, digits)}"
+
+
+def quality_markdown(table: pd.DataFrame) -> str:
+    """Loss per variant: mean ± std over seeds and the paired difference to the baseline."""
+    rows = list(table.itertuples())
+    base_params = rows[0].n_params if rows else None
+    shown = pd.DataFrame(
+        {
+            "variant": table["variant"],
+            "runs (finished / diverged / collapsed)": [
+                f"{r.runs} ({r.finished} / {r.diverged} / {r.collapsed})" for r in rows
+            ],
+            "final val loss, mean ± std": [
+                pm(r.final_val_loss_mean, r.final_val_loss_std) for r in rows
+            ],
+            "best val loss, mean ± std": [
+                pm(r.best_val_loss_mean, r.best_val_loss_std) for r in rows
+            ],
+            "Δ final vs baseline [95% CI]": [
+                "baseline"
+                if i == 0
+                else delta_ci(r.diff_vs_baseline, r.diff_ci_low, r.diff_ci_high)
+                for i, r in enumerate(rows)
+            ],
+            "paired t-test p (pairs)": [
+                "–" if i == 0 else f"{p_text(r.paired_t_p)} ({r.n_pairs})"
+                for i, r in enumerate(rows)
+            ],
+            **(
+                {
+                    "p, Holm-adjusted": [
+                        "–" if i == 0 else p_text(r.p_holm) for i, r in enumerate(rows)
+                    ]
+                }
+                if "p_holm" in table
+                else {}
+            ),
+            "parameters (Δ)": [
+                "–"
+                if pd.isna(r.n_params)
+                else f"{int(r.n_params):,}"
+                + (
+                    ""
+                    if i == 0 or pd.isna(base_params)
+                    else f" ({int(r.n_params - base_params):+,})"
+                )
+                for i, r in enumerate(rows)
+            ],
+        }
+    )
+    return shown.to_markdown(index=False)
+
+
+def speed_markdown(table: pd.DataFrame, memory_kind: str) -> str:
+    """Speed and numerical health per variant."""
+    shown = pd.DataFrame(
+        {
+            "variant": table["variant"],
+            "tokens/s, mean ± std": [
+                pm(r.tokens_per_s_mean, r.tokens_per_s_std, 0) for r in table.itertuples()
+            ],
+            "median step time (ms)": table["step_time_ms_mean"].map(lambda v: fmt(v, 1)),
+            f"peak memory (MiB, {memory_kind})": table["peak_memory_mb_mean"].map(
+                lambda v: fmt(v, 0)
+            ),
+            "non-finite values (probes)": table["nonfinite_values"],
+        }
+    )
+    return shown.to_markdown(index=False)
+
+
+def probes_markdown(per_run: pd.DataFrame, variants: list[str]) -> str:
+    """Mean over seeds of :func:`last_probes` per variant."""
+    means = per_run.groupby("variant").mean(numeric_only=True).reindex(variants)
+    shown = pd.DataFrame(
+        {
+            "variant": means.index,
+            "step": means["step"].map(lambda v: fmt(v, 0)),
+            "residual RMS, last block": means["resid_rms_last_block"].map(sig),
+            "largest block grad norm": means["grad_norm_max_block"].map(sig),
+            "largest attention logit": means["attn_logit_max"].map(sig),
+            "largest abs output logit": means["logit_max_abs"].map(sig),
+        }
+    )
+    return shown.to_markdown(index=False)
