@@ -291,7 +291,7 @@ def cmd_report(args: argparse.Namespace, console: Console) -> int:
             f"{args.results}: results folder not found "
             "(give results/<experiment>, as written by ablate run)"
         )
-    if not (args.results / "experiment.json").is_file() and not store.run_dirs(args.results):
+    if not store.is_experiment(args.results):
         raise UsageError(
             f"{args.results}: holds no experiment.json and no run folders; "
             "give results/<experiment>, as written by ablate run"

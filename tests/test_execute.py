@@ -17,10 +17,10 @@ from conftest import TINY, ablate_process, write_experiment
 from rich.console import Console
 
 from ablate.cli import main
-from ablate.core import store
+from ablate.core import folders, store
 from ablate.core.load import load_experiment
 from ablate.core.plan import plan_runs
-from ablate.launch.execute import choose_resources, execute, gpu_count, run_dir_of
+from ablate.launch.execute import choose_resources, execute, gpu_count, run_folder_of
 
 
 def test_resources_divide_cores_among_workers() -> None:
@@ -51,18 +51,18 @@ def test_rerun_skips_finished_runs_and_redoes_incomplete_ones(
     console, _ = _console()
     first = execute(specs, root, workers=1, console=console)
     assert sorted(s["run_id"] for s in first) == sorted(s.run_id for s in specs)
-    stamps = {s.run_id: (run_dir_of(s, root) / "summary.json").read_text() for s in specs}
+    stamps = {s.run_id: run_folder_of(s, root).summary.read_text() for s in specs}
 
     # simulate a run killed mid-way: its summary is gone, a half-written metrics file remains
     victim = specs[2]
-    (run_dir_of(victim, root) / "summary.json").unlink()
-    (run_dir_of(victim, root) / "metrics.csv").write_text("step,train_loss\n1,5.5\n")
+    run_folder_of(victim, root).summary.unlink()
+    run_folder_of(victim, root).metrics.write_text("step,train_loss\n1,5.5\n")
     console, out = _console()
     second = execute(specs, root, workers=1, console=console)
     assert "3 of 4 runs already done" in out.getvalue()
     assert len(second) == 4
     for spec in specs:
-        text = (run_dir_of(spec, root) / "summary.json").read_text()
+        text = run_folder_of(spec, root).summary.read_text()
         if spec is victim:
             redone = json.loads(text)
             assert redone["status"] == "finished" and redone["steps"] == 20
@@ -73,7 +73,7 @@ def test_rerun_skips_finished_runs_and_redoes_incomplete_ones(
     console, out = _console()
     execute(specs, root, workers=1, console=console)
     assert "4 of 4 runs already done" in out.getvalue()
-    assert all(store.is_done(run_dir_of(s, root)) for s in specs)
+    assert all(store.is_done(run_folder_of(s, root).path) for s in specs)
 
 
 def test_process_pool_gives_the_same_results_as_serial(
@@ -196,7 +196,7 @@ def _assert_built_last(report_dir: Path) -> None:
     """A report counts as built only once all of it is: ``.built.json`` is absent (Ctrl-C came
     mid-build), or every file it lists exists and was written before it."""
     marker = report_dir / ".built.json"
-    built = store.read_json(marker)
+    built = folders.read_json(marker)
     if built is None:
         return
     for name in built["files"]:

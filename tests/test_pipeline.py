@@ -9,7 +9,7 @@ import optuna
 import yaml
 from conftest import REPO, TINY
 
-from ablate.core import store
+from ablate.core.folders import ExperimentFolder
 from ablate.core.load import load_experiment
 from ablate.launch.pipeline import Context, run_experiment, run_studies_only
 from ablate.launch.search import open_storage, storage_url
@@ -129,4 +129,6 @@ def test_a_search_trial_and_a_main_run_are_one_run_whichever_comes_first(
     assert [t.user_attrs["run_id"] for t in reused] == [main["rmsnorm"]]  # the trial reused ...
     assert after[main["rmsnorm"]]["group"] == "main"  # ... the run the shared A/B trained
     assert reused[0].value == after[main["rmsnorm"]]["final_val_loss"]  # min(loss, ℓ0) = loss
-    assert len(store.run_dirs(root / "tiny")) == len(after)  # every run folder is a finished run
+    assert len(ExperimentFolder(root / "tiny").runs()) == len(
+        after
+    )  # every run folder is a finished run

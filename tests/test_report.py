@@ -21,7 +21,7 @@ from conftest import TINY, write_experiment
 from scipy import stats
 
 from ablate.cli import main
-from ablate.core import store
+from ablate.core import folders, store
 from ablate.report.analysis import holm
 from ablate.report.builder import FIGURES, build_report, markdown_to_html
 from ablate.report.summary import summary_lines, with_holm
@@ -145,9 +145,9 @@ def _partial_copy(finished: Path, dest: Path) -> Path:
     rms = [r for r in manifest["runs"] if r["group"] == "main" and r["variant"] == "rmsnorm"]
     running, failed, gone = (dest / r["run_id"] for r in rms)
     (running / "summary.json").unlink()
-    store.write_json_atomic(running / "status.json", {"status": "running", "pid": os.getpid()})
+    folders.write_json_atomic(running / "status.json", {"status": "running", "pid": os.getpid()})
     summary = json.loads((failed / "summary.json").read_text())
-    store.write_json_atomic(failed / "summary.json", {**summary, "status": "failed"})
+    folders.write_json_atomic(failed / "summary.json", {**summary, "status": "failed"})
     shutil.rmtree(gone)
     return dest
 

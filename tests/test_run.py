@@ -16,32 +16,6 @@ from ablate.core.load import load_experiment
 from ablate.core.plan import RunSpec, with_train
 from ablate.training.run import execute_run, prepare
 
-CONTRACT = {
-    "variant",
-    "seed",
-    "status",
-    "final_val_loss",
-    "best_val_loss",
-    "final_train_loss",
-    "diverged_step",
-    "diverged_reason",
-    "tokens",
-    "n_params",
-    "wall_time_s",
-    "tokens_per_s",
-    "init_digest",
-    "data_digest",
-    "step_time_median_s",
-    "peak_memory_mb",
-    "memory_kind",
-    "probe_steps",
-    "nonfinite_activations",
-    "nonfinite_grads",
-    "unigram_loss",
-    "divergence_threshold",
-    "family",
-}
-
 
 def _spec(variant: str = "layernorm", seed: int = 0, **overrides) -> RunSpec:
     return RunSpec("tiny", variant, seed, tiny_config(**{"model.norm.kind": variant, **overrides}))
@@ -60,7 +34,7 @@ def ab_runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict]:
 
 def test_summary_contract_and_files(ab_runs: dict) -> None:
     summary = ab_runs["ln"]
-    assert CONTRACT <= set(summary)
+    assert set(summary) == set(store.SUMMARY_KEYS)  # the contract, exactly
     assert summary["status"] == "finished" and summary["diverged_step"] is None
     assert summary["tokens"] == 20 * 4 * 16
     assert summary["final_val_loss"] < math.log(256)

@@ -309,12 +309,12 @@ def test_trial_of_a_killed_worker_is_retried_once(
 def test_a_run_claimed_by_a_live_process_is_waited_for(tmp_path: Path) -> None:
     from conftest import tiny_config
 
-    from ablate.core import store
+    from ablate.core.folders import ExperimentFolder
     from ablate.core.plan import RunSpec
 
     spec = RunSpec("tiny", "layernorm", 0, tiny_config(), group="max_lr")
     exp_dir = tmp_path / "tiny"
-    claim = store.claim_path(exp_dir, spec.run_id)
+    claim = ExperimentFolder(exp_dir).claim(spec.run_id)
     claim.parent.mkdir(parents=True)
     holder = subprocess.Popen(["sleep", "30"])  # stands for another worker training the run
     claim.write_text(json.dumps({"pid": holder.pid, "hostname": platform.node()}))

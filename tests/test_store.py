@@ -1,9 +1,8 @@
-"""Atomic writes, completeness, and loading runs into pandas."""
+"""Completeness, loading runs into pandas, pending states, claims and the stored studies."""
 
 from __future__ import annotations
 
 import json
-import math
 import os
 import platform
 import subprocess
@@ -12,25 +11,17 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from ablate.core import store
-
-
-def test_atomic_json_leaves_no_temporary_and_maps_nan_to_null(tmp_path: Path) -> None:
-    path = tmp_path / "a" / "s.json"
-    store.write_json_atomic(path, {"x": math.nan, "y": [1.0, math.inf], "z": "ok"})
-    assert json.loads(path.read_text()) == {"x": None, "y": [1.0, None], "z": "ok"}
-    assert [p.name for p in path.parent.iterdir()] == ["s.json"]
-    assert path.stat().st_mode & 0o777 == 0o666 & ~store.current_umask()  # like open() would
+from ablate.core import folders, store
 
 
 def _fake_run(
     exp_dir: Path, run_id: str, status: str | None, variant: str = "a", seed: int = 0
 ) -> Path:
-    run_dir = exp_dir / run_id
-    store.write_json_atomic(run_dir / "config.json", {"variant": variant, "seed": seed})
+    run = folders.RunFolder(exp_dir / run_id)
+    folders.write_json_atomic(run.config, {"variant": variant, "seed": seed})
     if status is not None:
-        store.write_json_atomic(
-            run_dir / "summary.json",
+        folders.write_json_atomic(
+            run.summary,
             {
                 "run_id": run_id,
                 "variant": variant,
@@ -39,10 +30,10 @@ def _fake_run(
                 "final_val_loss": 2.0,
             },
         )
-        store.write_frame_atomic(
-            run_dir / "metrics.csv", pd.DataFrame({"step": [1, 2], "train_loss": [3.0, 2.5]})
+        folders.write_frame_atomic(
+            run.metrics, pd.DataFrame({"step": [1, 2], "train_loss": [3.0, 2.5]})
         )
-    return run_dir
+    return run.path
 
 
 def test_only_finished_and_diverged_runs_count(tmp_path: Path) -> None:
@@ -60,16 +51,9 @@ def test_only_finished_and_diverged_runs_count(tmp_path: Path) -> None:
     assert list(metrics["run_id"]) == ["r1", "r1", "r2", "r2"] and "variant" in metrics
 
 
-def test_reset_run_dir_clears_a_half_written_run(tmp_path: Path) -> None:
-    run_dir = _fake_run(tmp_path, "r", None)
-    (run_dir / "metrics.csv").write_text("step\n1\n")
-    store.reset_run_dir(run_dir)
-    assert run_dir.is_dir() and list(run_dir.iterdir()) == []
-
-
 def test_empty_experiment_gives_an_empty_frame_with_the_contract_columns(tmp_path: Path) -> None:
     frame = store.load_summaries(tmp_path / "nothing")
-    assert frame.empty and {"variant", "seed", "status", "final_val_loss"} <= set(frame.columns)
+    assert frame.empty and list(frame.columns) == list(store.SUMMARY_KEYS)
     assert store.read_manifest(tmp_path / "nothing")["variants"] == []
 
 
@@ -82,7 +66,7 @@ def test_load_results_gives_runs_metrics_and_probes(tmp_path: Path) -> None:
     probes = pd.DataFrame(
         {"step": [1], "quantity": ["resid_rms"], "site": ["blocks.0"], "layer": [0], "value": [1.5]}
     )
-    store.write_frame_atomic(exp / "r1" / "probes.csv", probes)
+    folders.write_frame_atomic(folders.RunFolder(exp / "r1").probes, probes)
     results = ablate.load_results(exp)
     assert list(results.runs["run_id"]) == ["r1"]
     assert list(results.metrics["run_id"]) == ["r1", "r1"]
@@ -97,19 +81,23 @@ def test_pending_state_of_a_planned_run(tmp_path: Path) -> None:
     failed = _fake_run(exp, "r1", "failed")
     assert store.pending_state(failed) == "failed"
     running = _fake_run(exp, "r2", None)
-    store.write_json_atomic(running / "status.json", {"status": "running", "pid": os.getpid()})
+    folders.write_json_atomic(
+        folders.RunFolder(running).status, {"status": "running", "pid": os.getpid()}
+    )
     assert store.pending_state(running) == "running"
     exited = subprocess.Popen(["true"])
     exited.wait()  # reaped: no process has this pid now
-    store.write_json_atomic(running / "status.json", {"status": "running", "pid": exited.pid})
+    folders.write_json_atomic(
+        folders.RunFolder(running).status, {"status": "running", "pid": exited.pid}
+    )
     assert store.pending_state(running) == "stopped (its process is gone)"
     other = {"status": "running", "pid": 1, "hostname": "elsewhere"}
-    store.write_json_atomic(running / "status.json", other)
+    folders.write_json_atomic(folders.RunFolder(running).status, other)
     assert store.pending_state(running) == "running on elsewhere"
 
 
 def _claim_by(exp_dir: Path, run_id: str, pid: int, hostname: str) -> None:
-    path = store.claim_path(exp_dir, run_id)
+    path = folders.ExperimentFolder(exp_dir).claim(run_id)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps({"pid": pid, "hostname": hostname}))
 
@@ -127,13 +115,37 @@ def test_claims_of_live_and_remote_holders_are_honoured_dead_ones_taken_over(
         sleeper.kill()
         sleeper.wait()
     store.claim_run(tmp_path, "live")  # its holder is dead now
-    assert json.loads(store.claim_path(tmp_path, "live").read_text()) == me
+    assert json.loads(folders.ExperimentFolder(tmp_path).claim("live").read_text()) == me
     _claim_by(tmp_path, "remote", 1, "elsewhere")
     with pytest.raises(store.RunClaimed, match="on elsewhere"):
         store.claim_run(tmp_path, "remote")
     store.claim_run(tmp_path, "remote", take_over=True)  # Optuna found its worker dead
-    assert json.loads(store.claim_path(tmp_path, "remote").read_text()) == me
+    assert json.loads(folders.ExperimentFolder(tmp_path).claim("remote").read_text()) == me
     _claim_by(tmp_path, "other", 1, "elsewhere")
     store.release_run(tmp_path, "other")  # not ours: stays
     store.release_run(tmp_path, "live")
-    assert sorted(p.name for p in (tmp_path / store.CLAIMS).iterdir()) == ["other", "remote"]
+    assert sorted(
+        p.name for p in folders.ExperimentFolder(tmp_path).claim("x").parent.iterdir()
+    ) == ["other", "remote"]
+
+
+def test_studies_round_trip_and_an_unchanged_write_keeps_the_time_stamp(tmp_path: Path) -> None:
+    assert store.read_studies(tmp_path) is None
+    studies = {"max_lr": {"a": {"bracket": [0.01, 0.02]}}, "criterion": "stable"}
+    store.write_studies(tmp_path, studies)
+    path = folders.ExperimentFolder(tmp_path).stability
+    os.utime(path, (1, 1))
+    store.write_studies(tmp_path, studies)
+    assert path.stat().st_mtime == 1 and store.read_studies(tmp_path) == studies
+    store.write_studies(tmp_path, {**studies, "criterion": "changed"})
+    assert path.stat().st_mtime > 1 and store.read_studies(tmp_path)["criterion"] == "changed"
+
+
+def test_an_experiment_folder_is_one_with_a_plan_or_a_run(tmp_path: Path) -> None:
+    assert not store.is_experiment(tmp_path)
+    _fake_run(tmp_path, "r1", None)
+    assert store.is_experiment(tmp_path)
+    (tmp_path / "r1" / "config.json").unlink()
+    assert not store.is_experiment(tmp_path)
+    store.write_manifest(tmp_path, {"name": "x", "variants": [], "seeds": [0], "runs": []})
+    assert store.is_experiment(tmp_path) and store.read_manifest(tmp_path)["name"] == "x"

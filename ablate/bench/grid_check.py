@@ -12,7 +12,6 @@ intervals overlap) and how many runs each took.
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 
 import pandas as pd
@@ -79,10 +78,10 @@ def main(argv: list[str] | None = None) -> None:
     experiment = load_experiment(args.experiment)
     if experiment.max_lr is None:
         parser.error(f"{args.experiment} has no max_lr: section")
-    stability_file = store.experiment_dir(args.results_dir, experiment.name) / "stability.json"
-    if not stability_file.exists():
-        parser.error(f"{stability_file} not found: run `ablate run {args.experiment}` first")
-    brackets = json.loads(stability_file.read_text())["max_lr"]
+    studies = store.read_studies(store.experiment_dir(args.results_dir, experiment.name))
+    if not studies or not studies.get("max_lr"):
+        parser.error(f"no max-LR brackets stored: run `ablate run {args.experiment}` first")
+    brackets = studies["max_lr"]
     specs = grid_specs(experiment, args.points)
     summaries = execute(specs, args.results_dir, args.workers)
     by_id = {s["run_id"]: s for s in summaries}

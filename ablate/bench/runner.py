@@ -18,8 +18,10 @@ import tempfile
 import time
 from pathlib import Path
 
+import pandas as pd
 import torch
 
+from ablate.core import store
 from ablate.core.load import load_experiment
 from ablate.core.plan import RunSpec
 from ablate.nn.model import parameter_groups
@@ -62,8 +64,8 @@ def runner(spec: RunSpec) -> tuple[float, float]:
         start = time.perf_counter()
         execute_run(spec, Path(root))
         elapsed = time.perf_counter() - start
-        metrics = (Path(root) / spec.experiment / spec.run_id / "metrics.csv").read_text()
-    return elapsed, float(metrics.strip().splitlines()[-1].split(",")[2])
+        metrics = pd.read_csv(store.run_folder(Path(root), spec.experiment, spec.run_id).metrics)
+    return elapsed, float(metrics["train_loss"].iloc[-1])
 
 
 def benchmark_spec(path: Path, steps: int) -> RunSpec:

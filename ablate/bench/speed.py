@@ -32,7 +32,7 @@ import torch
 import torch.utils.benchmark as benchmark
 from matplotlib.figure import Figure
 
-from ablate.core import store
+from ablate.core import folders
 from ablate.core.config import Experiment, RunConfig
 from ablate.launch.estimate import time_steps
 from ablate.nn.fast_norms import available, cpp_unavailable_reason
@@ -255,8 +255,8 @@ def write_outputs(out: Path, kernels: pd.DataFrame, steps: pd.DataFrame | None) 
     """kernels.csv, steps.csv and kernels.png in ``out``."""
     out.mkdir(parents=True, exist_ok=True)
     written = [out / "kernels.csv", ratio_figure(kernels, out / "kernels.png")]
-    store.write_frame_atomic(out / "kernels.csv", kernels)
+    folders.write_frame_atomic(out / "kernels.csv", kernels)
     if steps is not None:
-        store.write_frame_atomic(out / "steps.csv", steps)
+        folders.write_frame_atomic(out / "steps.csv", steps)
         written.append(out / "steps.csv")
     return written

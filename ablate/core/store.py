@@ -1,27 +1,10 @@
-"""The on-disk results layout, atomic writes, and loading everything into pandas.
+"""The results store: which runs are done, reading them into pandas, claims, the plan, reports.
 
-Layout (``root`` defaults to ``results/``)::
-
-    root/<experiment>/experiment.json  the current plan: variants in order, seeds, run ids
-    root/<experiment>/<run-id>/
-        config.json       the resolved run: experiment, variant, seed, run_id, config
-        env.json          python, torch, lightning, device, precision, threads, git commit
-        init_params.json  sha256 prefix of every initial parameter, by name
-        metrics.csv       one row per optimizer step; val_loss filled at evaluation steps
-        probes.csv        long rows (step, quantity, site, layer, value) at each probe step
-        logs/             Lightning loggers' files (csv/, tensorboard/, wandb/)
-        model.pt          final weights of a finished main or convert run (runtime.save_weights)
-        summary.json      written last: its presence with a final status marks the run done
-        status.json       {"status": "running", ...} while the run is in progress
-    root/<experiment>/.claims/<run-id>  {"pid", "hostname"} of the process training the run
-    root/<experiment>/report.json  {"report_dir"}: where ``ablate run`` last wrote the report
-    <report dir>/.built.json       written last by a report build: the files it wrote
-
-Every file is written to a temporary name and renamed into place, so a reader (or a killed
-writer) never sees half a file. A run is trained by the process that holds its claim
-(:func:`claim_run`), so two ``ablate run`` on one results folder share the work instead of
-training a run twice. A run directory without a complete ``summary.json`` is
-incomplete and is redone from scratch, never half-counted.
+The folder layout and every write belong to :mod:`ablate.core.folders`; this module reads
+what is stored. A run is trained by the process that holds its claim (:func:`claim_run`), so
+two ``ablate run`` on one results folder share the work instead of training a run twice. A run
+folder without a complete ``summary.json`` is incomplete and is redone from scratch, never
+half-counted. :data:`SUMMARY_KEYS` is the summary contract: keys every run's summary has.
 
 For notebooks, :func:`load_results` (also ``ablate.load_results``) returns every run of an
 experiment as one row of a DataFrame, with the per-step metrics and the probes as long frames.
@@ -30,134 +13,103 @@ experiment as one row of a DataFrame, with the per-step metrics and the probes a
 from __future__ import annotations
 
 import json
-import math
 import os
 import platform
-import shutil
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import pandas as pd
 
-DONE_STATUSES = ("finished", "diverged", "pruned")
-WEIGHTS_FILE = "model.pt"  # a finished main or convert run's final state_dict
-CLAIMS = ".claims"  # one file per run being trained: which process trains it
-SUMMARY_KEYS = (
+from ablate.core.folders import (
+    DONE_STATUSES,
+    REPORT_BUILT,
+    ExperimentFolder,
+    RunFolder,
+    read_json,
+    write_json_if_changed,
+)
+
+SUMMARY_KEYS = (  # every run's summary.json has these keys (a convert run has a few more)
+    "experiment",
+    "run_id",
+    "family",
     "variant",
     "seed",
+    "data_seed",
+    "group",
+    "lr",
+    "warmup_steps",
     "status",
+    "stable",
+    "unstable_reason",
+    "unstable_step",
     "final_val_loss",
     "best_val_loss",
     "final_train_loss",
     "diverged_step",
     "diverged_reason",
+    "stopped_reason",
+    "steps",
+    "planned_steps",
     "tokens",
+    "planned_tokens",
     "n_params",
+    "vocab_size",
+    "initial_loss",
+    "unigram_loss",
+    "entropy_floor",
+    "divergence_threshold",
+    "norm_kind",
+    "norm_placement",
+    "norm_impl",
     "wall_time_s",
+    "train_time_s",
     "tokens_per_s",
+    "step_time_median_s",
+    "peak_memory_mb",
+    "memory_kind",
+    "probe_steps",
+    "nonfinite_activations",
+    "nonfinite_grads",
     "init_digest",
     "data_digest",
-    "run_id",
+    "error",
 )
-
-
-def write_text_atomic(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` through a temporary file in the same folder and a rename."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        os.fchmod(fd, 0o666 & ~current_umask())  # mkstemp's 0600 would hide results from others
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(text)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
-def current_umask() -> int:
-    """The process's file-creation mask (read by setting it and putting it back)."""
-    mask = os.umask(0o022)
-    os.umask(mask)
-    return mask
-
-
-def write_json_atomic(path: Path, data: Any) -> None:
-    """Atomically write ``data`` as indented JSON (non-finite floats become null)."""
-    write_text_atomic(path, json.dumps(_finite(data), indent=2, sort_keys=True) + "\n")
-
-
-def _finite(value: Any) -> Any:
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    if isinstance(value, dict):
-        return {k: _finite(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_finite(v) for v in value]
-    return value
-
-
-def write_frame_atomic(path: Path, frame: pd.DataFrame) -> None:
-    """Atomically write a DataFrame as CSV."""
-    write_text_atomic(path, frame.to_csv(index=False))
 
 
 def experiment_dir(root: Path, experiment: str) -> Path:
     """Folder of one experiment's runs."""
-    return Path(root) / experiment
+    return ExperimentFolder.of(root, experiment).path
 
 
-def read_json(path: Path) -> dict[str, Any] | None:
-    """The JSON object in ``path``, or None when it is missing or unreadable."""
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    return data if isinstance(data, dict) else None
+def run_folder(root: Path, experiment: str, run_id: str) -> RunFolder:
+    """The folder of one run of ``experiment`` under the results root."""
+    return ExperimentFolder.of(root, experiment).run(run_id)
 
 
-def read_summary(run_dir: Path) -> dict[str, Any] | None:
-    """The run's summary if it is complete (status finished or diverged), else None."""
-    summary = read_json(run_dir / "summary.json")
-    if summary is None or summary.get("status") not in DONE_STATUSES:
-        return None
-    return summary
+def is_experiment(exp_dir: Path) -> bool:
+    """Whether ``exp_dir`` holds an experiment's results (its plan or at least one run)."""
+    folder = ExperimentFolder(exp_dir)
+    return folder.manifest.is_file() or bool(folder.runs())
 
 
 def is_done(run_dir: Path) -> bool:
-    """True when the run finished or diverged; anything else is redone."""
-    return read_summary(run_dir) is not None
-
-
-def reset_run_dir(run_dir: Path) -> None:
-    """Empty an incomplete run's folder (left by a crash, interruption or failure)."""
-    if run_dir.exists():
-        shutil.rmtree(run_dir)
-    run_dir.mkdir(parents=True)
-
-
-def run_dirs(exp_dir: Path) -> list[Path]:
-    """Every run folder of an experiment, sorted by name."""
-    if not exp_dir.is_dir():
-        return []
-    return sorted(p for p in exp_dir.iterdir() if p.is_dir() and (p / "config.json").exists())
+    """True when the run finished, diverged or was pruned; anything else is redone."""
+    return RunFolder(run_dir).is_done()
 
 
 def load_summaries(exp_dir: Path, include_incomplete: bool = False) -> pd.DataFrame:
     """One row per run with a summary; by default only finished and diverged runs."""
     rows = []
-    for run_dir in run_dirs(exp_dir):
-        summary = read_json(run_dir / "summary.json")
+    for run in ExperimentFolder(exp_dir).runs():
+        summary = run.read_any_summary()
         if summary is None:
             if not include_incomplete:
                 continue
-            config = read_json(run_dir / "config.json") or {}
+            config = run.read_config() or {}
             summary = {
-                "run_id": run_dir.name,
+                "run_id": run.run_id,
                 "variant": config.get("variant"),
                 "seed": config.get("seed"),
                 "status": "incomplete",
@@ -174,21 +126,24 @@ RUN_KEYS = {"group": "group", "lr": "peak_lr", "warmup_steps": "warmup_steps"}
 
 
 def load_metrics(
-    exp_dir: Path, runs: pd.DataFrame | None = None, name: str = "metrics.csv"
+    exp_dir: Path,
+    runs: pd.DataFrame | None = None,
+    which: Literal["metrics", "probes"] = "metrics",
 ) -> pd.DataFrame:
     """Per-step metrics of ``runs`` (default: every done run) as one long frame, with run keys
     (run id, variant, seed) and :data:`RUN_KEYS` (group, peak_lr, warmup_steps).
 
-    Pass the summaries already loaded to read only those runs' files; ``name="probes.csv"``
+    Pass the summaries already loaded to read only those runs' files; ``which="probes"``
     reads the probes instead.
     """
     runs = load_summaries(exp_dir) if runs is None else runs
     frames = []
+    folder = ExperimentFolder(exp_dir)
     for run in runs.itertuples():
-        path = exp_dir / run.run_id / name
-        if not path.exists() or path.stat().st_size == 0:
+        stored = folder.run(run.run_id)
+        frame = stored.read_frame(getattr(stored, which))
+        if frame is None:
             continue
-        frame = pd.read_csv(path)
         keys = {"run_id": run.run_id, "variant": run.variant, "seed": run.seed}
         for key, column in RUN_KEYS.items():  # the stage and settings, to select like runs
             keys[column] = getattr(run, key, None)
@@ -201,7 +156,7 @@ def load_metrics(
 
 def load_probes(exp_dir: Path, runs: pd.DataFrame | None = None) -> pd.DataFrame:
     """The probes of ``runs`` (default: every done run) as one long frame, with run keys."""
-    return load_metrics(exp_dir, runs, "probes.csv")
+    return load_metrics(exp_dir, runs, "probes")
 
 
 @dataclass(frozen=True)
@@ -233,10 +188,11 @@ def load_results(exp_dir: str | Path, include_incomplete: bool = False) -> Resul
 
 def pending_state(run_dir: Path) -> str:
     """Why a planned run has no result: running, failed, interrupted or not started."""
-    summary = read_json(run_dir / "summary.json")
+    run = RunFolder(run_dir)
+    summary = run.read_any_summary()
     if summary is not None and summary.get("status") not in DONE_STATUSES:
         return str(summary.get("status"))
-    status = read_json(run_dir / "status.json")
+    status = read_json(run.status)
     if status is not None and status.get("status") == "running":
         host = status.get("hostname")
         if host and host != platform.node():
@@ -261,21 +217,17 @@ def process_alive(pid: object) -> bool:
 def weights_missing(run_dir: Path) -> str | None:
     """Why a run cannot be continued from (``is diverged``, ``has no model.pt ...``), or None
     when it finished with its final weights stored."""
-    summary = read_summary(run_dir)
+    run = RunFolder(run_dir)
+    summary = run.read_summary()
     if summary is None or summary["status"] != "finished":
         return f"is {summary['status'] if summary else 'not done'}"
-    if not (run_dir / WEIGHTS_FILE).is_file():
-        return f"has no {WEIGHTS_FILE} (runtime.save_weights was off when it ran)"
+    if not run.weights.is_file():
+        return f"has no {run.weights.name} (runtime.save_weights was off when it ran)"
     return None
 
 
 class RunClaimed(RuntimeError):
     """The run is being trained by another live process (another ``ablate run``)."""
-
-
-def claim_path(exp_dir: Path, run_id: str) -> Path:
-    """Where the claim of a run lives (outside the run folder, which a run resets)."""
-    return exp_dir / CLAIMS / run_id
 
 
 def claim_run(exp_dir: Path, run_id: str, take_over: bool = False) -> None:
@@ -287,7 +239,7 @@ def claim_run(exp_dir: Path, run_id: str, take_over: bool = False) -> None:
     over with ``take_over`` (a retried Optuna trial: its storage's heartbeat found the holder
     dead).
     """
-    path = claim_path(exp_dir, run_id)
+    path = ExperimentFolder(exp_dir).claim(run_id)
     path.parent.mkdir(parents=True, exist_ok=True)
     me = {"pid": os.getpid(), "hostname": platform.node()}
     for _ in range(2):
@@ -313,34 +265,23 @@ def claim_run(exp_dir: Path, run_id: str, take_over: bool = False) -> None:
 
 def release_run(exp_dir: Path, run_id: str) -> None:
     """Drop this process's claim of a run (no-op when it holds none)."""
-    path = claim_path(exp_dir, run_id)
+    path = ExperimentFolder(exp_dir).claim(run_id)
     holder = read_json(path) or {}
     if holder.get("pid") == os.getpid() and holder.get("hostname") == platform.node():
         path.unlink(missing_ok=True)
 
 
-def write_json_if_changed(path: Path, data: Any) -> None:
-    """:func:`write_json_atomic`, except that equal content leaves the file (and its time
-    stamp, which says whether a report is up to date) alone."""
-    if read_json(path) != json.loads(json.dumps(_finite(data))):
-        write_json_atomic(path, data)
-
-
 def write_manifest(exp_dir: Path, manifest: dict[str, Any]) -> None:
     """Record the current plan (name, variants in order, seeds, run ids) as experiment.json;
     an unchanged plan leaves the file (and its time stamp) alone."""
-    write_json_if_changed(exp_dir / "experiment.json", manifest)
+    write_json_if_changed(ExperimentFolder(exp_dir).manifest, manifest)
 
 
 def newest_result_time(exp_dir: Path) -> float:
     """Modification time of the newest file a report is built from (0 when there is none)."""
-    paths = [exp_dir / "experiment.json", exp_dir / "stability.json"]
-    paths += [run_dir / "summary.json" for run_dir in run_dirs(exp_dir)]
+    folder = ExperimentFolder(exp_dir)
+    paths = [folder.manifest, folder.stability, *(run.summary for run in folder.runs())]
     return max((p.stat().st_mtime for p in paths if p.exists()), default=0.0)
-
-
-REPORT_BUILT = ".built.json"  # written last by a report build: the files that build wrote
-REPORT_WHERE = "report.json"  # in the results folder: where the report was last written
 
 
 def report_is_current(exp_dir: Path, report_dir: Path) -> bool:
@@ -357,18 +298,20 @@ def report_is_current(exp_dir: Path, report_dir: Path) -> bool:
 
 def remember_report_dir(exp_dir: Path, report_dir: Path) -> None:
     """Record where the experiment's report was written, for ``ablate report`` to write there."""
-    write_json_if_changed(exp_dir / REPORT_WHERE, {"report_dir": str(report_dir.resolve())})
+    write_json_if_changed(
+        ExperimentFolder(exp_dir).report_where, {"report_dir": str(report_dir.resolve())}
+    )
 
 
 def remembered_report_dir(exp_dir: Path) -> Path | None:
     """Where ``ablate run`` last wrote this experiment's report, if it did."""
-    where = read_json(exp_dir / REPORT_WHERE)
+    where = read_json(ExperimentFolder(exp_dir).report_where)
     return Path(where["report_dir"]) if where and where.get("report_dir") else None
 
 
 def read_manifest(exp_dir: Path) -> dict[str, Any]:
     """The plan stored with an experiment; without one, what the run folders themselves say."""
-    manifest = read_json(exp_dir / "experiment.json")
+    manifest = read_json(ExperimentFolder(exp_dir).manifest)
     if manifest is not None:
         return manifest
     runs = load_summaries(exp_dir)
@@ -379,3 +322,13 @@ def read_manifest(exp_dir: Path) -> dict[str, Any]:
         "seeds": sorted(int(s) for s in runs["seed"].unique()) if len(runs) else [],
         "runs": [],
     }
+
+
+def read_studies(exp_dir: Path) -> dict[str, Any] | None:
+    """The search and max-LR studies' results (``stability.json``), when studies ran."""
+    return read_json(ExperimentFolder(exp_dir).stability)
+
+
+def write_studies(exp_dir: Path, studies: dict[str, Any]) -> None:
+    """Store the studies' results; unchanged results leave the file (and its time stamp)."""
+    write_json_if_changed(ExperimentFolder(exp_dir).stability, studies)

@@ -42,7 +42,8 @@ from rich.progress import (
     TimeRemainingColumn,
 )
 
-from ablate.core import store
+from ablate.core import folders, store
+from ablate.core.folders import ExperimentFolder, RunFolder
 from ablate.core.plan import RunSpec
 
 T = TypeVar("T")
@@ -80,9 +81,9 @@ def gpu_count(accelerator: str) -> int:
     return torch.cuda.device_count()
 
 
-def run_dir_of(spec: RunSpec, root: Path) -> Path:
+def run_folder_of(spec: RunSpec, root: Path) -> RunFolder:
     """The folder a spec's results live in."""
-    return store.experiment_dir(root, spec.experiment) / spec.run_id
+    return store.run_folder(root, spec.experiment, spec.run_id)
 
 
 def split_done(specs: list[RunSpec], root: Path) -> tuple[list[dict], list[RunSpec]]:
@@ -90,7 +91,7 @@ def split_done(specs: list[RunSpec], root: Path) -> tuple[list[dict], list[RunSp
     done: list[dict] = []
     pending: list[RunSpec] = []
     for spec in {s.run_id: s for s in specs}.values():
-        summary = store.read_summary(run_dir_of(spec, root))
+        summary = run_folder_of(spec, root).read_summary()
         if summary is None:
             pending.append(spec)
         else:
@@ -178,7 +179,7 @@ class StudyProgress:
 
     def __init__(self, console: Console, exp_dir: Path, group: str, total: int) -> None:
         self.console, self.exp_dir, self.group = console, exp_dir, group
-        self.seen = set(exp_dir.glob("*/summary.json"))
+        self.seen = ExperimentFolder(exp_dir).summaries()
         self.progress = _progress(console, transient=True)
         self.task = self.progress.add_task(f"{group} runs (at most {total})", total=total)
         self.done = threading.Event()
@@ -201,8 +202,8 @@ class StudyProgress:
     def new_runs(self) -> int:
         """How many runs of the group were stored since the last look."""
         count = 0
-        for path in set(self.exp_dir.glob("*/summary.json")) - self.seen:
-            summary = store.read_json(path)
+        for path in ExperimentFolder(self.exp_dir).summaries() - self.seen:
+            summary = folders.read_json(path)
             if summary is not None:
                 self.seen.add(path)
                 count += summary.get("group") == self.group
@@ -345,7 +346,7 @@ def obtain(
     )
 
     announced = False
-    while (summary := store.read_summary(run_dir_of(spec, root))) is None:
+    while (summary := run_folder_of(spec, root).read_summary()) is None:
         try:
             return execute_run(spec, root, progress, stoppers, take_over)
         except store.RunClaimed as claimed:

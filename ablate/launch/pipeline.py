@@ -164,7 +164,7 @@ def stored_tuned_plan(ctx: Context) -> list[RunSpec]:
     a rerun whose search has nothing left to do plans, and writes, the same manifest."""
     if ctx.experiment.search is None:
         return []
-    studies = store.read_json(ctx.exp_dir / "stability.json") or {}
+    studies = store.read_studies(ctx.exp_dir) or {}
     return plan_tuned(ctx.experiment, best_settings(studies.get("search") or {}))
 
 
@@ -243,8 +243,8 @@ def write_studies(ctx: Context, studies: dict[str, Any]) -> None:
     from ablate.launch.search import storage_label, storage_url
 
     url = storage_url(ctx.experiment, ctx.results_dir, ctx.storage)
-    store.write_json_if_changed(
-        ctx.exp_dir / "stability.json",
+    store.write_studies(
+        ctx.exp_dir,
         {
             "experiment": ctx.experiment.name,
             "storage": storage_label(url),

@@ -52,8 +52,8 @@ from optuna.storages import RetryHeartbeatStaleTrialCallback
 from optuna.trial import FrozenTrial, TrialState
 from sqlalchemy.engine import make_url
 
-from ablate.core import store
 from ablate.core.config import Experiment, RuntimeConfig
+from ablate.core.folders import ExperimentFolder, retry_claims
 from ablate.core.plan import RunSpec, max_lr_family, with_train
 from ablate.core.stability import Bracket, bracket_max_stable, clipped_loss
 from ablate.launch.execute import POLL_S, Resources, obtain, run_parallel, worker_say
@@ -69,7 +69,7 @@ def storage_url(experiment: Experiment, root: Path, override: str | None = None)
     chosen = override or experiment.storage
     if chosen:
         return chosen
-    path = (store.experiment_dir(root, experiment.name) / "optuna.db").resolve()
+    path = ExperimentFolder.of(root, experiment.name).optuna_db.resolve()
     path.parent.mkdir(parents=True, exist_ok=True)
     return f"sqlite:///{path}"
 
@@ -136,7 +136,7 @@ class RetryOnce:
     def __init__(self, max_retry: int, url: str) -> None:
         self.retry = RetryHeartbeatStaleTrialCallback(max_retry)
         database = make_url(url).database if url.startswith("sqlite") else None
-        self.claims = Path(f"{database}.retries") if database else None
+        self.claims = retry_claims(Path(database)) if database else None
 
     def __call__(self, study: optuna.Study, trial: FrozenTrial) -> None:
         if self.claims is not None:

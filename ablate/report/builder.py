@@ -33,7 +33,7 @@ from pathlib import Path
 import markdown
 import pandas as pd
 
-from ablate.core import store
+from ablate.core import folders
 from ablate.report.analysis import noise_floor, variant_table
 from ablate.report.comparison import comparison_section
 from ablate.report.convert import convert_section
@@ -110,7 +110,7 @@ def markdown_to_html(text: str, folder: Path, title: str) -> str:
 def write_section(section: Section, folder: Path) -> None:
     """Write a section's tables (CSV) and figures (PNG) into the report folder."""
     for name, frame in section.tables.items():
-        store.write_frame_atomic(folder / name, frame)
+        folders.write_frame_atomic(folder / name, frame)
     for name, figure in section.figures.items():
         save_figure(figure, folder / name)
 
@@ -119,7 +119,7 @@ def start_build(report_dir: Path) -> float:
     """Make the folder not current until this build completes, and drop every figure of an
     older build (one whose data are gone must not survive); the build's start time."""
     report_dir.mkdir(parents=True, exist_ok=True)
-    (report_dir / store.REPORT_BUILT).unlink(missing_ok=True)
+    (report_dir / folders.REPORT_BUILT).unlink(missing_ok=True)
     for name in FIGURES:
         (report_dir / name).unlink(missing_ok=True)
     return time.time()
@@ -130,9 +130,9 @@ def finish_build(report_dir: Path, started: float) -> None:
     written = sorted(
         p.name for p in report_dir.iterdir() if p.is_file() and p.stat().st_mtime >= started - 1
     )
-    store.write_json_atomic(
-        report_dir / store.REPORT_BUILT,
-        {"files": [n for n in written if n != store.REPORT_BUILT]},
+    folders.write_json_atomic(
+        report_dir / folders.REPORT_BUILT,
+        {"files": [n for n in written if n != folders.REPORT_BUILT]},
     )
 
 
@@ -191,10 +191,10 @@ def build_report(exp_dir: Path, report_dir: Path) -> Report:
     report, table = report_sections(stored, variants)
     write_section(report, report_dir)
     text = "\n".join(report.lines)
-    store.write_text_atomic(report_dir / "variants.md", quality_markdown(table) + "\n")
-    store.write_text_atomic(report_dir / "report.md", text)
+    folders.write_text_atomic(report_dir / "variants.md", quality_markdown(table) + "\n")
+    folders.write_text_atomic(report_dir / "report.md", text)
     page = markdown_to_html(text, report_dir, str(stored.manifest["name"]))
-    store.write_text_atomic(report_dir / "report.html", page)
+    folders.write_text_atomic(report_dir / "report.html", page)
     finish_build(report_dir, started)
     figures = [report_dir / name for name in FIGURES if (report_dir / name).exists()]
     return Report(

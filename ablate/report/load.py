@@ -48,7 +48,7 @@ def load_experiment_results(exp_dir: Path) -> StoredExperiment:
         tuned=runs[runs["run_id"].isin(_group_ids(manifest, "tuned"))],
         metrics=store.load_metrics(exp_dir, main),  # only the main runs' curves are drawn
         probes=store.load_probes(exp_dir, main),
-        studies=store.read_json(exp_dir / "stability.json"),
+        studies=store.read_studies(exp_dir),
         missing=missing_runs(exp_dir, manifest, runs),
         convert=convert,
         convert_metrics=store.load_metrics(exp_dir, convert) if len(convert) else pd.DataFrame(),

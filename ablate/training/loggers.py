@@ -13,8 +13,9 @@ experiment's folder (``<experiment>/mlruns``). W&B follows its own environment
 from __future__ import annotations
 
 from collections.abc import Callable
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+from ablate.core.folders import ExperimentFolder, RunFolder
 
 if TYPE_CHECKING:
     import lightning as L
@@ -23,26 +24,27 @@ if TYPE_CHECKING:
     from ablate.core.plan import RunSpec
 
 
-def _csv(spec: RunSpec, run_dir: Path) -> Logger:
+def _csv(spec: RunSpec, run: RunFolder) -> Logger:
     from lightning.pytorch.loggers import CSVLogger
 
-    return CSVLogger(save_dir=run_dir / "logs", name="csv", version="")
+    return CSVLogger(save_dir=run.logs, name="csv", version="")
 
 
-def _tensorboard(spec: RunSpec, run_dir: Path) -> Logger:
+def _tensorboard(spec: RunSpec, run: RunFolder) -> Logger:
     from lightning.pytorch.loggers import TensorBoardLogger
 
     return TensorBoardLogger(
-        save_dir=run_dir / "logs", name="tensorboard", version="", default_hp_metric=False
+        save_dir=run.logs, name="tensorboard", version="", default_hp_metric=False
     )
 
 
-def _mlflow(spec: RunSpec, run_dir: Path) -> Logger:
+def _mlflow(spec: RunSpec, run: RunFolder) -> Logger:
     import os
 
     from lightning.pytorch.loggers import MLFlowLogger
 
-    tracking = os.environ.get("MLFLOW_TRACKING_URI") or f"file:{run_dir.parent / 'mlruns'}"
+    default = f"file:{ExperimentFolder(run.path.parent).mlruns}"
+    tracking = os.environ.get("MLFLOW_TRACKING_URI") or default
     return MLFlowLogger(
         experiment_name=spec.experiment,
         run_name=f"{spec.variant}-seed{spec.seed}-{spec.run_id}",
@@ -51,7 +53,7 @@ def _mlflow(spec: RunSpec, run_dir: Path) -> Logger:
     )
 
 
-def _wandb(spec: RunSpec, run_dir: Path) -> Logger:
+def _wandb(spec: RunSpec, run: RunFolder) -> Logger:
     from lightning.pytorch.loggers import WandbLogger
 
     return WandbLogger(
@@ -59,20 +61,20 @@ def _wandb(spec: RunSpec, run_dir: Path) -> Logger:
         name=f"{spec.variant}-seed{spec.seed}",
         group=spec.group,
         id=spec.run_id,
-        save_dir=str(run_dir / "logs"),
+        save_dir=str(run.logs),
     )
 
 
-BUILDERS: dict[str, Callable[[RunSpec, Path], Logger]] = {
+BUILDERS: dict[str, Callable[[RunSpec, RunFolder], Logger]] = {
     "tensorboard": _tensorboard,
     "mlflow": _mlflow,
     "wandb": _wandb,
 }
 
 
-def build_loggers(spec: RunSpec, run_dir: Path) -> list[Logger]:
-    """The CSV logger and every logger named in ``runtime.loggers``, writing under ``run_dir``."""
-    return [_csv(spec, run_dir), *(BUILDERS[n](spec, run_dir) for n in spec.config.runtime.loggers)]
+def build_loggers(spec: RunSpec, run: RunFolder) -> list[Logger]:
+    """The CSV logger and every logger named in ``runtime.loggers``, writing under the run."""
+    return [_csv(spec, run), *(BUILDERS[n](spec, run) for n in spec.config.runtime.loggers)]
 
 
 def flatten(config: dict[str, Any], prefix: str = "") -> dict[str, Any]:

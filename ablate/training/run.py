@@ -28,8 +28,9 @@ import lightning as L
 import pandas as pd
 import torch
 
-from ablate.core import store
+from ablate.core import folders, store
 from ablate.core.config import RunConfig
+from ablate.core.folders import RunFolder
 from ablate.core.plan import RunSpec
 from ablate.core.stability import Verdict, final_loss_verdict
 from ablate.nn.convert import convert_weights
@@ -65,7 +66,6 @@ from ablate.training.task import LanguageModelTask, RunData
 
 FINAL_TRAIN_WINDOW = 10  # final_train_loss is the mean over this many last steps
 WEIGHTS_GROUPS = ("main", "convert")
-HANDBACK_FILE = ".rank0_state.pt"  # observers' state from spawned DDP processes (transient)
 
 
 @dataclass
@@ -105,14 +105,13 @@ def prepare(spec: RunSpec, root: Path | None = None) -> Prepared:
 
 def load_source(spec: RunSpec, root: Path, vocab_size: int) -> tuple[RunSpec, GPT]:
     """The source run's spec and its final model (``model.pt``), or a clear error."""
-    source_dir = store.experiment_dir(root, spec.experiment) / str(spec.init_from)
-    problem = store.weights_missing(source_dir)
+    source_dir = store.run_folder(root, spec.experiment, str(spec.init_from))
+    problem = store.weights_missing(source_dir.path)
     if problem is not None:
         raise ValueError(f"source run {spec.init_from} {problem}: nothing to continue from")
-    weights = source_dir / store.WEIGHTS_FILE
-    source_spec = RunSpec.from_json(store.read_json(source_dir / "config.json") or {})
+    source_spec = RunSpec.from_json(source_dir.read_config() or {})
     source = GPT(source_spec.config.model, vocab_size)
-    source.load_state_dict(torch.load(weights, map_location="cpu", weights_only=True))
+    source.load_state_dict(torch.load(source_dir.weights, map_location="cpu", weights_only=True))
     return source_spec, source
 
 
@@ -188,7 +187,7 @@ def quiet_lightning() -> None:
 
 
 def build_trainer(
-    spec: RunSpec, steps: int, callbacks: list[L.Callback], run_dir: Path
+    spec: RunSpec, steps: int, callbacks: list[L.Callback], run: RunFolder
 ) -> L.Trainer:
     """A quiet Trainer: no checkpoints, progress bar or summary; ablate records itself.
 
@@ -197,7 +196,7 @@ def build_trainer(
     """
     cfg = spec.config
     quiet_lightning()
-    loggers = build_loggers(spec, run_dir)
+    loggers = build_loggers(spec, run)
     for logger in loggers:
         logger.log_hyperparams(flatten(spec.to_json()))
     runtime = cfg.runtime
@@ -420,9 +419,7 @@ def fit(
 
 def save_weights(model: GPT, path: Path) -> None:
     """The model's state_dict, written to a temporary name and renamed (never half a file)."""
-    tmp = path.with_name(f".{path.name}.tmp")
-    torch.save(model.state_dict(), tmp)
-    os.replace(tmp, path)
+    folders.write_atomic(path, lambda tmp: torch.save(model.state_dict(), tmp))
 
 
 def execute_run(
@@ -455,19 +452,19 @@ def _train_and_store(
 ) -> dict[str, Any]:
     """The body of :func:`execute_run`, under the run's claim."""
     start = time.perf_counter()
-    run_dir = store.experiment_dir(root, spec.experiment) / spec.run_id
-    if store.is_done(run_dir):  # another process finished it after this one planned it
+    run = store.run_folder(root, spec.experiment, spec.run_id)
+    if run.is_done():  # another process finished it after this one planned it
         raise store.RunClaimed(f"run {spec.run_id} was finished meanwhile by another process")
-    store.reset_run_dir(run_dir)
-    store.write_json_atomic(run_dir / "config.json", spec.to_json())
-    store.write_json_atomic(
-        run_dir / "status.json",
+    run.reset()
+    folders.write_json_atomic(run.config, spec.to_json())
+    folders.write_json_atomic(
+        run.status,
         {"status": "running", "pid": os.getpid(), "hostname": platform.node()},
     )
     torch.manual_seed(spec.seed)
     prepared = prepare(spec, root)
-    store.write_json_atomic(run_dir / "env.json", environment(spec))
-    store.write_json_atomic(run_dir / "init_params.json", parameter_digests(prepared.model))
+    folders.write_json_atomic(run.env, environment(spec))
+    folders.write_json_atomic(run.init_params, parameter_digests(prepared.model))
     digests = (
         shared_init_digest(prepared.model),
         batch_digest(prepared.corpus, prepared.train_offsets),
@@ -485,23 +482,21 @@ def _train_and_store(
         ModelProbe(cfg.train.probes.interval, cfg.train.probes.attention), PeakMemory(), monitor
     )
     observers = [recorder, observed.probe, observed.memory, *all_stoppers]
-    handback = RankZeroHandBack(observers, run_dir / HANDBACK_FILE)
-    trainer = build_trainer(spec, prepared.steps, [*observers, handback], run_dir)
+    handback = RankZeroHandBack(observers, run.handback)
+    trainer = build_trainer(spec, prepared.steps, [*observers, handback], run)
     task = LanguageModelTask(prepared.model, cfg.train, prepared.steps)
     data = RunData(prepared.corpus, prepared.train_offsets, prepared.val_offsets, cfg.model.seq_len)
     on_interrupt = signal.getsignal(signal.SIGINT)  # Lightning ignores Ctrl-C once it got one
     outcome = fit(trainer, task, data, recorder, all_stoppers, handback)
     frame = metrics_frame(recorder)
-    store.write_frame_atomic(run_dir / "metrics.csv", frame)
-    store.write_frame_atomic(
-        run_dir / "probes.csv", pd.DataFrame(observed.probe.rows, columns=PROBE_COLUMNS)
-    )
+    folders.write_frame_atomic(run.metrics, frame)
+    folders.write_frame_atomic(run.probes, pd.DataFrame(observed.probe.rows, columns=PROBE_COLUMNS))
     elapsed = time.perf_counter() - start
     summary = summarize(spec, prepared, frame, outcome, observed, elapsed, digests)
     if outcome.status == "finished" and cfg.runtime.save_weights and spec.group in WEIGHTS_GROUPS:
-        save_weights(prepared.model, run_dir / store.WEIGHTS_FILE)
-    store.write_json_atomic(run_dir / "summary.json", summary)
-    (run_dir / "status.json").unlink(missing_ok=True)
+        save_weights(prepared.model, run.weights)
+    folders.write_json_atomic(run.summary, summary)
+    run.status.unlink(missing_ok=True)
     if outcome.status == "interrupted":
         if on_interrupt is not None:
             signal.signal(signal.SIGINT, on_interrupt)

@@ -1,0 +1,258 @@
+"""The results folder's layout: every file name and path, and the one way to write a file.
+
+Layout (``root`` defaults to ``results/``)::
+
+    root/<experiment>/experiment.json  the current plan: variants in order, seeds, run ids
+    root/<experiment>/stability.json   the search and max-LR studies' results, per variant
+    root/<experiment>/optuna.db        the Optuna storage (SQLite; PostgreSQL when configured)
+    root/<experiment>/optuna.db.retries/  one file per stale trial being retried (its claim)
+    root/<experiment>/report.json      {"report_dir"}: where ``ablate run`` last wrote the report
+    root/<experiment>/mlruns/          MLflow's file store, when that logger is on
+    root/<experiment>/.claims/<run-id> {"pid", "hostname"} of the process training the run
+    root/<experiment>/<run-id>/
+        config.json       the resolved run: experiment, variant, seed, run_id, config
+        env.json          python, torch, lightning, device, precision, threads, git commit
+        init_params.json  sha256 prefix of every initial parameter, by name
+        metrics.csv       one row per optimizer step; val_loss filled at evaluation steps
+        probes.csv        long rows (step, quantity, site, layer, value) at each probe step
+        logs/             Lightning loggers' files (csv/, tensorboard/, wandb/)
+        model.pt          final weights of a finished main or convert run (runtime.save_weights)
+        summary.json      written last: its presence with a final status marks the run done
+        status.json       {"status": "running", ...} while the run is in progress
+    <report dir>/.built.json  written last by a report build: the files it wrote
+
+Every file is written to a temporary name in its folder and renamed into place
+(:func:`write_atomic`), so a reader, or a writer killed half-way, never sees half a file.
+No other module spells one of these names: it asks a :class:`RunFolder` or an
+:class:`ExperimentFolder` for the path.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import shutil
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+DONE_STATUSES = ("finished", "diverged", "pruned")
+REPORT_BUILT = ".built.json"  # in a report folder, written last: the files that build wrote
+
+
+def current_umask() -> int:
+    """The process's file-creation mask (read by setting it and putting it back)."""
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def write_atomic(path: Path, write: Callable[[Path], None]) -> None:
+    """Have ``write`` fill a temporary file beside ``path``, then rename it into place."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    os.close(fd)
+    try:
+        os.chmod(tmp, 0o666 & ~current_umask())  # mkstemp's 0600 would hide results from others
+        write(Path(tmp))
+        with open(tmp, "rb") as handle:
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def write_text_atomic(path: Path, text: str) -> None:
+    """Atomically write ``text`` (UTF-8) to ``path``."""
+    write_atomic(path, lambda tmp: tmp.write_text(text, encoding="utf-8"))
+
+
+def finite(value: Any) -> Any:
+    """``value`` with every non-finite float (also nested) replaced by None, as JSON has none."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: finite(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [finite(v) for v in value]
+    return value
+
+
+def write_json_atomic(path: Path, data: Any) -> None:
+    """Atomically write ``data`` as indented JSON (non-finite floats become null)."""
+    write_text_atomic(path, json.dumps(finite(data), indent=2, sort_keys=True) + "\n")
+
+
+def write_json_if_changed(path: Path, data: Any) -> None:
+    """:func:`write_json_atomic`, except that equal content leaves the file (and its time
+    stamp, which says whether a report is up to date) alone."""
+    if read_json(path) != json.loads(json.dumps(finite(data))):
+        write_json_atomic(path, data)
+
+
+def write_frame_atomic(path: Path, frame: pd.DataFrame) -> None:
+    """Atomically write a DataFrame as CSV."""
+    write_text_atomic(path, frame.to_csv(index=False))
+
+
+def read_json(path: Path) -> dict[str, Any] | None:
+    """The JSON object in ``path``, or None when it is missing or unreadable."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+@dataclass(frozen=True)
+class RunFolder:
+    """One run's folder: its files' paths, and reading and writing them."""
+
+    path: Path
+
+    @property
+    def run_id(self) -> str:
+        return self.path.name
+
+    @property
+    def config(self) -> Path:
+        return self.path / "config.json"
+
+    @property
+    def env(self) -> Path:
+        return self.path / "env.json"
+
+    @property
+    def init_params(self) -> Path:
+        return self.path / "init_params.json"
+
+    @property
+    def metrics(self) -> Path:
+        return self.path / "metrics.csv"
+
+    @property
+    def probes(self) -> Path:
+        return self.path / "probes.csv"
+
+    @property
+    def logs(self) -> Path:
+        return self.path / "logs"
+
+    @property
+    def weights(self) -> Path:
+        return self.path / "model.pt"
+
+    @property
+    def summary(self) -> Path:
+        return self.path / "summary.json"
+
+    @property
+    def status(self) -> Path:
+        return self.path / "status.json"
+
+    @property
+    def handback(self) -> Path:
+        """Observers' state handed back by spawned DDP processes (transient)."""
+        return self.path / ".rank0_state.pt"
+
+    def is_run(self) -> bool:
+        """Whether the folder holds a run (its config was written)."""
+        return self.config.exists()
+
+    def read_config(self) -> dict[str, Any] | None:
+        return read_json(self.config)
+
+    def read_any_summary(self) -> dict[str, Any] | None:
+        """The summary whatever its status (failed and interrupted runs have one too)."""
+        return read_json(self.summary)
+
+    def read_summary(self) -> dict[str, Any] | None:
+        """The run's summary if it is complete (finished, diverged or pruned), else None."""
+        summary = self.read_any_summary()
+        if summary is None or summary.get("status") not in DONE_STATUSES:
+            return None
+        return summary
+
+    def is_done(self) -> bool:
+        """True when the run finished, diverged or was pruned; anything else is redone."""
+        return self.read_summary() is not None
+
+    def reset(self) -> None:
+        """Empty an incomplete run's folder (left by a crash, interruption or failure)."""
+        if self.path.exists():
+            shutil.rmtree(self.path)
+        self.path.mkdir(parents=True)
+
+    def read_frame(self, which: Path) -> pd.DataFrame | None:
+        """The CSV at ``which`` (:attr:`metrics` or :attr:`probes`), None when absent or empty."""
+        if not which.exists() or which.stat().st_size == 0:
+            return None
+        return pd.read_csv(which)
+
+
+@dataclass(frozen=True)
+class ExperimentFolder:
+    """One experiment's folder in the results root: its runs and its experiment-wide files."""
+
+    path: Path
+
+    @classmethod
+    def of(cls, root: Path | str, experiment: str) -> ExperimentFolder:
+        """The folder of ``experiment``'s runs under the results root."""
+        return cls(Path(root) / experiment)
+
+    @property
+    def name(self) -> str:
+        return self.path.name
+
+    @property
+    def manifest(self) -> Path:
+        return self.path / "experiment.json"
+
+    @property
+    def stability(self) -> Path:
+        return self.path / "stability.json"
+
+    @property
+    def optuna_db(self) -> Path:
+        return self.path / "optuna.db"
+
+    @property
+    def report_where(self) -> Path:
+        return self.path / "report.json"
+
+    @property
+    def mlruns(self) -> Path:
+        return self.path / "mlruns"
+
+    def claim(self, run_id: str) -> Path:
+        """Where the claim of a run lives (outside the run folder, which a run resets)."""
+        return self.path / ".claims" / run_id
+
+    def run(self, run_id: str) -> RunFolder:
+        return RunFolder(self.path / run_id)
+
+    def runs(self) -> list[RunFolder]:
+        """Every run folder of the experiment, sorted by name."""
+        if not self.path.is_dir():
+            return []
+        return [
+            RunFolder(p)
+            for p in sorted(self.path.iterdir())
+            if p.is_dir() and RunFolder(p).is_run()
+        ]
+
+    def summaries(self) -> set[Path]:
+        """The summary files present now (finished or not), to count runs as they land."""
+        return set(self.path.glob("*/summary.json"))
+
+
+def retry_claims(database: Path) -> Path:
+    """The folder of claims on stale trials of the SQLite storage at ``database``."""
+    return Path(f"{database}.retries")
