@@ -20,7 +20,6 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from rich.console import Console
 
-    from ablate.core.config import Experiment
 
 EXIT_OK, EXIT_RUN_FAILED, EXIT_BAD_INPUT, EXIT_INTERRUPTED = 0, 1, 2, 130
 
@@ -148,9 +147,10 @@ def _positive(value: int | None, flag: str) -> None:
 def cmd_validate(args: argparse.Namespace, console: Console) -> int:
     """Print the plan of an experiment file and an estimate of its time."""
     from ablate.core.load import load_experiment
+    from ablate.core.overrides import difference_lines
     from ablate.core.plan import planned_groups
     from ablate.launch.estimate import describe_plan
-    from ablate.launch.execute import choose_resources, gpu_count
+    from ablate.launch.workers import choose_resources, gpu_count
 
     experiment = load_experiment(args.experiment)
     n_runs = len(experiment.seeds) * len(experiment.variants)
@@ -178,31 +178,9 @@ def cmd_validate(args: argparse.Namespace, console: Console) -> int:
         f"plus evaluation; of which {plan.fixed_s:.0f} s fixed costs: run set-up, pool starts, "
         "start-up and report)"
     )
-    for line in variant_difference_lines(experiment):
+    for line in difference_lines(experiment):
         console.print(line, markup=False, highlight=False, soft_wrap=True)
     return EXIT_OK
-
-
-def variant_difference_lines(experiment: Experiment) -> list[str]:
-    """Per variant, every resolved key in which it differs from the base (``base -> variant``);
-    a key the variant does not name is marked (only a kind's own default bias may follow)."""
-    from ablate.core.overrides import DERIVED, differences
-
-    lines = ["what each variant changes against the base:"]
-    for name, config in experiment.variants.items():
-        named = set(experiment.overrides.get(name, {}))
-        changes = [
-            f"{key}: {old!r} -> {new!r}{_why_changed(key, named, DERIVED)}"
-            for key, (old, new) in differences(experiment.base, config).items()
-        ]
-        lines.append(f"  {name}: {'; '.join(changes) or 'nothing (the base itself)'}")
-    return lines
-
-
-def _why_changed(key: str, named: set[str], derived: dict[str, str]) -> str:
-    if key in named:
-        return ""
-    return f" (follows {derived[key]})" if key in derived else " (not named by the variant)"
 
 
 def cmd_run(args: argparse.Namespace, console: Console) -> int:
@@ -237,28 +215,10 @@ def cmd_run(args: argparse.Namespace, console: Console) -> int:
 
 
 def _print_studies(studies: dict, console: Console) -> None:
-    """One line per bracket and per search study."""
-    for variant, found in studies.get("max_lr", {}).items():
-        low, high = found["bracket"]
-        shown = f"[{low:.4g}, {high:.4g}]" if low and high else f"[{low}, {high}]"
-        check = (
-            ""
-            if found.get("monotone", True)
-            else (f"; NON-MONOTONE: {len(found['contradictions'])} stored run(s) contradict it")
-        )
-        console.print(
-            f"max stable lr {variant}: {shown} after {found['runs_total']} runs; failed seeds "
-            f"{found['failed_seeds']}{check}",
-            markup=False,
-        )
-    for variant, found in studies.get("search", {}).items():
-        best = found["best"]
-        text = (
-            f"lr {best['lr']:.3g}, warmup {best['warmup_steps']}, val loss {best['value']:.4f}"
-            if best
-            else "no stable trial"
-        )
-        console.print(f"search {variant}: best {text}", markup=False)
+    from ablate.launch.studies import result_lines
+
+    for line in result_lines(studies):
+        console.print(line, markup=False)
 
 
 def cmd_search(args: argparse.Namespace, console: Console) -> int:
@@ -320,13 +280,7 @@ def cmd_bench(args: argparse.Namespace, console: Console) -> int:
     """Kernel and step benchmarks; tables printed, CSVs and a figure written."""
     import torch
 
-    from ablate.bench.speed import (
-        DTYPES,
-        KernelCase,
-        kernel_benchmark,
-        step_table,
-        write_outputs,
-    )
+    from ablate.bench.speed import DTYPES, BenchSettings, run_benchmarks
     from ablate.core.load import load_experiment
 
     dims, tokens = _int_list(args.dims, "--dims"), _int_list(args.tokens, "--tokens")
@@ -344,26 +298,18 @@ def cmd_bench(args: argparse.Namespace, console: Console) -> int:
     experiment = None if str(args.experiment) == "none" else load_experiment(args.experiment)
     threads = args.threads or torch.get_num_threads()
     torch.set_num_threads(threads)
-    console.print(f"device {device.type}, torch {torch.__version__}, {threads} thread(s)")
-    steps = None  # first: the process's memory is not yet grown by the large kernels
-    if experiment is not None:
-        console.print(f"training steps: {experiment.name}, {args.repeats} round(s)")
-        steps = step_table(experiment, device, args.steps, threads, args.repeats)
-        console.print(steps.to_markdown(index=False, floatfmt=".4g"), markup=False, highlight=False)
-    cases = [KernelCase(n, dim, dt, device) for dt in dtypes for n in tokens for dim in dims]
-    kernels = kernel_benchmark(
-        cases,
-        threads,
-        not args.no_compile,
-        args.min_run_time,
+    settings = BenchSettings(
+        dims,
+        tokens,
+        dtypes,
+        args.steps,
+        args.repeats,
         args.rounds,
-        lambda c: console.print(f"kernels: {c.dtype} {c.tokens} x {c.dim}", highlight=False),
+        args.min_run_time,
+        not args.no_compile,
+        args.out,
     )
-    shown = kernels.drop(columns=["device", "error"]).dropna(subset=["fwd_bwd_ms"])
-    console.print(shown.to_markdown(index=False, floatfmt=".3g"), markup=False, highlight=False)
-    for row in kernels[kernels["error"].notna()].itertuples():
-        console.print(f"unavailable: {row.kind} {row.impl}: {row.error}", markup=False)
-    for path in write_outputs(args.out, kernels, steps):
+    for path in run_benchmarks(experiment, device, threads, settings, console):
         console.print(f"wrote {path}")
     return EXIT_OK
 

@@ -122,7 +122,7 @@ def test_smoke_experiment_end_to_end(tmp_path: Path) -> None:
     assert "Stability criterion" in text and "the unigram floor − 0.1 (collapsed)" in text
     assert "## Shared LR and tuned settings" in text and "Leading comparison" in text
 
-    _readme_notebook_snippet_matches_the_report(exp_dir, report_dir)
+    _docs_notebook_snippet_matches_the_report(exp_dir, report_dir)
 
     rerun = (  # the cached rerun in one process, which must not import Lightning
         "import sys; from ablate.cli import main; code = main(sys.argv[1:]); "
@@ -144,11 +144,11 @@ def test_smoke_experiment_end_to_end(tmp_path: Path) -> None:
     assert after == {s["run_id"] for s in summaries}  # nothing was trained again
 
 
-def _readme_notebook_snippet_matches_the_report(exp_dir: Path, report_dir: Path) -> None:
-    """Run the README's pandas snippet on a stored experiment with every group (main, sweep,
+def _docs_notebook_snippet_matches_the_report(exp_dir: Path, report_dir: Path) -> None:
+    """Run the docs' pandas snippet on a stored experiment with every group (main, sweep,
     search, tuned, max_lr) and compare what it computes with the report's tables."""
-    readme = (REPO / "README.md").read_text(encoding="utf-8")
-    block = readme.split("For notebooks, everything stored as pandas frames:")[1]
+    docs = (REPO / "docs" / "report.md").read_text(encoding="utf-8")
+    block = docs.split("For notebooks, everything stored as pandas frames:")[1]
     code = block.split("```python\n")[1].split("```")[0]
     assert 'load_results("results/ln_vs_rms")' in code
     scope: dict = {}

@@ -20,7 +20,8 @@ from ablate.cli import main
 from ablate.core import folders, store
 from ablate.core.load import load_experiment
 from ablate.core.plan import plan_runs
-from ablate.launch.execute import choose_resources, execute, gpu_count, run_folder_of
+from ablate.launch.execute import execute, run_folder_of
+from ablate.launch.workers import choose_resources, gpu_count
 
 
 def test_resources_divide_cores_among_workers() -> None:

@@ -7,7 +7,13 @@ import math
 import pytest
 import torch
 
+from ablate.core.config import NormConfig
 from ablate.nn.norms import LayerNorm, RMSNorm, build_norm
+
+
+def _norm(kind: str, dim: int, **settings: object) -> torch.nn.Module:
+    """The norm of ``kind`` with these ``model.norm`` settings, as the model builds it."""
+    return build_norm(NormConfig(kind=kind, **settings), dim)
 
 
 def _x(shape: tuple[int, ...] = (4, 7, 32), seed: int = 0) -> torch.Tensor:
@@ -46,9 +52,9 @@ def test_rmsnorm_equals_torch_rmsnorm() -> None:
 
 
 def test_layernorm_without_bias_has_no_bias_parameter() -> None:
-    assert [n for n, _ in build_norm("layernorm", 8, bias=False).named_parameters()] == ["weight"]
-    assert [n for n, _ in build_norm("rmsnorm", 8).named_parameters()] == ["weight"]
-    assert [n for n, _ in build_norm("rmsnorm", 8, bias=True).named_parameters()] == [
+    assert [n for n, _ in _norm("layernorm", 8, bias=False).named_parameters()] == ["weight"]
+    assert [n for n, _ in _norm("rmsnorm", 8).named_parameters()] == ["weight"]
+    assert [n for n, _ in _norm("rmsnorm", 8, bias=True).named_parameters()] == [
         "weight",
         "bias",
     ]
@@ -56,8 +62,8 @@ def test_layernorm_without_bias_has_no_bias_parameter() -> None:
 
 def test_worked_example_from_the_sources() -> None:
     x = torch.tensor([[1.0, 2.0]])
-    ln = build_norm("layernorm", 2, eps=0.0)(x)
-    rms = build_norm("rmsnorm", 2, eps=0.0)(x)
+    ln = LayerNorm(2, eps=0.0, bias=True, fp32_reduction=True)(x)
+    rms = RMSNorm(2, eps=0.0, bias=False, fp32_reduction=True)(x)
     assert torch.allclose(ln, torch.tensor([[-1.0, 1.0]]), atol=1e-6)
     assert torch.allclose(rms, torch.tensor([[1 / math.sqrt(2.5), 2 / math.sqrt(2.5)]]), atol=1e-6)
     assert [round(v, 3) for v in rms[0].tolist()] == [0.632, 1.265]
@@ -70,7 +76,7 @@ def test_rmsnorm_output_has_unit_mean_square_before_gain() -> None:
 
 @pytest.mark.parametrize("kind", ["layernorm", "rmsnorm"])
 def test_scale_invariance(kind: str) -> None:
-    norm = build_norm(kind, 32, eps=1e-12)
+    norm = _norm(kind, 32, eps=1e-12)
     _randomize(norm)
     x = _x()
     assert torch.allclose(norm(x), norm(7.5 * x), atol=1e-5)
@@ -79,14 +85,14 @@ def test_scale_invariance(kind: str) -> None:
 
 def test_shift_invariance_layernorm_only() -> None:
     x = _x()
-    ln, rms = build_norm("layernorm", 32, eps=1e-12), build_norm("rmsnorm", 32, eps=1e-12)
+    ln, rms = _norm("layernorm", 32, eps=1e-12), _norm("rmsnorm", 32, eps=1e-12)
     assert torch.allclose(ln(x), ln(x + 4.0), atol=1e-4)
     assert (rms(x) - rms(x + 4.0)).abs().max() > 0.1
 
 
 @pytest.mark.parametrize("kind", ["layernorm", "rmsnorm"])
 def test_zero_input_is_finite(kind: str) -> None:
-    y = build_norm(kind, 16)(torch.zeros(3, 16))
+    y = _norm(kind, 16)(torch.zeros(3, 16))
     assert torch.isfinite(y).all()
     assert torch.equal(y, torch.zeros(3, 16))
 
@@ -94,9 +100,9 @@ def test_zero_input_is_finite(kind: str) -> None:
 @pytest.mark.parametrize("kind", ["layernorm", "rmsnorm"])
 def test_fp32_reduction_under_bf16_is_closer_to_fp32(kind: str) -> None:
     x = (_x((64, 256)) * 50 + 100).bfloat16()  # large mean: bf16 statistics lose precision
-    exact = build_norm(kind, 256)(x.float())
-    fp32 = build_norm(kind, 256, fp32_reduction=True)(x)
-    native = build_norm(kind, 256, fp32_reduction=False)(x)
+    exact = _norm(kind, 256)(x.float())
+    fp32 = _norm(kind, 256, fp32_reduction=True)(x)
+    native = _norm(kind, 256, fp32_reduction=False)(x)
     assert fp32.dtype == native.dtype == torch.bfloat16
     err_fp32 = (fp32.float() - exact).abs().mean()
     err_native = (native.float() - exact).abs().mean()
@@ -105,12 +111,12 @@ def test_fp32_reduction_under_bf16_is_closer_to_fp32(kind: str) -> None:
 
 
 def test_unknown_kind_names_the_allowed_ones() -> None:
-    with pytest.raises(ValueError, match="layernorm, rmsnorm"):
-        build_norm("batchnorm", 4)
+    with pytest.raises(ValueError, match="'layernorm', 'rmsnorm' or 'dyt'"):
+        _norm("batchnorm", 4)
 
 
 def test_dyt_is_tanh_of_alpha_x_times_gain_plus_bias() -> None:
-    norm = build_norm("dyt", 32, alpha_init=0.7)
+    norm = _norm("dyt", 32, alpha_init=0.7)
     assert [n for n, _ in norm.named_parameters()] == ["weight", "bias", "alpha"]
     assert norm.alpha.detach().item() == pytest.approx(0.7)
     _randomize(norm)
@@ -122,7 +128,7 @@ def test_dyt_is_tanh_of_alpha_x_times_gain_plus_bias() -> None:
 
 
 def test_dyt_gradient_reaches_alpha() -> None:
-    norm = build_norm("dyt", 8, alpha_init=0.5)
+    norm = _norm("dyt", 8, alpha_init=0.5)
     x = _x((3, 8))
     norm(x).sum().backward()
     # d/dalpha sum tanh(alpha x) = sum x (1 - tanh^2(alpha x))
@@ -135,7 +141,7 @@ def test_dyt_gradient_reaches_alpha() -> None:
 def test_layernorm_and_rmsnorm_follow_their_formula_with_and_without_bias(
     kind: str, bias: bool
 ) -> None:
-    norm = build_norm(kind, 32, eps=1e-5, bias=bias, impl="auto")
+    norm = _norm(kind, 32, eps=1e-5, bias=bias, impl="auto")
     _randomize(norm)
     x = _x().double()
     centered = x - x.mean(-1, keepdim=True) if kind == "layernorm" else x
@@ -152,5 +158,5 @@ def test_registry_and_config_list_the_same_kinds_with_their_bias_defaults() -> N
 
     assert set(get_args(NormKind)) == set(NORMS)
     for kind in NORMS:
-        built = build_norm(kind, 4)
+        built = _norm(kind, 4)
         assert NormConfig(kind=kind).bias == (built.bias is not None) == NORMS[kind].default_bias

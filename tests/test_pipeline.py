@@ -12,7 +12,7 @@ from conftest import REPO, TINY
 from ablate.core.folders import ExperimentFolder
 from ablate.core.load import load_experiment
 from ablate.launch.pipeline import Context, run_experiment, run_studies_only
-from ablate.launch.search import open_storage, storage_url
+from ablate.launch.storage import open_storage, storage_url
 
 
 def _smoke_like(tmp_path: Path, **extra: object) -> Path:

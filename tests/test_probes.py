@@ -16,7 +16,8 @@ from ablate.core.config import StabilityConfig
 from ablate.core.plan import RunSpec
 from ablate.core.store import is_done
 from ablate.nn.model import GPT, build_model
-from ablate.training.probes import DivergenceMonitor, ModelProbe, TrialPruner
+from ablate.training.callbacks import DivergenceMonitor, TrialPruner
+from ablate.training.probes import ModelProbe
 from ablate.training.run import execute_run
 
 
@@ -163,7 +164,7 @@ def test_probes_do_not_change_training(tmp_path: Path) -> None:
 
 
 def test_peak_memory_is_per_run_on_cpu() -> None:
-    from ablate.training.probes import read_peak_rss_mb, reset_peak_rss
+    from ablate.training.memory import read_peak_rss_mb, reset_peak_rss
 
     block = torch.ones(64 * 2**20, dtype=torch.float32)  # 256 MiB, touched
     high = read_peak_rss_mb()
@@ -196,7 +197,13 @@ def test_attention_probe_sees_the_normalized_queries_and_keys() -> None:
     _probe_step(model, batch, probe)
     with torch.no_grad():
         x = model.tok_emb(batch[:, :-1]) + model.pos_emb(torch.arange(8))
-        q, k, _ = model.blocks[0].attn.heads(model.blocks[0].norm_attn(x))
+        q, k, _ = model.blocks[0].attn.qkv(model.blocks[0].norm_attn(x)).split(16, dim=2)
+        q, k = (z.view(2, 8, 2, 8).transpose(1, 2) for z in (q, k))  # (B, H, T, d_head)
+
+        def rms_normalized(z: torch.Tensor, gain: float) -> torch.Tensor:  # by the formula
+            return gain * z / torch.sqrt(z.pow(2).mean(-1, keepdim=True) + 1e-5)
+
+        q, k = rms_normalized(q, 3.0), rms_normalized(k, 1.0)
         scores = q @ k.transpose(-1, -2) / math.sqrt(8)
         causal = torch.ones(8, 8, dtype=torch.bool).tril()
         expected = float(scores.masked_fill(~causal, -math.inf).max())

@@ -14,7 +14,9 @@ from conftest import REPO, tiny_config
 from ablate.core import store
 from ablate.core.load import load_experiment
 from ablate.core.plan import RunSpec, with_train
-from ablate.training.run import execute_run, prepare
+from ablate.core.stability import DivergenceRule
+from ablate.training.prepare import prepare
+from ablate.training.run import execute_run
 
 
 def _spec(variant: str = "layernorm", seed: int = 0, **overrides) -> RunSpec:
@@ -57,9 +59,8 @@ def test_summary_contract_and_files(ab_runs: dict) -> None:
     assert summary["memory_kind"] == "process_peak_rss" and summary["peak_memory_mb"] > 50
     assert summary["probe_steps"] == 2 and summary["nonfinite_activations"] == 0  # steps 1, 20
     env = json.loads((run_dir / "env.json").read_text())
-    assert (
-        env["torch"] == torch.__version__ and env["torch_threads"] >= 1 and env["precision"] == "32"
-    )
+    assert env["torch"] == torch.__version__ and env["precision"] == "32"
+    assert env["torch_threads"] == torch.get_num_threads()  # the run trained in this process
     metrics = pd.read_csv(run_dir / "metrics.csv")
     assert list(metrics["step"]) == list(range(1, 21))
     assert list(metrics.dropna(subset=["val_loss"])["step"]) == [10, 20]
@@ -78,7 +79,6 @@ def test_norm_variants_share_init_batches_and_budget(ab_runs: dict) -> None:
     assert ln["data_digest"] == rms["data_digest"]
     assert ln["tokens"] == rms["tokens"]
     assert ln["n_params"] - rms["n_params"] == 3 * 16  # LayerNorm's biases
-    assert ln["final_val_loss"] != rms["final_val_loss"]
 
 
 def test_same_config_and_seed_gives_an_identical_loss_curve(ab_runs: dict) -> None:
@@ -101,9 +101,17 @@ def test_huge_learning_rate_diverges_as_a_result_not_a_crash(tmp_path: Path) -> 
     spec = _spec(**{"train.lr": 50.0, "train.grad_clip": None, "train.tokens": 4 * 16 * 200})
     summary = execute_run(spec, tmp_path)
     assert summary["status"] == "diverged"
-    assert 3 < summary["diverged_step"] < 30
     assert summary["steps"] == summary["diverged_step"]  # stopped right there
-    assert summary["diverged_reason"]
+    # the stored losses, replayed through the criterion, diverge at the stored step for the
+    # stored reason
+    losses = pd.read_csv(tmp_path / "tiny" / spec.run_id / "metrics.csv")["train_loss"]
+    rule = DivergenceRule(
+        spec.config.train.stability, math.log(256), spec.config.train.warmup_steps
+    )
+    stop = next(s for s in map(rule.check, losses.index + 1, losses) if s is not None)
+    assert (stop.step, stop.reason) == (summary["diverged_step"], summary["diverged_reason"])
+    assert summary["unstable_reason"] == f"diverged: {stop.reason}"
+    assert summary["divergence_threshold"] == pytest.approx(rule.threshold)
     assert store.is_done(tmp_path / "tiny" / spec.run_id)
 
 

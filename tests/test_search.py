@@ -19,10 +19,13 @@ import pytest
 from conftest import TINY, write_experiment
 
 from ablate.core.load import load_experiment
-from ablate.launch import search
+from ablate.core.stability import criterion_text
+from ablate.launch import max_lr, storage, studies
 from ablate.launch.execute import obtain
+from ablate.launch.max_lr import run_max_lr
 from ablate.launch.pipeline import Context, run_studies_only
-from ablate.launch.search import run_max_lr, run_search, storage_url
+from ablate.launch.search import run_search
+from ablate.launch.storage import storage_url
 
 L0 = math.log(256)
 
@@ -38,7 +41,7 @@ def _experiment(tmp_path: Path, **sections):
 
 
 def _trials(url: str, name: str) -> list[optuna.trial.FrozenTrial]:
-    return optuna.load_study(study_name=name, storage=search.open_storage(url)).trials
+    return optuna.load_study(study_name=name, storage=storage.open_storage(url)).trials
 
 
 def test_huge_learning_rates_are_scored_not_crashed(tmp_path: Path) -> None:
@@ -87,7 +90,7 @@ def test_max_lr_resumed_after_interruption_redoes_nothing(
     exp = _experiment(tmp_path, **sections)
     root = tmp_path / "results"
     url = storage_url(exp, root)
-    real_probe = search.probe_stability
+    real_probe = max_lr.probe_stability
     calls: list[float] = []
 
     def interrupted(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
@@ -96,10 +99,10 @@ def test_max_lr_resumed_after_interruption_redoes_nothing(
             raise KeyboardInterrupt
         return real_probe(*args, **kwargs)
 
-    monkeypatch.setattr(search, "probe_stability", interrupted)
+    monkeypatch.setattr(max_lr, "probe_stability", interrupted)
     with pytest.raises(KeyboardInterrupt):
         run_max_lr(exp, "rmsnorm", root, url, say=lambda _: None)
-    monkeypatch.setattr(search, "probe_stability", real_probe)
+    monkeypatch.setattr(max_lr, "probe_stability", real_probe)
     runs_before = {p.parent.name for p in root.glob("tiny/*/summary.json")}
     resumed = run_max_lr(exp, "rmsnorm", root, url, say=lambda _: None)
     assert [p["reused"] for p in resumed["probes"][:2]] == [True, True]
@@ -110,7 +113,8 @@ def test_max_lr_resumed_after_interruption_redoes_nothing(
     complete = [t for t in _trials(url, "tiny.rmsnorm.max_lr") if t.state.name == "COMPLETE"]
     assert len({t.params["lr"] for t in complete}) == len(complete) == len(resumed["probes"])
     runs_after = {p.parent.name for p in root.glob("tiny/*/summary.json")}
-    assert runs_before <= runs_after
+    assert len(runs_before) == 2  # the two probes stored before the interruption ...
+    assert len(runs_after - runs_before) == resumed["runs"]  # ... kept; only the rest trained
 
 
 def test_max_lr_probes_are_reused_only_under_the_same_budget_and_seeds(tmp_path: Path) -> None:
@@ -127,10 +131,10 @@ def test_max_lr_probes_are_reused_only_under_the_same_budget_and_seeds(tmp_path:
     assert not any(p["reused"] for p in fresh["probes"]) and fresh["runs"] >= 1
     more_seeds = _experiment(tmp_path, max_lr={**sections, "seeds": [0, 1]})
     assert not run_max_lr(more_seeds, "rmsnorm", root, url, **quiet)["probes"][0]["reused"]
-    replayed = search.stored_result("max_lr", first, "rmsnorm", root, url)  # a rerun: no pool
+    replayed = studies.stored_result("max_lr", first, "rmsnorm", root, url)  # a rerun: no pool
     assert replayed["bracket"] == done["bracket"] and replayed["runs"] == 0
     unrun = _experiment(tmp_path, max_lr={**sections, "tokens": 4 * 16 * 40})
-    assert search.stored_result("max_lr", unrun, "rmsnorm", root, url) is None
+    assert studies.stored_result("max_lr", unrun, "rmsnorm", root, url) is None
 
 
 def test_a_max_lr_study_reads_in_the_dashboard_as_its_bracket(tmp_path: Path) -> None:
@@ -141,9 +145,9 @@ def test_a_max_lr_study_reads_in_the_dashboard_as_its_bracket(tmp_path: Path) ->
     found = run_max_lr(exp, "rmsnorm", root, url, say=lambda _: None)
     low, high = found["bracket"]
     assert low is not None and high is not None
-    study = optuna.load_study(study_name=found["study"], storage=search.open_storage(url))
+    study = optuna.load_study(study_name=found["study"], storage=storage.open_storage(url))
     assert study.best_trial.params["lr"] == pytest.approx(low)  # best: the largest stable LR
-    assert study.metric_names == [search.PROBE_METRIC]
+    assert study.metric_names == [max_lr.PROBE_METRIC]
     assert study.user_attrs == {"largest_stable_lr": low, "smallest_unstable_lr": high}
     stable = {p["lr"]: p["stable"] for p in found["probes"]}
     for trial in study.trials:
@@ -174,7 +178,7 @@ def test_run_studies_writes_stability_json(tmp_path: Path) -> None:
         assert found["checked_runs"] >= found["runs_total"] + len(trials)  # probes and trials
         assert found["monotone"] == (found["contradictions"] == [])
     assert result["max_lr"]["rmsnorm"]["bracket"] == stored["max_lr"]["rmsnorm"]["bracket"]
-    assert stored["criterion"].startswith("unstable if")
+    assert stored["criterion"] == criterion_text(exp.base.train.stability)
 
 
 def _storage(kind: str, tmp_path: Path, request: pytest.FixtureRequest) -> str:

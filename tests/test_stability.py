@@ -16,7 +16,7 @@ from ablate.core.stability import (
     final_loss_verdict,
     lr_sensitivity,
 )
-from ablate.training.probes import DivergenceMonitor
+from ablate.training.callbacks import DivergenceMonitor
 
 L0 = math.log(256)
 UNIGRAM = 3.25  # about the default text's unigram cross-entropy

@@ -26,7 +26,8 @@ from ablate.core.load import load_experiment
 from ablate.core.plan import RunSpec
 from ablate.nn.model import parameter_groups
 from ablate.training.data import gather_windows
-from ablate.training.run import execute_run, prepare
+from ablate.training.prepare import prepare
+from ablate.training.run import execute_run
 from ablate.training.task import lr_factor
 
 

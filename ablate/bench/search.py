@@ -24,7 +24,7 @@ import optuna
 import yaml
 
 from ablate.core.load import load_experiment
-from ablate.launch.search import open_storage, study_name
+from ablate.launch.storage import open_storage, study_name
 
 OTHER_SECTIONS = ("grid", "sweep", "max_lr", "convert", "storage")
 

@@ -31,15 +31,16 @@ import pandas as pd
 import torch
 import torch.utils.benchmark as benchmark
 from matplotlib.figure import Figure
+from rich.console import Console
 
 from ablate.core import folders
-from ablate.core.config import Experiment, RunConfig
+from ablate.core.config import Experiment, NormConfig, RunConfig
 from ablate.launch.estimate import time_steps
 from ablate.nn.fast_norms import available, cpp_unavailable_reason
 from ablate.nn.model import GPT, build_model, count_parameters
 from ablate.nn.norms import build_norm, used_impls
 from ablate.training.data import load_corpus
-from ablate.training.probes import read_peak_memory, reset_peak_memory
+from ablate.training.memory import read_peak_memory, reset_peak_memory
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 IMPLS = {"layernorm": ("torch", "reference"), "rmsnorm": ("torch", "reference", "cpp")}
@@ -63,7 +64,8 @@ def _median_s(fn: Callable[[], object], threads: int, min_run_time: float) -> fl
 
 def norm_kernel(kind: str, impl: str, dim: int, device: torch.device, compiled: bool) -> Kernel:
     """The norm as a function of its input; ``compiled`` wraps the reference in torch.compile."""
-    norm = build_norm(kind, dim, impl="reference" if compiled else impl).to(device)
+    cfg = NormConfig(kind=kind, impl="reference" if compiled else impl)
+    norm = build_norm(cfg, dim).to(device)
     if compiled:
         torch.compiler.reset()  # every shape its own graph, never the recompile limit's eager
         return torch.compile(norm.reference, dynamic=False)
@@ -260,3 +262,54 @@ def write_outputs(out: Path, kernels: pd.DataFrame, steps: pd.DataFrame | None) 
         folders.write_frame_atomic(out / "steps.csv", steps)
         written.append(out / "steps.csv")
     return written
+
+
+@dataclass(frozen=True)
+class BenchSettings:
+    """What ``ablate bench`` measures: kernel shapes and dtypes, step rounds, where it writes."""
+
+    dims: list[int]
+    tokens: list[int]
+    dtypes: list[str]
+    steps: int
+    repeats: int
+    rounds: int
+    min_run_time: float
+    compile: bool
+    out: Path
+
+
+def run_benchmarks(
+    experiment: Experiment | None,
+    device: torch.device,
+    threads: int,
+    settings: BenchSettings,
+    console: Console,
+) -> list[Path]:
+    """The step table of ``experiment``'s variants (first: the process's memory is not yet
+    grown by the large kernels), then every kernel case; tables printed, files written."""
+    console.print(f"device {device.type}, torch {torch.__version__}, {threads} thread(s)")
+    steps = None
+    if experiment is not None:
+        console.print(f"training steps: {experiment.name}, {settings.repeats} round(s)")
+        steps = step_table(experiment, device, settings.steps, threads, settings.repeats)
+        console.print(steps.to_markdown(index=False, floatfmt=".4g"), markup=False, highlight=False)
+    cases = [
+        KernelCase(n, dim, dt, device)
+        for dt in settings.dtypes
+        for n in settings.tokens
+        for dim in settings.dims
+    ]
+    kernels = kernel_benchmark(
+        cases,
+        threads,
+        settings.compile,
+        settings.min_run_time,
+        settings.rounds,
+        lambda c: console.print(f"kernels: {c.dtype} {c.tokens} x {c.dim}", highlight=False),
+    )
+    shown = kernels.drop(columns=["device", "error"]).dropna(subset=["fwd_bwd_ms"])
+    console.print(shown.to_markdown(index=False, floatfmt=".3g"), markup=False, highlight=False)
+    for row in kernels[kernels["error"].notna()].itertuples():
+        console.print(f"unavailable: {row.kind} {row.impl}: {row.error}", markup=False)
+    return write_outputs(settings.out, kernels, steps)

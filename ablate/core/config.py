@@ -147,7 +147,7 @@ class StabilityConfig(_Strict):
 
 
 class ProbeConfig(_Strict):
-    """What :class:`ablate.training.probes.ModelProbe` measures, and how often (see the README)."""
+    """What :class:`ablate.training.probes.ModelProbe` measures, and how often (docs/probes.md)."""
 
     interval: int = Field(
         25, ge=0, description="optimizer steps between probe steps (0 disables the probes)"

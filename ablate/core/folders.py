@@ -116,6 +116,9 @@ class RunFolder:
 
     path: Path
 
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "path", Path(self.path))  # a str path works too
+
     @property
     def run_id(self) -> str:
         return self.path.name
@@ -201,6 +204,9 @@ class ExperimentFolder:
     """One experiment's folder in the results root: its runs and its experiment-wide files."""
 
     path: Path
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "path", Path(self.path))  # a str path works too
 
     @classmethod
     def of(cls, root: Path | str, experiment: str) -> ExperimentFolder:

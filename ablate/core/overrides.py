@@ -16,14 +16,14 @@ from typing import Any, get_args
 
 from pydantic import BaseModel, ValidationError
 
-from ablate.core.config import ConfigError, ExperimentFile, RunConfig
+from ablate.core.config import ConfigError, Experiment, ExperimentFile, RunConfig
 
 
 def _allowed_keys(model: type[BaseModel]) -> str:
     return ", ".join(model.model_fields)
 
 
-def _model_in(annotation: Any) -> type[BaseModel] | None:
+def model_in(annotation: Any) -> type[BaseModel] | None:
     """The pydantic model a field holds (also inside ``X | None``), or None."""
     for candidate in (annotation, *get_args(annotation)):
         if isinstance(candidate, type) and issubclass(candidate, BaseModel):
@@ -38,7 +38,7 @@ def _section_model(parts: list[str], root: type[BaseModel] = RunConfig) -> type[
         field = model.model_fields.get(part) if model is not None else None
         if field is None:
             return None
-        model = _model_in(field.annotation)
+        model = model_in(field.annotation)
     return model
 
 
@@ -51,7 +51,7 @@ def _describe_error(error: dict[str, Any]) -> str:
         owner = (_section_model(parent) if parent else None) or _section_model(
             parent, ExperimentFile
         )
-        allowed = _allowed_keys(owner) if owner is not None else "see the README"
+        allowed = _allowed_keys(owner) if owner is not None else "see docs/experiments.md"
         return f"{key}: unknown key; allowed: {allowed}"
     message = error["msg"].removeprefix("Value error, ")
     if error["type"] == "value_error":
@@ -74,7 +74,7 @@ def _value_prefix(parts: list[str]) -> str | None:
     for i in range(1, len(parts)):
         owner = _section_model(parts[: i - 1]) if i > 1 else RunConfig
         field = owner.model_fields.get(parts[i - 1]) if owner is not None else None
-        if field is not None and _model_in(field.annotation) is None:
+        if field is not None and model_in(field.annotation) is None:
             return ".".join(parts[:i])
     return None
 
@@ -202,3 +202,23 @@ def expand_grid(grid: dict[str, list[Any]], where: str) -> dict[str, dict[str, A
         )
         for combo in combos
     }
+
+
+def difference_lines(experiment: Experiment) -> list[str]:
+    """Per variant, every resolved key in which it differs from the base (``base -> variant``);
+    a key the variant does not name is marked (only a kind's own default bias may follow)."""
+    lines = ["what each variant changes against the base:"]
+    for name, config in experiment.variants.items():
+        named = set(experiment.overrides.get(name, {}))
+        changes = [
+            f"{key}: {old!r} -> {new!r}{_why_changed(key, named, DERIVED)}"
+            for key, (old, new) in differences(experiment.base, config).items()
+        ]
+        lines.append(f"  {name}: {'; '.join(changes) or 'nothing (the base itself)'}")
+    return lines
+
+
+def _why_changed(key: str, named: set[str], derived: dict[str, str]) -> str:
+    if key in named:
+        return ""
+    return f" (follows {derived[key]})" if key in derived else " (not named by the variant)"

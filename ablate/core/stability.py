@@ -15,8 +15,10 @@ A run is **unstable** when (checked in this order):
    (train-split token frequencies, add-½ smoothing, scored on the val split): a run that ends
    there learned nothing a frequency table does not know. ``floor: initial`` uses ℓ0 instead.
 
-The first stops the run early (``status: diverged``); the second is judged at the end. Every
-run's summary records ``stable``, ``unstable_reason`` and ``unstable_step``.
+The first stops the run early (``status: diverged``; :class:`DivergenceRule`, applied every
+step by a training callback); the second is judged at the end (:func:`run_verdict`). Every
+run's summary records ``stable``, ``unstable_reason`` and ``unstable_step``. This module is the
+criterion's one home: the callbacks and the run only apply it.
 
 The search functions here are pure: :func:`bracket_max_stable` takes a ``probe(lr) -> bool``
 and knows nothing of training or Optuna, so it can be tested on a synthetic stability function;
@@ -26,6 +28,7 @@ and knows nothing of training or Optuna, so it can be tested on a synthetic stab
 from __future__ import annotations
 
 import math
+from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
@@ -93,6 +96,63 @@ def final_loss_verdict(
             step,
         )
     return Verdict(True)
+
+
+@dataclass(frozen=True)
+class Stop:
+    """Where and why a run stopped early."""
+
+    step: int
+    reason: str
+
+
+class DivergenceRule:
+    """Criterion 1, step by step: a non-finite train loss, or the mean train loss of the last
+    ``window`` steps above the threshold after warmup (``window`` 1: any single step).
+
+    The threshold is fixed at the first step (:func:`divergence_threshold`): the criterion's
+    ``threshold`` if set, else the run's start loss max(ℓ0, loss of step 1) +
+    ``divergence_margin``, so the untrained model's own loss is never a divergence.
+    """
+
+    def __init__(self, cfg: StabilityConfig, initial_loss: float, warmup_steps: int) -> None:
+        self.cfg = cfg
+        self.initial_loss = initial_loss
+        self.threshold: float | None = None
+        self.warmup_steps = warmup_steps if cfg.after_warmup else 0
+        self.recent: deque[float] = deque(maxlen=cfg.window)
+
+    def check(self, step: int, loss: float) -> Stop | None:
+        """Record the training loss of ``step``; the divergence it shows, if any."""
+        if self.threshold is None:
+            self.threshold = divergence_threshold(self.cfg, self.initial_loss, loss)
+        if not math.isfinite(loss):
+            return Stop(step, f"non-finite loss ({loss})")
+        self.recent.append(loss)
+        mean = sum(self.recent) / len(self.recent)
+        if step > self.warmup_steps and mean > self.threshold:
+            what = "loss" if self.recent.maxlen == 1 else f"mean loss of {len(self.recent)} steps"
+            after = " after warmup" if self.warmup_steps else ""
+            return Stop(step, f"{what} {mean:.4g} > threshold {self.threshold:.4g}{after}")
+        return None
+
+
+def run_verdict(
+    status: str,
+    stop: Stop | None,
+    final_val_loss: float | None,
+    cfg: StabilityConfig,
+    losses: tuple[float, float],
+    steps: int,
+) -> Verdict | None:
+    """The stability verdict of a run that ended with ``status``; None when it cannot be judged
+    (pruned, failed, interrupted). ``losses`` are the run's ℓ0 and the corpus's unigram loss."""
+    if status == "diverged" and stop is not None:
+        return Verdict(False, f"diverged: {stop.reason}", stop.step)
+    if status != "finished":
+        return None
+    initial_loss, unigram = losses
+    return final_loss_verdict(final_val_loss, cfg, initial_loss, unigram, steps)
 
 
 def clipped_loss(loss: float | None, initial_loss: float) -> float:

@@ -43,15 +43,9 @@ from ablate.core.plan import (
 )
 from ablate.core.stability import Observation, contradictions, criterion_text
 from ablate.launch.estimate import check_corpora, study_runs
-from ablate.launch.execute import (
-    Resources,
-    StudyProgress,
-    choose_resources,
-    execute,
-    gpu_count,
-    ready_conversions,
-    split_done,
-)
+from ablate.launch.execute import execute, ready_conversions, split_done
+from ablate.launch.progress import StudyProgress
+from ablate.launch.workers import Resources, choose_resources, gpu_count
 
 STAGES = ("shared", "search", "tuned", "max_lr", "convert", "report")
 SayFn = Callable[[str], None]
@@ -191,7 +185,8 @@ def max_lr_stage(ctx: Context) -> dict[str, Any]:
 def _studies(ctx: Context, kind: str) -> dict[str, Any]:
     """Every variant's study of ``kind`` (Optuna is imported only here: a file without
     studies never loads it); ``{variant: result}``."""
-    from ablate.launch.search import run_studies, storage_label, storage_url, study_jobs
+    from ablate.launch.storage import storage_label, storage_url
+    from ablate.launch.studies import run_studies, study_jobs
 
     url = storage_url(ctx.experiment, ctx.results_dir, ctx.storage)
     res = ctx.resources(len(study_jobs(ctx.experiment, (kind,))))
@@ -240,7 +235,7 @@ def check_brackets(
 
 def write_studies(ctx: Context, studies: dict[str, Any]) -> None:
     """``stability.json``: the criterion, the storage and every study's result."""
-    from ablate.launch.search import storage_label, storage_url
+    from ablate.launch.storage import storage_label, storage_url
 
     url = storage_url(ctx.experiment, ctx.results_dir, ctx.storage)
     store.write_studies(

@@ -31,10 +31,7 @@ DEEPNORM_SCALED = ("attn.proj.weight", "mlp.fc.weight", "mlp.proj.weight")
 
 def make_norm(cfg: ModelConfig, dim: int | None = None) -> nn.Module:
     """The configured norm over ``dim`` features (default d_model)."""
-    n = cfg.norm
-    return build_norm(
-        n.kind, dim or cfg.d_model, n.eps, n.bias, n.fp32_reduction, n.impl, alpha_init=n.alpha_init
-    )
+    return build_norm(cfg.norm, dim or cfg.d_model)
 
 
 def deepnorm_alpha(n_layers: int) -> float:

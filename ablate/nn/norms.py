@@ -21,7 +21,8 @@ forward used (``used_impl``), which every run records.
 Example::
 
     >>> import torch
-    >>> norm = build_norm("rmsnorm", 2, eps=0.0)
+    >>> from ablate.core.config import NormConfig
+    >>> norm = build_norm(NormConfig(kind="rmsnorm", eps=1e-12), 2)
     >>> norm(torch.tensor([[1.0, 2.0]])).detach().round(decimals=3)
     tensor([[0.6320, 1.2650]])
 """
@@ -35,6 +36,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ablate.core.config import NormConfig
 from ablate.nn.fast_norms import resolve, rms_norm_cpp, rms_norm_torch
 
 LOW_PRECISION = (torch.bfloat16, torch.float16)
@@ -174,27 +176,21 @@ class DyT(_Norm):
         return torch.tanh(self.alpha.to(x.dtype) * x)
 
 
-def build_norm(
-    kind: str,
-    dim: int,
-    eps: float = 1e-5,
-    bias: bool | None = None,
-    fp32_reduction: bool = True,
-    impl: str = "auto",
-    **options: float,
-) -> _Norm:
-    """Instantiate the norm named ``kind``; ``bias=None`` means the kind's usual default.
-
-    ``options`` go to kinds that take more (``alpha_init`` for DyT) and are ignored by others.
-    """
-    if kind not in NORMS:
-        raise ValueError(f"unknown norm kind {kind!r}; allowed: {', '.join(NORMS)}")
-    cls = NORMS[kind]
-    if bias is None:
-        bias = cls.default_bias
-    accepted = inspect.signature(cls.__init__).parameters
-    extra = {k: v for k, v in options.items() if k in accepted}
-    return cls(dim, eps=eps, bias=bias, fp32_reduction=fp32_reduction, impl=impl, **extra)
+def build_norm(cfg: NormConfig, dim: int) -> _Norm:
+    """The norm ``cfg`` describes, over ``dim`` features (its section of the config: kind, eps,
+    bias, fp32 reduction, kernel; DyT's ``alpha_init``)."""
+    cls = NORMS[cfg.kind]
+    extra = (
+        {"alpha_init": cfg.alpha_init} if "alpha_init" in inspect.signature(cls).parameters else {}
+    )
+    return cls(
+        dim,
+        eps=cfg.eps,
+        bias=bool(cfg.bias),
+        fp32_reduction=cfg.fp32_reduction,
+        impl=cfg.impl,
+        **extra,
+    )
 
 
 def used_impls(model: nn.Module) -> list[str]:

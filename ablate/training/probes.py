@@ -1,171 +1,35 @@
-"""Lightning callbacks that observe a run: metrics, probes, memory, progress and divergence.
+"""The model probes: a look inside the model every ``train.probes.interval`` steps.
 
-:class:`MetricsRecorder` keeps one row per optimizer step (step, tokens, train loss, lr, grad
-norm, step time, elapsed time) and one per evaluation (val loss) in memory; the run writes them
-once at the end, so recording costs a few float conversions per step. :class:`ModelProbe`
-looks inside the model every ``train.probes.interval`` steps (and at the first and last step):
-per-layer RMS of the residual stream and of every norm's output, per-layer gradient norm before
-clipping, each layer's largest attention logit, output-logit statistics and non-finite counts,
-as long rows (step, quantity, site, layer, value). Forward hooks exist only during a probe
-step, so the other steps run the bare model. :class:`PeakMemory` records the peak memory of the
-training loop (CUDA: the allocator's peak; CPU: the process's peak resident set, reset at the
-start of each run through ``/proc/self/clear_refs``).
-
-An :class:`EarlyStop` ends a run before its budget with a :class:`Stop` (step and reason) and
-names the run's status: :class:`DivergenceMonitor` turns a non-finite loss, or a loss above the
-threshold after warmup, into ``diverged`` (a result, not a crash); the search adds a pruner
-whose status is ``pruned``.
+:class:`ModelProbe` (a Lightning callback) records, at the first step, every interval and the
+last step: per-layer RMS of the residual stream and of every norm's output, per-layer gradient
+norm before clipping, each layer's largest attention logit, output-logit statistics and
+non-finite counts, as long rows (step, quantity, site, layer, value). Forward hooks exist only
+during a probe step, so the other steps run the bare model.
 """
 
 from __future__ import annotations
 
 import math
 import re
-import time
-from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass
 from functools import partial
-from pathlib import Path
-from typing import Any
 
 import lightning as L
 import torch
 from torch import nn
 from torch.utils.hooks import RemovableHandle
 
-from ablate.core.config import StabilityConfig
-from ablate.core.stability import clipped_loss, divergence_threshold
 from ablate.nn.model import GPT, CausalSelfAttention
 from ablate.nn.norms import is_norm
 from ablate.training.loggers import log_metrics
 from ablate.training.task import LanguageModelTask
 
-ProgressFn = Callable[[int, float], None]
-
-
-@dataclass
-class Stop:
-    """Where and why a run stopped early."""
-
-    step: int
-    reason: str
-
-
-class EarlyStop(L.Callback):
-    """A callback that may end training early; ``status`` names the run's outcome if it does."""
-
-    status = "stopped"
-
-    def __init__(self) -> None:
-        self.stop: Stop | None = None
-
-    def request_stop(self, trainer: L.Trainer, stop: Stop) -> None:
-        """Record why, and ask the Trainer to stop after this batch."""
-        self.stop = stop
-        trainer.should_stop = True
-
-
-class TrialPruner(EarlyStop):
-    """Reports each evaluation's val loss to an Optuna trial; stops the run if it should prune."""
-
-    status = "pruned"
-
-    def __init__(self, trial: Any) -> None:
-        super().__init__()
-        self.trial = trial
-
-    def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        assert isinstance(pl_module, LanguageModelTask)
-        if pl_module.last_val_loss is None or trainer.sanity_checking or self.stop is not None:
-            return
-        step = trainer.global_step
-        prune = False
-        if trainer.is_global_zero:  # under DDP one process talks to Optuna and tells the rest
-            self.trial.report(clipped_loss(pl_module.last_val_loss, math.inf), step)
-            prune = step < pl_module.total_steps and self.trial.should_prune()
-        if trainer.strategy.broadcast(prune, src=0):
-            self.request_stop(trainer, Stop(step, f"pruned by Optuna at step {step}"))
-
-
-class MetricsRecorder(L.Callback):
-    """Collects per-step and per-evaluation metrics; reports progress every ``every_s`` seconds."""
-
-    def __init__(
-        self,
-        tokens_per_step: int,
-        progress: ProgressFn | None = None,
-        every_s: float = 0.5,
-        log_every: int = 10,
-    ) -> None:
-        self.tokens_per_step = tokens_per_step
-        self.progress = progress
-        self.every_s = every_s
-        self.log_every = log_every
-        self.steps: list[dict[str, float]] = []
-        self.evals: list[dict[str, float]] = []
-        self._start = 0.0
-        self._t0 = 0.0
-        self._lr = math.nan
-        self._last_report = 0.0
-
-    def __getstate__(self) -> dict[str, Any]:
-        state = self.__dict__.copy()
-        state.pop("progress")  # a function of the parent process (a queue, a console)
-        return state
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__dict__.update(state, progress=None)
-
-    def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        self._start = time.perf_counter()
-
-    def on_train_batch_start(
-        self, trainer: L.Trainer, pl_module: L.LightningModule, batch, batch_idx: int
-    ) -> None:
-        self._lr = trainer.optimizers[0].param_groups[0]["lr"]
-        self._t0 = time.perf_counter()
-
-    def on_train_batch_end(
-        self, trainer: L.Trainer, pl_module: L.LightningModule, outputs, batch, batch_idx: int
-    ) -> None:
-        now_s = time.perf_counter()
-        assert isinstance(pl_module, LanguageModelTask)
-        step = batch_idx + 1
-        loss = float(pl_module.last_loss) if pl_module.last_loss is not None else math.nan
-        grad = pl_module.last_grad_norm
-        row = {
-            "step": step,
-            "tokens": step * self.tokens_per_step,
-            "train_loss": loss,
-            "lr": self._lr,
-            "grad_norm": float(grad) if grad is not None else math.nan,
-            "step_time_s": now_s - self._t0,
-            "elapsed_s": now_s - self._start,
-        }
-        self.steps.append(row)
-        if trainer.loggers and step % self.log_every == 0:
-            log_metrics(
-                trainer,
-                {"train/loss": loss, "train/lr": self._lr, "train/grad_norm": row["grad_norm"]},
-                step,
-            )
-        now = time.monotonic()
-        if self.progress is not None and now - self._last_report >= self.every_s:
-            self._last_report = now
-            self.progress(step, loss)
-
-    def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        assert isinstance(pl_module, LanguageModelTask)
-        if pl_module.last_val_loss is not None:
-            step = self.steps[-1]["step"] if self.steps else 0
-            self.evals.append({"step": step, "val_loss": pl_module.last_val_loss})
-            if trainer.loggers:
-                log_metrics(trainer, {"val/loss": pl_module.last_val_loss}, step)
-
-
 ProbeRow = tuple[int, str, str, int, float]  # step, quantity, site, layer, value
+
+
 PROBE_COLUMNS = ["step", "quantity", "site", "layer", "value"]
+
+
 MODEL_LAYER = -1  # the layer of model-wide quantities (embedding, counts)
 
 
@@ -320,100 +184,3 @@ class ModelProbe(L.Callback):
                 self.nonfinite[quantity.removeprefix("nonfinite_")] += int(value)
         self.rows.extend(rows)
         return rows
-
-
-def read_peak_rss_mb() -> float | None:
-    """The process's peak resident set since start or the last reset, in MiB (Linux only)."""
-    try:
-        status = Path("/proc/self/status").read_text()
-    except OSError:
-        return None
-    found = re.search(r"^VmHWM:\s+(\d+) kB", status, re.MULTILINE)
-    return int(found.group(1)) / 1024 if found else None
-
-
-def reset_peak_rss() -> bool:
-    """Reset the peak resident set to the current one; False where /proc does not allow it."""
-    try:
-        Path("/proc/self/clear_refs").write_text("5")  # Linux: reset the peak RSS (VmHWM)
-    except OSError:
-        return False
-    return True
-
-
-def reset_peak_memory(device: torch.device) -> bool:
-    """Start a peak-memory measurement on ``device``; False where none is possible."""
-    if device.type == "cuda":
-        torch.cuda.reset_peak_memory_stats(device)
-        return True
-    return reset_peak_rss()
-
-
-def read_peak_memory(device: torch.device) -> tuple[float | None, str]:
-    """(peak MiB since :func:`reset_peak_memory`, what was measured)."""
-    if device.type == "cuda":
-        return torch.cuda.max_memory_allocated(device) / 2**20, "cuda_max_allocated"
-    peak = read_peak_rss_mb()
-    return peak, "process_peak_rss" if peak is not None else "unavailable"
-
-
-class PeakMemory(L.Callback):
-    """Peak memory of the training loop in MiB, and what was measured (``kind``)."""
-
-    def __init__(self) -> None:
-        self.peak_mb: float | None = None
-        self.kind = "unavailable"
-        self._device = torch.device("cpu")
-        self._started = False
-
-    def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        self._device = pl_module.device
-        self._started = reset_peak_memory(self._device)
-
-    def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        if self._started:
-            self.peak_mb, self.kind = read_peak_memory(self._device)
-
-
-class DivergenceMonitor(EarlyStop):
-    """Stops training on a non-finite loss, or when the mean train loss of the last ``window``
-    steps is above the threshold after warmup (``window`` 1: any single step).
-
-    The threshold is fixed at the first step (:func:`ablate.core.stability.divergence_threshold`):
-    the criterion's ``threshold`` if set, else the run's start loss max(ℓ0, loss of step 1) +
-    ``divergence_margin``, so the untrained model's own loss is never a divergence.
-    """
-
-    status = "diverged"
-
-    def __init__(self, criterion: StabilityConfig, initial_loss: float, warmup_steps: int) -> None:
-        super().__init__()
-        self.criterion = criterion
-        self.initial_loss = initial_loss
-        self.threshold: float | None = None
-        self.warmup_steps = warmup_steps if criterion.after_warmup else 0
-        self.recent: deque[float] = deque(maxlen=criterion.window)
-
-    def check(self, step: int, loss: float) -> Stop | None:
-        """Record the training loss of ``step``; the divergence it shows, if any."""
-        if self.threshold is None:
-            self.threshold = divergence_threshold(self.criterion, self.initial_loss, loss)
-        if not math.isfinite(loss):
-            return Stop(step, f"non-finite loss ({loss})")
-        self.recent.append(loss)
-        mean = sum(self.recent) / len(self.recent)
-        if step > self.warmup_steps and mean > self.threshold:
-            what = "loss" if self.recent.maxlen == 1 else f"mean loss of {len(self.recent)} steps"
-            after = " after warmup" if self.warmup_steps else ""
-            return Stop(step, f"{what} {mean:.4g} > threshold {self.threshold:.4g}{after}")
-        return None
-
-    def on_train_batch_end(
-        self, trainer: L.Trainer, pl_module: L.LightningModule, outputs, batch, batch_idx: int
-    ) -> None:
-        assert isinstance(pl_module, LanguageModelTask)
-        if self.stop is not None or pl_module.last_loss is None:
-            return
-        stop = self.check(batch_idx + 1, float(pl_module.last_loss))
-        if stop is not None:
-            self.request_stop(trainer, stop)

@@ -1,0 +1,123 @@
+"""Every study of an experiment as one job per variant and kind, run in the executor's pool.
+
+:func:`run_studies` runs (or continues) the search and max-LR studies the experiment configures,
+rotated so parallel processes start on different variants; :func:`stored_result` reads a study's
+result back without running anything.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from ablate.core.config import Experiment
+from ablate.launch.max_lr import ProbeNotStored, run_max_lr
+from ablate.launch.search import PrintFn, next_search_step, run_search, search_summary
+from ablate.launch.storage import open_study
+from ablate.launch.workers import Resources, run_parallel, worker_say
+
+KINDS = ("search", "max_lr")  # the two studies of a variant
+
+
+def _job(kind: str, experiment: Experiment, variant: str, root: str, url: str) -> dict[str, Any]:
+    say = worker_say
+    if kind == "search":
+        return search_summary(run_search(experiment, variant, Path(root), url, say))
+    return run_max_lr(experiment, variant, Path(root), url, say)
+
+
+def study_jobs(
+    experiment: Experiment, kinds: Sequence[str] = KINDS, rotate: int = 0
+) -> list[tuple[str, str]]:
+    """(purpose, variant) of every study of ``kinds`` the experiment configures.
+
+    Search studies first (any number of workers share one); the max-LR brackets, which are
+    sequential, rotated by ``rotate`` so that processes started together begin on different
+    variants.
+    """
+    variants = list(experiment.variants)
+    searches = [("search", v) for v in variants] if experiment.search is not None else []
+    turn = rotate % len(variants)
+    brackets = variants[turn:] + variants[:turn]
+    max_lrs = [("max_lr", v) for v in brackets] if experiment.max_lr is not None else []
+    return [(kind, v) for kind, v in searches + max_lrs if kind in kinds]
+
+
+def stored_result(
+    kind: str,
+    experiment: Experiment,
+    variant: str,
+    root: Path,
+    url: str,
+    say: PrintFn = print,
+) -> dict[str, Any] | None:
+    """A study's result when its storage already holds all of it (a rerun), else None."""
+    if kind == "search":
+        cfg = experiment.search
+        assert cfg is not None
+        study = open_study(experiment, variant, "search", url)
+        watch = not url.startswith("journal:")
+        done = next_search_step(study, cfg.n_trials, watch) == "done"
+        return search_summary(study) if done else None
+    said: list[str] = []  # shown only when the replay completes (else the pool says it again)
+    try:
+        result = run_max_lr(experiment, variant, root, url, said.append, stored_only=True)
+    except ProbeNotStored:
+        return None
+    for line in said:
+        say(line)
+    return result
+
+
+def run_studies(
+    experiment: Experiment,
+    root: Path,
+    url: str,
+    res: Resources,
+    kinds: Sequence[str] = KINDS,
+    say: PrintFn = print,
+) -> dict[str, dict[str, Any]]:
+    """Every variant's study of ``kinds`` (those configured): ``{kind: {variant: result}}``,
+    variants in the experiment's order. Studies whose storage holds all of their result are
+    read here; the others run ``res.workers`` at a time in the executor's pool. Their lines
+    go to ``say``."""
+    jobs = study_jobs(experiment, kinds, rotate=os.getpid())
+    for kind, variant in jobs:  # create storage and studies once, before workers race to
+        open_study(experiment, variant, kind, url)
+    found = {(k, v): stored_result(k, experiment, v, root, url, say) for k, v in jobs}
+    pending = [job for job, result in found.items() if result is None]
+    jobs_left = [(k, experiment, v, str(root), url) for k, v in pending]
+    results = run_parallel(_job, jobs_left, res, say)
+    found.update(zip(pending, results, strict=True))
+    return {
+        kind: {v: found[kind, v] for v in experiment.variants if (kind, v) in found}
+        for kind in kinds
+    }
+
+
+def result_lines(studies: dict[str, Any]) -> list[str]:
+    """One line per max-LR bracket and per search study's best trial."""
+    lines = []
+    for variant, found in studies.get("max_lr", {}).items():
+        low, high = found["bracket"]
+        shown = f"[{low:.4g}, {high:.4g}]" if low and high else f"[{low}, {high}]"
+        check = (
+            ""
+            if found.get("monotone", True)
+            else f"; NON-MONOTONE: {len(found['contradictions'])} stored run(s) contradict it"
+        )
+        lines.append(
+            f"max stable lr {variant}: {shown} after {found['runs_total']} runs; failed seeds "
+            f"{found['failed_seeds']}{check}"
+        )
+    for variant, found in studies.get("search", {}).items():
+        best = found["best"]
+        text = (
+            f"lr {best['lr']:.3g}, warmup {best['warmup_steps']}, val loss {best['value']:.4f}"
+            if best
+            else "no stable trial"
+        )
+        lines.append(f"search {variant}: best {text}")
+    return lines

@@ -1,0 +1,260 @@
+"""The executor's process pool, and Ctrl-C at any moment.
+
+:func:`worker_pool` starts ``spawn`` processes with a torch-thread budget each
+(:func:`choose_resources`); :func:`run_parallel` runs jobs there (the studies) and the executor
+runs its runs there. Ctrl-C ends ``ablate`` within seconds and leaves no process behind: workers
+start with SIGINT blocked and ignore it except while they run a job (:func:`in_worker`); the
+``ablate`` process then stops them (:func:`stop_workers`: nothing new starts, running runs are
+stored as interrupted, a worker that does not finish within :data:`INTERRUPT_GRACE_S` is
+killed). Workers send their lines and progress through a queue (:func:`worker_message`), so the
+``ablate`` process's live display stays whole.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import multiprocessing as mp
+import os
+import queue as queue_module
+import signal
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from concurrent.futures import ProcessPoolExecutor, wait
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+import torch
+
+T = TypeVar("T")
+Message = tuple[str, str, int, float]  # (kind, run id or text, step, loss) from a worker
+
+
+@dataclass(frozen=True)
+class Resources:
+    """How many runs go at once and how many torch threads each one gets."""
+
+    workers: int
+    threads: int
+
+
+def choose_resources(
+    pending: int,
+    workers: int | None = None,
+    threads: int | None = None,
+    cores: int | None = None,
+    gpus: int = 0,
+) -> Resources:
+    """Default: one worker per GPU when runs use GPUs, else one per core (at most one per
+    pending run); the cores are shared among the workers."""
+    cores = cores or os.cpu_count() or 1
+    n = workers or max(1, min(pending, gpus or cores))
+    return Resources(workers=n, threads=threads or max(1, cores // n))
+
+
+def gpu_count(accelerator: str) -> int:
+    """GPUs the runs will use: CUDA devices for ``cuda`` / ``auto``, none for ``cpu``."""
+    if accelerator == "cpu":
+        return 0
+    import torch
+
+    return torch.cuda.device_count()
+
+
+INTERRUPT_GRACE_S = 5.0  # after Ctrl-C, how long workers may take to store their runs
+
+
+@contextmanager
+def sigint_deferred(reraise: bool = True) -> Iterator[None]:
+    """Hold Ctrl-C off the enclosed code (spawning processes, stopping them): SIGINT is blocked
+    in this thread, so processes started here begin with it blocked (their start-up is never
+    cut by a ``KeyboardInterrupt``), and one that arrives is raised afterwards (``reraise``) or
+    dropped. Off the main thread, where signals cannot be handled, it changes nothing."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    caught: list[int] = []
+    previous = signal.signal(signal.SIGINT, lambda signum, frame: caught.append(signum))
+    mask = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)  # a pending SIGINT lands in ``caught``
+        signal.signal(signal.SIGINT, previous)
+    if caught and reraise and callable(previous):
+        previous(signal.SIGINT, None)  # Python's default handler raises KeyboardInterrupt
+
+
+@dataclass
+class _WorkerState:
+    """What a pool worker got from the ``ablate`` process that started it."""
+
+    stop: Any = None  # a multiprocessing Event, set once Ctrl-C stops the experiment
+    messages: Any = None  # a multiprocessing Queue the progress board reads, or None
+
+
+_WORKER = _WorkerState()
+
+
+def _init_worker(threads: int, stop: Any, messages: Any) -> None:
+    """A pool worker's set-up. It started with SIGINT blocked (:func:`sigint_deferred`); now it
+    ignores SIGINT (which drops one that came during start-up) except while it runs a job
+    (:func:`in_worker`), and dies with the ``ablate`` process."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+    torch.set_num_threads(threads)
+    die_with_parent()
+    if messages is not None:
+        messages.cancel_join_thread()  # exiting never waits on progress nobody reads any more
+    _WORKER.stop, _WORKER.messages = stop, messages
+
+
+def _interrupt_once(signum: int, frame: object) -> None:
+    """A worker's first Ctrl-C during a job: stop the experiment and interrupt the job; further
+    ones are ignored while the job stores its interrupted run."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    _WORKER.stop.set()
+    raise KeyboardInterrupt
+
+
+def in_worker(job: Callable[..., T], *args: Any) -> T | None:
+    """Run ``job(*args)`` in a pool worker, interruptible by Ctrl-C; None once the experiment
+    was stopped (nothing new starts after Ctrl-C)."""
+    signal.signal(signal.SIGINT, _interrupt_once)
+    try:
+        return None if _WORKER.stop.is_set() else job(*args)
+    finally:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+PR_SET_PDEATHSIG = 1  # linux/prctl.h
+
+
+def die_with_parent() -> None:
+    """Linux: have the kernel kill this worker when the ``ablate`` process that started it
+    dies (SIGKILL, OOM), so no orphan keeps training; its run is redone on the next run."""
+    if sys.platform != "linux":
+        return
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+
+
+@contextmanager
+def torch_threads(threads: int) -> Iterator[None]:
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
+def drain(messages: Any, handle: Callable[[Message], None], timeout: float) -> None:
+    """Hand every message waiting in the queue (waiting ``timeout`` s for the first) to
+    ``handle``."""
+    try:
+        message = messages.get(timeout=timeout)
+    except queue_module.Empty:
+        return
+    while True:
+        handle(message)
+        try:
+            message = messages.get_nowait()
+        except queue_module.Empty:
+            return
+
+
+def worker_message(message: Message) -> bool:
+    """Send ``message`` to the ``ablate`` process from a pool worker; False where there is no
+    queue (not a worker) or it is gone (Ctrl-C closed the display)."""
+    if _WORKER.messages is None:
+        return False
+    try:
+        _WORKER.messages.put(message)
+    except (OSError, ValueError):
+        return False
+    return True
+
+
+def worker_say(text: str) -> None:
+    """Print a job's line: from a pool worker through the queue to the ``ablate`` process's
+    console (so that its live display stays whole), else directly."""
+    if not worker_message(("say", text, 0, 0.0)):
+        print(text, flush=True)
+
+
+@contextmanager
+def worker_pool(res: Resources, messages: Any = None) -> Iterator[ProcessPoolExecutor]:
+    """The executor's pool: ``res.workers`` ``spawn`` processes with ``res.threads`` torch
+    threads each, killed by the kernel when the ``ablate`` process dies. Submit jobs as
+    ``pool.submit(in_worker, job, *args)`` inside :func:`sigint_deferred` (workers are spawned
+    on submit). On Ctrl-C (or any error) the workers are stopped (:func:`stop_workers`) before
+    the exception goes on."""
+    ctx = mp.get_context("spawn")
+    stop = ctx.Event()
+    pool = ProcessPoolExecutor(
+        res.workers,
+        mp_context=ctx,
+        initializer=_init_worker,
+        initargs=(res.threads, stop, messages),
+    )
+    try:
+        yield pool
+    except BaseException:
+        stop_workers(pool, stop)
+        raise
+    pool.shutdown(wait=True)
+
+
+def stop_workers(pool: ProcessPoolExecutor, stop: Any, grace_s: float = INTERRUPT_GRACE_S) -> None:
+    """Stop a pool promptly: nothing new starts, running jobs get SIGINT (a worker's run is
+    stored as interrupted), and a worker still alive after ``grace_s`` is killed. A second
+    Ctrl-C meanwhile is ignored: this takes at most ``grace_s`` and a little more."""
+    with sigint_deferred(reraise=False):
+        stop.set()
+        workers = mp.active_children()  # this process's only children: the pool's workers
+        for worker in workers:
+            try:
+                os.kill(worker.pid, signal.SIGINT)  # a terminal's Ctrl-C may not have reached it
+            except (ProcessLookupError, TypeError):
+                pass
+        pool.shutdown(wait=False, cancel_futures=True)
+        deadline = time.monotonic() + grace_s
+        for worker in workers:
+            worker.join(max(0.0, deadline - time.monotonic()))
+        for worker in workers:
+            if worker.is_alive():
+                worker.kill()
+                worker.join(1.0)
+        pool.shutdown(wait=True)
+
+
+def run_parallel(
+    job: Callable[..., T],
+    jobs: list[tuple[Any, ...]],
+    res: Resources,
+    say: Callable[[str], None] = print,
+) -> list[T]:
+    """``job(*args)`` for every args of ``jobs``, ``res.workers`` at a time in the executor's
+    pool (in this process when there is one worker or one job); results in order; the lines
+    the jobs print with :func:`worker_say` go to ``say``. The studies run this way, their
+    trials' runs going through :func:`obtain`."""
+    if res.workers <= 1 or len(jobs) <= 1:
+        with torch_threads(res.threads):
+            return [job(*args) for args in jobs]
+    messages = mp.get_context("spawn").Queue()
+    with worker_pool(res, messages) as pool:
+        with sigint_deferred():
+            futures = [pool.submit(in_worker, job, *args) for args in jobs]
+
+        def print_line(message: Message) -> None:  # a job's line (:func:`worker_say`)
+            say(message[1])
+
+        pending = set(futures)
+        while pending:
+            drain(messages, print_line, timeout=0.2)
+            _, pending = wait(pending, timeout=0)
+        drain(messages, print_line, timeout=0)
+        return [future.result() for future in futures]

@@ -1,0 +1,90 @@
+"""What a run trains on, built deterministically from its spec: corpus, batch order, validation
+windows and the initialized model; for continued training, the source run's weights mapped
+onto the new model and the loss before and right after the swap.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from ablate.core import store
+from ablate.core.plan import RunSpec
+from ablate.nn.convert import convert_weights
+from ablate.nn.model import (
+    GPT,
+    build_model,
+    name_seed,
+)
+from ablate.training.data import (
+    Corpus,
+    batch_offsets,
+    eval_offsets,
+    load_corpus,
+)
+from ablate.training.trainer import evaluate
+
+
+@dataclass
+class Prepared:
+    """Everything a run trains on, built deterministically from its spec."""
+
+    corpus: Corpus
+    model: GPT
+    train_offsets: torch.Tensor
+    val_offsets: torch.Tensor
+    steps: int
+    start: dict[str, Any] | None = None  # continued training: the source and the swap
+
+
+def prepare(spec: RunSpec, root: Path | None = None) -> Prepared:
+    """Corpus, batch order, validation windows and the initialized model of a run.
+
+    A continued-training run (``spec.init_from``) starts from the source run's stored weights
+    under ``root``, mapped by :func:`ablate.nn.convert.convert_weights`, and draws its batches from
+    a generator of its own (the source's batches are not repeated in order).
+    """
+    cfg = spec.config
+    seq_len, batch = cfg.model.seq_len, cfg.train.batch_size
+    corpus = load_corpus(cfg.data, seq_len)
+    steps = cfg.steps()
+    data_seed = spec.data_seed if spec.init_from is None else name_seed(spec.data_seed, "continue")
+    train_offsets = batch_offsets(len(corpus.train), seq_len, batch, steps, data_seed)
+    val_offsets = eval_offsets(len(corpus.val), seq_len, batch, cfg.train.eval_batches)
+    model = build_model(cfg.model, corpus.vocab_size, spec.seed)
+    prepared = Prepared(corpus, model, train_offsets, val_offsets, steps)
+    if spec.init_from is not None:
+        if root is None:
+            raise ValueError("a continued-training run needs the results root of its source")
+        prepared.start = start_from_source(spec, prepared, root)
+    return prepared
+
+
+def load_source(spec: RunSpec, root: Path, vocab_size: int) -> tuple[RunSpec, GPT]:
+    """The source run's spec and its final model (``model.pt``), or a clear error."""
+    source_dir = store.run_folder(root, spec.experiment, str(spec.init_from))
+    problem = store.weights_missing(source_dir.path)
+    if problem is not None:
+        raise ValueError(f"source run {spec.init_from} {problem}: nothing to continue from")
+    source_spec = RunSpec.from_json(source_dir.read_config() or {})
+    source = GPT(source_spec.config.model, vocab_size)
+    source.load_state_dict(torch.load(source_dir.weights, map_location="cpu", weights_only=True))
+    return source_spec, source
+
+
+def start_from_source(spec: RunSpec, prepared: Prepared, root: Path) -> dict[str, Any]:
+    """Load, map and measure: the val loss of the source model and right after the swap."""
+    source_spec, source = load_source(spec, root, prepared.corpus.vocab_size)
+    mapping = convert_weights(source, prepared.model, spec.bias_mapping or "fold")
+    seq_len = spec.config.model.seq_len
+    return {
+        "source_run_id": spec.init_from,
+        "source_variant": source_spec.variant,
+        "loss_before_swap": evaluate(source, prepared.corpus, prepared.val_offsets, seq_len),
+        "loss_after_swap": evaluate(prepared.model, prepared.corpus, prepared.val_offsets, seq_len),
+        "params_folded": mapping["folded"],
+        "params_dropped": mapping["dropped"],
+    }

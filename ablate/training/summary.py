@@ -1,0 +1,152 @@
+"""What a run stores about itself: its summary (the :data:`ablate.core.store.SUMMARY_KEYS`
+contract, with the stability verdict of :func:`ablate.core.stability.run_verdict`) and the
+environment it ran in.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import platform
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import lightning as L
+import pandas as pd
+import torch
+
+from ablate.core.plan import RunSpec
+from ablate.core.stability import run_verdict
+from ablate.nn.model import (
+    count_parameters,
+)
+from ablate.nn.norms import used_impls
+from ablate.training.callbacks import (
+    DivergenceMonitor,
+    PeakMemory,
+)
+from ablate.training.prepare import Prepared
+from ablate.training.probes import ModelProbe
+from ablate.training.trainer import Outcome
+
+FINAL_TRAIN_WINDOW = 10  # final_train_loss is the mean over this many last steps
+
+
+def environment(spec: RunSpec) -> dict[str, Any]:
+    """Everything that could differ between two machines running the same spec."""
+    return {
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "lightning": L.__version__,
+        "platform": platform.platform(),
+        "processor": platform.machine(),
+        "accelerator": spec.config.runtime.accelerator,
+        "cuda_device": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
+        "precision": spec.config.train.precision,
+        "default_dtype": str(torch.get_default_dtype()),
+        "torch_threads": torch.get_num_threads(),
+        "processes": spec.config.runtime.processes(),
+        "strategy": spec.config.runtime.strategy,
+        "git_commit": git_commit(),
+        "hostname": platform.node(),
+        "pid": os.getpid(),
+    }
+
+
+def git_commit() -> str | None:
+    """The commit of the ablate checkout in use, when it is a git checkout."""
+    here = Path(__file__).resolve().parent
+    try:
+        out = subprocess.run(
+            ["git", "-C", str(here), "rev-parse", "HEAD"],
+            capture_output=True,
+            text=True,
+            timeout=5,
+            check=True,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out.stdout.strip() or None
+
+
+@dataclass
+class Observed:
+    """What the observing callbacks measured besides the per-step metrics."""
+
+    probe: ModelProbe
+    memory: PeakMemory
+    divergence: DivergenceMonitor
+
+
+def summarize(
+    spec: RunSpec,
+    prepared: Prepared,
+    frame: pd.DataFrame,
+    outcome: Outcome,
+    observed: Observed,
+    wall_time_s: float,
+    digests: tuple[str, str],
+) -> dict[str, Any]:
+    """The run's summary: the keys of :data:`ablate.core.store.SUMMARY_KEYS` (docs/results.md)."""
+    tokens_per_step = spec.config.tokens_per_step()
+    steps_done = int(frame["step"].max()) if len(frame) else 0
+    val = frame["val_loss"].dropna()
+    final_val = float(val.iloc[-1]) if len(val) else None
+    train_time = float(frame["step_time_s"].sum())
+    initial_loss = math.log(prepared.corpus.vocab_size)
+    diverged = outcome.stop if outcome.status == "diverged" else None
+    losses = (initial_loss, prepared.corpus.unigram_loss)
+    verdict = run_verdict(
+        outcome.status, outcome.stop, final_val, spec.config.train.stability, losses, steps_done
+    )
+    return {
+        "experiment": spec.experiment,
+        "run_id": spec.run_id,
+        "family": spec.family,
+        "variant": spec.variant,
+        "seed": spec.seed,
+        "data_seed": spec.data_seed,
+        "group": spec.group,
+        "lr": spec.config.train.lr,
+        "warmup_steps": spec.config.train.warmup_steps,
+        "status": outcome.status,
+        "stable": verdict.stable if verdict else None,
+        "unstable_reason": verdict.reason if verdict else None,
+        "unstable_step": verdict.step if verdict else None,
+        "final_val_loss": final_val,
+        "best_val_loss": float(val.min()) if len(val) else None,
+        "final_train_loss": (
+            float(frame["train_loss"].tail(FINAL_TRAIN_WINDOW).mean()) if len(frame) else None
+        ),
+        "diverged_step": diverged.step if diverged else None,
+        "diverged_reason": diverged.reason if diverged else None,
+        "stopped_reason": outcome.stop.reason if outcome.stop else None,
+        "steps": steps_done,
+        "planned_steps": prepared.steps,
+        "tokens": steps_done * tokens_per_step,
+        "planned_tokens": prepared.steps * tokens_per_step,
+        "n_params": count_parameters(prepared.model),
+        "vocab_size": prepared.corpus.vocab_size,
+        "initial_loss": initial_loss,
+        "unigram_loss": prepared.corpus.unigram_loss,
+        "entropy_floor": prepared.corpus.entropy_floor,
+        "divergence_threshold": observed.divergence.threshold,
+        "norm_kind": spec.config.model.norm.kind,
+        "norm_placement": spec.config.model.norm.placement,
+        "norm_impl": ",".join(used_impls(prepared.model)) or None,
+        "wall_time_s": wall_time_s,
+        "train_time_s": train_time,
+        "tokens_per_s": steps_done * tokens_per_step / train_time if train_time > 0 else None,
+        "step_time_median_s": float(frame["step_time_s"].median()) if len(frame) else None,
+        "peak_memory_mb": observed.memory.peak_mb,
+        "memory_kind": observed.memory.kind,
+        "probe_steps": observed.probe.probe_steps,
+        "nonfinite_activations": observed.probe.nonfinite["activations"],
+        "nonfinite_grads": observed.probe.nonfinite["grads"],
+        "init_digest": digests[0],
+        "data_digest": digests[1],
+        "error": outcome.error,
+        **(prepared.start or {}),
+    }

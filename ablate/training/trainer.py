@@ -1,0 +1,191 @@
+"""The Lightning side of one run: a quiet Trainer, fitting it, and how training ended.
+
+:func:`fit` trains, always evaluates the last step, and turns every ending into an
+:class:`Outcome` (finished, an early stop's status, interrupted, failed). Under ``ddp_spawn``
+the observing callbacks live in the spawned processes; :class:`RankZeroHandBack` brings rank
+0's state back to the process that built them.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+
+import lightning as L
+import pandas as pd
+import torch
+
+from ablate.core import folders
+from ablate.core.folders import RunFolder
+from ablate.core.plan import RunSpec
+from ablate.core.stability import Stop
+from ablate.nn.model import (
+    GPT,
+)
+from ablate.training.callbacks import (
+    EarlyStop,
+    MetricsRecorder,
+)
+from ablate.training.data import (
+    Corpus,
+    gather_windows,
+)
+from ablate.training.loggers import build_loggers, flatten
+from ablate.training.task import LanguageModelTask, RunData
+
+
+def quiet_lightning() -> None:
+    """Silence Lightning's start-up banners and tips; ablate prints its own progress."""
+    for name in ("lightning.pytorch", "lightning.fabric", "lightning"):
+        logging.getLogger(name).setLevel(logging.WARNING)
+    warnings.filterwarnings("ignore", message=".*LeafSpec.*")
+    warnings.filterwarnings("ignore", message=".*does not have many workers.*")
+
+
+def build_trainer(
+    spec: RunSpec, steps: int, callbacks: list[L.Callback], run: RunFolder
+) -> L.Trainer:
+    """A quiet Trainer: no checkpoints, progress bar or summary; ablate records itself.
+
+    The loggers (CSV and those named in ``runtime.loggers``) get the run's configuration now and
+    its metrics from the callbacks (:mod:`ablate.training.loggers`).
+    """
+    cfg = spec.config
+    quiet_lightning()
+    loggers = build_loggers(spec, run)
+    for logger in loggers:
+        logger.log_hyperparams(flatten(spec.to_json()))
+    runtime = cfg.runtime
+    several = runtime.processes() > 1
+    return L.Trainer(
+        accelerator=runtime.accelerator,
+        devices=runtime.devices,
+        num_nodes=runtime.num_nodes,
+        strategy="ddp_spawn" if several and runtime.strategy == "auto" else runtime.strategy,
+        use_distributed_sampler=False,  # RunData gives each process its share of every batch
+        precision=cfg.train.precision,
+        max_steps=steps,
+        max_epochs=1,
+        val_check_interval=min(cfg.train.eval_interval, steps),
+        num_sanity_val_steps=0,
+        logger=loggers,
+        log_every_n_steps=cfg.runtime.log_every_n_steps,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        callbacks=callbacks,
+    )
+
+
+def metrics_frame(recorder: MetricsRecorder) -> pd.DataFrame:
+    """Per-step rows with ``val_loss`` filled at the steps where an evaluation ran."""
+    steps = pd.DataFrame(
+        recorder.steps,
+        columns=["step", "tokens", "train_loss", "lr", "grad_norm", "step_time_s", "elapsed_s"],
+    )
+    evals = pd.DataFrame(recorder.evals, columns=["step", "val_loss"])
+    evals = evals.drop_duplicates("step", keep="last")
+    return steps.merge(evals, on="step", how="left")
+
+
+@dataclass
+class Outcome:
+    """How training ended: status, the early stop that ended it (if any), the error (if any)."""
+
+    status: str
+    stop: Stop | None = None
+    error: str | None = None
+
+
+@torch.no_grad()
+def evaluate(model: GPT, corpus: Corpus, val_offsets: torch.Tensor, seq_len: int) -> float:
+    """Mean validation loss over the run's fixed windows (as the trainer's evaluation), in fp32."""
+    model.eval()
+    losses = [
+        float(model.loss(gather_windows(corpus.val, offsets, seq_len))) for offsets in val_offsets
+    ]
+    model.train()
+    return sum(losses) / len(losses)
+
+
+def evaluate_last_step(
+    trainer: L.Trainer,
+    task: LanguageModelTask,
+    data: RunData,
+    recorder: MetricsRecorder,
+    spawned: bool,
+) -> None:
+    """Evaluate the last step when the evaluation cadence did not.
+
+    In-process training: ``trainer.validate``. After ``ddp_spawn`` the model here holds rank
+    0's final weights, and a second spawn would restart the loggers' files, so the evaluation
+    runs in this process (in the precision plugin's forward context) and is recorded in
+    ``metrics.csv`` only, not in the Lightning loggers.
+    """
+    if not spawned:
+        trainer.validate(task, datamodule=data, verbose=False)
+        return
+    with torch.no_grad(), trainer.precision_plugin.forward_context():
+        loss = evaluate(task.model, data.corpus, data.val_offsets, data.seq_len)
+    recorder.evals.append({"step": recorder.steps[-1]["step"], "val_loss": loss})
+
+
+class RankZeroHandBack(L.Callback):
+    """Brings the observers' state back from spawned DDP processes.
+
+    Under ``ddp_spawn`` the callbacks that record a run live in the spawned processes; at the
+    end of fit or validate rank 0 writes their state (their pickled ``__dict__``) to ``path``,
+    and :meth:`restore`, in the process that built them, loads it into the originals.
+    """
+
+    def __init__(self, observers: list[L.Callback], path: Path) -> None:
+        self.observers = observers
+        self.path = path
+        self.owner = os.getpid()
+
+    def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
+        if os.getpid() != self.owner:
+            quiet_lightning()  # a spawned process starts with Lightning's default logging
+
+    def teardown(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
+        if os.getpid() != self.owner and trainer.is_global_zero:
+            state = [cb.__getstate__() for cb in self.observers]
+            folders.write_atomic(self.path, lambda tmp: torch.save(state, tmp))
+
+    def restore(self) -> bool:
+        """Load rank 0's state into the observers; whether spawned processes left one."""
+        if not self.path.exists():
+            return False
+        for observer, state in zip(
+            self.observers, torch.load(self.path, weights_only=False), strict=True
+        ):
+            observer.__dict__.update(state)
+        self.path.unlink()
+        return True
+
+
+def fit(
+    trainer: L.Trainer,
+    task: LanguageModelTask,
+    data: RunData,
+    recorder: MetricsRecorder,
+    stoppers: list[EarlyStop],
+    handback: RankZeroHandBack,
+) -> Outcome:
+    """Train, evaluate the last step, and say how it ended; exceptions become outcomes."""
+    try:
+        trainer.fit(task, datamodule=data)
+        spawned = handback.restore()
+        if not recorder.evals or recorder.evals[-1]["step"] != recorder.steps[-1]["step"]:
+            evaluate_last_step(trainer, task, data, recorder, spawned)  # always the last step
+    except (KeyboardInterrupt, SystemExit):
+        return Outcome("interrupted")
+    except Exception as exc:  # a crash inside training is stored as a failed run
+        return Outcome("failed", error=f"{type(exc).__name__}: {exc}")
+    for stopper in stoppers:
+        if stopper.stop is not None:
+            return Outcome(stopper.status, stopper.stop)
+    return Outcome("finished")

@@ -1,0 +1,117 @@
+"""The README and docs/ agree with the code and the committed reports they quote."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+from conftest import REPO
+from pydantic import BaseModel
+from pydantic_core import PydanticUndefined
+
+from ablate.core import store
+from ablate.core.config import ExperimentFile, RunConfig
+from ablate.core.overrides import model_in
+
+README = REPO / "README.md"
+DOCS = REPO / "docs"
+BASE_SECTIONS = ("data", "model", "train", "runtime")
+
+
+def _default(field) -> str | None:  # noqa: ANN001 - pydantic's FieldInfo
+    """A field's default as a YAML value reads (``null``, ``true``, ``1e-05``); None if required."""
+    if field.default_factory is not None:
+        value = field.default_factory()
+    elif field.default is PydanticUndefined:
+        return None
+    else:
+        value = field.default
+    return value if isinstance(value, str) else json.dumps(value)
+
+
+def _keys(model: type[BaseModel], prefix: str = "") -> list[tuple[str, str | None]]:
+    """Every leaf key of a section as (dotted key, default)."""
+    keys = []
+    for name, field in model.model_fields.items():
+        section = model_in(field.annotation)
+        if section is not None:
+            keys += _keys(section, f"{prefix}{name}.")
+        else:
+            keys.append((f"{prefix}{name}", _default(field)))
+    return keys
+
+
+def schema_keys() -> list[tuple[str, str | None]]:
+    """Every key an experiment file may set, with its default."""
+    keys = _keys(RunConfig)
+    for name, field in ExperimentFile.model_fields.items():
+        if name in BASE_SECTIONS:
+            continue
+        section = model_in(field.annotation)
+        keys += _keys(section, f"{name}.") if section else [(name, _default(field))]
+    return keys
+
+
+def test_every_key_of_the_schema_is_documented_with_its_default() -> None:
+    text = (DOCS / "experiments.md").read_text(encoding="utf-8")
+    keys = schema_keys()
+    assert len(keys) > 80 and ("model.norm.kind", "layernorm") in keys
+    wrong = []
+    for key, default in keys:
+        shown = "required" if default is None else f"`{default}`"
+        if f"| `{key}` | {shown} |" not in text:
+            wrong.append(f"{key} (default {shown})")
+    assert wrong == []
+
+
+def test_every_summary_key_is_described() -> None:
+    text = (DOCS / "results.md").read_text(encoding="utf-8")
+    assert [k for k in store.SUMMARY_KEYS if f"`{k}`" not in text] == []
+
+
+def test_the_readme_fits_on_a_few_screens() -> None:
+    lines = README.read_text(encoding="utf-8").splitlines()
+    assert len(lines) <= 250
+
+
+def _numbers(text: str) -> set[str]:
+    """Every number in ``text`` as written, signs and thousands separators dropped."""
+    text = text.replace("−", "-").replace(",", "")
+    return {n.lstrip("+-") for n in re.findall(r"[-+]?\d+(?:\.\d+)?(?:e-?\d+)?", text)}
+
+
+def _quoted_tables() -> list[tuple[str, str]]:
+    """(report path, the README table cells quoted from it) for each example section: the
+    rows below the header, without the row label."""
+    sections = re.split(r"^### ", README.read_text(encoding="utf-8"), flags=re.M)
+    quoted = []
+    for section in sections:
+        source = re.search(r"From \[`(reports/[^`]+/report\.md)`\]", section)
+        if source:
+            rows = [line for line in section.splitlines() if line.startswith("| ")]
+            body = [r for r in rows if not r.startswith("| ---")][1:]  # no header row
+            cells = [r.split("|")[2:] for r in body]  # no row label either
+            quoted.append((source.group(1), "\n".join("|".join(c) for c in cells)))
+    return quoted
+
+
+def test_the_numbers_the_readme_quotes_are_in_the_reports_they_come_from() -> None:
+    quoted = _quoted_tables()
+    assert {path for path, _ in quoted} >= {
+        "reports/ln_vs_rms/report.md",
+        "reports/lr_stability/report.md",
+        "reports/placement/report.md",
+    }
+    for path, rows in quoted:
+        report = _numbers((REPO / path).read_text(encoding="utf-8"))
+        missing = sorted(_numbers(rows) - report)
+        assert missing == [], f"{path}: {missing}"
+
+
+@pytest.mark.parametrize("page", ["README.md", *sorted(p.name for p in DOCS.glob("*.md"))])
+def test_local_links_point_at_files_that_exist(page: str) -> None:
+    path = README if page == "README.md" else DOCS / page
+    targets = re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", path.read_text(encoding="utf-8"))
+    local = [t for t in targets if "://" not in t]
+    assert [t for t in local if not (path.parent / t).exists()] == []
