@@ -20,6 +20,10 @@ test: setup
 	$(BIN)/lint-imports --no-cache
 	$(BIN)/python -m pytest -q
 
+test-fast: setup
+	$(BIN)/lint-imports --no-cache
+	$(BIN)/python -m pytest -q -m "not slow and not trains"
+
 lint: setup
 	$(BIN)/ruff check ablate tests
 

@@ -1,5 +1,9 @@
 """Shared fixtures: a tiny run configuration and experiment file that train in under a second,
-and a PostgreSQL server on loopback started by the tests themselves."""
+and a PostgreSQL server on loopback started by the tests themselves.
+
+Tests that train are marked ``trains`` (or ``slow``); ``make test-fast`` leaves them out. An
+unmarked test that starts a Lightning fit in this process fails, so the mark cannot go stale.
+"""
 
 from __future__ import annotations
 
@@ -17,12 +21,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import optuna
 import pytest
 import yaml
 
-from ablate.core.config import RunConfig
-from ablate.core.load import build_run_config
+from ablate.core.config import Experiment, RunConfig
+from ablate.core.load import build_run_config, load_experiment
 from ablate.core.overrides import apply_overrides
+from ablate.launch.storage import open_storage
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -61,6 +67,49 @@ def write_experiment(path: Path, **extra: Any) -> Path:
     return path
 
 
+# The tiny model learns little in 20 steps: tests of the studies' mechanics judge its runs
+# against ℓ0 (floor: initial), so that LRs near 0.01 count as stable as they did before the
+# unigram floor; the floor itself is tested in test_stability and test_pipeline.
+LENIENT = {"train": {**TINY["train"], "stability": {"floor": "initial"}}}
+
+
+def study_experiment(tmp_path: Path, **sections: Any) -> Experiment:
+    """The tiny experiment with the lenient floor and these sections (search:, max_lr:)."""
+    return load_experiment(write_experiment(tmp_path / "e.yaml", **{**LENIENT, **sections}))
+
+
+def study_trials(url: str, name: str) -> list[optuna.trial.FrozenTrial]:
+    """The trials of study ``name`` in the storage at ``url``."""
+    return optuna.load_study(study_name=name, storage=open_storage(url)).trials
+
+
+def storage_of_kind(kind: str, tmp_path: Path, request: pytest.FixtureRequest) -> str:
+    """A fresh storage URL of ``kind``: sqlite, journal or postgres (the suite's own server)."""
+    if kind == "postgres":
+        return request.getfixturevalue("postgres").new_database()
+    return (
+        f"sqlite:///{tmp_path / 'study.db'}"
+        if kind == "sqlite"
+        else f"journal:{tmp_path / 'j.log'}"
+    )
+
+
+def search_workers(path: Path, url: str, workers: int) -> list[subprocess.Popen]:
+    """``workers`` separate ``ablate search`` processes on one storage, started together."""
+    return [
+        subprocess.Popen(
+            [sys.executable, "-m", "ablate.cli", "search", str(path), "--storage", url]
+            + ["--workers", "1", "--threads", "1"],
+            cwd=path.parent,
+            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        for _ in range(workers)
+    ]
+
+
 def ablate_process(*args: str, cwd: Path, **kw: Any) -> subprocess.Popen:
     """``python -m ablate.cli *args`` started in ``cwd``, unbuffered, stderr into stdout."""
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
@@ -73,6 +122,33 @@ def ablate_process(*args: str, cwd: Path, **kw: Any) -> subprocess.Popen:
         text=True,
         **kw,
     )
+
+
+TRAINING_ALLOWED = {"now": True}  # whether the test being set up or run may train
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """Before a test's fixtures are set up: may it train? Guard Lightning's fit if imported."""
+    TRAINING_ALLOWED["now"] = any(item.get_closest_marker(m) for m in ("trains", "slow"))
+    _guard_fit()
+
+
+def _guard_fit() -> None:
+    """Make ``Trainer.fit`` fail in a test marked neither ``trains`` nor ``slow`` (once
+    Lightning is imported; a fixture that trains fails the test that set it up)."""
+    module = sys.modules.get("lightning.pytorch.trainer.trainer")
+    if module is None or getattr(module.Trainer.fit, "guarded", False):
+        return
+    fit = module.Trainer.fit
+
+    def guarded_fit(self: Any, *args: Any, **kwargs: Any) -> Any:
+        if not TRAINING_ALLOWED["now"]:
+            pytest.fail("this test trains: mark it @pytest.mark.trains (make test-fast skips it)")
+        return fit(self, *args, **kwargs)
+
+    guarded_fit.guarded = True  # type: ignore[attr-defined]
+    module.Trainer.fit = guarded_fit
 
 
 @pytest.fixture

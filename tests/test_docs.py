@@ -115,3 +115,12 @@ def test_local_links_point_at_files_that_exist(page: str) -> None:
     targets = re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", path.read_text(encoding="utf-8"))
     local = [t for t in targets if "://" not in t]
     assert [t for t in local if not (path.parent / t).exists()] == []
+
+
+@pytest.mark.parametrize("page", ["README.md", *sorted(p.name for p in DOCS.glob("*.md"))])
+def test_repository_paths_the_docs_name_exist(page: str) -> None:
+    path = README if page == "README.md" else DOCS / page
+    named = re.findall(
+        r"`((?:ablate|tests|experiments|reports)/[\w./-]+)`", path.read_text("utf-8")
+    )
+    assert [p for p in named if not (REPO / p).exists()] == []

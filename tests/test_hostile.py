@@ -69,6 +69,7 @@ def test_hostile_file_gets_one_line_exit_2_and_changes_nothing(
     assert snapshot(stored) == before
 
 
+@pytest.mark.trains
 @pytest.mark.parametrize(
     "error, words",
     [(errno.EROFS, "Read-only file system"), (errno.ENOSPC, "No space left on device")],

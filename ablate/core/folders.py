@@ -214,10 +214,6 @@ class ExperimentFolder:
         return cls(Path(root) / experiment)
 
     @property
-    def name(self) -> str:
-        return self.path.name
-
-    @property
     def manifest(self) -> Path:
         return self.path / "experiment.json"
 

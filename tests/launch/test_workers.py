@@ -1,9 +1,8 @@
-"""The executor: resources for the machine, skipping finished runs, redoing incomplete ones,
-and Ctrl-C at any moment."""
+"""The worker pool: resources per machine, and Ctrl-C at any moment (exit 130, nothing lost, no
+process left)."""
 
 from __future__ import annotations
 
-import io
 import json
 import os
 import random
@@ -14,13 +13,9 @@ from pathlib import Path
 
 import pytest
 from conftest import TINY, ablate_process, write_experiment
-from rich.console import Console
 
 from ablate.cli import main
 from ablate.core import folders, store
-from ablate.core.load import load_experiment
-from ablate.core.plan import plan_runs
-from ablate.launch.execute import execute, run_folder_of
 from ablate.launch.workers import choose_resources, gpu_count
 
 
@@ -39,59 +34,12 @@ def test_runs_on_gpus_default_to_one_worker_per_gpu() -> None:
     assert gpu_count("cpu") == 0
 
 
-def _console() -> tuple[Console, io.StringIO]:
-    buffer = io.StringIO()
-    return Console(file=buffer, width=200), buffer
-
-
-def test_rerun_skips_finished_runs_and_redoes_incomplete_ones(
-    tiny_experiment: Path, tmp_path: Path
-) -> None:
-    specs = plan_runs(load_experiment(tiny_experiment))
-    root = tmp_path / "results"
-    console, _ = _console()
-    first = execute(specs, root, workers=1, console=console)
-    assert sorted(s["run_id"] for s in first) == sorted(s.run_id for s in specs)
-    stamps = {s.run_id: run_folder_of(s, root).summary.read_text() for s in specs}
-
-    # simulate a run killed mid-way: its summary is gone, a half-written metrics file remains
-    victim = specs[2]
-    run_folder_of(victim, root).summary.unlink()
-    run_folder_of(victim, root).metrics.write_text("step,train_loss\n1,5.5\n")
-    console, out = _console()
-    second = execute(specs, root, workers=1, console=console)
-    assert "3 of 4 runs already done" in out.getvalue()
-    assert len(second) == 4
-    for spec in specs:
-        text = run_folder_of(spec, root).summary.read_text()
-        if spec is victim:
-            redone = json.loads(text)
-            assert redone["status"] == "finished" and redone["steps"] == 20
-            assert redone["final_val_loss"] == json.loads(stamps[spec.run_id])["final_val_loss"]
-        else:
-            assert text == stamps[spec.run_id]  # untouched
-
-    console, out = _console()
-    execute(specs, root, workers=1, console=console)
-    assert "4 of 4 runs already done" in out.getvalue()
-    assert all(store.is_done(run_folder_of(s, root).path) for s in specs)
-
-
-def test_process_pool_gives_the_same_results_as_serial(
-    tiny_experiment: Path, tmp_path: Path
-) -> None:
-    specs = plan_runs(load_experiment(tiny_experiment))[:2]
-    console, _ = _console()
-    serial = execute(specs, tmp_path / "a", workers=1, threads=1, console=console)
-    pooled = execute(specs, tmp_path / "b", workers=2, threads=1, console=console)
-    by_id = {s["run_id"]: s["final_val_loss"] for s in serial}
-    assert {s["run_id"]: s["final_val_loss"] for s in pooled} == by_id
-
-
 # Ctrl-C at any moment: the experiment below takes ~11 s with 2 workers on 2 cores (start-up,
 # spawning and importing workers, 6 runs of 0.6 s, the report); SIGINT goes to the whole process
 # group, as a terminal's Ctrl-C does.
 INTERRUPT_MOMENTS = 4  # per series: one seeded moment in each quarter of the run
+
+
 INTERRUPT_LIMIT_S = 10.0
 
 

@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 import optuna
+import pytest
 import yaml
 from conftest import REPO, TINY
 
@@ -37,6 +38,7 @@ def _summaries(exp_dir: Path) -> list[dict]:
     return [json.loads(p.read_text()) for p in sorted(exp_dir.glob("*/summary.json"))]
 
 
+@pytest.mark.trains
 def test_pipeline_runs_the_tuned_ab_at_the_searchs_best_on_every_final_seed(
     tmp_path: Path,
 ) -> None:
@@ -103,6 +105,7 @@ def _enqueue_base(path: Path, root: Path, variant: str) -> None:
     study.enqueue_trial({"lr": train.lr, "warmup_steps": train.warmup_steps})
 
 
+@pytest.mark.trains
 def test_a_search_trial_and_a_main_run_are_one_run_whichever_comes_first(
     tmp_path: Path,
 ) -> None:

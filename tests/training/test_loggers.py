@@ -18,6 +18,7 @@ from ablate.training import loggers
 from ablate.training.run import execute_run
 
 
+@pytest.mark.trains
 def test_csv_logger_gets_metrics_probes_and_hyperparameters(tmp_path: Path) -> None:
     spec = RunSpec("lg", "ln", 0, tiny_config(**{"runtime.log_every_n_steps": 5}))
     execute_run(spec, tmp_path)
@@ -35,6 +36,7 @@ def test_csv_logger_gets_metrics_probes_and_hyperparameters(tmp_path: Path) -> N
     assert hparams["config.model.norm.kind"] == "layernorm" and hparams["seed"] == 0
 
 
+@pytest.mark.trains
 def test_tensorboard_logger_writes_event_files(tmp_path: Path) -> None:
     spec = RunSpec("lg", "ln", 0, tiny_config(**{"runtime.loggers": ["tensorboard"]}))
     execute_run(spec, tmp_path)

@@ -34,6 +34,7 @@ def ab_runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict]:
     }
 
 
+@pytest.mark.trains
 def test_summary_contract_and_files(ab_runs: dict) -> None:
     summary = ab_runs["ln"]
     assert set(summary) == set(store.SUMMARY_KEYS)  # the contract, exactly
@@ -73,6 +74,7 @@ def test_summary_contract_and_files(ab_runs: dict) -> None:
     assert metrics["lr"].iloc[0] == pytest.approx(3e-3 / 3)  # first warmup step
 
 
+@pytest.mark.trains
 def test_norm_variants_share_init_batches_and_budget(ab_runs: dict) -> None:
     ln, rms = ab_runs["ln"], ab_runs["rms"]
     assert ln["init_digest"] == rms["init_digest"]
@@ -81,6 +83,7 @@ def test_norm_variants_share_init_batches_and_budget(ab_runs: dict) -> None:
     assert ln["n_params"] - rms["n_params"] == 3 * 16  # LayerNorm's biases
 
 
+@pytest.mark.trains
 def test_same_config_and_seed_gives_an_identical_loss_curve(ab_runs: dict) -> None:
     root = ab_runs["root"]
     first = pd.read_csv(root / "tiny" / ab_runs["ln"]["run_id"] / "metrics.csv")
@@ -97,6 +100,7 @@ def test_other_seed_changes_init_and_batches() -> None:
     assert torch.equal(a.train_offsets, c.train_offsets)
 
 
+@pytest.mark.trains
 def test_huge_learning_rate_diverges_as_a_result_not_a_crash(tmp_path: Path) -> None:
     spec = _spec(**{"train.lr": 50.0, "train.grad_clip": None, "train.tokens": 4 * 16 * 200})
     summary = execute_run(spec, tmp_path)
@@ -120,6 +124,7 @@ def _smoke_file_spec(**train: object) -> RunSpec:
     return RunSpec("smoke", "layernorm", 0, with_train(experiment.variants["layernorm"], **train))
 
 
+@pytest.mark.trains
 def test_warmup_0_at_lr_1e_3_on_the_smoke_model_is_stable(tmp_path: Path) -> None:
     summary = execute_run(_smoke_file_spec(lr=1e-3, warmup_steps=0), tmp_path)
     metrics = pd.read_csv(tmp_path / "smoke" / summary["run_id"] / "metrics.csv")
@@ -130,6 +135,7 @@ def test_warmup_0_at_lr_1e_3_on_the_smoke_model_is_stable(tmp_path: Path) -> Non
     assert summary["final_val_loss"] < summary["unigram_loss"] - 0.1
 
 
+@pytest.mark.trains
 def test_a_run_that_learns_only_byte_frequencies_is_collapsed(tmp_path: Path) -> None:
     summary = execute_run(_smoke_file_spec(lr=1e-4, warmup_steps=0), tmp_path)
     assert summary["status"] == "finished" and summary["stable"] is False
@@ -137,6 +143,7 @@ def test_a_run_that_learns_only_byte_frequencies_is_collapsed(tmp_path: Path) ->
     assert summary["final_val_loss"] >= summary["unigram_loss"] - 0.1
 
 
+@pytest.mark.trains
 def test_last_step_is_always_evaluated(tmp_path: Path) -> None:
     spec = _spec(**{"train.tokens": 4 * 16 * 13})  # 13 steps, evaluation every 10
     execute_run(spec, tmp_path)
@@ -144,6 +151,7 @@ def test_last_step_is_always_evaluated(tmp_path: Path) -> None:
     assert list(metrics.dropna(subset=["val_loss"])["step"]) == [10, 13]
 
 
+@pytest.mark.trains
 def test_training_reaches_near_the_synthetic_entropy_floor(tmp_path: Path) -> None:
     spec = RunSpec(
         "syn",
@@ -169,6 +177,7 @@ def test_training_reaches_near_the_synthetic_entropy_floor(tmp_path: Path) -> No
     assert -0.05 < gap < 0.25, summary
 
 
+@pytest.mark.trains
 def test_bf16_mixed_precision_trains(tmp_path: Path) -> None:
     spec = _spec(**{"train.precision": "bf16-mixed"})
     summary = execute_run(spec, tmp_path)
@@ -177,6 +186,7 @@ def test_bf16_mixed_precision_trains(tmp_path: Path) -> None:
     assert env["precision"] == "bf16-mixed"
 
 
+@pytest.mark.trains
 def test_exception_in_training_is_stored_as_failed_and_redone_later(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -238,6 +248,7 @@ def test_no_norm_baseline_and_qk_norm_train_at_smoke_size(tmp_path: Path) -> Non
     assert qk["n_params"] - sum(p.numel() for p in plain.parameters()) == 2 * 2 * 16
 
 
+@pytest.mark.trains
 def test_bf16_true_feeds_the_norms_bf16_and_the_reduction_setting_matters(tmp_path: Path) -> None:
     runs = {
         fp32: execute_run(
@@ -252,6 +263,7 @@ def test_bf16_true_feeds_the_norms_bf16_and_the_reduction_setting_matters(tmp_pa
     assert weights["blocks.0.norm_attn.weight"].dtype == torch.bfloat16
 
 
+@pytest.mark.trains
 def test_weights_are_stored_only_for_main_runs_with_save_weights(tmp_path: Path) -> None:
     off = _spec(**{"runtime.save_weights": False})
     sweep = RunSpec("tiny", "layernorm", 1, tiny_config(), group="sweep")

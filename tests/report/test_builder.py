@@ -68,6 +68,7 @@ def _raw_runs(exp_dir: Path) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+@pytest.mark.trains
 def test_every_table_number_recomputed_from_raw_metrics(finished: Path, tmp_path: Path) -> None:
     report = build_report(finished, tmp_path / "rep")
     table = pd.read_csv(tmp_path / "rep" / "variants.csv").set_index("variant")
@@ -116,6 +117,7 @@ def test_every_table_number_recomputed_from_raw_metrics(finished: Path, tmp_path
     assert "ttest_rel" in text and report.missing == []
 
 
+@pytest.mark.trains
 def test_every_figure_and_format_for_a_finished_experiment(finished: Path, tmp_path: Path) -> None:
     report = build_report(finished, tmp_path / "rep")
     names = {p.name for p in report.figures}
@@ -152,6 +154,7 @@ def _partial_copy(finished: Path, dest: Path) -> Path:
     return dest
 
 
+@pytest.mark.trains
 def test_partial_experiment_says_what_is_missing(finished: Path, tmp_path: Path) -> None:
     exp = _partial_copy(finished, tmp_path / "tiny")
     report = build_report(exp, tmp_path / "rep")
@@ -169,6 +172,7 @@ def test_partial_experiment_says_what_is_missing(finished: Path, tmp_path: Path)
     assert report.html.stat().st_size > 0
 
 
+@pytest.mark.trains
 def test_cli_report_rebuilds_and_rejects_a_folder_without_results(
     finished: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -180,6 +184,7 @@ def test_cli_report_rebuilds_and_rejects_a_folder_without_results(
     assert "holds no experiment.json and no run folders" in err and len(err.splitlines()) == 1
 
 
+@pytest.mark.trains
 def test_stale_figures_are_removed(finished: Path, tmp_path: Path) -> None:
     out = tmp_path / "rep"
     out.mkdir()
@@ -279,6 +284,7 @@ def test_html_embeds_images_and_renders_tables(tmp_path: Path) -> None:
     assert 'src="missing.png"' in page  # a missing file is left as a link, not dropped
 
 
+@pytest.mark.trains
 def test_report_is_current_until_a_result_changes(finished: Path, tmp_path: Path) -> None:
     exp = tmp_path / "tiny"
     shutil.copytree(finished, exp)
@@ -293,6 +299,7 @@ def test_report_is_current_until_a_result_changes(finished: Path, tmp_path: Path
     assert not store.report_is_current(exp, tmp_path / "rep")
 
 
+@pytest.mark.trains
 def test_ablate_report_writes_where_the_run_put_the_report(
     finished: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -308,6 +315,7 @@ def test_ablate_report_writes_where_the_run_put_the_report(
     assert (tmp_path / "given" / "report.md").is_file()  # --out still wins
 
 
+@pytest.mark.trains
 def test_a_report_missing_any_of_its_files_is_rebuilt(finished: Path, tmp_path: Path) -> None:
     exp, rep = tmp_path / "tiny", tmp_path / "rep"
     shutil.copytree(finished, exp)

@@ -1,0 +1,67 @@
+"""The executor: finished runs are skipped, incomplete ones redone, and the pool gives the serial
+results."""
+
+from __future__ import annotations
+
+import io
+import json
+from pathlib import Path
+
+import pytest
+from rich.console import Console
+
+from ablate.core import store
+from ablate.core.load import load_experiment
+from ablate.core.plan import plan_runs
+from ablate.launch.execute import execute, run_folder_of
+
+
+def _console() -> tuple[Console, io.StringIO]:
+    buffer = io.StringIO()
+    return Console(file=buffer, width=200), buffer
+
+
+@pytest.mark.trains
+def test_rerun_skips_finished_runs_and_redoes_incomplete_ones(
+    tiny_experiment: Path, tmp_path: Path
+) -> None:
+    specs = plan_runs(load_experiment(tiny_experiment))
+    root = tmp_path / "results"
+    console, _ = _console()
+    first = execute(specs, root, workers=1, console=console)
+    assert sorted(s["run_id"] for s in first) == sorted(s.run_id for s in specs)
+    stamps = {s.run_id: run_folder_of(s, root).summary.read_text() for s in specs}
+
+    # simulate a run killed mid-way: its summary is gone, a half-written metrics file remains
+    victim = specs[2]
+    run_folder_of(victim, root).summary.unlink()
+    run_folder_of(victim, root).metrics.write_text("step,train_loss\n1,5.5\n")
+    console, out = _console()
+    second = execute(specs, root, workers=1, console=console)
+    assert "3 of 4 runs already done" in out.getvalue()
+    assert len(second) == 4
+    for spec in specs:
+        text = run_folder_of(spec, root).summary.read_text()
+        if spec is victim:
+            redone = json.loads(text)
+            assert redone["status"] == "finished" and redone["steps"] == 20
+            assert redone["final_val_loss"] == json.loads(stamps[spec.run_id])["final_val_loss"]
+        else:
+            assert text == stamps[spec.run_id]  # untouched
+
+    console, out = _console()
+    execute(specs, root, workers=1, console=console)
+    assert "4 of 4 runs already done" in out.getvalue()
+    assert all(store.is_done(run_folder_of(s, root).path) for s in specs)
+
+
+@pytest.mark.trains
+def test_process_pool_gives_the_same_results_as_serial(
+    tiny_experiment: Path, tmp_path: Path
+) -> None:
+    specs = plan_runs(load_experiment(tiny_experiment))[:2]
+    console, _ = _console()
+    serial = execute(specs, tmp_path / "a", workers=1, threads=1, console=console)
+    pooled = execute(specs, tmp_path / "b", workers=2, threads=1, console=console)
+    by_id = {s["run_id"]: s["final_val_loss"] for s in serial}
+    assert {s["run_id"]: s["final_val_loss"] for s in pooled} == by_id

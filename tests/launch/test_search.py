@@ -1,0 +1,78 @@
+"""The LR x warmup search: unstable trials are scored, a resumed study redoes nothing, stored
+results are read back."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+from conftest import study_experiment, study_trials
+
+from ablate.core.stability import criterion_text
+from ablate.launch.pipeline import Context, run_studies_only
+from ablate.launch.search import run_search
+from ablate.launch.storage import storage_url
+
+L0 = math.log(256)
+
+
+@pytest.mark.trains
+def test_huge_learning_rates_are_scored_not_crashed(tmp_path: Path) -> None:
+    exp = study_experiment(
+        tmp_path,
+        search={"n_trials": 3, "lr_min": 5.0, "lr_max": 10.0, "pruner": "none", "warmup_max": 2},
+    )
+    exp_tiny = exp.model_copy(update={"variants": {"layernorm": exp.variants["layernorm"]}})
+    url = storage_url(exp_tiny, tmp_path / "results")
+    study = run_search(exp_tiny, "layernorm", tmp_path / "results", url, say=lambda _: None)
+    trials = study.trials
+    assert len(trials) == 3 and all(t.state.name == "COMPLETE" for t in trials)
+    assert all(t.user_attrs["stable"] is False for t in trials)
+    assert all(t.value == pytest.approx(L0) for t in trials)  # min(loss, ℓ0)
+    assert all(5.0 <= t.params["lr"] <= 10.0 for t in trials)
+
+
+@pytest.mark.trains
+def test_search_resumes_without_redoing_trials(tmp_path: Path) -> None:
+    root = tmp_path / "results"
+    first = study_experiment(tmp_path, search={"n_trials": 2, "pruner": "none", "warmup_max": 5})
+    url = storage_url(first, root)
+    run_search(first, "rmsnorm", root, url, say=lambda _: None)
+    before = {t.number: (t.params, t.value) for t in study_trials(url, "tiny.rmsnorm.search")}
+    more = study_experiment(tmp_path, search={"n_trials": 4, "pruner": "none", "warmup_max": 5})
+    run_search(more, "rmsnorm", root, url, say=lambda _: None)
+    run_search(more, "rmsnorm", root, url, say=lambda _: None)  # already complete: no trial
+    after = study_trials(url, "tiny.rmsnorm.search")
+    assert len(after) == 4 and {t.number: (t.params, t.value) for t in after[:2]} == before
+    run_ids = [t.user_attrs["run_id"] for t in after]
+    assert len(set(run_ids)) == 4 and all(
+        (root / "tiny" / r / "summary.json").exists() for r in run_ids
+    )
+
+
+@pytest.mark.trains
+def test_run_studies_writes_stability_json(tmp_path: Path) -> None:
+    exp = study_experiment(
+        tmp_path,
+        search={"n_trials": 2, "pruner": "none", "warmup_max": 3},
+        max_lr={"seeds": [0, 1], "start": 0.05, "factor": 8.0, "precision": 2.0},
+    )
+    root = tmp_path / "results"
+    ctx = Context(exp, root, tmp_path / "reports", workers=1, threads=1)
+    result = run_studies_only(ctx)
+    stored = json.loads((root / "tiny" / "stability.json").read_text())
+    assert stored["max_lr"].keys() == stored["search"].keys() == {"layernorm", "rmsnorm"}
+    assert stored["search_seed"] == 2  # one above the experiment's seeds [0, 1]
+    for variant, found in stored["max_lr"].items():
+        low, high = found["bracket"]
+        assert low is not None and high is not None and high / low <= 2.0 + 1e-9
+        assert found["runs_total"] == sum(p["runs"] for p in found["probes"])
+        failed = {s for p in found["probes"] if not p["stable"] for s in p["failed_seeds"]}
+        assert found["failed_seeds"] == sorted(failed) and failed
+        trials = stored["search"][variant]["trial_table"]
+        assert found["checked_runs"] >= found["runs_total"] + len(trials)  # probes and trials
+        assert found["monotone"] == (found["contradictions"] == [])
+    assert result["max_lr"]["rmsnorm"]["bracket"] == stored["max_lr"]["rmsnorm"]["bracket"]
+    assert stored["criterion"] == criterion_text(exp.base.train.stability)
