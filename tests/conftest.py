@@ -124,6 +124,19 @@ def ablate_process(*args: str, cwd: Path, **kw: Any) -> subprocess.Popen:
     )
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _scan_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """Token-file scans cached in the session's temporary folder, not the user's ~/.cache
+    (subprocesses inherit it)."""
+    before = os.environ.get("ABLATE_CACHE")
+    os.environ["ABLATE_CACHE"] = str(tmp_path_factory.mktemp("cache"))
+    yield
+    if before is None:
+        os.environ.pop("ABLATE_CACHE", None)
+    else:
+        os.environ["ABLATE_CACHE"] = before
+
+
 TRAINING_ALLOWED = {"now": True}  # whether the test being set up or run may train
 
 

@@ -80,6 +80,9 @@ class DataConfig(_Strict):
 
     source: Literal["builtin_text", "synthetic", "text_file", "tokens_file"] = "builtin_text"
     path: str | None = Field(None, description="file for text_file / tokens_file")
+    val_path: str | None = Field(
+        None, description="tokens_file: a separate validation file (val_fraction then unused)"
+    )
     tokenizer: Literal["byte", "char"] = "byte"
     vocab_size: int | None = Field(
         None, ge=2, le=65536, description="tokens_file: vocabulary size (default: max id + 1)"
@@ -95,6 +98,8 @@ class DataConfig(_Strict):
     def _path_needed(self) -> DataConfig:
         if self.source in ("text_file", "tokens_file") and not self.path:
             raise ValueError(f"data.source {self.source} needs data.path (a local file)")
+        if self.val_path and self.source != "tokens_file":
+            raise ValueError(f"data.val_path: only for source tokens_file, not {self.source}")
         return self
 
 

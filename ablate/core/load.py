@@ -85,10 +85,11 @@ def _read_yaml(path: Path) -> dict[str, Any]:
 
 
 def _resolve_paths(section: dict[str, Any], base_dir: Path) -> dict[str, Any]:
-    """Make ``data.path`` absolute relative to the experiment file's folder."""
-    path = section.get("path")
-    if isinstance(path, str) and path and not Path(path).is_absolute():
-        section = {**section, "path": str((base_dir / path).resolve())}
+    """Make ``data.path`` and ``data.val_path`` absolute relative to the experiment file."""
+    for key in ("path", "val_path"):
+        path = section.get(key)
+        if isinstance(path, str) and path and not Path(path).is_absolute():
+            section = {**section, key: str((base_dir / path).resolve())}
     return section
 
 
@@ -105,6 +106,8 @@ def _check_data_file(config: RunConfig, where: str) -> None:
     if data.path is not None and data.source in ("text_file", "tokens_file"):
         if not Path(data.path).is_file():
             raise ConfigError(f"{where}: data.path: file not found: {data.path}")
+    if data.val_path is not None and not Path(data.val_path).is_file():
+        raise ConfigError(f"{where}: data.val_path: file not found: {data.val_path}")
 
 
 def _check_loggers(config: RunConfig, where: str) -> None:

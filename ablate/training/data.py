@@ -6,7 +6,9 @@ Four sources (``data.source``):
   CPython, byte-level (vocabulary 256);
 - ``synthetic``: a random first-order Markov chain with a known entropy rate (the loss floor);
 - ``text_file``: any local UTF-8 file, byte- or char-level;
-- ``tokens_file``: pre-tokenized ids, raw uint16 (nanoGPT's ``train.bin``) or ``.npy``.
+- ``tokens_file``: pre-tokenized ids, raw uint16 (nanoGPT's ``train.bin``) or ``.npy``, of any
+  size: memory-mapped, never read whole (:mod:`ablate.training.tokens`); validation from the
+  same file (the last ``val_fraction``) or from ``data.val_path`` (nanoGPT's ``val.bin``).
 
 The split is the last ``val_fraction`` of the tokens. The batch order is a table of window
 offsets drawn once, up front, from a ``torch.Generator`` seeded by the data seed: batch *i* is
@@ -19,6 +21,7 @@ every batch, so the global batch sequence is the same as with one process.
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Sized
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -27,6 +30,7 @@ import torch
 from torch.utils.data import Dataset
 
 from ablate.core.config import DataConfig
+from ablate.training import tokens
 
 
 class DataError(ValueError):
@@ -37,8 +41,8 @@ class DataError(ValueError):
 class Corpus:
     """Token ids split into train and val, with the vocabulary size and provenance."""
 
-    train: torch.Tensor  # (N_train,) int64
-    val: torch.Tensor  # (N_val,) int64
+    train: torch.Tensor | tokens.MappedIds  # (N_train,) int64, or a token file's ids, mapped
+    val: torch.Tensor | tokens.MappedIds
     vocab_size: int
     digest: str
     entropy_floor: float | None = None  # nats/token, known only for the synthetic source
@@ -50,7 +54,8 @@ def unigram_loss(train: np.ndarray, val: np.ndarray, vocab_size: int) -> float:
     smoothing: what a model that learned only unigram statistics scores (the trivial floor)."""
     counts = np.bincount(train, minlength=vocab_size).astype(np.float64) + 0.5
     log_probs = np.log(counts / counts.sum())
-    return float(-log_probs[val].mean())
+    scored = np.bincount(val, minlength=vocab_size)  # counts, not a per-token array: bounded
+    return float(-(scored * log_probs).sum() / scored.sum())
 
 
 def builtin_text() -> bytes:
@@ -112,30 +117,9 @@ def _read_text(path: Path, tokenizer: str) -> tuple[np.ndarray, int]:
     return np.fromiter((index[ch] for ch in text), dtype=np.int64, count=len(text)), len(alphabet)
 
 
-def _read_tokens(path: Path, vocab_size: int | None) -> tuple[np.ndarray, int]:
-    if path.suffix == ".npy":
-        try:
-            ids = np.load(path, allow_pickle=False)
-        except ValueError:
-            raise DataError(f"{path}: not a readable .npy array (numpy.save format)") from None
-        if ids.ndim != 1 or not np.issubdtype(ids.dtype, np.integer):
-            raise DataError(f"{path}: must hold a 1-D integer array, got {ids.dtype}{ids.shape}")
-    else:
-        if path.stat().st_size % 2:
-            raise DataError(f"{path}: raw token files are uint16; the size must be even")
-        ids = np.fromfile(path, dtype=np.uint16)
-    ids = ids.astype(np.int64)
-    if ids.size and ids.min() < 0:
-        raise DataError(f"{path}: token ids must be >= 0, found {ids.min()}")
-    top = int(ids.max()) + 1 if ids.size else 0
-    vocab = vocab_size or top
-    if top > vocab:
-        raise DataError(f"{path}: token id {top - 1} >= data.vocab_size {vocab}")
-    return ids, vocab
-
-
 def load_tokens(cfg: DataConfig) -> tuple[np.ndarray, int, float | None]:
-    """All token ids of the configured source, its vocabulary size and entropy floor if known."""
+    """All token ids of an in-memory source (builtin, synthetic, text file), its vocabulary
+    size and entropy floor if known."""
     if cfg.source == "synthetic":
         ids, floor = synthetic_tokens(cfg)
         return ids, cfg.synthetic_vocab, floor
@@ -144,29 +128,58 @@ def load_tokens(cfg: DataConfig) -> tuple[np.ndarray, int, float | None]:
     path = Path(cfg.path or "")
     if not path.is_file():
         raise DataError(f"data.path: file not found: {path}")
-    if cfg.source == "text_file":
-        ids, vocab = _read_text(path, cfg.tokenizer)
-    else:
-        ids, vocab = _read_tokens(path, cfg.vocab_size)
+    ids, vocab = _read_text(path, cfg.tokenizer)
     return ids, vocab, None
+
+
+def _split(ids: np.ndarray, val_fraction: float) -> tuple[np.ndarray, np.ndarray]:
+    """The first 1 − ``val_fraction`` of the ids for training, the rest for validation."""
+    n_val = int(len(ids) * val_fraction)
+    return ids[: len(ids) - n_val], ids[len(ids) - n_val :]
+
+
+def _check_windows(train: Sized, val: Sized, seq_len: int) -> None:
+    if len(val) < seq_len + 1 or len(train) < seq_len + 1:
+        raise DataError(
+            f"data: {len(train) + len(val)} tokens split into {len(train)} train / {len(val)} "
+            f"val, too few for model.seq_len {seq_len} (each split needs seq_len + 1)"
+        )
+
+
+def token_file_corpus(cfg: DataConfig, seq_len: int) -> Corpus:
+    """A ``tokens_file`` corpus, memory-mapped (:mod:`ablate.training.tokens`): ``data.path``
+    split by ``val_fraction``, or ``data.path`` for training and ``data.val_path`` for
+    validation."""
+    path = Path(cfg.path or "")
+    for key, needed in (("path", cfg.path), ("val_path", cfg.val_path)):
+        if needed is not None and not Path(needed).is_file():
+            raise DataError(f"data.{key}: file not found: {needed}")
+    try:
+        if cfg.val_path:
+            train, val = tokens.open_tokens(path), tokens.open_tokens(Path(cfg.val_path))
+        else:
+            whole = tokens.open_tokens(path)
+            train, val = whole.split(len(whole) - int(len(whole) * cfg.val_fraction))
+        _check_windows(train, val, seq_len)
+        vocab, digest = tokens.scan(train, val, cfg.vocab_size)
+    except tokens.TokenFileError as exc:
+        raise DataError(str(exc)) from None
+    floor = unigram_loss(tokens.sample(train), tokens.sample(val), vocab)
+    return Corpus(tokens.MappedIds(train), tokens.MappedIds(val), vocab, digest, None, floor)
 
 
 def load_corpus(cfg: DataConfig, seq_len: int) -> Corpus:
     """Load, split and check the corpus: both splits must hold at least one window."""
+    if cfg.source == "tokens_file":
+        return token_file_corpus(cfg, seq_len)
     ids, vocab, floor = load_tokens(cfg)
-    n_val = int(len(ids) * cfg.val_fraction)
-    train, val = ids[: len(ids) - n_val], ids[len(ids) - n_val :]
-    if len(val) < seq_len + 1 or len(train) < seq_len + 1:
-        raise DataError(
-            f"data: {len(ids)} tokens split into {len(train)} train / {len(val)} val, "
-            f"too few for model.seq_len {seq_len} (each split needs seq_len + 1)"
-        )
-    digest = hashlib.sha256(ids.astype(np.int64).tobytes()).hexdigest()[:16]
+    train, val = _split(ids, cfg.val_fraction)
+    _check_windows(train, val, seq_len)
     return Corpus(
         torch.from_numpy(train.copy()),
         torch.from_numpy(val.copy()),
         vocab,
-        digest,
+        hashlib.sha256(ids.astype(np.int64).tobytes()).hexdigest()[:16],
         floor,
         unigram_loss(train, val, vocab),
     )
@@ -187,16 +200,22 @@ def eval_offsets(n_tokens: int, seq_len: int, batch_size: int, batches: int) -> 
     return starts.view(batches, batch_size)
 
 
-def gather_windows(tokens: torch.Tensor, offsets: torch.Tensor, seq_len: int) -> torch.Tensor:
-    """Windows of ``seq_len + 1`` ids at ``offsets`` (B,) -> (B, seq_len + 1)."""
-    return tokens[offsets.unsqueeze(1) + torch.arange(seq_len + 1)]
+def gather_windows(
+    ids: torch.Tensor | tokens.MappedIds, offsets: torch.Tensor, seq_len: int
+) -> torch.Tensor:
+    """Windows of ``seq_len + 1`` ids at ``offsets`` (B,) -> (B, seq_len + 1), int64; from a
+    token file only those windows' pages are read."""
+    index = offsets.unsqueeze(1) + torch.arange(seq_len + 1)
+    if isinstance(ids, torch.Tensor):
+        return ids[index]
+    return torch.from_numpy(ids[index.numpy()].astype(np.int64))
 
 
 class WindowBatches(Dataset):
     """Batch ``i`` is the windows at row ``i`` of an offset table; indexable, order-free."""
 
-    def __init__(self, tokens: torch.Tensor, offsets: torch.Tensor, seq_len: int) -> None:
-        self.tokens = tokens
+    def __init__(self, ids: torch.Tensor | np.ndarray, offsets: torch.Tensor, seq_len: int) -> None:
+        self.ids = ids
         self.offsets = offsets
         self.seq_len = seq_len
 
@@ -204,7 +223,7 @@ class WindowBatches(Dataset):
         return self.offsets.shape[0]
 
     def __getitem__(self, i: int) -> torch.Tensor:
-        return gather_windows(self.tokens, self.offsets[i], self.seq_len)
+        return gather_windows(self.ids, self.offsets[i], self.seq_len)
 
 
 def batch_digest(corpus: Corpus, offsets: torch.Tensor) -> str:
