@@ -25,7 +25,8 @@ import optuna
 import pytest
 import yaml
 
-from ablate.core.config import Experiment, RunConfig
+from ablate.core.config import RunConfig
+from ablate.core.experiment import Experiment
 from ablate.core.load import build_run_config, load_experiment
 from ablate.core.overrides import apply_overrides
 from ablate.launch.storage import open_storage

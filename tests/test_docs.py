@@ -11,7 +11,8 @@ from pydantic import BaseModel
 from pydantic_core import PydanticUndefined
 
 from ablate.core import store
-from ablate.core.config import ExperimentFile, RunConfig
+from ablate.core.config import RunConfig
+from ablate.core.experiment import ExperimentFile
 from ablate.core.overrides import model_in
 
 README = REPO / "README.md"

@@ -17,7 +17,7 @@ from pathlib import Path
 import pandas as pd
 
 from ablate.core import store
-from ablate.core.config import Experiment, SweepConfig
+from ablate.core.experiment import Experiment, SweepConfig
 from ablate.core.load import load_experiment
 from ablate.core.plan import RunSpec, plan_lr_grid
 from ablate.launch.execute import execute

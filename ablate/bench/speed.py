@@ -34,7 +34,8 @@ from matplotlib.figure import Figure
 from rich.console import Console
 
 from ablate.core import folders
-from ablate.core.config import Experiment, NormConfig, RunConfig
+from ablate.core.config import NormConfig, RunConfig
+from ablate.core.experiment import Experiment
 from ablate.launch.estimate import time_steps
 from ablate.nn.fast_norms import available, cpp_unavailable_reason
 from ablate.nn.model import GPT, build_model, count_parameters

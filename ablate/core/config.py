@@ -1,18 +1,18 @@
-"""Typed schema of an experiment file: every section, key and default, and the resolved Experiment.
+"""Typed schema of one run's configuration: every section (data, model and its norm, train and
+its stability criterion and probes, runtime), key and default.
 
 An experiment file is YAML with a *base* (``data``, ``model``, ``train``, ``runtime``), a list of
 ``seeds`` and named ``variants``. Each variant is a mapping of dotted keys to values
 (``model.norm.kind: rmsnorm``) applied to the base before validation, so any field can be
-ablated. :func:`ablate.core.load.load_experiment` returns an :class:`Experiment` whose
-``variants`` are fully resolved :class:`RunConfig` objects; every problem raises
-:class:`ConfigError` with one line that names the file, the key and what is allowed
-(:mod:`ablate.core.overrides` words those lines).
+ablated; the file's other sections and the resolved experiment are in
+:mod:`ablate.core.experiment`. Every problem raises :class:`ConfigError` with one line that names
+the file, the key and what is allowed (:mod:`ablate.core.overrides` words those lines).
 """
 
 from __future__ import annotations
 
 import re
-from typing import Annotated, Any, Literal
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -30,13 +30,13 @@ class ConfigError(ValueError):
     """A problem with an experiment file, as one line: ``FILE: KEY: what is wrong; allowed``."""
 
 
-class _Strict(BaseModel):
+class StrictSection(BaseModel):
     """Base for every section: unknown keys are errors, values are checked on assignment."""
 
     model_config = ConfigDict(extra="forbid", validate_assignment=True)
 
 
-class NormConfig(_Strict):
+class NormConfig(StrictSection):
     """Which normalization, where it sits, and its numerics.
 
     Placements (see :class:`ablate.nn.model.Block`): ``pre`` x + f(norm(x)); ``post``
@@ -75,7 +75,7 @@ class NormConfig(_Strict):
         return self
 
 
-class DataConfig(_Strict):
+class DataConfig(StrictSection):
     """Corpus, tokenization, split and batch-order seed."""
 
     source: Literal["builtin_text", "synthetic", "text_file", "tokens_file"] = "builtin_text"
@@ -103,8 +103,12 @@ class DataConfig(_Strict):
         return self
 
 
-class ModelConfig(_Strict):
-    """Decoder-only transformer shape; the norm is a sub-section."""
+class ModelConfig(StrictSection):
+    """Decoder-only transformer shape and block choices; the norm is a sub-section.
+
+    The defaults are a GPT-2-style block (learned positions, GELU MLP, biases); ``position:
+    rope``, ``mlp: swiglu`` and ``linear_bias: false`` make it LLaMA-style, each on its own.
+    """
 
     d_model: int = Field(128, ge=8, le=8192)
     n_layers: int = Field(4, ge=1, le=128)
@@ -114,6 +118,13 @@ class ModelConfig(_Strict):
     dropout: float = Field(0.0, ge=0, lt=1)
     tie_weights: bool = True
     init_std: float = Field(0.02, gt=0, le=1)
+    mlp: Literal["gelu", "swiglu"] = Field(
+        "gelu", description="swiglu: SiLU-gated, hidden 2/3 of d_ff (same parameter count)"
+    )
+    position: Literal["learned", "rope"] = Field(
+        "learned", description="learned absolute embeddings, or rotary on queries and keys"
+    )
+    linear_bias: bool = Field(True, description="biases in the attention and MLP linear layers")
     norm: NormConfig = Field(default_factory=NormConfig)
 
     @model_validator(mode="after")
@@ -123,10 +134,15 @@ class ModelConfig(_Strict):
                 f"model.d_model ({self.d_model}) must be divisible by model.n_heads "
                 f"({self.n_heads})"
             )
+        if self.position == "rope" and (self.d_model // self.n_heads) % 2:
+            raise ValueError(
+                f"model.position: rope rotates pairs of features; d_model / n_heads = "
+                f"{self.d_model // self.n_heads} must be even"
+            )
         return self
 
 
-class StabilityConfig(_Strict):
+class StabilityConfig(StrictSection):
     """The stability criterion (:mod:`ablate.core.stability`): when a run diverged or collapsed."""
 
     threshold: float | None = Field(
@@ -151,7 +167,7 @@ class StabilityConfig(_Strict):
     )
 
 
-class ProbeConfig(_Strict):
+class ProbeConfig(StrictSection):
     """What :class:`ablate.training.probes.ModelProbe` measures, and how often (docs/probes.md)."""
 
     interval: int = Field(
@@ -162,7 +178,7 @@ class ProbeConfig(_Strict):
     )
 
 
-class TrainConfig(_Strict):
+class TrainConfig(StrictSection):
     """Optimizer, schedule, budget, precision and evaluation cadence."""
 
     batch_size: int = Field(32, ge=1, le=65536)
@@ -185,7 +201,7 @@ class TrainConfig(_Strict):
 LoggerName = Literal["tensorboard", "mlflow", "wandb"]
 
 
-class RuntimeConfig(_Strict):
+class RuntimeConfig(StrictSection):
     """Where and how runs execute; does not change results (except accelerator)."""
 
     accelerator: Literal["cpu", "auto", "cuda"] = "cpu"
@@ -223,7 +239,7 @@ class RuntimeConfig(_Strict):
         return self.devices * self.num_nodes
 
 
-class RunConfig(_Strict):
+class RunConfig(StrictSection):
     """Everything one training run needs, after a variant's overrides."""
 
     data: DataConfig = Field(default_factory=DataConfig)
@@ -248,169 +264,3 @@ class RunConfig(_Strict):
     def tokens_per_step(self) -> int:
         """Tokens consumed by one optimizer step."""
         return self.train.batch_size * self.model.seq_len
-
-
-def _check_range(low: float, high: float, what: str) -> None:
-    if not low < high:
-        raise ValueError(f"{what}: the minimum ({low:g}) must be below the maximum ({high:g})")
-
-
-class SweepConfig(_Strict):
-    """A log-spaced learning-rate grid run for every variant and seed: final loss against LR."""
-
-    lr_min: float = Field(1e-4, gt=0, le=100)
-    lr_max: float = Field(1e-1, gt=0, le=100)
-    points: int = Field(7, ge=2, le=200)
-    seeds: list[Seed] | None = Field(None, min_length=1, description="default: the experiment's")
-    tokens: int | None = Field(None, ge=1, description="budget of a sweep run; default train's")
-
-    @model_validator(mode="after")
-    def _ordered(self) -> SweepConfig:
-        _check_range(self.lr_min, self.lr_max, "sweep.lr_min/lr_max")
-        return self
-
-    def lrs(self) -> list[float]:
-        """The grid: ``points`` learning rates evenly spaced in log from lr_min to lr_max."""
-        ratio = (self.lr_max / self.lr_min) ** (1 / (self.points - 1))
-        return [self.lr_min * ratio**i for i in range(self.points)]
-
-
-class SearchConfig(_Strict):
-    """An Optuna study per variant over learning rate (log) and warmup; objective: val loss."""
-
-    n_trials: int = Field(20, ge=1, le=100_000)
-    timeout_s: float | None = Field(None, gt=0)
-    lr_min: float = Field(1e-4, gt=0, le=100)
-    lr_max: float = Field(1.0, gt=0, le=100)
-    warmup_min: int = Field(0, ge=0)
-    warmup_max: int = Field(100, ge=0)
-    sampler: Literal["tpe", "random"] = "tpe"
-    sampler_seed: int = Field(0, ge=0)
-    pruner: Literal["median", "none"] = "median"
-    seed: Seed | None = Field(
-        None,
-        description="run seed of every trial; default: one above the largest of seeds, so the "
-        "tuned comparison is scored on seeds the search did not select on",
-    )
-    tokens: int | None = Field(None, ge=1, description="budget of a trial; default train's")
-
-    @model_validator(mode="after")
-    def _ordered(self) -> SearchConfig:
-        _check_range(self.lr_min, self.lr_max, "search.lr_min/lr_max")
-        if self.warmup_min > self.warmup_max:
-            raise ValueError("search.warmup_min must be <= search.warmup_max")
-        return self
-
-
-class MaxLRConfig(_Strict):
-    """Bracketing search for the largest LR that is stable for every one of ``seeds``."""
-
-    seeds: list[Seed] | None = Field(None, min_length=1, description="default: the experiment's")
-    start: float | None = Field(None, gt=0, description="first probe; default train.lr")
-    factor: float = Field(4.0, gt=1, le=1000, description="coarse step while bracketing")
-    precision: float = Field(2**0.25, gt=1, le=100, description="final bracket ratio")
-    lr_min: float = Field(1e-6, gt=0)
-    lr_max: float = Field(100.0, gt=0)
-    tokens: int | None = Field(None, ge=1, description="budget of a probe run; default train's")
-
-    @model_validator(mode="after")
-    def _ordered(self) -> MaxLRConfig:
-        _check_range(self.lr_min, self.lr_max, "max_lr.lr_min/lr_max")
-        return self
-
-
-class ConvertConfig(_Strict):
-    """Swap the norms of a finished variant's weights and keep training (:mod:`ablate.nn.convert`).
-
-    For every seed, the source run's final weights are loaded twice: once unchanged (the
-    ``continued`` control) and once with ``target``'s norms (``converted``); both then train
-    ``tokens`` more on the same batches at a constant ``lr`` after ``warmup_steps``.
-    """
-
-    source: str = Field(description="the variant whose finished runs are converted")
-    target: dict[str, Any] = Field(
-        default_factory=lambda: {"model.norm.kind": "rmsnorm"},
-        description="dotted model.norm.* overrides that make the converted model",
-    )
-    bias: Literal["fold", "drop"] = Field(
-        "fold",
-        description="a source bias the target lacks: fold into the next linear layer where "
-        "that is exact, else drop; or always drop",
-    )
-    tokens: int = Field(ge=1, description="continued-training budget of each run")
-    lr: float | None = Field(
-        None,
-        gt=0,
-        le=100,
-        description="default: where the source schedule ended (lr x min_lr_ratio)",
-    )
-    warmup_steps: int = Field(0, ge=0)
-    eval_interval: int | None = Field(None, ge=1, description="default: the source's")
-    seeds: list[Seed] | None = Field(None, min_length=1, description="default: the experiment's")
-
-
-class ConvertPlan(BaseModel):
-    """A resolved ``convert:`` section: the two continued-training configs and the mapping."""
-
-    model_config = ConfigDict(frozen=True)
-
-    source: str
-    seeds: list[int]
-    bias: str
-    control: RunConfig  # the source's model, continued
-    converted: RunConfig  # the target's model, continued
-
-
-class ExperimentFile(_Strict):
-    """The top level of an experiment file, before variants are resolved."""
-
-    name: str | None = None
-    description: str = ""
-    seeds: list[int] = Field(default_factory=lambda: [0], min_length=1)
-    variants: dict[str, dict[str, Any]] = Field(default_factory=dict)
-    grid: dict[str, list[Any]] = Field(
-        default_factory=dict, description="dotted key -> levels; every combination is a variant"
-    )
-    data: dict[str, Any] = Field(default_factory=dict)
-    model: dict[str, Any] = Field(default_factory=dict)
-    train: dict[str, Any] = Field(default_factory=dict)
-    runtime: dict[str, Any] = Field(default_factory=dict)
-    sweep: SweepConfig | None = None
-    search: SearchConfig | None = None
-    max_lr: MaxLRConfig | None = None
-    convert: ConvertConfig | None = None
-    storage: str | None = Field(
-        None, description="Optuna storage URL; default sqlite in the results folder"
-    )
-
-
-class Experiment(BaseModel):
-    """A validated experiment: its name, seeds and one resolved RunConfig per variant."""
-
-    model_config = ConfigDict(frozen=True)
-
-    name: str
-    description: str
-    path: str
-    seeds: list[int]
-    variants: dict[str, RunConfig]
-    overrides: dict[str, dict[str, Any]] = Field(
-        default_factory=dict, description="variant -> the dotted keys it sets"
-    )
-    base: RunConfig
-    sweep: SweepConfig | None = None
-    search: SearchConfig | None = None
-    max_lr: MaxLRConfig | None = None
-    convert: ConvertPlan | None = None
-    storage: str | None = None
-    grid: dict[str, list[Any]] = Field(default_factory=dict, description="factor -> levels")
-    factors: dict[str, dict[str, Any]] = Field(
-        default_factory=dict, description="grid variant -> {factor key: level}"
-    )
-
-    def search_seed(self) -> int:
-        """The run seed of every search trial: ``search.seed``, else one above the largest of
-        ``seeds``, so the tuned comparison is scored on seeds the search did not select on."""
-        if self.search is not None and self.search.seed is not None:
-            return self.search.seed
-        return max(self.seeds) + 1

@@ -14,16 +14,8 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
-from ablate.core.config import (
-    NAME_PATTERN,
-    SEED_LIMIT,
-    ConfigError,
-    ConvertConfig,
-    ConvertPlan,
-    Experiment,
-    ExperimentFile,
-    RunConfig,
-)
+from ablate.core.config import NAME_PATTERN, SEED_LIMIT, ConfigError, RunConfig
+from ablate.core.experiment import ConvertConfig, ConvertPlan, Experiment, ExperimentFile
 from ablate.core.overrides import (
     apply_overrides,
     expand_grid,

@@ -16,7 +16,8 @@ from typing import Any, get_args
 
 from pydantic import BaseModel, ValidationError
 
-from ablate.core.config import ConfigError, Experiment, ExperimentFile, RunConfig
+from ablate.core.config import ConfigError, RunConfig
+from ablate.core.experiment import Experiment, ExperimentFile
 
 
 def _allowed_keys(model: type[BaseModel]) -> str:

@@ -4,6 +4,8 @@ A run's id is a hash of everything that can change its result: the variant name,
 the resolved ``data``, ``model`` and ``train`` sections plus the accelerator. Worker and thread
 counts are left out (they change speed, not the computation's definition). Rerunning an
 experiment therefore finds finished runs by id and skips them; editing a field gives new ids.
+A key added in a later version (:data:`LATER_KEYS`) counts only when set away from its default,
+so upgrading ablate keeps the ids of stored runs.
 """
 
 from __future__ import annotations
@@ -13,10 +15,28 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from ablate.core.config import Experiment, RunConfig, SweepConfig
+from ablate.core.config import RunConfig
+from ablate.core.experiment import Experiment, SweepConfig
 from ablate.core.stability import criterion_text
 
 SPEC_VERSION = 1
+# Keys added after results were stored, left out of a run's identity while at these defaults,
+# so the runs of earlier versions keep their ids (and are reused, not trained again).
+LATER_KEYS: dict[tuple[str, str], Any] = {
+    ("data", "val_path"): None,
+    ("model", "mlp"): "gelu",
+    ("model", "position"): "learned",
+    ("model", "linear_bias"): True,
+}
+
+
+def _section(name: str, values: dict[str, Any]) -> dict[str, Any]:
+    """A config section as hashed: :data:`LATER_KEYS` at their defaults left out."""
+    return {
+        key: value
+        for key, value in values.items()
+        if (name, key) not in LATER_KEYS or LATER_KEYS[(name, key)] != value
+    }
 
 
 def _digest(identity: dict[str, Any]) -> str:
@@ -48,8 +68,8 @@ class RunSpec:
             "version": SPEC_VERSION,
             "variant": self.variant,
             "seed": self.seed,
-            "data": cfg.data.model_dump(mode="json"),
-            "model": cfg.model.model_dump(mode="json"),
+            "data": _section("data", cfg.data.model_dump(mode="json")),
+            "model": _section("model", cfg.model.model_dump(mode="json")),
             "train": cfg.train.model_dump(mode="json"),
             "accelerator": cfg.runtime.accelerator,
         }

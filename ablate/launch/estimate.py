@@ -19,7 +19,8 @@ from dataclasses import dataclass
 import pandas as pd
 import torch
 
-from ablate.core.config import Experiment, RunConfig
+from ablate.core.config import RunConfig
+from ablate.core.experiment import Experiment
 from ablate.core.plan import planned_groups
 from ablate.nn.model import GPT, build_model, count_parameters, parameter_groups
 from ablate.training.data import Corpus, DataError, batch_offsets, gather_windows, load_corpus

@@ -21,7 +21,7 @@ import optuna
 from optuna.distributions import FloatDistribution
 from optuna.trial import TrialState
 
-from ablate.core.config import Experiment
+from ablate.core.experiment import Experiment
 from ablate.core.plan import RunSpec, max_lr_family, with_train
 from ablate.core.stability import Bracket, bracket_max_stable
 from ablate.launch.execute import obtain

@@ -30,7 +30,7 @@ import pandas as pd
 from rich.console import Console
 
 from ablate.core import store
-from ablate.core.config import Experiment
+from ablate.core.experiment import Experiment
 from ablate.core.load import load_experiment
 from ablate.core.plan import (
     RunSpec,

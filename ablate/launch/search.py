@@ -12,16 +12,16 @@ one storage. On an RDB storage every search trial sends a heartbeat (``runtime.h
 one silent for three heartbeats belongs to a dead worker: Optuna fails it and enqueues a retry
 with the same parameters (``runtime.trial_retries``), which takes over the dead worker's run.
 
-- **Search**: a seeded sampler (TPE by default) proposes ``lr`` (log scale) and
-  ``warmup_steps`` on the search seed (:meth:`ablate.core.config.Experiment.search_seed`, by default
-  not one of the final comparison's); the objective is the final val loss with unstable runs
-  scored as min(loss, ℓ0), so the sampler sees where divergence begins (Optuna's samplers
-  ignore failed trials). The best *stable* trial's (LR, warmup) is what the tuned A/B
-  trains. The median pruner stops poor trials at an evaluation (intermediate val loss against
-  optimizer steps). ``n_trials`` counts complete and pruned trials over every process sharing
-  the storage, so rerunning continues the study and parallel processes share the work: a
-  worker starts a trial only while complete + pruned + running trials are fewer than
-  ``n_trials``, and on an RDB storage stays until the running ones are done or retried.
+The search: a seeded sampler (TPE by default) proposes ``lr`` (log scale) and ``warmup_steps``
+on the search seed (:meth:`ablate.core.experiment.Experiment.search_seed`, by default not one of
+the final comparison's); the objective is the final val loss with unstable runs scored as
+min(loss, ℓ0), so the sampler sees where divergence begins (Optuna's samplers ignore failed
+trials). The best *stable* trial's (LR, warmup) is what the tuned A/B trains. The median pruner
+stops poor trials at an evaluation (intermediate val loss against optimizer steps). ``n_trials``
+counts complete and pruned trials over every process sharing the storage, so rerunning continues
+the study and parallel processes share the work: a worker starts a trial only while complete +
+pruned + running trials are fewer than ``n_trials``, and on an RDB storage stays until the running
+ones are done or retried.
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ import optuna
 from optuna.distributions import BaseDistribution
 from optuna.trial import FrozenTrial, TrialState
 
-from ablate.core.config import Experiment
+from ablate.core.experiment import Experiment
 from ablate.core.plan import RunSpec, with_train
 from ablate.core.stability import clipped_loss
 from ablate.launch.execute import POLL_S, obtain

@@ -22,7 +22,8 @@ from optuna.storages import RetryHeartbeatStaleTrialCallback
 from optuna.trial import FrozenTrial
 from sqlalchemy.engine import make_url
 
-from ablate.core.config import Experiment, RuntimeConfig
+from ablate.core.config import RuntimeConfig
+from ablate.core.experiment import Experiment
 from ablate.core.folders import ExperimentFolder, retry_claims
 
 GRACE_HEARTBEATS = 3  # a trial silent for this many heartbeats belongs to a dead worker

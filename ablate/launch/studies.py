@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from ablate.core.config import Experiment
+from ablate.core.experiment import Experiment
 from ablate.launch.max_lr import ProbeNotStored, run_max_lr
 from ablate.launch.search import PrintFn, next_search_step, run_search, search_summary
 from ablate.launch.storage import open_study

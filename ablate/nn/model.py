@@ -1,4 +1,8 @@
-"""A small GPT-style decoder whose norm kind and placement are parameters, and its fair init.
+"""A small decoder whose norm kind and placement are parameters, and its fair init.
+
+The block is GPT-2-style by default (learned positions, GELU MLP, biases in every linear layer)
+and LLaMA-style by three keys, each ablatable on its own: ``position: rope`` (:class:`Rotary`),
+``mlp: swiglu`` (:class:`MLP`, same parameter count) and ``linear_bias: false``.
 
 Placements: Pre-Norm, Post-Norm, Sandwich (Peri-LN), DeepNorm and none (see :class:`Block`);
 any norm kind of :mod:`ablate.nn.norms` fits any placement, and ``qk_norm`` adds per-head norms on
@@ -27,6 +31,7 @@ from ablate.nn.norms import build_norm, is_norm
 
 FINAL_NORM_PLACEMENTS = ("pre", "sandwich")
 DEEPNORM_SCALED = ("attn.proj.weight", "mlp.fc.weight", "mlp.proj.weight")
+ROPE_BASE = 10000.0  # rotary frequencies: base ** (-2i / d_head), as in LLaMA
 
 
 def make_norm(cfg: ModelConfig, dim: int | None = None) -> nn.Module:
@@ -44,30 +49,56 @@ def deepnorm_beta(n_layers: int) -> float:
     return (8 * n_layers) ** -0.25
 
 
+class Rotary(nn.Module):
+    """Rotary position embedding (Su et al. 2021; LLaMA's rotate-half form): feature pairs
+    (i, i + d/2) of each head are rotated by position x frequency, frequencies
+    ``ROPE_BASE ** (-2i / d)``, so q.k depends on positions only through their difference.
+    The angles are buffers, not parameters (nothing to initialize or store)."""
+
+    def __init__(self, head_dim: int, max_len: int) -> None:
+        super().__init__()
+        freqs = ROPE_BASE ** (-torch.arange(0, head_dim, 2, dtype=torch.float64) / head_dim)
+        angles = torch.outer(torch.arange(max_len, dtype=torch.float64), freqs)  # (T, d/2)
+        self.register_buffer("cos", angles.cos().float(), persistent=False)
+        self.register_buffer("sin", angles.sin().float(), persistent=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """``x`` (B, H, T, d_head) rotated at positions 0 .. T-1."""
+        t, half = x.shape[-2], x.shape[-1] // 2
+        cos, sin = self.cos[:t].to(x.dtype), self.sin[:t].to(x.dtype)
+        first, second = x[..., :half], x[..., half:]
+        return torch.cat((first * cos - second * sin, first * sin + second * cos), dim=-1)
+
+
 class CausalSelfAttention(nn.Module):
     """Multi-head causal self-attention through ``scaled_dot_product_attention``.
 
     With ``model.norm.qk_norm`` the queries and keys are normalized per head (``q_norm``,
-    ``k_norm``, over d_head features) before the dot product (Wortsman et al. 2023).
+    ``k_norm``, over d_head features) before the dot product (Wortsman et al. 2023); with
+    ``model.position: rope`` they are then rotated by position (:class:`Rotary`).
     """
 
     def __init__(self, cfg: ModelConfig) -> None:
         super().__init__()
         self.n_heads = cfg.n_heads
-        self.qkv = nn.Linear(cfg.d_model, 3 * cfg.d_model)
-        self.proj = nn.Linear(cfg.d_model, cfg.d_model)
+        self.qkv = nn.Linear(cfg.d_model, 3 * cfg.d_model, bias=cfg.linear_bias)
+        self.proj = nn.Linear(cfg.d_model, cfg.d_model, bias=cfg.linear_bias)
         self.dropout = cfg.dropout
         head = cfg.d_model // cfg.n_heads
         self.q_norm = make_norm(cfg, head) if cfg.norm.qk_norm else None
         self.k_norm = make_norm(cfg, head) if cfg.norm.qk_norm else None
+        self.rotary = Rotary(head, cfg.seq_len) if cfg.position == "rope" else None
 
     def heads(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """Queries, keys (normalized under qk_norm) and values, each (B, H, T, d_head)."""
+        """Queries, keys (normalized under qk_norm, rotated under rope) and values, each
+        (B, H, T, d_head): what the dot product sees."""
         b, t, d = x.shape
         q, k, v = self.qkv(x).split(d, dim=2)  # 3 x (B, T, D)
         q, k, v = (z.view(b, t, self.n_heads, d // self.n_heads).transpose(1, 2) for z in (q, k, v))
         if self.q_norm is not None and self.k_norm is not None:
             q, k = self.q_norm(q), self.k_norm(k)
+        if self.rotary is not None:
+            q, k = self.rotary(q), self.rotary(k)
         return q, k, v
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -78,18 +109,31 @@ class CausalSelfAttention(nn.Module):
         return self.proj(y.transpose(1, 2).reshape(b, t, d))  # (B, T, D)
 
 
+def swiglu_hidden(d_ff: int) -> int:
+    """SwiGLU's hidden width for a GELU MLP of width ``d_ff``: round(2/3 d_ff), so its three
+    matrices (3 d h) hold as many weights as GELU's two (2 d d_ff), to within 1%."""
+    return round(2 * d_ff / 3)
+
+
 class MLP(nn.Module):
-    """Two-layer GELU feed-forward network."""
+    """The feed-forward network: GELU, ``proj(gelu(fc(x)))``, or SwiGLU (Shazeer 2020),
+    ``proj(silu(gate) * up)`` with ``fc`` holding the gate and up matrices stacked."""
 
     def __init__(self, cfg: ModelConfig) -> None:
         super().__init__()
-        hidden = cfg.d_ff or 4 * cfg.d_model
-        self.fc = nn.Linear(cfg.d_model, hidden)
-        self.proj = nn.Linear(hidden, cfg.d_model)
+        width = cfg.d_ff or 4 * cfg.d_model
+        self.gated = cfg.mlp == "swiglu"
+        hidden = swiglu_hidden(width) if self.gated else width
+        self.fc = nn.Linear(cfg.d_model, 2 * hidden if self.gated else hidden, bias=cfg.linear_bias)
+        self.proj = nn.Linear(hidden, cfg.d_model, bias=cfg.linear_bias)
         self.drop = nn.Dropout(cfg.dropout)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.drop(self.proj(F.gelu(self.fc(x))))
+        h = self.fc(x)
+        if self.gated:
+            gate, up = h.chunk(2, dim=-1)
+            return self.drop(self.proj(F.silu(gate) * up))
+        return self.drop(self.proj(F.gelu(h)))
 
 
 class Block(nn.Module):
@@ -135,7 +179,8 @@ class Block(nn.Module):
 
 
 class GPT(nn.Module):
-    """Token + position embeddings, ``n_layers`` blocks, a final norm where needed, LM head.
+    """Token (+ learned position) embeddings, ``n_layers`` blocks, a final norm where needed, LM
+    head; under ``position: rope`` positions enter in each attention instead.
 
     Pre-Norm and Sandwich end with a final norm on the residual stream; Post-Norm and DeepNorm
     blocks already end in a norm, and the no-norm baseline has none.
@@ -146,7 +191,8 @@ class GPT(nn.Module):
         self.cfg = cfg
         self.vocab_size = vocab_size
         self.tok_emb = nn.Embedding(vocab_size, cfg.d_model)
-        self.pos_emb = nn.Embedding(cfg.seq_len, cfg.d_model)
+        learned = cfg.position == "learned"
+        self.pos_emb = nn.Embedding(cfg.seq_len, cfg.d_model) if learned else None
         self.drop = nn.Dropout(cfg.dropout)
         self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layers))
         final = cfg.norm.placement in FINAL_NORM_PLACEMENTS
@@ -157,9 +203,10 @@ class GPT(nn.Module):
 
     def forward(self, idx: torch.Tensor) -> torch.Tensor:
         """Logits (B, T, V) for token ids ``idx`` (B, T)."""
-        t = idx.shape[1]
-        pos = torch.arange(t, device=idx.device)
-        x = self.drop(self.tok_emb(idx) + self.pos_emb(pos))  # (B, T, D)
+        x = self.tok_emb(idx)  # (B, T, D)
+        if self.pos_emb is not None:
+            x = x + self.pos_emb(torch.arange(idx.shape[1], device=idx.device))
+        x = self.drop(x)
         for block in self.blocks:
             x = block(x)
         return self.head(self.norm_f(x))

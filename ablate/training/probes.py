@@ -131,7 +131,8 @@ class ModelProbe(L.Callback):
     def gradients(self, model: GPT) -> None:
         """Record the gradient norms and non-finite gradients (call after backward)."""
         groups = {f"blocks.{i}": (i, list(b.parameters())) for i, b in enumerate(model.blocks)}
-        groups["embedding"] = (MODEL_LAYER, [model.tok_emb.weight, model.pos_emb.weight])
+        embeddings = [model.tok_emb] + ([model.pos_emb] if model.pos_emb is not None else [])
+        groups["embedding"] = (MODEL_LAYER, [e.weight for e in embeddings])
         for site, (layer, params) in groups.items():
             grads = [p.grad.detach().float() for p in params if p.grad is not None]
             if not grads:

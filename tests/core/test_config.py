@@ -182,6 +182,12 @@ def test_budget_file_and_syntax_errors(tmp_path: Path) -> None:
     assert "YAML syntax error" in msg and "line" in msg
     msg = _error(tmp_path, "model: {d_model: 30, n_heads: 4}\n")
     assert "divisible" in msg
+    msg = _error(tmp_path, "model: {d_model: 12, n_heads: 4, position: rope}\n")
+    assert "model.position: rope rotates pairs of features; d_model / n_heads = 3" in msg
+    msg = _error(tmp_path, "model: {mlp: relu}\n")
+    assert "model.mlp" in msg and "'gelu' or 'swiglu'" in msg
+    msg = _error(tmp_path, "data: {source: builtin_text, val_path: v.bin}\n")
+    assert "data.val_path: only for source tokens_file" in msg
     msg = _error(tmp_path, "seeds: [1, 1]\n")
     assert "duplicates" in msg
     with pytest.raises(ConfigError, match="file not found"):

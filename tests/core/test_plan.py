@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from conftest import tiny_config, write_experiment
+import pandas as pd
+import pytest
+from conftest import REPO, tiny_config, write_experiment
 
 from ablate.core.load import load_experiment
 from ablate.core.plan import RunSpec, plan_manifest, plan_runs, plan_sweep, with_train
@@ -69,3 +71,15 @@ def test_group_is_not_part_of_the_run_id() -> None:
     assert RunSpec("e", "v", 0, config).run_id == RunSpec("e", "v", 0, config, "sweep").run_id
     with_lr = with_train(config, lr=0.5)
     assert with_lr.train.lr == 0.5 and with_lr.model == config.model
+
+
+@pytest.mark.parametrize(
+    "name",
+    ["ln_vs_rms", "llama_style", "lr_stability", "placement", "deepnorm", "precision", "convert"],
+)
+def test_the_runs_of_every_committed_report_keep_their_ids(name: str) -> None:
+    """A key added to the config must not change the ids of stored runs (they would be trained
+    again instead of reused): every main run each shipped file plans is in its report."""
+    planned = {s.run_id for s in plan_runs(load_experiment(REPO / "experiments" / f"{name}.yaml"))}
+    stored = set(pd.read_csv(REPO / "reports" / name / "runs.csv")["run_id"])
+    assert planned and planned <= stored

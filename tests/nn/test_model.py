@@ -1,16 +1,20 @@
-"""The decoder: structure, causality, weight tying, fair initialization across norm variants."""
+"""The decoder: structure, causality, weight tying, fair initialization across norm variants, and
+the LLaMA-style choices (SwiGLU, RoPE, no linear biases) composed with every norm."""
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from ablate.core.config import ModelConfig, NormConfig
 from ablate.nn.model import (
+    Rotary,
     build_model,
     count_parameters,
     norm_parameter_names,
     parameter_digests,
     shared_init_digest,
+    swiglu_hidden,
 )
 from ablate.nn.norms import LayerNorm, RMSNorm
 
@@ -205,3 +209,76 @@ def test_every_kind_fits_every_placement_with_shared_init_across_kinds() -> None
             for kind in ("layernorm", "rmsnorm", "dyt")
         }
         assert len(digests) == 1, placement
+
+
+LLAMA = {"mlp": "swiglu", "position": "rope", "linear_bias": False}
+
+
+@pytest.mark.parametrize("d_model", [64, 96, 128, 256, 768])
+@pytest.mark.parametrize("bias", [True, False])
+def test_swiglu_holds_the_gelu_mlps_parameters_within_one_percent(d_model: int, bias: bool) -> None:
+    def mlp_params(mlp: str) -> int:
+        cfg = ModelConfig(d_model=d_model, n_heads=4, seq_len=8, mlp=mlp, linear_bias=bias)
+        return count_parameters(build_model(cfg, 64, seed=0).blocks[0].mlp)
+
+    gelu, swiglu = mlp_params("gelu"), mlp_params("swiglu")
+    assert gelu == 2 * d_model * 4 * d_model + (5 * d_model if bias else 0)
+    hidden = swiglu_hidden(4 * d_model)
+    assert swiglu == 3 * d_model * hidden + (2 * hidden + d_model if bias else 0)
+    assert abs(swiglu / gelu - 1) < 0.01
+
+
+def test_swiglu_is_silu_gate_times_up() -> None:
+    model = build_model(_cfg(mlp="swiglu"), vocab_size=50, seed=0)
+    mlp = model.blocks[0].mlp
+    x = torch.randn(3, 32, generator=torch.Generator().manual_seed(1))
+    hidden = swiglu_hidden(4 * 32)
+    gate = x @ mlp.fc.weight[:hidden].T + mlp.fc.bias[:hidden]
+    up = x @ mlp.fc.weight[hidden:].T + mlp.fc.bias[hidden:]
+    expected = (gate * torch.sigmoid(gate) * up) @ mlp.proj.weight.T + mlp.proj.bias
+    assert torch.allclose(mlp(x), expected, atol=1e-5)
+
+
+def test_rope_scores_depend_only_on_the_relative_position() -> None:
+    rotary = Rotary(head_dim=8, max_len=40)
+    g = torch.Generator().manual_seed(0)
+    q, k = torch.randn(8, generator=g), torch.randn(8, generator=g)
+
+    def score(m: int, n: int) -> float:
+        x = torch.zeros(1, 1, 40, 8)
+        x[0, 0, m], x[0, 0, n] = q, k
+        r = rotary(x)[0, 0]
+        return float(r[m] @ r[n])
+
+    assert score(5, 2) == pytest.approx(score(25, 22), abs=1e-4)  # same offset, shifted
+    assert score(5, 2) == pytest.approx(score(33, 30), abs=1e-4)
+    assert abs(score(5, 2) - score(5, 3)) > 1e-3  # another offset, another score
+    x = torch.randn(1, 2, 40, 8, generator=g)
+    assert torch.equal(rotary(x)[..., 0, :], x[..., 0, :])  # position 0: no rotation
+    assert torch.allclose(rotary(x).norm(dim=-1), x.norm(dim=-1), atol=1e-5)  # a rotation
+
+
+@pytest.mark.parametrize("choice", [{}, {"mlp": "swiglu"}, {"position": "rope"}, LLAMA])
+@pytest.mark.parametrize("kind", ["layernorm", "rmsnorm", "dyt"])
+@pytest.mark.parametrize("placement", ["pre", "post", "sandwich", "deepnorm", "none"])
+def test_every_block_choice_composes_with_every_norm_and_placement(
+    choice: dict, kind: str, placement: str
+) -> None:
+    cfg = _cfg(kind, placement, **choice)
+    model = build_model(cfg, vocab_size=50, seed=0)
+    assert (model.pos_emb is None) == (cfg.position == "rope")
+    ids = torch.randint(0, 50, (2, 16), generator=torch.Generator().manual_seed(0))
+    logits = model(ids)
+    assert logits.shape == (2, 16, 50) and torch.isfinite(logits).all()
+    other = "rmsnorm" if kind == "layernorm" else "layernorm"
+    assert shared_init_digest(model) == shared_init_digest(
+        build_model(_cfg(other, placement, **choice), vocab_size=50, seed=0)
+    )
+
+
+def test_without_linear_biases_only_the_norms_may_have_one() -> None:
+    rms = build_model(_cfg("rmsnorm", **LLAMA), vocab_size=50, seed=0)
+    assert [n for n, _ in rms.named_parameters() if n.endswith("bias")] == []
+    ln = build_model(_cfg("layernorm", **LLAMA), vocab_size=50, seed=0)
+    biases = {n for n, _ in ln.named_parameters() if n.endswith("bias")}
+    assert biases and biases <= norm_parameter_names(ln)

@@ -149,3 +149,42 @@ def test_attention_probe_sees_the_normalized_queries_and_keys() -> None:
     )
     # q and k are RMS-normalized per head: |q.k| <= 3 * d_head / sqrt(d_head)
     assert 0 < expected <= 3 * math.sqrt(8) + 1e-4
+
+
+def test_the_attention_probe_sees_rotated_queries_and_keys_in_a_llama_style_block() -> None:
+    from ablate.core.config import ModelConfig, NormConfig
+
+    cfg = ModelConfig(
+        d_model=16,
+        n_layers=1,
+        n_heads=2,
+        seq_len=8,
+        mlp="swiglu",
+        position="rope",
+        linear_bias=False,
+        norm=NormConfig(kind="rmsnorm"),
+    )
+    model = build_model(cfg, 32, seed=0)
+    batch = torch.randint(0, 32, (2, 9), generator=torch.Generator().manual_seed(0))
+    probe = ModelProbe(interval=1)
+    _probe_step(model, batch, probe)
+    with torch.no_grad():
+        x = model.tok_emb(batch[:, :-1])  # no position embedding: rope
+        q, k, _ = model.blocks[0].attn.qkv(model.blocks[0].norm_attn(x)).split(16, dim=2)
+        q, k = (z.view(2, 8, 2, 8).transpose(1, 2) for z in (q, k))
+        # the rotation by the formula: pairs (i, i + 4) turned by position x 10000^(-i/4)
+        angle = torch.arange(8.0)[:, None] * 10000.0 ** (-torch.arange(0.0, 8, 2) / 8)
+
+        def rotated(z: torch.Tensor) -> torch.Tensor:
+            a, b = z[..., :4], z[..., 4:]
+            return torch.cat(
+                (a * angle.cos() - b * angle.sin(), a * angle.sin() + b * angle.cos()), -1
+            )
+
+        scores = rotated(q) @ rotated(k).transpose(-1, -2) / math.sqrt(8)
+        causal = torch.ones(8, 8, dtype=torch.bool).tril()
+        expected = float(scores.masked_fill(~causal, -math.inf).max())
+    assert _value(probe.rows, "attn_logit_max", "blocks.0.attn") == pytest.approx(
+        expected, rel=1e-5
+    )
+    assert _value(probe.rows, "grad_norm", "embedding") > 0  # the token embedding alone

@@ -1,0 +1,181 @@
+"""The experiment-level sections of an experiment file, and the resolved :class:`Experiment`.
+
+Besides the base run (:class:`ablate.core.config.RunConfig`) and its variants, a file may have a
+``sweep``, a ``search``, a ``max_lr`` and a ``convert`` section; :class:`ExperimentFile` is the
+file's top level as written, :class:`Experiment` what :func:`ablate.core.load.load_experiment`
+resolves it to.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from ablate.core.config import RunConfig, Seed, StrictSection
+
+
+def _check_range(low: float, high: float, what: str) -> None:
+    if not low < high:
+        raise ValueError(f"{what}: the minimum ({low:g}) must be below the maximum ({high:g})")
+
+
+class SweepConfig(StrictSection):
+    """A log-spaced learning-rate grid run for every variant and seed: final loss against LR."""
+
+    lr_min: float = Field(1e-4, gt=0, le=100)
+    lr_max: float = Field(1e-1, gt=0, le=100)
+    points: int = Field(7, ge=2, le=200)
+    seeds: list[Seed] | None = Field(None, min_length=1, description="default: the experiment's")
+    tokens: int | None = Field(None, ge=1, description="budget of a sweep run; default train's")
+
+    @model_validator(mode="after")
+    def _ordered(self) -> SweepConfig:
+        _check_range(self.lr_min, self.lr_max, "sweep.lr_min/lr_max")
+        return self
+
+    def lrs(self) -> list[float]:
+        """The grid: ``points`` learning rates evenly spaced in log from lr_min to lr_max."""
+        ratio = (self.lr_max / self.lr_min) ** (1 / (self.points - 1))
+        return [self.lr_min * ratio**i for i in range(self.points)]
+
+
+class SearchConfig(StrictSection):
+    """An Optuna study per variant over learning rate (log) and warmup; objective: val loss."""
+
+    n_trials: int = Field(20, ge=1, le=100_000)
+    timeout_s: float | None = Field(None, gt=0)
+    lr_min: float = Field(1e-4, gt=0, le=100)
+    lr_max: float = Field(1.0, gt=0, le=100)
+    warmup_min: int = Field(0, ge=0)
+    warmup_max: int = Field(100, ge=0)
+    sampler: Literal["tpe", "random"] = "tpe"
+    sampler_seed: int = Field(0, ge=0)
+    pruner: Literal["median", "none"] = "median"
+    seed: Seed | None = Field(
+        None,
+        description="run seed of every trial; default: one above the largest of seeds, so the "
+        "tuned comparison is scored on seeds the search did not select on",
+    )
+    tokens: int | None = Field(None, ge=1, description="budget of a trial; default train's")
+
+    @model_validator(mode="after")
+    def _ordered(self) -> SearchConfig:
+        _check_range(self.lr_min, self.lr_max, "search.lr_min/lr_max")
+        if self.warmup_min > self.warmup_max:
+            raise ValueError("search.warmup_min must be <= search.warmup_max")
+        return self
+
+
+class MaxLRConfig(StrictSection):
+    """Bracketing search for the largest LR that is stable for every one of ``seeds``."""
+
+    seeds: list[Seed] | None = Field(None, min_length=1, description="default: the experiment's")
+    start: float | None = Field(None, gt=0, description="first probe; default train.lr")
+    factor: float = Field(4.0, gt=1, le=1000, description="coarse step while bracketing")
+    precision: float = Field(2**0.25, gt=1, le=100, description="final bracket ratio")
+    lr_min: float = Field(1e-6, gt=0)
+    lr_max: float = Field(100.0, gt=0)
+    tokens: int | None = Field(None, ge=1, description="budget of a probe run; default train's")
+
+    @model_validator(mode="after")
+    def _ordered(self) -> MaxLRConfig:
+        _check_range(self.lr_min, self.lr_max, "max_lr.lr_min/lr_max")
+        return self
+
+
+class ConvertConfig(StrictSection):
+    """Swap the norms of a finished variant's weights and keep training (:mod:`ablate.nn.convert`).
+
+    For every seed, the source run's final weights are loaded twice: once unchanged (the
+    ``continued`` control) and once with ``target``'s norms (``converted``); both then train
+    ``tokens`` more on the same batches at a constant ``lr`` after ``warmup_steps``.
+    """
+
+    source: str = Field(description="the variant whose finished runs are converted")
+    target: dict[str, Any] = Field(
+        default_factory=lambda: {"model.norm.kind": "rmsnorm"},
+        description="dotted model.norm.* overrides that make the converted model",
+    )
+    bias: Literal["fold", "drop"] = Field(
+        "fold",
+        description="a source bias the target lacks: fold into the next linear layer where "
+        "that is exact, else drop; or always drop",
+    )
+    tokens: int = Field(ge=1, description="continued-training budget of each run")
+    lr: float | None = Field(
+        None,
+        gt=0,
+        le=100,
+        description="default: where the source schedule ended (lr x min_lr_ratio)",
+    )
+    warmup_steps: int = Field(0, ge=0)
+    eval_interval: int | None = Field(None, ge=1, description="default: the source's")
+    seeds: list[Seed] | None = Field(None, min_length=1, description="default: the experiment's")
+
+
+class ConvertPlan(BaseModel):
+    """A resolved ``convert:`` section: the two continued-training configs and the mapping."""
+
+    model_config = ConfigDict(frozen=True)
+
+    source: str
+    seeds: list[int]
+    bias: str
+    control: RunConfig  # the source's model, continued
+    converted: RunConfig  # the target's model, continued
+
+
+class ExperimentFile(StrictSection):
+    """The top level of an experiment file, before variants are resolved."""
+
+    name: str | None = None
+    description: str = ""
+    seeds: list[int] = Field(default_factory=lambda: [0], min_length=1)
+    variants: dict[str, dict[str, Any]] = Field(default_factory=dict)
+    grid: dict[str, list[Any]] = Field(
+        default_factory=dict, description="dotted key -> levels; every combination is a variant"
+    )
+    data: dict[str, Any] = Field(default_factory=dict)
+    model: dict[str, Any] = Field(default_factory=dict)
+    train: dict[str, Any] = Field(default_factory=dict)
+    runtime: dict[str, Any] = Field(default_factory=dict)
+    sweep: SweepConfig | None = None
+    search: SearchConfig | None = None
+    max_lr: MaxLRConfig | None = None
+    convert: ConvertConfig | None = None
+    storage: str | None = Field(
+        None, description="Optuna storage URL; default sqlite in the results folder"
+    )
+
+
+class Experiment(BaseModel):
+    """A validated experiment: its name, seeds and one resolved RunConfig per variant."""
+
+    model_config = ConfigDict(frozen=True)
+
+    name: str
+    description: str
+    path: str
+    seeds: list[int]
+    variants: dict[str, RunConfig]
+    overrides: dict[str, dict[str, Any]] = Field(
+        default_factory=dict, description="variant -> the dotted keys it sets"
+    )
+    base: RunConfig
+    sweep: SweepConfig | None = None
+    search: SearchConfig | None = None
+    max_lr: MaxLRConfig | None = None
+    convert: ConvertPlan | None = None
+    storage: str | None = None
+    grid: dict[str, list[Any]] = Field(default_factory=dict, description="factor -> levels")
+    factors: dict[str, dict[str, Any]] = Field(
+        default_factory=dict, description="grid variant -> {factor key: level}"
+    )
+
+    def search_seed(self) -> int:
+        """The run seed of every search trial: ``search.seed``, else one above the largest of
+        ``seeds``, so the tuned comparison is scored on seeds the search did not select on."""
+        if self.search is not None and self.search.seed is not None:
+            return self.search.seed
+        return max(self.seeds) + 1
