@@ -83,7 +83,10 @@ class DataConfig(StrictSection):
     val_path: str | None = Field(
         None, description="tokens_file: a separate validation file (val_fraction then unused)"
     )
-    tokenizer: Literal["byte", "char"] = "byte"
+    tokenizer: Literal["byte", "char", "bpe"] = "byte"
+    bpe_vocab_size: int = Field(
+        1024, ge=257, le=65536, description="bpe: ids in all (the 256 bytes and the merges)"
+    )
     vocab_size: int | None = Field(
         None, ge=2, le=65536, description="tokens_file: vocabulary size (default: max id + 1)"
     )
@@ -98,6 +101,10 @@ class DataConfig(StrictSection):
     def _path_needed(self) -> DataConfig:
         if self.source in ("text_file", "tokens_file") and not self.path:
             raise ValueError(f"data.source {self.source} needs data.path (a local file)")
+        if self.tokenizer == "bpe" and self.source not in ("text_file", "builtin_text"):
+            raise ValueError(
+                f"data.tokenizer: bpe needs text (text_file or builtin_text), not {self.source}"
+            )
         if self.val_path and self.source != "tokens_file":
             raise ValueError(f"data.val_path: only for source tokens_file, not {self.source}")
         return self

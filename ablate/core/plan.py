@@ -24,6 +24,7 @@ SPEC_VERSION = 1
 # so the runs of earlier versions keep their ids (and are reused, not trained again).
 LATER_KEYS: dict[tuple[str, str], Any] = {
     ("data", "val_path"): None,
+    ("data", "bpe_vocab_size"): 1024,
     ("model", "mlp"): "gelu",
     ("model", "position"): "learned",
     ("model", "linear_bias"): True,

@@ -59,6 +59,7 @@ SUMMARY_KEYS = (  # every run's summary.json has these keys (a convert run has a
     "initial_loss",
     "unigram_loss",
     "entropy_floor",
+    "tokens_per_byte",
     "divergence_threshold",
     "norm_kind",
     "norm_placement",

@@ -47,6 +47,7 @@ class Corpus:
     digest: str
     entropy_floor: float | None = None  # nats/token, known only for the synthetic source
     unigram_loss: float = float("nan")  # nats/token: train-split frequencies scored on val
+    tokens_per_byte: float | None = None  # for text: ids per UTF-8 byte (1 byte-level)
 
 
 def unigram_loss(train: np.ndarray, val: np.ndarray, vocab_size: int) -> float:
@@ -168,10 +169,48 @@ def token_file_corpus(cfg: DataConfig, seq_len: int) -> Corpus:
     return Corpus(tokens.MappedIds(train), tokens.MappedIds(val), vocab, digest, None, floor)
 
 
+def source_text(cfg: DataConfig) -> str:
+    """The text of a text source (the built-in help text, or a UTF-8 file)."""
+    if cfg.source == "builtin_text":
+        return builtin_text().decode("utf-8")
+    path = Path(cfg.path or "")
+    if not path.is_file():
+        raise DataError(f"data.path: file not found: {path}")
+    try:
+        return path.read_bytes().decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise DataError(f"{path}: not UTF-8 text (byte {exc.start})") from None
+
+
+def bpe_corpus(cfg: DataConfig, seq_len: int) -> Corpus:
+    """A text split first, a byte-level BPE trained on the train part only (cached), both parts
+    encoded with it (:mod:`ablate.training.bpe`)."""
+    from ablate.training import bpe  # Hugging Face tokenizers: only for this source
+
+    text = source_text(cfg)
+    train_text, val_text = bpe.split_text(text, cfg.val_fraction)
+    tokenizer = bpe.cached_tokenizer(train_text, cfg.bpe_vocab_size)
+    train, val = bpe.encode(tokenizer, train_text), bpe.encode(tokenizer, val_text)
+    _check_windows(train, val, seq_len)
+    vocab = tokenizer.get_vocab_size()
+    ids = np.concatenate([train, val])
+    return Corpus(
+        torch.from_numpy(train),
+        torch.from_numpy(val),
+        vocab,
+        hashlib.sha256(ids.tobytes()).hexdigest()[:16],
+        None,
+        unigram_loss(train, val, vocab),
+        len(ids) / len(text.encode("utf-8")),
+    )
+
+
 def load_corpus(cfg: DataConfig, seq_len: int) -> Corpus:
     """Load, split and check the corpus: both splits must hold at least one window."""
     if cfg.source == "tokens_file":
         return token_file_corpus(cfg, seq_len)
+    if cfg.tokenizer == "bpe":
+        return bpe_corpus(cfg, seq_len)
     ids, vocab, floor = load_tokens(cfg)
     train, val = _split(ids, cfg.val_fraction)
     _check_windows(train, val, seq_len)
@@ -182,7 +221,18 @@ def load_corpus(cfg: DataConfig, seq_len: int) -> Corpus:
         hashlib.sha256(ids.astype(np.int64).tobytes()).hexdigest()[:16],
         floor,
         unigram_loss(train, val, vocab),
+        _tokens_per_byte(cfg, len(ids)),
     )
+
+
+def _tokens_per_byte(cfg: DataConfig, n_ids: int) -> float | None:
+    """Ids per byte of an in-memory text source (1 byte-level); None for the synthetic chain."""
+    if cfg.source == "synthetic":
+        return None
+    n_bytes = (
+        len(builtin_text()) if cfg.source == "builtin_text" else Path(cfg.path or "").stat().st_size
+    )
+    return n_ids / n_bytes
 
 
 def batch_offsets(

@@ -132,6 +132,7 @@ def summarize(
         "initial_loss": initial_loss,
         "unigram_loss": prepared.corpus.unigram_loss,
         "entropy_floor": prepared.corpus.entropy_floor,
+        "tokens_per_byte": prepared.corpus.tokens_per_byte,
         "divergence_threshold": observed.divergence.threshold,
         "norm_kind": spec.config.model.norm.kind,
         "norm_placement": spec.config.model.norm.placement,
