@@ -103,34 +103,41 @@ def synthetic_tokens(cfg: DataConfig) -> tuple[np.ndarray, float]:
     return ids, entropy_rate(transitions)
 
 
-def _read_text(path: Path, tokenizer: str) -> tuple[np.ndarray, int]:
+def source_text(cfg: DataConfig) -> tuple[bytes, str]:
+    """The bytes and the text of a text source (the built-in help text, or a UTF-8 file)."""
+    if cfg.source == "builtin_text":
+        raw = builtin_text()
+        return raw, raw.decode("utf-8")
+    path = Path(cfg.path or "")
+    if not path.is_file():
+        raise DataError(f"data.path: file not found: {path}")
     raw = path.read_bytes()
     try:
-        text = raw.decode("utf-8")
+        return raw, raw.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise DataError(
             f"{path}: not UTF-8 text (byte {exc.start}); use data.source: tokens_file for ids"
         ) from None
-    if tokenizer == "byte":
-        return np.frombuffer(raw, dtype=np.uint8).astype(np.int64), 256
-    alphabet = sorted(set(text))
-    index = {ch: i for i, ch in enumerate(alphabet)}
-    return np.fromiter((index[ch] for ch in text), dtype=np.int64, count=len(text)), len(alphabet)
 
 
-def load_tokens(cfg: DataConfig) -> tuple[np.ndarray, int, float | None]:
+def load_tokens(cfg: DataConfig) -> tuple[np.ndarray, int, float | None, float | None]:
     """All token ids of an in-memory source (builtin, synthetic, text file), its vocabulary
-    size and entropy floor if known."""
+    size, its entropy floor if known and, for text, ids per byte."""
     if cfg.source == "synthetic":
         ids, floor = synthetic_tokens(cfg)
-        return ids, cfg.synthetic_vocab, floor
-    if cfg.source == "builtin_text":
-        return np.frombuffer(builtin_text(), dtype=np.uint8).astype(np.int64), 256, None
-    path = Path(cfg.path or "")
-    if not path.is_file():
-        raise DataError(f"data.path: file not found: {path}")
-    ids, vocab = _read_text(path, cfg.tokenizer)
-    return ids, vocab, None
+        return ids, cfg.synthetic_vocab, floor, None
+    raw, text = source_text(cfg)
+    if cfg.tokenizer == "char" and cfg.source == "text_file":
+        alphabet = sorted(set(text))
+        index = {ch: i for i, ch in enumerate(alphabet)}
+        ids = np.fromiter((index[ch] for ch in text), dtype=np.int64, count=len(text))
+        return ids, len(alphabet), None, len(ids) / len(raw)
+    return np.frombuffer(raw, dtype=np.uint8).astype(np.int64), 256, None, 1.0
+
+
+def ids_digest(ids: np.ndarray) -> str:
+    """sha256 prefix of in-memory ids as int64 (a token file's equals it: :mod:`tokens`)."""
+    return hashlib.sha256(ids.astype(np.int64).tobytes()).hexdigest()[:16]
 
 
 def _split(ids: np.ndarray, val_fraction: float) -> tuple[np.ndarray, np.ndarray]:
@@ -169,25 +176,12 @@ def token_file_corpus(cfg: DataConfig, seq_len: int) -> Corpus:
     return Corpus(tokens.MappedIds(train), tokens.MappedIds(val), vocab, digest, None, floor)
 
 
-def source_text(cfg: DataConfig) -> str:
-    """The text of a text source (the built-in help text, or a UTF-8 file)."""
-    if cfg.source == "builtin_text":
-        return builtin_text().decode("utf-8")
-    path = Path(cfg.path or "")
-    if not path.is_file():
-        raise DataError(f"data.path: file not found: {path}")
-    try:
-        return path.read_bytes().decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise DataError(f"{path}: not UTF-8 text (byte {exc.start})") from None
-
-
 def bpe_corpus(cfg: DataConfig, seq_len: int) -> Corpus:
     """A text split first, a byte-level BPE trained on the train part only (cached), both parts
     encoded with it (:mod:`ablate.training.bpe`)."""
     from ablate.training import bpe  # Hugging Face tokenizers: only for this source
 
-    text = source_text(cfg)
+    raw, text = source_text(cfg)
     train_text, val_text = bpe.split_text(text, cfg.val_fraction)
     tokenizer = bpe.cached_tokenizer(train_text, cfg.bpe_vocab_size)
     train, val = bpe.encode(tokenizer, train_text), bpe.encode(tokenizer, val_text)
@@ -198,10 +192,10 @@ def bpe_corpus(cfg: DataConfig, seq_len: int) -> Corpus:
         torch.from_numpy(train),
         torch.from_numpy(val),
         vocab,
-        hashlib.sha256(ids.tobytes()).hexdigest()[:16],
+        ids_digest(ids),
         None,
         unigram_loss(train, val, vocab),
-        len(ids) / len(text.encode("utf-8")),
+        len(ids) / len(raw),
     )
 
 
@@ -211,28 +205,18 @@ def load_corpus(cfg: DataConfig, seq_len: int) -> Corpus:
         return token_file_corpus(cfg, seq_len)
     if cfg.tokenizer == "bpe":
         return bpe_corpus(cfg, seq_len)
-    ids, vocab, floor = load_tokens(cfg)
+    ids, vocab, floor, per_byte = load_tokens(cfg)
     train, val = _split(ids, cfg.val_fraction)
     _check_windows(train, val, seq_len)
     return Corpus(
         torch.from_numpy(train.copy()),
         torch.from_numpy(val.copy()),
         vocab,
-        hashlib.sha256(ids.astype(np.int64).tobytes()).hexdigest()[:16],
+        ids_digest(ids),
         floor,
         unigram_loss(train, val, vocab),
-        _tokens_per_byte(cfg, len(ids)),
+        per_byte,
     )
-
-
-def _tokens_per_byte(cfg: DataConfig, n_ids: int) -> float | None:
-    """Ids per byte of an in-memory text source (1 byte-level); None for the synthetic chain."""
-    if cfg.source == "synthetic":
-        return None
-    n_bytes = (
-        len(builtin_text()) if cfg.source == "builtin_text" else Path(cfg.path or "").stat().st_size
-    )
-    return n_ids / n_bytes
 
 
 def batch_offsets(
