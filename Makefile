@@ -1,5 +1,6 @@
 # Set-up and the README's commands. `make run` and `make test` each create the virtual
-# environment first when it is missing or older than pyproject.toml.
+# environment first when it is missing or older than pyproject.toml (with the dev and litgpt
+# extras, so the litgpt tests run).
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
@@ -10,7 +11,7 @@ setup: $(VENV)/.installed
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install --quiet -e '.[dev]'
+	$(BIN)/pip install --quiet -e '.[dev,litgpt]'
 	touch $@
 
 run: setup

@@ -224,7 +224,7 @@ def _print_studies(studies: dict, console: Console) -> None:
 def cmd_search(args: argparse.Namespace, console: Console) -> int:
     """Run (or continue) the experiment's search and max-LR studies."""
     from ablate.core.load import load_experiment
-    from ablate.launch.estimate import check_corpora
+    from ablate.launch.estimate import check_inputs
     from ablate.launch.pipeline import Context, run_studies_only
 
     _positive(args.workers, "--workers")
@@ -232,7 +232,7 @@ def cmd_search(args: argparse.Namespace, console: Console) -> int:
     experiment = load_experiment(args.experiment)
     if experiment.search is None and experiment.max_lr is None:
         raise UsageError(f"{args.experiment}: has no search: or max_lr: section to run")
-    check_corpora(experiment)
+    check_inputs(experiment)
     ctx = Context(
         experiment, args.results_dir, Path("reports"), args.workers, args.threads, args.storage
     )

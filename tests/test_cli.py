@@ -218,8 +218,12 @@ def test_ctrl_c_marks_the_run_interrupted_and_exits_130(tmp_path: Path, workers:
     proc = ablate_process(
         "run", str(path), "--workers", workers, cwd=tmp_path, start_new_session=True
     )
-    _wait_until(lambda: len(list(exp_dir.glob("*/status.json"))) == int(workers), "runs to start")
-    time.sleep(3.0)  # let training begin
+    # training has begun in every worker once its logger flushed (every 100 steps): a fixed
+    # wait could end, on a loaded machine, while a worker was still building its Trainer
+    _wait_until(
+        lambda: len(list(exp_dir.glob("*/logs/csv/metrics.csv"))) == int(workers),
+        "training to begin in every worker",
+    )
     os.killpg(proc.pid, signal.SIGINT)  # Ctrl-C reaches the whole process group
     out, _ = proc.communicate(timeout=120)
     assert proc.returncode == 130, out

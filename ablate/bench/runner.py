@@ -24,7 +24,7 @@ import torch
 from ablate.core import store
 from ablate.core.load import load_experiment
 from ablate.core.plan import RunSpec
-from ablate.nn.model import parameter_groups
+from ablate.nn.model import next_token_loss, parameter_groups
 from ablate.training.data import gather_windows
 from ablate.training.prepare import prepare
 from ablate.training.run import execute_run
@@ -46,7 +46,7 @@ def plain_loop(spec: RunSpec) -> tuple[float, float]:
         factor = lr_factor(step, cfg.warmup_steps, prepared.steps, cfg.schedule, cfg.min_lr_ratio)
         for group in optimizer.param_groups:
             group["lr"] = cfg.lr * factor
-        loss = model.loss(gather_windows(prepared.corpus.train, offsets, seq_len))
+        loss = next_token_loss(model, gather_windows(prepared.corpus.train, offsets, seq_len))
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
         optimizer.step()
@@ -55,7 +55,7 @@ def plain_loop(spec: RunSpec) -> tuple[float, float]:
     model.eval()
     with torch.no_grad():
         for offsets in prepared.val_offsets:
-            model.loss(gather_windows(prepared.corpus.val, offsets, seq_len)).item()
+            next_token_loss(model, gather_windows(prepared.corpus.val, offsets, seq_len)).item()
     return time.perf_counter() - start, loss_value
 
 

@@ -32,14 +32,17 @@ import torch
 import torch.utils.benchmark as benchmark
 from matplotlib.figure import Figure
 from rich.console import Console
+from torch import nn
 
 from ablate.core import folders
 from ablate.core.config import NormConfig, RunConfig
 from ablate.core.experiment import Experiment
 from ablate.launch.estimate import time_steps
+from ablate.nn.anatomy import blocks_of, width_of
 from ablate.nn.fast_norms import available, cpp_unavailable_reason
-from ablate.nn.model import GPT, build_model, count_parameters
+from ablate.nn.model import count_parameters
 from ablate.nn.norms import build_norm, used_impls
+from ablate.nn.sources import build_model
 from ablate.training.data import load_corpus
 from ablate.training.memory import read_peak_memory, reset_peak_memory
 
@@ -176,10 +179,11 @@ def matmul_peak_flops(device: torch.device, dtype: torch.dtype, threads: int) ->
     return 2 * n**3 / seconds
 
 
-def flops_per_token(model: GPT) -> float:
-    """Training FLOPs per token: 6·N + 12·L·T·D (nanoGPT's estimate_mfu, PaLM appendix B)."""
-    cfg = model.cfg
-    return 6 * count_parameters(model) + 12 * cfg.n_layers * cfg.seq_len * cfg.d_model
+def flops_per_token(model: nn.Module, seq_len: int) -> float:
+    """Training FLOPs per token: 6·N + 12·L·T·D (nanoGPT's estimate_mfu, PaLM appendix B),
+    L the blocks and D the residual width of a model from any source."""
+    n_layers = len(blocks_of(model)[1])
+    return 6 * count_parameters(model) + 12 * n_layers * seq_len * width_of(model)
 
 
 def time_training_steps(
@@ -194,7 +198,7 @@ def time_training_steps(
         "step_ms": 1000 * step_s,
         "tokens_per_s": cfg.tokens_per_step() / step_s,
         "peak_memory_mb": read_peak_memory(device)[0],
-        "flops_per_token": flops_per_token(model),
+        "flops_per_token": flops_per_token(model, cfg.model.seq_len),
         "norm_impl": ",".join(used_impls(model)),
         "n_params": count_parameters(model),
     }

@@ -110,11 +110,58 @@ class DataConfig(StrictSection):
         return self
 
 
+ModelSource = Literal["ablate", "litgpt", "python"]
+FACTORY_PATTERN = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
+# Fields of litgpt's Config that ablate sets itself: the context from model.seq_len, the
+# vocabulary from the data.
+LITGPT_SET_BY_ABLATE = ("block_size", "vocab_size", "padded_vocab_size")
+# ModelConfig keys that only ablate's own model (and a python factory) reads: a litgpt model
+# takes its shape and norms from model.litgpt, so these must stay at their defaults there.
+ABLATE_MODEL_KEYS = (
+    "d_model",
+    "n_layers",
+    "n_heads",
+    "d_ff",
+    "dropout",
+    "tie_weights",
+    "mlp",
+    "position",
+    "linear_bias",
+    "norm",
+)
+
+
+class LitgptSection(BaseModel):
+    """``model.litgpt``: a litgpt config by ``name`` and any of its own fields beside it
+    (``n_layer``, ``n_embd``, ``norm_class_name``, ...), checked against litgpt when the
+    experiment starts (:mod:`ablate.nn.sources`)."""
+
+    model_config = ConfigDict(extra="allow", validate_assignment=True)
+
+    name: str = Field(description="a name litgpt knows (litgpt.Config.from_name)")
+
+    @model_validator(mode="after")
+    def _not_set_by_ablate(self) -> LitgptSection:
+        for key in LITGPT_SET_BY_ABLATE:
+            if key in (self.model_extra or {}):
+                raise ValueError(
+                    f"model.litgpt.{key}: set by ablate (the context from model.seq_len, the "
+                    "vocabulary from the data); leave it out"
+                )
+        return self
+
+    def fields(self) -> dict[str, object]:
+        """The litgpt Config fields given beside the name."""
+        return dict(self.model_extra or {})
+
+
 class ModelConfig(StrictSection):
     """Decoder-only transformer shape and block choices; the norm is a sub-section.
 
     The defaults are a GPT-2-style block (learned positions, GELU MLP, biases); ``position:
     rope``, ``mlp: swiglu`` and ``linear_bias: false`` make it LLaMA-style, each on its own.
+    ``source`` says whose model this is: ablate's own, a litgpt config (``litgpt``), or a
+    user's factory (``factory``); see :mod:`ablate.nn.sources`.
     """
 
     d_model: int = Field(128, ge=8, le=8192)
@@ -133,6 +180,51 @@ class ModelConfig(StrictSection):
     )
     linear_bias: bool = Field(True, description="biases in the attention and MLP linear layers")
     norm: NormConfig = Field(default_factory=NormConfig)
+    source: ModelSource = Field(
+        "ablate", description="ablate's model, a litgpt config, or a python factory"
+    )
+    litgpt: LitgptSection | None = Field(
+        None, description="source litgpt: name plus litgpt Config fields"
+    )
+    factory: str | None = Field(
+        None, description="source python: package.module:function returning the model"
+    )
+
+    def norm_kind(self) -> str:
+        """The norm as the run records it: ``model.norm.kind``, or for a litgpt model its
+        ``norm_class_name`` (``config default`` when the config's own is kept)."""
+        if self.litgpt is not None:
+            return str(self.litgpt.fields().get("norm_class_name", "config default"))
+        return self.norm.kind
+
+    def norm_placement(self) -> str:
+        """``model.norm.placement`` for ablate's model; the source's name (``litgpt``,
+        ``python``) for a model that places its norms itself."""
+        return self.norm.placement if self.source == "ablate" else self.source
+
+    @model_validator(mode="after")
+    def _source_keys(self) -> ModelConfig:
+        if (self.source == "litgpt") != (self.litgpt is not None):
+            raise ValueError(
+                "model.litgpt: needed with model.source: litgpt and only there "
+                f"(source is {self.source})"
+            )
+        if (self.source == "python") != (self.factory is not None):
+            raise ValueError(
+                "model.factory: needed with model.source: python and only there "
+                f"(source is {self.source})"
+            )
+        if self.factory is not None and not FACTORY_PATTERN.match(self.factory):
+            raise ValueError(f"model.factory: {self.factory!r} is not package.module:function")
+        if self.source == "litgpt":
+            defaults = ModelConfig()
+            for key in ABLATE_MODEL_KEYS:
+                if getattr(self, key) != getattr(defaults, key):
+                    raise ValueError(
+                        f"model.{key}: ablate's model only; a litgpt model takes its shape and "
+                        "norms from model.litgpt (n_layer, n_embd, n_head, norm_class_name, ...)"
+                    )
+        return self
 
     @model_validator(mode="after")
     def _heads_divide(self) -> ModelConfig:

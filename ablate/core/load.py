@@ -109,6 +109,17 @@ def _check_loggers(config: RunConfig, where: str) -> None:
             raise ConfigError(f"{where}: runtime.loggers: {name!r} needs {missing}")
 
 
+LITGPT_EXTRA = "pip install -e '.[litgpt]'"
+
+
+def _check_model_source(config: RunConfig, where: str) -> None:
+    if config.model.source == "litgpt" and importlib.util.find_spec("litgpt") is None:
+        raise ConfigError(
+            f"{where}: model.source: litgpt needs the litgpt package, an optional extra "
+            f"({LITGPT_EXTRA})"
+        )
+
+
 def _check_budget(config: RunConfig, where: str) -> None:
     if config.steps() < 1:
         raise ConfigError(
@@ -127,6 +138,7 @@ def _variant_config(
     _check_data_file(config, where)
     _check_budget(config, where)
     _check_loggers(config, where)
+    _check_model_source(config, where)
     return config
 
 
@@ -150,6 +162,11 @@ def _convert_plan(
                 + ", ".join(f"model.norm.{k}" for k in sorted(CONVERTIBLE))
             )
     source = variants[section.source]
+    if source.model.source != "ablate":
+        raise ConfigError(
+            f"{where}: convert.source: {section.source!r} is a model.source: "
+            f"{source.model.source} model; conversion maps ablate's own model only"
+        )
     target_raw = apply_overrides(
         source.model_dump(mode="json"), section.target, f"{where}: convert.target"
     )

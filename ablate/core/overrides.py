@@ -32,6 +32,12 @@ def model_in(annotation: Any) -> type[BaseModel] | None:
     return None
 
 
+def _has_key(section: type[BaseModel], key: str) -> bool:
+    """Whether ``key`` may be set in ``section``: one of its fields, or any key in a section
+    open to other keys (``model.litgpt``, whose keys are litgpt's)."""
+    return key in section.model_fields or section.model_config.get("extra") == "allow"
+
+
 def _section_model(parts: list[str], root: type[BaseModel] = RunConfig) -> type[BaseModel] | None:
     """The pydantic model that owns the key at ``parts`` (a dotted path), or None."""
     model: type[BaseModel] | None = root
@@ -108,7 +114,7 @@ def apply_overrides(base: dict[str, Any], overrides: dict[str, Any], where: str)
                 f"{where}: override key {dotted!r} does not exist; {value_prefix} is a value, "
                 "not a section"
             )
-        if owner is None or parts[-1] not in owner.model_fields:
+        if owner is None or not _has_key(owner, parts[-1]):
             section = ".".join(parts[:-1])
             allowed = _allowed_keys(owner) if owner is not None else _allowed_keys(RunConfig)
             raise ConfigError(
@@ -146,7 +152,8 @@ def flat_config(config: RunConfig) -> dict[str, Any]:
 def differences(base: RunConfig, other: RunConfig) -> dict[str, tuple[Any, Any]]:
     """``{dotted key: (base value, other value)}`` for every resolved key that differs."""
     a, b = flat_config(base), flat_config(other)
-    return {key: (a[key], b[key]) for key in a if a[key] != b[key]}
+    keys = [*a, *(key for key in b if key not in a)]  # a litgpt field one side sets, the other not
+    return {key: (a.get(key), b.get(key)) for key in keys if a.get(key) != b.get(key)}
 
 
 def unexplained_differences(

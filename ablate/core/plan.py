@@ -28,6 +28,9 @@ LATER_KEYS: dict[tuple[str, str], Any] = {
     ("model", "mlp"): "gelu",
     ("model", "position"): "learned",
     ("model", "linear_bias"): True,
+    ("model", "source"): "ablate",
+    ("model", "litgpt"): None,
+    ("model", "factory"): None,
 }
 
 

@@ -1,13 +1,14 @@
-"""What a plan will cost before it runs: corpora checked, parameters counted, step time measured.
+"""What a plan will cost before it runs: inputs checked, parameters counted, step time measured.
 
-``ablate validate`` and ``ablate run`` call :func:`check_corpora` first, so a missing or bad data
-file fails with one line before anything is written. :func:`describe_plan` builds each variant's
-model once, times a few real optimizer steps at the thread count the executor will use, and
-turns that into an estimate of every run's time and of the whole experiment's wall time; the
-sweep, search and max-LR runs are counted too (the max-LR count is an upper bound). Fixed
-costs are added as measured on a 2-core CPU: each run's set-up (model, Trainer, files), each
-stage's pool start (spawning workers that import torch and Lightning), and the start-up and
-report of the experiment.
+``ablate validate``, ``ablate run`` and ``ablate search`` call :func:`check_inputs` first, so a
+missing or bad data file, or a model its source cannot build (an unknown litgpt name or field, a
+factory that does not import or returns the wrong shape), fails with one line before anything is
+written. :func:`describe_plan` builds each variant's model once, times a few real optimizer
+steps at the thread count the executor will use, and turns that into an estimate of every run's
+time and of the whole experiment's wall time; the sweep, search and max-LR runs are counted too
+(the max-LR count is an upper bound). Fixed costs are added as measured on a 2-core CPU: each
+run's set-up (model, Trainer, files), each stage's pool start (spawning workers that import
+torch and Lightning), and the start-up and report of the experiment.
 """
 
 from __future__ import annotations
@@ -18,11 +19,13 @@ from dataclasses import dataclass
 
 import pandas as pd
 import torch
+from torch import nn
 
-from ablate.core.config import RunConfig
+from ablate.core.config import ConfigError, RunConfig
 from ablate.core.experiment import Experiment
 from ablate.core.plan import planned_groups
-from ablate.nn.model import GPT, build_model, count_parameters, parameter_groups
+from ablate.nn.model import count_parameters, next_token_loss, parameter_groups
+from ablate.nn.sources import ModelSourceError, build_model
 from ablate.training.data import Corpus, DataError, batch_offsets, gather_windows, load_corpus
 
 TIMED_STEPS = 3
@@ -61,8 +64,31 @@ def check_corpora(experiment: Experiment) -> dict[str, Corpus]:
     return corpora
 
 
+def check_models(experiment: Experiment, corpora: dict[str, Corpus]) -> None:
+    """Build each litgpt or python model once (ablate's own are checked by the schema); a model
+    its source cannot build raises ConfigError with one line naming the file and variant."""
+    seen: set[str] = set()
+    for name, cfg in experiment.variants.items():
+        vocab = corpora[name].vocab_size
+        key = f"{cfg.model.model_dump_json()}|{vocab}"
+        if cfg.model.source == "ablate" or key in seen:
+            continue
+        seen.add(key)
+        try:
+            build_model(cfg.model, vocab, seed=0)
+        except ModelSourceError as exc:
+            raise ConfigError(f"{experiment.path}: variants.{name}: {exc}") from None
+
+
+def check_inputs(experiment: Experiment) -> dict[str, Corpus]:
+    """:func:`check_corpora`, then :func:`check_models`; the corpora by variant."""
+    corpora = check_corpora(experiment)
+    check_models(experiment, corpora)
+    return corpora
+
+
 def time_steps(
-    model: GPT,
+    model: nn.Module,
     cfg: RunConfig,
     corpus: Corpus,
     steps: int = TIMED_STEPS,
@@ -85,7 +111,7 @@ def time_steps(
         sync()
         start = time.perf_counter()
         with autocast:
-            loss = model.loss(tokens)
+            loss = next_token_loss(model, tokens)
         loss.backward()
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
@@ -136,7 +162,7 @@ def study_runs(
 
 def describe_plan(experiment: Experiment, workers: int, threads: int) -> PlanEstimate:
     """Per variant: runs by group, steps, parameters, measured step time, estimated time."""
-    corpora = check_corpora(experiment)
+    corpora = check_inputs(experiment)
     rows = []
     before = torch.get_num_threads()
     torch.set_num_threads(threads)
@@ -152,7 +178,7 @@ def describe_plan(experiment: Experiment, workers: int, threads: int) -> PlanEst
             rows.append(
                 {
                     "variant": name,
-                    "norm": f"{cfg.model.norm.placement}-{cfg.model.norm.kind}",
+                    "norm": f"{cfg.model.norm_placement()}-{cfg.model.norm_kind()}",
                     "seeds": len(experiment.seeds),
                     "steps": cfg.steps(),
                     "tokens_per_run": cfg.steps() * cfg.tokens_per_step(),

@@ -178,8 +178,18 @@ def run_search(
         if step == "wait":
             time.sleep(POLL_S)
             continue
-        study.optimize(objective, n_trials=1, catch=(RunFailedError,))
+        optimize_one(study, objective)
     return study
+
+
+def optimize_one(study: optuna.Study, objective: Callable[[optuna.Trial], float]) -> None:
+    """One trial of ``study``. On SQLite two workers can pop the same retried trial (it cannot
+    lock the row): both train the one run (same run id; the second waits for it or reuses it)
+    and the second's tell finds the trial already told with the same result, which is fine."""
+    try:
+        study.optimize(objective, n_trials=1, catch=(RunFailedError,))
+    except optuna.exceptions.UpdateFinishedTrialError:
+        pass
 
 
 def fail_dead_workers_trials(study: optuna.Study) -> None:

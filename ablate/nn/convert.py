@@ -22,11 +22,11 @@ The mapping, norm by norm (the source and target have the same placement, so the
 Example::
 
     >>> from ablate.core.config import ModelConfig
-    >>> from ablate.nn.model import build_model
-    >>> ln = build_model(ModelConfig(d_model=16, n_layers=1, n_heads=2, seq_len=8), 32, seed=0)
+    >>> from ablate.nn.model import build_gpt
+    >>> ln = build_gpt(ModelConfig(d_model=16, n_layers=1, n_heads=2, seq_len=8), 32, seed=0)
     >>> rms_cfg = ModelConfig(d_model=16, n_layers=1, n_heads=2, seq_len=8,
     ...                       norm={"kind": "rmsnorm"})
-    >>> rms = build_model(rms_cfg, 32, seed=1)
+    >>> rms = build_gpt(rms_cfg, 32, seed=1)
     >>> sorted(convert_weights(ln, rms, "fold")["folded"])
     ['blocks.0.norm_attn.bias', 'blocks.0.norm_mlp.bias']
 """

@@ -211,10 +211,12 @@ class GPT(nn.Module):
             x = block(x)
         return self.head(self.norm_f(x))
 
-    def loss(self, batch: torch.Tensor) -> torch.Tensor:
-        """Mean next-token cross-entropy over a batch of (B, T+1) token ids."""
-        logits = self(batch[:, :-1])
-        return F.cross_entropy(logits.flatten(0, 1).float(), batch[:, 1:].flatten())
+
+def next_token_loss(model: nn.Module, batch: torch.Tensor) -> torch.Tensor:
+    """Mean next-token cross-entropy of any model (ids (B, T) -> logits (B, T, V)) over a
+    batch of (B, T+1) token ids."""
+    logits = model(batch[:, :-1])
+    return F.cross_entropy(logits.flatten(0, 1).float(), batch[:, 1:].flatten())
 
 
 def name_seed(seed: int, name: str) -> int:
@@ -223,33 +225,36 @@ def name_seed(seed: int, name: str) -> int:
     return int.from_bytes(digest[:8], "little") & ((1 << 63) - 1)
 
 
-def _init_std(name: str, cfg: ModelConfig) -> float:
-    """GPT-2 scheme: N(0, std), residual output projections scaled by 1/sqrt(2 * n_layers).
+def gpt2_std(name: str, init_std: float, n_layers: int) -> float:
+    """GPT-2 scheme: N(0, init_std), the residual output projections (``*proj.weight``: ablate's
+    and litgpt's attention and MLP outputs) scaled by 1/sqrt(2 * n_layers)."""
+    if name.endswith("proj.weight"):
+        return init_std / math.sqrt(2 * n_layers)
+    return init_std
 
-    DeepNorm replaces that down-scaling by its own: beta on the attention output and both MLP
-    matrices (and on the value rows of ``qkv``, see :func:`init_parameters`).
-    """
+
+def _init_std(name: str, cfg: ModelConfig) -> float:
+    """:func:`gpt2_std`, except under DeepNorm, which replaces that down-scaling by its own:
+    beta on the attention output and both MLP matrices (and on the value rows of ``qkv``, see
+    :func:`init_parameters`)."""
     if cfg.norm.placement == "deepnorm":
         scaled = name.endswith(DEEPNORM_SCALED)
         return cfg.init_std * deepnorm_beta(cfg.n_layers) if scaled else cfg.init_std
-    if name.endswith("proj.weight"):
-        return cfg.init_std / math.sqrt(2 * cfg.n_layers)
-    return cfg.init_std
+    return gpt2_std(name, cfg.init_std, cfg.n_layers)
 
 
 @torch.no_grad()
-def init_parameters(model: GPT, seed: int) -> None:
-    """Initialize every parameter from its own ``(seed, name)`` generator.
+def init_by_name(model: nn.Module, seed: int, std: Callable[[str], float]) -> None:
+    """Initialize every parameter of any model from its own ``(seed, name)`` generator.
 
     Norms reset themselves (gain one, bias zero, DyT's alpha); other biases start at zero;
-    matrices and embeddings are normal. Under DeepNorm the value third of each ``qkv`` weight
-    is scaled by beta as well (queries and keys keep ``init_std``, as in DeepNet).
+    every other parameter (matrices, embeddings) is N(0, ``std(name)``).
     """
     norm_params = norm_parameter_names(model)
     for module in model.modules():
-        if is_norm(module):
-            module.reset_parameters()
-    cfg = model.cfg
+        reset = getattr(module, "reset_parameters", None)
+        if is_norm(module) and callable(reset):
+            reset()
     for name, param in model.named_parameters():
         if name in norm_params:
             continue
@@ -258,13 +263,25 @@ def init_parameters(model: GPT, seed: int) -> None:
             continue
         generator = torch.Generator().manual_seed(name_seed(seed, name))
         sample = torch.randn(param.shape, generator=generator, dtype=torch.float32)
-        param.copy_(sample * _init_std(name, cfg))
-        if cfg.norm.placement == "deepnorm" and name.endswith("attn.qkv.weight"):
+        param.copy_(sample * std(name))
+
+
+@torch.no_grad()
+def init_parameters(model: GPT, seed: int) -> None:
+    """:func:`init_by_name` with ablate's scheme (:func:`_init_std`). Under DeepNorm the value
+    third of each ``qkv`` weight is scaled by beta as well (queries and keys keep
+    ``init_std``, as in DeepNet)."""
+    cfg = model.cfg
+    init_by_name(model, seed, lambda name: _init_std(name, cfg))
+    if cfg.norm.placement != "deepnorm":
+        return
+    for name, param in model.named_parameters():
+        if name.endswith("attn.qkv.weight"):
             param[2 * cfg.d_model :].mul_(deepnorm_beta(cfg.n_layers))
 
 
-def build_model(cfg: ModelConfig, vocab_size: int, seed: int) -> GPT:
-    """A GPT for ``cfg`` with parameters initialized from ``seed`` by name."""
+def build_gpt(cfg: ModelConfig, vocab_size: int, seed: int) -> GPT:
+    """ablate's own model for ``cfg`` with parameters initialized from ``seed`` by name."""
     model = GPT(cfg, vocab_size)
     init_parameters(model, seed)
     return model

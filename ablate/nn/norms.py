@@ -194,10 +194,25 @@ def build_norm(cfg: NormConfig, dim: int) -> _Norm:
 
 
 def used_impls(model: nn.Module) -> list[str]:
-    """The implementations the model's norms used in their last forward, sorted, each once."""
-    return sorted({m.used_impl for m in model.modules() if is_norm(m) and m.used_impl})
+    """The implementations the model's norms used in their last forward, sorted, each once:
+    ablate's norms name theirs (``torch``, ``cpp``, ...), another library's norm its package
+    and class (``litgpt.RMSNorm``, ``torch.LayerNorm``)."""
+    return sorted({impl for m in model.modules() if is_norm(m) and (impl := impl_of(m))})
+
+
+def impl_of(module: nn.Module) -> str | None:
+    """What computed this norm: ablate's chosen kernel, or a foreign class's package.name."""
+    if isinstance(module, _Norm):
+        return module.used_impl
+    return f"{type(module).__module__.split('.')[0]}.{type(module).__name__}"
+
+
+FOREIGN_NORMS = (nn.LayerNorm, nn.RMSNorm, nn.GroupNorm)
 
 
 def is_norm(module: nn.Module) -> bool:
-    """True for any normalization layer built by this registry."""
-    return isinstance(module, _Norm)
+    """True for any normalization layer: this registry's, torch's (LayerNorm, RMSNorm,
+    GroupNorm) and another library's whose class name ends in ``Norm`` (litgpt's RMSNorm)."""
+    if isinstance(module, (_Norm, *FOREIGN_NORMS)):
+        return True
+    return type(module).__name__.endswith("Norm")

@@ -148,7 +148,10 @@ def noise_floor(runs: pd.DataFrame, metric: str = "final_val_loss") -> float:
 
 
 def curve_band(metrics: pd.DataFrame, value: str, by: str = "step") -> pd.DataFrame:
-    """Per variant and ``by`` (step): mean, std and count of ``value`` over seeds."""
+    """Per variant and ``by`` (step): mean, std and count of ``value`` over seeds (none when no
+    run recorded it: every run failed)."""
+    if value not in metrics:
+        return pd.DataFrame(columns=["variant", by, "mean", "std", "count"])
     present = metrics.dropna(subset=[value])
     grouped = present.groupby(["variant", by])[value]
     return grouped.agg(["mean", "std", "count"]).reset_index()
@@ -159,7 +162,10 @@ def curve_difference(
 ) -> pd.DataFrame:
     """Per non-baseline variant and step: mean of (variant − baseline) ``value`` over matched
     seeds with its 95% t interval (:func:`mean_difference`), where both evaluated the step.
-    Columns: variant, step, mean, ci_low, ci_high, n_pairs."""
+    Columns: variant, step, mean, ci_low, ci_high, n_pairs (no rows when no run recorded
+    ``value``)."""
+    if value not in metrics:
+        return pd.DataFrame(columns=["variant", "step", "mean", "ci_low", "ci_high", "n_pairs"])
     present = metrics.dropna(subset=[value])
     wide = present.pivot_table(index=["seed", "step"], columns="variant", values=value)
     rows = []
@@ -262,12 +268,19 @@ def sensitivity_table(table: pd.DataFrame, frame: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def block_rows(probes: pd.DataFrame) -> pd.DataFrame:
+    """The probe rows recorded at whole blocks (``blocks.2``, litgpt's ``transformer.h.2``):
+    the sites where the residual stream is measured."""
+    sites = set(probes.loc[probes["quantity"] == "resid_rms", "site"])
+    return probes[probes["site"].isin(sites)]
+
+
 def last_probes(probes: pd.DataFrame) -> pd.DataFrame:
     """Per run: the probes at its last probe step, one column per headline quantity."""
     if probes.empty:
         return pd.DataFrame()
     last = probes[probes["step"] == probes.groupby("run_id")["step"].transform("max")]
-    blocks = last[last["site"].str.fullmatch(r"blocks\.\d+")]
+    blocks = block_rows(last)
     top = blocks[blocks["layer"] == blocks.groupby("run_id")["layer"].transform("max")]
 
     def per_run(frame: pd.DataFrame, quantity: str, how: str) -> pd.Series:

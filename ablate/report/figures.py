@@ -18,7 +18,7 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 from matplotlib.ticker import NullFormatter
 
-from ablate.report.analysis import column, curve_band, probe_band
+from ablate.report.analysis import block_rows, column, curve_band, probe_band
 
 TRAIN_SMOOTHING = 10  # steps in the rolling mean of the train-loss curve
 DPI = 120
@@ -146,11 +146,11 @@ def probe_figure(probes: pd.DataFrame, variants: list[str]) -> Figure | None:
     present = [v for v in variants if v in set(probes["variant"])]
     fig = Figure(figsize=(4.6 * len(present), 6.8))
     axes = fig.subplots(len(PROBE_ROWS), len(present), squeeze=False, sharey="row")
-    n_layers = int(probes.loc[probes["site"].str.startswith("blocks."), "layer"].max()) + 1
+    n_layers = int(block_rows(probes)["layer"].max()) + 1
     colors = mpl.colormaps["viridis"](np.linspace(0.0, 0.85, max(n_layers, 1)))
     for r, (quantity, title) in enumerate(PROBE_ROWS):
         band = probe_band(probes, quantity)
-        band = band[band["site"].str.fullmatch(r"blocks\.\d+")]
+        band = band[band["site"].isin(set(block_rows(probes)["site"]))]
         for c, variant in enumerate(present):
             ax = axes[r][c]
             for layer, mine in band[band["variant"] == variant].groupby("layer"):

@@ -10,15 +10,13 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from torch import nn
 
 from ablate.core import store
 from ablate.core.plan import RunSpec
 from ablate.nn.convert import convert_weights
-from ablate.nn.model import (
-    GPT,
-    build_model,
-    name_seed,
-)
+from ablate.nn.model import GPT, name_seed
+from ablate.nn.sources import build_model
 from ablate.training.data import (
     Corpus,
     batch_offsets,
@@ -33,7 +31,7 @@ class Prepared:
     """Everything a run trains on, built deterministically from its spec."""
 
     corpus: Corpus
-    model: GPT
+    model: nn.Module
     train_offsets: torch.Tensor
     val_offsets: torch.Tensor
     steps: int
@@ -78,6 +76,7 @@ def load_source(spec: RunSpec, root: Path, vocab_size: int) -> tuple[RunSpec, GP
 def start_from_source(spec: RunSpec, prepared: Prepared, root: Path) -> dict[str, Any]:
     """Load, map and measure: the val loss of the source model and right after the swap."""
     source_spec, source = load_source(spec, root, prepared.corpus.vocab_size)
+    assert isinstance(prepared.model, GPT), "conversion maps ablate's own model only"
     mapping = convert_weights(source, prepared.model, spec.bias_mapping or "fold")
     seq_len = spec.config.model.seq_len
     return {

@@ -1,10 +1,12 @@
 """The model probes: a look inside the model every ``train.probes.interval`` steps.
 
 :class:`ModelProbe` (a Lightning callback) records, at the first step, every interval and the
-last step: per-layer RMS of the residual stream and of every norm's output, per-layer gradient
-norm before clipping, each layer's largest attention logit, output-logit statistics and
+last step: per-layer RMS of the residual stream and of every norm's input and output, per-layer
+gradient norm before clipping, each layer's largest attention logit, output-logit statistics and
 non-finite counts, as long rows (step, quantity, site, layer, value). Forward hooks exist only
-during a probe step, so the other steps run the bare model.
+during a probe step, so the other steps run the bare model. The sites are found the same way in
+a model of any source (:mod:`ablate.nn.anatomy`); the attention logit only where the model
+exposes its queries and keys.
 """
 
 from __future__ import annotations
@@ -17,9 +19,8 @@ from functools import partial
 import lightning as L
 import torch
 from torch import nn
-from torch.utils.hooks import RemovableHandle
 
-from ablate.nn.model import GPT, CausalSelfAttention
+from ablate.nn.anatomy import Removable, blocks_of, embeddings_of, hook_attention
 from ablate.nn.norms import is_norm
 from ablate.training.loggers import log_metrics
 from ablate.training.task import LanguageModelTask
@@ -33,9 +34,10 @@ PROBE_COLUMNS = ["step", "quantity", "site", "layer", "value"]
 MODEL_LAYER = -1  # the layer of model-wide quantities (embedding, counts)
 
 
-def layer_of(site: str, n_layers: int) -> int:
-    """Block index of a module name (``blocks.2.norm_mlp`` -> 2); ``n_layers`` for the rest."""
-    found = re.match(r"blocks\.(\d+)\b", site)
+def layer_of(site: str, n_layers: int, blocks: str = "blocks") -> int:
+    """Block index of a module name (``blocks.2.norm_mlp`` -> 2, with ``blocks`` the name of the
+    model's block list: ``transformer.h`` in litgpt); ``n_layers`` for the rest."""
+    found = re.match(rf"{re.escape(blocks)}\.(\d+)\b", site)
     return int(found.group(1)) if found else n_layers
 
 
@@ -50,10 +52,12 @@ def _nonfinite(x: torch.Tensor) -> torch.Tensor:
 def max_causal_logit(q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
     """Largest pre-softmax attention logit q.k/sqrt(d_head) over allowed (causal) pairs.
 
-    ``q`` and ``k`` are (B, H, T, d_head), as the attention uses them (after any QK-norm).
-    Computed in fp32 one sequence at a time, so the (H, T, T) score matrix of a single sequence
-    is the peak memory.
+    ``q`` and ``k`` are (B, H, T, d_head), as the attention uses them (after any QK-norm and
+    rotary); grouped keys (fewer heads than ``q``, GQA) are repeated to match. Computed in fp32
+    one sequence at a time, so the (H, T, T) score matrix of a single sequence is the peak memory.
     """
+    if k.shape[1] != q.shape[1]:
+        k = k.repeat_interleave(q.shape[1] // k.shape[1], dim=1)
     t, head = q.shape[2], q.shape[3]
     allowed = torch.ones(t, t, dtype=torch.bool, device=q.device).tril()
     best = torch.full((), -math.inf, device=q.device)
@@ -67,10 +71,11 @@ def max_causal_logit(q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
 class ModelProbe(L.Callback):
     """Looks inside the model at the first step, every ``interval`` steps and the last step.
 
-    Quantities: ``resid_rms`` (block output), ``norm_rms`` (each norm's output), ``grad_norm``
-    (each block's and the embeddings' gradient before clipping), ``attn_logit_max`` (each
-    block), ``logit_max_abs``, ``logit_std`` and ``logsumexp_mean`` (the LM head's output),
-    ``nonfinite_activations`` and ``nonfinite_grads`` (counts at the probe step).
+    Quantities: ``resid_rms`` (block output), ``norm_in_rms`` and ``norm_rms`` (each norm's
+    input and output), ``grad_norm`` (each block's and the embeddings' gradient before
+    clipping), ``attn_logit_max`` (each block whose attention exposes q and k), ``logit_max_abs``,
+    ``logit_std`` and ``logsumexp_mean`` (the model's output logits), ``nonfinite_activations``
+    and ``nonfinite_grads`` (counts at the probe step).
     """
 
     def __init__(self, interval: int, attention: bool = True) -> None:
@@ -80,7 +85,7 @@ class ModelProbe(L.Callback):
         self.probe_steps = 0
         self.nonfinite = {"activations": 0, "grads": 0}
         self._pending: list[tuple[str, str, int, torch.Tensor]] = []
-        self._handles: list[RemovableHandle] = []
+        self._handles: list[Removable] = []
         self._step = 0
 
     def due(self, step: int, last_step: int) -> bool:
@@ -95,30 +100,36 @@ class ModelProbe(L.Callback):
     def _hook(self, module: nn.Module, record: Callable[[torch.Tensor], None]) -> None:
         self._handles.append(module.register_forward_hook(lambda _m, _i, out: record(out)))
 
-    def start(self, model: GPT, step: int) -> None:
+    def start(self, model: nn.Module, step: int) -> None:
         """Hook the model for one probe step (its forward pass records the activations)."""
         self._step = step
-        n_layers = len(model.blocks)
-        for i, block in enumerate(model.blocks):
-            self._hook(block, partial(self._activation, "resid_rms", f"blocks.{i}", i))
-            if self.attention:
-                self._handles.append(block.attn.register_forward_hook(partial(self._attention, i)))
+        prefix, blocks = blocks_of(model)
+        for i, block in enumerate(blocks):
+            self._hook(block, partial(self._activation, "resid_rms", f"{prefix}.{i}", i))
+            attention = partial(self._attention, f"{prefix}.{i}.attn", i)
+            handle = hook_attention(block, attention) if self.attention else None
+            if handle is not None:
+                self._handles.append(handle)
         for name, module in model.named_modules():
             if is_norm(module):
-                layer = layer_of(name, n_layers)
-                self._hook(module, partial(self._activation, "norm_rms", name, layer))
-        self._hook(model.head, self._logits)
+                layer = layer_of(name, len(blocks), prefix)
+                self._handles.append(module.register_forward_hook(partial(self._norm, name, layer)))
+        self._hook(model, self._logits)
 
-    def _activation(self, quantity: str, site: str, layer: int, out: torch.Tensor) -> None:
-        self._add(quantity, site, layer, _rms(out))
-        self._add("nonfinite_activations", site, layer, _nonfinite(out))
+    def _activation(self, quantity: str, site: str, layer: int, out: object) -> None:
+        if isinstance(out, torch.Tensor):
+            self._add(quantity, site, layer, _rms(out))
+            self._add("nonfinite_activations", site, layer, _nonfinite(out))
 
-    def _attention(
-        self, layer: int, attn: CausalSelfAttention, inputs: tuple[torch.Tensor], _out: object
+    def _norm(
+        self, site: str, layer: int, _module: nn.Module, inputs: tuple[object, ...], out: object
     ) -> None:
-        with torch.no_grad():  # the queries and keys again, from the attention's own input
-            q, k, _ = attn.heads(inputs[0])
-        self._add("attn_logit_max", f"blocks.{layer}.attn", layer, max_causal_logit(q, k))
+        if inputs and isinstance(inputs[0], torch.Tensor):
+            self._add("norm_in_rms", site, layer, _rms(inputs[0]))
+        self._activation("norm_rms", site, layer, out)
+
+    def _attention(self, site: str, layer: int, q: torch.Tensor, k: torch.Tensor) -> None:
+        self._add("attn_logit_max", site, layer, max_causal_logit(q, k))
 
     def _logits(self, logits: torch.Tensor) -> None:
         z = logits.detach().float()
@@ -128,11 +139,11 @@ class ModelProbe(L.Callback):
             self._add("logsumexp_mean", "head", MODEL_LAYER, torch.logsumexp(z, -1).mean())
         self._add("nonfinite_activations", "head", MODEL_LAYER, _nonfinite(z))
 
-    def gradients(self, model: GPT) -> None:
+    def gradients(self, model: nn.Module) -> None:
         """Record the gradient norms and non-finite gradients (call after backward)."""
-        groups = {f"blocks.{i}": (i, list(b.parameters())) for i, b in enumerate(model.blocks)}
-        embeddings = [model.tok_emb] + ([model.pos_emb] if model.pos_emb is not None else [])
-        groups["embedding"] = (MODEL_LAYER, [e.weight for e in embeddings])
+        prefix, blocks = blocks_of(model)
+        groups = {f"{prefix}.{i}": (i, list(b.parameters())) for i, b in enumerate(blocks)}
+        groups["embedding"] = (MODEL_LAYER, [e.weight for e in embeddings_of(model)])
         for site, (layer, params) in groups.items():
             grads = [p.grad.detach().float() for p in params if p.grad is not None]
             if not grads:

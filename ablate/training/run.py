@@ -22,11 +22,11 @@ from typing import Any
 
 import pandas as pd
 import torch
+from torch import nn
 
 from ablate.core import folders, store
 from ablate.core.plan import RunSpec
 from ablate.nn.model import (
-    GPT,
     parameter_digests,
     shared_init_digest,
 )
@@ -49,7 +49,7 @@ from ablate.training.trainer import RankZeroHandBack, build_trainer, fit, metric
 WEIGHTS_GROUPS = ("main", "convert")
 
 
-def save_weights(model: GPT, path: Path) -> None:
+def save_weights(model: nn.Module, path: Path) -> None:
     """The model's state_dict, written to a temporary name and renamed (never half a file)."""
     folders.write_atomic(path, lambda tmp: torch.save(model.state_dict(), tmp))
 

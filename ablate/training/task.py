@@ -13,10 +13,11 @@ import math
 
 import lightning as L
 import torch
+from torch import nn
 from torch.utils.data import DataLoader
 
 from ablate.core.config import TrainConfig
-from ablate.nn.model import GPT, parameter_groups
+from ablate.nn.model import next_token_loss, parameter_groups
 from ablate.training.data import Corpus, WindowBatches
 
 
@@ -32,9 +33,10 @@ def lr_factor(step: int, warmup: int, total: int, schedule: str, min_ratio: floa
 
 
 class LanguageModelTask(L.LightningModule):
-    """Next-token training of a :class:`~ablate.nn.model.GPT` under a :class:`TrainConfig`."""
+    """Next-token training of a model (any source: ids (B, T) -> logits (B, T, V)) under a
+    :class:`TrainConfig`."""
 
-    def __init__(self, model: GPT, cfg: TrainConfig, total_steps: int) -> None:
+    def __init__(self, model: nn.Module, cfg: TrainConfig, total_steps: int) -> None:
         super().__init__()
         self.model = model
         self.cfg = cfg
@@ -52,7 +54,7 @@ class LanguageModelTask(L.LightningModule):
             torch.set_num_threads(max(1, self.threads // self.trainer.num_devices))
 
     def training_step(self, batch: torch.Tensor, batch_idx: int) -> torch.Tensor | None:
-        loss = self.model.loss(batch)
+        loss = next_token_loss(self.model, batch)
         self.last_loss = self.global_mean(loss.detach())
         self.last_grad_norm = None
         if not torch.isfinite(self.last_loss):
@@ -78,7 +80,7 @@ class LanguageModelTask(L.LightningModule):
         self._val_sum, self._val_count = 0.0, 0
 
     def validation_step(self, batch: torch.Tensor, batch_idx: int) -> None:
-        self._val_sum += float(self.model.loss(batch))
+        self._val_sum += float(next_token_loss(self.model, batch))
         self._val_count += 1
 
     def on_validation_epoch_end(self) -> None:

@@ -17,14 +17,13 @@ from pathlib import Path
 import lightning as L
 import pandas as pd
 import torch
+from torch import nn
 
 from ablate.core import folders
 from ablate.core.folders import RunFolder
 from ablate.core.plan import RunSpec
 from ablate.core.stability import Stop
-from ablate.nn.model import (
-    GPT,
-)
+from ablate.nn.model import next_token_loss
 from ablate.training.callbacks import (
     EarlyStop,
     MetricsRecorder,
@@ -101,11 +100,12 @@ class Outcome:
 
 
 @torch.no_grad()
-def evaluate(model: GPT, corpus: Corpus, val_offsets: torch.Tensor, seq_len: int) -> float:
+def evaluate(model: nn.Module, corpus: Corpus, val_offsets: torch.Tensor, seq_len: int) -> float:
     """Mean validation loss over the run's fixed windows (as the trainer's evaluation), in fp32."""
     model.eval()
     losses = [
-        float(model.loss(gather_windows(corpus.val, offsets, seq_len))) for offsets in val_offsets
+        float(next_token_loss(model, gather_windows(corpus.val, offsets, seq_len)))
+        for offsets in val_offsets
     ]
     model.train()
     return sum(losses) / len(losses)

@@ -12,7 +12,7 @@ from conftest import write_experiment
 from ablate.bench.speed import KernelCase, flops_per_token, kernel_rows, kernel_table, step_table
 from ablate.cli import main
 from ablate.core.load import load_experiment
-from ablate.nn.model import build_model
+from ablate.nn.model import build_gpt
 
 
 def test_kernel_rows_cover_every_implementation() -> None:
@@ -35,9 +35,9 @@ def test_kernel_rows_cover_every_implementation() -> None:
 
 def test_flops_per_token_follows_the_nanogpt_formula(tiny_experiment: Path) -> None:
     cfg = next(iter(load_experiment(tiny_experiment).variants.values()))
-    model = build_model(cfg.model, 256, 0)
+    model = build_gpt(cfg.model, 256, 0)
     params = sum(p.numel() for p in model.parameters())
-    assert flops_per_token(model) == 6 * params + 12 * 1 * 16 * 16
+    assert flops_per_token(model, 16) == 6 * params + 12 * 1 * 16 * 16
 
 
 def test_step_table_times_every_variant(tiny_experiment: Path) -> None:

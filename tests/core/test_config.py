@@ -342,3 +342,82 @@ def test_convert_section_errors(tmp_path: Path, section: dict, fragment: str) ->
     with pytest.raises(ConfigError) as info:
         load_experiment(path)
     assert fragment in str(info.value) and "\n" not in str(info.value)
+
+
+def _sourced(tmp_path: Path, model: dict, variants: dict | None = None) -> Path:
+    doc = {
+        "seeds": [0],
+        "data": {"source": "builtin_text"},
+        "model": {"seq_len": 16, **model},
+        "train": {"batch_size": 4, "tokens": 640},
+        "variants": variants or {"base": {}},
+    }
+    path = tmp_path / "sourced.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    return path
+
+
+LITGPT = {"source": "litgpt", "litgpt": {"name": "pythia-14m"}}
+
+
+@pytest.mark.parametrize(
+    ("model", "fragment"),
+    [
+        ({"source": "litgpt"}, "model.litgpt: needed with model.source: litgpt and only there"),
+        ({"litgpt": {"name": "x"}}, "model.litgpt: needed with model.source: litgpt"),
+        ({"source": "python"}, "model.factory: needed with model.source: python"),
+        ({"source": "python", "factory": "no colon"}, "'no colon' is not package.module:function"),
+        ({**LITGPT, "d_model": 64}, "model.d_model: ablate's model only"),
+        ({**LITGPT, "norm": {"kind": "rmsnorm"}}, "model.norm: ablate's model only"),
+        (
+            {"source": "litgpt", "litgpt": {"name": "pythia-14m", "block_size": 8}},
+            "model.litgpt.block_size: set by ablate",
+        ),
+        ({"source": "litgpt", "litgpt": {"n_layer": 2}}, "model.litgpt.name: field required"),
+    ],
+)
+def test_model_source_keys_are_checked(tmp_path: Path, model: dict, fragment: str) -> None:
+    with pytest.raises(ConfigError) as caught:
+        load_experiment(_sourced(tmp_path, model))
+    assert fragment in str(caught.value) and "\n" not in str(caught.value)
+
+
+def test_litgpt_fields_are_ablatable_by_dotted_keys(tmp_path: Path) -> None:
+    pytest.importorskip("litgpt")
+    variants = {
+        "ln": {"model.litgpt.norm_class_name": "LayerNorm"},
+        "rms": {"model": {"litgpt": {"norm_class_name": "RMSNorm", "norm_eps": 1e-6}}},
+    }
+    experiment = load_experiment(_sourced(tmp_path, LITGPT, variants))
+    ln, rms = experiment.variants["ln"], experiment.variants["rms"]
+    assert rms.model.litgpt.fields() == {"norm_class_name": "RMSNorm", "norm_eps": 1e-6}
+    assert differences(ln, rms) == {
+        "model.litgpt.norm_class_name": ("LayerNorm", "RMSNorm"),
+        "model.litgpt.norm_eps": (None, 1e-6),
+    }
+    assert (rms.model.norm_kind(), rms.model.norm_placement()) == ("RMSNorm", "litgpt")
+
+
+def test_without_the_extra_a_litgpt_file_is_refused_before_anything_runs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import importlib.util
+
+    find_spec = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: None if name == "litgpt" else find_spec(name)
+    )
+    with pytest.raises(
+        ConfigError, match=r"needs the litgpt package.*pip install -e '\.\[litgpt\]'"
+    ):
+        load_experiment(_sourced(tmp_path, LITGPT))
+
+
+def test_conversion_maps_ablates_own_model_only(tmp_path: Path) -> None:
+    model = {"source": "python", "factory": "experiments.own_model:build"}
+    path = _sourced(tmp_path, model, {"layernorm": {}})
+    doc = yaml.safe_load(path.read_text())
+    doc["convert"] = {"source": "layernorm", "tokens": 640}
+    path.write_text(yaml.safe_dump(doc))
+    with pytest.raises(ConfigError, match="conversion maps ablate's own model only"):
+        load_experiment(path)

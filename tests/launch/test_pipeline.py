@@ -135,3 +135,69 @@ def test_a_search_trial_and_a_main_run_are_one_run_whichever_comes_first(
     assert len(ExperimentFolder(root / "tiny").runs()) == len(
         after
     )  # every run folder is a finished run
+
+
+def _sourced_experiment(tmp_path: Path, model: dict, variants: dict) -> Path:
+    """The tiny experiment with a model from another source: 2 variants x 2 seeds."""
+    doc = {
+        "name": "sourced",
+        "seeds": [0, 1],
+        "data": TINY["data"],
+        "model": {"seq_len": 16, **model},
+        "train": {**TINY["train"], "stability": {"floor": "initial"}},
+        "variants": variants,
+    }
+    path = tmp_path / "sourced.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    return path
+
+
+def _lands_in_the_report(tmp_path: Path, path: Path, norm_impls: dict[str, str]) -> None:
+    """Every run trains, matched seeds share their non-norm weights across the variants, the
+    probes ran, and the report compares the variants."""
+    result = run_experiment(path, tmp_path / "results", tmp_path / "reports", workers=1)
+    summaries = _summaries(result.exp_dir)
+    assert len(summaries) == 4 and {s["status"] for s in summaries} == {"finished"}
+    assert {s["variant"]: s["norm_impl"] for s in summaries} == norm_impls
+    for seed in (0, 1):
+        digests = {s["init_digest"] for s in summaries if s["seed"] == seed}
+        assert len(digests) == 1
+    probes = {s["variant"]: s["probe_steps"] for s in summaries}
+    assert min(probes.values()) >= 2
+    report = (result.report_dir / "report.md").read_text()
+    for variant in norm_impls:
+        assert f"| {variant}" in report
+    assert "Δ final vs baseline" in report
+
+
+@pytest.mark.trains
+def test_a_litgpt_model_trains_and_lands_in_the_report(tmp_path: Path) -> None:
+    pytest.importorskip("litgpt")
+    litgpt = {"name": "pythia-14m", "n_layer": 1, "n_embd": 16, "n_head": 2}
+    path = _sourced_experiment(
+        tmp_path,
+        {"source": "litgpt", "litgpt": litgpt},
+        {
+            "layernorm": {"model.litgpt.norm_class_name": "LayerNorm"},
+            "rmsnorm": {"model.litgpt.norm_class_name": "RMSNorm"},
+        },
+    )
+    _lands_in_the_report(
+        tmp_path, path, {"layernorm": "torch.LayerNorm", "rmsnorm": "litgpt.RMSNorm"}
+    )
+
+
+@pytest.mark.trains
+def test_a_factory_model_trains_and_lands_in_the_report(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(REPO)  # experiments.own_model imports from the repository root
+    path = _sourced_experiment(
+        tmp_path,
+        {"source": "python", "factory": "experiments.own_model:build", "d_model": 16},
+        {
+            "layernorm": {"model.norm.kind": "layernorm"},
+            "rmsnorm": {"model.norm.kind": "rmsnorm"},
+        },
+    )
+    _lands_in_the_report(tmp_path, path, {"layernorm": "torch", "rmsnorm": "cpp"})

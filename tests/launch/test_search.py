@@ -7,12 +7,14 @@ import json
 import math
 from pathlib import Path
 
+import optuna
 import pytest
 from conftest import study_experiment, study_trials
+from optuna.trial import TrialState
 
 from ablate.core.stability import criterion_text
 from ablate.launch.pipeline import Context, run_studies_only
-from ablate.launch.search import run_search
+from ablate.launch.search import optimize_one, run_search
 from ablate.launch.storage import storage_url
 
 L0 = math.log(256)
@@ -76,3 +78,26 @@ def test_run_studies_writes_stability_json(tmp_path: Path) -> None:
         assert found["monotone"] == (found["contradictions"] == [])
     assert result["max_lr"]["rmsnorm"]["bracket"] == stored["max_lr"]["rmsnorm"]["bracket"]
     assert stored["criterion"] == criterion_text(exp.base.train.stability)
+
+
+def test_a_trial_another_worker_already_told_is_not_an_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """SQLite lets two workers pop the same retried trial; the one that tells second must go on.
+    The other worker's tell is slipped in between this worker's read of the trial and its write,
+    where the race puts it."""
+    url = f"sqlite:///{tmp_path / 'race.db'}"
+    study = optuna.create_study(study_name="race", storage=url)
+    storage = study._storage
+    tell = storage.set_trial_state_values
+
+    def racing_tell(trial_id: int, state: TrialState, values=None) -> bool:  # noqa: ANN001
+        if state.is_finished():
+            other = optuna.storages.RDBStorage(url)
+            other.set_trial_state_values(trial_id, TrialState.COMPLETE, [1.0])
+        return tell(trial_id, state, values)
+
+    monkeypatch.setattr(storage, "set_trial_state_values", racing_tell)
+    optimize_one(study, lambda trial: 1.0)
+    [trial] = study.get_trials()
+    assert (trial.state, trial.value) == (TrialState.COMPLETE, 1.0)

@@ -9,8 +9,9 @@ import torch
 from ablate.core.config import ModelConfig, NormConfig
 from ablate.nn.model import (
     Rotary,
-    build_model,
+    build_gpt,
     count_parameters,
+    next_token_loss,
     norm_parameter_names,
     parameter_digests,
     shared_init_digest,
@@ -31,7 +32,7 @@ def _cfg(kind: str = "layernorm", placement: str = "pre", **kw) -> ModelConfig:
 
 
 def test_logits_shape_and_causality() -> None:
-    model = build_model(_cfg(), vocab_size=50, seed=0).eval()
+    model = build_gpt(_cfg(), vocab_size=50, seed=0).eval()
     idx = torch.randint(0, 50, (2, 16), generator=torch.Generator().manual_seed(0))
     logits = model(idx)
     assert logits.shape == (2, 16, 50)
@@ -42,49 +43,49 @@ def test_logits_shape_and_causality() -> None:
 
 
 def test_initial_loss_is_close_to_log_vocab() -> None:
-    model = build_model(_cfg(), vocab_size=256, seed=0)
+    model = build_gpt(_cfg(), vocab_size=256, seed=0)
     batch = torch.randint(0, 256, (8, 17), generator=torch.Generator().manual_seed(1))
-    assert abs(model.loss(batch).item() - torch.log(torch.tensor(256.0)).item()) < 0.1
+    assert abs(next_token_loss(model, batch).item() - torch.log(torch.tensor(256.0)).item()) < 0.1
 
 
 def test_weight_tying_shares_the_embedding() -> None:
-    tied = build_model(_cfg(tie_weights=True), 50, 0)
-    untied = build_model(_cfg(tie_weights=False), 50, 0)
+    tied = build_gpt(_cfg(tie_weights=True), 50, 0)
+    untied = build_gpt(_cfg(tie_weights=False), 50, 0)
     assert tied.head.weight is tied.tok_emb.weight
     assert count_parameters(untied) - count_parameters(tied) == 50 * 32
 
 
 def test_same_seed_gives_bitwise_identical_shared_parameters_across_norms() -> None:
-    ln = build_model(_cfg("layernorm"), 50, seed=7)
-    rms = build_model(_cfg("rmsnorm"), 50, seed=7)
+    ln = build_gpt(_cfg("layernorm"), 50, seed=7)
+    rms = build_gpt(_cfg("rmsnorm"), 50, seed=7)
     ln_params, rms_params = dict(ln.named_parameters()), dict(rms.named_parameters())
     shared = set(ln_params) & set(rms_params)
     assert set(ln_params) - shared == {n for n in norm_parameter_names(ln) if n.endswith("bias")}
     for name in shared:
         assert torch.equal(ln_params[name], rms_params[name]), name
     assert shared_init_digest(ln) == shared_init_digest(rms)
-    other_seed = build_model(_cfg("layernorm"), 50, seed=8)
+    other_seed = build_gpt(_cfg("layernorm"), 50, seed=8)
     assert shared_init_digest(other_seed) != shared_init_digest(ln)
 
 
 def test_parameter_counts_differ_by_the_layernorm_biases() -> None:
-    ln = build_model(_cfg("layernorm"), 50, 0)
-    rms = build_model(_cfg("rmsnorm"), 50, 0)
+    ln = build_gpt(_cfg("layernorm"), 50, 0)
+    rms = build_gpt(_cfg("rmsnorm"), 50, 0)
     n_norms = 2 * 2 + 1  # two per block, plus the final norm
     assert count_parameters(ln) - count_parameters(rms) == n_norms * 32
 
 
 def test_init_does_not_depend_on_the_global_rng() -> None:
     torch.manual_seed(1)
-    a = parameter_digests(build_model(_cfg(), 50, seed=3))
+    a = parameter_digests(build_gpt(_cfg(), 50, seed=3))
     torch.manual_seed(2)
-    b = parameter_digests(build_model(_cfg(), 50, seed=3))
+    b = parameter_digests(build_gpt(_cfg(), 50, seed=3))
     assert a == b
 
 
 def test_placement_pre_and_post() -> None:
-    pre = build_model(_cfg("rmsnorm", "pre"), 50, 0)
-    post = build_model(_cfg("rmsnorm", "post"), 50, 0)
+    pre = build_gpt(_cfg("rmsnorm", "pre"), 50, 0)
+    post = build_gpt(_cfg("rmsnorm", "post"), 50, 0)
     assert isinstance(pre.norm_f, RMSNorm)
     assert isinstance(post.norm_f, torch.nn.Identity)
     # post-norm: a block's output is normalized, so its per-token mean square is ~1 (gain 1)
@@ -95,7 +96,7 @@ def test_placement_pre_and_post() -> None:
 
 
 def test_norm_kind_reaches_every_norm() -> None:
-    ln = build_model(_cfg("layernorm"), 50, 0)
+    ln = build_gpt(_cfg("layernorm"), 50, 0)
     norms = [m for m in ln.modules() if isinstance(m, LayerNorm | RMSNorm)]
     assert len(norms) == 5 and all(isinstance(m, LayerNorm) for m in norms)
 
@@ -108,7 +109,7 @@ def _placed(placement: str, kind: str = "layernorm", n_layers: int = 2, **norm) 
         seq_len=16,
         norm=NormConfig(kind=kind, placement=placement, **norm),
     )
-    model = build_model(cfg, 50, seed=3).eval()
+    model = build_gpt(cfg, 50, seed=3).eval()
     with torch.no_grad():  # non-trivial gains and biases, so a misplaced norm shows
         for name, p in model.named_parameters():
             if name in norm_parameter_names(model):
@@ -163,7 +164,7 @@ def test_deepnorm_alpha_and_beta_follow_the_formula_for_the_layer_count() -> Non
     assert torch.allclose(block(x), block.norm_mlp(alpha * h + block.mlp(h)), atol=1e-6)
     # init: value rows of qkv, attn.proj and both MLP matrices scaled by beta; q, k rows not
     beta, std = (8 * 6) ** -0.25, model.cfg.init_std
-    fresh = build_model(model.cfg, 50, seed=3)
+    fresh = build_gpt(model.cfg, 50, seed=3)
     for name, p in fresh.named_parameters():
         if not name.startswith("blocks.1.") or not name.endswith("weight") or "norm" in name:
             continue
@@ -205,7 +206,7 @@ def test_qk_norm_normalizes_queries_and_keys_per_head() -> None:
 def test_every_kind_fits_every_placement_with_shared_init_across_kinds() -> None:
     for placement in ("pre", "post", "sandwich", "deepnorm"):
         digests = {
-            shared_init_digest(build_model(_cfg(kind, placement), 50, seed=4))
+            shared_init_digest(build_gpt(_cfg(kind, placement), 50, seed=4))
             for kind in ("layernorm", "rmsnorm", "dyt")
         }
         assert len(digests) == 1, placement
@@ -219,7 +220,7 @@ LLAMA = {"mlp": "swiglu", "position": "rope", "linear_bias": False}
 def test_swiglu_holds_the_gelu_mlps_parameters_within_one_percent(d_model: int, bias: bool) -> None:
     def mlp_params(mlp: str) -> int:
         cfg = ModelConfig(d_model=d_model, n_heads=4, seq_len=8, mlp=mlp, linear_bias=bias)
-        return count_parameters(build_model(cfg, 64, seed=0).blocks[0].mlp)
+        return count_parameters(build_gpt(cfg, 64, seed=0).blocks[0].mlp)
 
     gelu, swiglu = mlp_params("gelu"), mlp_params("swiglu")
     assert gelu == 2 * d_model * 4 * d_model + (5 * d_model if bias else 0)
@@ -229,7 +230,7 @@ def test_swiglu_holds_the_gelu_mlps_parameters_within_one_percent(d_model: int, 
 
 
 def test_swiglu_is_silu_gate_times_up() -> None:
-    model = build_model(_cfg(mlp="swiglu"), vocab_size=50, seed=0)
+    model = build_gpt(_cfg(mlp="swiglu"), vocab_size=50, seed=0)
     mlp = model.blocks[0].mlp
     x = torch.randn(3, 32, generator=torch.Generator().manual_seed(1))
     hidden = swiglu_hidden(4 * 32)
@@ -265,20 +266,20 @@ def test_every_block_choice_composes_with_every_norm_and_placement(
     choice: dict, kind: str, placement: str
 ) -> None:
     cfg = _cfg(kind, placement, **choice)
-    model = build_model(cfg, vocab_size=50, seed=0)
+    model = build_gpt(cfg, vocab_size=50, seed=0)
     assert (model.pos_emb is None) == (cfg.position == "rope")
     ids = torch.randint(0, 50, (2, 16), generator=torch.Generator().manual_seed(0))
     logits = model(ids)
     assert logits.shape == (2, 16, 50) and torch.isfinite(logits).all()
     other = "rmsnorm" if kind == "layernorm" else "layernorm"
     assert shared_init_digest(model) == shared_init_digest(
-        build_model(_cfg(other, placement, **choice), vocab_size=50, seed=0)
+        build_gpt(_cfg(other, placement, **choice), vocab_size=50, seed=0)
     )
 
 
 def test_without_linear_biases_only_the_norms_may_have_one() -> None:
-    rms = build_model(_cfg("rmsnorm", **LLAMA), vocab_size=50, seed=0)
+    rms = build_gpt(_cfg("rmsnorm", **LLAMA), vocab_size=50, seed=0)
     assert [n for n, _ in rms.named_parameters() if n.endswith("bias")] == []
-    ln = build_model(_cfg("layernorm", **LLAMA), vocab_size=50, seed=0)
+    ln = build_gpt(_cfg("layernorm", **LLAMA), vocab_size=50, seed=0)
     biases = {n for n, _ in ln.named_parameters() if n.endswith("bias")}
     assert biases and biases <= norm_parameter_names(ln)

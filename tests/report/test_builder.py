@@ -173,6 +173,28 @@ def test_partial_experiment_says_what_is_missing(finished: Path, tmp_path: Path)
 
 
 @pytest.mark.trains
+def test_an_experiment_whose_runs_all_failed_is_reported_not_crashed(
+    finished: Path, tmp_path: Path
+) -> None:
+    """Every run failed before its first step (a model that cannot train): the metrics and
+    probes files hold their header only, and the report says what happened."""
+    exp = shutil.copytree(finished, tmp_path / "tiny")
+    for summary_path in exp.glob("*/summary.json"):
+        summary = json.loads(summary_path.read_text())
+        losses = {k: None for k in ("final_val_loss", "best_val_loss", "final_train_loss")}
+        failed = {**summary, **losses, "status": "failed", "error": "RuntimeError: no"}
+        folders.write_json_atomic(summary_path, failed)
+        for name in ("metrics.csv", "probes.csv"):
+            header = (summary_path.parent / name).read_text().splitlines()[0]
+            (summary_path.parent / name).write_text(header + "\n")
+    report = build_report(exp, tmp_path / "rep")
+    assert len(report.missing) == 6 and all(m.endswith(": failed") for m in report.missing)
+    text = report.markdown.read_text()
+    assert "Partial results:** 6 of 6 planned runs have no result yet" in text
+    assert "only 0 matched pair(s): no interval, so no claim" in text
+
+
+@pytest.mark.trains
 def test_cli_report_rebuilds_and_rejects_a_folder_without_results(
     finished: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

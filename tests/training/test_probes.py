@@ -11,24 +11,28 @@ import pytest
 import torch
 from conftest import tiny_config
 
+from ablate.core.config import ModelConfig
 from ablate.core.plan import RunSpec
-from ablate.nn.model import GPT, build_model
+from ablate.nn.model import GPT, build_gpt, next_token_loss
+from ablate.nn.sources import build_model
 from ablate.training.probes import ModelProbe
 from ablate.training.run import execute_run
+
+REPO = Path(__file__).resolve().parents[2]
 
 
 def _probe_step(model: GPT, batch: torch.Tensor, probe: ModelProbe) -> None:
     """One forward/backward with the probe attached, as the Trainer drives it."""
     probe.start(model, 1)
     model.zero_grad()
-    model.loss(batch).backward()
+    next_token_loss(model, batch).backward()
     probe.gradients(model)
     probe.finish()
 
 
 def _model_and_batch() -> tuple[GPT, torch.Tensor]:
     cfg = tiny_config(**{"model.n_layers": 2}).model
-    model = build_model(cfg, vocab_size=50, seed=0)
+    model = build_gpt(cfg, vocab_size=50, seed=0)
     batch = torch.randint(0, 50, (3, cfg.seq_len + 1), generator=torch.Generator().manual_seed(1))
     return model, batch
 
@@ -48,6 +52,9 @@ def test_probe_values_equal_direct_computation() -> None:
         idx = batch[:, :-1]
         x = model.tok_emb(idx) + model.pos_emb(torch.arange(idx.shape[1]))
         for i, block in enumerate(model.blocks):
+            assert _value(probe.rows, "norm_in_rms", f"blocks.{i}.norm_attn") == pytest.approx(
+                float(x.pow(2).mean().sqrt()), rel=1e-5
+            )
             h = block.norm_attn(x)
             assert _value(probe.rows, "norm_rms", f"blocks.{i}.norm_attn") == pytest.approx(
                 float(h.pow(2).mean().sqrt()), rel=1e-5
@@ -121,12 +128,12 @@ def test_attention_probe_can_be_switched_off() -> None:
 
 def test_attention_probe_sees_the_normalized_queries_and_keys() -> None:
     from ablate.core.config import ModelConfig, NormConfig
-    from ablate.nn.model import build_model
+    from ablate.nn.model import build_gpt
 
     cfg = ModelConfig(
         d_model=16, n_layers=1, n_heads=2, seq_len=8, norm=NormConfig(kind="rmsnorm", qk_norm=True)
     )
-    model = build_model(cfg, 32, seed=0)
+    model = build_gpt(cfg, 32, seed=0)
     with torch.no_grad():
         model.blocks[0].attn.q_norm.weight.fill_(3.0)  # scales every logit by 3
     batch = torch.randint(0, 32, (2, 9), generator=torch.Generator().manual_seed(0))
@@ -164,7 +171,7 @@ def test_the_attention_probe_sees_rotated_queries_and_keys_in_a_llama_style_bloc
         linear_bias=False,
         norm=NormConfig(kind="rmsnorm"),
     )
-    model = build_model(cfg, 32, seed=0)
+    model = build_gpt(cfg, 32, seed=0)
     batch = torch.randint(0, 32, (2, 9), generator=torch.Generator().manual_seed(0))
     probe = ModelProbe(interval=1)
     _probe_step(model, batch, probe)
@@ -188,3 +195,61 @@ def test_the_attention_probe_sees_rotated_queries_and_keys_in_a_llama_style_bloc
         expected, rel=1e-5
     )
     assert _value(probe.rows, "grad_norm", "embedding") > 0  # the token embedding alone
+
+
+def _sites(rows: list) -> set[tuple[str, str, int]]:
+    return {(quantity, site, layer) for _, quantity, site, layer, _ in rows}
+
+
+def test_the_probes_attach_to_a_litgpt_model() -> None:
+    pytest.importorskip("litgpt")
+    litgpt = {"name": "pythia-14m", "n_layer": 2, "n_embd": 32, "n_head": 4}
+    cfg = ModelConfig(source="litgpt", seq_len=16, litgpt={**litgpt, "norm_class_name": "RMSNorm"})
+    model = build_model(cfg, 50, seed=0)
+    _, batch = _model_and_batch()
+    probe = ModelProbe(interval=1)
+    _probe_step(model, batch, probe)
+    sites = _sites(probe.rows)
+    for i in range(2):
+        block = f"transformer.h.{i}"
+        assert {("resid_rms", block, i), ("grad_norm", block, i)} <= sites
+        assert ("attn_logit_max", f"{block}.attn", i) in sites  # litgpt's sdpa method
+        for norm in ("norm_1", "norm_2"):
+            assert {
+                ("norm_in_rms", f"{block}.{norm}", i),
+                ("norm_rms", f"{block}.{norm}", i),
+            } <= sites
+    assert {("norm_rms", "transformer.ln_f", 2), ("grad_norm", "embedding", -1)} <= sites
+    assert {("logit_max_abs", "head", -1), ("logsumexp_mean", "head", -1)} <= sites
+    with torch.no_grad():  # pythia has no position embedding: block 0's first norm sees wte
+        x = model.transformer.wte(batch[:, :-1])
+        logits = model(batch[:, :-1])
+    assert _value(probe.rows, "norm_in_rms", "transformer.h.0.norm_1") == pytest.approx(
+        float(x.pow(2).mean().sqrt()), rel=1e-5
+    )
+    assert _value(probe.rows, "logit_max_abs", "head") == pytest.approx(
+        float(logits.abs().max()), rel=1e-5
+    )
+
+
+def test_the_probes_attach_to_a_users_model(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(REPO)
+    cfg = ModelConfig(
+        source="python",
+        factory="experiments.own_model:build",
+        d_model=16,
+        n_layers=2,
+        n_heads=2,
+        seq_len=16,
+    )
+    model = build_model(cfg, 50, seed=0)
+    _, batch = _model_and_batch()
+    probe = ModelProbe(interval=1)
+    _probe_step(model, batch, probe)
+    sites = _sites(probe.rows)
+    assert {("attn_logit_max", "layers.1.attn", 1), ("norm_in_rms", "layers.1.norm", 1)} <= sites
+    assert {
+        ("norm_rms", "norm", 2),
+        ("grad_norm", "layers.0", 0),
+        ("grad_norm", "embedding", -1),
+    } <= sites

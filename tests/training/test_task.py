@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from ablate.core.config import DataConfig, ModelConfig
-from ablate.nn.model import build_model, parameter_groups
+from ablate.nn.model import build_gpt, parameter_groups
 from ablate.training.data import batch_offsets, eval_offsets, gather_windows, load_corpus
 from ablate.training.task import RunData, lr_factor
 
@@ -28,7 +28,7 @@ def test_constant_schedule_and_no_warmup() -> None:
 
 
 def test_decay_groups_split_matrices_from_vectors() -> None:
-    model = build_model(ModelConfig(d_model=16, n_layers=1, n_heads=2, seq_len=8), 20, 0)
+    model = build_gpt(ModelConfig(d_model=16, n_layers=1, n_heads=2, seq_len=8), 20, 0)
     decay, no_decay = parameter_groups(model, 0.1)
     assert decay["weight_decay"] == 0.1 and no_decay["weight_decay"] == 0.0
     assert all(p.dim() >= 2 for p in decay["params"]) and all(
