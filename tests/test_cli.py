@@ -218,12 +218,13 @@ def test_ctrl_c_marks_the_run_interrupted_and_exits_130(tmp_path: Path, workers:
     proc = ablate_process(
         "run", str(path), "--workers", workers, cwd=tmp_path, start_new_session=True
     )
-    # training has begun in every worker once its logger flushed (every 100 steps): a fixed
-    # wait could end, on a loaded machine, while a worker was still building its Trainer
+    # fit has begun in every worker once its logger wrote hparams.yaml; a fixed wait from the
+    # claim could end, on a loaded machine, while a worker was still importing Lightning
     _wait_until(
-        lambda: len(list(exp_dir.glob("*/logs/csv/metrics.csv"))) == int(workers),
+        lambda: len(list(exp_dir.glob("*/logs/csv/hparams.yaml"))) == int(workers),
         "training to begin in every worker",
     )
+    time.sleep(1.0)  # a few hundred steps
     os.killpg(proc.pid, signal.SIGINT)  # Ctrl-C reaches the whole process group
     out, _ = proc.communicate(timeout=120)
     assert proc.returncode == 130, out

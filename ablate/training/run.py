@@ -15,8 +15,10 @@ import math
 import os
 import platform
 import signal
+import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -120,17 +122,39 @@ def _train_and_store(
     data = RunData(prepared.corpus, prepared.train_offsets, prepared.val_offsets, cfg.model.seq_len)
     on_interrupt = signal.getsignal(signal.SIGINT)  # Lightning ignores Ctrl-C once it got one
     outcome = fit(trainer, task, data, recorder, all_stoppers, handback)
-    frame = metrics_frame(recorder)
-    folders.write_frame_atomic(run.metrics, frame)
-    folders.write_frame_atomic(run.probes, pd.DataFrame(observed.probe.rows, columns=PROBE_COLUMNS))
-    elapsed = time.perf_counter() - start
-    summary = summarize(spec, prepared, frame, outcome, observed, elapsed, digests)
-    if outcome.status == "finished" and cfg.runtime.save_weights and spec.group in WEIGHTS_GROUPS:
-        save_weights(prepared.model, run.weights)
-    folders.write_json_atomic(run.summary, summary)
-    run.status.unlink(missing_ok=True)
-    if outcome.status == "interrupted":
+    with ctrl_c_held() as caught:  # the stop of a pool sends a second Ctrl-C: store first
+        frame = metrics_frame(recorder)
+        folders.write_frame_atomic(run.metrics, frame)
+        probes = pd.DataFrame(observed.probe.rows, columns=PROBE_COLUMNS)
+        folders.write_frame_atomic(run.probes, probes)
+        elapsed = time.perf_counter() - start
+        summary = summarize(spec, prepared, frame, outcome, observed, elapsed, digests)
+        if outcome.status == "finished" and cfg.runtime.save_weights:
+            if spec.group in WEIGHTS_GROUPS:
+                save_weights(prepared.model, run.weights)
+        folders.write_json_atomic(run.summary, summary)
+        run.status.unlink(missing_ok=True)
+    if outcome.status == "interrupted" or caught:
         if on_interrupt is not None:
             signal.signal(signal.SIGINT, on_interrupt)
         raise KeyboardInterrupt
     return summary
+
+
+@contextmanager
+def ctrl_c_held() -> Iterator[list[int]]:
+    """Hold Ctrl-C off while a run's files are written; the list says whether one came.
+
+    Lightning's teardown puts back the SIGINT handler it found, so after an interrupted fit a
+    second Ctrl-C (``ablate`` stopping its pool sends one to every worker) would cut the
+    storing of the interrupted run and lose it. Off the main thread nothing changes.
+    """
+    caught: list[int] = []
+    if threading.current_thread() is not threading.main_thread():
+        yield caught
+        return
+    previous = signal.signal(signal.SIGINT, lambda signum, frame: caught.append(signum))
+    try:
+        yield caught
+    finally:
+        signal.signal(signal.SIGINT, previous)

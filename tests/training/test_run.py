@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import math
+import os
+import signal
 from pathlib import Path
 
 import pandas as pd
@@ -16,7 +18,7 @@ from ablate.core.load import load_experiment
 from ablate.core.plan import RunSpec, with_train
 from ablate.core.stability import DivergenceRule
 from ablate.training.prepare import prepare
-from ablate.training.run import execute_run
+from ablate.training.run import ctrl_c_held, execute_run
 
 
 def _spec(variant: str = "layernorm", seed: int = 0, **overrides) -> RunSpec:
@@ -316,3 +318,23 @@ def test_ddp_processes_stop_a_diverging_run_together(tmp_path: Path) -> None:
     two = execute_run(_spec(**overrides, **{"runtime.devices": 2}), tmp_path)
     assert one["status"] == two["status"] == "diverged"
     assert two["diverged_step"] == one["diverged_step"] == two["steps"]
+
+
+def test_ctrl_c_while_a_run_is_stored_is_held_until_it_is() -> None:
+    """The pool's stop sends every worker a second Ctrl-C, which Lightning's teardown lets through
+    to the job's handler again: it must not cut the storing of the interrupted run."""
+
+    def interrupt(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt
+
+    before = signal.signal(signal.SIGINT, interrupt)
+    try:
+        with ctrl_c_held() as caught:
+            os.kill(os.getpid(), signal.SIGINT)
+            stored = True  # reached: the Ctrl-C did not raise inside the block
+        assert stored and caught == [signal.SIGINT]
+        assert signal.getsignal(signal.SIGINT) is interrupt  # the handler is back
+        with pytest.raises(KeyboardInterrupt):
+            os.kill(os.getpid(), signal.SIGINT)
+    finally:
+        signal.signal(signal.SIGINT, before)
