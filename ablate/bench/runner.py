@@ -38,7 +38,10 @@ def plain_loop(spec: RunSpec) -> tuple[float, float]:
     cfg, model = spec.config.train, prepared.model
     seq_len = spec.config.model.seq_len
     optimizer = torch.optim.AdamW(
-        parameter_groups(model, cfg.weight_decay), lr=cfg.lr, betas=(cfg.beta1, cfg.beta2)
+        parameter_groups(model, cfg.weight_decay),
+        lr=cfg.lr,
+        betas=(cfg.beta1, cfg.beta2),
+        eps=cfg.adam_eps,
     )
     max_norm = cfg.grad_clip if cfg.grad_clip is not None else math.inf
     loss_value = math.nan

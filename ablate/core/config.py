@@ -18,7 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 NormKind = Literal["layernorm", "rmsnorm", "dyt"]  # the names registered in ablate.nn.norms
 Placement = Literal["pre", "post", "sandwich", "deepnorm", "none"]
-Precision = Literal["32", "bf16-mixed", "bf16-true"]
+Precision = Literal["32", "bf16-mixed", "bf16-true", "16-mixed", "16-true"]
 NormImpl = Literal["auto", "reference", "torch", "cpp"]
 
 NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
@@ -289,6 +289,9 @@ class TrainConfig(StrictSection):
     weight_decay: float = Field(0.1, ge=0)
     beta1: float = Field(0.9, ge=0, lt=1)
     beta2: float = Field(0.95, ge=0, lt=1)
+    adam_eps: float = Field(
+        1e-8, gt=0, le=1, description="AdamW's eps (1e-8 is 0 in fp16: 16-true needs ~1e-4)"
+    )
     grad_clip: float | None = Field(1.0, gt=0, description="max grad norm; null disables")
     precision: Precision = "32"
     eval_interval: int = Field(25, ge=1, description="optimizer steps between evaluations")

@@ -31,6 +31,7 @@ LATER_KEYS: dict[tuple[str, str], Any] = {
     ("model", "source"): "ablate",
     ("model", "litgpt"): None,
     ("model", "factory"): None,
+    ("train", "adam_eps"): 1e-8,
 }
 
 
@@ -74,7 +75,7 @@ class RunSpec:
             "seed": self.seed,
             "data": _section("data", cfg.data.model_dump(mode="json")),
             "model": _section("model", cfg.model.model_dump(mode="json")),
-            "train": cfg.train.model_dump(mode="json"),
+            "train": _section("train", cfg.train.model_dump(mode="json")),
             "accelerator": cfg.runtime.accelerator,
         }
         if cfg.runtime.processes() > 1:  # DDP reduces in another order: close, not bitwise

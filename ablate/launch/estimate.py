@@ -95,15 +95,16 @@ def time_steps(
     device: torch.device = CPU,
 ) -> float:
     """Seconds per step (forward, backward, AdamW) of ``model`` (trained in place, on
-    ``device``): median of ``steps`` after a warm-up. ``bf16-true`` casts the model to bf16."""
-    if cfg.train.precision == "bf16-true":
-        model.to(torch.bfloat16)
+    ``device``): median of ``steps`` after a warm-up. ``*-true`` casts the model to its dtype,
+    ``*-mixed`` autocasts to it."""
+    precision = cfg.train.precision
+    dtype = torch.float16 if precision.startswith("16") else torch.bfloat16
+    if precision.endswith("-true"):
+        model.to(dtype)
     optimizer = torch.optim.AdamW(parameter_groups(model, cfg.train.weight_decay), lr=1e-4)
     seq_len, batch = cfg.model.seq_len, cfg.train.batch_size
     offsets = batch_offsets(len(corpus.train), seq_len, batch, steps + 1, seed=0)
-    autocast = torch.autocast(
-        device.type, dtype=torch.bfloat16, enabled=cfg.train.precision == "bf16-mixed"
-    )
+    autocast = torch.autocast(device.type, dtype=dtype, enabled=precision.endswith("-mixed"))
     sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
     times = []
     for row in offsets:

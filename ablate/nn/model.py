@@ -62,12 +62,37 @@ class Rotary(nn.Module):
         self.register_buffer("cos", angles.cos().float(), persistent=False)
         self.register_buffer("sin", angles.sin().float(), persistent=False)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """``x`` (B, H, T, d_head) rotated at positions 0 .. T-1."""
+    def forward(self, x: torch.Tensor, start: int = 0) -> torch.Tensor:
+        """``x`` (B, H, T, d_head) rotated at positions ``start`` .. ``start`` + T - 1."""
         t, half = x.shape[-2], x.shape[-1] // 2
-        cos, sin = self.cos[:t].to(x.dtype), self.sin[:t].to(x.dtype)
+        cos, sin = self.cos[start : start + t].to(x.dtype), self.sin[start : start + t].to(x.dtype)
         first, second = x[..., :half], x[..., half:]
         return torch.cat((first * cos - second * sin, first * sin + second * cos), dim=-1)
+
+
+class KVCache:
+    """Every layer's keys and values for decoding, (layers, B, H, capacity, d_head), filled up
+    to ``length`` positions (the same for every layer). :meth:`GPT.forward` with a cache
+    attends to what it holds and appends the new positions."""
+
+    def __init__(
+        self, cfg: ModelConfig, batch: int, device: torch.device, dtype: torch.dtype
+    ) -> None:
+        shape = (cfg.n_layers, batch, cfg.n_heads, cfg.seq_len, cfg.d_model // cfg.n_heads)
+        self.keys = torch.zeros(shape, device=device, dtype=dtype)
+        self.values = torch.zeros(shape, device=device, dtype=dtype)
+        self.length = 0
+
+    def extend(
+        self, layer: int, k: torch.Tensor, v: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Store ``layer``'s new keys and values after the cached ones; all of them."""
+        end = self.length + k.shape[2]
+        if end > self.keys.shape[3]:
+            raise ValueError(f"decoding past model.seq_len ({self.keys.shape[3]} positions)")
+        self.keys[layer, :, :, self.length : end] = k
+        self.values[layer, :, :, self.length : end] = v
+        return self.keys[layer, :, :, :end], self.values[layer, :, :, :end]
 
 
 class CausalSelfAttention(nn.Module):
@@ -89,23 +114,38 @@ class CausalSelfAttention(nn.Module):
         self.k_norm = make_norm(cfg, head) if cfg.norm.qk_norm else None
         self.rotary = Rotary(head, cfg.seq_len) if cfg.position == "rope" else None
 
-    def heads(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """Queries, keys (normalized under qk_norm, rotated under rope) and values, each
-        (B, H, T, d_head): what the dot product sees."""
+    def heads(
+        self, x: torch.Tensor, start: int = 0
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Queries, keys (normalized under qk_norm, rotated under rope at positions from
+        ``start``) and values, each (B, H, T, d_head): what the dot product sees."""
         b, t, d = x.shape
         q, k, v = self.qkv(x).split(d, dim=2)  # 3 x (B, T, D)
         q, k, v = (z.view(b, t, self.n_heads, d // self.n_heads).transpose(1, 2) for z in (q, k, v))
         if self.q_norm is not None and self.k_norm is not None:
             q, k = self.q_norm(q), self.k_norm(k)
         if self.rotary is not None:
-            q, k = self.rotary(q), self.rotary(k)
+            q, k = self.rotary(q, start), self.rotary(k, start)
         return q, k, v
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(
+        self, x: torch.Tensor, cache: KVCache | None = None, layer: int = 0
+    ) -> torch.Tensor:
+        """Attention over ``x`` (B, T, D); with a ``cache``, ``x`` holds the positions after the
+        cached ones, which are attended to as well."""
         b, t, d = x.shape
-        q, k, v = self.heads(x)
+        start = cache.length if cache is not None else 0
+        q, k, v = self.heads(x, start)
+        mask = None
+        if cache is not None:
+            k, v = cache.extend(layer, k, v)
+            if start and t > 1:  # a chunk after cached positions: each sees those and its past
+                mask = torch.ones(t, start + t, dtype=torch.bool, device=x.device).tril(start)
         dropout = self.dropout if self.training else 0.0
-        y = F.scaled_dot_product_attention(q, k, v, dropout_p=dropout, is_causal=True)
+        causal = start == 0 and t > 1
+        y = F.scaled_dot_product_attention(
+            q, k, v, attn_mask=mask, dropout_p=dropout, is_causal=causal
+        )
         return self.proj(y.transpose(1, 2).reshape(b, t, d))  # (B, T, D)
 
 
@@ -156,8 +196,13 @@ class Block(nn.Module):
         self.drop = nn.Dropout(cfg.dropout)
         self.alpha = deepnorm_alpha(cfg.n_layers) if self.placement == "deepnorm" else 1.0
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x = self.sublayer(x, lambda h: self.drop(self.attn(h)), self.norm_attn, self.norm_attn_out)
+    def forward(
+        self, x: torch.Tensor, cache: KVCache | None = None, layer: int = 0
+    ) -> torch.Tensor:
+        def attend(h: torch.Tensor) -> torch.Tensor:
+            return self.drop(self.attn(h, cache, layer))
+
+        x = self.sublayer(x, attend, self.norm_attn, self.norm_attn_out)
         return self.sublayer(x, self.mlp, self.norm_mlp, self.norm_mlp_out)
 
     def sublayer(
@@ -201,14 +246,19 @@ class GPT(nn.Module):
         if cfg.tie_weights:
             self.head.weight = self.tok_emb.weight
 
-    def forward(self, idx: torch.Tensor) -> torch.Tensor:
-        """Logits (B, T, V) for token ids ``idx`` (B, T)."""
+    def forward(self, idx: torch.Tensor, cache: KVCache | None = None) -> torch.Tensor:
+        """Logits (B, T, V) for token ids ``idx`` (B, T); with a ``cache`` (decoding), ``idx``
+        continues the cached positions, and the cache is extended by them."""
+        start = cache.length if cache is not None else 0
         x = self.tok_emb(idx)  # (B, T, D)
         if self.pos_emb is not None:
-            x = x + self.pos_emb(torch.arange(idx.shape[1], device=idx.device))
+            positions = torch.arange(start, start + idx.shape[1], device=idx.device)
+            x = x + self.pos_emb(positions)
         x = self.drop(x)
-        for block in self.blocks:
-            x = block(x)
+        for i, block in enumerate(self.blocks):
+            x = block(x, cache, i)
+        if cache is not None:
+            cache.length += idx.shape[1]
         return self.head(self.norm_f(x))
 
 

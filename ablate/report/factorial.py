@@ -84,9 +84,13 @@ def _finished_cells(grid: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
 def level_contrast(
     grid: pd.DataFrame, keys: list[str], key: str, level: str, base: str
 ) -> pd.Series:
-    """Per seed: mean over the other factors' cells of metric(level) − metric(base)."""
+    """Per seed: mean over the other factors' cells of metric(level) − metric(base); empty when
+    no run of either level finished (every one diverged: nothing to average)."""
     values = _finished_cells(grid, keys)
     pos = keys.index(key)
+    present = set(values.index.get_level_values(pos + 1))
+    if level not in present or base not in present:
+        return pd.Series(dtype=float)
     at_level = values.xs(level, level=pos + 1)
     at_base = values.xs(base, level=pos + 1)
     diff = (at_level - at_base).dropna()
@@ -179,8 +183,9 @@ def _estimate_text(est: PairedDifference | None) -> tuple[str, str]:
 def main_effects_markdown(table: pd.DataFrame) -> str:
     """The main-effect table: one row per factor level."""
     rows = []
+    first_levels = table.groupby("factor", sort=False)["level"].first()
     for r in table.itertuples():
-        first = r.seeds == 0 and not np.isfinite(r.effect)
+        first = r.level == first_levels[r.factor]
         est = PairedDifference(r.seeds, r.effect, r.effect_ci_low, r.effect_ci_high, r.effect_p)
         effect, p = ("first level", "–") if first else _estimate_text(est)
         if not first and np.isfinite(r.effect_p_holm) and (table["effect_p"].notna().sum() > 1):

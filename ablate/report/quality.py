@@ -24,7 +24,12 @@ from ablate.report.figures import (
 )
 from ablate.report.load import StoredExperiment, unigram_floor
 from ablate.report.section import Section
-from ablate.report.text import probes_markdown, quality_markdown, speed_markdown
+from ablate.report.text import (
+    probes_markdown,
+    quality_markdown,
+    speed_markdown,
+    unstable_runs,
+)
 
 
 def main_section(stored: StoredExperiment, table: pd.DataFrame, noise: float) -> Section:
@@ -57,6 +62,19 @@ def main_section(stored: StoredExperiment, table: pd.DataFrame, noise: float) ->
         "values are counted in activations and gradients at the probe steps.",
         "",
     ]
+    broken = unstable_runs(stored.main, variants)
+    if len(broken):
+        lines += [
+            "## Unstable runs",
+            "",
+            broken.to_markdown(index=False),
+            "",
+            "Every main run that diverged (the loss left the criterion's threshold or became "
+            "non-finite: the step it was stopped at) or collapsed (finished without learning "
+            "beyond the unigram floor: the last step), with the non-finite values the probes "
+            "counted in it.",
+            "",
+        ]
     section = Section(lines)
     difference = curve_difference(stored.metrics, variants, variants[0])
     if len(difference):

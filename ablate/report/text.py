@@ -120,6 +120,36 @@ def speed_markdown(table: pd.DataFrame, memory_kind: str) -> str:
     return shown.to_markdown(index=False)
 
 
+def unstable_runs(main: pd.DataFrame, variants: list[str]) -> pd.DataFrame:
+    """The main runs that diverged or collapsed, in variant order: when and how each broke."""
+    if main.empty or "stable" not in main:
+        return pd.DataFrame()
+    broken = main[(main["status"] == "diverged") | (main["stable"] == False)]  # noqa: E712
+    if broken.empty:
+        return broken
+    order = {v: i for i, v in enumerate(variants)}
+    broken = broken.assign(_order=broken["variant"].map(order)).sort_values(["_order", "seed"])
+    step = broken["diverged_step"].fillna(broken["unstable_step"])
+    reason = broken["diverged_reason"].fillna(broken["unstable_reason"])
+    return pd.DataFrame(
+        {
+            "variant": broken["variant"],
+            "seed": broken["seed"],
+            "status": broken["status"].where(broken["status"] == "diverged", "collapsed"),
+            "step": step.map(lambda v: fmt(v, 0)),
+            "how": reason,
+            "non-finite activations / grads (probes)": [
+                f"{int(a)} / {int(g)}"
+                for a, g in zip(
+                    broken["nonfinite_activations"].fillna(0),
+                    broken["nonfinite_grads"].fillna(0),
+                    strict=True,
+                )
+            ],
+        }
+    )
+
+
 def probes_markdown(per_run: pd.DataFrame, variants: list[str]) -> str:
     """Mean over seeds of :func:`last_probes` per variant."""
     means = per_run.groupby("variant").mean(numeric_only=True).reindex(variants)

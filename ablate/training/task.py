@@ -92,6 +92,7 @@ class LanguageModelTask(L.LightningModule):
             parameter_groups(self.model, cfg.weight_decay),
             lr=cfg.lr,
             betas=(cfg.beta1, cfg.beta2),
+            eps=cfg.adam_eps,
         )
         scheduler = torch.optim.lr_scheduler.LambdaLR(
             optimizer,

@@ -13,10 +13,12 @@ import os
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import lightning as L
 import pandas as pd
 import torch
+from lightning.pytorch.plugins.precision import MixedPrecision
 from torch import nn
 
 from ablate.core import folders
@@ -42,6 +44,19 @@ def quiet_lightning() -> None:
         logging.getLogger(name).setLevel(logging.WARNING)
     warnings.filterwarnings("ignore", message=".*LeafSpec.*")
     warnings.filterwarnings("ignore", message=".*does not have many workers.*")
+    # a non-finite loss skips its update on purpose; the divergence monitor stops and says so
+    warnings.filterwarnings("ignore", message=".*`training_step` returned `None`.*")
+
+
+def precision_arguments(precision: str, accelerator: str) -> dict[str, Any]:
+    """The Trainer's precision, as asked. Lightning turns ``16-mixed`` on a CPU into
+    ``bf16-mixed`` (with a warning): there ablate passes fp16 autocast with loss scaling as a
+    plugin itself, so a run labelled fp16 trains in fp16."""
+    on_cpu = accelerator == "cpu" or (accelerator == "auto" and not torch.cuda.is_available())
+    if precision == "16-mixed" and on_cpu:
+        scaler = torch.amp.GradScaler("cpu")
+        return {"plugins": [MixedPrecision("16-mixed", "cpu", scaler)]}
+    return {"precision": precision}
 
 
 def build_trainer(
@@ -65,7 +80,7 @@ def build_trainer(
         num_nodes=runtime.num_nodes,
         strategy="ddp_spawn" if several and runtime.strategy == "auto" else runtime.strategy,
         use_distributed_sampler=False,  # RunData gives each process its share of every batch
-        precision=cfg.train.precision,
+        **precision_arguments(cfg.train.precision, runtime.accelerator),
         max_steps=steps,
         max_epochs=1,
         val_check_interval=min(cfg.train.eval_interval, steps),

@@ -160,3 +160,25 @@ def test_registry_and_config_list_the_same_kinds_with_their_bias_defaults() -> N
     for kind in NORMS:
         built = _norm(kind, 4)
         assert NormConfig(kind=kind).bias == (built.bias is not None) == NORMS[kind].default_bias
+
+
+def _rms_error(scale: float, eps: float, fp32_reduction: bool) -> float:
+    """Largest error of RMSNorm on fp16 inputs of RMS ``scale`` against the float64 formula,
+    relative to the largest output (inf when an output is not finite)."""
+    x = torch.randn(8, 64, generator=torch.Generator().manual_seed(0), dtype=torch.float64) * scale
+    reference = x / (x.pow(2).mean(-1, keepdim=True) + eps).sqrt()
+    cfg = NormConfig(kind="rmsnorm", eps=eps, fp32_reduction=fp32_reduction, impl="reference")
+    y = build_norm(cfg, 64)(x.half()).detach().double()
+    if not torch.isfinite(y).all():
+        return math.inf
+    return float((y - reference).abs().max() / reference.abs().max())
+
+
+def test_fp16_statistics_underflow_without_the_fp32_reduction() -> None:
+    """The seed's failure: in fp16, x² of small activations underflows (and eps 1e-8 is 0), so
+    the op-by-op RMSNorm divides by ~0; accumulating the statistics in fp32 matches float64."""
+    for scale in (1e-4, 1e-3):
+        for eps in (1e-5, 1e-8):
+            assert _rms_error(scale, eps, fp32_reduction=True) < 1e-3
+    assert _rms_error(1e-4, 1e-8, fp32_reduction=False) == math.inf  # x² and eps round to 0
+    assert _rms_error(1e-3, 1e-8, fp32_reduction=False) > 3e-3  # x² subnormal: off scale

@@ -427,3 +427,30 @@ def test_small_probe_values_keep_their_digits_and_differences_their_sign() -> No
     )
     shown = quality_markdown(table)
     assert "+0.0013 [-0.0036, +0.0061]" in shown and "4.0e-05 (3)" in shown
+
+
+def test_unstable_runs_say_when_and_how_each_broke() -> None:
+    from ablate.report.text import unstable_runs
+
+    nan = float("nan")
+    main = pd.DataFrame(
+        {
+            "variant": ["b", "a", "a", "b"],
+            "seed": [0, 1, 0, 1],
+            "status": ["diverged", "finished", "finished", "finished"],
+            "stable": [False, False, True, True],
+            "diverged_step": [2.0, nan, nan, nan],
+            "diverged_reason": ["non-finite loss (nan)", nan, nan, nan],
+            "unstable_step": [2.0, 384.0, nan, nan],
+            "unstable_reason": ["diverged", "collapsed: final val loss 3.3", nan, nan],
+            "nonfinite_activations": [12, 0, 0, 0],
+            "nonfinite_grads": [7, 0, 0, 0],
+        }
+    )
+    table = unstable_runs(main, ["a", "b"])
+    assert list(table["variant"]) == ["a", "b"]  # variant order, not file order
+    assert list(table["status"]) == ["collapsed", "diverged"]
+    assert list(table["step"]) == ["384", "2"]
+    assert list(table["how"]) == ["collapsed: final val loss 3.3", "non-finite loss (nan)"]
+    assert list(table["non-finite activations / grads (probes)"]) == ["0 / 0", "12 / 7"]
+    assert unstable_runs(main[main["stable"]], ["a", "b"]).empty

@@ -142,3 +142,18 @@ def test_factor_section_renders_every_table() -> None:
     assert "first level" in text and "Interaction (effect of" in text
     assert len(effects) == 4 and text.count("\n| ") == (1 + 4) + (1 + 2)
     assert Design.from_manifest({"grid": [], "factors": {}}) is None
+
+
+def test_a_level_whose_runs_all_diverged_has_no_effect_and_is_not_the_first_level() -> None:
+    runs = _runs()
+    post = runs["variant"].str.endswith(".post")
+    runs.loc[post, "status"] = "diverged"
+    table = main_effects(runs, _design()).set_index(["factor", "level"])
+    row = table.loc[(PLACE, "post")]
+    assert (row["runs"], row["finished"], row["diverged"]) == (6, 0, 6)
+    assert math.isnan(row["effect"]) and math.isnan(row["mean"])
+    lines, _, _ = factor_section(runs, _design())
+    rows = "\n".join(lines).splitlines()
+    [post_row] = [r for r in rows if r.startswith(f"| {PLACE} ") and "| post " in r]
+    cells = [cell.strip() for cell in post_row.split("|")[1:-1]]
+    assert cells[2:] == ["6 (0 / 6)", "– ± –", "–", "–"]  # no effect, not "first level"

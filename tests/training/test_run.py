@@ -189,6 +189,27 @@ def test_bf16_mixed_precision_trains(tmp_path: Path) -> None:
 
 
 @pytest.mark.trains
+def test_fp16_trains_in_fp16_on_a_cpu_too(tmp_path: Path) -> None:
+    """16-mixed (fp16 autocast, loss scaling) trains and is neither bf16 nor fp32 in disguise
+    (Lightning alone turns 16-mixed on a CPU into bf16-mixed). 16-true runs and breaks at once,
+    as pure fp16 with AdamW does: the tiny second moments and eps 1e-8 round to 0 in fp16, so
+    the first update divides by zero and the loss of step 2 is NaN: a diverged run, stored."""
+    runs = {
+        precision: execute_run(_spec(**{"train.precision": precision}), tmp_path)
+        for precision in ("32", "bf16-mixed", "16-mixed", "16-true")
+    }
+    mixed = runs["16-mixed"]
+    assert mixed["status"] == "finished" and mixed["final_val_loss"] < math.log(256)
+    losses = [runs[p]["final_val_loss"] for p in ("32", "bf16-mixed", "16-mixed")]
+    assert len(set(losses)) == 3, losses
+    true = runs["16-true"]
+    assert (true["status"], true["diverged_step"]) == ("diverged", 2)
+    assert true["diverged_reason"] == "non-finite loss (nan)"
+    env = json.loads((tmp_path / "tiny" / true["run_id"] / "env.json").read_text())
+    assert env["precision"] == "16-true"
+
+
+@pytest.mark.trains
 def test_exception_in_training_is_stored_as_failed_and_redone_later(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
