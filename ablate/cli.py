@@ -20,6 +20,8 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from rich.console import Console
 
+    from ablate.core.experiment import Experiment
+
 
 EXIT_OK, EXIT_RUN_FAILED, EXIT_BAD_INPUT, EXIT_INTERRUPTED = 0, 1, 2, 130
 
@@ -123,6 +125,18 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--rounds", type=int, default=3, help="kernel rounds (median kept)")
     bench.add_argument(
         "--out", type=Path, default=Path("reports/bench"), help="folder for CSVs and the figure"
+    )
+    bench.add_argument(
+        "--inference",
+        action="store_true",
+        help="instead: prefill tokens/s, decode TPOT, memory and the norm's share of decode "
+        "time per variant in fp32, bf16 and int8 (docs/benchmarks.md)",
+    )
+    bench.add_argument("--batches", default="1,8", help="--inference: batch sizes")
+    bench.add_argument("--prompts", default="16,32", help="--inference: prompt lengths")
+    bench.add_argument("--new-tokens", type=int, default=16, help="--inference: decoded tokens")
+    bench.add_argument(
+        "--results-dir", type=Path, default=None, help="--inference: use the stored weights"
     )
 
     report = sub.add_parser("report", help="rebuild tables and figures from stored results")
@@ -298,6 +312,8 @@ def cmd_bench(args: argparse.Namespace, console: Console) -> int:
     experiment = None if str(args.experiment) == "none" else load_experiment(args.experiment)
     threads = args.threads or torch.get_num_threads()
     torch.set_num_threads(threads)
+    if args.inference:
+        return _bench_inference(args, experiment, device, console)
     settings = BenchSettings(
         dims,
         tokens,
@@ -311,6 +327,26 @@ def cmd_bench(args: argparse.Namespace, console: Console) -> int:
     )
     for path in run_benchmarks(experiment, device, threads, settings, console):
         console.print(f"wrote {path}")
+    return EXIT_OK
+
+
+def _bench_inference(
+    args: argparse.Namespace, experiment: Experiment | None, device: Any, console: Console
+) -> int:
+    """``ablate bench --inference``: the inference table of the experiment's variants."""
+    from ablate.bench.inference import InferenceSettings, run_inference
+
+    if experiment is None:
+        raise UsageError("--inference: needs an --experiment whose variants to decode with")
+    _positive(args.new_tokens, "--new-tokens")
+    settings = InferenceSettings(
+        tuple(_int_list(args.batches, "--batches")),
+        tuple(_int_list(args.prompts, "--prompts")),
+        args.new_tokens,
+        rounds=args.repeats,
+    )
+    path = run_inference(experiment, device, settings, args.results_dir, args.out, console)
+    console.print(f"wrote {path}")
     return EXIT_OK
 
 

@@ -199,6 +199,9 @@ class RunFolder:
         return pd.read_csv(which)
 
 
+INFERENCE_TABLE = "inference.csv"  # ablate bench --inference's table, in results and reports
+
+
 @dataclass(frozen=True)
 class ExperimentFolder:
     """One experiment's folder in the results root: its runs and its experiment-wide files."""
@@ -228,6 +231,16 @@ class ExperimentFolder:
     @property
     def report_where(self) -> Path:
         return self.path / "report.json"
+
+    @property
+    def inference(self) -> Path:
+        """``ablate bench --inference --results-dir``'s table, which the report shows."""
+        return self.path / INFERENCE_TABLE
+
+    def read_inference(self) -> pd.DataFrame:
+        """The stored inference table, empty when there is none."""
+        path = self.inference
+        return pd.read_csv(path) if path.is_file() and path.stat().st_size else pd.DataFrame()
 
     @property
     def mlruns(self) -> Path:

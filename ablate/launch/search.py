@@ -182,14 +182,21 @@ def run_search(
     return study
 
 
+ALREADY_TOLD = "Cannot tell a "  # Optuna's refusal to tell a trial that is already finished
+
+
 def optimize_one(study: optuna.Study, objective: Callable[[optuna.Trial], float]) -> None:
     """One trial of ``study``. On SQLite two workers can pop the same retried trial (it cannot
     lock the row): both train the one run (same run id; the second waits for it or reuses it)
-    and the second's tell finds the trial already told with the same result, which is fine."""
+    and the second's tell finds the trial already told with the same result, which is fine —
+    whether the other tell came before this one read the trial or between its read and write."""
     try:
         study.optimize(objective, n_trials=1, catch=(RunFailedError,))
     except optuna.exceptions.UpdateFinishedTrialError:
         pass
+    except ValueError as exc:
+        if not str(exc).startswith(ALREADY_TOLD):
+            raise
 
 
 def fail_dead_workers_trials(study: optuna.Study) -> None:

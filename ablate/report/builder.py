@@ -39,6 +39,7 @@ from ablate.report.comparison import comparison_section
 from ablate.report.convert import convert_section
 from ablate.report.factorial import Design
 from ablate.report.figures import save_figure
+from ablate.report.inference import inference_section
 from ablate.report.load import StoredExperiment, load_experiment_results
 from ablate.report.quality import factors_section, main_section
 from ablate.report.section import Section
@@ -171,6 +172,7 @@ def report_sections(stored: StoredExperiment, variants: list[str]) -> tuple[Sect
         report.extend(comparison_section(stored, table, tuned))
     for section in (
         main_section(stored, table, noise),
+        inference_section(stored.inference, variants),
         convert_section(stored),
         sweep,
         max_lr_section(stored.studies or {}),

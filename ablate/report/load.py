@@ -12,6 +12,7 @@ from pathlib import Path
 import pandas as pd
 
 from ablate.core import store
+from ablate.core.folders import ExperimentFolder
 from ablate.report.analysis import column
 
 
@@ -29,6 +30,7 @@ class StoredExperiment:
     missing: list[str]  # planned runs without a result, with their state
     convert: pd.DataFrame  # the convert: runs (continued and converted)
     convert_metrics: pd.DataFrame  # their per-step metrics
+    inference: pd.DataFrame  # ablate bench --inference's table, if it was stored here
 
 
 def load_experiment_results(exp_dir: Path) -> StoredExperiment:
@@ -52,6 +54,7 @@ def load_experiment_results(exp_dir: Path) -> StoredExperiment:
         missing=missing_runs(exp_dir, manifest, runs),
         convert=convert,
         convert_metrics=store.load_metrics(exp_dir, convert) if len(convert) else pd.DataFrame(),
+        inference=ExperimentFolder(exp_dir).read_inference(),
     )
 
 

@@ -80,24 +80,32 @@ def test_run_studies_writes_stability_json(tmp_path: Path) -> None:
     assert stored["criterion"] == criterion_text(exp.base.train.stability)
 
 
+@pytest.mark.parametrize("when", ["before_the_read", "between_read_and_write"])
 def test_a_trial_another_worker_already_told_is_not_an_error(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, when: str
 ) -> None:
-    """SQLite lets two workers pop the same retried trial; the one that tells second must go on.
-    The other worker's tell is slipped in between this worker's read of the trial and its write,
-    where the race puts it."""
+    """SQLite lets two workers pop the same retried trial; the one that tells second must go
+    on, wherever the other worker's tell falls: while this one still trains (it reads a
+    finished trial), or between this one's read of the trial and its write."""
     url = f"sqlite:///{tmp_path / 'race.db'}"
     study = optuna.create_study(study_name="race", storage=url)
     storage = study._storage
     tell = storage.set_trial_state_values
 
+    def other_worker_tells(trial_id: int) -> None:
+        optuna.storages.RDBStorage(url).set_trial_state_values(trial_id, TrialState.COMPLETE, [1.0])
+
     def racing_tell(trial_id: int, state: TrialState, values=None) -> bool:  # noqa: ANN001
-        if state.is_finished():
-            other = optuna.storages.RDBStorage(url)
-            other.set_trial_state_values(trial_id, TrialState.COMPLETE, [1.0])
+        if state.is_finished() and when == "between_read_and_write":
+            other_worker_tells(trial_id)
         return tell(trial_id, state, values)
 
+    def objective(trial: optuna.Trial) -> float:
+        if when == "before_the_read":
+            other_worker_tells(trial._trial_id)
+        return 1.0
+
     monkeypatch.setattr(storage, "set_trial_state_values", racing_tell)
-    optimize_one(study, lambda trial: 1.0)
+    optimize_one(study, objective)
     [trial] = study.get_trials()
     assert (trial.state, trial.value) == (TrialState.COMPLETE, 1.0)

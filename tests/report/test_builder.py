@@ -454,3 +454,29 @@ def test_unstable_runs_say_when_and_how_each_broke() -> None:
     assert list(table["how"]) == ["collapsed: final val loss 3.3", "non-finite loss (nan)"]
     assert list(table["non-finite activations / grads (probes)"]) == ["0 / 0", "12 / 7"]
     assert unstable_runs(main[main["stable"]], ["a", "b"]).empty
+
+
+@pytest.mark.trains
+def test_a_stored_inference_table_adds_the_inference_section(
+    finished: Path, tmp_path: Path
+) -> None:
+    exp = shutil.copytree(finished, tmp_path / "tiny")
+    table = pd.DataFrame(
+        {
+            "variant": VARIANTS,
+            "mode": "fp32",
+            "batch": 1,
+            "prompt": 16,
+            "new_tokens": 16,
+            "prefill_tokens_per_s": [5000.0, 5200.0],
+            "tpot_ms": [2.0, 1.9],
+            "norm_share": [0.12, 0.10],
+            "peak_memory_mb": 300.0,
+            "rounds": 3,
+        }
+    )
+    folders.write_frame_atomic(folders.ExperimentFolder(exp).inference, table)
+    report = build_report(exp, tmp_path / "rep")
+    text = report.markdown.read_text()
+    assert "## Inference" in text and "rmsnorm/layernorm TPOT 0.950" in text
+    assert (tmp_path / "rep" / "inference.csv").is_file()

@@ -1,0 +1,65 @@
+"""The report's Inference section, from the table ``ablate bench --inference --results-dir``
+stored beside the runs (``inference.csv``): prefill and TPOT per variant against the baseline's,
+with the norm's share of decode time, so a reader sees whether the norm matters end to end."""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from ablate.core.folders import INFERENCE_TABLE
+from ablate.report.section import Section
+
+SHOWN = {
+    "variant": "variant",
+    "mode": "mode",
+    "batch": "batch",
+    "prompt": "prompt",
+    "prefill_tokens_per_s": "prefill tokens/s",
+    "tpot_ms": "TPOT (ms)",
+    "norm_share": "norm share of decode",
+    "peak_memory_mb": "peak memory (MiB)",
+}
+
+
+def inference_summary(table: pd.DataFrame, baseline: str) -> list[str]:
+    """Per mode, each variant's TPOT and prefill over the baseline's (batch 1 and the largest
+    batch, shortest prompt) beside the norms' share of decode time."""
+    lines = []
+    for mode, mine in table.groupby("mode", sort=False):
+        prompt = mine["prompt"].min()
+        for batch in sorted({mine["batch"].min(), mine["batch"].max()}):
+            cell = mine[(mine["batch"] == batch) & (mine["prompt"] == prompt)].set_index("variant")
+            if baseline not in cell.index:
+                continue
+            base = cell.loc[baseline]
+            for variant, row in cell.drop(index=baseline).iterrows():
+                lines.append(
+                    f"{mode}, batch {batch}, prompt {prompt}: {variant}/{baseline} TPOT "
+                    f"{row.tpot_ms / base.tpot_ms:.3f} ({row.tpot_ms:.3g} vs {base.tpot_ms:.3g} "
+                    f"ms), prefill {row.prefill_tokens_per_s / base.prefill_tokens_per_s:.3f}; "
+                    f"norm share of decode {row.norm_share:.1%} vs {base.norm_share:.1%}"
+                )
+    return lines
+
+
+def inference_section(table: pd.DataFrame, variants: list[str]) -> Section:
+    """The section, or nothing when no inference table was stored."""
+    if table.empty:
+        return Section()
+    shown = table[list(SHOWN)].rename(columns=SHOWN)
+    shown["norm share of decode"] = shown["norm share of decode"].map(lambda v: f"{v:.1%}")
+    lines = [
+        "## Inference",
+        "",
+        f"Measured by `ablate bench --inference` ({int(table['new_tokens'].iloc[0])} decoded "
+        f"tokens, median of {int(table['rounds'].iloc[0])} alternating rounds; fp32, bf16 and "
+        "int8 = linear layers dynamically quantized). TPOT: decode time per output token "
+        "with the KV cache; the norm share: the norms' part of one prefill-and-decode pass's "
+        "CPU time in `torch.profiler`. A norm cannot change TPOT by more than its share.",
+        "",
+        *(f"- {line}" for line in inference_summary(table, variants[0])),
+        "",
+        shown.to_markdown(index=False, floatfmt=".4g"),
+        "",
+    ]
+    return Section(lines, {INFERENCE_TABLE: table})

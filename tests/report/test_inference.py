@@ -1,0 +1,46 @@
+"""The report's Inference section: the stored bench table, each variant against the baseline."""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from ablate.report.inference import inference_section, inference_summary
+
+
+def _table() -> pd.DataFrame:
+    rows = []
+    for variant, tpot, share in (("layernorm", 2.0, 0.10), ("rmsnorm", 1.5, 0.08)):
+        for batch in (1, 8):
+            rows.append(
+                {
+                    "variant": variant,
+                    "mode": "fp32",
+                    "batch": batch,
+                    "prompt": 16,
+                    "new_tokens": 16,
+                    "prefill_tokens_per_s": 1000.0 * batch / tpot,
+                    "tpot_ms": tpot * batch,
+                    "norm_share": share,
+                    "peak_memory_mb": 300.0,
+                    "rounds": 3,
+                }
+            )
+    return pd.DataFrame(rows)
+
+
+def test_summary_gives_each_ratio_to_the_baseline_with_the_norm_share() -> None:
+    lines = inference_summary(_table(), "layernorm")
+    assert lines == [
+        "fp32, batch 1, prompt 16: rmsnorm/layernorm TPOT 0.750 (1.5 vs 2 ms), prefill 1.333; "
+        "norm share of decode 8.0% vs 10.0%",
+        "fp32, batch 8, prompt 16: rmsnorm/layernorm TPOT 0.750 (12 vs 16 ms), prefill 1.333; "
+        "norm share of decode 8.0% vs 10.0%",
+    ]
+
+
+def test_section_only_when_a_table_was_stored() -> None:
+    section = inference_section(_table(), ["layernorm", "rmsnorm"])
+    text = "\n".join(section.lines)
+    assert "## Inference" in text and "| rmsnorm   | fp32" in text and "8.0%" in text
+    assert list(section.tables) == ["inference.csv"]
+    assert inference_section(pd.DataFrame(), ["layernorm"]).lines == []
