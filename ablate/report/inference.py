@@ -36,10 +36,21 @@ def inference_summary(table: pd.DataFrame, baseline: str) -> list[str]:
                 lines.append(
                     f"{mode}, batch {batch}, prompt {prompt}: {variant}/{baseline} TPOT "
                     f"{row.tpot_ms / base.tpot_ms:.3f} ({row.tpot_ms:.3g} vs {base.tpot_ms:.3g} "
-                    f"ms), prefill {row.prefill_tokens_per_s / base.prefill_tokens_per_s:.3f}; "
+                    f"ms, {verdict(row, base)}), prefill "
+                    f"{row.prefill_tokens_per_s / base.prefill_tokens_per_s:.3f}; "
                     f"norm share of decode {row.norm_share:.1%} vs {base.norm_share:.1%}"
                 )
     return lines
+
+
+def verdict(row: pd.Series, base: pd.Series) -> str:
+    """Whether a variant's TPOT differs from the baseline's beyond the rounds' spread: every
+    round slower than every baseline round, every round faster, or the ranges overlap."""
+    if row.tpot_ms_min > base.tpot_ms_max:
+        return "slower in every round"
+    if row.tpot_ms_max < base.tpot_ms_min:
+        return "faster in every round"
+    return "within the rounds' spread"
 
 
 def inference_section(table: pd.DataFrame, variants: list[str]) -> Section:

@@ -470,6 +470,8 @@ def test_a_stored_inference_table_adds_the_inference_section(
             "new_tokens": 16,
             "prefill_tokens_per_s": [5000.0, 5200.0],
             "tpot_ms": [2.0, 1.9],
+            "tpot_ms_min": [1.9, 1.8],
+            "tpot_ms_max": [2.1, 2.0],
             "norm_share": [0.12, 0.10],
             "peak_memory_mb": 300.0,
             "rounds": 3,
