@@ -345,6 +345,18 @@ def _bench_inference(
         args.new_tokens,
         rounds=args.repeats,
     )
+    for name, cfg in experiment.variants.items():
+        if cfg.model.source != "ablate":
+            raise UsageError(
+                f"--inference: variant {name} is a model.source: {cfg.model.source} model; "
+                "the KV-cache decoding path is ablate's own model's"
+            )
+        longest = max(settings.prompts) + settings.new_tokens
+        if longest > cfg.model.seq_len:
+            raise UsageError(
+                f"--prompts/--new-tokens: {longest} positions > model.seq_len "
+                f"{cfg.model.seq_len} of variant {name}"
+            )
     path = run_inference(experiment, device, settings, args.results_dir, args.out, console)
     console.print(f"wrote {path}")
     return EXIT_OK

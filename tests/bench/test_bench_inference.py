@@ -27,20 +27,20 @@ from ablate.nn.model import build_gpt, next_token_loss, parameter_groups
 from ablate.training.data import batch_offsets, gather_windows, load_corpus
 
 INT8_TOLERANCE = 0.05  # nats: int8 weights may cost at most this much val loss here
-SMALL = InferenceSettings(batches=(1, 2), prompts=(4,), new_tokens=3, rounds=1)
+SMALL = InferenceSettings(batches=(2,), prompts=(4,), new_tokens=3, rounds=1)
 
 
 def test_every_variant_mode_batch_and_prompt_has_its_figures(tiny_experiment: Path) -> None:
     experiment = load_experiment(tiny_experiment)
     table = inference_table(experiment, torch.device("cpu"), SMALL, say=lambda _: None)
-    assert len(table) == 2 * 3 * 2  # variants x modes x batches
+    assert len(table) == 2 * 3  # variants x modes
     assert set(table["mode"]) == {"fp32", "bf16", "int8"}
     for column in ("prefill_tokens_per_s", "tpot_ms", "peak_memory_mb"):
         assert (table[column] > 0).all(), column
     assert ((table["norm_share"] > 0) & (table["norm_share"] < 1)).all()
     assert (table["tpot_ms_min"] <= table["tpot_ms"]).all()
     lines = inference_summary(table, "layernorm")
-    assert len(lines) == 3 * 2 and all("rmsnorm/layernorm TPOT" in line for line in lines)
+    assert len(lines) == 3 and all("rmsnorm/layernorm TPOT" in line for line in lines)
 
 
 def test_the_norm_share_is_zero_without_norms_and_large_with_slow_ones() -> None:
@@ -96,3 +96,31 @@ def test_cli_writes_the_inference_table_and_stores_it_beside_the_runs(
 def test_inference_needs_an_experiment(capsys: pytest.CaptureFixture) -> None:
     assert main(["bench", "--inference", "--experiment", "none"]) == 2
     assert "needs an --experiment" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (["--prompts", "12", "--new-tokens", "8"], "20 positions > model.seq_len 16"),
+        (["--batches", "0"], "--batches"),
+    ],
+)
+def test_inference_arguments_are_checked(
+    tiny_experiment: Path, extra: list[str], message: str, capsys: pytest.CaptureFixture
+) -> None:
+    args = ["bench", "--inference", "--experiment", str(tiny_experiment), *extra]
+    assert main(args) == 2
+    assert message in capsys.readouterr().err
+
+
+def test_inference_refuses_models_from_other_sources(
+    tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    path = tmp_path / "own.yaml"
+    path.write_text(
+        "seeds: [0]\ndata: {source: builtin_text}\n"
+        "model: {source: python, factory: 'experiments.own_model:build', seq_len: 64}\n"
+        "train: {batch_size: 4, tokens: 640}\nvariants: {base: {}}\n"
+    )
+    assert main(["bench", "--inference", "--experiment", str(path)]) == 2
+    assert "the KV-cache decoding path is ablate's own model's" in capsys.readouterr().err
