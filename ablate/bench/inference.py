@@ -159,6 +159,15 @@ def variant_model(experiment: Experiment, variant: str, vocab: int, root: Path |
     return model
 
 
+def variant_models(experiment: Experiment, root: Path | None) -> tuple[Corpus, dict[str, GPT]]:
+    """The experiment's corpus (its variants share it) and every variant's model
+    (:func:`variant_model`)."""
+    first = next(iter(experiment.variants.values()))
+    corpus = load_corpus(first.data, first.model.seq_len)
+    models = {v: variant_model(experiment, v, corpus.vocab_size, root) for v in experiment.variants}
+    return corpus, models
+
+
 @torch.no_grad()
 def quantized_loss(model: GPT, corpus: Corpus, batches: int = 8) -> tuple[float, float]:
     """(val loss of ``model``, of its int8 copy) over the first ``batches`` val windows."""
@@ -184,9 +193,7 @@ def inference_table(
 ) -> pd.DataFrame:
     """One row per variant x mode x batch x prompt length: medians and ranges over rounds."""
     modes = [m for m in settings.modes if not (m == "int8" and device.type != "cpu")]
-    first = next(iter(experiment.variants.values()))
-    corpus = load_corpus(first.data, first.model.seq_len)
-    models = {v: variant_model(experiment, v, corpus.vocab_size, root) for v in experiment.variants}
+    corpus, models = variant_models(experiment, root)
     generator = torch.Generator().manual_seed(0)
     rows = []
     for mode in modes:
@@ -247,13 +254,10 @@ def _cell(
 
 def int8_quality(experiment: Experiment, root: Path | None) -> list[str]:
     """Per variant, the val loss of its model and of the int8 copy (:func:`quantized_loss`)."""
-    first = next(iter(experiment.variants.values()))
-    corpus = load_corpus(first.data, first.model.seq_len)
+    corpus, models = variant_models(experiment, root)
     lines = []
-    for variant in experiment.variants:
-        fp32, int8 = quantized_loss(
-            variant_model(experiment, variant, corpus.vocab_size, root), corpus
-        )
+    for variant, model in models.items():
+        fp32, int8 = quantized_loss(model, corpus)
         lines.append(
             f"int8 val loss, {variant}: {int8:.4f} vs fp32 {fp32:.4f} ({int8 - fp32:+.4f})"
         )

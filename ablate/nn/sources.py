@@ -56,9 +56,7 @@ def construct(cfg: ModelConfig, vocab_size: int) -> nn.Module:
     """A litgpt or python model as its source builds it (not yet initialized by ablate)."""
     if cfg.source == "litgpt":
         return litgpt_model(cfg, vocab_size)
-    if cfg.source == "python":
-        return factory_model(cfg, vocab_size)
-    raise ModelSourceError(f"model.source: {cfg.source!r} has no constructor here")
+    return factory_model(cfg, vocab_size)
 
 
 def _litgpt() -> Any:
