@@ -9,9 +9,12 @@ For a machine with a CUDA GPU (untested on this project's CPU-only CI):
    sweep, the search and max-LR studies, and the report with its figures in
    ``<out>/reports/smoke_gpu/``;
 2. ``ablate bench --device cuda`` on ``experiments/ln_vs_rms.yaml``: kernel table and figure,
-   step time, tokens/s, memory and MFU per variant in ``<out>/bench/``.
+   step time, tokens/s, memory and MFU per variant in ``<out>/bench/``;
+3. ``ablate bench --inference --device cuda`` on the same experiment (fresh weights: speed does
+   not depend on their values): prefill, TPOT, memory and the norms' share of kernel time per
+   variant in fp32 and bf16, in ``<out>/inference/``.
 
-Exit code: 2 without a CUDA device, else the worst of the two commands'.
+Exit code: 2 without a CUDA device, else the worst of the three commands'.
 """
 
 from __future__ import annotations
@@ -76,8 +79,20 @@ def main(argv: list[str] | None = None) -> int:
             str(args.out / "bench"),
         ]
     )
-    print(f"figures: {args.out / 'reports'}, {args.out / 'bench'}")
-    return max(run, bench)
+    inference = ablate_main(
+        [
+            "bench",
+            "--inference",
+            "--device",
+            "cuda",
+            "--experiment",
+            str(args.bench_experiment),
+            "--out",
+            str(args.out / "inference"),
+        ]
+    )
+    print(f"figures: {args.out / 'reports'}, {args.out / 'bench'}, {args.out / 'inference'}")
+    return max(run, bench, inference)
 
 
 if __name__ == "__main__":

@@ -29,3 +29,22 @@ def test_without_cuda_it_refuses_in_one_line(
     assert main(["--out", str(tmp_path / "gpu")]) == 2
     assert capsys.readouterr().err.strip() == "ablate.gpu_check: error: no CUDA device is available"
     assert not (tmp_path / "gpu").exists()
+
+
+def test_it_runs_the_smoke_file_the_bench_and_the_inference_bench(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With CUDA (faked) and the commands recorded: three commands on CUDA, worst exit wins."""
+    calls: list[list[str]] = []
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda _index: "fake")
+    monkeypatch.setattr(
+        "ablate.gpu_check.ablate_main", lambda argv: calls.append(argv) or len(calls) - 1
+    )
+    assert main(["--out", str(tmp_path)]) == 2
+    assert [argv[:2] for argv in calls] == [
+        ["run", str(tmp_path / "smoke_gpu.yaml")],
+        ["bench", "--device"],
+        ["bench", "--inference"],
+    ]
+    assert calls[2][2:4] == ["--device", "cuda"] and calls[2][-1] == str(tmp_path / "inference")

@@ -11,7 +11,8 @@ by ``torch.ao``; CPU only) — batch size and prompt length:
 - **decode**: ``new_tokens`` single-token steps against the cache (:mod:`ablate.nn.decode`);
   TPOT = their time / ``new_tokens``, in ms;
 - **norm share**: one decode pass under ``torch.profiler``, each norm's forward inside a
-  ``record_function``: the norms' CPU time over the whole pass's;
+  ``record_function``: the norms' CPU time over the whole pass's on a CPU; on a GPU the device
+  time of the kernels the norms launched over that of all the pass's kernels;
 - **peak memory**: the CUDA allocator's peak, or the process's peak resident set on a CPU.
 
 Rounds alternate the variants (every variant once per round) and the medians and the min–max
@@ -27,7 +28,7 @@ import copy
 import statistics
 import time
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,6 +37,8 @@ import pandas as pd
 import torch
 from rich.console import Console
 from torch import nn
+from torch.autograd import DeviceType
+from torch.autograd.profiler_util import FunctionEvent
 from torch.profiler import ProfilerActivity, profile, record_function
 
 from ablate.core import folders, store
@@ -137,13 +140,27 @@ def norms_labelled(model: nn.Module) -> Iterator[None]:
 def norm_share(
     model: nn.Module, shape: ModelConfig, prompt: torch.Tensor, new_tokens: int, mode: str
 ) -> float:
-    """The norms' share of one prefill-and-decode pass's CPU time, from ``torch.profiler``."""
-    with norms_labelled(model), profile(activities=[ProfilerActivity.CPU]) as prof:
+    """The norms' share of one prefill-and-decode pass, from ``torch.profiler``: of its CPU time
+    on a CPU, of its kernels' device time on a GPU (where CPU time is mostly launch overhead)."""
+    activities = [ProfilerActivity.CPU]
+    if prompt.device.type == "cuda":
+        activities.append(ProfilerActivity.CUDA)
+    with norms_labelled(model), profile(activities=activities) as prof:
         with record_function("ablate.decode"):
             time_inference(model, shape, prompt, new_tokens, mode)
-    totals = {e.key: e.cpu_time_total for e in prof.key_averages()}
-    whole = totals.get("ablate.decode", 0.0)
-    return totals.get(NORM_LABEL, 0.0) / whole if whole else float("nan")
+    return labelled_share(prof.events(), on_device=prompt.device.type == "cuda")
+
+
+def labelled_share(events: Iterable[FunctionEvent], on_device: bool) -> float:
+    """Time inside ``NORM_LABEL`` ranges over time inside the ``ablate.decode`` range: CPU time,
+    or (``on_device``) the device time of the kernels each range launched. Only the CPU-side
+    ranges count (a GPU-side copy of a range would count its kernels twice)."""
+    totals = {NORM_LABEL: 0.0, "ablate.decode": 0.0}
+    for event in events:
+        if event.name in totals and event.device_type == DeviceType.CPU:
+            totals[event.name] += event.device_time_total if on_device else event.cpu_time_total
+    whole = totals["ablate.decode"]
+    return totals[NORM_LABEL] / whole if whole else float("nan")
 
 
 def variant_model(experiment: Experiment, variant: str, vocab: int, root: Path | None) -> GPT:

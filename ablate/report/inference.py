@@ -53,6 +53,13 @@ def verdict(row: pd.Series, base: pd.Series) -> str:
     return "within the rounds' spread"
 
 
+def shared_time(table: pd.DataFrame) -> str:
+    """What the norm share divides: kernel time on a GPU (the bench profiles CUDA there), CPU
+    time on a CPU; the peak-memory column tells which device measured the table."""
+    on_gpu = table["memory_kind"].eq("cuda_max_allocated").any()
+    return "GPU kernel time" if on_gpu else "CPU time"
+
+
 def inference_section(table: pd.DataFrame, variants: list[str]) -> Section:
     """The section, or nothing when no inference table was stored."""
     if table.empty:
@@ -66,7 +73,8 @@ def inference_section(table: pd.DataFrame, variants: list[str]) -> Section:
         f"tokens, median of {int(table['rounds'].iloc[0])} alternating rounds; fp32, bf16 and "
         "int8 = linear layers dynamically quantized). TPOT: decode time per output token "
         "with the KV cache; the norm share: the norms' part of one prefill-and-decode pass's "
-        "CPU time in `torch.profiler`. A norm cannot change TPOT by more than its share.",
+        f"{shared_time(table)} in `torch.profiler`. A norm cannot change TPOT by more than its "
+        "share.",
         "",
         *(f"- {line}" for line in inference_summary(table, variants[0])),
         "",

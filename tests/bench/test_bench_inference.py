@@ -9,11 +9,14 @@ from pathlib import Path
 import pandas as pd
 import pytest
 import torch
+from torch.autograd import DeviceType
+from torch.autograd.profiler_util import FunctionEvent
 
 from ablate.bench.inference import (
     InferenceSettings,
     inference_summary,
     inference_table,
+    labelled_share,
     norm_share,
     prepared,
     quantized_loss,
@@ -53,6 +56,29 @@ def test_the_norm_share_is_zero_without_norms_and_large_with_slow_ones() -> None
         model = build_gpt(model_cfg, 40, seed=0).eval()
         shares[placement] = norm_share(model, model_cfg, prompt, 3, "fp32")
     assert shares["none"] == 0 and shares["pre"] > 0
+
+
+def _range(name: str, start: int, end: int, kernel_us: int = 0, **kw: object) -> FunctionEvent:
+    event = FunctionEvent(0, name, 0, start, end, use_device="cuda", **kw)
+    if kernel_us:
+        event.append_kernel(f"{name}_kernel", 0, kernel_us)
+    return event
+
+
+def test_on_a_gpu_the_share_is_of_kernel_time_not_of_launch_time() -> None:
+    """A decode pass whose norm took 60 of 100 us on the CPU (launching) but launched 10 of
+    the 50 us of kernel time: on a GPU the share is 0.2, counted once (the GPU-side copy of the
+    norm's range is left out); on a CPU it is 0.6."""
+    decode = _range("ablate.decode", 0, 100)
+    norm = _range("ablate.norm", 10, 70, kernel_us=10)
+    matmul = _range("aten::mm", 70, 90, kernel_us=40)
+    for child in (norm, matmul):
+        decode.append_cpu_child(child)
+    gpu_copy = _range("ablate.norm", 200, 210, device_type=DeviceType.CUDA)
+    events = [decode, norm, matmul, gpu_copy]
+    assert labelled_share(events, on_device=True) == pytest.approx(10 / 50)
+    assert labelled_share(events, on_device=False) == pytest.approx(60 / 100)
+    assert math.isnan(labelled_share([norm], on_device=False))
 
 
 def _trained(tiny_experiment: Path):

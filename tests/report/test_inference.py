@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pandas as pd
 
-from ablate.report.inference import inference_section, inference_summary
+from ablate.report.inference import inference_section, inference_summary, shared_time
 
 
-def _table() -> pd.DataFrame:
+def _table(memory_kind: str = "process_peak_rss") -> pd.DataFrame:
     rows = []
     for variant, tpot, share in (("layernorm", 2.0, 0.10), ("rmsnorm", 1.5, 0.08)):
         for batch in (1, 8):
@@ -24,6 +24,7 @@ def _table() -> pd.DataFrame:
                     "tpot_ms_max": tpot * batch * (1.3 if batch == 1 else 1.01),
                     "norm_share": share,
                     "peak_memory_mb": 300.0,
+                    "memory_kind": memory_kind,
                     "rounds": 3,
                 }
             )
@@ -46,3 +47,10 @@ def test_section_only_when_a_table_was_stored() -> None:
     assert "## Inference" in text and "| rmsnorm   | fp32" in text and "8.0%" in text
     assert list(section.tables) == ["inference.csv"]
     assert inference_section(pd.DataFrame(), ["layernorm"]).lines == []
+
+
+def test_the_share_is_of_kernel_time_when_a_gpu_measured_the_table() -> None:
+    assert shared_time(_table()) == "CPU time"
+    assert shared_time(_table("cuda_max_allocated")) == "GPU kernel time"
+    text = "\n".join(inference_section(_table("cuda_max_allocated"), ["layernorm"]).lines)
+    assert "prefill-and-decode pass's GPU kernel time in `torch.profiler`" in text
