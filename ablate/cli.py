@@ -159,14 +159,37 @@ def _positive(value: int | None, flag: str) -> None:
 
 
 def cmd_validate(args: argparse.Namespace, console: Console) -> int:
-    """Print the plan of an experiment file and an estimate of its time."""
+    """Print the plan of an experiment file and an estimate of its time (per size under
+    ``scale:``)."""
     from ablate.core.load import load_experiment
     from ablate.core.overrides import difference_lines
+
+    experiment = load_experiment(args.experiment)
+    console.print(f"[bold]{experiment.name}[/bold]: {experiment.description}".rstrip(": "))
+    if experiment.scale is None:
+        _print_plan(experiment, args, console)
+    else:
+        from ablate.launch.scale import resolve_sizes
+
+        total = 0.0
+        for size in resolve_sizes(experiment):
+            console.print(
+                f"[bold]size {size.label}[/bold]: {size.n_params:,} parameters, "
+                f"{size.tokens:,} tokens per run"
+            )
+            total += _print_plan(size.experiment, args, console)
+        console.print(f"estimated wall time, all sizes: {total / 60:.1f} min")
+    for line in difference_lines(experiment):
+        console.print(line, markup=False, highlight=False, soft_wrap=True)
+    return EXIT_OK
+
+
+def _print_plan(experiment: Experiment, args: argparse.Namespace, console: Console) -> float:
+    """The runs, the per-variant estimate table and the wall time of one experiment; the time."""
     from ablate.core.plan import planned_groups
     from ablate.launch.estimate import describe_plan
     from ablate.launch.workers import choose_resources, gpu_count
 
-    experiment = load_experiment(args.experiment)
     n_runs = len(experiment.seeds) * len(experiment.variants)
     res = choose_resources(
         n_runs,
@@ -175,7 +198,6 @@ def cmd_validate(args: argparse.Namespace, console: Console) -> int:
         gpus=gpu_count(experiment.base.runtime.accelerator),
     )
     plan = describe_plan(experiment, res.workers, res.threads)
-    console.print(f"[bold]{experiment.name}[/bold]: {experiment.description}".rstrip(": "))
     groups = ", ".join(planned_groups(experiment))
     console.print(
         f"seeds {experiment.seeds}; up to {plan.runs} runs ({groups}); "
@@ -192,9 +214,7 @@ def cmd_validate(args: argparse.Namespace, console: Console) -> int:
         f"plus evaluation; of which {plan.fixed_s:.0f} s fixed costs: run set-up, pool starts, "
         "start-up and report)"
     )
-    for line in difference_lines(experiment):
-        console.print(line, markup=False, highlight=False, soft_wrap=True)
-    return EXIT_OK
+    return plan.wall_time_s
 
 
 def cmd_run(args: argparse.Namespace, console: Console) -> int:
@@ -205,6 +225,8 @@ def cmd_run(args: argparse.Namespace, console: Console) -> int:
     _positive(args.workers, "--workers")
     _positive(args.threads, "--threads")
     experiment = load_experiment(args.experiment)
+    if experiment.scale is not None:
+        return _run_scaled(args, experiment, console)
     result = run_experiment(
         experiment,
         args.results_dir,
@@ -228,6 +250,26 @@ def cmd_run(args: argparse.Namespace, console: Console) -> int:
     return EXIT_RUN_FAILED if result.missing else EXIT_OK
 
 
+def _run_scaled(args: argparse.Namespace, experiment: Experiment, console: Console) -> int:
+    """``ablate run`` of a file with a ``scale:`` section: every size, then the scaling report."""
+    from ablate.launch.scale import run_scaled
+
+    result = run_scaled(
+        experiment,
+        args.results_dir,
+        args.report_dir,
+        args.workers,
+        args.threads,
+        args.storage,
+        console,
+    )
+    console.print(result.report.read_text(encoding="utf-8"), markup=False, highlight=False)
+    console.print(f"scaling report: {result.report}")
+    if result.missing:
+        console.print(f"{len(result.missing)} planned run(s) not done: {'; '.join(result.missing)}")
+    return EXIT_RUN_FAILED if result.missing else EXIT_OK
+
+
 def _print_studies(studies: dict, console: Console) -> None:
     from ablate.launch.studies import result_lines
 
@@ -244,6 +286,8 @@ def cmd_search(args: argparse.Namespace, console: Console) -> int:
     _positive(args.workers, "--workers")
     _positive(args.threads, "--threads")
     experiment = load_experiment(args.experiment)
+    if experiment.scale is not None:
+        raise UsageError(f"{args.experiment}: has a scale: section; run it with ablate run")
     if experiment.search is None and experiment.max_lr is None:
         raise UsageError(f"{args.experiment}: has no search: or max_lr: section to run")
     check_inputs(experiment)
@@ -258,6 +302,7 @@ def cmd_search(args: argparse.Namespace, console: Console) -> int:
 def cmd_report(args: argparse.Namespace, console: Console) -> int:
     """Rebuild the report of one experiment's results folder."""
     from ablate.core import store
+    from ablate.core.folders import ExperimentFolder
     from ablate.report.builder import build_report
 
     if not args.results.is_dir():
@@ -265,11 +310,18 @@ def cmd_report(args: argparse.Namespace, console: Console) -> int:
             f"{args.results}: results folder not found "
             "(give results/<experiment>, as written by ablate run)"
         )
-    if not store.is_experiment(args.results):
+    if not (store.is_experiment(args.results) or ExperimentFolder(args.results).is_scaled()):
         raise UsageError(
             f"{args.results}: holds no experiment.json and no run folders; "
             "give results/<experiment>, as written by ablate run"
         )
+    if ExperimentFolder(args.results).is_scaled():
+        from ablate.report.builder import build_scaling_report
+
+        path = build_scaling_report(args.results, args.out or Path("reports") / args.results.name)
+        console.print(path.read_text(encoding="utf-8"), markup=False, highlight=False)
+        console.print(f"scaling report: {path}")
+        return EXIT_OK
     out = args.out or store.remembered_report_dir(args.results)
     out = out or Path("reports") / args.results.name
     report = build_report(args.results, out)

@@ -34,6 +34,37 @@ def test_validate_prints_the_plan_with_cost(
     ) in out
 
 
+def test_validate_estimates_every_size_of_a_scale_section(
+    tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    path = write_experiment(
+        tmp_path / "s.yaml", scale={"sizes": [{"d_model": 16}, {"d_model": 32, "n_heads": 4}]}
+    )
+    assert main(["validate", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "size d16: 7,664 parameters, 1,280 tokens per run" in out
+    assert "size d32: 21,472 parameters, 1,280 tokens per run" in out
+    assert out.count("estimated wall time:") == 2 and "estimated wall time, all sizes:" in out
+
+
+def test_a_scale_folder_reports_its_sizes_and_search_refuses_a_scale_file(
+    tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    path = write_experiment(
+        tmp_path / "s.yaml", scale={"sizes": [{"d_model": 16}, {"d_model": 32, "n_heads": 4}]}
+    )
+    assert main(["search", str(path)]) == 2
+    assert "has a scale: section; run it with ablate run" in capsys.readouterr().err
+    folder = tmp_path / "results" / "tiny"
+    folder.mkdir(parents=True)
+    sizes = [{"label": x, "experiment": f"tiny.{x}", "tokens": 1280} for x in ("d16", "d32")]
+    manifest = {"name": "tiny", "variants": ["layernorm", "rmsnorm"], "seeds": [0, 1]}
+    (folder / "scale.json").write_text(json.dumps({**manifest, "sizes": sizes}))
+    assert main(["report", str(folder), "--out", str(tmp_path / "r")]) == 0
+    assert "**Incomplete:** nothing stored yet for d16, d32." in capsys.readouterr().out
+    assert (tmp_path / "r" / "report.md").is_file()
+
+
 @pytest.mark.parametrize(
     "text, fragment",
     [

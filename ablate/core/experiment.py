@@ -1,9 +1,9 @@
 """The experiment-level sections of an experiment file, and the resolved :class:`Experiment`.
 
 Besides the base run (:class:`ablate.core.config.RunConfig`) and its variants, a file may have a
-``sweep``, a ``search``, a ``max_lr`` and a ``convert`` section; :class:`ExperimentFile` is the
-file's top level as written, :class:`Experiment` what :func:`ablate.core.load.load_experiment`
-resolves it to.
+``sweep``, a ``search``, a ``max_lr``, a ``convert`` and a ``scale`` section;
+:class:`ExperimentFile` is the file's top level as written, :class:`Experiment` what
+:func:`ablate.core.load.load_experiment` resolves it to.
 """
 
 from __future__ import annotations
@@ -114,6 +114,42 @@ class ConvertConfig(StrictSection):
     seeds: list[Seed] | None = Field(None, min_length=1, description="default: the experiment's")
 
 
+class SizeConfig(StrictSection):
+    """One model size of a ``scale:`` section: the width, and optionally depth and heads."""
+
+    d_model: int = Field(ge=1)
+    n_layers: int | None = Field(None, ge=1, description="default: the base's")
+    n_heads: int | None = Field(None, ge=1, description="default: the base's")
+    name: str | None = Field(None, description="label; default d<d_model>[-l<n_layers>]")
+
+    def label(self) -> str:
+        """The size's name in folders and tables."""
+        if self.name:
+            return self.name
+        return f"d{self.d_model}" + (f"-l{self.n_layers}" if self.n_layers else "")
+
+    def model_keys(self) -> dict[str, int]:
+        """The dotted ``model.*`` keys this size sets."""
+        keys = {"model.d_model": self.d_model}
+        if self.n_layers is not None:
+            keys["model.n_layers"] = self.n_layers
+        if self.n_heads is not None:
+            keys["model.n_heads"] = self.n_heads
+        return keys
+
+
+class ScaleConfig(StrictSection):
+    """Every variant at every size, each size an experiment of its own (``<name>.<label>``)."""
+
+    sizes: list[SizeConfig] = Field(min_length=2)
+    tokens_per_parameter: float | None = Field(
+        None,
+        gt=0,
+        description="each size's train.tokens = this x its parameter count; default: "
+        "train.tokens at every size",
+    )
+
+
 class ConvertPlan(BaseModel):
     """A resolved ``convert:`` section: the two continued-training configs and the mapping."""
 
@@ -144,6 +180,7 @@ class ExperimentFile(StrictSection):
     search: SearchConfig | None = None
     max_lr: MaxLRConfig | None = None
     convert: ConvertConfig | None = None
+    scale: ScaleConfig | None = None
     storage: str | None = Field(
         None, description="Optuna storage URL; default sqlite in the results folder"
     )
@@ -167,6 +204,10 @@ class Experiment(BaseModel):
     search: SearchConfig | None = None
     max_lr: MaxLRConfig | None = None
     convert: ConvertPlan | None = None
+    scale: ScaleConfig | None = None
+    file: dict[str, Any] = Field(
+        default_factory=dict, description="the file's top level as read (sizes derive from it)"
+    )
     storage: str | None = None
     grid: dict[str, list[Any]] = Field(default_factory=dict, description="factor -> levels")
     factors: dict[str, dict[str, Any]] = Field(

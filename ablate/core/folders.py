@@ -8,6 +8,8 @@ Layout (``root`` defaults to ``results/``)::
     root/<experiment>/optuna.db.retries/  one file per stale trial being retried (its claim)
     root/<experiment>/report.json      {"report_dir"}: where ``ablate run`` last wrote the report
     root/<experiment>/mlruns/          MLflow's file store, when that logger is on
+    root/<experiment>/scale.json       a ``scale:`` experiment: its sizes, each an experiment
+                                       of its own in root/<experiment>/<experiment>.<size>/
     root/<experiment>/.claims/<run-id> {"pid", "hostname"} of the process training the run
     root/<experiment>/<run-id>/
         config.json       the resolved run: experiment, variant, seed, run_id, config
@@ -241,6 +243,14 @@ class ExperimentFolder:
         """The stored inference table, empty when there is none."""
         path = self.inference
         return pd.read_csv(path) if path.is_file() and path.stat().st_size else pd.DataFrame()
+
+    @property
+    def scale(self) -> Path:
+        """A ``scale:`` experiment's list of sizes (its sizes are folders inside this one)."""
+        return self.path / "scale.json"
+
+    def is_scaled(self) -> bool:
+        return self.scale.is_file()
 
     @property
     def mlruns(self) -> Path:

@@ -7,6 +7,7 @@ files, logger packages, a token budget that buys a step) and resolves the ``conv
 
 from __future__ import annotations
 
+import copy
 import importlib.util
 from pathlib import Path
 from typing import Any
@@ -203,19 +204,23 @@ def _with_train_raw(config: RunConfig, train: dict[str, Any]) -> dict[str, Any]:
 def load_experiment(path: str | Path) -> Experiment:
     """Read, validate and resolve an experiment file; raise ConfigError on any problem."""
     path = Path(path)
-    raw = _read_yaml(path)
+    return resolve_experiment(_read_yaml(path), path, str(path))
+
+
+def resolve_experiment(raw: dict[str, Any], path: Path, where: str) -> Experiment:
+    """Validate and resolve a file's top level (``where`` starts every error line)."""
     try:
         top = ExperimentFile.model_validate(raw)
     except ValidationError as exc:
-        raise format_validation(exc, str(path)) from None
+        raise format_validation(exc, where) from None
     name = top.name or path.stem
     if not NAME_PATTERN.match(name):
-        raise ConfigError(f"{path}: name: {name!r} is not allowed; use letters, digits, _ . -")
+        raise ConfigError(f"{where}: name: {name!r} is not allowed; use letters, digits, _ . -")
     if len(set(top.seeds)) != len(top.seeds):
-        raise ConfigError(f"{path}: seeds: {top.seeds} has duplicates; give distinct integers")
+        raise ConfigError(f"{where}: seeds: {top.seeds} has duplicates; give distinct integers")
     if any(not 0 <= seed < SEED_LIMIT - 1 for seed in top.seeds):  # the search's is one above
         raise ConfigError(
-            f"{path}: seeds: {top.seeds}: seeds must be integers >= 0 and < 2**32 - 1"
+            f"{where}: seeds: {top.seeds}: seeds must be integers >= 0 and < 2**32 - 1"
         )
     base_raw = {
         "data": _resolve_paths(top.data, path.parent),
@@ -223,17 +228,19 @@ def load_experiment(path: str | Path) -> Experiment:
         "train": top.train,
         "runtime": top.runtime,
     }
-    base = build_run_config(base_raw, str(path))
-    _check_data_file(base, str(path))
-    factors = expand_grid(top.grid, str(path))
+    base = build_run_config(base_raw, where)
+    _check_data_file(base, where)
+    factors = expand_grid(top.grid, where)
     named = {str(k): v for k, v in top.variants.items()}
     clash = sorted(set(named) & set(factors))
     if clash:
-        raise ConfigError(f"{path}: variants.{clash[0]}: the grid makes a variant of that name too")
+        raise ConfigError(
+            f"{where}: variants.{clash[0]}: the grid makes a variant of that name too"
+        )
     variant_raws = {**factors, **named}  # grid first: its first combination is the baseline
     if not variant_raws:
         raise ConfigError(
-            f"{path}: variants: none given; name at least one under variants: or grid: "
+            f"{where}: variants: none given; name at least one under variants: or grid: "
             "(the base alone is variants: {base: {}})"
         )
     variants: dict[str, RunConfig] = {}
@@ -241,24 +248,24 @@ def load_experiment(path: str | Path) -> Experiment:
     seen: dict[str, str] = {}
     for vname, overrides in variant_raws.items():
         label = f"grid ({vname})" if vname in factors else f"variants.{vname}"
-        where = f"{path}: {label}"
+        at = f"{where}: {label}"
         if not NAME_PATTERN.match(str(vname)):
-            raise ConfigError(f"{where}: variant names use letters, digits, _ . - only")
+            raise ConfigError(f"{at}: variant names use letters, digits, _ . - only")
         if not isinstance(overrides, dict):
-            raise ConfigError(f"{where}: must be a mapping of dotted keys to values")
+            raise ConfigError(f"{at}: must be a mapping of dotted keys to values")
         overrides = flatten_overrides(overrides)
-        config = _variant_config(base_raw, overrides, where, path.parent)
+        config = _variant_config(base_raw, overrides, at, path.parent)
         fingerprint = run_fingerprint(config)
         if fingerprint in seen:
             raise ConfigError(
-                f"{where}: resolves to the same run as {seen[fingerprint]}; each variant must "
+                f"{at}: resolves to the same run as {seen[fingerprint]}; each variant must "
                 "change something (placement none has no norm: its kind does not matter)"
             )
         seen[fingerprint] = label
         variants[str(vname)] = config
         resolved_overrides[str(vname)] = overrides
-    convert = _convert_plan(top.convert, variants, top.seeds, str(path)) if top.convert else None
-    return Experiment(
+    convert = _convert_plan(top.convert, variants, top.seeds, where) if top.convert else None
+    experiment = Experiment(
         name=name,
         description=top.description,
         path=str(path),
@@ -270,7 +277,69 @@ def load_experiment(path: str | Path) -> Experiment:
         search=top.search,
         max_lr=top.max_lr,
         convert=convert,
+        scale=top.scale,
+        file=raw,
         storage=top.storage,
         grid=top.grid,
         factors=factors,
     )
+    if top.scale is not None:
+        check_scale(experiment, where)
+    return experiment
+
+
+SIZE_KEYS = ("model.d_model", "model.n_layers", "model.n_heads")
+STUDY_SECTIONS = ("sweep", "search", "max_lr")
+
+
+def check_scale(experiment: Experiment, where: str) -> None:
+    """A ``scale:`` section that every size can be resolved from, or one line naming the key."""
+    scale = experiment.scale
+    assert scale is not None
+    if experiment.convert is not None:
+        raise ConfigError(f"{where}: scale: cannot be combined with convert:; run it per size")
+    if experiment.base.model.source != "ablate":
+        raise ConfigError(
+            f"{where}: scale: sizes set model.d_model/n_layers/n_heads of ablate's own model; "
+            f"model.source is {experiment.base.model.source}"
+        )
+    for variant, overrides in experiment.overrides.items():
+        for key in SIZE_KEYS:
+            if key in overrides:
+                raise ConfigError(
+                    f"{where}: variants.{variant}: {key}: the scale: section sets it per size; "
+                    "a variant may not"
+                )
+    if scale.tokens_per_parameter is not None:
+        for section in STUDY_SECTIONS:
+            if getattr(getattr(experiment, section), "tokens", None) is not None:
+                raise ConfigError(
+                    f"{where}: {section}.tokens: under scale.tokens_per_parameter every "
+                    "size's budget follows its train.tokens; leave it unset"
+                )
+    labels = [size.label() for size in scale.sizes]
+    for i, label in enumerate(labels):
+        if not NAME_PATTERN.match(label):
+            raise ConfigError(
+                f"{where}: scale.sizes[{i}].name: {label!r}: use letters, digits, _ . -"
+            )
+        if labels.index(label) != i:
+            raise ConfigError(f"{where}: scale.sizes[{i}]: {label!r} is given twice")
+        size_experiment(experiment, i)  # every size must resolve
+
+
+def size_experiment(experiment: Experiment, index: int, tokens: int | None = None) -> Experiment:
+    """The experiment of ``scale.sizes[index]``, named ``<name>.<label>``: the file with the
+    size's model keys in its base (and ``tokens`` as train.tokens when given), without scale."""
+    assert experiment.scale is not None
+    size = experiment.scale.sizes[index]
+    raw = copy.deepcopy(experiment.file)
+    raw.pop("scale")
+    raw["name"] = f"{experiment.name}.{size.label()}"
+    model = raw.setdefault("model", {})
+    for key, value in size.model_keys().items():
+        model[key.split(".", 1)[1]] = value
+    if tokens is not None:
+        raw.setdefault("train", {})["tokens"] = tokens
+    where = f"{experiment.path}: scale.sizes[{index}] ({size.label()})"
+    return resolve_experiment(raw, Path(experiment.path), where)

@@ -16,6 +16,9 @@ compute its Markdown, tables and figures, and writes into the report folder:
 - for a grid, ``factors.csv``; for a ``convert:`` section, ``convert.csv``
   (:mod:`ablate.report.convert`).
 
+:func:`build_scaling_report` writes the scaling report of a ``scale:`` experiment
+(:mod:`ablate.report.scaling`) the same way.
+
 It works on partial and still-running experiments: what is missing is listed with its state
 (running, failed, not started), and every table and figure uses what is stored. The build
 writes ``.built.json`` last, so an interrupted build is never taken as current.
@@ -34,6 +37,7 @@ import markdown
 import pandas as pd
 
 from ablate.core import folders
+from ablate.core.folders import ExperimentFolder
 from ablate.report.analysis import noise_floor, variant_table
 from ablate.report.comparison import comparison_section
 from ablate.report.convert import convert_section
@@ -42,6 +46,7 @@ from ablate.report.figures import save_figure
 from ablate.report.inference import inference_section
 from ablate.report.load import StoredExperiment, load_experiment_results
 from ablate.report.quality import factors_section, main_section
+from ablate.report.scaling import scaling_section
 from ablate.report.section import Section
 from ablate.report.studies import attach_studies, max_lr_section, search_section, sweep_section
 from ablate.report.summary import summary_lines, with_holm
@@ -207,3 +212,18 @@ def build_report(exp_dir: Path, report_dir: Path) -> Report:
         figures,
         stored.missing,
     )
+
+
+def build_scaling_report(scale_dir: Path, report_dir: Path) -> Path:
+    """Write the scaling report (Markdown, HTML, CSVs, figures); the Markdown's path."""
+    manifest = folders.read_json(ExperimentFolder(scale_dir).scale)
+    if manifest is None:
+        raise FileNotFoundError(f"{scale_dir}: no scale.json")
+    section = scaling_section(manifest, scale_dir)
+    report_dir.mkdir(parents=True, exist_ok=True)
+    write_section(section, report_dir)
+    text = "\n".join(section.lines)
+    folders.write_text_atomic(report_dir / "report.md", text)
+    page = markdown_to_html(text, report_dir, f"{manifest['name']}: scaling")
+    folders.write_text_atomic(report_dir / "report.html", page)
+    return report_dir / "report.md"

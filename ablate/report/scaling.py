@@ -1,0 +1,319 @@
+"""The scaling report of an experiment with a ``scale:`` section, built from the sizes' stores.
+
+Each size is an experiment of its own (``results/<name>/<name>.<label>/``); ``scale.json``
+beside them lists the sizes. Per variant and size this module reads the final val loss at the
+tuned settings (the shared-LR runs when the file has no search), the search's best LR, the
+max-stable-LR bracket and the LR sensitivity of the sweep, and the paired difference to the
+baseline over matched seeds. Across sizes it fits a power law in the parameter count per variant
+and quantity (:mod:`ablate.report.fits`), fits the difference against log10 parameters to say
+whether the gap grows, shrinks or is flat, and extrapolates the max stable LR one decade above
+the largest size, labelled as an extrapolation.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from ablate.core.folders import ExperimentFolder
+from ablate.report.analysis import paired_difference, sensitivity_table, sweep_frame, sweep_table
+from ablate.report.fits import LineFit, PowerLaw, power_law_fit, trend_fit
+from ablate.report.load import StoredExperiment, load_experiment_results, unigram_floor
+from ablate.report.scaling_figures import gap_figure, scaling_figure
+from ablate.report.section import Section
+
+QUANTITIES = {
+    "final_loss": "final val loss",
+    "best_lr": "best LR (search)",
+    "max_stable_lr": "max stable LR",
+    "lr_sensitivity": "LR sensitivity",
+}
+EXTRAPOLATION_FACTOR = 10  # the max stable LR is extrapolated to 10x the largest size
+
+
+def _bracket(studies: dict, variant: str) -> tuple[float, float]:
+    low, high = ((studies.get("max_lr") or {}).get(variant) or {}).get("bracket", [None, None])
+    return (math.nan if low is None else low), (math.nan if high is None else high)
+
+
+def _best_lr(studies: dict, variant: str) -> float:
+    best = ((studies.get("search") or {}).get(variant) or {}).get("best")
+    return float(best["lr"]) if best else math.nan
+
+
+def _sensitivity(stored: StoredExperiment) -> dict[str, float]:
+    frame = sweep_frame(stored.manifest["runs"], stored.runs)
+    if frame.empty:
+        return {}
+    table = sensitivity_table(sweep_table(frame), frame)
+    return dict(zip(table["variant"], table["lr_sensitivity"], strict=True))
+
+
+def size_rows(size: dict[str, Any], stored: StoredExperiment, variants: list[str]) -> list[dict]:
+    """One row per variant at one size: loss at the tuned settings, best and max stable LR, LR
+    sensitivity, and the paired difference to the baseline (first variant)."""
+    tuned = len(stored.tuned) > 0
+    runs = stored.tuned if tuned else stored.main
+    studies = stored.studies or {}
+    sensitivity = _sensitivity(stored)
+    rows = []
+    for variant in variants:
+        every = runs[runs["variant"] == variant]
+        mine = every[every["status"] == "finished"]
+        low, high = _bracket(studies, variant)
+        diff = paired_difference(runs, variant, variants[0]) if variant != variants[0] else None
+        rows.append(
+            {
+                "size": size["label"],
+                "variant": variant,
+                "n_params": int(every["n_params"].iloc[0]) if len(every) else size["n_params"],
+                "tokens": size["tokens"],
+                "loss_at": "tuned" if tuned else "shared LR",
+                "seeds": len(mine),
+                "final_loss": mine["final_val_loss"].mean() if len(mine) else math.nan,
+                "final_loss_std": mine["final_val_loss"].std(ddof=1) if len(mine) else math.nan,
+                "best_lr": _best_lr(studies, variant),
+                "max_stable_lr_low": low,
+                "max_stable_lr_high": high,
+                "max_stable_lr": math.sqrt(low * high),  # the bracket's geometric midpoint
+                "lr_sensitivity": sensitivity.get(variant, math.nan),
+                "diff_vs_baseline": diff.mean if diff else math.nan,
+                "diff_ci_low": diff.ci_low if diff else math.nan,
+                "diff_ci_high": diff.ci_high if diff else math.nan,
+                "n_pairs": diff.n_pairs if diff else 0,
+                "unigram_loss": unigram_floor(stored.runs),
+                "vocab_size": int(every["vocab_size"].iloc[0]) if len(every) else None,
+            }
+        )
+    return rows
+
+
+def scaling_table(manifest: dict, root: Path) -> tuple[pd.DataFrame, list[str]]:
+    """Every size's rows (sizes in the file's order), and the sizes with nothing stored yet."""
+    rows, missing = [], []
+    for size in manifest["sizes"]:
+        exp_dir = root / size["experiment"]
+        if not ExperimentFolder(exp_dir).manifest.is_file():
+            missing.append(size["label"])
+            continue
+        rows += size_rows(size, load_experiment_results(exp_dir), manifest["variants"])
+    return pd.DataFrame(rows), missing
+
+
+def fit_quantities(table: pd.DataFrame, variants: list[str]) -> dict[tuple[str, str], PowerLaw]:
+    """``{(variant, quantity): power law in n_params}`` where at least two sizes have a value."""
+    fits = {}
+    for variant in variants:
+        mine = table[table["variant"] == variant]
+        for quantity in QUANTITIES:
+            ok = mine[np.isfinite(mine[quantity].astype(float)) & (mine[quantity] > 0)]
+            if ok["n_params"].nunique() >= 2:
+                fits[(variant, quantity)] = power_law_fit(ok["n_params"], ok[quantity])
+    return fits
+
+
+def fits_frame(fits: dict[tuple[str, str], PowerLaw]) -> pd.DataFrame:
+    """The fits as a table: exponent, its 95% interval, prefactor, points."""
+    return pd.DataFrame(
+        [
+            {
+                "variant": variant,
+                "quantity": quantity,
+                "exponent": fit.exponent,
+                "exponent_low": fit.interval[0],
+                "exponent_high": fit.interval[1],
+                "prefactor": fit.prefactor,
+                "sizes": fit.line.points,
+            }
+            for (variant, quantity), fit in fits.items()
+        ]
+    )
+
+
+def gap_trends(table: pd.DataFrame, variants: list[str]) -> dict[str, LineFit]:
+    """Per non-baseline variant: its paired difference to the baseline against log10 params."""
+    trends = {}
+    for variant in variants[1:]:
+        mine = table[(table["variant"] == variant) & np.isfinite(table["diff_vs_baseline"])]
+        if mine["n_params"].nunique() >= 2:
+            trends[variant] = trend_fit(mine["n_params"], mine["diff_vs_baseline"])
+    return trends
+
+
+def trend_verdict(trend: LineFit) -> str:
+    """Whether the gap's size grows, shrinks or is flat with model size, as its slope says."""
+    if not math.isfinite(trend.slope_low):
+        return "cannot be judged from two sizes (no residual to size the slope's uncertainty)"
+    if trend.slope_low <= 0 <= trend.slope_high:
+        return "is flat with size within its uncertainty (the slope's interval holds 0)"
+    mean_gap = trend.at(trend.u_mean)[0]  # |gap| grows when the slope has the gap's sign
+    grows = (trend.slope > 0) == (mean_gap > 0)
+    return "grows with size" if grows else "shrinks with size"
+
+
+def _interval(low: float, high: float, fmt: str = "+.3f") -> str:
+    if not (math.isfinite(low) and math.isfinite(high)):
+        return "no interval"
+    return f"[{low:{fmt}}, {high:{fmt}}]"
+
+
+def summary_lines(
+    table: pd.DataFrame,
+    fits: dict[tuple[str, str], PowerLaw],
+    trends: dict[str, LineFit],
+    variants: list[str],
+) -> list[str]:
+    """The written summary: the losses against trivial baselines, the gap against size, the
+    max-stable-LR ratios, the exponents, the extrapolated max stable LR."""
+    lines = baseline_lines(table)
+    baseline = variants[0]
+    for variant, trend in trends.items():
+        mine = table[table["variant"] == variant]
+        gaps = "; ".join(
+            f"{r.size} {r.diff_vs_baseline:+.4f} {_interval(r.diff_ci_low, r.diff_ci_high, '+.4f')}"
+            for r in mine.itertuples()
+        )
+        lines.append(
+            f"**{variant} − {baseline}** (final val loss, paired over seeds, "
+            f"{mine['loss_at'].iloc[0]}): {gaps}. Against log10 parameters the gap changes "
+            f"by {trend.slope:+.4f} {_interval(trend.slope_low, trend.slope_high, '+.4f')} "
+            f"nats per decade: it {trend_verdict(trend)}."
+        )
+    lines += ratio_lines(table, variants)
+    for quantity, label in QUANTITIES.items():
+        parts = [
+            f"{variant} {fits[(variant, quantity)].exponent:+.3f} "
+            f"{_interval(*fits[(variant, quantity)].interval)}"
+            for variant in variants
+            if (variant, quantity) in fits
+        ]
+        if parts:
+            lines.append(f"Exponent of {label} in parameters: {'; '.join(parts)}.")
+    target = EXTRAPOLATION_FACTOR * float(table["n_params"].max())
+    for variant in variants:
+        fit = fits.get((variant, "max_stable_lr"))
+        if fit is not None:
+            value, low, high = fit.predict(target)
+            lines.append(
+                f"**Extrapolation**, not a measurement: {variant}'s max stable LR at "
+                f"{target:,.0f} parameters (10x the largest run) would be {value:.3g} "
+                f"(95% interval of the fitted line {_interval(low, high, '.3g')})."
+            )
+    return [f"- {line}" for line in lines]
+
+
+def baseline_lines(table: pd.DataFrame) -> list[str]:
+    """How far every size's loss is below the trivial baselines, and the seed-to-seed noise."""
+    floor = table["unigram_loss"].dropna()
+    vocab = table["vocab_size"].dropna()
+    if floor.empty or vocab.empty:
+        return []
+    unigram, losses = floor.iloc[0], table["final_loss"]
+    where = "all below it" if (losses < unigram).all() else "NOT all below it: some learned less"
+    return [
+        f"Trivial baselines: a uniform guess {math.log(vocab.iloc[0]):.3f} nats, unigram "
+        f"frequencies {unigram:.4f}; final losses {losses.min():.4f}–{losses.max():.4f}, "
+        f"{where}. Seed-to-seed std of the final loss: {table['final_loss_std'].min():.4f}–"
+        f"{table['final_loss_std'].max():.4f}."
+    ]
+
+
+def ratio_lines(table: pd.DataFrame, variants: list[str]) -> list[str]:
+    """Each variant's max stable LR over the baseline's per size (bracket midpoints)."""
+    wide = table.pivot(index="size", columns="variant", values="max_stable_lr")
+    wide = wide.loc[list(dict.fromkeys(table["size"]))]
+    lines = []
+    for variant in variants[1:]:
+        ratios = (wide[variant] / wide[variants[0]]).dropna()
+        if len(ratios):
+            shown = "; ".join(f"{size} {ratio:.2f}" for size, ratio in ratios.items())
+            lines.append(
+                f"Max stable LR, {variant} / {variants[0]} (bracket midpoints; each bracket is "
+                f"as wide as max_lr.precision): {shown}."
+            )
+    return lines
+
+
+def _shown(table: pd.DataFrame) -> pd.DataFrame:
+    shown = table[
+        ["size", "variant", "n_params", "tokens", "seeds", "final_loss", "final_loss_std"]
+    ].copy()
+    shown["best LR"] = table["best_lr"].map(lambda v: f"{v:.3g}")
+    shown["max stable LR"] = [
+        f"[{lo:.3g}, {hi:.3g}]"
+        for lo, hi in zip(table["max_stable_lr_low"], table["max_stable_lr_high"], strict=True)
+    ]
+    shown["LR sensitivity"] = table["lr_sensitivity"].map(lambda v: f"{v:.4f}")
+    shown["Δ vs baseline"] = [
+        "" if not math.isfinite(d) else f"{d:+.4f} {_interval(lo, hi, '+.4f')}"
+        for d, lo, hi in zip(
+            table["diff_vs_baseline"], table["diff_ci_low"], table["diff_ci_high"], strict=True
+        )
+    ]
+    return shown
+
+
+def scaling_section(manifest: dict, root: Path) -> Section:
+    """The whole scaling report: sizes, summary, table, fits, figures."""
+    variants = manifest["variants"]
+    table, missing = scaling_table(manifest, root)
+    budget = manifest.get("tokens_per_parameter")
+    rule = f"{budget:g} tokens per parameter" if budget else "the same token budget"
+    section = Section(
+        [
+            f"# {manifest['name']}: scaling",
+            "",
+            manifest.get("description") or "",
+            "",
+            f"Variants: {', '.join(variants)} (baseline: {variants[0]}); seeds "
+            f"{manifest['seeds']}; sizes {', '.join(s['label'] for s in manifest['sizes'])} "
+            f"at {rule}. Each size is an experiment of its own with its own report "
+            "(`<name>.<size>/report.md` beside this one).",
+            "",
+        ]
+    )
+    if missing:
+        section.lines += [f"**Incomplete:** nothing stored yet for {', '.join(missing)}.", ""]
+    if table.empty:
+        return section
+    fits = fit_quantities(table, variants)
+    trends = gap_trends(table, variants)
+    section.lines += [*summary_lines(table, fits, trends, variants), ""]
+    section.lines += [
+        "## Per size",
+        "",
+        "Final val loss: mean ± std over seeds at each variant's tuned LR and warmup (the "
+        "shared LR where the file has no search); Δ: paired difference to the baseline over "
+        "matched seeds with its 95% interval; max stable LR: the bracket [largest stable, "
+        "smallest unstable], fitted at its geometric midpoint.",
+        "",
+        _shown(table).to_markdown(index=False, floatfmt=".4f"),
+        "",
+        "## Power-law fits",
+        "",
+        "Least squares of log10 quantity on log10 parameters per variant; exponent with its "
+        "95% interval (Student's t, sizes − 2 degrees of freedom; none for two sizes).",
+        "",
+        fits_frame(fits).to_markdown(index=False, floatfmt=".4g") if fits else "(no fit)",
+        "",
+    ]
+    section.tables.update({"scaling.csv": table, "scaling_fits.csv": fits_frame(fits)})
+    section.figure(
+        "scaling.png",
+        scaling_figure(table, fits, variants, EXTRAPOLATION_FACTOR),
+        "Against model size",
+        "Each quantity per variant against parameters on log axes, with its power-law fit; "
+        "the max stable LR's line continues (dashed) to 10x the largest size: an extrapolation.",
+    )
+    section.figure(
+        "scaling_gap.png",
+        gap_figure(table, trends, variants),
+        "The gap against model size",
+        "Paired difference in final val loss to the baseline per size (95% intervals over "
+        "matched seeds) and its linear trend in log10 parameters.",
+    )
+    return section

@@ -1,0 +1,109 @@
+"""The scaling report's figures: each quantity against parameters, and the gap against size.
+
+Colours follow the variant order (``C0`` is the baseline), as in :mod:`ablate.report.figures`.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+from matplotlib.axes import Axes
+from matplotlib.figure import Figure
+
+from ablate.report.figures import LOSS_UNIT
+from ablate.report.fits import LineFit, PowerLaw
+
+PANELS = (
+    ("final_loss", f"final val loss, {LOSS_UNIT}"),
+    ("best_lr", "best LR of the search"),
+    ("max_stable_lr", "max stable LR (bracket)"),
+    ("lr_sensitivity", "LR sensitivity (nats)"),
+)
+
+
+def scaling_figure(
+    table: pd.DataFrame,
+    fits: dict[tuple[str, str], PowerLaw],
+    variants: list[str],
+    extrapolate: float,
+) -> Figure | None:
+    """Four log–log panels, one per quantity: each variant's sizes and its power-law line; the
+    max stable LR's bracket as an error bar and its line extended (dashed) to ``extrapolate``
+    times the largest size."""
+    if table.empty:
+        return None
+    fig = Figure(figsize=(11, 8))
+    axes = fig.subplots(2, 2).ravel()
+    largest = float(table["n_params"].max())
+    for ax, (quantity, label) in zip(axes, PANELS, strict=True):
+        for i, variant in enumerate(variants):
+            mine = table[table["variant"] == variant].sort_values("n_params")
+            color = f"C{i}"
+            if quantity == "max_stable_lr":
+                mid = mine["max_stable_lr"]
+                ax.errorbar(
+                    mine["n_params"],
+                    mid,
+                    yerr=[mid - mine["max_stable_lr_low"], mine["max_stable_lr_high"] - mid],
+                    fmt="o",
+                    color=color,
+                    capsize=3,
+                    label=variant,
+                )
+            else:
+                ax.plot(mine["n_params"], mine[quantity], "o", color=color, label=variant)
+            fit = fits.get((variant, quantity))
+            if fit is not None:
+                _fit_line(ax, fit, mine["n_params"].min(), largest, color)
+                if quantity == "max_stable_lr":
+                    _fit_line(ax, fit, largest, largest * extrapolate, color, dashed=True)
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_xlabel("parameters")
+        ax.set_ylabel(label)
+        ax.legend(fontsize=8)
+    return fig
+
+
+def _fit_line(
+    ax: Axes, fit: PowerLaw, start: float, stop: float, color: str, dashed: bool = False
+) -> None:
+    x = np.geomspace(start, stop, 20)
+    y = [fit.predict(v)[0] for v in x]
+    ax.plot(x, y, color=color, linestyle="--" if dashed else "-", linewidth=1)
+
+
+def gap_figure(
+    table: pd.DataFrame, trends: dict[str, LineFit], variants: list[str]
+) -> Figure | None:
+    """Each non-baseline variant's paired loss difference per size, 95% intervals, trend."""
+    rows = table[table["variant"].isin(variants[1:]) & np.isfinite(table["diff_vs_baseline"])]
+    if rows.empty:
+        return None
+    fig = Figure(figsize=(7, 4.5))
+    ax = fig.subplots()
+    ax.axhline(0.0, color="black", linewidth=0.8)
+    for i, variant in enumerate(variants):
+        mine = rows[rows["variant"] == variant].sort_values("n_params")
+        if mine.empty:
+            continue
+        diff = mine["diff_vs_baseline"]
+        yerr = [diff - mine["diff_ci_low"], mine["diff_ci_high"] - diff]
+        ax.errorbar(
+            mine["n_params"],
+            diff,
+            yerr=yerr,
+            fmt="o",
+            color=f"C{i}",
+            capsize=3,
+            label=f"{variant} − {variants[0]}",
+        )
+        trend = trends.get(variant)
+        if trend is not None:
+            x = np.geomspace(mine["n_params"].min(), mine["n_params"].max(), 20)
+            ax.plot(x, [trend.at(np.log10(v))[0] for v in x], color=f"C{i}", linewidth=1)
+    ax.set_xscale("log")
+    ax.set_xlabel("parameters")
+    ax.set_ylabel("Δ final val loss (nats / token)")
+    ax.legend(fontsize=8)
+    return fig

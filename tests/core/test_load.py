@@ -1,0 +1,78 @@
+"""Reading a file with a ``scale:`` section: one experiment per size, the size's keys in its
+base and nowhere else, and one-line errors for what cannot be scaled."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import write_experiment
+
+from ablate.core.config import ConfigError
+from ablate.core.load import load_experiment, size_experiment
+
+SIZES = [{"d_model": 16}, {"d_model": 32, "n_heads": 4}, {"d_model": 48, "n_layers": 2}]
+
+
+def _scaled(tmp_path: Path, **extra: Any) -> Path:
+    return write_experiment(tmp_path / "s.yaml", scale={"sizes": SIZES}, **extra)
+
+
+def test_every_size_is_an_experiment_of_its_own_with_the_size_in_every_variant(
+    tmp_path: Path,
+) -> None:
+    experiment = load_experiment(_scaled(tmp_path))
+    assert [s.label() for s in experiment.scale.sizes] == ["d16", "d32", "d48-l2"]
+    sizes = [size_experiment(experiment, i) for i in range(3)]
+    assert [s.name for s in sizes] == ["tiny.d16", "tiny.d32", "tiny.d48-l2"]
+    for size, wanted in zip(sizes, SIZES, strict=True):
+        assert size.scale is None and list(size.variants) == ["layernorm", "rmsnorm"]
+        for config in size.variants.values():
+            assert config.model.d_model == wanted["d_model"]
+            assert config.model.n_heads == wanted.get("n_heads", 2)
+            assert config.model.n_layers == wanted.get("n_layers", 1)
+        norms = {v: c.model.norm.kind for v, c in size.variants.items()}
+        assert norms == {"layernorm": "layernorm", "rmsnorm": "rmsnorm"}
+        layernorm, rmsnorm = size.variants.values()
+        assert layernorm.train == rmsnorm.train and layernorm.data == rmsnorm.data
+    assert size_experiment(experiment, 1, tokens=4 * 16 * 7).base.train.tokens == 448
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (
+            {"variants": {"a": {"model.norm.kind": "layernorm"}, "b": {"model.d_model": 8}}},
+            "variants.b: model.d_model: the scale: section sets it per size",
+        ),
+        ({"scale": {"sizes": [{"d_model": 16}, {"d_model": 16}]}}, "'d16' is given twice"),
+        (
+            {"scale": {"sizes": [{"d_model": 16}]}},
+            "scale.sizes: got [{'d_model': 16}]; list should have at least 2 items",
+        ),
+        (
+            {"scale": {"sizes": [{"d_model": 16}, {"d_model": 30, "n_heads": 4}]}},
+            "scale.sizes[1] (d30)",
+        ),
+        (
+            {
+                "scale": {"sizes": SIZES, "tokens_per_parameter": 20},
+                "search": {"n_trials": 2, "tokens": 640},
+            },
+            "search.tokens: under scale.tokens_per_parameter",
+        ),
+        (
+            {"scale": {"sizes": SIZES}, "convert": {"source": "layernorm", "tokens": 640}},
+            "scale: cannot be combined with convert:",
+        ),
+    ],
+)
+def test_what_cannot_be_scaled_is_one_line(
+    tmp_path: Path, extra: dict[str, Any], message: str
+) -> None:
+    extra = {"scale": {"sizes": SIZES}, **extra}
+    with pytest.raises(ConfigError) as caught:
+        load_experiment(write_experiment(tmp_path / "s.yaml", **extra))
+    text = str(caught.value)
+    assert message in text and "\n" not in text and text.startswith(str(tmp_path / "s.yaml"))

@@ -1,0 +1,60 @@
+"""The scaling report's verdicts: whether a gap grows, shrinks or is flat with size, and the
+lines that state it with its numbers."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from ablate.report.fits import trend_fit
+from ablate.report.scaling import baseline_lines, ratio_lines, trend_verdict
+
+PARAMS = np.array([2e5, 5e5, 8e5, 2e6])
+WIGGLE = np.array([0.001, -0.001, -0.001, 0.001])
+
+
+@pytest.mark.parametrize(
+    ("gaps", "verdict"),
+    [
+        (0.01 + 0.02 * np.log10(PARAMS / 2e5) + WIGGLE, "grows with size"),
+        (-0.01 - 0.02 * np.log10(PARAMS / 2e5) + WIGGLE, "grows with size"),
+        (0.05 - 0.02 * np.log10(PARAMS / 2e5) + WIGGLE, "shrinks with size"),
+        (0.01 + 10 * WIGGLE, "is flat with size within its uncertainty"),
+    ],
+)
+def test_the_gap_grows_shrinks_or_is_flat(gaps: np.ndarray, verdict: str) -> None:
+    assert trend_verdict(trend_fit(PARAMS, gaps)).startswith(verdict)
+
+
+def test_two_sizes_cannot_judge_a_trend() -> None:
+    assert "cannot be judged from two sizes" in trend_verdict(
+        trend_fit(PARAMS[:2], np.array([0.0, 0.1]))
+    )
+
+
+def _table() -> pd.DataFrame:
+    rows = []
+    for size, n in (("d64", 2e5), ("d128", 8e5)):
+        for variant, loss, lr in (("layernorm", 2.0, 0.1), ("rmsnorm", 2.1, 0.4)):
+            rows.append(
+                {
+                    "size": size,
+                    "variant": variant,
+                    "n_params": n,
+                    "final_loss": loss,
+                    "final_loss_std": 0.01,
+                    "max_stable_lr": lr,
+                    "unigram_loss": 3.25,
+                    "vocab_size": 256,
+                }
+            )
+    return pd.DataFrame(rows)
+
+
+def test_losses_are_held_against_the_trivial_baselines_and_lrs_against_the_baseline() -> None:
+    (line,) = baseline_lines(_table())
+    assert "uniform guess 5.545 nats, unigram frequencies 3.2500" in line
+    assert "final losses 2.0000–2.1000, all below it" in line
+    (ratio,) = ratio_lines(_table(), ["layernorm", "rmsnorm"])
+    assert "rmsnorm / layernorm" in ratio and "d64 4.00; d128 4.00" in ratio
