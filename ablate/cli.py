@@ -263,11 +263,17 @@ def _run_scaled(args: argparse.Namespace, experiment: Experiment, console: Conso
         args.storage,
         console,
     )
-    console.print(result.report.read_text(encoding="utf-8"), markup=False, highlight=False)
-    console.print(f"scaling report: {result.report}")
+    _print_scaling_summary(result.report, console)
     if result.missing:
         console.print(f"{len(result.missing)} planned run(s) not done: {'; '.join(result.missing)}")
     return EXIT_RUN_FAILED if result.missing else EXIT_OK
+
+
+def _print_scaling_summary(report: Path, console: Console) -> None:
+    """The scaling report's opening (sizes and written summary) and where the rest is."""
+    summary = report.read_text(encoding="utf-8").split("\n## ")[0]
+    console.print(summary.strip(), markup=False, highlight=False, soft_wrap=True)
+    console.print(f"scaling report: {report}")
 
 
 def _print_studies(studies: dict, console: Console) -> None:
@@ -319,8 +325,7 @@ def cmd_report(args: argparse.Namespace, console: Console) -> int:
         from ablate.report.builder import build_scaling_report
 
         path = build_scaling_report(args.results, args.out or Path("reports") / args.results.name)
-        console.print(path.read_text(encoding="utf-8"), markup=False, highlight=False)
-        console.print(f"scaling report: {path}")
+        _print_scaling_summary(path, console)
         return EXIT_OK
     out = args.out or store.remembered_report_dir(args.results)
     out = out or Path("reports") / args.results.name

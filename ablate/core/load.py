@@ -1,8 +1,11 @@
-"""Reading an experiment file: YAML, variants merged into the base, environment checks, convert.
+"""Reading an experiment file: YAML, variants merged into the base, environment checks,
+convert, scale.
 
 :func:`load_experiment` reads the YAML (a key given twice is an error), validates the base and
 every variant (:mod:`ablate.core.overrides`), checks what the file needs from the machine (data
 files, logger packages, a token budget that buys a step) and resolves the ``convert:`` section.
+A ``scale:`` section is checked by resolving every size: :func:`size_experiment` derives a
+size's experiment from the file as read, with the size's model keys in its base.
 """
 
 from __future__ import annotations

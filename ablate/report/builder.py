@@ -216,9 +216,10 @@ def build_report(exp_dir: Path, report_dir: Path) -> Report:
 
 def build_scaling_report(scale_dir: Path, report_dir: Path) -> Path:
     """Write the scaling report (Markdown, HTML, CSVs, figures); the Markdown's path."""
-    manifest = folders.read_json(ExperimentFolder(scale_dir).scale)
+    listing = ExperimentFolder(scale_dir).scale
+    manifest = folders.read_json(listing)
     if manifest is None:
-        raise FileNotFoundError(f"{scale_dir}: no scale.json")
+        raise FileNotFoundError(f"{listing}: not found")
     section = scaling_section(manifest, scale_dir)
     report_dir.mkdir(parents=True, exist_ok=True)
     write_section(section, report_dir)

@@ -35,9 +35,12 @@ QUANTITIES = {
 EXTRAPOLATION_FACTOR = 10  # the max stable LR is extrapolated to 10x the largest size
 
 
-def _bracket(studies: dict, variant: str) -> tuple[float, float]:
-    low, high = ((studies.get("max_lr") or {}).get(variant) or {}).get("bracket", [None, None])
-    return (math.nan if low is None else low), (math.nan if high is None else high)
+def _bracket(studies: dict, variant: str) -> tuple[float, float, int]:
+    """(largest stable, smallest unstable, stored runs that contradict the bracket)."""
+    found = (studies.get("max_lr") or {}).get(variant) or {}
+    low, high = found.get("bracket", [None, None])
+    against = len(found.get("contradictions") or [])
+    return (math.nan if low is None else low), (math.nan if high is None else high), against
 
 
 def _best_lr(studies: dict, variant: str) -> float:
@@ -64,7 +67,7 @@ def size_rows(size: dict[str, Any], stored: StoredExperiment, variants: list[str
     for variant in variants:
         every = runs[runs["variant"] == variant]
         mine = every[every["status"] == "finished"]
-        low, high = _bracket(studies, variant)
+        low, high, against = _bracket(studies, variant)
         diff = paired_difference(runs, variant, variants[0]) if variant != variants[0] else None
         rows.append(
             {
@@ -80,6 +83,7 @@ def size_rows(size: dict[str, Any], stored: StoredExperiment, variants: list[str
                 "max_stable_lr_low": low,
                 "max_stable_lr_high": high,
                 "max_stable_lr": math.sqrt(low * high),  # the bracket's geometric midpoint
+                "max_lr_contradictions": against,
                 "lr_sensitivity": sensitivity.get(variant, math.nan),
                 "diff_vs_baseline": diff.mean if diff else math.nan,
                 "diff_ci_low": diff.ci_low if diff else math.nan,
@@ -105,12 +109,15 @@ def scaling_table(manifest: dict, root: Path) -> tuple[pd.DataFrame, list[str]]:
 
 
 def fit_quantities(table: pd.DataFrame, variants: list[str]) -> dict[tuple[str, str], PowerLaw]:
-    """``{(variant, quantity): power law in n_params}`` where at least two sizes have a value."""
+    """``{(variant, quantity): power law in n_params}`` where at least two sizes have a value
+    (for the max stable LR: a bracket no other stored run of its size contradicts)."""
     fits = {}
     for variant in variants:
         mine = table[table["variant"] == variant]
         for quantity in QUANTITIES:
             ok = mine[np.isfinite(mine[quantity].astype(float)) & (mine[quantity] > 0)]
+            if quantity == "max_stable_lr":  # a bracket other runs contradict is not fitted
+                ok = ok[ok["max_lr_contradictions"] == 0]
             if ok["n_params"].nunique() >= 2:
                 fits[(variant, quantity)] = power_law_fit(ok["n_params"], ok[quantity])
     return fits
@@ -235,6 +242,17 @@ def ratio_lines(table: pd.DataFrame, variants: list[str]) -> list[str]:
                 f"Max stable LR, {variant} / {variants[0]} (bracket midpoints; each bracket is "
                 f"as wide as max_lr.precision): {shown}."
             )
+    contradicted = table[table["max_lr_contradictions"] > 0]
+    if len(contradicted):
+        named = ", ".join(
+            f"{r.size} {r.variant} ({r.max_lr_contradictions} run(s))"
+            for r in contradicted.itertuples()
+        )
+        lines.append(
+            f"Brackets contradicted by other stored runs of their size (stable above, or "
+            f"unstable below; see each size's report), left out of the max-stable-LR fit: "
+            f"{named}."
+        )
     return lines
 
 
@@ -244,8 +262,13 @@ def _shown(table: pd.DataFrame) -> pd.DataFrame:
     ].copy()
     shown["best LR"] = table["best_lr"].map(lambda v: f"{v:.3g}")
     shown["max stable LR"] = [
-        f"[{lo:.3g}, {hi:.3g}]"
-        for lo, hi in zip(table["max_stable_lr_low"], table["max_stable_lr_high"], strict=True)
+        f"[{lo:.3g}, {hi:.3g}]" + (f" ({n} against)" if n else "")
+        for lo, hi, n in zip(
+            table["max_stable_lr_low"],
+            table["max_stable_lr_high"],
+            table["max_lr_contradictions"],
+            strict=True,
+        )
     ]
     shown["LR sensitivity"] = table["lr_sensitivity"].map(lambda v: f"{v:.4f}")
     shown["Δ vs baseline"] = [
@@ -289,7 +312,8 @@ def scaling_section(manifest: dict, root: Path) -> Section:
         "Final val loss: mean ± std over seeds at each variant's tuned LR and warmup (the "
         "shared LR where the file has no search); Δ: paired difference to the baseline over "
         "matched seeds with its 95% interval; max stable LR: the bracket [largest stable, "
-        "smallest unstable], fitted at its geometric midpoint.",
+        "smallest unstable], fitted at its geometric midpoint unless other stored runs of its "
+        "size contradict it (n against).",
         "",
         _shown(table).to_markdown(index=False, floatfmt=".4f"),
         "",

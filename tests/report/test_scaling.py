@@ -8,7 +8,7 @@ import pandas as pd
 import pytest
 
 from ablate.report.fits import trend_fit
-from ablate.report.scaling import baseline_lines, ratio_lines, trend_verdict
+from ablate.report.scaling import baseline_lines, fit_quantities, ratio_lines, trend_verdict
 
 PARAMS = np.array([2e5, 5e5, 8e5, 2e6])
 WIGGLE = np.array([0.001, -0.001, -0.001, 0.001])
@@ -45,6 +45,7 @@ def _table() -> pd.DataFrame:
                     "final_loss": loss,
                     "final_loss_std": 0.01,
                     "max_stable_lr": lr,
+                    "max_lr_contradictions": 2 if (size, variant) == ("d128", "rmsnorm") else 0,
                     "unigram_loss": 3.25,
                     "vocab_size": 256,
                 }
@@ -56,5 +57,15 @@ def test_losses_are_held_against_the_trivial_baselines_and_lrs_against_the_basel
     (line,) = baseline_lines(_table())
     assert "uniform guess 5.545 nats, unigram frequencies 3.2500" in line
     assert "final losses 2.0000–2.1000, all below it" in line
-    (ratio,) = ratio_lines(_table(), ["layernorm", "rmsnorm"])
+    ratio, against = ratio_lines(_table(), ["layernorm", "rmsnorm"])
     assert "rmsnorm / layernorm" in ratio and "d64 4.00; d128 4.00" in ratio
+    assert "left out of the max-stable-LR fit: d128 rmsnorm (2 run(s))" in against
+
+
+def test_a_contradicted_bracket_is_not_fitted() -> None:
+    table = _table().assign(
+        final_loss_std=0.01, best_lr=0.01, lr_sensitivity=0.1, max_stable_lr_low=0.1
+    )
+    fits = fit_quantities(table, ["layernorm", "rmsnorm"])
+    assert ("layernorm", "max_stable_lr") in fits and ("rmsnorm", "final_loss") in fits
+    assert ("rmsnorm", "max_stable_lr") not in fits  # one size left: nothing to fit
