@@ -330,8 +330,9 @@ def scaling_section(manifest: dict, root: Path) -> Section:
         "scaling.png",
         scaling_figure(table, fits, variants, EXTRAPOLATION_FACTOR),
         "Against model size",
-        "Each quantity per variant against parameters on log axes, with its power-law fit; "
-        "the max stable LR's line continues (dashed) to 10x the largest size: an extrapolation.",
+        "Each quantity per variant against parameters on log axes, with its power-law fit and "
+        "the fitted line's 95% band; the max stable LR's line continues (dashed) to 10x the "
+        "largest size: an extrapolation, whose band shows how little the fit pins it down.",
     )
     section.figure(
         "scaling_gap.png",

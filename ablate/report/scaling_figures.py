@@ -9,6 +9,7 @@ import numpy as np
 import pandas as pd
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
+from matplotlib.ticker import FuncFormatter, NullFormatter
 
 from ablate.report.figures import LOSS_UNIT
 from ablate.report.fits import LineFit, PowerLaw
@@ -27,9 +28,9 @@ def scaling_figure(
     variants: list[str],
     extrapolate: float,
 ) -> Figure | None:
-    """Four log–log panels, one per quantity: each variant's sizes and its power-law line; the
-    max stable LR's bracket as an error bar and its line extended (dashed) to ``extrapolate``
-    times the largest size."""
+    """Four log–log panels, one per quantity: each variant's sizes and its power-law line with
+    the line's 95% band; the max stable LR's bracket as an error bar and its line extended
+    (dashed) to ``extrapolate`` times the largest size."""
     if table.empty:
         return None
     fig = Figure(figsize=(11, 8))
@@ -38,39 +39,67 @@ def scaling_figure(
     for ax, (quantity, label) in zip(axes, PANELS, strict=True):
         for i, variant in enumerate(variants):
             mine = table[table["variant"] == variant].sort_values("n_params")
-            color = f"C{i}"
             if quantity == "max_stable_lr":
-                mid = mine["max_stable_lr"]
-                ax.errorbar(
-                    mine["n_params"],
-                    mid,
-                    yerr=[mid - mine["max_stable_lr_low"], mine["max_stable_lr_high"] - mid],
-                    fmt="o",
-                    color=color,
-                    capsize=3,
-                    label=variant,
-                )
+                _brackets(ax, mine, f"C{i}", variant)
             else:
-                ax.plot(mine["n_params"], mine[quantity], "o", color=color, label=variant)
+                ax.plot(mine["n_params"], mine[quantity], "o", color=f"C{i}", label=variant)
             fit = fits.get((variant, quantity))
             if fit is not None:
-                _fit_line(ax, fit, mine["n_params"].min(), largest, color)
+                _fit_line(ax, fit, mine["n_params"].min(), largest, f"C{i}")
                 if quantity == "max_stable_lr":
-                    _fit_line(ax, fit, largest, largest * extrapolate, color, dashed=True)
-        ax.set_xscale("log")
-        ax.set_yscale("log")
+                    _fit_line(ax, fit, largest, largest * extrapolate, f"C{i}", dashed=True)
+        _log_axes(ax, table, quantity)
         ax.set_xlabel("parameters")
         ax.set_ylabel(label)
         ax.legend(fontsize=8)
     return fig
 
 
+def _brackets(ax: Axes, mine: pd.DataFrame, color: str, variant: str) -> None:
+    """Each size's max-stable-LR bracket as an error bar about its geometric midpoint; hollow
+    where other stored runs contradict the bracket (it is not fitted)."""
+    for contradicted, rows in mine.groupby(mine["max_lr_contradictions"] > 0):
+        mid = rows["max_stable_lr"]
+        ax.errorbar(
+            rows["n_params"],
+            mid,
+            yerr=[mid - rows["max_stable_lr_low"], rows["max_stable_lr_high"] - mid],
+            fmt="o",
+            color=color,
+            mfc="white" if contradicted else color,
+            capsize=3,
+            label=f"{variant} (contradicted: not fitted)" if contradicted else variant,
+        )
+
+
+def _log_axes(ax: Axes, table: pd.DataFrame, quantity: str) -> None:
+    """Log axes, plain tick labels, and y limits around the data (a wide band is clipped)."""
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    columns = (
+        ["max_stable_lr_low", "max_stable_lr_high"] if quantity == "max_stable_lr" else [quantity]
+    )
+    values = table[columns].to_numpy(dtype=float).ravel()
+    values = values[np.isfinite(values) & (values > 0)]
+    if not len(values):
+        return
+    margin = 1.05 if quantity == "final_loss" else 1.5
+    ax.set_ylim(values.min() / margin, values.max() * margin)
+    plain = FuncFormatter(lambda v, _: f"{v:.3g}")
+    ax.yaxis.set_major_formatter(plain)
+    narrow = values.max() / values.min() < 10  # less than a decade: label the minor ticks
+    ax.yaxis.set_minor_formatter(plain if narrow else NullFormatter())
+
+
 def _fit_line(
     ax: Axes, fit: PowerLaw, start: float, stop: float, color: str, dashed: bool = False
 ) -> None:
+    """The fitted power law from ``start`` to ``stop`` with its 95% confidence band."""
     x = np.geomspace(start, stop, 20)
-    y = [fit.predict(v)[0] for v in x]
+    y, low, high = np.array([fit.predict(v) for v in x]).T
     ax.plot(x, y, color=color, linestyle="--" if dashed else "-", linewidth=1)
+    if np.isfinite(low).all():
+        ax.fill_between(x, low, high, color=color, alpha=0.1 if dashed else 0.15, linewidth=0)
 
 
 def gap_figure(

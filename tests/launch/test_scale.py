@@ -8,10 +8,11 @@ from pathlib import Path
 import pandas as pd
 import pytest
 import yaml
-from conftest import LENIENT, write_experiment
+from conftest import LENIENT, REPO, write_experiment
 
 from ablate.core.folders import ExperimentFolder
 from ablate.core.load import load_experiment
+from ablate.core.plan import plan_runs
 from ablate.launch.scale import parameter_count, resolve_sizes, run_scaled
 from ablate.nn.model import shared_init_digest
 from ablate.nn.sources import build_model
@@ -96,3 +97,16 @@ def test_every_size_runs_every_stage_and_an_added_size_trains_only_itself(
     table = pd.read_csv(reports / "tiny" / "scaling.csv")
     assert list(table["size"].unique()) == ["d16", "d32", "d24"]
     assert ExperimentFolder(root / "tiny").is_scaled()
+
+
+def test_the_committed_scaling_report_holds_every_run_the_file_plans() -> None:
+    """experiments/scaling.yaml's runs keep their ids: every size's main runs are in its
+    committed report, and the scaling table has every variant at every size."""
+    experiment = load_experiment(REPO / "experiments" / "scaling.yaml")
+    sizes = resolve_sizes(experiment)
+    table = pd.read_csv(REPO / "reports" / "scaling" / "scaling.csv")
+    assert list(table["size"].unique()) == [s.label for s in sizes]
+    for size in sizes:
+        stored = pd.read_csv(REPO / "reports" / "scaling" / size.experiment.name / "runs.csv")
+        planned = {s.run_id for s in plan_runs(size.experiment)}
+        assert planned and planned <= set(stored["run_id"])
