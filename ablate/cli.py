@@ -467,11 +467,17 @@ class CtrlC:
         raise KeyboardInterrupt
 
     def on_unraisable(self, unraisable: Any) -> None:
-        """A swallowed ``KeyboardInterrupt`` is raised again instead of printed."""
-        if issubclass(unraisable.exc_type, KeyboardInterrupt):
-            _thread.interrupt_main(signal.SIGINT)
-        else:
+        """A swallowed ``KeyboardInterrupt`` is raised again instead of printed. When the
+        handler runs at once, inside this hook (where an exception only gets printed as a
+        traceback), it is caught: ``pending`` still ends the command with 130."""
+        if not issubclass(unraisable.exc_type, KeyboardInterrupt):
             self.hook(unraisable)
+            return
+        self.pending = True
+        try:
+            _thread.interrupt_main(signal.SIGINT)
+        except KeyboardInterrupt:
+            return
 
 
 def main(argv: list[str] | None = None) -> int:

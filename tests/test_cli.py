@@ -425,3 +425,21 @@ def test_version_is_the_installed_one(capsys: pytest.CaptureFixture) -> None:
         main(["--version"])
     assert info.value.code == 0
     assert capsys.readouterr().out.strip() == f"ablate {version('ablate')}"
+
+
+def test_a_swallowed_ctrl_c_re_raised_inside_the_hook_prints_no_traceback(tmp_path: Path) -> None:
+    """Python reports a swallowed KeyboardInterrupt to the unraisable hook; re-raising it runs
+    the SIGINT handler at once, inside the hook, whose exception Python would print as a
+    traceback (seen in CI when Ctrl-C came as a command ended): caught, and the command still
+    ends with 130 (``pending``)."""
+    script = tmp_path / "hook.py"
+    script.write_text(
+        "import types\n"
+        "from ablate.cli import CtrlC\n"
+        "with CtrlC() as c:\n"
+        "    for _ in range(100):\n"
+        "        c.on_unraisable(types.SimpleNamespace(exc_type=KeyboardInterrupt))\n"
+        "    print('pending', c.pending)\n"
+    )
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True)
+    assert (done.returncode, done.stdout.strip(), done.stderr) == (0, "pending True", "")

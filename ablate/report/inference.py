@@ -56,7 +56,8 @@ def verdict(row: pd.Series, base: pd.Series) -> str:
 def shared_time(table: pd.DataFrame) -> str:
     """What the norm share divides: kernel time on a GPU (the bench profiles CUDA there), CPU
     time on a CPU; the peak-memory column tells which device measured the table."""
-    on_gpu = table["memory_kind"].eq("cuda_max_allocated").any()
+    kinds = table["memory_kind"] if "memory_kind" in table else pd.Series(dtype=str)
+    on_gpu = kinds.eq("cuda_max_allocated").any()
     return "GPU kernel time" if on_gpu else "CPU time"
 
 
