@@ -351,8 +351,13 @@ def test_sigkill_at_random_points_then_rerun_equals_an_uninterrupted_run(tmp_pat
     import random
 
     path = _long_experiment(tmp_path, 300)
+    # One thread per run in every invocation: with the default, a rerun left with one run gives
+    # it both cores, and two threads sum in another order (a loss equal to ~1e-7, not bitwise).
+    one_thread = ("--threads", "1")
     reference = tmp_path / "reference"
-    proc = ablate_process("run", str(path), "--results-dir", str(reference), cwd=tmp_path)
+    proc = ablate_process(
+        "run", str(path), "--results-dir", str(reference), *one_thread, cwd=tmp_path
+    )
     out, _ = proc.communicate(timeout=300)
     assert proc.returncode == 0, out
     expected = _losses(reference / "tiny")
@@ -363,7 +368,13 @@ def test_sigkill_at_random_points_then_rerun_equals_an_uninterrupted_run(tmp_pat
     kills = 0
     for _ in range(4):
         proc = ablate_process(
-            "run", str(path), "--results-dir", str(killed), cwd=tmp_path, start_new_session=True
+            "run",
+            str(path),
+            "--results-dir",
+            str(killed),
+            *one_thread,
+            cwd=tmp_path,
+            start_new_session=True,
         )
         time.sleep(rng.uniform(3.0, 9.0))  # start-up takes ~3 s; each run ~2 s
         if proc.poll() is None:
@@ -372,7 +383,9 @@ def test_sigkill_at_random_points_then_rerun_equals_an_uninterrupted_run(tmp_pat
         proc.wait()
     assert kills >= 3
     print(f"kills={kills} of 4 attempts")  # shown with pytest -s
-    rerun = ablate_process("run", str(path), "--results-dir", str(killed), cwd=tmp_path)
+    rerun = ablate_process(
+        "run", str(path), "--results-dir", str(killed), *one_thread, cwd=tmp_path
+    )
     out, _ = rerun.communicate(timeout=300)
     assert rerun.returncode == 0, out
     assert _losses(killed / "tiny") == expected  # same runs, bitwise the same losses
