@@ -250,6 +250,7 @@ class ExperimentFolder:
         return self.path / "scale.json"
 
     def is_scaled(self) -> bool:
+        """Whether this folder holds a ``scale:`` experiment's sizes (not runs of its own)."""
         return self.scale.is_file()
 
     @property
