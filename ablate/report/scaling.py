@@ -219,7 +219,7 @@ def baseline_lines(table: pd.DataFrame) -> list[str]:
     vocab = table["vocab_size"].dropna()
     if floor.empty or vocab.empty:
         return []
-    unigram, losses = floor.iloc[0], table["final_loss"]
+    unigram, losses = floor.iloc[0], table["final_loss"].dropna()
     where = "all below it" if (losses < unigram).all() else "NOT all below it: some learned less"
     return [
         f"Trivial baselines: a uniform guess {math.log(vocab.iloc[0]):.3f} nats, unigram "
