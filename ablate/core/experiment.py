@@ -128,14 +128,9 @@ class SizeConfig(StrictSection):
             return self.name
         return f"d{self.d_model}" + (f"-l{self.n_layers}" if self.n_layers else "")
 
-    def model_keys(self) -> dict[str, int]:
-        """The dotted ``model.*`` keys this size sets."""
-        keys = {"model.d_model": self.d_model}
-        if self.n_layers is not None:
-            keys["model.n_layers"] = self.n_layers
-        if self.n_heads is not None:
-            keys["model.n_heads"] = self.n_heads
-        return keys
+    def model_values(self) -> dict[str, int]:
+        """The ``model`` section's keys this size sets, with their values."""
+        return self.model_dump(exclude={"name"}, exclude_none=True)
 
 
 class ScaleConfig(StrictSection):

@@ -339,9 +339,7 @@ def size_experiment(experiment: Experiment, index: int, tokens: int | None = Non
     raw = copy.deepcopy(experiment.file)
     raw.pop("scale")
     raw["name"] = f"{experiment.name}.{size.label()}"
-    model = raw.setdefault("model", {})
-    for key, value in size.model_keys().items():
-        model[key.split(".", 1)[1]] = value
+    raw.setdefault("model", {}).update(size.model_values())
     if tokens is not None:
         raw.setdefault("train", {})["tokens"] = tokens
     where = f"{experiment.path}: scale.sizes[{index}] ({size.label()})"

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 from scipy import stats
 
-LEVEL = 0.95
+from ablate.report.analysis import CONFIDENCE
 
 
 @dataclass(frozen=True)
@@ -45,7 +45,7 @@ class LineFit:
 
 
 def _t(points: int) -> float:
-    return float(stats.t.ppf((1 + LEVEL) / 2, points - 2))
+    return float(stats.t.ppf((1 + CONFIDENCE) / 2, points - 2))
 
 
 def line_fit(u: np.ndarray, y: np.ndarray) -> LineFit:
