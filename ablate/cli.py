@@ -482,7 +482,11 @@ class CtrlC:
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``ablate`` console script. Ctrl-C at any moment, from parsing to the
-    report, exits 130 with one line and no traceback."""
+    report, exits 130 with one line and no traceback. torch's CPU code paths are pinned first
+    (:func:`ablate.core.numerics.pin_cpu_numerics`), before anything computes."""
+    from ablate.core.numerics import pin_cpu_numerics
+
+    pin_cpu_numerics()
     with CtrlC() as ctrl_c:
         try:
             code = _dispatch(argv)

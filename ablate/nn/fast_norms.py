@@ -3,10 +3,14 @@
 On this project's CPU torch builds ``F.rms_norm`` is composed of several ops and is 3–8× slower
 than the fused ``F.layer_norm`` at the same shape, so an A/B of the norms' *speed* would compare
 a fused LayerNorm with an unfused RMSNorm. ablate therefore ships its own RMSNorm kernel for
-CPU: one C++ pass per row forward and backward, fp32 accumulation, rows split across threads
-(``csrc/rms_norm.cpp``), compiled on first use with ``torch.utils.cpp_extension.load_inline``
-(about 30 s, once per machine: cached under ``$TORCH_EXTENSIONS_DIR/ablate/``, default
-``~/.cache/torch_extensions/ablate/``; later processes import the built library directly).
+CPU: one C++ pass per row forward and backward, fp32 accumulation, rows split across threads,
+its autograd node in C++ too (``csrc/rms_norm.cpp``), compiled on first use with
+``torch.utils.cpp_extension.load_inline`` (about 30 s, once per machine: cached under
+``$TORCH_EXTENSIONS_DIR/ablate/``, default ``~/.cache/torch_extensions/ablate/``; later
+processes import the built library directly). Its arithmetic (``csrc/rms_norm_rows.h``) has a
+fixed summation order and is compiled for a fixed x86-64 level (:func:`build_target`) without
+fast-math, so it gives the same bits on every CPU and at every thread count (tested by
+compiling it for two instruction sets).
 
 Implementations (``model.norm.impl``):
 
@@ -27,7 +31,6 @@ import functools
 import hashlib
 import importlib.util
 import os
-import platform
 import time
 import warnings
 from pathlib import Path
@@ -36,9 +39,13 @@ from types import ModuleType
 import torch
 import torch.nn.functional as F
 
+from ablate.core.numerics import cpu_flags, is_x86_64
+
 IMPLS = ("reference", "torch", "cpp")
-SOURCE = Path(__file__).parent / "csrc" / "rms_norm.cpp"
-CFLAGS = ["-O3", "-march=native", "-ffast-math", "-fno-finite-math-only", "-fopenmp"]
+CSRC = Path(__file__).parent / "csrc"
+SOURCES = (CSRC / "rms_norm_rows.h", CSRC / "rms_norm.cpp")
+# x86-64 levels from the newest the CPU runs down: all give the same bits (tested), v3 is faster
+X86_TARGETS = (("x86-64-v3", ("avx2", "fma", "bmi2")), ("x86-64-v2", ("sse4_2", "popcnt")))
 
 
 STALE_LOCK_S = 600  # a build lock older than this was left by a killed build
@@ -64,7 +71,27 @@ def _import_built(name: str, folder: Path) -> ModuleType | None:
     return module
 
 
-def _build(name: str, folder: Path, source: str) -> ModuleType:
+def build_target() -> str:
+    """The instruction set the kernel is compiled for: a fixed x86-64 level (v3, AVX2, where
+    the CPU has it, else v2, SSE4.2), never the build machine's own (``-march=native``); off
+    x86-64 the compiler's default. The bits do not depend on the level (rms_norm_rows.h)."""
+    if not is_x86_64():
+        return "default"
+    flags = set(cpu_flags())
+    for target, needs in X86_TARGETS:
+        if flags.issuperset(needs):
+            return target
+    return "x86-64"
+
+
+def compile_flags(target: str) -> list[str]:
+    """The kernel's compiler flags for ``target``: optimized, IEEE arithmetic in source order
+    (no fast-math reassociation, no contracted multiply-adds)."""
+    march = [] if target == "default" else [f"-march={target}"]
+    return ["-O3", *march, "-fno-fast-math", "-ffp-contract=off", "-fopenmp"]
+
+
+def _build(name: str, folder: Path, source: str, target: str) -> ModuleType:
     """Compile the kernel (about 30 s) into ``folder``; concurrent builders wait on a lock."""
     from torch.utils.cpp_extension import load_inline
 
@@ -78,23 +105,30 @@ def _build(name: str, folder: Path, source: str) -> ModuleType:
         return load_inline(
             name=name,
             cpp_sources=[source],
-            functions=["rms_norm_forward", "rms_norm_backward"],
-            extra_cflags=CFLAGS,
+            functions=["rms_norm", "rms_norm_forward", "rms_norm_backward"],
+            extra_cflags=compile_flags(target),
             extra_ldflags=["-fopenmp"],
+            extra_include_paths=[str(CSRC)],
             build_directory=str(folder),
             verbose=False,
         )
 
 
+def load_kernel(target: str) -> ModuleType:
+    """The kernel built for ``target``: imported when a build of this source and these flags
+    exists, else compiled first."""
+    texts = [path.read_text(encoding="utf-8") for path in SOURCES]
+    key = hashlib.sha256("\n".join([*texts, *compile_flags(target)]).encode()).hexdigest()
+    name = f"ablate_rms_norm_{key[:12]}"  # a new source or target gets a new build
+    folder = build_directory(name)
+    return _import_built(name, folder) or _build(name, folder, texts[-1], target)
+
+
 @functools.cache
 def _extension() -> tuple[ModuleType | None, str]:
     """(the compiled module, "") or (None, why it is unavailable); loaded once per process."""
-    source = SOURCE.read_text(encoding="utf-8")
-    key = hashlib.sha256((source + " ".join(CFLAGS) + _cpu_flags()).encode()).hexdigest()
-    name = f"ablate_rms_norm_{key[:12]}"  # a new CPU or source gets a new build
-    folder = build_directory(name)
     try:
-        return _import_built(name, folder) or _build(name, folder, source), ""
+        return load_kernel(build_target()), ""
     except Exception as exc:  # no compiler, no ninja, no headers: fall back, do not fail
         return None, f"{type(exc).__name__}: {str(exc).strip().splitlines()[0][:200]}"
 
@@ -112,47 +146,17 @@ def _put_ninja_on_path() -> None:
         os.environ["PATH"] = os.pathsep.join([bin_dir, path]) if path else bin_dir
 
 
-def _cpu_flags() -> str:
-    """The CPU's feature flags (what -march=native compiled for), or the machine name."""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("flags"):
-                return line
-    except OSError:
-        pass
-    return platform.machine()
-
-
 def cpp_unavailable_reason() -> str:
     """Empty when the C++ kernel can be used, else why not (building it if needed)."""
     return _extension()[1]
 
 
-class _CppRMSNorm(torch.autograd.Function):
-    """y = x / sqrt(mean(x^2) + eps) * w with the C++ kernel's forward and analytic backward."""
-
-    @staticmethod
-    def forward(ctx, x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
-        module = _extension()[0]
-        assert module is not None
-        x = x.contiguous()
-        w = weight.to(x.dtype).contiguous()
-        y, rstd = module.rms_norm_forward(x, w, eps)
-        ctx.save_for_backward(x, w, rstd)
-        ctx.weight_dtype = weight.dtype
-        return y
-
-    @staticmethod
-    def backward(ctx, grad: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, None]:
-        module = _extension()[0]
-        x, w, rstd = ctx.saved_tensors
-        dx, dw = module.rms_norm_backward(grad.contiguous(), x, w, rstd)
-        return dx, dw.to(ctx.weight_dtype), None
-
-
 def rms_norm_cpp(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
-    """RMSNorm with gain through the C++ kernel (CPU tensors, statistics in fp32)."""
-    return _CppRMSNorm.apply(x, weight, eps)
+    """RMSNorm with gain through the C++ kernel (CPU tensors, statistics in fp32), forward and
+    backward each one C++ call (the autograd node lives in the extension too)."""
+    module = _extension()[0]
+    assert module is not None
+    return module.rms_norm(x, weight.to(x.dtype), eps)
 
 
 def rms_norm_torch(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:

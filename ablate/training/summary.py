@@ -17,8 +17,10 @@ import lightning as L
 import pandas as pd
 import torch
 
+from ablate.core.numerics import pinned_settings
 from ablate.core.plan import RunSpec
 from ablate.core.stability import run_verdict
+from ablate.nn.fast_norms import build_target
 from ablate.nn.model import (
     count_parameters,
 )
@@ -47,11 +49,26 @@ def environment(spec: RunSpec) -> dict[str, Any]:
         "precision": spec.config.train.precision,
         "default_dtype": str(torch.get_default_dtype()),
         "torch_threads": torch.get_num_threads(),
+        "cpu_capability": torch.backends.cpu.get_cpu_capability(),
+        **pinned_settings(),
         "processes": spec.config.runtime.processes(),
         "strategy": spec.config.runtime.strategy,
         "git_commit": git_commit(),
         "hostname": platform.node(),
         "pid": os.getpid(),
+    }
+
+
+def what_decides_the_bits(model: torch.nn.Module) -> dict[str, Any]:
+    """The summary's record of what fixes a run's arithmetic besides its spec: the torch
+    version, its thread count, the CPU capability ATen dispatched to (env.json has the MKL and
+    oneDNN pins too, :mod:`ablate.core.numerics`), and the C++ RMSNorm kernel's build target
+    when a norm ran it."""
+    return {
+        "kernel_target": build_target() if "cpp" in used_impls(model) else None,
+        "torch_version": torch.__version__,
+        "torch_threads": torch.get_num_threads(),
+        "cpu_capability": torch.backends.cpu.get_cpu_capability(),
     }
 
 
@@ -137,6 +154,7 @@ def summarize(
         "norm_kind": spec.config.model.norm_kind(),
         "norm_placement": spec.config.model.norm_placement(),
         "norm_impl": ",".join(used_impls(prepared.model)) or None,
+        **what_decides_the_bits(prepared.model),
         "wall_time_s": wall_time_s,
         "train_time_s": train_time,
         "tokens_per_s": steps_done * tokens_per_step / train_time if train_time > 0 else None,

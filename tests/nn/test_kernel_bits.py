@@ -1,0 +1,131 @@
+"""The RMSNorm kernel gives the same bytes whatever instruction set it was compiled for.
+
+The row arithmetic (``csrc/rms_norm_rows.h``) is compiled here on its own, with ablate's flags,
+for two x86-64 levels whose machine code differs (SSE only against AVX2 or AVX-512 registers),
+and run on the same inputs; the outputs must be equal to the byte, and equal to what ablate's
+torch extension computes on this machine.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import platform
+import shutil
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from ablate.core.numerics import cpu_flags
+from ablate.nn import fast_norms
+
+pytestmark = pytest.mark.skipif(
+    platform.machine() != "x86_64" or shutil.which("g++") is None,
+    reason="the instruction-set comparison is for x86-64 with g++",
+)
+
+WRAPPER = """
+#include "rms_norm_rows.h"
+namespace { inline float same(float v) { return v; } }
+extern "C" void fwd(const float* x, const float* w, float* y, float* r, long n, long d,
+                    float eps) {
+  ablate_rms::forward_rows(x, w, y, r, 0, n, d, eps, same, same);
+}
+extern "C" void bwd(const float* g, const float* x, const float* w, const float* r, float* dx,
+                    float* partial, float* dw, long n, long d) {
+  const long blocks = ablate_rms::blocks_for(n);
+  for (long b = 0; b < blocks; ++b) {
+    ablate_rms::backward_block(g, x, w, r, dx, partial + b * d, b, n, d, same, same);
+  }
+  ablate_rms::sum_blocks(partial, dw, blocks, d, 0, d);
+}
+"""
+
+
+def _wide_target() -> str:
+    """The widest x86-64 level this CPU runs (v4: AVX-512, else v3: AVX2)."""
+    flags = set(cpu_flags())
+    return "x86-64-v4" if {"avx512f", "avx512bw", "avx512vl"} <= flags else "x86-64-v3"
+
+
+def _compile(target: str, folder: Path) -> Path:
+    source = folder / "wrapper.cpp"
+    source.write_text(WRAPPER)
+    library = folder / f"rows_{target}.so"
+    flags = [f for f in fast_norms.compile_flags(target) if f != "-fopenmp"]
+    include = f"-I{fast_norms.CSRC}"
+    command = ["g++", *flags, "-shared", "-fPIC", include, str(source), "-o", str(library)]
+    subprocess.run(command, check=True)
+    return library
+
+
+def _pointer(array: np.ndarray) -> ctypes.c_void_p:
+    return array.ctypes.data_as(ctypes.c_void_p)
+
+
+def _run(library: Path, x: np.ndarray, w: np.ndarray, g: np.ndarray) -> list[np.ndarray]:
+    """y, r, dx and dw of the compiled rows on these inputs."""
+    lib = ctypes.CDLL(str(library))
+    pointer, size = ctypes.c_void_p, ctypes.c_long
+    lib.fwd.argtypes = [pointer] * 4 + [size, size, ctypes.c_float]
+    lib.bwd.argtypes = [pointer] * 7 + [size, size]
+    n, d = x.shape
+    y, dx = np.empty_like(x), np.empty_like(x)
+    r = np.empty(n, np.float32)
+    partial = np.empty(((n + 63) // 64, d), np.float32)
+    dw = np.empty(d, np.float32)
+    lib.fwd(_pointer(x), _pointer(w), _pointer(y), _pointer(r), n, d, 1e-5)
+    lib.bwd(_pointer(g), _pointer(x), _pointer(w), _pointer(r), _pointer(dx), _pointer(partial),
+            _pointer(dw), n, d)
+    return [y, r, dx, dw]
+
+
+def _inputs(n: int, d: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(d)
+    x = (3 * rng.standard_normal((n, d))).astype(np.float32)
+    w = (1 + 0.3 * rng.standard_normal(d)).astype(np.float32)
+    g = rng.standard_normal((n, d)).astype(np.float32)
+    return x, w, g
+
+
+@pytest.fixture(scope="module")
+def builds(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    folder = tmp_path_factory.mktemp("kernel_bits")
+    return {target: _compile(target, folder) for target in ("x86-64-v2", _wide_target())}
+
+
+def test_the_two_builds_are_different_machine_code(builds: dict[str, Path]) -> None:
+    narrow, wide = builds.values()
+    assert narrow.read_bytes() != wide.read_bytes()
+
+
+@pytest.mark.parametrize("shape", [(3, 33), (130, 128), (70, 1000), (1, 4096)])
+def test_every_output_is_the_same_bytes_for_both_instruction_sets(
+    builds: dict[str, Path], shape: tuple[int, int]
+) -> None:
+    inputs = _inputs(*shape)
+    narrow, wide = (_run(library, *inputs) for library in builds.values())
+    for a, b in zip(narrow, wide, strict=True):
+        assert a.tobytes() == b.tobytes()
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_the_extension_computes_the_same_bytes_as_the_rows_alone(
+    builds: dict[str, Path], threads: int
+) -> None:
+    x, w, g = _inputs(130, 128)
+    expected = _run(builds["x86-64-v2"], x, w, g)
+    previous = torch.get_num_threads()
+    torch.set_num_threads(threads)  # dw is summed over fixed blocks: no thread count changes it
+    try:
+        xt = torch.from_numpy(x).requires_grad_()
+        wt = torch.from_numpy(w).requires_grad_()
+        y = fast_norms.rms_norm_cpp(xt, wt, 1e-5)
+        y.backward(torch.from_numpy(g))
+    finally:
+        torch.set_num_threads(previous)
+    assert y.detach().numpy().tobytes() == expected[0].tobytes()
+    assert xt.grad.numpy().tobytes() == expected[2].tobytes()
+    assert wt.grad.numpy().tobytes() == expected[3].tobytes()
