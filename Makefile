@@ -1,6 +1,8 @@
 # Set-up and the README's commands. `make run` and `make test` each create the virtual
 # environment first when it is missing or older than pyproject.toml (with the dev and litgpt
-# extras, so the litgpt tests run).
+# extras, so the litgpt tests run). The editable install puts the checkout on sys.path (compat
+# mode) instead of an import hook, so a folder named `ablate` in the working directory (a
+# clone, seen from its parent) cannot shadow the package.
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
@@ -11,7 +13,7 @@ setup: $(VENV)/.installed
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install --quiet -e '.[dev,litgpt]'
+	$(BIN)/pip install --quiet -e '.[dev,litgpt]' --config-settings editable_mode=compat
 	touch $@
 
 run: setup

@@ -92,7 +92,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="root of the reports; the report goes to <dir>/<experiment>/ (default: reports/)",
     )
 
-    search = sub.add_parser("search", help="run or continue the search: and max_lr: studies")
+    search = sub.add_parser(
+        "search", help="run or continue only the Optuna studies (search: and max_lr:)"
+    )
     _add_execution_args(search)
 
     validate = sub.add_parser("validate", help="check an experiment file; print the plan and cost")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+import tomllib
 
 import pytest
 from conftest import REPO
@@ -125,3 +126,11 @@ def test_repository_paths_the_docs_name_exist(page: str) -> None:
         r"`((?:ablate|tests|experiments|reports)/[\w./-]+)`", path.read_text("utf-8")
     )
     assert [p for p in named if not (REPO / p).exists()] == []
+
+
+def test_the_dashboard_command_the_docs_give_installs_through_an_extra() -> None:
+    pyproject = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))
+    extra = pyproject["project"]["optional-dependencies"]["dashboard"]
+    assert any(requirement.startswith("optuna-dashboard") for requirement in extra)
+    text = (DOCS / "stability-and-search.md").read_text(encoding="utf-8")
+    assert "pip install -e '.[dashboard]'" in text and ".venv/bin/optuna-dashboard" in text

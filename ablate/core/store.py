@@ -173,8 +173,13 @@ class Results:
     probes: pd.DataFrame
 
 
-def load_results(exp_dir: str | Path, include_incomplete: bool = False) -> Results:
-    """Every run of the experiment in ``exp_dir`` for a notebook.
+def load_results(
+    exp_dir: str | Path, include_incomplete: bool = False, all_runs: bool = False
+) -> Results:
+    """The experiment's runs in ``exp_dir`` for a notebook: by default the runs its plan holds
+    now (the manifest the last ``ablate run`` wrote), the ones its report uses; ``all_runs``
+    adds every other stored run (of an earlier version of the file, say). The ``planned``
+    column says which is which.
 
     Example::
 
@@ -184,10 +189,14 @@ def load_results(exp_dir: str | Path, include_incomplete: bool = False) -> Resul
         >>> main.groupby("variant")["final_val_loss"].mean()  # doctest: +SKIP
 
     ``group`` says which stage trained a run (main, sweep, search, tuned, max_lr, convert); the
-    report's Final quality table uses the ``main`` runs, its tuned comparison the ``tuned`` ones.
+    report's shared-LR tables use the ``main`` runs, its tuned comparison the ``tuned`` ones.
     """
     exp_dir = Path(exp_dir)
     runs = load_summaries(exp_dir, include_incomplete)
+    planned = {r["run_id"] for r in read_manifest(exp_dir)["runs"]}
+    runs = runs.assign(planned=runs["run_id"].isin(planned))
+    if not all_runs:
+        runs = runs[runs["planned"]].reset_index(drop=True)
     return Results(runs, load_metrics(exp_dir, runs), load_probes(exp_dir, runs))
 
 

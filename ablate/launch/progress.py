@@ -60,7 +60,9 @@ class ProgressBoard:
         self.progress.stop()
 
     def start(self, spec: RunSpec) -> None:
-        """Add a line for a run that has begun."""
+        """Add a line for a run that has begun (once: a second start of it changes nothing)."""
+        if spec.run_id in self.tasks:
+            return
         label = f"  {run_label(spec)}"
         self.tasks[spec.run_id] = self.progress.add_task(label, total=spec.config.steps(), loss="")
         self.steps[spec.run_id] = 0
@@ -165,4 +167,6 @@ def outcome_line(spec: RunSpec, summary: dict[str, Any] | None, error: str | Non
     )
     if status == "failed":
         extra = f": {summary.get('error')}"
+    if status == "finished" and summary.get("stable") is False:  # trained, learned nothing
+        status, extra = "collapsed", f" ({summary.get('unstable_reason')})"
     return f"{head}: {status}{extra}, {val_text}, {summary['wall_time_s']:.1f}s"

@@ -32,13 +32,34 @@ def _interval_words(row: pd.Series, noise: float) -> str:
     return words + "."
 
 
+def unlearned_text(row: pd.Series) -> str | None:
+    """"dyt: 2 of 2 runs collapsed" when some of a variant's runs diverged or collapsed, else
+    None."""
+    counts = [
+        f"{int(row[kind])} of {int(row['runs'])} runs {kind}"
+        for kind in ("diverged", "collapsed")
+        if row.get(kind, 0)
+    ]
+    return f"{row['variant']}: {' and '.join(counts)}" if counts else None
+
+
 def _difference_lines(table: pd.DataFrame, noise: float, where: str) -> list[str]:
-    """One sentence per variant: its paired difference to the baseline, and what it supports."""
+    """One sentence per variant: its paired difference to the baseline, and what it supports;
+    where either side has runs that diverged or collapsed, that is the verdict instead."""
     baseline = table.iloc[0]
     lines = []
     for _, row in table.iloc[1:].iterrows():
         holm_text = f", Holm-adjusted {p_text(row['p_holm'])}" if "p_holm" in row else ""
         label = f"Final val loss {where}".rstrip()
+        unlearned = [t for t in (unlearned_text(row), unlearned_text(baseline)) if t]
+        if unlearned:
+            lines.append(
+                f"- **{label}, {row['variant']} − {baseline['variant']}: not a quality "
+                f"comparison: {'; '.join(unlearned)}** (its mean paired difference, "
+                f"{signed(row['diff_vs_baseline'])}, would average over runs that learned "
+                "nothing or stopped early: no verdict is drawn from it)."
+            )
+            continue
         lines.append(
             f"- **{label}, {row['variant']} − {baseline['variant']}: "
             f"{signed(row['diff_vs_baseline'])}** (95% CI [{signed(row['diff_ci_low'])}, "

@@ -46,6 +46,8 @@ def quiet_lightning() -> None:
     warnings.filterwarnings("ignore", message=".*does not have many workers.*")
     # a non-finite loss skips its update on purpose; the divergence monitor stops and says so
     warnings.filterwarnings("ignore", message=".*`training_step` returned `None`.*")
+    if "SLURM_JOB_ID" not in os.environ:  # Lightning's srun hint is for runs inside a Slurm job
+        warnings.filterwarnings("ignore", message="The `srun` command is available")
 
 
 def precision_arguments(precision: str, accelerator: str) -> dict[str, Any]:

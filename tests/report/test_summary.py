@@ -1,0 +1,40 @@
+"""The summary's verdict lines: a comparison whose runs did not learn says so instead of a Δ."""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from ablate.report.summary import _difference_lines, unlearned_text
+
+
+def _table(collapsed: int, diverged: int = 0) -> pd.DataFrame:
+    rows = [
+        {"variant": "layernorm", "runs": 2, "diverged": 0, "collapsed": 0},
+        {"variant": "dyt", "runs": 2, "diverged": diverged, "collapsed": collapsed},
+    ]
+    frame = pd.DataFrame(rows)
+    return frame.assign(
+        diff_vs_baseline=[float("nan"), 0.5951],
+        diff_ci_low=[float("nan"), 0.41],
+        diff_ci_high=[float("nan"), 0.78],
+        paired_t_p=[float("nan"), 0.02],
+        n_pairs=[0, 2],
+    )
+
+
+def test_collapsed_runs_replace_the_verdict() -> None:
+    (line,) = _difference_lines(_table(collapsed=2), noise=0.01, where="at the shared LR")
+    assert "dyt − layernorm: not a quality comparison: dyt: 2 of 2 runs collapsed**" in line
+    assert "+0.5951" in line and "no verdict is drawn" in line
+    assert "excludes zero" not in line and "do not show a difference" not in line
+
+
+def test_a_run_that_learned_on_both_sides_keeps_its_interval_verdict() -> None:
+    (line,) = _difference_lines(_table(collapsed=0), noise=0.01, where="")
+    assert "dyt − layernorm: +0.5951**" in line and "the interval excludes zero" in line
+
+
+def test_unlearned_text_counts_both_kinds() -> None:
+    row = _table(collapsed=1, diverged=1).iloc[1]
+    assert unlearned_text(row) == "dyt: 1 of 2 runs diverged and 1 of 2 runs collapsed"
+    assert unlearned_text(_table(0).iloc[0]) is None
