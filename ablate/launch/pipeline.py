@@ -120,6 +120,7 @@ def run_experiment(
     if not isinstance(experiment, Experiment):
         experiment = load_experiment(experiment)
     check_inputs(experiment)
+    _check_storage(experiment, Path(results_dir), storage)
     ctx = Context(experiment, Path(results_dir), Path(report_dir), workers, threads, storage)
     if console is not None:
         ctx.console = console
@@ -146,6 +147,15 @@ def run_experiment(
     return PipelineResult(
         experiment, ctx.exp_dir, report_path(ctx), specs, studies, missing, rebuilt
     )
+
+
+def _check_storage(experiment: Experiment, root: Path, storage: str | None) -> None:
+    """The studies' storage opens, or one line and exit 2 before anything trains (Optuna is
+    imported only for a file that has studies)."""
+    if experiment.search is not None or experiment.max_lr is not None:
+        from ablate.launch.storage import check_storage_opens
+
+        check_storage_opens(experiment, root, storage)
 
 
 def write_manifest(ctx: Context, specs: list[RunSpec]) -> None:
@@ -261,6 +271,7 @@ def lasting(bracket: dict[str, Any]) -> dict[str, Any]:
 
 def run_studies_only(ctx: Context) -> dict[str, Any]:
     """``ablate search``: the search and max-LR studies without training the A/Bs."""
+    _check_storage(ctx.experiment, ctx.results_dir, ctx.storage)
     studies: dict[str, Any] = {}
     if ctx.experiment.search is not None:
         studies["search"] = search_stage(ctx)

@@ -22,7 +22,7 @@ from optuna.storages import RetryHeartbeatStaleTrialCallback
 from optuna.trial import FrozenTrial
 from sqlalchemy.engine import make_url
 
-from ablate.core.config import RuntimeConfig
+from ablate.core.config import ConfigError, RuntimeConfig
 from ablate.core.experiment import Experiment
 from ablate.core.folders import ExperimentFolder, retry_claims
 
@@ -40,6 +40,20 @@ def storage_url(experiment: Experiment, root: Path, override: str | None = None)
 
 
 _OPENED: dict[tuple[Any, ...], optuna.storages.BaseStorage] = {}
+
+
+def check_storage_opens(experiment: Experiment, root: Path, override: str | None) -> None:
+    """Open the studies' storage before anything trains; one that cannot be opened (no
+    server, wrong database, bad URL) is bad input: a :class:`ConfigError` line naming it."""
+    url = storage_url(experiment, root, override)
+    try:
+        open_storage(url, experiment.base.runtime)
+    except Exception as exc:  # sqlalchemy, psycopg, optuna: whatever stops it opening
+        reason = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else type(exc).__name__
+        where = "--storage" if override else "storage"
+        raise ConfigError(
+            f"{experiment.path}: {where}: cannot open {storage_label(url)} ({reason})"
+        ) from None
 
 
 def open_storage(

@@ -150,3 +150,20 @@ def test_a_run_claimed_by_a_live_process_is_waited_for(tmp_path: Path) -> None:
     ]
     assert summary["status"] == "finished" and summary["run_id"] == spec.run_id
     assert not claim.exists()
+
+
+def test_a_storage_that_cannot_be_opened_is_bad_input_before_anything_trains(
+    tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    from ablate.cli import main
+
+    url = "postgresql://u:secret@127.0.0.1:1/nodb"  # nothing listens on port 1
+    path = write_experiment(tmp_path / "tiny.yaml", storage=url, search={"n_trials": 2})
+    results = tmp_path / "results"
+    assert main(["run", str(path), "--results-dir", str(results)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "storage: cannot open postgresql://u:***@127.0.0.1:1/nodb" in err[0]
+    assert "secret" not in err[0]
+    assert not results.exists()  # nothing trained, nothing written
+    assert main(["search", str(path), "--results-dir", str(results)]) == 2
+    assert not results.exists()
