@@ -183,7 +183,17 @@ def cmd_validate(args: argparse.Namespace, console: Console) -> int:
         console.print(f"estimated wall time, all sizes: {total / 60:.1f} min")
     for line in difference_lines(experiment):
         console.print(line, markup=False, highlight=False, soft_wrap=True)
+    _warn_impure(experiment, console)
     return EXIT_OK
+
+
+def _warn_impure(experiment: Experiment, console: Console) -> None:
+    """A warning line per variant that changes more than the norm against the baseline."""
+    from ablate.core.overrides import impure_variants, impurity_lines
+
+    baseline = next(iter(experiment.variants))
+    for line in impurity_lines(impure_variants(experiment), baseline):
+        console.print(line, markup=False, highlight=False, soft_wrap=True)
 
 
 def _print_plan(experiment: Experiment, args: argparse.Namespace, console: Console) -> float:
@@ -227,6 +237,7 @@ def cmd_run(args: argparse.Namespace, console: Console) -> int:
     _positive(args.workers, "--workers")
     _positive(args.threads, "--threads")
     experiment = load_experiment(args.experiment)
+    _warn_impure(experiment, console)
     if experiment.scale is not None:
         return _run_scaled(args, experiment, console)
     result = run_experiment(

@@ -531,3 +531,19 @@ def test_no_lightning_srun_hint_outside_a_slurm_job(
         quiet_lightning()
         SLURMEnvironment._validate_srun_used()
     assert [w for w in caught if "srun" in str(w.message)]
+
+
+def test_validate_and_run_warn_about_a_variant_that_changes_more_than_the_norm(
+    tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    variants = {
+        "layernorm": {"model.norm.kind": "layernorm"},
+        "rmsnorm": {"model.norm.kind": "rmsnorm", "train.lr": 1e-2, "model.d_ff": 64},
+    }
+    path = write_experiment(tmp_path / "tiny.yaml", variants=variants)
+    assert main(["validate", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert (
+        "warning: rmsnorm differs from layernorm beyond the norm (model.d_ff, train.lr): "
+        "not a pure norm comparison"
+    ) in out

@@ -12,6 +12,7 @@ import copy
 import itertools
 import json
 import re
+from collections.abc import Iterable
 from typing import Any, get_args
 
 from pydantic import BaseModel, ValidationError
@@ -134,19 +135,62 @@ def apply_overrides(base: dict[str, Any], overrides: dict[str, Any], where: str)
 DERIVED = {"model.norm.bias": "model.norm.kind"}  # a default that follows another key's value
 
 
+def flatten(node: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """A nested config dict as ``{dotted key: value}``."""
+    flat: dict[str, Any] = {}
+    for key, value in node.items():
+        if isinstance(value, dict):
+            flat.update(flatten(value, f"{prefix}{key}."))
+        else:
+            flat[f"{prefix}{key}"] = value
+    return flat
+
+
 def flat_config(config: RunConfig) -> dict[str, Any]:
     """Every resolved key of ``config`` as ``{dotted key: value}``."""
+    return flatten(config.model_dump(mode="json"))
 
-    def walk(node: dict[str, Any], prefix: str) -> dict[str, Any]:
-        flat: dict[str, Any] = {}
-        for key, value in node.items():
-            if isinstance(value, dict):
-                flat.update(walk(value, f"{prefix}{key}."))
-            else:
-                flat[f"{prefix}{key}"] = value
-        return flat
 
-    return walk(config.model_dump(mode="json"), "")
+# what a norm comparison may change: the norm's own keys (ablate's, and litgpt's norm class);
+# runtime keys change where and how fast a run goes, not what it computes
+NORM_KEYS = ("model.norm.", "model.litgpt.norm_class_name")
+NOT_COMPUTED = ("runtime.",)
+
+
+def beyond_the_norm(
+    baseline: dict[str, Any], other: dict[str, Any], declared: Iterable[str] = ()
+) -> list[str]:
+    """Flat keys in which ``other`` differs from ``baseline`` outside the norm, the runtime and
+    the ``declared`` keys (a grid's factors): empty for a pure norm comparison."""
+    keys = [*baseline, *(key for key in other if key not in baseline)]
+    allowed = (*NORM_KEYS, *NOT_COMPUTED)
+    return [
+        key
+        for key in keys
+        if baseline.get(key) != other.get(key)
+        and not key.startswith(allowed)
+        and key not in set(declared)
+    ]
+
+
+def impure_variants(experiment: Experiment) -> dict[str, list[str]]:
+    """Per variant whose config differs from the baseline (first) variant's beyond the norm
+    and the grid's declared factors, those keys."""
+    configs = {name: flat_config(cfg) for name, cfg in experiment.variants.items()}
+    baseline = next(iter(configs.values()), {})
+    found = {
+        name: beyond_the_norm(baseline, flat, experiment.grid) for name, flat in configs.items()
+    }
+    return {name: keys for name, keys in found.items() if keys}
+
+
+def impurity_lines(impure: dict[str, list[str]], baseline: str) -> list[str]:
+    """One warning line per variant that changes more than the norm."""
+    return [
+        f"warning: {name} differs from {baseline} beyond the norm ({', '.join(keys)}): "
+        "not a pure norm comparison"
+        for name, keys in impure.items()
+    ]
 
 
 def differences(base: RunConfig, other: RunConfig) -> dict[str, tuple[Any, Any]]:

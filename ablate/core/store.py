@@ -179,7 +179,7 @@ def load_results(
     """The experiment's runs in ``exp_dir`` for a notebook: by default the runs its plan holds
     now (the manifest the last ``ablate run`` wrote), the ones its report uses; ``all_runs``
     adds every other stored run (of an earlier version of the file, say). The ``planned``
-    column says which is which.
+    column says which is which; without a stored plan every run counts as planned.
 
     Example::
 
@@ -193,8 +193,8 @@ def load_results(
     """
     exp_dir = Path(exp_dir)
     runs = load_summaries(exp_dir, include_incomplete)
-    planned = {r["run_id"] for r in read_manifest(exp_dir)["runs"]}
-    runs = runs.assign(planned=runs["run_id"].isin(planned))
+    planned = {r["run_id"] for r in read_manifest(exp_dir)["runs"]}  # none: no plan stored
+    runs = runs.assign(planned=runs["run_id"].isin(planned) if planned else True)
     if not all_runs:
         runs = runs[runs["planned"]].reset_index(drop=True)
     return Results(runs, load_metrics(exp_dir, runs), load_probes(exp_dir, runs))

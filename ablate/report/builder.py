@@ -45,9 +45,10 @@ from ablate.report.factorial import Design
 from ablate.report.figures import save_figure
 from ablate.report.inference import inference_section
 from ablate.report.load import StoredExperiment, load_experiment_results
-from ablate.report.quality import factors_section, main_section
+from ablate.report.quality import factors_section, main_label, main_section
 from ablate.report.scaling import scaling_section
 from ablate.report.section import Section
+from ablate.report.setup import impurity_flag, setup_section
 from ablate.report.studies import attach_studies, max_lr_section, search_section, sweep_section
 from ablate.report.summary import summary_lines, with_holm
 from ablate.report.text import quality_markdown
@@ -142,8 +143,11 @@ def finish_build(report_dir: Path, started: float) -> None:
     )
 
 
-def report_sections(stored: StoredExperiment, variants: list[str]) -> tuple[Section, pd.DataFrame]:
-    """Every section of the report in reading order, joined; and the variant table."""
+def report_sections(
+    stored: StoredExperiment, variants: list[str]
+) -> tuple[Section, pd.DataFrame, str]:
+    """Every section of the report in reading order, joined; the variant table; and the
+    quality tables as ``ablate run`` prints them (``variants.md``), each named by its group."""
     manifest = stored.manifest
     table = variant_table(stored.main, variants, variants[0])
     tuned = variant_table(stored.tuned, variants, variants[0]) if len(stored.tuned) else None
@@ -165,7 +169,9 @@ def report_sections(stored: StoredExperiment, variants: list[str]) -> tuple[Sect
     )
     design = Design.from_manifest(manifest)
     factors, effects = factors_section(stored.main, design) if design else (Section(), None)
+    report.lines += impurity_flag(stored, variants)
     report.lines += summary_lines(table, noise, stored, tuned, effects)
+    report.extend(setup_section(stored, variants))
     if stored.missing:
         report.lines += [
             f"**Incomplete:** {len(stored.missing)} planned run(s) have no result yet: "
@@ -187,7 +193,24 @@ def report_sections(stored: StoredExperiment, variants: list[str]) -> tuple[Sect
     criterion = (stored.studies or {}).get("criterion") or manifest.get("criterion")
     if criterion:
         report.lines += ["## Stability criterion", "", f"A run is {criterion}.", ""]
-    return report, table
+    return report, table, printed_tables(stored, table, tuned)
+
+
+def printed_tables(
+    stored: StoredExperiment, table: pd.DataFrame, tuned: pd.DataFrame | None
+) -> str:
+    """The final-quality tables, each under the name of the runs it holds (tuned first: the
+    summary leads with it)."""
+    parts = []
+    if tuned is not None:
+        parts += [
+            "Final quality, each variant at its own tuned LR and warmup (leading comparison):",
+            "",
+            quality_markdown(tuned),
+            "",
+        ]
+    parts += [f"Final quality, {main_label(stored.manifest)}:", "", quality_markdown(table)]
+    return "\n".join(parts) + "\n"
 
 
 def build_report(exp_dir: Path, report_dir: Path) -> Report:
@@ -195,10 +218,10 @@ def build_report(exp_dir: Path, report_dir: Path) -> Report:
     stored = load_experiment_results(exp_dir)
     variants = stored.manifest["variants"] or sorted(stored.main["variant"].unique())
     started = start_build(report_dir)
-    report, table = report_sections(stored, variants)
+    report, table, printed = report_sections(stored, variants)
     write_section(report, report_dir)
     text = "\n".join(report.lines)
-    folders.write_text_atomic(report_dir / "variants.md", quality_markdown(table) + "\n")
+    folders.write_text_atomic(report_dir / "variants.md", printed)
     folders.write_text_atomic(report_dir / "report.md", text)
     page = markdown_to_html(text, report_dir, str(stored.manifest["name"]))
     folders.write_text_atomic(report_dir / "report.html", page)

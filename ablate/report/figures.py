@@ -48,16 +48,33 @@ def _band(ax: Axes, band: pd.DataFrame, x: str, color: str, label: str) -> None:
 
 
 def _floor_line(ax: Axes, floor: float | None) -> None:
-    """The unigram floor: a loss no better than predicting token frequencies."""
-    if floor is not None and np.isfinite(floor):
+    """The unigram floor (a loss no better than predicting token frequencies), drawn where it
+    lies within the curves' range; beyond it, named in a corner, so that it never stretches
+    the axis away from where the variants differ. Call it after the curves are drawn."""
+    if floor is None or not np.isfinite(floor):
+        return
+    low, high = ax.get_ylim()
+    if low <= floor <= high:
         ax.axhline(floor, color="black", linestyle=":", linewidth=1, label="unigram floor")
+        ax.set_ylim(low, high)
+        return
+    side = "above" if floor > high else "below"
+    ax.text(
+        0.99,
+        0.98 if side == "above" else 0.02,
+        f"unigram floor {floor:.3f}: {side} the curves",
+        transform=ax.transAxes,
+        ha="right",
+        va="top" if side == "above" else "bottom",
+        fontsize=8,
+    )
 
 
 def loss_figure(
-    metrics: pd.DataFrame, variants: list[str], floor: float | None = None
+    metrics: pd.DataFrame, variants: list[str], floor: float | None = None, title: str = ""
 ) -> Figure | None:
     """Val loss (mean ± std band over seeds) and smoothed train loss against step, with the
-    unigram floor."""
+    unigram floor; ``title`` names the runs (their group)."""
     if metrics.empty:
         return None
     fig = Figure(figsize=(11, 4.2))
@@ -78,6 +95,9 @@ def loss_figure(
         ax.set_ylabel(LOSS_UNIT)
         ax.grid(alpha=0.3)
         ax.legend()
+    if title:
+        fig.suptitle(title)
+        fig.tight_layout()
     return fig
 
 

@@ -31,6 +31,7 @@ class StoredExperiment:
     convert: pd.DataFrame  # the convert: runs (continued and converted)
     convert_metrics: pd.DataFrame  # their per-step metrics
     inference: pd.DataFrame  # ablate bench --inference's table, if it was stored here
+    configs: dict[str, dict]  # run id -> its stored config.json, for the main runs
 
 
 def load_experiment_results(exp_dir: Path) -> StoredExperiment:
@@ -55,7 +56,14 @@ def load_experiment_results(exp_dir: Path) -> StoredExperiment:
         convert=convert,
         convert_metrics=store.load_metrics(exp_dir, convert) if len(convert) else pd.DataFrame(),
         inference=ExperimentFolder(exp_dir).read_inference(),
+        configs=_configs(exp_dir, main),
     )
+
+
+def _configs(exp_dir: Path, runs: pd.DataFrame) -> dict[str, dict]:
+    folder = ExperimentFolder(exp_dir)
+    found = {rid: folder.run(rid).read_config() for rid in runs["run_id"]} if len(runs) else {}
+    return {rid: config for rid, config in found.items() if config is not None}
 
 
 def _group_ids(manifest: dict, group: str) -> set[str]:

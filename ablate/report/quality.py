@@ -32,14 +32,26 @@ from ablate.report.text import (
 )
 
 
+def main_label(manifest: dict) -> str:
+    """What the main runs are: the shared LR and warmup when every one has the same, else the
+    file's settings per variant (a grid over warmup, say)."""
+    main = [r for r in manifest["runs"] if r.get("group", "main") == "main"]
+    settings = {(r["lr"], r["warmup_steps"]) for r in main}
+    if len(settings) == 1:
+        lr, warmup = settings.pop()
+        return f"shared LR (every variant at lr {lr:g}, warmup {warmup})"
+    return "main runs (each variant at the LR and warmup its file gives it)"
+
+
 def main_section(stored: StoredExperiment, table: pd.DataFrame, noise: float) -> Section:
     """Quality, speed and probe tables and their figures (main runs only)."""
     variants = list(table["variant"])
     kinds = sorted(
         set(stored.main.get("memory_kind", pd.Series(dtype=str)).dropna()) - {"unavailable"}
     )
+    label = main_label(stored.manifest)
     lines = [
-        "## Final quality",
+        f"## Final quality: {label}",
         "",
         quality_markdown(table),
         "",
@@ -56,10 +68,11 @@ def main_section(stored: StoredExperiment, table: pd.DataFrame, noise: float) ->
         "",
         speed_markdown(table, ", ".join(kinds) or "not measured"),
         "",
-        "Tokens/s is over the training steps (evaluations excluded); the step time is each run's "
-        "median, averaged over seeds. Peak memory is the CUDA allocator's peak on a GPU, the "
-        "process's peak resident set on a CPU (interpreter and libraries included). Non-finite "
-        "values are counted in activations and gradients at the probe steps.",
+        f"Main runs ({label}). Tokens/s is over the training steps (evaluations excluded); "
+        "the step time is each run's median, averaged over seeds. Peak memory is the CUDA "
+        "allocator's peak on a GPU, the process's peak resident set on a CPU (interpreter and "
+        "libraries included). Non-finite values are counted in activations and gradients at "
+        "the probe steps.",
         "",
     ]
     broken = unstable_runs(stored.main, variants)
@@ -90,10 +103,10 @@ def main_section(stored: StoredExperiment, table: pd.DataFrame, noise: float) ->
             probes_markdown(per_run, variants),
             "",
         ]
-    section.lines += ["## Figures", ""]
+    section.lines += ["## Figures", "", f"Of the main runs: {label}.", ""]
     section.figure(
         "loss_curves.png",
-        loss_figure(stored.metrics, variants, unigram_floor(stored.main)),
+        loss_figure(stored.metrics, variants, unigram_floor(stored.main), f"main runs: {label}"),
         "Loss against step",
         "Mean ± std over seeds; train loss smoothed.",
     )

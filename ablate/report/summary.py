@@ -33,7 +33,7 @@ def _interval_words(row: pd.Series, noise: float) -> str:
 
 
 def unlearned_text(row: pd.Series) -> str | None:
-    """"dyt: 2 of 2 runs collapsed" when some of a variant's runs diverged or collapsed, else
+    """ "dyt: 2 of 2 runs collapsed" when some of a variant's runs diverged or collapsed, else
     None."""
     counts = [
         f"{int(row[kind])} of {int(row['runs'])} runs {kind}"
@@ -52,7 +52,7 @@ def _difference_lines(table: pd.DataFrame, noise: float, where: str) -> list[str
         holm_text = f", Holm-adjusted {p_text(row['p_holm'])}" if "p_holm" in row else ""
         label = f"Final val loss {where}".rstrip()
         unlearned = [t for t in (unlearned_text(row), unlearned_text(baseline)) if t]
-        if unlearned:
+        if unlearned and int(row["n_pairs"]) >= 2:
             lines.append(
                 f"- **{label}, {row['variant']} − {baseline['variant']}: not a quality "
                 f"comparison: {'; '.join(unlearned)}** (its mean paired difference, "
@@ -64,7 +64,9 @@ def _difference_lines(table: pd.DataFrame, noise: float, where: str) -> list[str
             f"- **{label}, {row['variant']} − {baseline['variant']}: "
             f"{signed(row['diff_vs_baseline'])}** (95% CI [{signed(row['diff_ci_low'])}, "
             f"{signed(row['diff_ci_high'])}], paired t-test p = {p_text(row['paired_t_p'])}"
-            f"{holm_text}): " + _interval_words(row, noise)
+            f"{holm_text}): "
+            + _interval_words(row, noise)
+            + (f" ({'; '.join(unlearned)}.)" if unlearned else "")
         )
     return lines
 

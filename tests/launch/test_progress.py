@@ -9,8 +9,13 @@ from ablate.launch.progress import outcome_line
 
 
 def _summary(**fields: object) -> dict[str, object]:
-    return {"status": "finished", "stable": True, "final_val_loss": 1.75, "wall_time_s": 3.0,
-            **fields}
+    return {
+        "status": "finished",
+        "stable": True,
+        "final_val_loss": 1.75,
+        "wall_time_s": 3.0,
+        **fields,
+    }
 
 
 def test_a_run_that_learned_is_finished() -> None:

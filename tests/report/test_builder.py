@@ -216,12 +216,14 @@ def test_stale_figures_are_removed(finished: Path, tmp_path: Path) -> None:
     assert set(FIGURES) >= {p.name for p in out.glob("*.png")}
 
 
-def _table(diff: float, low: float, high: float, pairs: int) -> pd.DataFrame:
+def _table(
+    diff: float, low: float, high: float, pairs: int, unstable: int = 0
+) -> pd.DataFrame:
     base = {"variant": "ln", "diverged": 0, "collapsed": 0, "runs": 3, "tokens_per_s_mean": 100.0}
     other = {
         "variant": "rms",
-        "diverged": 1,
-        "collapsed": 1,
+        "diverged": unstable,
+        "collapsed": unstable,
         "runs": 3,
         "tokens_per_s_mean": 90.0,
         "tokens_per_s_std": 5.0,
@@ -254,10 +256,20 @@ def test_summary_claims_only_what_the_numbers_support(
 ) -> None:
     text = "\n".join(summary_lines(_table(diff, low, high, pairs), noise, _Stored(), None))
     assert says in text
-    assert "Unstable main runs: ln 0 diverged of 3, rms 1 diverged + 1 collapsed of 3." in text
+    assert "Unstable main runs: ln 0 diverged of 3, rms 0 diverged of 3." in text
     assert "rms 90 tokens/s vs ln 100 (0.900×" in text
     assert "do not overlap; rms/ln ratio of geometric midpoints 4.00" in text
     assert "Too few seeds" not in text and "Holm" not in text and "Leading" not in text
+
+
+def test_a_comparison_with_unstable_runs_says_so_instead_of_a_verdict() -> None:
+    text = "\n".join(summary_lines(_table(-0.1, -0.15, -0.05, 5, 1), 0.02, _Stored(), None))
+    assert (
+        "rms − ln: not a quality comparison: rms: 1 of 3 runs diverged and 1 of 3 runs "
+        "collapsed**" in text
+    )
+    assert "excludes zero" not in text
+    assert "Unstable main runs: ln 0 diverged of 3, rms 1 diverged + 1 collapsed of 3." in text
 
 
 def test_summary_leads_with_the_tuned_comparison_and_adjusts_for_multiplicity() -> None:
@@ -482,3 +494,41 @@ def test_a_stored_inference_table_adds_the_inference_section(
     text = report.markdown.read_text()
     assert "## Inference" in text and "rmsnorm/layernorm TPOT 0.950" in text
     assert (tmp_path / "rep" / "inference.csv").is_file()
+
+
+@pytest.mark.trains
+def test_the_setup_section_says_what_was_trained(finished: Path, tmp_path: Path) -> None:
+    report = build_report(finished, tmp_path / "rep")
+    text = report.markdown.read_text()
+    setup = text.split("## Set-up")[1].split("\n## ")[0]
+    assert "ablate's GPT: 1 block, d_model 16, 2 heads, MLP gelu (d_ff 64)" in setup
+    summaries = [json.loads(p.read_text()) for p in finished.glob("*/summary.json")]
+    counts = {s["variant"]: s["n_params"] for s in summaries}
+    assert f"parameters layernorm {counts['layernorm']:,}, rmsnorm {counts['rmsnorm']:,}" in setup
+    assert "layernorm: layernorm (pre, eps 1e-05, bias True" in setup and "ran cpp" in setup
+    assert "builtin_text, tokenizer byte, vocabulary 256" in setup
+    assert "20 steps x batch 4 x context 16 = 1,280 tokens" in setup
+    assert "shared LR 0.003, warmup 3 steps" in setup and "main 6 runs of 20 steps" in setup
+    assert "CPU capability AVX2" in setup and "kernel build target: x86-64-v3" in setup
+    assert "## Final quality: shared LR (every variant at lr 0.003, warmup 3)" in text
+    assert "Not a pure norm comparison" not in text
+    printed = (tmp_path / "rep" / "variants.md").read_text()
+    assert printed.startswith("Final quality, shared LR (every variant at lr 0.003, warmup 3):")
+
+
+@pytest.mark.trains
+def test_a_variant_that_changes_more_than_the_norm_is_flagged(
+    finished: Path, tmp_path: Path
+) -> None:
+    copy = tmp_path / "tiny"
+    shutil.copytree(finished, copy)
+    for path in copy.glob("*/config.json"):
+        stored = json.loads(path.read_text())
+        if stored["variant"] == "rmsnorm":
+            stored["config"]["model"]["d_ff"] = 32
+            stored["config"]["train"]["lr"] = 0.01
+            path.write_text(json.dumps(stored))
+    text = build_report(copy, tmp_path / "rep").markdown.read_text()
+    head = text.split("## Summary")[0]
+    assert "**Not a pure norm comparison:** against layernorm, rmsnorm also changes " in head
+    assert "model.d_ff, train.lr" in head

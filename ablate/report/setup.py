@@ -1,0 +1,170 @@
+"""The report's Set-up section: what was trained, read from the stored runs' configs.
+
+Model shape and parameters, the norm of each variant, the data (source, tokenizer, vocabulary),
+the budget (steps x batch x context), optimizer, schedule and precision, each stage's runs and
+steps, and what decided the bits (torch, threads, CPU capability, the RMSNorm kernel's build).
+A variant whose config differs from the baseline's beyond the norm (and the grid's declared
+factors) is flagged here and at the top of the report: its differences are not the norm's.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pandas as pd
+
+from ablate.core.overrides import beyond_the_norm, flatten
+from ablate.report.load import StoredExperiment
+from ablate.report.section import Section
+
+# what the kernel of the versions that did not record it was built with
+UNRECORDED_KERNEL = (
+    "not recorded (runs of an earlier ablate, whose C++ RMSNorm kernel was built with "
+    "-march=native -ffast-math: its bits depend on the CPU that built it)"
+)
+
+
+def variant_configs(stored: StoredExperiment, variants: list[str]) -> dict[str, dict[str, Any]]:
+    """Each variant's flat config, from its first stored main run (variants without one are
+    left out)."""
+    configs = {}
+    for variant in variants:
+        mine = stored.main[stored.main["variant"] == variant]
+        for run_id in mine.sort_values("seed")["run_id"]:
+            config = stored.configs.get(run_id)
+            if config is not None:
+                configs[variant] = flatten(config["config"])
+                break
+    return configs
+
+
+def impure(stored: StoredExperiment, variants: list[str]) -> dict[str, list[str]]:
+    """Per variant that differs from the baseline beyond the norm and the grid, those keys."""
+    configs = variant_configs(stored, variants)
+    if variants[0] not in configs:
+        return {}
+    declared = [key for key, _ in stored.manifest.get("grid") or []]
+    found = {
+        name: beyond_the_norm(configs[variants[0]], flat, declared)
+        for name, flat in configs.items()
+    }
+    return {name: keys for name, keys in found.items() if keys}
+
+
+def impurity_flag(stored: StoredExperiment, variants: list[str]) -> list[str]:
+    """The report's top warning, when a variant changes more than the norm."""
+    found = impure(stored, variants)
+    if not found:
+        return []
+    listed = "; ".join(f"{name} also changes {', '.join(keys)}" for name, keys in found.items())
+    return [
+        f"**Not a pure norm comparison:** against {variants[0]}, {listed}. Their differences "
+        "below are not the norm's alone, and shared parameters of a different shape do not "
+        "start from the same weights.",
+        "",
+    ]
+
+
+def _model_text(c: dict[str, Any]) -> str:
+    if c["model.source"] == "litgpt":
+        return f"litgpt {c.get('model.litgpt.name')}, context {c['model.seq_len']}"
+    if c["model.source"] == "python":
+        return f"the factory {c['model.factory']}, context {c['model.seq_len']}"
+    d_ff = c["model.d_ff"] or 4 * c["model.d_model"]
+    blocks = f"{c['model.n_layers']} block{'s' if c['model.n_layers'] != 1 else ''}"
+    return (
+        f"ablate's GPT: {blocks}, d_model {c['model.d_model']}, "
+        f"{c['model.n_heads']} heads, MLP {c['model.mlp']} (d_ff {d_ff}), "
+        f"{c['model.position']} positions, context {c['model.seq_len']}, dropout "
+        f"{c['model.dropout']}, {'tied' if c['model.tie_weights'] else 'untied'} embeddings"
+    )
+
+
+def _data_text(c: dict[str, Any], vocab: object) -> str:
+    source = c["data.source"]
+    where = f" {c['data.path']}" if c.get("data.path") else ""
+    tokenizer = c["data.tokenizer"]
+    if tokenizer == "bpe":
+        tokenizer = f"bpe ({c['data.bpe_vocab_size']} ids, trained on the train split)"
+    return (
+        f"{source}{where}, tokenizer {tokenizer}, vocabulary {vocab}, validation fraction "
+        f"{c['data.val_fraction']}"
+    )
+
+
+def _training_text(c: dict[str, Any], steps: object) -> str:
+    batch, context = c["train.batch_size"], c["model.seq_len"]
+    return (
+        f"{steps} steps x batch {batch} x context {context} = {c['train.tokens']:,} tokens; "
+        f"AdamW (betas {c['train.beta1']}/{c['train.beta2']}, weight decay "
+        f"{c['train.weight_decay']}, eps {c['train.adam_eps']}), gradient clip "
+        f"{c['train.grad_clip']}, {c['train.schedule']} schedule to "
+        f"{c['train.min_lr_ratio']}x the peak, precision {c['train.precision']}"
+    )
+
+
+def _norm_text(configs: dict[str, dict[str, Any]], main: pd.DataFrame) -> str:
+    return "; ".join(
+        f"{name}: {c.get('model.norm.kind')} ({c.get('model.norm.placement')}, eps "
+        f"{c.get('model.norm.eps')}, bias {c.get('model.norm.bias')}, QK-norm "
+        f"{c.get('model.norm.qk_norm')}, ran "
+        f"{_recorded(main[main['variant'] == name], 'norm_impl')})"
+        for name, c in configs.items()
+    )
+
+
+def _stage_text(runs: pd.DataFrame) -> str:
+    """Runs and steps of each stage that has runs."""
+    parts = []
+    for group, mine in runs.groupby("group", sort=False):
+        steps = sorted({int(s) for s in pd.to_numeric(mine["planned_steps"]).dropna()})
+        parts.append(f"{group} {len(mine)} runs of {'/'.join(map(str, steps))} steps")
+    return ", ".join(parts)
+
+
+def _recorded(runs: pd.DataFrame, key: str) -> str:
+    """The distinct values a summary key took over the runs, or that it was not recorded."""
+    if key not in runs:
+        return "not recorded"
+    values = sorted({str(v) for v in runs[key].dropna()})
+    return ", ".join(values) if values else "none"
+
+
+def _numerics_text(runs: pd.DataFrame) -> str:
+    kernel = _recorded(runs, "kernel_target") if "kernel_target" in runs else UNRECORDED_KERNEL
+    if kernel == "none":
+        kernel = "not used (no norm ran it)"
+    return (
+        f"torch {_recorded(runs, 'torch_version')}, {_recorded(runs, 'torch_threads')} "
+        f"thread(s) per run, CPU capability {_recorded(runs, 'cpu_capability')}; C++ RMSNorm "
+        f"kernel build target: {kernel} (docs/results.md, what decides the bits)"
+    )
+
+
+def setup_section(stored: StoredExperiment, variants: list[str]) -> Section:
+    """What was trained, from the stored configs of the main runs."""
+    configs = variant_configs(stored, variants)
+    if not configs:
+        return Section()
+    base = configs.get(variants[0]) or next(iter(configs.values()))
+    main = stored.main
+    params = ", ".join(
+        f"{v} {int(main[main['variant'] == v]['n_params'].iloc[0]):,}"
+        for v in variants
+        if (main["variant"] == v).any()
+    )
+    steps = _recorded(main, "planned_steps")
+    vocab = _recorded(main, "vocab_size")
+    lines = [
+        "## Set-up",
+        "",
+        f"- **Model:** {_model_text(base)}; parameters {params}.",
+        f"- **Norm:** {_norm_text(configs, main)}.",
+        f"- **Data:** {_data_text(base, vocab)}.",
+        f"- **Training (main runs):** {_training_text(base, steps)}; shared LR "
+        f"{base['train.lr']:g}, warmup {base['train.warmup_steps']} steps.",
+        f"- **Stages:** {_stage_text(stored.runs)}.",
+        f"- **Numerics:** {_numerics_text(stored.runs)}.",
+        "",
+    ]
+    return Section(lines)
