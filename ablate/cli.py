@@ -100,6 +100,12 @@ def build_parser() -> argparse.ArgumentParser:
     validate = sub.add_parser("validate", help="check an experiment file; print the plan and cost")
     validate.add_argument("experiment", type=Path, help="experiment YAML file")
     validate.add_argument("--workers", type=int, default=None, help="as for run")
+    validate.add_argument(
+        "--results-dir",
+        type=Path,
+        default=None,
+        help="also say which planned runs this results store holds and which would be trained",
+    )
 
     bench = sub.add_parser(
         "bench", help="time every norm kernel and the training step of each variant"
@@ -181,10 +187,20 @@ def cmd_validate(args: argparse.Namespace, console: Console) -> int:
             )
             total += _print_plan(size.experiment, args, console)
         console.print(f"estimated wall time, all sizes: {total / 60:.1f} min")
-    for line in difference_lines(experiment):
+    lines = difference_lines(experiment)
+    for line in lines[: SHOWN_VARIANTS + 1]:  # the heading, then a line per variant
         console.print(line, markup=False, highlight=False, soft_wrap=True)
+    _print_more(len(lines) - 1, console)
     _warn_impure(experiment, console)
     return EXIT_OK
+
+
+SHOWN_VARIANTS = 50  # validate lists a large grid's first variants and counts the rest
+
+
+def _print_more(variants: int, console: Console) -> None:
+    if variants > SHOWN_VARIANTS:
+        console.print(f"  ... and {variants - SHOWN_VARIANTS:,} more variants", markup=False)
 
 
 def _warn_impure(experiment: Experiment, console: Console) -> None:
@@ -216,16 +232,22 @@ def _print_plan(experiment: Experiment, args: argparse.Namespace, console: Conso
         f"{res.workers} worker(s) x {res.threads} thread(s)"
     )
     console.print(
-        plan.table.to_markdown(index=False, floatfmt=".1f"),
+        plan.table.head(SHOWN_VARIANTS).to_markdown(index=False, floatfmt=".1f"),
         markup=False,
         highlight=False,
         soft_wrap=True,
     )
+    _print_more(len(plan.table), console)
     console.print(
         f"estimated wall time: {plan.wall_time_s / 60:.1f} min (measured step time x steps, "
         f"plus evaluation; of which {plan.fixed_s:.0f} s fixed costs: run set-up, pool starts, "
         "start-up and report)"
     )
+    if args.results_dir is not None:
+        from ablate.launch.estimate import stored_lines
+
+        for line in stored_lines(experiment, args.results_dir):
+            console.print(line, markup=False, highlight=False, soft_wrap=True)
     return plan.wall_time_s
 
 

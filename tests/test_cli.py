@@ -229,13 +229,23 @@ def _wait_until(condition, what: str, timeout: float = PATIENCE_S) -> None:  # n
 
 @pytest.mark.slow
 @pytest.mark.trains
-def test_after_a_config_change_load_results_gives_the_reports_numbers(tmp_path: Path) -> None:
+def test_after_a_config_change_load_results_gives_the_reports_numbers(
+    tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
     path = write_experiment(tmp_path / "tiny.yaml")
     args = ["--results-dir", str(tmp_path / "results"), "--report-dir", str(tmp_path / "reports")]
     assert main(["run", str(path), *args]) == 0
+    assert main(["validate", str(path), *args[:2]]) == 0
+    assert "4 of 4 planned main, sweep and convert runs; 0 would be trained" in (
+        capsys.readouterr().out
+    )
     changed = yaml.safe_load(path.read_text())
     changed["train"]["eval_batches"] = 4  # a new configuration: 4 new runs beside the old 4
     path.write_text(yaml.safe_dump(changed))
+    assert main(["validate", str(path), *args[:2]]) == 0
+    out = capsys.readouterr().out
+    assert "0 of 4 planned main, sweep and convert runs; 4 would be trained" in out
+    assert "4 of them retrain a stored run that differs only in train.eval_batches" in out
     assert main(["run", str(path), *args]) == 0
     exp_dir, report_dir = tmp_path / "results" / "tiny", tmp_path / "reports" / "tiny"
     import ablate

@@ -26,12 +26,15 @@ STUDY_SECTIONS = ("sweep", "search", "max_lr")
 
 
 def main_runs_only(source: Path, dest: Path, steps: int) -> Path:
-    """A copy of ``source`` without sweep or studies, each run cut to ``steps`` steps."""
+    """A copy of ``source`` without sweep or studies, each run cut to ``steps`` steps (its
+    warmup to fewer steps than that)."""
     experiment = load_experiment(source)
     doc = yaml.safe_load(source.read_text(encoding="utf-8"))
     for section in STUDY_SECTIONS:
         doc.pop(section, None)
-    doc.setdefault("train", {})["tokens"] = steps * experiment.base.tokens_per_step()
+    train = doc.setdefault("train", {})
+    train["tokens"] = steps * experiment.base.tokens_per_step()
+    train["warmup_steps"] = min(experiment.base.train.warmup_steps, steps - 1)
     dest.write_text(yaml.safe_dump(doc, sort_keys=False), encoding="utf-8")
     return dest
 

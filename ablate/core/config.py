@@ -12,7 +12,7 @@ the file, the key and what is allowed (:mod:`ablate.core.overrides` words those 
 from __future__ import annotations
 
 import re
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -34,6 +34,10 @@ class StrictSection(BaseModel):
     """Base for every section: unknown keys are errors, values are checked on assignment."""
 
     model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+
+# keys of model.norm a kind never reads: DyT has no statistics (no eps), only DyT has an alpha
+UNUSED_BY_KIND = {"dyt": ("eps",), "layernorm": ("alpha_init",), "rmsnorm": ("alpha_init",)}
 
 
 class NormConfig(StrictSection):
@@ -62,6 +66,14 @@ class NormConfig(StrictSection):
         "auto",
         description="kernel: auto (fastest per device), reference, torch, cpp (RMSNorm, CPU)",
     )
+
+    def as_used(self) -> dict[str, Any]:
+        """This section as JSON with the keys its kind does not read at their defaults: two
+        norms that compute the same are the same run and no difference between variants."""
+        dump = self.model_dump(mode="json")
+        for key in UNUSED_BY_KIND.get(self.kind, ()):
+            dump[key] = type(self).model_fields[key].default
+        return dump
 
     @model_validator(mode="after")
     def _default_bias(self) -> NormConfig:

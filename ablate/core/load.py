@@ -130,6 +130,12 @@ def _check_budget(config: RunConfig, where: str) -> None:
             f"{where}: train.tokens: {config.train.tokens} buys no step; it must be at least "
             f"train.batch_size * model.seq_len = {config.tokens_per_step()}"
         )
+    if config.train.warmup_steps >= config.steps():
+        raise ConfigError(
+            f"{where}: train.warmup_steps: {config.train.warmup_steps} is not below the run's "
+            f"{config.steps()} steps (train.tokens / (batch_size * seq_len)): the learning rate "
+            "would never reach its peak; give fewer warmup steps or more tokens"
+        )
 
 
 def _variant_config(

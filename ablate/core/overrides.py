@@ -11,6 +11,7 @@ from __future__ import annotations
 import copy
 import itertools
 import json
+import math
 import re
 from collections.abc import Iterable
 from typing import Any, get_args
@@ -147,8 +148,11 @@ def flatten(node: dict[str, Any], prefix: str = "") -> dict[str, Any]:
 
 
 def flat_config(config: RunConfig) -> dict[str, Any]:
-    """Every resolved key of ``config`` as ``{dotted key: value}``."""
-    return flatten(config.model_dump(mode="json"))
+    """Every resolved key of ``config`` as ``{dotted key: value}``; a key the norm's kind does
+    not read shows its default (it changes nothing)."""
+    dump = config.model_dump(mode="json")
+    dump["model"]["norm"] = config.model.norm.as_used()
+    return flatten(dump)
 
 
 # what a norm comparison may change: the norm's own keys (ablate's, and litgpt's norm class);
@@ -234,12 +238,21 @@ def level_name(key: str, value: Any) -> str:
     return f"{last}-{value}"
 
 
+MAX_GRID_CELLS = 10_000  # a grid beyond this is refused (docs/experiments.md)
+
+
 def expand_grid(grid: dict[str, list[Any]], where: str) -> dict[str, dict[str, Any]]:
     """Every combination of the grid's levels as ``{variant name: {dotted key: level}}``.
 
     Names join the levels' names with ``.`` in the order the keys are written
     (``layernorm.post``); the first combination is the report's baseline.
     """
+    cells = math.prod(len(levels) for levels in grid.values()) if grid else 0
+    if cells > MAX_GRID_CELLS:
+        raise ConfigError(
+            f"{where}: grid: {cells:,} combinations; at most {MAX_GRID_CELLS:,} (each is a "
+            "variant, trained once per seed): split it into several files"
+        )
     for key, levels in grid.items():
         if not levels:
             raise ConfigError(f"{where}: grid.{key}: give a non-empty list of levels")

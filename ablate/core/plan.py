@@ -44,6 +44,12 @@ def _section(name: str, values: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def model_as_used(cfg: RunConfig) -> dict[str, Any]:
+    """The model section as hashed: the norm's unused keys at their defaults
+    (:meth:`ablate.core.config.NormConfig.as_used`)."""
+    return {**cfg.model.model_dump(mode="json"), "norm": cfg.model.norm.as_used()}
+
+
 def _digest(identity: dict[str, Any]) -> str:
     canonical = json.dumps(identity, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(canonical.encode()).hexdigest()[:12]
@@ -74,7 +80,7 @@ class RunSpec:
             "variant": self.variant,
             "seed": self.seed,
             "data": _section("data", cfg.data.model_dump(mode="json")),
-            "model": _section("model", cfg.model.model_dump(mode="json")),
+            "model": _section("model", model_as_used(cfg)),
             "train": _section("train", cfg.train.model_dump(mode="json")),
             "accelerator": cfg.runtime.accelerator,
         }

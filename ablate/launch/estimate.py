@@ -16,6 +16,8 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
 
 import pandas as pd
 import torch
@@ -23,7 +25,9 @@ from torch import nn
 
 from ablate.core.config import ConfigError, RunConfig
 from ablate.core.experiment import Experiment
-from ablate.core.plan import planned_groups
+from ablate.core.folders import ExperimentFolder
+from ablate.core.overrides import differences
+from ablate.core.plan import plan_convert, plan_runs, plan_sweep, planned_groups
 from ablate.nn.model import count_parameters, next_token_loss, parameter_groups
 from ablate.nn.sources import ModelSourceError, build_model
 from ablate.training.data import Corpus, DataError, batch_offsets, gather_windows, load_corpus
@@ -161,18 +165,28 @@ def study_runs(
     return runs
 
 
+def step_key(cfg: RunConfig, corpus: Corpus) -> str:
+    """What a step's cost depends on: the model, its vocabulary, batch and precision (a grid
+    over LR and warmup has one key for all its cells)."""
+    train = cfg.train
+    return f"{cfg.model.model_dump_json()}|{corpus.vocab_size}|{train.batch_size}|{train.precision}"
+
+
 def describe_plan(experiment: Experiment, workers: int, threads: int) -> PlanEstimate:
     """Per variant: runs by group, steps, parameters, measured step time, estimated time."""
     corpora = check_inputs(experiment)
     rows = []
+    measured: dict[str, tuple[int, float]] = {}  # one build and timing per distinct model
     before = torch.get_num_threads()
     torch.set_num_threads(threads)
     try:
         for name, cfg in experiment.variants.items():
             corpus = corpora[name]
-            model = build_model(cfg.model, corpus.vocab_size, seed=0)
-            parameters = count_parameters(model)
-            step_time = time_steps(model, cfg, corpus)
+            key = step_key(cfg, corpus)
+            if key not in measured:
+                model = build_model(cfg.model, corpus.vocab_size, seed=0)
+                measured[key] = (count_parameters(model), time_steps(model, cfg, corpus))
+            parameters, step_time = measured[key]
             extra = study_runs(experiment, cfg, name)
             run_time = estimate_run_time(cfg, step_time) + RUN_SETUP_S
             extra_time = sum(n * (steps * step_time + RUN_SETUP_S) for n, steps in extra.values())
@@ -207,3 +221,43 @@ def fixed_costs(experiment: Experiment) -> float:
     start-up and report."""
     stages = [group for group in planned_groups(experiment) if group != "sweep"]  # sweep: in main
     return len(stages) * STAGE_START_S + EXPERIMENT_FIXED_S
+
+
+def stored_lines(experiment: Experiment, results_dir: Path) -> list[str]:
+    """What ``results_dir`` already holds of the plan: the planned main, sweep and convert runs
+    stored and to train, and for each run to train whose stored twin (same variant, seed and
+    stage) differs from it only in some keys, those keys, so that a change that does not
+    alter training (``train.eval_batches``) is seen to retrain N runs. The search, tuned and
+    max-LR runs are chosen as the studies go; the stored ones are reused then."""
+    folder = ExperimentFolder.of(results_dir, experiment.name)
+    specs = plan_runs(experiment) + plan_sweep(experiment) + plan_convert(experiment)
+    todo = [s for s in specs if not folder.run(s.run_id).is_done()]
+    lines = [
+        f"stored in {folder.path}: {len(specs) - len(todo)} of {len(specs)} planned main, sweep "
+        f"and convert runs; {len(todo)} would be trained"
+    ]
+    twins = _stored_twins(folder)
+    retrained: dict[tuple[str, ...], int] = {}
+    for spec in todo:
+        twin = twins.get((spec.variant, spec.seed, spec.group))
+        if twin is not None:
+            keys = tuple(differences(RunConfig.model_validate(twin), spec.config))
+            retrained[keys] = retrained.get(keys, 0) + 1
+    for keys, count in retrained.items():
+        lines.append(
+            f"  {count} of them retrain a stored run that differs only in "
+            f"{', '.join(keys) or 'the runtime'}"
+        )
+    return lines
+
+
+def _stored_twins(folder: ExperimentFolder) -> dict[tuple[str, int, str], dict[str, Any]]:
+    """The config of each finished stored run by (variant, seed, stage)."""
+    twins = {}
+    for run in folder.runs():
+        stored = run.read_config()
+        if stored and run.is_done():
+            twins[(stored["variant"], stored["seed"], stored.get("group", "main"))] = stored[
+                "config"
+            ]
+    return twins

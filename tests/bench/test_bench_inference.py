@@ -146,7 +146,7 @@ def test_inference_refuses_models_from_other_sources(
     path.write_text(
         "seeds: [0]\ndata: {source: builtin_text}\n"
         "model: {source: python, factory: 'experiments.own_model:build', seq_len: 64}\n"
-        "train: {batch_size: 4, tokens: 640}\nvariants: {base: {}}\n"
+        "train: {batch_size: 4, tokens: 640, warmup_steps: 1}\nvariants: {base: {}}\n"
     )
     assert main(["bench", "--inference", "--experiment", str(path)]) == 2
     assert "the KV-cache decoding path is ablate's own model's" in capsys.readouterr().err

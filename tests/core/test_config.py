@@ -84,7 +84,7 @@ def test_empty_files_no_variants_and_huge_seeds_are_refused(
 def test_nested_and_dotted_variants_resolve_identically(tmp_path: Path) -> None:
     base = {
         "model": {"d_model": 32, "n_heads": 2, "norm": {"placement": "post", "qk_norm": True}},
-        "train": {"tokens": 4096, "batch_size": 4, "lr": 0.01},
+        "train": {"tokens": 4096, "batch_size": 4, "lr": 0.01, "warmup_steps": 2},
     }
     spellings = {
         "dotted": {"model.norm.kind": "rmsnorm", "train.lr": 0.02},
@@ -349,7 +349,7 @@ def _sourced(tmp_path: Path, model: dict, variants: dict | None = None) -> Path:
         "seeds": [0],
         "data": {"source": "builtin_text"},
         "model": {"seq_len": 16, **model},
-        "train": {"batch_size": 4, "tokens": 640},
+        "train": {"batch_size": 4, "tokens": 640, "warmup_steps": 2},
         "variants": variants or {"base": {}},
     }
     path = tmp_path / "sourced.yaml"
@@ -421,3 +421,9 @@ def test_conversion_maps_ablates_own_model_only(tmp_path: Path) -> None:
     path.write_text(yaml.safe_dump(doc))
     with pytest.raises(ConfigError, match="conversion maps ablate's own model only"):
         load_experiment(path)
+
+
+def test_warmup_as_long_as_the_run_is_bad_input(tmp_path: Path) -> None:
+    msg = _error(tmp_path, "train: {tokens: 819200, warmup_steps: 5000}\n" + ONE)
+    assert "train.warmup_steps: 5000 is not below the run's" in msg
+    assert "would never reach its peak" in msg

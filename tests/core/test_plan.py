@@ -95,3 +95,15 @@ def test_the_runs_of_every_committed_report_keep_their_ids(name: str) -> None:
     planned = {s.run_id for s in plan_runs(load_experiment(REPO / "experiments" / f"{name}.yaml"))}
     stored = set(pd.read_csv(REPO / "reports" / name / "runs.csv")["run_id"])
     assert planned and planned <= stored
+
+
+def test_a_key_the_norm_kind_does_not_read_is_not_a_difference() -> None:
+    from ablate.core.overrides import differences
+
+    dyt = tiny_config(**{"model.norm.kind": "dyt"})
+    dyt_eps = tiny_config(**{"model.norm.kind": "dyt", "model.norm.eps": 1e-3})
+    assert RunSpec("e", "dyt", 0, dyt).run_id == RunSpec("e", "dyt", 0, dyt_eps).run_id
+    assert differences(dyt, dyt_eps) == {}
+    ln_eps = tiny_config(**{"model.norm.eps": 1e-3})  # LayerNorm reads its eps
+    assert RunSpec("e", "ln", 0, tiny_config()).run_id != RunSpec("e", "ln", 0, ln_eps).run_id
+    assert differences(tiny_config(), ln_eps) == {"model.norm.eps": (1e-5, 1e-3)}
