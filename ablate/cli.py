@@ -322,6 +322,7 @@ def cmd_search(args: argparse.Namespace, console: Console) -> int:
     """Run (or continue) the experiment's search and max-LR studies."""
     from ablate.core.load import load_experiment
     from ablate.launch.estimate import check_inputs
+    from ablate.launch.freshness import check_stored_data
     from ablate.launch.pipeline import Context, run_studies_only
 
     _positive(args.workers, "--workers")
@@ -331,7 +332,7 @@ def cmd_search(args: argparse.Namespace, console: Console) -> int:
         raise UsageError(f"{args.experiment}: has a scale: section; run it with ablate run")
     if experiment.search is None and experiment.max_lr is None:
         raise UsageError(f"{args.experiment}: has no search: or max_lr: section to run")
-    check_inputs(experiment)
+    check_stored_data(experiment, args.results_dir, check_inputs(experiment))
     ctx = Context(
         experiment, args.results_dir, Path("reports"), args.workers, args.threads, args.storage
     )

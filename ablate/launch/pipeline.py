@@ -44,6 +44,7 @@ from ablate.core.plan import (
 from ablate.core.stability import Observation, contradictions, criterion_text
 from ablate.launch.estimate import check_inputs, study_runs
 from ablate.launch.execute import execute, ready_conversions, split_done
+from ablate.launch.freshness import check_stored_data
 from ablate.launch.progress import StudyProgress
 from ablate.launch.workers import Resources, choose_resources, gpu_count
 
@@ -119,7 +120,7 @@ def run_experiment(
     """Every stage of an experiment (file or loaded) in order; finished runs are reused."""
     if not isinstance(experiment, Experiment):
         experiment = load_experiment(experiment)
-    check_inputs(experiment)
+    check_stored_data(experiment, Path(results_dir), check_inputs(experiment))
     _check_storage(experiment, Path(results_dir), storage)
     ctx = Context(experiment, Path(results_dir), Path(report_dir), workers, threads, storage)
     if console is not None:

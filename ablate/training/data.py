@@ -30,6 +30,8 @@ import torch
 from torch.utils.data import Dataset
 
 from ablate.core.config import DataConfig
+from ablate.core.plan import RunSpec
+from ablate.nn.model import name_seed
 from ablate.training import tokens
 
 
@@ -258,6 +260,21 @@ class WindowBatches(Dataset):
 
     def __getitem__(self, i: int) -> torch.Tensor:
         return gather_windows(self.ids, self.offsets[i], self.seq_len)
+
+
+def train_offsets_of(spec: RunSpec, corpus: Corpus) -> torch.Tensor:
+    """A run's batch order over ``corpus``: from its data seed (a continued-training run draws
+    from a generator of its own)."""
+    cfg = spec.config
+    data_seed = spec.data_seed if spec.init_from is None else name_seed(spec.data_seed, "continue")
+    seq_len = cfg.model.seq_len
+    return batch_offsets(len(corpus.train), seq_len, cfg.train.batch_size, cfg.steps(), data_seed)
+
+
+def expected_data_digest(spec: RunSpec, corpus: Corpus) -> str:
+    """The ``data_digest`` a run of ``spec`` trained on ``corpus`` records: a stored run whose
+    digest differs was trained on other data."""
+    return batch_digest(corpus, train_offsets_of(spec, corpus))
 
 
 def batch_digest(corpus: Corpus, offsets: torch.Tensor) -> str:

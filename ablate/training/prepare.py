@@ -15,13 +15,13 @@ from torch import nn
 from ablate.core import store
 from ablate.core.plan import RunSpec
 from ablate.nn.convert import convert_weights
-from ablate.nn.model import GPT, name_seed
+from ablate.nn.model import GPT
 from ablate.nn.sources import build_model
 from ablate.training.data import (
     Corpus,
-    batch_offsets,
     eval_offsets,
     load_corpus,
+    train_offsets_of,
 )
 from ablate.training.trainer import evaluate
 
@@ -49,8 +49,7 @@ def prepare(spec: RunSpec, root: Path | None = None) -> Prepared:
     seq_len, batch = cfg.model.seq_len, cfg.train.batch_size
     corpus = load_corpus(cfg.data, seq_len)
     steps = cfg.steps()
-    data_seed = spec.data_seed if spec.init_from is None else name_seed(spec.data_seed, "continue")
-    train_offsets = batch_offsets(len(corpus.train), seq_len, batch, steps, data_seed)
+    train_offsets = train_offsets_of(spec, corpus)
     val_offsets = eval_offsets(len(corpus.val), seq_len, batch, cfg.train.eval_batches)
     model = build_model(cfg.model, corpus.vocab_size, spec.seed)
     prepared = Prepared(corpus, model, train_offsets, val_offsets, steps)
