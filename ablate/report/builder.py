@@ -183,7 +183,7 @@ def report_sections(
         report.extend(comparison_section(stored, table, tuned))
     for section in (
         main_section(stored, table, noise),
-        inference_section(stored.inference, variants),
+        inference_section(stored.inference, variants, manifest.get("source") or "FILE"),
         convert_section(stored),
         sweep,
         max_lr_section(stored.studies or {}),

@@ -61,10 +61,21 @@ def shared_time(table: pd.DataFrame) -> str:
     return "GPU kernel time" if on_gpu else "CPU time"
 
 
-def inference_section(table: pd.DataFrame, variants: list[str]) -> Section:
-    """The section, or nothing when no inference table was stored."""
+def inference_section(table: pd.DataFrame, variants: list[str], source: str = "FILE") -> Section:
+    """The section; without a stored inference table, the command that adds it (``ablate
+    run`` does not measure inference)."""
     if table.empty:
-        return Section()
+        return Section(
+            [
+                "## Inference",
+                "",
+                "Not measured by `ablate run`. `ablate bench --inference --experiment "
+                f"{source} --results-dir <results root>` times prefill, decode (TPOT) and the "
+                "norms' share of decode on the trained weights and adds the table here "
+                "(docs/benchmarks.md, Inference).",
+                "",
+            ]
+        )
     shown = table[list(SHOWN)].rename(columns=SHOWN)
     shown["norm share of decode"] = shown["norm share of decode"].map(lambda v: f"{v:.1%}")
     lines = [

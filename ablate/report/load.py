@@ -32,12 +32,13 @@ class StoredExperiment:
     convert_metrics: pd.DataFrame  # their per-step metrics
     inference: pd.DataFrame  # ablate bench --inference's table, if it was stored here
     configs: dict[str, dict]  # run id -> its stored config.json, for the main runs
+    stored_runs: pd.DataFrame  # every finished run in the folder, planned or not (studies' too)
 
 
 def load_experiment_results(exp_dir: Path) -> StoredExperiment:
     """Read the manifest, the planned runs' summaries, metrics and probes, and stability.json."""
     manifest = store.read_manifest(exp_dir)
-    runs = store.load_summaries(exp_dir)
+    runs = stored_runs = store.load_summaries(exp_dir)
     planned = {r["run_id"] for r in manifest["runs"]}
     main_ids = {r["run_id"] for r in manifest["runs"] if r.get("group", "main") == "main"}
     if planned:
@@ -57,6 +58,7 @@ def load_experiment_results(exp_dir: Path) -> StoredExperiment:
         convert_metrics=store.load_metrics(exp_dir, convert) if len(convert) else pd.DataFrame(),
         inference=ExperimentFolder(exp_dir).read_inference(),
         configs=_configs(exp_dir, main),
+        stored_runs=stored_runs,
     )
 
 

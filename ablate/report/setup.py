@@ -113,13 +113,37 @@ def _norm_text(configs: dict[str, dict[str, Any]], main: pd.DataFrame) -> str:
     )
 
 
-def _stage_text(runs: pd.DataFrame) -> str:
-    """Runs and steps of each stage that has runs."""
-    parts = []
-    for group, mine in runs.groupby("group", sort=False):
-        steps = sorted({int(s) for s in pd.to_numeric(mine["planned_steps"]).dropna()})
-        parts.append(f"{group} {len(mine)} runs of {'/'.join(map(str, steps))} steps")
-    return ", ".join(parts)
+PLANNED_ORDER = ("main", "sweep", "tuned", "convert")  # the pipeline's order
+
+
+def _stage_text(stored: StoredExperiment) -> str:
+    """Runs and steps of each stage: the planned ones from the manifest, the studies' from
+    the runs each study names (search trials by id, max-LR probes by variant and LR)."""
+    runs = stored.runs
+    parts = [_runs_of(group, runs[runs["group"] == group]) for group in PLANNED_ORDER]
+    studies = stored.studies or {}
+    every = stored.stored_runs
+    for variant, found in (studies.get("search") or {}).items():
+        ids = {row["run_id"] for row in found.get("trial_table", [])}
+        parts.append(_runs_of(f"search ({variant})", every[every["run_id"].isin(ids)]))
+    for variant, found in (studies.get("max_lr") or {}).items():
+        lrs = {probe["lr"] for probe in found.get("probes", [])}
+        mine = (
+            every[
+                (every["group"] == "max_lr") & (every["variant"] == variant) & every["lr"].isin(lrs)
+            ]
+            if len(every)
+            else every
+        )
+        parts.append(_runs_of(f"max_lr ({variant})", mine))
+    return ", ".join(part for part in parts if part)
+
+
+def _runs_of(label: str, runs: pd.DataFrame) -> str:
+    if not len(runs):
+        return ""
+    steps = sorted({int(s) for s in pd.to_numeric(runs["planned_steps"]).dropna()})
+    return f"{label} {len(runs)} runs of {'/'.join(map(str, steps))} steps"
 
 
 def _recorded(runs: pd.DataFrame, key: str) -> str:
@@ -163,7 +187,7 @@ def setup_section(stored: StoredExperiment, variants: list[str]) -> Section:
         f"- **Data:** {_data_text(base, vocab)}.",
         f"- **Training (main runs):** {_training_text(base, steps)}; shared LR "
         f"{base['train.lr']:g}, warmup {base['train.warmup_steps']} steps.",
-        f"- **Stages:** {_stage_text(stored.runs)}.",
+        f"- **Stages:** {_stage_text(stored)}.",
         f"- **Numerics:** {_numerics_text(stored.runs)}.",
         "",
     ]

@@ -1,8 +1,11 @@
-"""The plan's cost: the estimate against what the committed reports measured."""
+"""The plan's cost: run counts per stage, fixed costs, one timing per distinct model."""
 
 from __future__ import annotations
 
-from conftest import REPO
+from pathlib import Path
+
+import pytest
+from conftest import REPO, write_experiment
 
 from ablate.core.load import load_experiment
 from ablate.launch.estimate import (
@@ -31,3 +34,17 @@ def test_the_default_experiment_estimate_has_every_variant_and_its_fixed_costs()
     assert list(plan.table["variant"]) == list(experiment.variants)
     assert (plan.table["est_run_time_s"] > 0).all()
     assert plan.runs * RUN_SETUP_S / 2 < plan.fixed_s < plan.wall_time_s
+
+
+def test_a_grid_over_lr_and_warmup_times_its_one_model_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from ablate.launch import estimate
+
+    grid = {"train.lr": [1e-3, 2e-3, 3e-3], "train.warmup_steps": [0, 2]}
+    experiment = load_experiment(write_experiment(tmp_path / "g.yaml", grid=grid))
+    timed = []
+    real = estimate.time_steps
+    monkeypatch.setattr(estimate, "time_steps", lambda *a, **k: timed.append(1) or real(*a, **k))
+    plan = describe_plan(experiment, workers=1, threads=1)
+    assert len(plan.table) == 6 + 2 and len(timed) == 2  # grid cells share the LayerNorm model

@@ -46,7 +46,9 @@ def test_section_only_when_a_table_was_stored() -> None:
     text = "\n".join(section.lines)
     assert "## Inference" in text and "| rmsnorm   | fp32" in text and "8.0%" in text
     assert list(section.tables) == ["inference.csv"]
-    assert inference_section(pd.DataFrame(), ["layernorm"]).lines == []
+    absent = "\n".join(inference_section(pd.DataFrame(), ["layernorm"], "x.yaml").lines)
+    assert "Not measured by `ablate run`" in absent and "--experiment x.yaml" in absent
+    assert "|" not in absent  # no table
 
 
 def test_the_share_is_of_kernel_time_when_a_gpu_measured_the_table() -> None:
