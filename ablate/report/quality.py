@@ -68,7 +68,7 @@ def main_section(stored: StoredExperiment, table: pd.DataFrame, noise: float) ->
         "",
         speed_markdown(table, ", ".join(kinds) or "not measured"),
         "",
-        f"Main runs ({label}). Tokens/s is over the training steps (evaluations excluded); "
+        f"Runs: {label}. Tokens/s is over the training steps (evaluations excluded); "
         "the step time is each run's median, averaged over seeds. Peak memory is the CUDA "
         "allocator's peak on a GPU, the process's peak resident set on a CPU (interpreter and "
         "libraries included). Non-finite values are counted in activations and gradients at "
