@@ -28,10 +28,16 @@ import yaml
 from ablate.core.config import RunConfig
 from ablate.core.experiment import Experiment
 from ablate.core.load import build_run_config, load_experiment
+from ablate.core.numerics import pin_cpu_numerics
 from ablate.core.overrides import apply_overrides
 from ablate.launch.storage import open_storage
 
 REPO = Path(__file__).resolve().parent.parent
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Pin torch's CPU code paths as the ``ablate`` command does, before any test computes."""
+    pin_cpu_numerics()
 
 TINY: dict[str, Any] = {
     "data": {"source": "builtin_text"},

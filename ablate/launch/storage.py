@@ -140,7 +140,11 @@ def _rdb_storage(url: str, attempts: int = 5, **options: Any) -> optuna.storages
     for attempt in range(1, attempts):
         try:
             return optuna.storages.RDBStorage(url, **options)
-        except (sqlalchemy.exc.IntegrityError, sqlalchemy.exc.OperationalError):
+        except (
+            sqlalchemy.exc.IntegrityError,
+            sqlalchemy.exc.OperationalError,
+            sqlalchemy.exc.ProgrammingError,  # PostgreSQL: a type another worker just created
+        ):
             time.sleep(0.5 * attempt)  # another worker is creating the schema
     return optuna.storages.RDBStorage(url, **options)  # the last attempt raises what it meets
 

@@ -33,8 +33,8 @@ def _interval_words(row: pd.Series, noise: float) -> str:
 
 
 def unlearned_text(row: pd.Series) -> str | None:
-    """ "dyt: 2 of 2 runs collapsed" when some of a variant's runs diverged or collapsed, else
-    None."""
+    """For a variant some of whose runs diverged or collapsed, e.g. ``dyt: 2 of 2 runs
+    collapsed``; else None."""
     counts = [
         f"{int(row[kind])} of {int(row['runs'])} runs {kind}"
         for kind in ("diverged", "collapsed")

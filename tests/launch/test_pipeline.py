@@ -17,7 +17,7 @@ from ablate.launch.storage import open_storage, storage_url
 
 
 def _smoke_like(tmp_path: Path, **extra: object) -> Path:
-    """The smoke model (learns beyond unigram statistics in 200 steps) with a 2-trial search."""
+    """The smoke model (learns beyond unigram statistics in 400 steps) with a 2-trial search."""
     doc = yaml.safe_load((REPO / "experiments" / "smoke.yaml").read_text())
     for section in ("sweep", "max_lr"):
         doc.pop(section)
