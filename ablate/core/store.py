@@ -177,7 +177,8 @@ def load_results(
     exp_dir: str | Path, include_incomplete: bool = False, all_runs: bool = False
 ) -> Results:
     """The experiment's runs in ``exp_dir`` for a notebook: by default the runs its plan holds
-    now (the manifest the last ``ablate run`` wrote), the ones its report uses; ``all_runs``
+    now (the manifest and studies the last ``ablate run`` wrote: :func:`planned_run_ids`);
+    ``all_runs``
     adds every other stored run (of an earlier version of the file, say). The ``planned``
     column says which is which; without a stored plan every run counts as planned.
 
@@ -193,11 +194,23 @@ def load_results(
     """
     exp_dir = Path(exp_dir)
     runs = load_summaries(exp_dir, include_incomplete)
-    planned = {r["run_id"] for r in read_manifest(exp_dir)["runs"]}  # none: no plan stored
+    planned = planned_run_ids(exp_dir)  # none: no plan stored
     runs = runs.assign(planned=runs["run_id"].isin(planned) if planned else True)
     if not all_runs:
         runs = runs[runs["planned"]].reset_index(drop=True)
     return Results(runs, load_metrics(exp_dir, runs), load_probes(exp_dir, runs))
+
+
+def planned_run_ids(exp_dir: Path) -> set[str]:
+    """The runs the experiment's plan holds: the manifest's (main, sweep, tuned, convert) and
+    the studies' (the search trials, the max-LR probes' runs)."""
+    planned = {r["run_id"] for r in read_manifest(exp_dir)["runs"]}
+    studies = read_studies(exp_dir) or {}
+    for found in (studies.get("search") or {}).values():
+        planned |= {row["run_id"] for row in found.get("trial_table", []) if row.get("run_id")}
+    for found in (studies.get("max_lr") or {}).values():
+        planned |= set(found.get("run_ids", []))
+    return planned
 
 
 def pending_state(run_dir: Path) -> str:

@@ -195,4 +195,26 @@ def run_max_lr(
         "runs": sum(p.runs for p in probes if not p.reused),
         "runs_total": sum(p.runs for p in probes),
         "failed_seeds": sorted({s for p in probes for s in p.failed_seeds}),
+        "run_ids": probe_run_ids(experiment, variant, probes, seeds),
     }
+
+
+def probe_run_ids(
+    experiment: Experiment, variant: str, probes: list[ProbeResult], seeds: list[int]
+) -> list[str]:
+    """The runs the probes trained or reused: at each probed LR its first ``runs`` seeds (a
+    probe stops at the first unstable seed), as :func:`probe_stability` planned them."""
+    cfg = experiment.max_lr
+    assert cfg is not None
+    base = experiment.variants[variant]
+    return [
+        RunSpec(
+            experiment.name,
+            variant,
+            seed,
+            with_train(base, lr=p.lr, tokens=cfg.tokens),
+            group="max_lr",
+        ).run_id
+        for p in probes
+        for seed in seeds[: p.runs]
+    ]

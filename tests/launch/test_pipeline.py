@@ -59,7 +59,7 @@ def test_pipeline_runs_the_tuned_ab_at_the_searchs_best_on_every_final_seed(
     for s in tuned:
         best = search[s["variant"]]["best"]
         assert (s["lr"], s["warmup_steps"]) == (best["lr"], best["warmup_steps"])
-        assert s["planned_steps"] == 200  # the full budget, not the search's
+        assert s["planned_steps"] == 400  # the full budget, not the search's
     main = [s for s in runs if s["group"] == "main"]
     for seed in (0, 1):
         same_seed = [s for s in tuned + main if s["seed"] == seed]
