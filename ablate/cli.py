@@ -57,6 +57,17 @@ def _add_execution_args(parser: argparse.ArgumentParser) -> None:
         help="Optuna storage: sqlite:///FILE, postgresql://..., journal:PATH "
         "(default: the file's storage:, else results/<experiment>/optuna.db)",
     )
+    _add_backend_arg(parser)
+
+
+def _add_backend_arg(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--backend",
+        choices=["train", "simulate"],
+        default=None,
+        help="train runs, or draw them from the known-truth simulator (as <name>-simulated; "
+        "docs/simulator.md); default: the file's runtime.backend",
+    )
 
 
 def installed_version() -> str:
@@ -100,6 +111,7 @@ def build_parser() -> argparse.ArgumentParser:
     validate = sub.add_parser("validate", help="check an experiment file; print the plan and cost")
     validate.add_argument("experiment", type=Path, help="experiment YAML file")
     validate.add_argument("--workers", type=int, default=None, help="as for run")
+    _add_backend_arg(validate)
     validate.add_argument(
         "--results-dir",
         type=Path,
@@ -172,7 +184,7 @@ def cmd_validate(args: argparse.Namespace, console: Console) -> int:
     from ablate.core.load import load_experiment
     from ablate.core.overrides import difference_lines
 
-    experiment = load_experiment(args.experiment)
+    experiment = load_experiment(args.experiment, args.backend)
     console.print(f"[bold]{experiment.name}[/bold]: {experiment.description}".rstrip(": "))
     if experiment.scale is None:
         _print_plan(experiment, args, console)
@@ -243,6 +255,11 @@ def _print_plan(experiment: Experiment, args: argparse.Namespace, console: Conso
         f"plus evaluation; of which {plan.fixed_s:.0f} s fixed costs: run set-up, pool starts, "
         "start-up and report)"
     )
+    if experiment.base.runtime.backend == "simulate":
+        console.print(
+            "backend simulate: no run trains (each is drawn in milliseconds); the estimate is "
+            "what training this plan would take"
+        )
     if args.results_dir is not None:
         from ablate.launch.estimate import stored_lines
 
@@ -258,7 +275,7 @@ def cmd_run(args: argparse.Namespace, console: Console) -> int:
 
     _positive(args.workers, "--workers")
     _positive(args.threads, "--threads")
-    experiment = load_experiment(args.experiment)
+    experiment = load_experiment(args.experiment, args.backend)
     _warn_impure(experiment, console)
     if experiment.scale is not None:
         return _run_scaled(args, experiment, console)
@@ -327,7 +344,7 @@ def cmd_search(args: argparse.Namespace, console: Console) -> int:
 
     _positive(args.workers, "--workers")
     _positive(args.threads, "--threads")
-    experiment = load_experiment(args.experiment)
+    experiment = load_experiment(args.experiment, args.backend)
     if experiment.scale is not None:
         raise UsageError(f"{args.experiment}: has a scale: section; run it with ablate run")
     if experiment.search is None and experiment.max_lr is None:

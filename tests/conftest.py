@@ -39,6 +39,7 @@ def pytest_configure(config: pytest.Config) -> None:
     """Pin torch's CPU code paths as the ``ablate`` command does, before any test computes."""
     pin_cpu_numerics()
 
+
 TINY: dict[str, Any] = {
     "data": {"source": "builtin_text"},
     "model": {"d_model": 16, "n_layers": 1, "n_heads": 2, "seq_len": 16},

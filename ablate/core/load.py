@@ -210,10 +210,23 @@ def _with_train_raw(config: RunConfig, train: dict[str, Any]) -> dict[str, Any]:
     return raw
 
 
-def load_experiment(path: str | Path) -> Experiment:
-    """Read, validate and resolve an experiment file; raise ConfigError on any problem."""
+SIMULATED_SUFFIX = "-simulated"  # --backend simulate: the experiment's results and report apart
+
+
+def load_experiment(path: str | Path, backend: str | None = None) -> Experiment:
+    """Read, validate and resolve an experiment file; raise ConfigError on any problem.
+
+    ``backend`` (``--backend``) replaces the file's ``runtime.backend``; switching a file to the
+    simulator also names the experiment ``<name>-simulated``, so its runs, studies and report
+    never mix with the trained ones."""
     path = Path(path)
-    return resolve_experiment(_read_yaml(path), path, str(path))
+    raw = _read_yaml(path)
+    if backend is not None and isinstance(raw, dict):
+        runtime = raw.get("runtime") if isinstance(raw.get("runtime"), dict) else {}
+        if runtime.get("backend", "train") != backend and backend == "simulate":
+            raw["name"] = f"{raw.get('name') or path.stem}{SIMULATED_SUFFIX}"
+        raw["runtime"] = {**runtime, "backend": backend}
+    return resolve_experiment(raw, path, str(path))
 
 
 def resolve_experiment(raw: dict[str, Any], path: Path, where: str) -> Experiment:

@@ -84,6 +84,8 @@ class RunSpec:
             "train": _section("train", cfg.train.model_dump(mode="json")),
             "accelerator": cfg.runtime.accelerator,
         }
+        if cfg.runtime.backend == "simulate":  # never the id of a trained run
+            identity["simulate"] = cfg.runtime.simulate.model_dump(mode="json")
         if cfg.runtime.processes() > 1:  # DDP reduces in another order: close, not bitwise
             identity["processes"] = cfg.runtime.processes()
         if self.init_from is not None:

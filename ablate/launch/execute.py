@@ -1,21 +1,25 @@
-"""Running RunSpecs: skip finished ones, run the rest here or in the worker pool, with progress.
+"""The executor seam: every run of every stage is obtained through an :class:`Executor` the
+stage is given, and this module's :class:`LocalExecutor` is the one that trains here.
 
-The executor knows nothing about norms or models: it checks the store for finished runs, picks a
-worker count for the machine (:func:`ablate.launch.workers.choose_resources`), and hands each
-pending spec to :func:`obtain`, the one claim / train / reuse path of every run of every stage,
-search trials and max-LR probes included, in this process when there is one worker and in the
-``spawn`` pool otherwise (:mod:`ablate.launch.workers`). Workers report steps through a queue;
-the ``ablate`` process draws them (:mod:`ablate.launch.progress`).
+A stage (:mod:`ablate.launch.pipeline`, the studies) only decides which RunSpecs it needs and
+hands them to its executor: ``obtain`` one (a search trial, a max-LR probe) or ``run`` many (an
+A/B). The local executor checks the store for finished runs, picks a worker count for the
+machine (:func:`ablate.launch.workers.choose_resources`), and trains each pending spec through
+:func:`obtain`, the claim / train / reuse path, in this process when there is one worker and in
+the ``spawn`` pool otherwise (:mod:`ablate.launch.workers`); workers report steps through a
+queue and the ``ablate`` process draws them (:mod:`ablate.launch.progress`). Other backends (the
+simulator, :mod:`ablate.launch.simulator`) implement the same protocol, with no stage changed.
 """
 
 from __future__ import annotations
 
 import multiprocessing as mp
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, Future, wait
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from rich.console import Console
 
@@ -36,6 +40,33 @@ from ablate.launch.workers import (
 )
 
 ProgressFn = Callable[[int, float], None]
+EvalWatch = Callable[[int, float], bool]  # (step, val loss) after an evaluation -> stop the run?
+SayFn = Callable[[str], None]
+
+
+class Executor(Protocol):
+    """What every stage is given to get its runs: the results root, one run on demand, many
+    at once. Implementations: :class:`LocalExecutor` (trains here or in a local pool) and
+    :class:`ablate.launch.simulator.SimulatedExecutor` (the known-truth simulator). An executor
+    is pickled into the studies' worker processes, so it holds settings, not live handles."""
+
+    root: Path
+
+    def prepare(self) -> None:
+        """Load what obtaining a run will need (before a study trial's heartbeat starts)."""
+
+    def obtain(
+        self,
+        spec: RunSpec,
+        watch: EvalWatch | None = None,
+        take_over: bool = False,
+        wait: bool = False,
+        say: SayFn = print,
+    ) -> dict[str, Any]:
+        """The stored summary of ``spec``, or run it now and store it (see :func:`obtain`)."""
+
+    def run(self, specs: list[RunSpec]) -> list[dict[str, Any]]:
+        """Every spec not yet done; the summaries of all of them (stored and new)."""
 
 
 def run_folder_of(spec: RunSpec, root: Path) -> RunFolder:
@@ -59,32 +90,24 @@ def split_done(specs: list[RunSpec], root: Path) -> tuple[list[dict], list[RunSp
 POLL_S = 1.0  # how often a process waiting for another's run looks again
 
 
-def obtain(
+def obtain_with(
+    attempt: Callable[[], dict[str, Any]],
     spec: RunSpec,
     root: Path,
-    progress: ProgressFn | None = None,
-    stoppers: Sequence[Any] = (),
-    take_over: bool = False,
     wait: bool = False,
-    say: Callable[[str], None] = print,
+    say: SayFn = print,
 ) -> dict[str, Any]:
-    """The stored summary of ``spec`` if it is done, else train it here and store it: the one
-    claim / train / reuse path of every run of every stage (main, sweep, tuned, search trial,
-    max-LR probe, convert).
+    """The stored summary of ``spec``, else ``attempt()`` (claim it, run it, store it): the
+    reuse and waiting rules every executor shares.
 
-    A run that another live process is training, or has finished since the caller planned it,
+    A run that another live process is running, or has finished since the caller planned it,
     raises :class:`ablate.core.store.RunClaimed` (the executor reports it as skipped), or with
-    ``wait`` is waited for and then reused; ``take_over`` claims it whoever holds it (a retried
-    search trial whose worker died).
+    ``wait`` is waited for and then reused.
     """
-    from ablate.training.run import (
-        execute_run,  # Lightning's import costs seconds: only when training
-    )
-
     announced = False
     while (summary := run_folder_of(spec, root).read_summary()) is None:
         try:
-            return execute_run(spec, root, progress, stoppers, take_over)
+            return attempt()
         except store.RunClaimed as claimed:
             if not wait:
                 raise
@@ -95,6 +118,34 @@ def obtain(
     if not wait:
         raise store.RunClaimed(f"run {spec.run_id} was finished meanwhile by another process")
     return summary
+
+
+def obtain(
+    spec: RunSpec,
+    root: Path,
+    progress: ProgressFn | None = None,
+    watch: EvalWatch | None = None,
+    take_over: bool = False,
+    wait: bool = False,
+    say: SayFn = print,
+) -> dict[str, Any]:
+    """The stored summary of ``spec`` if it is done, else train it here and store it: the one
+    claim / train / reuse path of every locally trained run of every stage (main, sweep, tuned,
+    search trial, max-LR probe, convert).
+
+    ``watch`` sees every evaluation and may stop the run as pruned (a search trial);
+    ``take_over`` claims the run whoever holds it (a retried search trial whose worker died);
+    ``wait`` as in :func:`obtain_with`.
+    """
+    from ablate.training.callbacks import EvalStop
+    from ablate.training.run import (
+        execute_run,  # Lightning's import costs seconds: only when training
+    )
+
+    stoppers = [EvalStop(watch)] if watch is not None else []
+    return obtain_with(
+        lambda: execute_run(spec, root, progress, stoppers, take_over), spec, root, wait, say
+    )
 
 
 def _worker_run(spec_json: dict[str, Any], root: str) -> dict[str, Any] | None:
@@ -176,6 +227,38 @@ def ready_conversions(
         else:
             waiting.append((spec, f"source run {spec.init_from} {problem}"))
     return ready, waiting
+
+
+@dataclass
+class LocalExecutor:
+    """Trains on this machine: serially, or in a ``spawn`` pool of ``workers`` processes."""
+
+    root: Path
+    workers: int | None = None
+    threads: int | None = None
+    console: Console | None = field(default=None, compare=False, repr=False)
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {**self.__dict__, "console": None}  # a terminal does not travel to a worker
+
+    def prepare(self) -> None:
+        """Import the trainer (Lightning takes seconds)."""
+        import ablate.training.run  # noqa: F401
+
+    def obtain(
+        self,
+        spec: RunSpec,
+        watch: EvalWatch | None = None,
+        take_over: bool = False,
+        wait: bool = False,
+        say: SayFn = print,
+    ) -> dict[str, Any]:
+        """Reuse or train one run here (:func:`obtain`)."""
+        return obtain(spec, self.root, watch=watch, take_over=take_over, wait=wait, say=say)
+
+    def run(self, specs: list[RunSpec]) -> list[dict[str, Any]]:
+        """Every pending spec through the pool (:func:`execute`)."""
+        return execute(specs, self.root, self.workers, self.threads, self.console)
 
 
 def execute(

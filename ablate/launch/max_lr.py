@@ -2,8 +2,9 @@
 
 :func:`ablate.core.stability.bracket_max_stable` chooses the LRs; each probe is a trial of the
 variant's ``max_lr`` study asked for at exactly that LR, starting at ``max_lr.start``, else at
-the search's best LR (a stable point), else at ``train.lr``; a probe runs the k seeds in order
-and stops at the first unstable one. Probes already in the study are read back, never rerun.
+the search's best LR (a stable point, handed over by the search stage), else at ``train.lr``; a
+probe obtains the k seeds' runs from the stage's executor in order and stops at the first
+unstable one. Probes already in the study are read back, never rerun.
 The study's objective (:data:`PROBE_METRIC`) makes the dashboard's best trial the largest stable
 LR. (:mod:`ablate.launch.pipeline` then holds each bracket against every other stored run.)
 """
@@ -13,7 +14,6 @@ from __future__ import annotations
 import math
 import warnings
 from dataclasses import asdict, dataclass
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -24,8 +24,8 @@ from optuna.trial import TrialState
 from ablate.core.experiment import Experiment
 from ablate.core.plan import RunSpec, max_lr_family, with_train
 from ablate.core.stability import Bracket, bracket_max_stable
-from ablate.launch.execute import obtain
-from ablate.launch.search import PrintFn, search_summary
+from ablate.launch.execute import Executor
+from ablate.launch.search import PrintFn
 from ablate.launch.storage import open_study
 
 
@@ -46,7 +46,7 @@ def probe_stability(
     variant: str,
     lr: float,
     seeds: list[int],
-    root: Path,
+    executor: Executor,
     tokens: int | None,
     say: PrintFn = print,
 ) -> ProbeResult:
@@ -56,7 +56,7 @@ def probe_stability(
     runs = 0
     for seed in seeds:
         spec = RunSpec(experiment.name, variant, seed, config, group="max_lr")
-        summary = obtain(spec, root, wait=True, say=say)
+        summary = executor.obtain(spec, wait=True, say=say)
         runs += 1
         if not summary.get("stable"):
             return ProbeResult(lr, False, runs, [seed], summary.get("unstable_reason"))
@@ -106,18 +106,16 @@ def label_bracket_study(study: optuna.Study, bracket: Bracket) -> None:
             study.set_user_attr(name, value)
 
 
-def max_lr_start(experiment: Experiment, variant: str, url: str) -> float:
-    """The first probe: ``max_lr.start``, else the variant's best stable search trial's LR (a
-    stable point, so the bracket is searched upwards from it), else ``train.lr``."""
+def max_lr_start(experiment: Experiment, variant: str, best_lr: float | None) -> float:
+    """The first probe: ``max_lr.start``, else ``best_lr`` (the variant's best stable search
+    trial's LR, a stable point, so the bracket is searched upwards from it), else
+    ``train.lr``."""
     cfg = experiment.max_lr
     assert cfg is not None
     if cfg.start is not None:
         return cfg.start
-    if experiment.search is not None:
-        best = search_summary(open_study(experiment, variant, "search", url))["best"]
-        if best is not None:
-            return float(np.clip(best["lr"], cfg.lr_min, cfg.lr_max))
-    return float(np.clip(experiment.variants[variant].train.lr, cfg.lr_min, cfg.lr_max))
+    start = best_lr if best_lr is not None else experiment.variants[variant].train.lr
+    return float(np.clip(start, cfg.lr_min, cfg.lr_max))
 
 
 class ProbeNotStored(LookupError):
@@ -127,12 +125,14 @@ class ProbeNotStored(LookupError):
 def run_max_lr(
     experiment: Experiment,
     variant: str,
-    root: Path,
+    executor: Executor,
     url: str,
+    best_lr: float | None = None,
     say: PrintFn = print,
     stored_only: bool = False,
 ) -> dict[str, Any]:
-    """Bracket the variant's maximum stable LR; each probe is a trial of its max_lr study.
+    """Bracket the variant's maximum stable LR; each probe is a trial of its max_lr study,
+    starting from ``best_lr`` (the search's) unless ``max_lr.start`` is set.
 
     ``stored_only`` replays the bracketing from stored probes and raises
     :class:`ProbeNotStored` at the first probe it would have to run."""
@@ -152,7 +152,7 @@ def run_max_lr(
         trial = study.ask({"lr": span})
         try:
             found = probe_stability(
-                experiment, variant, trial.params["lr"], seeds, root, cfg.tokens, say
+                experiment, variant, trial.params["lr"], seeds, executor, cfg.tokens, say
             )
         except BaseException:
             study.tell(trial, state=TrialState.FAIL)
@@ -179,7 +179,7 @@ def run_max_lr(
         )
         return result.stable
 
-    start = max_lr_start(experiment, variant, url)
+    start = max_lr_start(experiment, variant, best_lr)
     bracket: Bracket = bracket_max_stable(
         probe, start, cfg.factor, cfg.precision, cfg.lr_min, cfg.lr_max
     )

@@ -15,7 +15,8 @@ Stages, in order (each one only those the file configures):
 6. **report** — rebuilt from the store (skipped when it is up to date).
 
 A stage only decides which RunSpecs it needs; every run of every stage goes through the one
-executor (:func:`ablate.launch.execute.obtain`: claim, train or reuse, store). The CLI parses and
+executor the context carries (:class:`ablate.launch.execute.Executor`: the local trainer, or
+the simulator of ``runtime.backend: simulate``), handed to every stage. The CLI parses and
 prints; everything else is here.
 """
 
@@ -43,7 +44,7 @@ from ablate.core.plan import (
 )
 from ablate.core.stability import Observation, contradictions, criterion_text
 from ablate.launch.estimate import check_inputs, study_runs
-from ablate.launch.execute import execute, ready_conversions, split_done
+from ablate.launch.execute import Executor, LocalExecutor, ready_conversions, split_done
 from ablate.launch.freshness import check_stored_data
 from ablate.launch.progress import StudyProgress
 from ablate.launch.workers import Resources, choose_resources, gpu_count
@@ -63,6 +64,11 @@ class Context:
     threads: int | None = None
     storage: str | None = None
     console: Console = field(default_factory=lambda: Console(stderr=True))
+    executor: Executor | None = None  # default: the one runtime.backend names
+
+    def __post_init__(self) -> None:
+        if self.executor is None:
+            self.executor = make_executor(self)
 
     @property
     def exp_dir(self) -> Path:
@@ -74,8 +80,11 @@ class Context:
         self.console.print(text, markup=False, highlight=False, soft_wrap=True)
 
     def resources(self, jobs: int) -> Resources:
-        """Workers and threads for ``jobs`` things at once (runs or studies)."""
+        """Workers and threads for ``jobs`` things at once (runs or studies); one of each for
+        the simulator, whose runs take milliseconds."""
         runtime = self.experiment.base.runtime
+        if runtime.backend == "simulate":
+            return Resources(1, 1)
         return choose_resources(
             jobs,
             self.workers or runtime.workers,
@@ -84,15 +93,22 @@ class Context:
         )
 
     def execute(self, specs: list[RunSpec]) -> list[dict[str, Any]]:
-        """Every spec through the executor (skip stored, train the rest)."""
-        runtime = self.experiment.base.runtime
-        return execute(
-            specs,
-            self.results_dir,
-            self.workers or runtime.workers,
-            self.threads or runtime.threads,
-            self.console,
-        )
+        """Every spec through the executor (skip stored, run the rest)."""
+        assert self.executor is not None
+        return self.executor.run(specs)
+
+
+def make_executor(ctx: Context) -> Executor:
+    """The executor of the experiment's ``runtime.backend``: the local trainer, or the
+    simulator (:mod:`ablate.launch.simulator`)."""
+    runtime = ctx.experiment.base.runtime
+    if runtime.backend == "simulate":
+        from ablate.launch.simulator import SimulatedExecutor
+
+        return SimulatedExecutor(ctx.results_dir, ctx.console)
+    return LocalExecutor(
+        ctx.results_dir, ctx.workers or runtime.workers, ctx.threads or runtime.threads, ctx.console
+    )
 
 
 @dataclass
@@ -116,15 +132,24 @@ def run_experiment(
     threads: int | None = None,
     storage: str | None = None,
     console: Console | None = None,
+    executor: Executor | None = None,
 ) -> PipelineResult:
-    """Every stage of an experiment (file or loaded) in order; finished runs are reused."""
+    """Every stage of an experiment (file or loaded) in order; finished runs are reused.
+    ``executor`` replaces the one ``runtime.backend`` names (a test's recorder)."""
     if not isinstance(experiment, Experiment):
         experiment = load_experiment(experiment)
     check_stored_data(experiment, Path(results_dir), check_inputs(experiment))
     _check_storage(experiment, Path(results_dir), storage)
-    ctx = Context(experiment, Path(results_dir), Path(report_dir), workers, threads, storage)
-    if console is not None:
-        ctx.console = console
+    ctx = Context(
+        experiment,
+        Path(results_dir),
+        Path(report_dir),
+        workers,
+        threads,
+        storage,
+        console or Console(stderr=True),
+        executor,
+    )
     specs = plan_runs(experiment) + plan_sweep(experiment)
     continued = plan_convert(experiment)
     write_manifest(ctx, specs + stored_tuned_plan(ctx) + continued)
@@ -137,7 +162,7 @@ def run_experiment(
         write_manifest(ctx, specs + continued)
         ctx.execute(tuned)  # stage: tuned
     if experiment.max_lr is not None:
-        studies["max_lr"] = max_lr_stage(ctx)
+        studies["max_lr"] = max_lr_stage(ctx, best_lrs(studies.get("search", {})))
     if studies:
         write_studies(ctx, studies)
     if continued:  # stage: convert, after the shared A/B that holds its sources
@@ -187,13 +212,20 @@ def best_settings(search: dict[str, Any]) -> dict[str, dict[str, Any]]:
     }
 
 
-def max_lr_stage(ctx: Context) -> dict[str, Any]:
-    """Bracket every variant's max stable LR and check each bracket against the store."""
-    brackets = _studies(ctx, "max_lr")
+def best_lrs(search: dict[str, Any]) -> dict[str, float]:
+    """``{variant: lr}`` of each variant's best stable search trial: where its max-LR
+    bracketing starts."""
+    return {variant: best["lr"] for variant, best in best_settings(search).items()}
+
+
+def max_lr_stage(ctx: Context, best: dict[str, float]) -> dict[str, Any]:
+    """Bracket every variant's max stable LR (from its search's ``best`` LR) and check each
+    bracket against the store."""
+    brackets = _studies(ctx, "max_lr", best)
     return check_brackets(ctx.experiment, brackets, store.load_summaries(ctx.exp_dir))
 
 
-def _studies(ctx: Context, kind: str) -> dict[str, Any]:
+def _studies(ctx: Context, kind: str, best: dict[str, float] | None = None) -> dict[str, Any]:
     """Every variant's study of ``kind`` (Optuna is imported only here: a file without
     studies never loads it); ``{variant: result}``."""
     from ablate.launch.storage import storage_label, storage_url
@@ -209,7 +241,9 @@ def _studies(ctx: Context, kind: str) -> dict[str, Any]:
         for variant, config in ctx.experiment.variants.items()
     )
     with StudyProgress(ctx.console, ctx.exp_dir, kind, total) as progress:
-        return run_studies(ctx.experiment, ctx.results_dir, url, res, (kind,), progress.say)[kind]
+        assert ctx.executor is not None
+        found = run_studies(ctx.experiment, ctx.executor, url, res, (kind,), progress.say, best)
+        return found[kind]
 
 
 def observations(runs: pd.DataFrame, variant: str, family: str) -> list[Observation]:
@@ -277,7 +311,7 @@ def run_studies_only(ctx: Context) -> dict[str, Any]:
     if ctx.experiment.search is not None:
         studies["search"] = search_stage(ctx)
     if ctx.experiment.max_lr is not None:
-        studies["max_lr"] = max_lr_stage(ctx)
+        studies["max_lr"] = max_lr_stage(ctx, best_lrs(studies.get("search", {})))
     write_studies(ctx, studies)
     return studies
 

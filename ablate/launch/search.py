@@ -1,8 +1,8 @@
 """The LR x warmup search of one variant: an Optuna study whose trials are ordinary runs.
 
 The studies live in one Optuna storage (:mod:`ablate.launch.storage`). Every trial is also an
-ordinary run in the results store (``group`` search or max_lr), claimed, trained or reused through
-the one executor path (:func:`ablate.launch.execute.obtain`), so reports read one place, a trial
+ordinary run in the results store (``group`` search or max_lr), obtained from the executor the
+stage is given (:class:`ablate.launch.execute.Executor`), so reports read one place, a trial
 whose run is already stored (by a trial, or by a stage of ``ablate run``) reuses it, and a run
 another process is training is waited for, not trained twice. The studies themselves run in the
 executor's process pool (:func:`ablate.launch.workers.run_parallel`).
@@ -31,7 +31,6 @@ import time
 import warnings
 from collections import Counter
 from collections.abc import Callable, Sequence
-from pathlib import Path
 from typing import Any
 
 import optuna
@@ -41,7 +40,7 @@ from optuna.trial import FrozenTrial, TrialState
 from ablate.core.experiment import Experiment
 from ablate.core.plan import RunSpec, with_train
 from ablate.core.stability import clipped_loss
-from ablate.launch.execute import POLL_S, obtain
+from ablate.launch.execute import POLL_S, EvalWatch, Executor
 from ablate.launch.storage import open_study
 
 PrintFn = Callable[[str], None]
@@ -129,14 +128,23 @@ def make_pruner(experiment: Experiment) -> optuna.pruners.BasePruner:
     return optuna.pruners.MedianPruner(n_startup_trials=5, n_warmup_steps=0)
 
 
-def run_search(
-    experiment: Experiment, variant: str, root: Path, url: str, say: PrintFn = print
-) -> optuna.Study:
-    """Continue the variant's search study until it holds ``n_trials`` counted trials."""
-    from ablate.training.callbacks import (
-        TrialPruner,  # Lightning: imported before a trial's heartbeat starts
-    )
+def pruning_watch(trial: optuna.Trial, steps: int) -> EvalWatch:
+    """The trial's evaluation watcher: report each val loss (an unstable one clipped to a
+    finite value) and stop the run when Optuna prunes it before its last step."""
 
+    def watch(step: int, loss: float) -> bool:
+        trial.report(clipped_loss(loss, math.inf), step)
+        return step < steps and trial.should_prune()
+
+    return watch
+
+
+def run_search(
+    experiment: Experiment, variant: str, executor: Executor, url: str, say: PrintFn = print
+) -> optuna.Study:
+    """Continue the variant's search study until it holds ``n_trials`` counted trials, each
+    trial's run obtained from ``executor``."""
+    executor.prepare()  # before a trial's heartbeat starts
     cfg = experiment.search
     assert cfg is not None
     study = open_study(
@@ -157,8 +165,8 @@ def run_search(
         spec = RunSpec(experiment.name, variant, seed, config, group="search")
         retry = "run_id" in trial.user_attrs  # copied from a trial whose worker died
         trial.set_user_attr("run_id", spec.run_id)
-        pruner = TrialPruner(trial)
-        summary = obtain(spec, root, stoppers=[pruner], take_over=retry, wait=True, say=say)
+        watch = pruning_watch(trial, config.steps())
+        summary = executor.obtain(spec, watch=watch, take_over=retry, wait=True, say=say)
         trial.set_user_attr("stable", summary.get("stable"))
         trial.set_user_attr("status", summary["status"])
         say(f"search {variant} #{trial.number}: lr={lr:.3g} warmup={warmup}: {_describe(summary)}")

@@ -1,18 +1,18 @@
 """Every study of an experiment as one job per variant and kind, run in the executor's pool.
 
 :func:`run_studies` runs (or continues) the search and max-LR studies the experiment configures,
-rotated so parallel processes start on different variants; :func:`stored_result` reads a study's
-result back without running anything.
+rotated so parallel processes start on different variants, every run through the executor the
+stage is given; :func:`stored_result` reads a study's result back without running anything.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
-from pathlib import Path
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ablate.core.experiment import Experiment
+from ablate.launch.execute import Executor
 from ablate.launch.max_lr import ProbeNotStored, run_max_lr
 from ablate.launch.search import PrintFn, next_search_step, run_search, search_summary
 from ablate.launch.storage import open_study
@@ -21,11 +21,18 @@ from ablate.launch.workers import Resources, run_parallel, worker_say
 KINDS = ("search", "max_lr")  # the two studies of a variant
 
 
-def _job(kind: str, experiment: Experiment, variant: str, root: str, url: str) -> dict[str, Any]:
+def _job(
+    kind: str,
+    experiment: Experiment,
+    variant: str,
+    executor: Executor,
+    url: str,
+    best_lr: float | None,
+) -> dict[str, Any]:
     say = worker_say
     if kind == "search":
-        return search_summary(run_search(experiment, variant, Path(root), url, say))
-    return run_max_lr(experiment, variant, Path(root), url, say)
+        return search_summary(run_search(experiment, variant, executor, url, say))
+    return run_max_lr(experiment, variant, executor, url, best_lr, say)
 
 
 def study_jobs(
@@ -49,8 +56,9 @@ def stored_result(
     kind: str,
     experiment: Experiment,
     variant: str,
-    root: Path,
+    executor: Executor,
     url: str,
+    best_lr: float | None = None,
     say: PrintFn = print,
 ) -> dict[str, Any] | None:
     """A study's result when its storage already holds all of it (a rerun), else None."""
@@ -63,7 +71,9 @@ def stored_result(
         return search_summary(study) if done else None
     said: list[str] = []  # shown only when the replay completes (else the pool says it again)
     try:
-        result = run_max_lr(experiment, variant, root, url, said.append, stored_only=True)
+        result = run_max_lr(
+            experiment, variant, executor, url, best_lr, said.append, stored_only=True
+        )
     except ProbeNotStored:
         return None
     for line in said:
@@ -73,22 +83,27 @@ def stored_result(
 
 def run_studies(
     experiment: Experiment,
-    root: Path,
+    executor: Executor,
     url: str,
     res: Resources,
     kinds: Sequence[str] = KINDS,
     say: PrintFn = print,
+    best_lrs: Mapping[str, float] | None = None,
 ) -> dict[str, dict[str, Any]]:
     """Every variant's study of ``kinds`` (those configured): ``{kind: {variant: result}}``,
     variants in the experiment's order. Studies whose storage holds all of their result are
-    read here; the others run ``res.workers`` at a time in the executor's pool. Their lines
-    go to ``say``."""
+    read here; the others run ``res.workers`` at a time in the executor's pool. A max-LR
+    study starts from the variant's ``best_lrs`` entry (the search stage's). Their lines go to
+    ``say``."""
+    best = dict(best_lrs or {})
     jobs = study_jobs(experiment, kinds, rotate=os.getpid())
     for kind, variant in jobs:  # create storage and studies once, before workers race to
         open_study(experiment, variant, kind, url)
-    found = {(k, v): stored_result(k, experiment, v, root, url, say) for k, v in jobs}
+    found = {
+        (k, v): stored_result(k, experiment, v, executor, url, best.get(v), say) for k, v in jobs
+    }
     pending = [job for job, result in found.items() if result is None]
-    jobs_left = [(k, experiment, v, str(root), url) for k, v in pending]
+    jobs_left = [(k, experiment, v, executor, url, best.get(v)) for k, v in pending]
     results = run_parallel(_job, jobs_left, res, say)
     found.update(zip(pending, results, strict=True))
     return {

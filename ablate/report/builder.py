@@ -48,7 +48,7 @@ from ablate.report.load import StoredExperiment, load_experiment_results
 from ablate.report.quality import factors_section, main_label, main_section
 from ablate.report.scaling import scaling_section
 from ablate.report.section import Section
-from ablate.report.setup import impurity_flag, setup_section
+from ablate.report.setup import impurity_flag, setup_section, simulated_flag
 from ablate.report.studies import attach_studies, max_lr_section, search_section, sweep_section
 from ablate.report.summary import summary_lines, with_holm
 from ablate.report.text import quality_markdown
@@ -169,7 +169,7 @@ def report_sections(
     )
     design = Design.from_manifest(manifest)
     factors, effects = factors_section(stored.main, design) if design else (Section(), None)
-    report.lines += impurity_flag(stored, variants)
+    report.lines += simulated_flag(stored) + impurity_flag(stored, variants)
     report.lines += summary_lines(table, noise, stored, tuned, effects)
     report.extend(setup_section(stored, variants))
     if stored.missing:

@@ -65,6 +65,22 @@ def impurity_flag(stored: StoredExperiment, variants: list[str]) -> list[str]:
     ]
 
 
+SIMULATED_IMPL = "simulated"  # the norm_impl of a run the simulator drew (ablate.launch.simulator)
+
+
+def simulated_flag(stored: StoredExperiment) -> list[str]:
+    """The report's first warning when its runs were simulated, not trained."""
+    runs = stored.runs
+    if runs.empty or "norm_impl" not in runs or not (runs["norm_impl"] == SIMULATED_IMPL).any():
+        return []
+    return [
+        "**Simulated, not trained:** these runs were drawn by ablate's simulator from the truth "
+        "the experiment file states (`runtime.backend: simulate`, docs/simulator.md). They test "
+        "the method; they measure no model, and their speed is the simulator's setting.",
+        "",
+    ]
+
+
 def _model_text(c: dict[str, Any]) -> str:
     if c["model.source"] == "litgpt":
         return f"litgpt {c.get('model.litgpt.name')}, context {c['model.seq_len']}"

@@ -7,8 +7,9 @@ records the peak memory of the training loop (:mod:`ablate.training.memory`).
 
 An :class:`EarlyStop` ends a run before its budget with a :class:`~ablate.core.stability.Stop`
 (step and reason) and names the run's status: :class:`DivergenceMonitor` applies the stability
-criterion's divergence rule (``diverged``: a result, not a crash); the search's
-:class:`TrialPruner` stops a trial Optuna prunes (``pruned``).
+criterion's divergence rule (``diverged``: a result, not a crash); an
+:class:`EvalStop` asks a watcher after every evaluation, and stops a trial the search's pruner
+prunes (``pruned``).
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ import lightning as L
 import torch
 
 from ablate.core.config import StabilityConfig
-from ablate.core.stability import DivergenceRule, Stop, clipped_loss
+from ablate.core.stability import DivergenceRule, Stop
 from ablate.training.loggers import log_metrics
 from ablate.training.memory import read_peak_memory, reset_peak_memory
 from ablate.training.task import LanguageModelTask
@@ -44,14 +45,15 @@ class EarlyStop(L.Callback):
         trainer.should_stop = True
 
 
-class TrialPruner(EarlyStop):
-    """Reports each evaluation's val loss to an Optuna trial; stops the run if it should prune."""
+class EvalStop(EarlyStop):
+    """Hands each evaluation's (step, val loss) to ``watch``; stops the run when it answers True
+    (the search's Optuna pruner, :func:`ablate.launch.search.pruning_watch`)."""
 
     status = "pruned"
 
-    def __init__(self, trial: Any) -> None:
+    def __init__(self, watch: Callable[[int, float], bool]) -> None:
         super().__init__()
-        self.trial = trial
+        self.watch = watch
 
     def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         assert isinstance(pl_module, LanguageModelTask)
@@ -60,8 +62,7 @@ class TrialPruner(EarlyStop):
         step = trainer.global_step
         prune = False
         if trainer.is_global_zero:  # under DDP one process talks to Optuna and tells the rest
-            self.trial.report(clipped_loss(pl_module.last_val_loss, math.inf), step)
-            prune = step < pl_module.total_steps and self.trial.should_prune()
+            prune = self.watch(step, pl_module.last_val_loss)
         if trainer.strategy.broadcast(prune, src=0):
             self.request_stop(trainer, Stop(step, f"pruned by Optuna at step {step}"))
 

@@ -13,6 +13,7 @@ from conftest import study_experiment, study_trials
 from optuna.trial import TrialState
 
 from ablate.core.stability import criterion_text
+from ablate.launch.execute import LocalExecutor
 from ablate.launch.pipeline import Context, run_studies_only
 from ablate.launch.search import optimize_one, run_search
 from ablate.launch.storage import storage_url
@@ -28,7 +29,9 @@ def test_huge_learning_rates_are_scored_not_crashed(tmp_path: Path) -> None:
     )
     exp_tiny = exp.model_copy(update={"variants": {"layernorm": exp.variants["layernorm"]}})
     url = storage_url(exp_tiny, tmp_path / "results")
-    study = run_search(exp_tiny, "layernorm", tmp_path / "results", url, say=lambda _: None)
+    study = run_search(
+        exp_tiny, "layernorm", LocalExecutor(tmp_path / "results"), url, say=lambda _: None
+    )
     trials = study.trials
     assert len(trials) == 3 and all(t.state.name == "COMPLETE" for t in trials)
     assert all(t.user_attrs["stable"] is False for t in trials)
@@ -41,11 +44,13 @@ def test_search_resumes_without_redoing_trials(tmp_path: Path) -> None:
     root = tmp_path / "results"
     first = study_experiment(tmp_path, search={"n_trials": 2, "pruner": "none", "warmup_max": 5})
     url = storage_url(first, root)
-    run_search(first, "rmsnorm", root, url, say=lambda _: None)
+    run_search(first, "rmsnorm", LocalExecutor(root), url, say=lambda _: None)
     before = {t.number: (t.params, t.value) for t in study_trials(url, "tiny.rmsnorm.search")}
     more = study_experiment(tmp_path, search={"n_trials": 4, "pruner": "none", "warmup_max": 5})
-    run_search(more, "rmsnorm", root, url, say=lambda _: None)
-    run_search(more, "rmsnorm", root, url, say=lambda _: None)  # already complete: no trial
+    run_search(more, "rmsnorm", LocalExecutor(root), url, say=lambda _: None)
+    run_search(
+        more, "rmsnorm", LocalExecutor(root), url, say=lambda _: None
+    )  # already complete: no trial
     after = study_trials(url, "tiny.rmsnorm.search")
     assert len(after) == 4 and {t.number: (t.params, t.value) for t in after[:2]} == before
     run_ids = [t.user_attrs["run_id"] for t in after]

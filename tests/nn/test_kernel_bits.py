@@ -77,8 +77,17 @@ def _run(library: Path, x: np.ndarray, w: np.ndarray, g: np.ndarray) -> list[np.
     partial = np.empty(((n + 63) // 64, d), np.float32)
     dw = np.empty(d, np.float32)
     lib.fwd(_pointer(x), _pointer(w), _pointer(y), _pointer(r), n, d, 1e-5)
-    lib.bwd(_pointer(g), _pointer(x), _pointer(w), _pointer(r), _pointer(dx), _pointer(partial),
-            _pointer(dw), n, d)
+    lib.bwd(
+        _pointer(g),
+        _pointer(x),
+        _pointer(w),
+        _pointer(r),
+        _pointer(dx),
+        _pointer(partial),
+        _pointer(dw),
+        n,
+        d,
+    )
     return [y, r, dx, dw]
 
 

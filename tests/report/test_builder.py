@@ -218,9 +218,7 @@ def test_stale_figures_are_removed(finished: Path, tmp_path: Path) -> None:
     assert set(FIGURES) >= {p.name for p in out.glob("*.png")}
 
 
-def _table(
-    diff: float, low: float, high: float, pairs: int, unstable: int = 0
-) -> pd.DataFrame:
+def _table(diff: float, low: float, high: float, pairs: int, unstable: int = 0) -> pd.DataFrame:
     base = {"variant": "ln", "diverged": 0, "collapsed": 0, "runs": 3, "tokens_per_s_mean": 100.0}
     other = {
         "variant": "rms",

@@ -14,7 +14,8 @@ from conftest import tiny_config
 from ablate.core.config import StabilityConfig
 from ablate.core.plan import RunSpec
 from ablate.core.store import is_done
-from ablate.training.callbacks import DivergenceMonitor, TrialPruner
+from ablate.launch.search import pruning_watch
+from ablate.training.callbacks import DivergenceMonitor, EvalStop
 from ablate.training.run import execute_run
 
 
@@ -87,7 +88,8 @@ def test_pruner_stops_a_poor_trial_as_a_stored_result(tmp_path: Path) -> None:
     study.tell(good, 1.0)
     trial = study.ask()
     spec = RunSpec("tiny", "layernorm", 0, tiny_config(), group="search")
-    summary = execute_run(spec, tmp_path, stoppers=[TrialPruner(trial)])
+    watch = pruning_watch(trial, spec.config.steps())
+    summary = execute_run(spec, tmp_path, stoppers=[EvalStop(watch)])
     assert summary["status"] == "pruned" and summary["steps"] == 10
     assert summary["stopped_reason"] == "pruned by Optuna at step 10"
     assert summary["stable"] is None and summary["diverged_step"] is None

@@ -1,0 +1,186 @@
+"""The simulator's model of training: what a run of a RunSpec would give, drawn from a truth
+the experiment file states, so that every estimator can be held against a known answer.
+
+Per variant a :class:`~ablate.core.config.TruthConfig` gives (docs/simulator.md):
+
+- **the loss valley**: the expected final val loss at LR η is ℓ* + c·log10(η/η*)² (``best_loss``
+  ℓ*, ``opt_lr`` η*, ``curvature`` c), plus the seed's shared effect and the run's own noise
+  (``seed_sd``: one draw per seed, the same for every variant, as matched init and batches make
+  real seeds; ``run_sd``: one draw per run). Too small an LR climbs the valley's wall until the
+  run no longer beats the floor: the criterion then calls it collapsed (not learned);
+- **the edges**: at or above the seed's divergence LR the train loss blows up after warmup (the
+  real :class:`~ablate.core.stability.DivergenceRule` stops it); from ``collapse_lr`` up to
+  there the run ends at the unigram floor (collapsed). Both edges are the variant's values times
+  exp(``boundary_sd``·z), z one standard normal per (variant, seed), times the warmup gain
+  1 + ``warmup_gain``·(1 − exp(−warmup/``warmup_scale``));
+- **the curve**: val and train loss fall from ℓ0 = ln(vocab) as ℓ + (ℓ0 − ℓ)·(1 − s/T)² over the
+  T planned steps, so a search's pruner sees intermediate values with the final ordering.
+
+Nothing here depends on the budget beyond the curve's length: the truth is the truth at every
+budget. Every draw is a function of (``simulate.seed``, seed, variant, run), so a simulated run
+repeats bit for bit. :func:`true_edge` and :func:`expected_loss` are the answers the estimator
+tests score against.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from ablate.core.config import RunConfig, SimulateConfig, TruthConfig
+from ablate.core.stability import DivergenceRule, Stop, Verdict, floor_value, run_verdict
+
+BLOWN_UP = 10.0  # nats above ℓ0: the train loss of a diverging run
+
+
+def _draw(*parts: object) -> np.random.Generator:
+    """A generator seeded by the parts (names hashed, so the draw is the same on any machine)."""
+    digest = hashlib.sha256(repr(parts).encode()).digest()
+    return np.random.default_rng(int.from_bytes(digest[:8], "little"))
+
+
+def seed_effect(sim: SimulateConfig, seed: int) -> float:
+    """The loss effect every variant of ``seed`` shares (init and batch order)."""
+    return float(_draw(sim.seed, "seed", seed).normal(0.0, sim.seed_sd))
+
+
+def run_noise(sim: SimulateConfig, run_id: str) -> float:
+    """The run's own loss noise."""
+    return float(_draw(sim.seed, "run", run_id).normal(0.0, sim.run_sd))
+
+
+def warmup_gain(truth: TruthConfig, warmup_steps: int) -> float:
+    """The factor warmup moves both edges by: 1 + gain·(1 − exp(−warmup/scale))."""
+    return 1.0 + truth.warmup_gain * (1.0 - math.exp(-warmup_steps / truth.warmup_scale))
+
+
+def edge_factor(sim: SimulateConfig, truth: TruthConfig, variant: str, seed: int) -> float:
+    """exp(boundary_sd·z): how far this seed's edges sit from the variant's."""
+    return math.exp(truth.boundary_sd * float(_draw(sim.seed, "edge", variant, seed).normal()))
+
+
+@dataclass(frozen=True)
+class Edges:
+    """Where one (variant, seed, warmup) collapses and diverges (collapse None: no band)."""
+
+    collapse: float | None
+    divergence: float
+
+    @property
+    def unstable_from(self) -> float:
+        """The smallest LR the edges make unstable."""
+        return self.collapse if self.collapse is not None else self.divergence
+
+
+def edges(sim: SimulateConfig, variant: str, seed: int, warmup_steps: int) -> Edges:
+    """The seed's collapse and divergence LRs at this warmup."""
+    truth = sim.truth(variant)
+    factor = edge_factor(sim, truth, variant, seed) * warmup_gain(truth, warmup_steps)
+    collapse = truth.collapse_lr * factor if truth.collapse_lr is not None else None
+    return Edges(collapse, truth.divergence_lr * factor)
+
+
+def valley_loss(truth: TruthConfig, lr: float) -> float:
+    """ℓ* + c·log10(lr/η*)²: the expected final loss at ``lr`` without any noise."""
+    return truth.best_loss + truth.curvature * math.log10(lr / truth.opt_lr) ** 2
+
+
+def expected_loss(sim: SimulateConfig, variant: str, lr: float, seed: int | None = None) -> float:
+    """The expected final val loss at ``lr`` inside the stable window (with the seed's shared
+    effect when ``seed`` is given; without any run noise)."""
+    shared = seed_effect(sim, seed) if seed is not None else 0.0
+    return valley_loss(sim.truth(variant), lr) + shared
+
+
+def floor_of(cfg: RunConfig) -> float:
+    """The loss a simulated run must get below by ``final_margin`` to have learned."""
+    sim = cfg.runtime.simulate
+    return floor_value(cfg.train.stability, math.log(sim.vocab_size), sim.unigram_loss)
+
+
+def true_edge(cfg: RunConfig, variant: str, seed: int) -> float:
+    """The largest stable LR of (variant, seed) at ``cfg``'s warmup: the lower of the edges and
+    the LR where the valley's upper wall (with the seed's effect, without run noise) reaches
+    the collapse line floor − final_margin."""
+    sim = cfg.runtime.simulate
+    truth = sim.truth(variant)
+    room = floor_of(cfg) - cfg.train.stability.final_margin - truth.best_loss
+    room -= seed_effect(sim, seed)
+    wall = truth.opt_lr * 10 ** math.sqrt(room / truth.curvature) if truth.curvature else math.inf
+    return min(edges(sim, variant, seed, cfg.train.warmup_steps).unstable_from, wall)
+
+
+@dataclass
+class SimulatedRun:
+    """What a simulated run trained: per-step rows, and how it ended."""
+
+    steps: list[dict[str, float]]
+    evals: list[tuple[int, float]]
+    status: str  # finished, diverged or pruned
+    stop: Stop | None
+
+
+def curve(final: float, start: float, step: int, total: int) -> float:
+    """Loss at ``step`` of ``total`` on the way from ``start`` to ``final``."""
+    return final + (start - final) * (1.0 - step / total) ** 2
+
+
+def final_loss(cfg: RunConfig, variant: str, seed: int, run_id: str) -> tuple[float, bool]:
+    """(final val loss the run heads for, whether it diverges)."""
+    sim = cfg.runtime.simulate
+    lr = cfg.train.lr
+    seen = edges(sim, variant, seed, cfg.train.warmup_steps)
+    noise = run_noise(sim, run_id)
+    if lr >= seen.divergence:
+        return math.log(sim.vocab_size) + BLOWN_UP, True
+    if seen.collapse is not None and lr >= seen.collapse:
+        return sim.unigram_loss + abs(noise), False
+    learned = expected_loss(sim, variant, lr, seed) + noise
+    return min(learned, math.log(sim.vocab_size)), False
+
+
+def simulate_run(
+    cfg: RunConfig,
+    variant: str,
+    seed: int,
+    run_id: str,
+    watch: Callable[[int, float], bool] | None = None,
+) -> SimulatedRun:
+    """Every step of the run: evaluations every ``eval_interval`` and at the last step, the
+    divergence rule applied to each step's train loss, ``watch(step, val) -> stop?`` after each
+    evaluation before the last (a search's pruner)."""
+    total = cfg.steps()
+    start = math.log(cfg.runtime.simulate.vocab_size)
+    target, diverges = final_loss(cfg, variant, seed, run_id)
+    blow_up = max(cfg.train.warmup_steps + 1, total // 2) if diverges else total + 1
+    rule = DivergenceRule(cfg.train.stability, start, cfg.train.warmup_steps)
+    run = SimulatedRun([], [], "finished", None)
+    settled = target if not diverges else start
+    for step in range(1, total + 1):
+        train = BLOWN_UP + start if step >= blow_up else curve(settled, start, step, total)
+        run.steps.append({"step": step, "train_loss": train})
+        stop = rule.check(step, train)
+        if stop is not None:
+            run.status, run.stop = "diverged", stop
+            return run
+        if step % cfg.train.eval_interval == 0 or step == total:
+            val = curve(settled, start, step, total)
+            run.evals.append((step, val))
+            if watch is not None and step < total and watch(step, val):
+                run.status = "pruned"
+                run.stop = Stop(step, f"pruned by Optuna at step {step}")
+                return run
+    return run
+
+
+def verdict_of(cfg: RunConfig, run: SimulatedRun) -> Verdict | None:
+    """The stability criterion applied to a simulated run, as to a trained one."""
+    sim = cfg.runtime.simulate
+    final = run.evals[-1][1] if run.evals else None
+    losses = (math.log(sim.vocab_size), sim.unigram_loss)
+    steps = run.steps[-1]["step"] if run.steps else 0
+    return run_verdict(run.status, run.stop, final, cfg.train.stability, losses, int(steps))

@@ -1,0 +1,194 @@
+"""The simulator backend (``runtime.backend: simulate``): an :class:`Executor` whose runs are drawn
+from the experiment's stated truth (:mod:`ablate.core.simulate`) in milliseconds.
+
+Each run is claimed, written and released through the same store as a trained run — config,
+metrics, (empty) probes, summary with every :data:`ablate.core.store.SUMMARY_KEYS` key — so every
+stage, study, claim, resume and report works on it unchanged, and the estimators can be scored
+against the truth. Simulated runs have run ids of their own (the ``simulate`` section is hashed
+into them), so they never stand in for trained runs.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import platform
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+from rich.console import Console
+
+from ablate.core import folders, store
+from ablate.core.plan import RunSpec
+from ablate.core.simulate import SimulatedRun, simulate_run, verdict_of
+from ablate.launch.execute import EvalWatch, SayFn, obtain_with, split_done
+from ablate.report.setup import SIMULATED_IMPL
+
+METRIC_COLUMNS = ["step", "tokens", "train_loss", "lr", "grad_norm", "step_time_s", "elapsed_s"]
+PROBE_COLUMNS = ["step", "quantity", "site", "layer", "value"]
+
+
+def simulated_parameters(spec: RunSpec) -> int:
+    """The parameter count a simulated run reports: 12·layers·d² + vocab·d (embeddings and
+    blocks of a GPT-style model; a formula, not a built model)."""
+    model = spec.config.model
+    vocab = spec.config.runtime.simulate.vocab_size
+    return 12 * model.n_layers * model.d_model**2 + vocab * model.d_model
+
+
+def metrics_of(spec: RunSpec, run: SimulatedRun) -> pd.DataFrame:
+    """The run's metrics.csv rows, as a trained run writes them."""
+    cfg = spec.config
+    per_step = cfg.tokens_per_step()
+    step_s = per_step / cfg.runtime.simulate.tokens_per_s
+    rows = [
+        {
+            "step": int(row["step"]),
+            "tokens": int(row["step"]) * per_step,
+            "train_loss": row["train_loss"],
+            "lr": cfg.train.lr,
+            "grad_norm": math.nan,
+            "step_time_s": step_s,
+            "elapsed_s": row["step"] * step_s,
+        }
+        for row in run.steps
+    ]
+    frame = pd.DataFrame(rows, columns=METRIC_COLUMNS)
+    evals = pd.DataFrame(run.evals, columns=["step", "val_loss"])
+    return frame.merge(evals, on="step", how="left")
+
+
+def summary_of(spec: RunSpec, run: SimulatedRun, frame: pd.DataFrame, wall_s: float) -> dict:
+    """The run's summary: every key a trained run's has, from the simulation."""
+    cfg = spec.config
+    sim = cfg.runtime.simulate
+    verdict = verdict_of(cfg, run)
+    val = frame["val_loss"].dropna()
+    steps = int(frame["step"].max()) if len(frame) else 0
+    train_time = float(frame["step_time_s"].sum())
+    initial = math.log(sim.vocab_size)
+    diverged = run.stop if run.status == "diverged" else None
+    return {
+        "experiment": spec.experiment,
+        "run_id": spec.run_id,
+        "family": spec.family,
+        "variant": spec.variant,
+        "seed": spec.seed,
+        "data_seed": spec.data_seed,
+        "group": spec.group,
+        "lr": cfg.train.lr,
+        "warmup_steps": cfg.train.warmup_steps,
+        "status": run.status,
+        "stable": verdict.stable if verdict else None,
+        "unstable_reason": verdict.reason if verdict else None,
+        "unstable_step": verdict.step if verdict else None,
+        "final_val_loss": float(val.iloc[-1]) if len(val) else None,
+        "best_val_loss": float(val.min()) if len(val) else None,
+        "final_train_loss": float(frame["train_loss"].tail(10).mean()) if len(frame) else None,
+        "diverged_step": diverged.step if diverged else None,
+        "diverged_reason": diverged.reason if diverged else None,
+        "stopped_reason": run.stop.reason if run.stop else None,
+        "steps": steps,
+        "planned_steps": cfg.steps(),
+        "tokens": steps * cfg.tokens_per_step(),
+        "planned_tokens": cfg.steps() * cfg.tokens_per_step(),
+        "n_params": simulated_parameters(spec),
+        "vocab_size": sim.vocab_size,
+        "initial_loss": initial,
+        "unigram_loss": sim.unigram_loss,
+        "entropy_floor": None,
+        "tokens_per_byte": None,
+        "divergence_threshold": initial + cfg.train.stability.divergence_margin,
+        "norm_kind": cfg.model.norm_kind(),
+        "norm_placement": cfg.model.norm_placement(),
+        "norm_impl": SIMULATED_IMPL,
+        "kernel_target": None,
+        "torch_version": None,
+        "torch_threads": None,
+        "cpu_capability": None,
+        "wall_time_s": wall_s,
+        "train_time_s": train_time,
+        "tokens_per_s": sim.tokens_per_s if steps else None,
+        "step_time_median_s": float(frame["step_time_s"].median()) if len(frame) else None,
+        "peak_memory_mb": None,
+        "memory_kind": None,
+        "probe_steps": 0,
+        "nonfinite_activations": 0,
+        "nonfinite_grads": 0,
+        "init_digest": None,
+        "data_digest": None,
+        "error": None,
+    }
+
+
+def simulate_and_store(
+    spec: RunSpec, root: Path, watch: EvalWatch | None = None, take_over: bool = False
+) -> dict[str, Any]:
+    """Claim the run, simulate it, write its folder as a trained run would; its summary."""
+    start = time.perf_counter()
+    exp_dir = store.experiment_dir(root, spec.experiment)
+    store.claim_run(exp_dir, spec.run_id, take_over)
+    try:
+        folder = store.run_folder(root, spec.experiment, spec.run_id)
+        if folder.is_done():
+            raise store.RunClaimed(f"run {spec.run_id} was finished meanwhile by another process")
+        folder.reset()
+        folders.write_json_atomic(folder.config, spec.to_json())
+        folders.write_json_atomic(
+            folder.env, {"backend": "simulate", "hostname": platform.node(), "pid": os.getpid()}
+        )
+        run = simulate_run(spec.config, spec.variant, spec.seed, spec.run_id, watch)
+        frame = metrics_of(spec, run)
+        folders.write_frame_atomic(folder.metrics, frame)
+        folders.write_frame_atomic(folder.probes, pd.DataFrame(columns=PROBE_COLUMNS))
+        summary = summary_of(spec, run, frame, time.perf_counter() - start)
+        folders.write_json_atomic(folder.summary, summary)
+        return summary
+    finally:
+        store.release_run(exp_dir, spec.run_id)
+
+
+@dataclass
+class SimulatedExecutor:
+    """Runs drawn from the truth, one after another in this process (each takes milliseconds)."""
+
+    root: Path
+    console: Console | None = field(default=None, compare=False, repr=False)
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {**self.__dict__, "console": None}
+
+    def prepare(self) -> None:
+        """Nothing to load."""
+
+    def obtain(
+        self,
+        spec: RunSpec,
+        watch: EvalWatch | None = None,
+        take_over: bool = False,
+        wait: bool = False,
+        say: SayFn = print,
+    ) -> dict[str, Any]:
+        """The stored summary of ``spec``, else simulate and store it."""
+        attempt = lambda: simulate_and_store(spec, self.root, watch, take_over)  # noqa: E731
+        return obtain_with(attempt, spec, self.root, wait, say)
+
+    def run(self, specs: list[RunSpec]) -> list[dict[str, Any]]:
+        """Every spec not yet stored, simulated; the summaries of all."""
+        done, pending = split_done(specs, self.root)
+        summaries = list(done)
+        for spec in pending:
+            try:
+                summaries.append(self.obtain(spec))
+            except store.RunClaimed:
+                continue
+        if pending and self.console is not None:
+            self.console.print(
+                f"simulated {len(pending)} runs ({len(done)} already stored)",
+                markup=False,
+                highlight=False,
+            )
+        return summaries

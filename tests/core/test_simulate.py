@@ -1,0 +1,108 @@
+"""The simulator's model of training: draws repeat, a seed's effect is shared by its variants,
+the edges and the valley's wall are where the stability criterion finds them."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import pytest
+from conftest import TINY
+
+from ablate.core.config import ConfigError, RunConfig, SimulateConfig
+from ablate.core.load import build_run_config
+from ablate.core.overrides import apply_overrides
+from ablate.core.plan import RunSpec
+from ablate.core.simulate import (
+    edges,
+    expected_loss,
+    seed_effect,
+    simulate_run,
+    true_edge,
+    verdict_of,
+)
+
+TRUTH = {
+    "variants": {
+        "ln": {"divergence_lr": 0.2, "boundary_sd": 0.3},
+        "rms": {"divergence_lr": 0.8, "collapse_lr": 0.4, "opt_lr": 0.006, "best_loss": 1.70},
+    }
+}
+
+
+def sim_config(**overrides: Any) -> RunConfig:
+    """The tiny config on the simulator, with these dotted-key overrides."""
+    raw = apply_overrides(
+        {**TINY, "runtime": {"backend": "simulate", "simulate": TRUTH}}, overrides, "test"
+    )
+    return build_run_config(raw, "test")
+
+
+def judged(cfg: RunConfig, variant: str, seed: int) -> tuple[str, bool | None]:
+    spec = RunSpec("sim", variant, seed, cfg)
+    run = simulate_run(cfg, variant, seed, spec.run_id)
+    verdict = verdict_of(cfg, run)
+    return run.status, verdict.stable if verdict else None
+
+
+def test_a_simulated_run_repeats_and_its_id_is_never_a_trained_runs() -> None:
+    cfg = sim_config()
+    spec = RunSpec("sim", "ln", 0, cfg)
+    first = simulate_run(cfg, "ln", 0, spec.run_id)
+    assert first == simulate_run(cfg, "ln", 0, spec.run_id)
+    trained = RunSpec("sim", "ln", 0, cfg.model_copy(update={"runtime": RunConfig().runtime}))
+    assert trained.run_id != spec.run_id
+    other_truth = sim_config(**{"runtime.simulate.seed": 1})
+    assert RunSpec("sim", "ln", 0, other_truth).run_id != spec.run_id
+
+
+def test_every_variant_of_a_seed_shares_its_effect() -> None:
+    sim = SimulateConfig(**TRUTH, seed_sd=0.05, run_sd=0.0)
+    for seed in range(4):
+        shift = seed_effect(sim, seed)
+        assert expected_loss(sim, "ln", 0.004, seed) == pytest.approx(1.73 + shift)
+        assert expected_loss(sim, "rms", 0.006, seed) == pytest.approx(1.70 + shift)
+    effects = [seed_effect(sim, s) for s in range(400)]
+    assert abs(sum(effects) / 400) < 0.01 and 0.04 < math.dist(effects, [0] * 400) / 20 < 0.06
+
+
+def test_the_criterion_finds_each_edge_where_the_truth_puts_it() -> None:
+    for variant in ("ln", "rms"):
+        for seed in range(3):
+            cfg = sim_config()
+            edge = true_edge(cfg, variant, seed)
+            below = sim_config(**{"train.lr": edge * 0.99})
+            above = sim_config(**{"train.lr": edge * 1.01})
+            assert judged(below, variant, seed) == ("finished", True)
+            status, stable = judged(above, variant, seed)
+            assert stable is False
+            seen = edges(cfg.runtime.simulate, variant, seed, cfg.train.warmup_steps)
+            assert status == ("diverged" if edge == seen.divergence else "finished")
+
+
+def test_warmup_and_boundary_noise_move_the_edges() -> None:
+    sim = SimulateConfig(**TRUTH)
+    cold, warm = edges(sim, "rms", 0, 0), edges(sim, "rms", 0, 1000)
+    assert cold.divergence == pytest.approx(0.8) and cold.collapse == pytest.approx(0.4)
+    assert warm.divergence == pytest.approx(1.6)  # warmup_gain 1: full warmup doubles the edges
+    jittered = {round(edges(sim, "ln", seed, 0).divergence, 6) for seed in range(5)}
+    assert len(jittered) == 5  # boundary_sd 0.3: every seed its own edge
+
+
+def test_too_small_an_lr_does_not_learn() -> None:
+    status, stable = judged(sim_config(**{"train.lr": 1e-7}), "ln", 0)
+    assert (status, stable) == ("finished", False)
+
+
+def test_a_watcher_prunes_at_an_evaluation() -> None:
+    cfg = sim_config()
+    seen: list[int] = []
+    run = simulate_run(cfg, "ln", 0, "x", watch=lambda step, loss: seen.append(step) or True)
+    assert run.status == "pruned" and seen == [10] and run.stop is not None
+
+
+def test_a_truth_with_an_unknown_key_or_collapse_above_divergence_is_refused() -> None:
+    with pytest.raises(ConfigError, match="variants"):
+        sim_config(**{"runtime.simulate.variants": {"ln": {"optimum": 1.0}}})
+    with pytest.raises(ConfigError, match="collapse_lr"):
+        sim_config(**{"runtime.simulate.default.collapse_lr": 2.0})

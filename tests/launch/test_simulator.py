@@ -1,0 +1,165 @@
+"""The simulator backend: ln_vs_rms's whole pipeline on a known truth in seconds, every stage's
+answer held against it; stages take any executor; simulated runs are stored as trained ones."""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from conftest import REPO
+
+from ablate.core import store
+from ablate.core.experiment import Experiment
+from ablate.core.load import load_experiment
+from ablate.core.plan import RunSpec
+from ablate.core.simulate import true_edge, valley_loss
+from ablate.core.store import SUMMARY_KEYS
+from ablate.launch.execute import EvalWatch, SayFn
+from ablate.launch.pipeline import run_experiment
+from ablate.launch.simulator import SimulatedExecutor
+
+LN_EDGE, RMS_EDGE = 0.15, 0.6  # divergence LRs before warmup's gain: a true ratio of 4
+TRUTH = {
+    "seed_sd": 0.01,
+    "run_sd": 0.003,
+    "variants": {
+        "layernorm": {"divergence_lr": LN_EDGE, "opt_lr": 0.004},
+        "rmsnorm": {"divergence_lr": RMS_EDGE, "opt_lr": 0.008, "best_loss": 1.70},
+    },
+}
+
+
+def simulated_ln_vs_rms(tmp_path: Path, **changes: Any) -> Experiment:
+    """experiments/ln_vs_rms.yaml, unchanged but for the simulator's backend and truth."""
+    raw = yaml.safe_load((REPO / "experiments" / "ln_vs_rms.yaml").read_text())
+    raw["runtime"] = {"backend": "simulate", "simulate": TRUTH}
+    raw.update(changes)
+    path = tmp_path / "ln_vs_rms.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    return load_experiment(path)
+
+
+@dataclass
+class RecordingExecutor:
+    """Stands in for a backend: records every spec any stage asks for, simulates it."""
+
+    root: Path
+    inner: SimulatedExecutor = field(init=False)
+    seen: list[RunSpec] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.inner = SimulatedExecutor(self.root)
+
+    def prepare(self) -> None:
+        self.inner.prepare()
+
+    def obtain(
+        self,
+        spec: RunSpec,
+        watch: EvalWatch | None = None,
+        take_over: bool = False,
+        wait: bool = False,
+        say: SayFn = print,
+    ) -> dict[str, Any]:
+        self.seen.append(spec)
+        return self.inner.obtain(spec, watch, take_over, wait, say)
+
+    def run(self, specs: list[RunSpec]) -> list[dict[str, Any]]:
+        self.seen.extend(specs)
+        return self.inner.run(specs)
+
+
+def test_ln_vs_rms_on_the_simulator_finds_the_truth_at_every_stage(tmp_path: Path) -> None:
+    exp = simulated_ln_vs_rms(tmp_path)
+    root = tmp_path / "results"
+    result = run_experiment(exp, root, tmp_path / "reports")
+    assert not result.missing and result.report_rebuilt
+    sim = exp.base.runtime.simulate
+    brackets = result.studies["max_lr"]
+    seeds = exp.max_lr.seeds
+    for variant in exp.variants:
+        probe_cfg = exp.variants[variant].model_copy(deep=True)
+        probe_cfg.train.tokens = exp.max_lr.tokens
+        truth = min(true_edge(probe_cfg, variant, seed) for seed in seeds)
+        low, high = brackets[variant]["bracket"]
+        assert low < truth <= high * (1 + 1e-12)  # the bracket holds the seeds' true edge
+        assert high / low == pytest.approx(math.sqrt(2))
+        assert brackets[variant]["monotone"]
+        best = result.studies["search"][variant]["best"]
+        # six trials land within a factor 2 of the optimum: under 0.03 nats of true regret
+        regret = valley_loss(sim.truth(variant), best["lr"]) - sim.truth(variant).best_loss
+        assert abs(math.log2(best["lr"] / sim.truth(variant).opt_lr)) < 1 and regret < 0.03
+    runs = store.load_summaries(result.exp_dir)
+    tuned = runs[runs["group"] == "tuned"]
+    chosen = {v: result.studies["search"][v]["best"]["lr"] for v in exp.variants}
+    assert {(r.variant, r.lr) for r in tuned.itertuples()} == set(chosen.items())
+    assert sorted(tuned["seed"]) == [0, 0, 1, 1, 2, 2]
+    main = runs[runs["group"] == "main"].pivot(
+        index="seed", columns="variant", values="final_val_loss"
+    )
+    # the truth at the shared LR 0.003: rmsnorm's valley is lower there by this much
+    shared = exp.base.train.lr
+    gap = valley_loss(sim.truth("rmsnorm"), shared) - valley_loss(sim.truth("layernorm"), shared)
+    assert (main["rmsnorm"] - main["layernorm"]).mean() == pytest.approx(gap, abs=0.01)
+    report = (result.report_dir / "report.md").read_text()
+    assert report.splitlines()[6].startswith("**Simulated, not trained:**")
+
+
+def test_a_stage_runs_on_any_executor_it_is_given(tmp_path: Path) -> None:
+    exp = simulated_ln_vs_rms(tmp_path)
+    root = tmp_path / "results"
+    recorder = RecordingExecutor(root)
+    result = run_experiment(exp, root, tmp_path / "reports", executor=recorder)
+    seen = {s.run_id for s in recorder.seen}
+    stored = {p.parent.name for p in result.exp_dir.glob("*/summary.json")}
+    assert seen == stored and len(stored) == len(runs := store.load_summaries(result.exp_dir))
+    groups = {s.group for s in recorder.seen}
+    assert groups == {"main", "search", "tuned", "max_lr"} == set(runs["group"])
+
+
+def test_a_simulated_run_is_stored_as_a_trained_one_and_reused(tmp_path: Path) -> None:
+    exp = simulated_ln_vs_rms(tmp_path)
+    spec = RunSpec(exp.name, "rmsnorm", 0, exp.variants["rmsnorm"])
+    executor = SimulatedExecutor(tmp_path)
+    summary = executor.obtain(spec)
+    assert set(SUMMARY_KEYS) <= summary.keys() and summary["stable"] is True
+    folder = store.run_folder(tmp_path, exp.name, spec.run_id)
+    assert json.loads(folder.summary.read_text()) == summary
+    assert folder.metrics.is_file() and folder.probes.is_file() and folder.config.is_file()
+    again = executor.run([spec])
+    assert again == [summary]
+    assert store.load_metrics(tmp_path / exp.name)["val_loss"].notna().sum() == 8  # 512 / 64
+
+
+def test_backend_simulate_on_the_command_line_keeps_trained_results_apart(
+    tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    from ablate.cli import main
+
+    path = tmp_path / "ln_vs_rms.yaml"
+    raw = yaml.safe_load((REPO / "experiments" / "ln_vs_rms.yaml").read_text())
+    raw.pop("search"), raw.pop("max_lr")
+    path.write_text(yaml.safe_dump(raw))
+    results, reports = tmp_path / "results", tmp_path / "reports"
+    code = main(
+        [
+            "run",
+            str(path),
+            "--backend",
+            "simulate",
+            "--results-dir",
+            str(results),
+            "--report-dir",
+            str(reports),
+        ]
+    )
+    assert code == 0
+    assert [p.name for p in results.iterdir()] == ["ln_vs_rms-simulated"]
+    assert (reports / "ln_vs_rms-simulated" / "report.md").is_file()
+    said = capsys.readouterr()
+    assert "simulated 6 runs (0 already stored)" in said.out + said.err
