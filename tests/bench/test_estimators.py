@@ -1,0 +1,73 @@
+"""Every estimator against the simulator's truth: bias, spread and coverage stay inside the
+bounds docs/stability-and-search.md describes (fewer replications than the docs' table; every
+replication is seeded, so these numbers repeat exactly)."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+from conftest import REPO
+
+from ablate.bench import estimators
+from ablate.bench.estimators import ESTIMATORS, Outcome, score
+from ablate.core.experiment import Experiment
+from ablate.core.load import load_experiment
+
+
+@pytest.fixture(scope="module")
+def design() -> Experiment:
+    return load_experiment(REPO / "experiments" / "ln_vs_rms.yaml")
+
+
+def test_the_brackets_ratio_is_unbiased_within_its_lattice(design: Experiment) -> None:
+    found = score(design, "max_lr_ratio", 16)
+    assert abs(found.bias) < 0.3 and 0.15 < found.spread < 0.7  # √2 steps: quantized
+    assert found.coverage is not None and found.coverage >= 0.8 and found.failed == 0
+
+
+def test_a_bracket_holds_the_worst_probed_seed_not_the_median(design: Experiment) -> None:
+    worst = score(design, "max_lr_worst_seed", 12)
+    assert worst.coverage == 1.0 and abs(worst.bias) < 0.3
+    median = score(design, "max_lr_bracket", 12)
+    assert median.bias < worst.bias and median.coverage is not None and median.coverage < 0.9
+
+
+def test_the_search_lands_near_the_true_optimum(design: Experiment) -> None:
+    found = score(design, "search_best_lr", 12)
+    assert abs(found.bias) < 0.5 and found.spread < 1.0 and found.failed == 0
+    regret = score(design, "search_regret", 12)
+    assert 0 <= regret.bias < 0.05
+
+
+def test_the_paired_interval_covers_at_its_level(design: Experiment) -> None:
+    found = score(design, "paired_interval", 200)
+    assert found.coverage is not None and 0.91 <= found.coverage <= 0.99
+    assert abs(found.bias) < 0.002
+
+
+def test_holm_keeps_the_family_wise_error_near_alpha(design: Experiment) -> None:
+    found = score(design, "holm_family", 200)
+    assert found.bias <= 0.08  # the share of replications with a false rejection
+
+
+def test_an_estimator_is_one_function_and_one_entry(
+    design: Experiment, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def always_half(design: Experiment, replication: int, folder: Path) -> Outcome:
+        return Outcome(0.5 if replication % 2 else math.nan, replication % 2 == 1)
+
+    entry = estimators.Entry("a constant", "log2", always_half)
+    monkeypatch.setitem(ESTIMATORS, "half", entry)
+    found = score(design, "half", 4)
+    assert (found.bias, found.spread, found.coverage, found.failed) == (0.5, 0.0, 0.5, 2)
+    assert "`half`" in estimators.table(design, ["half"], 2)
+
+
+def test_the_docs_table_is_the_commands_output() -> None:
+    doc = (REPO / "docs" / "stability-and-search.md").read_text(encoding="utf-8")
+    block = doc.split(estimators.BEGIN)[1].split(estimators.END)[0]
+    assert "python -m ablate.bench.estimators experiments/ln_vs_rms.yaml" in block
+    for name in ESTIMATORS:
+        assert f"| `{name}`" in block
