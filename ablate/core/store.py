@@ -12,6 +12,7 @@ experiment as one row of a DataFrame, with the per-step metrics and the probes a
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import platform
@@ -155,8 +156,10 @@ def load_metrics(
         for i, (key, value) in enumerate(keys.items()):
             frame.insert(i, key, value)
         frames.append(frame)
-    frames = [f for f in frames if len(f)]
-    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+    filled = [f for f in frames if len(f)]
+    if filled:
+        return pd.concat(filled, ignore_index=True)
+    return frames[0] if frames else pd.DataFrame()  # no rows, the columns kept (queryable)
 
 
 def load_probes(exp_dir: Path, runs: pd.DataFrame | None = None) -> pd.DataFrame:
@@ -304,23 +307,32 @@ def write_manifest(exp_dir: Path, manifest: dict[str, Any]) -> None:
     write_json_if_changed(ExperimentFolder(exp_dir).manifest, manifest)
 
 
-def newest_result_time(exp_dir: Path) -> float:
-    """Modification time of the newest file a report is built from (0 when there is none)."""
+def results_digest(exp_dir: Path) -> str:
+    """16 hex digits of sha256 over every file a report is built from, by content: the plan,
+    the studies, the inference table and each run's summary (in run-id order; a summary is
+    written last, after the run's metrics and probes)."""
     folder = ExperimentFolder(exp_dir)
-    paths = [folder.manifest, folder.stability, *(run.summary for run in folder.runs())]
-    return max((p.stat().st_mtime for p in paths if p.exists()), default=0.0)
+    paths = [folder.manifest, folder.stability, folder.inference]
+    paths += sorted(run.summary for run in folder.runs())
+    digest = hashlib.sha256()
+    for path in paths:
+        digest.update(str(path.relative_to(folder.path)).encode() + b"\0")
+        digest.update(path.read_bytes() if path.is_file() else b"(none)")
+        digest.update(b"\0")
+    return digest.hexdigest()[:16]
 
 
 def report_is_current(exp_dir: Path, report_dir: Path) -> bool:
-    """True when the last build finished (its list of files was written), every file it wrote
-    is still there, and none is older than the results it is built from. A build interrupted
-    half-way (``report.md`` without ``report.html``) is therefore never current."""
+    """True when the last build finished (it wrote its list of files last), every file it
+    wrote is still there, and it was built from the results as they are now
+    (:func:`results_digest`): content, not clocks, so copying or touching files changes
+    nothing, and a build interrupted half-way is never current."""
     built = read_json(report_dir / REPORT_BUILT)
     if not built or not built.get("files"):
         return False
-    newest = newest_result_time(exp_dir)
-    paths = [report_dir / name for name in built["files"]]
-    return all(p.is_file() and p.stat().st_mtime >= newest for p in paths)
+    if built.get("built_from") != results_digest(exp_dir):
+        return False
+    return all((report_dir / name).is_file() for name in built["files"])
 
 
 def remember_report_dir(exp_dir: Path, report_dir: Path) -> None:

@@ -152,7 +152,7 @@ def run_experiment(
     )
     specs = plan_runs(experiment) + plan_sweep(experiment)
     continued = plan_convert(experiment)
-    write_manifest(ctx, specs + stored_tuned_plan(ctx) + continued)
+    write_manifest(ctx, specs + continued)  # the tuned runs join it once the search chose
     ctx.execute(specs)  # stage: shared
     studies: dict[str, Any] = {}
     if experiment.search is not None:
@@ -187,15 +187,6 @@ def _check_storage(experiment: Experiment, root: Path, storage: str | None) -> N
 def write_manifest(ctx: Context, specs: list[RunSpec]) -> None:
     """The plan as the report reads it (``experiment.json``)."""
     store.write_manifest(ctx.exp_dir, plan_manifest(ctx.experiment, specs))
-
-
-def stored_tuned_plan(ctx: Context) -> list[RunSpec]:
-    """The tuned runs as the last stored search chose them (none before a search finished), so
-    a rerun whose search has nothing left to do plans, and writes, the same manifest."""
-    if ctx.experiment.search is None:
-        return []
-    studies = store.read_studies(ctx.exp_dir) or {}
-    return plan_tuned(ctx.experiment, best_settings(studies.get("search") or {}))
 
 
 def search_stage(ctx: Context) -> dict[str, Any]:

@@ -36,7 +36,7 @@ from pathlib import Path
 import markdown
 import pandas as pd
 
-from ablate.core import folders
+from ablate.core import folders, store
 from ablate.core.folders import ExperimentFolder
 from ablate.report.analysis import noise_floor, variant_table
 from ablate.report.comparison import comparison_section
@@ -132,14 +132,15 @@ def start_build(report_dir: Path) -> float:
     return time.time()
 
 
-def finish_build(report_dir: Path, started: float) -> None:
-    """Record, last, the files this build wrote: the report is current from now on."""
+def finish_build(report_dir: Path, started: float, built_from: str) -> None:
+    """Record, last, the files this build wrote and the digest of the results it read
+    (:func:`ablate.core.store.results_digest`): the report is current from now on."""
     written = sorted(
         p.name for p in report_dir.iterdir() if p.is_file() and p.stat().st_mtime >= started - 1
     )
     folders.write_json_atomic(
         report_dir / folders.REPORT_BUILT,
-        {"files": [n for n in written if n != folders.REPORT_BUILT]},
+        {"built_from": built_from, "files": [n for n in written if n != folders.REPORT_BUILT]},
     )
 
 
@@ -215,7 +216,8 @@ def printed_tables(
 
 def build_report(exp_dir: Path, report_dir: Path) -> Report:
     """Rebuild every table and figure of an experiment from its stored results."""
-    stored = load_experiment_results(exp_dir)
+    built_from = store.results_digest(exp_dir)  # before reading: a result stored meanwhile
+    stored = load_experiment_results(exp_dir)  # leaves this build not current
     variants = stored.manifest["variants"] or sorted(stored.main["variant"].unique())
     started = start_build(report_dir)
     report, table, printed = report_sections(stored, variants)
@@ -225,7 +227,7 @@ def build_report(exp_dir: Path, report_dir: Path) -> Report:
     folders.write_text_atomic(report_dir / "report.md", text)
     page = markdown_to_html(text, report_dir, str(stored.manifest["name"]))
     folders.write_text_atomic(report_dir / "report.html", page)
-    finish_build(report_dir, started)
+    finish_build(report_dir, started, built_from)
     figures = [report_dir / name for name in FIGURES if (report_dir / name).exists()]
     return Report(
         report_dir,

@@ -319,17 +319,21 @@ def test_html_embeds_images_and_renders_tables(tmp_path: Path) -> None:
 
 
 @pytest.mark.trains
-def test_report_is_current_until_a_result_changes(finished: Path, tmp_path: Path) -> None:
+def test_report_is_current_until_a_result_changes_by_content(
+    finished: Path, tmp_path: Path
+) -> None:
     exp = tmp_path / "tiny"
     shutil.copytree(finished, exp)
     assert not store.report_is_current(exp, tmp_path / "rep")  # no report yet
     build_report(exp, tmp_path / "rep")
     assert store.report_is_current(exp, tmp_path / "rep")
-    store.write_manifest(exp, store.read_manifest(exp))  # the same plan: nothing rewritten
-    assert store.report_is_current(exp, tmp_path / "rep")
     summary = next(exp.glob("*/summary.json"))
     later = (tmp_path / "rep" / "report.md").stat().st_mtime + 5
-    os.utime(summary, (later, later))
+    os.utime(summary, (later, later))  # newer, the same bytes: by content, still current
+    manifest = exp / "experiment.json"
+    manifest.write_text(manifest.read_text())  # rewritten unchanged
+    assert store.report_is_current(exp, tmp_path / "rep")
+    summary.write_text(summary.read_text().replace('"seed": ', '"seed":  '))  # new bytes
     assert not store.report_is_current(exp, tmp_path / "rep")
 
 
