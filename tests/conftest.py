@@ -86,6 +86,14 @@ def study_experiment(tmp_path: Path, **sections: Any) -> Experiment:
     return load_experiment(write_experiment(tmp_path / "e.yaml", **{**LENIENT, **sections}))
 
 
+def simulated_experiment(tmp_path: Path, **sections: Any) -> Experiment:
+    """The tiny experiment on the simulator (``runtime.backend: simulate``, the default truth:
+    every run in milliseconds) with these sections: for tests of orchestration, reuse,
+    resume, claims and studies, which do not need a model to train."""
+    doc = {"runtime": {"backend": "simulate"}, **sections}
+    return load_experiment(write_experiment(tmp_path / "e.yaml", **doc))
+
+
 def study_trials(url: str, name: str) -> list[optuna.trial.FrozenTrial]:
     """The trials of study ``name`` in the storage at ``url``."""
     return optuna.load_study(study_name=name, storage=open_storage(url)).trials

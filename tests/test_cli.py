@@ -17,7 +17,6 @@ from conftest import REPO, ablate_process, write_experiment
 
 from ablate.cli import main
 from ablate.core.load import load_experiment
-from ablate.launch.estimate import describe_plan
 
 # how long a subprocess may take: generous, so that a machine running something else passes too
 # (each wait ends as soon as the event it waits for happens)
@@ -110,17 +109,14 @@ def test_missing_experiment_file_and_results_folder(
 
 
 @pytest.mark.slow
-def test_smoke_experiment_end_to_end(tmp_path: Path) -> None:
-    started = time.monotonic()
-    proc = ablate_process("run", str(REPO / "experiments" / "smoke.yaml"), cwd=tmp_path)
+def test_smoke_experiment_end_to_end_on_the_simulator(tmp_path: Path) -> None:
+    """Every stage of experiments/smoke.yaml, its report and its cached rerun, through the CLI
+    on the simulator (training itself: tests/training, the pipeline's model-source tests)."""
+    smoke = str(REPO / "experiments" / "smoke.yaml")
+    proc = ablate_process("run", smoke, "--backend", "simulate", cwd=tmp_path)
     out, _ = proc.communicate(timeout=PATIENCE_S)
-    measured = time.monotonic() - started
     assert proc.returncode == 0, out
-    experiment = load_experiment(REPO / "experiments" / "smoke.yaml")
-    estimate = describe_plan(experiment, workers=2, threads=1).wall_time_s
-    # how close the estimate comes is a figure (it moves with the machine's load), not a test
-    print(f"smoke: estimated {estimate:.0f} s, measured {measured:.0f} s")  # pytest -s
-    report_dir = tmp_path / "reports" / "smoke"
+    report_dir = tmp_path / "reports" / "smoke-simulated"
     for name in (
         "report.md",
         "variants.csv",
@@ -133,14 +129,10 @@ def test_smoke_experiment_end_to_end(tmp_path: Path) -> None:
         "stability_map.png",
     ):
         assert (report_dir / name).stat().st_size > 0, name
-    exp_dir = tmp_path / "results" / "smoke"
+    exp_dir = tmp_path / "results" / "smoke-simulated"
     summaries = [json.loads(p.read_text()) for p in exp_dir.glob("*/summary.json")]
     main = [s for s in summaries if s["group"] == "main"]
     assert len(main) == 4 and all(s["status"] == "finished" and s["stable"] for s in main)
-    floor = main[0]["unigram_loss"]
-    assert 3.2 < floor < 3.3 and all(s["final_val_loss"] < floor - 0.1 for s in main)
-    assert len({s["init_digest"] for s in main}) == 2  # one per seed, shared by both norms
-    assert len({s["data_digest"] for s in main}) == 2
     assert {s["group"] for s in summaries} == {"main", "sweep", "search", "tuned", "max_lr"}
     assert len([s for s in summaries if s["group"] == "sweep"]) == 8  # 4 lrs x 2 variants
     assert {s["seed"] for s in summaries if s["group"] == "search"} == {2}  # not a final seed
@@ -160,24 +152,13 @@ def test_smoke_experiment_end_to_end(tmp_path: Path) -> None:
 
     _docs_notebook_snippet_matches_the_report(exp_dir, report_dir)
 
-    rerun = (  # the cached rerun in one process, which must not import Lightning
-        "import sys; from ablate.cli import main; code = main(sys.argv[1:]); "
-        "print('lightning imported:', 'lightning' in sys.modules); sys.exit(code)"
-    )
-    again = subprocess.run(
-        [sys.executable, "-c", rerun, "run", str(REPO / "experiments" / "smoke.yaml")],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=PATIENCE_S,
-    )
-    out = again.stdout + again.stderr
+    again = ablate_process("run", smoke, "--backend", "simulate", cwd=tmp_path)
+    out, _ = again.communicate(timeout=PATIENCE_S)
     assert again.returncode == 0 and "12 of 12 runs already done" in out, out
-    assert "lightning imported: False" in out and "(up to date)" in out, out
-    assert "4 of 4 runs already done" in out, out  # the tuned A/B
+    assert "(up to date)" in out and "4 of 4 runs already done" in out, out  # the tuned A/B
     assert "[stored]" in out and "max_lr layernorm" in out
     after = {p.parent.name for p in exp_dir.glob("*/summary.json")}
-    assert after == {s["run_id"] for s in summaries}  # nothing was trained again
+    assert after == {s["run_id"] for s in summaries}  # nothing was drawn again
 
 
 def _docs_notebook_snippet_matches_the_report(
@@ -227,12 +208,10 @@ def _wait_until(condition, what: str, timeout: float = PATIENCE_S) -> None:  # n
         time.sleep(0.05)
 
 
-@pytest.mark.slow
-@pytest.mark.trains
 def test_after_a_config_change_load_results_gives_the_reports_numbers(
     tmp_path: Path, capsys: pytest.CaptureFixture
 ) -> None:
-    path = write_experiment(tmp_path / "tiny.yaml")
+    path = write_experiment(tmp_path / "tiny.yaml", runtime={"backend": "simulate"})
     args = ["--results-dir", str(tmp_path / "results"), "--report-dir", str(tmp_path / "reports")]
     assert main(["run", str(path), *args]) == 0
     assert main(["validate", str(path), *args[:2]]) == 0
@@ -256,8 +235,9 @@ def test_after_a_config_change_load_results_gives_the_reports_numbers(
     _docs_notebook_snippet_matches_the_report(exp_dir, report_dir, frozenset({"main"}))
 
 
+@pytest.mark.slow
 def test_run_killed_mid_way_is_redone_and_finished_runs_are_kept(tmp_path: Path) -> None:
-    path = _long_experiment(tmp_path, 1500)
+    path = _long_experiment(tmp_path, 600)
     exp_dir = tmp_path / "results" / "tiny"
     proc = ablate_process("run", str(path), "--workers", "1", cwd=tmp_path, start_new_session=True)
     _wait_until(
@@ -278,7 +258,7 @@ def test_run_killed_mid_way_is_redone_and_finished_runs_are_kept(tmp_path: Path)
     assert len(after) == 4 and not list(exp_dir.glob("*/status.json"))
     for run_id, text in finished_before.items():
         assert after[run_id] == text  # kept, not redone
-    assert json.loads(after[killed[0]])["steps"] == 1500  # redone in full
+    assert json.loads(after[killed[0]])["steps"] == 600  # redone in full
 
 
 @pytest.mark.slow
@@ -309,7 +289,6 @@ def test_ctrl_c_marks_the_run_interrupted_and_exits_130(tmp_path: Path, workers:
 def test_convert_section_end_to_end(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     import pandas as pd
 
-    from ablate.core.load import load_experiment
     from ablate.core.plan import plan_convert
     from ablate.launch.execute import ready_conversions
 
@@ -434,7 +413,7 @@ def test_sigkill_at_random_points_then_rerun_equals_an_uninterrupted_run(tmp_pat
 
 @pytest.mark.slow
 def test_two_concurrent_runs_share_the_work_and_train_each_run_once(tmp_path: Path) -> None:
-    path = _long_experiment(tmp_path, 600)
+    path = _long_experiment(tmp_path, 300)
     first, second = (
         ablate_process("run", str(path), "--workers", "1", cwd=tmp_path) for _ in range(2)
     )
@@ -447,9 +426,20 @@ def test_two_concurrent_runs_share_the_work_and_train_each_run_once(tmp_path: Pa
         assert trained == 1, outputs  # one process trained it; the other skipped it or found it
     assert sum("skipped: run" in out or "already done" in out for out in outputs) >= 1
     _no_debris(exp_dir)
-    again = ablate_process("run", str(path), "--workers", "1", cwd=tmp_path)
-    out, _ = again.communicate(timeout=PATIENCE_S)
+    rerun = (  # the cached rerun in one process, which must not import Lightning
+        "import sys; from ablate.cli import main; code = main(sys.argv[1:]); "
+        "print('lightning imported:', 'lightning' in sys.modules); sys.exit(code)"
+    )
+    again = subprocess.run(
+        [sys.executable, "-c", rerun, "run", str(path), "--workers", "1"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=PATIENCE_S,
+    )
+    out = again.stdout + again.stderr
     assert again.returncode == 0 and "4 of 4 runs already done" in out, out
+    assert "lightning imported: False" in out and "(up to date)" in out, out
 
 
 @pytest.mark.slow

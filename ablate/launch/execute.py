@@ -87,6 +87,16 @@ def split_done(specs: list[RunSpec], root: Path) -> tuple[list[dict], list[RunSp
     return done, pending
 
 
+def say_done(console: Console, done: int, pending: int, root: Path) -> None:
+    """The executor's line on what the store already holds of a stage's runs."""
+    if done:
+        console.print(
+            f"{done} of {done + pending} runs already done in {root}: skipped",
+            markup=False,
+            highlight=False,
+        )
+
+
 POLL_S = 1.0  # how often a process waiting for another's run looks again
 
 
@@ -271,12 +281,7 @@ def execute(
     """Run every spec that is not already done; return all summaries (stored and new)."""
     console = console or Console(stderr=True)
     done, pending = split_done(specs, root)
-    if done:
-        console.print(
-            f"{len(done)} of {len(done) + len(pending)} runs already done in {root}: skipped",
-            markup=False,
-            highlight=False,
-        )
+    say_done(console, len(done), len(pending), root)
     summaries = done
     if not pending:
         return summaries

@@ -24,7 +24,7 @@ from rich.console import Console
 from ablate.core import folders, store
 from ablate.core.plan import RunSpec
 from ablate.core.simulate import SimulatedRun, simulate_run, verdict_of
-from ablate.launch.execute import EvalWatch, SayFn, obtain_with, split_done
+from ablate.launch.execute import EvalWatch, SayFn, obtain_with, say_done, split_done
 from ablate.report.setup import SIMULATED_IMPL
 
 METRIC_COLUMNS = ["step", "tokens", "train_loss", "lr", "grad_norm", "step_time_s", "elapsed_s"]
@@ -179,6 +179,8 @@ class SimulatedExecutor:
     def run(self, specs: list[RunSpec]) -> list[dict[str, Any]]:
         """Every spec not yet stored, simulated; the summaries of all."""
         done, pending = split_done(specs, self.root)
+        if self.console is not None:
+            say_done(self.console, len(done), len(pending), self.root)
         summaries = list(done)
         for spec in pending:
             try:
@@ -186,9 +188,5 @@ class SimulatedExecutor:
             except store.RunClaimed:
                 continue
         if pending and self.console is not None:
-            self.console.print(
-                f"simulated {len(pending)} runs ({len(done)} already stored)",
-                markup=False,
-                highlight=False,
-            )
+            self.console.print(f"simulated {len(pending)} runs", markup=False, highlight=False)
         return summaries

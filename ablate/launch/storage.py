@@ -144,7 +144,9 @@ def _rdb_storage(url: str, attempts: int = 5, **options: Any) -> optuna.storages
             sqlalchemy.exc.IntegrityError,
             sqlalchemy.exc.OperationalError,
             sqlalchemy.exc.ProgrammingError,  # PostgreSQL: a type another worker just created
-        ):
+        ) as exc:
+            if "connection" in str(exc).lower():  # no server there: waiting will not help
+                raise
             time.sleep(0.5 * attempt)  # another worker is creating the schema
     return optuna.storages.RDBStorage(url, **options)  # the last attempt raises what it meets
 

@@ -48,6 +48,7 @@ def test_step_table_times_every_variant(tiny_experiment: Path) -> None:
     assert (steps["peak_memory_mb"] > 50).all()
 
 
+@pytest.mark.slow
 def test_cli_bench_writes_its_files_and_rejects_bad_lists(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

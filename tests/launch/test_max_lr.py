@@ -9,31 +9,30 @@ from pathlib import Path
 
 import optuna
 import pytest
-from conftest import search_workers, study_experiment, study_trials, write_experiment
+from conftest import search_workers, simulated_experiment, study_trials, write_experiment
 
 from ablate.launch import max_lr, storage, studies
-from ablate.launch.execute import LocalExecutor
 from ablate.launch.max_lr import run_max_lr
+from ablate.launch.simulator import SimulatedExecutor
 from ablate.launch.storage import storage_url
 
 
-@pytest.mark.trains
 def test_max_lr_resumed_after_interruption_redoes_nothing(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     sections = {"max_lr": {"seeds": [0], "start": 0.01, "factor": 4.0, "lr_max": 50.0}}
     ref_dir = tmp_path / "ref"
     ref_dir.mkdir()
-    ref_exp = study_experiment(ref_dir, **sections)
+    ref_exp = simulated_experiment(ref_dir, **sections)
     ref_root = ref_dir / "results"
     reference = run_max_lr(
         ref_exp,
         "rmsnorm",
-        LocalExecutor(ref_root),
+        SimulatedExecutor(ref_root),
         storage_url(ref_exp, ref_root),
         say=lambda _: None,
     )
-    exp = study_experiment(tmp_path, **sections)
+    exp = simulated_experiment(tmp_path, **sections)
     root = tmp_path / "results"
     url = storage_url(exp, root)
     real_probe = max_lr.probe_stability
@@ -47,10 +46,10 @@ def test_max_lr_resumed_after_interruption_redoes_nothing(
 
     monkeypatch.setattr(max_lr, "probe_stability", interrupted)
     with pytest.raises(KeyboardInterrupt):
-        run_max_lr(exp, "rmsnorm", LocalExecutor(root), url, say=lambda _: None)
+        run_max_lr(exp, "rmsnorm", SimulatedExecutor(root), url, say=lambda _: None)
     monkeypatch.setattr(max_lr, "probe_stability", real_probe)
     runs_before = {p.parent.name for p in root.glob("tiny/*/summary.json")}
-    resumed = run_max_lr(exp, "rmsnorm", LocalExecutor(root), url, say=lambda _: None)
+    resumed = run_max_lr(exp, "rmsnorm", SimulatedExecutor(root), url, say=lambda _: None)
     assert [p["reused"] for p in resumed["probes"][:2]] == [True, True]
     assert not any(p["reused"] for p in resumed["probes"][2:])
     assert resumed["bracket"] == reference["bracket"]
@@ -63,38 +62,35 @@ def test_max_lr_resumed_after_interruption_redoes_nothing(
     assert len(runs_after - runs_before) == resumed["runs"]  # ... kept; only the rest trained
 
 
-@pytest.mark.trains
 def test_max_lr_probes_are_reused_only_under_the_same_budget_and_seeds(tmp_path: Path) -> None:
     root = tmp_path / "results"
     sections = {"seeds": [0], "start": 0.01, "factor": 8.0, "precision": 8.0, "lr_max": 50.0}
-    first = study_experiment(tmp_path, max_lr=sections)
+    first = simulated_experiment(tmp_path, max_lr=sections)
     url = storage_url(first, root)
     quiet = {"say": lambda _: None}
-    done = run_max_lr(first, "rmsnorm", LocalExecutor(root), url, **quiet)
-    again = run_max_lr(first, "rmsnorm", LocalExecutor(root), url, **quiet)
+    done = run_max_lr(first, "rmsnorm", SimulatedExecutor(root), url, **quiet)
+    again = run_max_lr(first, "rmsnorm", SimulatedExecutor(root), url, **quiet)
     assert all(p["reused"] for p in again["probes"]) and again["bracket"] == done["bracket"]
-    longer = study_experiment(tmp_path, max_lr={**sections, "tokens": 4 * 16 * 30})
-    fresh = run_max_lr(longer, "rmsnorm", LocalExecutor(root), url, **quiet)
+    longer = simulated_experiment(tmp_path, max_lr={**sections, "tokens": 4 * 16 * 30})
+    fresh = run_max_lr(longer, "rmsnorm", SimulatedExecutor(root), url, **quiet)
     assert not any(p["reused"] for p in fresh["probes"]) and fresh["runs"] >= 1
-    more_seeds = study_experiment(tmp_path, max_lr={**sections, "seeds": [0, 1]})
-    assert not run_max_lr(more_seeds, "rmsnorm", LocalExecutor(root), url, **quiet)["probes"][0][
-        "reused"
-    ]
+    more_seeds = simulated_experiment(tmp_path, max_lr={**sections, "seeds": [0, 1]})
+    executor = SimulatedExecutor(root)
+    assert not run_max_lr(more_seeds, "rmsnorm", executor, url, **quiet)["probes"][0]["reused"]
     replayed = studies.stored_result(
-        "max_lr", first, "rmsnorm", LocalExecutor(root), url
+        "max_lr", first, "rmsnorm", SimulatedExecutor(root), url
     )  # a rerun: no pool
     assert replayed["bracket"] == done["bracket"] and replayed["runs"] == 0
-    unrun = study_experiment(tmp_path, max_lr={**sections, "tokens": 4 * 16 * 40})
-    assert studies.stored_result("max_lr", unrun, "rmsnorm", LocalExecutor(root), url) is None
+    unrun = simulated_experiment(tmp_path, max_lr={**sections, "tokens": 4 * 16 * 40})
+    assert studies.stored_result("max_lr", unrun, "rmsnorm", SimulatedExecutor(root), url) is None
 
 
-@pytest.mark.trains
 def test_a_max_lr_study_reads_in_the_dashboard_as_its_bracket(tmp_path: Path) -> None:
     sections = {"seeds": [0], "start": 0.01, "factor": 8.0, "precision": 8.0, "lr_max": 50.0}
-    exp = study_experiment(tmp_path, max_lr=sections)
+    exp = simulated_experiment(tmp_path, max_lr=sections)
     root = tmp_path / "results"
     url = storage_url(exp, root)
-    found = run_max_lr(exp, "rmsnorm", LocalExecutor(root), url, say=lambda _: None)
+    found = run_max_lr(exp, "rmsnorm", SimulatedExecutor(root), url, say=lambda _: None)
     low, high = found["bracket"]
     assert low is not None and high is not None
     study = optuna.load_study(study_name=found["study"], storage=storage.open_storage(url))
@@ -112,6 +108,7 @@ def test_a_max_lr_study_reads_in_the_dashboard_as_its_bracket(tmp_path: Path) ->
 def test_two_processes_bracket_max_lr_together(tmp_path: Path) -> None:
     path = write_experiment(
         tmp_path / "e.yaml",
+        runtime={"backend": "simulate"},
         max_lr={"seeds": [0], "start": 0.01, "factor": 4.0, "lr_max": 50.0},
     )
     url = f"sqlite:///{tmp_path / 'study.db'}"

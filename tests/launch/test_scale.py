@@ -58,11 +58,14 @@ def _summaries(root: Path) -> dict[Path, float]:
     return {p: p.stat().st_mtime_ns for p in root.rglob("summary.json")}
 
 
-@pytest.mark.trains
+@pytest.mark.slow
 def test_every_size_runs_every_stage_and_an_added_size_trains_only_itself(
     tmp_path: Path,
 ) -> None:
-    path = write_experiment(tmp_path / "s.yaml", scale={"sizes": SIZES}, **LENIENT, **STUDIES)
+    simulated = {"runtime": {"backend": "simulate"}}  # the study's orchestration, in seconds
+    path = write_experiment(
+        tmp_path / "s.yaml", scale={"sizes": SIZES}, **LENIENT, **STUDIES, **simulated
+    )
     root, reports = tmp_path / "results", tmp_path / "reports"
     result = run_scaled(load_experiment(path), root, reports, workers=1, threads=1)
     assert result.missing == []
@@ -79,10 +82,9 @@ def test_every_size_runs_every_stage_and_an_added_size_trains_only_itself(
     assert "Extrapolation**, not a measurement" in text
     for name in ("scaling.png", "scaling_gap.png", "scaling_fits.csv", "report.html"):
         assert (reports / "tiny" / name).is_file(), name
-    for size in ("d16", "d32"):  # each size's own report; its matched seeds start alike
+    for size in ("d16", "d32"):  # each size's own report (matched inits: the test above)
         runs = pd.read_csv(reports / "tiny" / f"tiny.{size}" / "runs.csv")
-        main = runs[runs["group"] == "main"]
-        assert len(main) == 4 and (main.groupby("seed")["init_digest"].nunique() == 1).all()
+        assert len(runs[runs["group"] == "main"]) == 4
 
     before = _summaries(root)
     doc = yaml.safe_load(path.read_text())

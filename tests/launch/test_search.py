@@ -9,28 +9,27 @@ from pathlib import Path
 
 import optuna
 import pytest
-from conftest import study_experiment, study_trials
+from conftest import simulated_experiment, study_trials
 from optuna.trial import TrialState
 
 from ablate.core.stability import criterion_text
-from ablate.launch.execute import LocalExecutor
 from ablate.launch.pipeline import Context, run_studies_only
 from ablate.launch.search import optimize_one, run_search
+from ablate.launch.simulator import SimulatedExecutor
 from ablate.launch.storage import storage_url
 
 L0 = math.log(256)
 
 
-@pytest.mark.trains
 def test_huge_learning_rates_are_scored_not_crashed(tmp_path: Path) -> None:
-    exp = study_experiment(
+    exp = simulated_experiment(
         tmp_path,
         search={"n_trials": 3, "lr_min": 5.0, "lr_max": 10.0, "pruner": "none", "warmup_max": 2},
     )
     exp_tiny = exp.model_copy(update={"variants": {"layernorm": exp.variants["layernorm"]}})
     url = storage_url(exp_tiny, tmp_path / "results")
     study = run_search(
-        exp_tiny, "layernorm", LocalExecutor(tmp_path / "results"), url, say=lambda _: None
+        exp_tiny, "layernorm", SimulatedExecutor(tmp_path / "results"), url, say=lambda _: None
     )
     trials = study.trials
     assert len(trials) == 3 and all(t.state.name == "COMPLETE" for t in trials)
@@ -39,17 +38,17 @@ def test_huge_learning_rates_are_scored_not_crashed(tmp_path: Path) -> None:
     assert all(5.0 <= t.params["lr"] <= 10.0 for t in trials)
 
 
-@pytest.mark.trains
 def test_search_resumes_without_redoing_trials(tmp_path: Path) -> None:
     root = tmp_path / "results"
-    first = study_experiment(tmp_path, search={"n_trials": 2, "pruner": "none", "warmup_max": 5})
+    search = {"n_trials": 2, "pruner": "none", "warmup_max": 5}
+    first = simulated_experiment(tmp_path, search=search)
     url = storage_url(first, root)
-    run_search(first, "rmsnorm", LocalExecutor(root), url, say=lambda _: None)
+    run_search(first, "rmsnorm", SimulatedExecutor(root), url, say=lambda _: None)
     before = {t.number: (t.params, t.value) for t in study_trials(url, "tiny.rmsnorm.search")}
-    more = study_experiment(tmp_path, search={"n_trials": 4, "pruner": "none", "warmup_max": 5})
-    run_search(more, "rmsnorm", LocalExecutor(root), url, say=lambda _: None)
+    more = simulated_experiment(tmp_path, search={"n_trials": 4, "pruner": "none", "warmup_max": 5})
+    run_search(more, "rmsnorm", SimulatedExecutor(root), url, say=lambda _: None)
     run_search(
-        more, "rmsnorm", LocalExecutor(root), url, say=lambda _: None
+        more, "rmsnorm", SimulatedExecutor(root), url, say=lambda _: None
     )  # already complete: no trial
     after = study_trials(url, "tiny.rmsnorm.search")
     assert len(after) == 4 and {t.number: (t.params, t.value) for t in after[:2]} == before
@@ -59,9 +58,8 @@ def test_search_resumes_without_redoing_trials(tmp_path: Path) -> None:
     )
 
 
-@pytest.mark.trains
 def test_run_studies_writes_stability_json(tmp_path: Path) -> None:
-    exp = study_experiment(
+    exp = simulated_experiment(
         tmp_path,
         search={"n_trials": 2, "pruner": "none", "warmup_max": 3},
         max_lr={"seeds": [0, 1], "start": 0.05, "factor": 8.0, "precision": 2.0},

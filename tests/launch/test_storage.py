@@ -39,6 +39,7 @@ def test_workers_share_one_study_each_trial_run_once(
         tmp_path / "e.yaml",
         variants={"rmsnorm": {"model.norm.kind": "rmsnorm"}},
         search={"n_trials": requested, "pruner": "none", "warmup_max": 5},
+        runtime={"backend": "simulate"},  # the storages' sharing, with trials of milliseconds
     )
     url = storage_of_kind(kind, tmp_path, request)
     started = time.perf_counter()

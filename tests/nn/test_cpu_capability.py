@@ -73,6 +73,7 @@ needs_avx2 = pytest.mark.skipif(
 )
 
 
+@pytest.mark.slow
 @needs_avx2
 def test_the_pin_trains_exactly_as_the_same_variables_set_by_hand() -> None:
     pinned = _train("pin")
@@ -81,6 +82,7 @@ def test_the_pin_trains_exactly_as_the_same_variables_set_by_hand() -> None:
     assert pinned == by_hand
 
 
+@pytest.mark.slow
 @needs_avx2
 @pytest.mark.skipif("avx512f" not in numerics.cpu_flags(), reason="an AVX-512 CPU")
 def test_avx512_aten_keeps_the_kernel_bytes_and_moves_only_the_last_digits() -> None:
