@@ -25,8 +25,8 @@ from pathlib import Path
 
 import yaml
 
-from ablate.cli import EXIT_BAD_INPUT
 from ablate.cli import main as ablate_main
+from ablate.commands import EXIT_BAD_INPUT
 
 REPO = Path(__file__).resolve().parent.parent
 

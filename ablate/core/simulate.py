@@ -1,7 +1,7 @@
 """The simulator's model of training: what a run of a RunSpec would give, drawn from a truth
 the experiment file states, so that every estimator can be held against a known answer.
 
-Per variant a :class:`~ablate.core.config.TruthConfig` gives (docs/simulator.md):
+Per variant a :class:`~ablate.core.truth.TruthConfig` gives (docs/simulator.md):
 
 - **the loss valley**: the expected final val loss at LR η is ℓ* + c·log10(η/η*)² (``best_loss``
   ℓ*, ``opt_lr`` η*, ``curvature`` c), plus the seed's shared effect and the run's own noise
@@ -31,8 +31,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ablate.core.config import RunConfig, SimulateConfig, TruthConfig
+from ablate.core.config import RunConfig
 from ablate.core.stability import DivergenceRule, Stop, Verdict, floor_value, run_verdict
+from ablate.core.truth import SimulateConfig, TruthConfig
 
 BLOWN_UP = 10.0  # nats above ℓ0: the train loss of a diverging run
 

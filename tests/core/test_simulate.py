@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from conftest import TINY
 
-from ablate.core.config import ConfigError, RunConfig, SimulateConfig
+from ablate.core.config import ConfigError, RunConfig
 from ablate.core.load import build_run_config
 from ablate.core.overrides import apply_overrides
 from ablate.core.plan import RunSpec
@@ -21,6 +21,7 @@ from ablate.core.simulate import (
     true_edge,
     verdict_of,
 )
+from ablate.core.truth import SimulateConfig
 
 TRUTH = {
     "variants": {

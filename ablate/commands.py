@@ -1,0 +1,331 @@
+"""What each ``ablate`` command does once its arguments are parsed: load, call the pipeline,
+the studies, the report or a benchmark, and print the outcome (:mod:`ablate.cli` parses and
+dispatches). A command returns its exit code: 0 success, 1 some run failed; bad input raises
+(:class:`UsageError`, ``ConfigError``, ``DataError``) and the CLI turns it into one line and 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from ablate.core.experiment import Experiment
+
+
+EXIT_OK, EXIT_RUN_FAILED, EXIT_BAD_INPUT, EXIT_INTERRUPTED = 0, 1, 2, 130
+
+
+class UsageError(ValueError):
+    """A bad command-line value, as one line."""
+
+
+def _positive(value: int | None, flag: str) -> None:
+    if value is not None and value < 1:
+        raise UsageError(f"{flag}: got {value}; must be an integer >= 1")
+
+
+def cmd_validate(args: argparse.Namespace, console: Console) -> int:
+    """Print the plan of an experiment file and an estimate of its time (per size under
+    ``scale:``)."""
+    from ablate.core.load import load_experiment
+    from ablate.core.overrides import difference_lines
+
+    experiment = load_experiment(args.experiment, args.backend)
+    console.print(f"[bold]{experiment.name}[/bold]: {experiment.description}".rstrip(": "))
+    if experiment.scale is None:
+        _print_plan(experiment, args, console)
+    else:
+        from ablate.launch.scale import resolve_sizes
+
+        total = 0.0
+        for size in resolve_sizes(experiment):
+            console.print(
+                f"[bold]size {size.label}[/bold]: {size.n_params:,} parameters, "
+                f"{size.tokens:,} tokens per run"
+            )
+            total += _print_plan(size.experiment, args, console)
+        console.print(f"estimated wall time, all sizes: {total / 60:.1f} min")
+    lines = difference_lines(experiment)
+    for line in lines[: SHOWN_VARIANTS + 1]:  # the heading, then a line per variant
+        console.print(line, markup=False, highlight=False, soft_wrap=True)
+    _print_more(len(lines) - 1, console)
+    _warn_impure(experiment, console)
+    return EXIT_OK
+
+
+SHOWN_VARIANTS = 50  # validate lists a large grid's first variants and counts the rest
+
+
+def _print_more(variants: int, console: Console) -> None:
+    if variants > SHOWN_VARIANTS:
+        console.print(f"  ... and {variants - SHOWN_VARIANTS:,} more variants", markup=False)
+
+
+def _warn_impure(experiment: Experiment, console: Console) -> None:
+    """A warning line per variant that changes more than the norm against the baseline."""
+    from ablate.core.overrides import impure_variants, impurity_lines
+
+    baseline = next(iter(experiment.variants))
+    for line in impurity_lines(impure_variants(experiment), baseline):
+        console.print(line, markup=False, highlight=False, soft_wrap=True)
+
+
+def _print_plan(experiment: Experiment, args: argparse.Namespace, console: Console) -> float:
+    """The runs, the per-variant estimate table and the wall time of one experiment; the time."""
+    from ablate.core.plan import planned_groups
+    from ablate.launch.estimate import describe_plan
+    from ablate.launch.workers import choose_resources, gpu_count
+
+    n_runs = len(experiment.seeds) * len(experiment.variants)
+    res = choose_resources(
+        n_runs,
+        args.workers or experiment.base.runtime.workers,
+        experiment.base.runtime.threads,
+        gpus=gpu_count(experiment.base.runtime.accelerator),
+    )
+    plan = describe_plan(experiment, res.workers, res.threads)
+    groups = ", ".join(planned_groups(experiment))
+    console.print(
+        f"seeds {experiment.seeds}; up to {plan.runs} runs ({groups}); "
+        f"{res.workers} worker(s) x {res.threads} thread(s)"
+    )
+    console.print(
+        plan.table.head(SHOWN_VARIANTS).to_markdown(index=False, floatfmt=".1f"),
+        markup=False,
+        highlight=False,
+        soft_wrap=True,
+    )
+    _print_more(len(plan.table), console)
+    console.print(
+        f"estimated wall time: {plan.wall_time_s / 60:.1f} min (measured step time x steps, "
+        f"plus evaluation; of which {plan.fixed_s:.0f} s fixed costs: run set-up, pool starts, "
+        "start-up and report)"
+    )
+    if experiment.base.runtime.backend == "simulate":
+        console.print(
+            "backend simulate: no run trains (each is drawn in milliseconds); the estimate is "
+            "what training this plan would take"
+        )
+    if args.results_dir is not None:
+        from ablate.launch.estimate import stored_lines
+
+        for line in stored_lines(experiment, args.results_dir):
+            console.print(line, markup=False, highlight=False, soft_wrap=True)
+    return plan.wall_time_s
+
+
+def cmd_run(args: argparse.Namespace, console: Console) -> int:
+    """Run every stage of an experiment (:mod:`ablate.launch.pipeline`) and print the outcome."""
+    from ablate.core.load import load_experiment
+    from ablate.launch.pipeline import run_experiment
+
+    _positive(args.workers, "--workers")
+    _positive(args.threads, "--threads")
+    experiment = load_experiment(args.experiment, args.backend)
+    _warn_impure(experiment, console)
+    if experiment.scale is not None:
+        return _run_scaled(args, experiment, console)
+    result = run_experiment(
+        experiment,
+        args.results_dir,
+        args.report_dir,
+        args.workers,
+        args.threads,
+        args.storage,
+        console,
+    )
+    _print_studies(result.studies, console)
+    table = (result.report_dir / "variants.md").read_text(encoding="utf-8")
+    console.print(table, markup=False, highlight=False, soft_wrap=True)
+    state = "" if result.report_rebuilt else " (up to date)"
+    console.print(f"results: {result.exp_dir}\nreport:  {result.report_dir / 'report.md'}{state}")
+    if result.missing:
+        console.print(
+            f"{len(result.missing)} planned run(s) not done (failed, or still trained by "
+            f"another process): see {result.report_dir / 'report.md'}",
+            markup=False,
+        )
+    return EXIT_RUN_FAILED if result.missing else EXIT_OK
+
+
+def _run_scaled(args: argparse.Namespace, experiment: Experiment, console: Console) -> int:
+    """``ablate run`` of a file with a ``scale:`` section: every size, then the scaling report."""
+    from ablate.launch.scale import run_scaled
+
+    result = run_scaled(
+        experiment,
+        args.results_dir,
+        args.report_dir,
+        args.workers,
+        args.threads,
+        args.storage,
+        console,
+    )
+    _print_scaling_summary(result.report, console)
+    if result.missing:
+        console.print(f"{len(result.missing)} planned run(s) not done: {'; '.join(result.missing)}")
+    return EXIT_RUN_FAILED if result.missing else EXIT_OK
+
+
+def _print_scaling_summary(report: Path, console: Console) -> None:
+    """The scaling report's opening (sizes and written summary) and where the rest is."""
+    summary = report.read_text(encoding="utf-8").split("\n## ")[0]
+    console.print(summary.strip(), markup=False, highlight=False, soft_wrap=True)
+    console.print(f"scaling report: {report}")
+
+
+def _print_studies(studies: dict, console: Console) -> None:
+    from ablate.launch.studies import result_lines
+
+    for line in result_lines(studies):
+        console.print(line, markup=False)
+
+
+def cmd_search(args: argparse.Namespace, console: Console) -> int:
+    """Run (or continue) the experiment's search and max-LR studies."""
+    from ablate.core.load import load_experiment
+    from ablate.launch.estimate import check_inputs
+    from ablate.launch.freshness import check_stored_data
+    from ablate.launch.pipeline import Context, run_studies_only
+
+    _positive(args.workers, "--workers")
+    _positive(args.threads, "--threads")
+    experiment = load_experiment(args.experiment, args.backend)
+    if experiment.scale is not None:
+        raise UsageError(f"{args.experiment}: has a scale: section; run it with ablate run")
+    if experiment.search is None and experiment.max_lr is None:
+        raise UsageError(f"{args.experiment}: has no search: or max_lr: section to run")
+    check_stored_data(experiment, args.results_dir, check_inputs(experiment))
+    ctx = Context(
+        experiment, args.results_dir, Path("reports"), args.workers, args.threads, args.storage
+    )
+    ctx.console = console
+    _print_studies(run_studies_only(ctx), console)
+    return EXIT_OK
+
+
+def cmd_report(args: argparse.Namespace, console: Console) -> int:
+    """Rebuild the report of one experiment's results folder."""
+    from ablate.core import store
+    from ablate.core.folders import ExperimentFolder
+    from ablate.report.builder import build_report
+
+    if not args.results.is_dir():
+        raise UsageError(
+            f"{args.results}: results folder not found "
+            "(give results/<experiment>, as written by ablate run)"
+        )
+    if not (store.is_experiment(args.results) or ExperimentFolder(args.results).is_scaled()):
+        raise UsageError(
+            f"{args.results}: holds no experiment.json and no run folders; "
+            "give results/<experiment>, as written by ablate run"
+        )
+    if ExperimentFolder(args.results).is_scaled():
+        from ablate.report.builder import build_scaling_report
+
+        path = build_scaling_report(args.results, args.out or Path("reports") / args.results.name)
+        _print_scaling_summary(path, console)
+        return EXIT_OK
+    out = args.out or store.remembered_report_dir(args.results)
+    out = out or Path("reports") / args.results.name
+    report = build_report(args.results, out)
+    console.print(report.table_markdown, markup=False, highlight=False, soft_wrap=True)
+    if report.missing:
+        console.print(f"incomplete: {len(report.missing)} planned run(s) have no result yet")
+    console.print(f"report: {report.markdown}, {report.html}")
+    return EXIT_OK
+
+
+def _int_list(text: str, flag: str) -> list[int]:
+    try:
+        values = [int(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        raise UsageError(f"{flag}: {text!r} is not a comma-separated list of integers") from None
+    if not values or min(values) < 1:
+        raise UsageError(f"{flag}: {text!r}: give integers >= 1")
+    return values
+
+
+def cmd_bench(args: argparse.Namespace, console: Console) -> int:
+    """Kernel and step benchmarks; tables printed, CSVs and a figure written."""
+    import torch
+
+    from ablate.bench.speed import DTYPES, BenchSettings, run_benchmarks
+    from ablate.core.load import load_experiment
+
+    dims, tokens = _int_list(args.dims, "--dims"), _int_list(args.tokens, "--tokens")
+    dtypes = [d for d in args.dtypes.split(",") if d]
+    if not dtypes or set(dtypes) - set(DTYPES):
+        raise UsageError(f"--dtypes: {args.dtypes!r}; allowed: {', '.join(DTYPES)}")
+    _positive(args.threads, "--threads")
+    _positive(args.steps, "--steps")
+    _positive(args.repeats, "--repeats")
+    _positive(args.rounds, "--rounds")
+    if args.device == "cuda" and not torch.cuda.is_available():
+        raise UsageError("--device cuda: no CUDA device is available")
+    cuda = args.device == "cuda" or (args.device == "auto" and torch.cuda.is_available())
+    device = torch.device("cuda" if cuda else "cpu")
+    experiment = None if str(args.experiment) == "none" else load_experiment(args.experiment)
+    threads = args.threads or torch.get_num_threads()
+    torch.set_num_threads(threads)
+    if args.inference:
+        return _bench_inference(args, experiment, device, console)
+    settings = BenchSettings(
+        dims,
+        tokens,
+        dtypes,
+        args.steps,
+        args.repeats,
+        args.rounds,
+        args.min_run_time,
+        not args.no_compile,
+        args.out,
+    )
+    for path in run_benchmarks(experiment, device, threads, settings, console):
+        console.print(f"wrote {path}")
+    return EXIT_OK
+
+
+def _bench_inference(
+    args: argparse.Namespace, experiment: Experiment | None, device: Any, console: Console
+) -> int:
+    """``ablate bench --inference``: the inference table of the experiment's variants."""
+    from ablate.bench.inference import InferenceSettings, run_inference
+
+    if experiment is None:
+        raise UsageError("--inference: needs an --experiment whose variants to decode with")
+    _positive(args.new_tokens, "--new-tokens")
+    settings = InferenceSettings(
+        tuple(_int_list(args.batches, "--batches")),
+        tuple(_int_list(args.prompts, "--prompts")),
+        args.new_tokens,
+        rounds=args.repeats,
+    )
+    for name, cfg in experiment.variants.items():
+        if cfg.model.source != "ablate":
+            raise UsageError(
+                f"--inference: variant {name} is a model.source: {cfg.model.source} model; "
+                "the KV-cache decoding path is ablate's own model's"
+            )
+        longest = max(settings.prompts) + settings.new_tokens
+        if longest > cfg.model.seq_len:
+            raise UsageError(
+                f"--prompts/--new-tokens: {longest} positions > model.seq_len "
+                f"{cfg.model.seq_len} of variant {name}"
+            )
+    path = run_inference(experiment, device, settings, args.results_dir, args.out, console)
+    console.print(f"wrote {path}")
+    return EXIT_OK
+
+
+COMMANDS = {
+    "run": cmd_run,
+    "search": cmd_search,
+    "validate": cmd_validate,
+    "report": cmd_report,
+    "bench": cmd_bench,
+}
