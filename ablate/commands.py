@@ -14,6 +14,7 @@ if TYPE_CHECKING:
     from rich.console import Console
 
     from ablate.core.experiment import Experiment
+    from ablate.core.studies import Studies
 
 
 EXIT_OK, EXIT_RUN_FAILED, EXIT_BAD_INPUT, EXIT_INTERRUPTED = 0, 1, 2, 130
@@ -178,10 +179,10 @@ def _print_scaling_summary(report: Path, console: Console) -> None:
     console.print(f"scaling report: {report}")
 
 
-def _print_studies(studies: dict, console: Console) -> None:
+def _print_studies(studies: Studies, console: Console) -> None:
     from ablate.launch.studies import result_lines
 
-    for line in result_lines(studies):
+    for line in result_lines(studies.search, studies.max_lr):
         console.print(line, markup=False)
 
 

@@ -94,7 +94,7 @@ def _brackets(design: Experiment, folder: Path) -> dict[str, tuple[float, float]
     found = {}
     for variant in _two(design):
         result = run_max_lr(design, variant, executor, url, None, say=lambda _: None)
-        found[variant] = tuple(result["bracket"])
+        found[variant] = tuple(result.bracket)
     return found
 
 
@@ -156,7 +156,7 @@ def _searched(design: Experiment, replication: int, folder: Path) -> tuple[float
     )
     url = f"journal:{folder / 'search.log'}"
     study = run_search(truth, variant, SimulatedExecutor(folder), url, say=lambda _: None)
-    best = search_summary(study)["best"]
+    best = search_summary(study).best
     own = truth.variants[variant].runtime.simulate.truth(variant)
     return (best["lr"] if best else math.nan), own
 

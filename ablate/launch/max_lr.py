@@ -13,8 +13,7 @@ from __future__ import annotations
 
 import math
 import warnings
-from dataclasses import asdict, dataclass
-from typing import Any
+from dataclasses import asdict
 
 import numpy as np
 import optuna
@@ -24,21 +23,10 @@ from optuna.trial import TrialState
 from ablate.core.experiment import Experiment
 from ablate.core.plan import RunSpec, max_lr_family, with_train
 from ablate.core.stability import Bracket, bracket_max_stable
+from ablate.core.studies import BracketResult, Probe
 from ablate.launch.execute import Executor
 from ablate.launch.search import PrintFn
 from ablate.launch.storage import open_study
-
-
-@dataclass
-class ProbeResult:
-    """One max-LR probe: stable for every seed tried, the runs it took, the seeds that failed."""
-
-    lr: float
-    stable: bool
-    runs: int
-    failed_seeds: list[int]
-    reason: str | None = None  # why the first failing seed was unstable
-    reused: bool = False
 
 
 def probe_stability(
@@ -49,7 +37,7 @@ def probe_stability(
     executor: Executor,
     tokens: int | None,
     say: PrintFn = print,
-) -> ProbeResult:
+) -> Probe:
     """Run ``seeds`` in order at ``lr``, stopping at the first unstable one."""
     base = experiment.variants[variant]
     config = with_train(base, lr=lr, tokens=tokens)
@@ -59,8 +47,8 @@ def probe_stability(
         summary = executor.obtain(spec, wait=True, say=say)
         runs += 1
         if not summary.get("stable"):
-            return ProbeResult(lr, False, runs, [seed], summary.get("unstable_reason"))
-    return ProbeResult(lr, True, runs, [])
+            return Probe(lr, False, runs, [seed], summary.get("unstable_reason"))
+    return Probe(lr, True, runs, [])
 
 
 def probe_key(experiment: Experiment, variant: str, seeds: list[int]) -> str:
@@ -70,12 +58,12 @@ def probe_key(experiment: Experiment, variant: str, seeds: list[int]) -> str:
     return f"{max_lr_family(experiment, variant)}:{','.join(str(s) for s in seeds)}"
 
 
-def _stored_probe(study: optuna.Study, lr: float, key: str) -> ProbeResult | None:
+def _stored_probe(study: optuna.Study, lr: float, key: str) -> Probe | None:
     for trial in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)):
         same_lr = math.isclose(trial.params.get("lr", math.nan), lr, rel_tol=1e-12)
         if same_lr and trial.user_attrs.get("probe_key") == key:
             attrs = trial.user_attrs
-            return ProbeResult(
+            return Probe(
                 lr, attrs["stable"], attrs["runs"], attrs["failed_seeds"], attrs.get("reason"), True
             )
     return None
@@ -130,7 +118,7 @@ def run_max_lr(
     best_lr: float | None = None,
     say: PrintFn = print,
     stored_only: bool = False,
-) -> dict[str, Any]:
+) -> BracketResult:
     """Bracket the variant's maximum stable LR; each probe is a trial of its max_lr study,
     starting from ``best_lr`` (the search's) unless ``max_lr.start`` is set.
 
@@ -141,7 +129,7 @@ def run_max_lr(
     study = open_study(experiment, variant, "max_lr", url)
     seeds = cfg.seeds or experiment.seeds
     key = probe_key(experiment, variant, seeds)
-    probes: list[ProbeResult] = []
+    probes: list[Probe] = []
 
     def run_probe(lr: float) -> None:
         # the LR is enqueued (fixed) within the section's range, which the dashboard plots; a
@@ -184,23 +172,20 @@ def run_max_lr(
         probe, start, cfg.factor, cfg.precision, cfg.lr_min, cfg.lr_max
     )
     label_bracket_study(study, bracket)
-    return {
-        "variant": variant,
-        "study": study.study_name,
-        "seeds": seeds,
-        "bracket": [bracket.largest_stable, bracket.smallest_unstable],
-        "ratio": bracket.ratio,
-        "precision": cfg.precision,
-        "probes": [asdict(p) for p in probes],
-        "runs": sum(p.runs for p in probes if not p.reused),
-        "runs_total": sum(p.runs for p in probes),
-        "failed_seeds": sorted({s for p in probes for s in p.failed_seeds}),
-        "run_ids": probe_run_ids(experiment, variant, probes, seeds),
-    }
+    return BracketResult(
+        variant=variant,
+        study=study.study_name,
+        seeds=seeds,
+        bracket=[bracket.largest_stable, bracket.smallest_unstable],
+        ratio=bracket.ratio,
+        precision=cfg.precision,
+        probes=probes,
+        run_ids=probe_run_ids(experiment, variant, probes, seeds),
+    )
 
 
 def probe_run_ids(
-    experiment: Experiment, variant: str, probes: list[ProbeResult], seeds: list[int]
+    experiment: Experiment, variant: str, probes: list[Probe], seeds: list[int]
 ) -> list[str]:
     """The runs the probes trained or reused: at each probed LR its first ``runs`` seeds (a
     probe stops at the first unstable seed), as :func:`probe_stability` planned them."""

@@ -43,6 +43,7 @@ from ablate.core.plan import (
     plan_tuned,
 )
 from ablate.core.stability import Observation, contradictions, criterion_text
+from ablate.core.studies import BracketResult, SearchResult, Studies
 from ablate.launch.estimate import check_inputs, study_runs
 from ablate.launch.execute import Executor, LocalExecutor, ready_conversions, split_done
 from ablate.launch.freshness import check_stored_data
@@ -119,7 +120,7 @@ class PipelineResult:
     exp_dir: Path
     report_dir: Path
     specs: list[RunSpec]
-    studies: dict[str, Any]
+    studies: Studies
     missing: list[RunSpec]
     report_rebuilt: bool
 
@@ -154,16 +155,16 @@ def run_experiment(
     continued = plan_convert(experiment)
     write_manifest(ctx, specs + continued)  # the tuned runs join it once the search chose
     ctx.execute(specs)  # stage: shared
-    studies: dict[str, Any] = {}
+    studies = Studies()
     if experiment.search is not None:
-        studies["search"] = search_stage(ctx)
-        tuned = plan_tuned(experiment, best_settings(studies["search"]))
+        studies.search = search_stage(ctx)
+        tuned = plan_tuned(experiment, studies.best_settings())
         specs += tuned
         write_manifest(ctx, specs + continued)
         ctx.execute(tuned)  # stage: tuned
     if experiment.max_lr is not None:
-        studies["max_lr"] = max_lr_stage(ctx, best_lrs(studies.get("search", {})))
-    if studies:
+        studies.max_lr = max_lr_stage(ctx, studies.best_lrs())
+    if experiment.search is not None or experiment.max_lr is not None:
         write_studies(ctx, studies)
     if continued:  # stage: convert, after the shared A/B that holds its sources
         ctx.execute(ready_convert(ctx, continued))
@@ -189,27 +190,12 @@ def write_manifest(ctx: Context, specs: list[RunSpec]) -> None:
     store.write_manifest(ctx.exp_dir, plan_manifest(ctx.experiment, specs))
 
 
-def search_stage(ctx: Context) -> dict[str, Any]:
+def search_stage(ctx: Context) -> dict[str, SearchResult]:
     """Run (or continue) every variant's LR x warmup study; ``{variant: summary}``."""
     return _studies(ctx, "search")
 
 
-def best_settings(search: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    """``{variant: {lr, warmup_steps}}`` of each variant's best stable search trial."""
-    return {
-        variant: {"lr": found["best"]["lr"], "warmup_steps": found["best"]["warmup_steps"]}
-        for variant, found in search.items()
-        if found.get("best")
-    }
-
-
-def best_lrs(search: dict[str, Any]) -> dict[str, float]:
-    """``{variant: lr}`` of each variant's best stable search trial: where its max-LR
-    bracketing starts."""
-    return {variant: best["lr"] for variant, best in best_settings(search).items()}
-
-
-def max_lr_stage(ctx: Context, best: dict[str, float]) -> dict[str, Any]:
+def max_lr_stage(ctx: Context, best: dict[str, float]) -> dict[str, BracketResult]:
     """Bracket every variant's max stable LR (from its search's ``best`` LR) and check each
     bracket against the store."""
     brackets = _studies(ctx, "max_lr", best)
@@ -250,59 +236,43 @@ def observations(runs: pd.DataFrame, variant: str, family: str) -> list[Observat
 
 
 def check_brackets(
-    experiment: Experiment, brackets: dict[str, Any], runs: pd.DataFrame
-) -> dict[str, Any]:
-    """Each bracket with ``monotone`` and its ``contradictions``: stored runs of the same
-    variant and budget, at any warmup (sweep points, search trials, probes, main runs), on the
-    wrong side of it."""
+    experiment: Experiment, brackets: dict[str, BracketResult], runs: pd.DataFrame
+) -> dict[str, BracketResult]:
+    """Each bracket held against the store: stored runs of the same variant and budget, at
+    any warmup (sweep points, search trials, probes, main runs), on the wrong side of it are
+    its contradictions."""
     checked = {}
     for variant, found in brackets.items():
-        low, high = found["bracket"]
+        low, high = found.bracket
         seen = observations(runs, variant, max_lr_family(experiment, variant))
         against = contradictions(low, high, seen)
-        checked[variant] = {
-            **found,
-            "checked_runs": len(seen),
-            "monotone": not against,
-            "contradictions": [vars(o) for o in against],
-        }
+        checked[variant] = found.checked(len(seen), [vars(o) for o in against])
     return checked
 
 
-def write_studies(ctx: Context, studies: dict[str, Any]) -> None:
-    """``stability.json``: the criterion, the storage and every study's result."""
+def write_studies(ctx: Context, studies: Studies) -> None:
+    """``stability.json`` (:mod:`ablate.core.studies`): the criterion, the storage and every
+    study's result as it lasts (what only this process saw is not stored)."""
     from ablate.launch.storage import storage_label, storage_url
 
     url = storage_url(ctx.experiment, ctx.results_dir, ctx.storage)
-    store.write_studies(
-        ctx.exp_dir,
-        {
-            "experiment": ctx.experiment.name,
-            "storage": storage_label(url),
-            "criterion": criterion_text(ctx.experiment.base.train.stability),
-            "search_seed": ctx.experiment.search_seed() if ctx.experiment.search else None,
-            "search": studies.get("search", {}),
-            "max_lr": {v: lasting(r) for v, r in studies.get("max_lr", {}).items()},
-        },
-    )
+    header = {
+        "experiment": ctx.experiment.name,
+        "storage": storage_label(url),
+        "criterion": criterion_text(ctx.experiment.base.train.stability),
+        "search_seed": ctx.experiment.search_seed() if ctx.experiment.search else None,
+    }
+    store.write_studies(ctx.exp_dir, studies.stored(header))
 
 
-def lasting(bracket: dict[str, Any]) -> dict[str, Any]:
-    """A bracket without what only this process saw (runs it trained itself, probes it found
-    stored), so that a rerun that trains nothing stores the same file."""
-    kept = {k: v for k, v in bracket.items() if k != "runs"}
-    kept["probes"] = [{k: v for k, v in p.items() if k != "reused"} for p in bracket["probes"]]
-    return kept
-
-
-def run_studies_only(ctx: Context) -> dict[str, Any]:
+def run_studies_only(ctx: Context) -> Studies:
     """``ablate search``: the search and max-LR studies without training the A/Bs."""
     _check_storage(ctx.experiment, ctx.results_dir, ctx.storage)
-    studies: dict[str, Any] = {}
+    studies = Studies()
     if ctx.experiment.search is not None:
-        studies["search"] = search_stage(ctx)
+        studies.search = search_stage(ctx)
     if ctx.experiment.max_lr is not None:
-        studies["max_lr"] = max_lr_stage(ctx, best_lrs(studies.get("search", {})))
+        studies.max_lr = max_lr_stage(ctx, studies.best_lrs())
     write_studies(ctx, studies)
     return studies
 

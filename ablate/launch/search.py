@@ -40,6 +40,7 @@ from optuna.trial import FrozenTrial, TrialState
 from ablate.core.experiment import Experiment
 from ablate.core.plan import RunSpec, with_train
 from ablate.core.stability import clipped_loss
+from ablate.core.studies import SearchResult
 from ablate.launch.execute import POLL_S, EvalWatch, Executor
 from ablate.launch.storage import open_study
 
@@ -233,7 +234,7 @@ def next_search_step(study: optuna.Study, n_trials: int, watch_running: bool) ->
     return "trial" if counted + running < n_trials else "wait"
 
 
-def search_summary(study: optuna.Study) -> dict[str, Any]:
+def search_summary(study: optuna.Study) -> SearchResult:
     """Best (lr, warmup) and the stable region (ranges over stable complete trials)."""
     complete = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
     stable = [t for t in complete if t.user_attrs.get("stable")]
@@ -249,9 +250,9 @@ def search_summary(study: optuna.Study) -> dict[str, Any]:
         if stable
         else None
     )
-    return {
-        "study": study.study_name,
-        "trial_table": [
+    return SearchResult(
+        study=study.study_name,
+        trial_table=[
             {
                 "number": t.number,
                 "state": t.state.name,
@@ -263,12 +264,12 @@ def search_summary(study: optuna.Study) -> dict[str, Any]:
             }
             for t in study.get_trials(deepcopy=False, states=COUNTED)
         ],
-        "trials": len(study.trials),
-        "complete": len(complete),
-        "pruned": len(study.get_trials(deepcopy=False, states=(TrialState.PRUNED,))),
-        "stable": len(stable),
-        "best": {"value": best.value, **best.params, "run_id": best.user_attrs.get("run_id")}
+        trials=len(study.trials),
+        complete=len(complete),
+        pruned=len(study.get_trials(deepcopy=False, states=(TrialState.PRUNED,))),
+        stable=len(stable),
+        best={"value": best.value, **best.params, "run_id": best.user_attrs.get("run_id")}
         if best
         else None,
-        "stable_region": region,
-    }
+        stable_region=region,
+    )

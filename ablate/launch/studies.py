@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping, Sequence
-from typing import Any
 
 from ablate.core.experiment import Experiment
+from ablate.core.studies import BracketResult, SearchResult
 from ablate.launch.execute import Executor
 from ablate.launch.max_lr import ProbeNotStored, run_max_lr
 from ablate.launch.search import PrintFn, next_search_step, run_search, search_summary
@@ -19,6 +19,7 @@ from ablate.launch.storage import open_study
 from ablate.launch.workers import Resources, run_parallel, worker_say
 
 KINDS = ("search", "max_lr")  # the two studies of a variant
+StudyResult = SearchResult | BracketResult
 
 
 def _job(
@@ -28,7 +29,7 @@ def _job(
     executor: Executor,
     url: str,
     best_lr: float | None,
-) -> dict[str, Any]:
+) -> StudyResult:
     say = worker_say
     if kind == "search":
         return search_summary(run_search(experiment, variant, executor, url, say))
@@ -60,7 +61,7 @@ def stored_result(
     url: str,
     best_lr: float | None = None,
     say: PrintFn = print,
-) -> dict[str, Any] | None:
+) -> StudyResult | None:
     """A study's result when its storage already holds all of it (a rerun), else None."""
     if kind == "search":
         cfg = experiment.search
@@ -89,7 +90,7 @@ def run_studies(
     kinds: Sequence[str] = KINDS,
     say: PrintFn = print,
     best_lrs: Mapping[str, float] | None = None,
-) -> dict[str, dict[str, Any]]:
+) -> dict[str, dict[str, StudyResult]]:
     """Every variant's study of ``kinds`` (those configured): ``{kind: {variant: result}}``,
     variants in the experiment's order. Studies whose storage holds all of their result are
     read here; the others run ``res.workers`` at a time in the executor's pool. A max-LR
@@ -112,23 +113,23 @@ def run_studies(
     }
 
 
-def result_lines(studies: dict[str, Any]) -> list[str]:
+def result_lines(search: dict[str, SearchResult], max_lr: dict[str, BracketResult]) -> list[str]:
     """One line per max-LR bracket and per search study's best trial."""
     lines = []
-    for variant, found in studies.get("max_lr", {}).items():
-        low, high = found["bracket"]
+    for variant, found in max_lr.items():
+        low, high = found.bracket
         shown = f"[{low:.4g}, {high:.4g}]" if low and high else f"[{low}, {high}]"
         check = (
             ""
-            if found.get("monotone", True)
-            else f"; NON-MONOTONE: {len(found['contradictions'])} stored run(s) contradict it"
+            if found.monotone is not False
+            else f"; NON-MONOTONE: {len(found.contradictions)} stored run(s) contradict it"
         )
         lines.append(
-            f"max stable lr {variant}: {shown} after {found['runs_total']} runs; failed seeds "
-            f"{found['failed_seeds']}{check}"
+            f"max stable lr {variant}: {shown} after {found.runs_total} runs; failed seeds "
+            f"{found.failed_seeds}{check}"
         )
-    for variant, found in studies.get("search", {}).items():
-        best = found["best"]
+    for variant, result in search.items():
+        best = result.best
         text = (
             f"lr {best['lr']:.3g}, warmup {best['warmup_steps']}, val loss {best['value']:.4f}"
             if best

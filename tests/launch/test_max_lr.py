@@ -50,16 +50,16 @@ def test_max_lr_resumed_after_interruption_redoes_nothing(
     monkeypatch.setattr(max_lr, "probe_stability", real_probe)
     runs_before = {p.parent.name for p in root.glob("tiny/*/summary.json")}
     resumed = run_max_lr(exp, "rmsnorm", SimulatedExecutor(root), url, say=lambda _: None)
-    assert [p["reused"] for p in resumed["probes"][:2]] == [True, True]
-    assert not any(p["reused"] for p in resumed["probes"][2:])
-    assert resumed["bracket"] == reference["bracket"]
-    assert resumed["runs_total"] == reference["runs_total"]
-    assert resumed["runs"] == reference["runs_total"] - 2  # the two stored probes were not rerun
+    assert [p.reused for p in resumed.probes[:2]] == [True, True]
+    assert not any(p.reused for p in resumed.probes[2:])
+    assert resumed.bracket == reference.bracket
+    assert resumed.runs_total == reference.runs_total
+    assert resumed.trained == reference.runs_total - 2  # the two stored probes were not rerun
     complete = [t for t in study_trials(url, "tiny.rmsnorm.max_lr") if t.state.name == "COMPLETE"]
-    assert len({t.params["lr"] for t in complete}) == len(complete) == len(resumed["probes"])
+    assert len({t.params["lr"] for t in complete}) == len(complete) == len(resumed.probes)
     runs_after = {p.parent.name for p in root.glob("tiny/*/summary.json")}
     assert len(runs_before) == 2  # the two probes stored before the interruption ...
-    assert len(runs_after - runs_before) == resumed["runs"]  # ... kept; only the rest trained
+    assert len(runs_after - runs_before) == resumed.trained  # ... kept; only the rest trained
 
 
 def test_max_lr_probes_are_reused_only_under_the_same_budget_and_seeds(tmp_path: Path) -> None:
@@ -70,17 +70,17 @@ def test_max_lr_probes_are_reused_only_under_the_same_budget_and_seeds(tmp_path:
     quiet = {"say": lambda _: None}
     done = run_max_lr(first, "rmsnorm", SimulatedExecutor(root), url, **quiet)
     again = run_max_lr(first, "rmsnorm", SimulatedExecutor(root), url, **quiet)
-    assert all(p["reused"] for p in again["probes"]) and again["bracket"] == done["bracket"]
+    assert all(p.reused for p in again.probes) and again.bracket == done.bracket
     longer = simulated_experiment(tmp_path, max_lr={**sections, "tokens": 4 * 16 * 30})
     fresh = run_max_lr(longer, "rmsnorm", SimulatedExecutor(root), url, **quiet)
-    assert not any(p["reused"] for p in fresh["probes"]) and fresh["runs"] >= 1
+    assert not any(p.reused for p in fresh.probes) and fresh.trained >= 1
     more_seeds = simulated_experiment(tmp_path, max_lr={**sections, "seeds": [0, 1]})
     executor = SimulatedExecutor(root)
-    assert not run_max_lr(more_seeds, "rmsnorm", executor, url, **quiet)["probes"][0]["reused"]
+    assert not run_max_lr(more_seeds, "rmsnorm", executor, url, **quiet).probes[0].reused
     replayed = studies.stored_result(
         "max_lr", first, "rmsnorm", SimulatedExecutor(root), url
     )  # a rerun: no pool
-    assert replayed["bracket"] == done["bracket"] and replayed["runs"] == 0
+    assert replayed.bracket == done.bracket and replayed.trained == 0
     unrun = simulated_experiment(tmp_path, max_lr={**sections, "tokens": 4 * 16 * 40})
     assert studies.stored_result("max_lr", unrun, "rmsnorm", SimulatedExecutor(root), url) is None
 
@@ -91,13 +91,13 @@ def test_a_max_lr_study_reads_in_the_dashboard_as_its_bracket(tmp_path: Path) ->
     root = tmp_path / "results"
     url = storage_url(exp, root)
     found = run_max_lr(exp, "rmsnorm", SimulatedExecutor(root), url, say=lambda _: None)
-    low, high = found["bracket"]
+    low, high = found.bracket
     assert low is not None and high is not None
-    study = optuna.load_study(study_name=found["study"], storage=storage.open_storage(url))
+    study = optuna.load_study(study_name=found.study, storage=storage.open_storage(url))
     assert study.best_trial.params["lr"] == pytest.approx(low)  # best: the largest stable LR
     assert study.metric_names == [max_lr.PROBE_METRIC]
     assert study.user_attrs == {"largest_stable_lr": low, "smallest_unstable_lr": high}
-    stable = {p["lr"]: p["stable"] for p in found["probes"]}
+    stable = {p.lr: p.stable for p in found.probes}
     for trial in study.trials:
         lr = trial.params["lr"]
         assert trial.value == (-lr if stable[lr] else 0.0)

@@ -48,7 +48,7 @@ def test_pipeline_runs_the_tuned_ab_at_the_searchs_best_on_every_final_seed(
     result = run_experiment(path, tmp_path / "results", tmp_path / "reports")
     assert result.missing == [] and result.report_rebuilt
     runs = _summaries(result.exp_dir)
-    search = result.studies["search"]
+    search = result.studies.search
     assert [s["seed"] for s in runs if s["group"] == "search"] == [2] * 4  # max(seeds) + 1
     tuned = [s for s in runs if s["group"] == "tuned"]
     assert sorted((s["variant"], s["seed"]) for s in tuned) == [
@@ -58,7 +58,7 @@ def test_pipeline_runs_the_tuned_ab_at_the_searchs_best_on_every_final_seed(
         ("rmsnorm", 1),
     ]
     for s in tuned:
-        best = search[s["variant"]]["best"]
+        best = search[s["variant"]].best
         assert (s["lr"], s["warmup_steps"]) == (best["lr"], best["warmup_steps"])
         assert s["planned_steps"] == 400  # the full budget, not the search's
     assert sorted((s["variant"], s["seed"]) for s in runs if s["group"] == "main") == sorted(

@@ -79,7 +79,7 @@ def test_run_studies_writes_stability_json(tmp_path: Path) -> None:
         trials = stored["search"][variant]["trial_table"]
         assert found["checked_runs"] >= found["runs_total"] + len(trials)  # probes and trials
         assert found["monotone"] == (found["contradictions"] == [])
-    assert result["max_lr"]["rmsnorm"]["bracket"] == stored["max_lr"]["rmsnorm"]["bracket"]
+    assert result.max_lr["rmsnorm"].bracket == stored["max_lr"]["rmsnorm"]["bracket"]
     assert stored["criterion"] == criterion_text(exp.base.train.stability)
 
 

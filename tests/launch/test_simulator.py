@@ -80,23 +80,23 @@ def test_ln_vs_rms_on_the_simulator_finds_the_truth_at_every_stage(tmp_path: Pat
     result = run_experiment(exp, root, tmp_path / "reports")
     assert not result.missing and result.report_rebuilt
     sim = exp.base.runtime.simulate
-    brackets = result.studies["max_lr"]
+    brackets = result.studies.max_lr
     seeds = exp.max_lr.seeds
     for variant in exp.variants:
         probe_cfg = exp.variants[variant].model_copy(deep=True)
         probe_cfg.train.tokens = exp.max_lr.tokens
         truth = min(true_edge(probe_cfg, variant, seed) for seed in seeds)
-        low, high = brackets[variant]["bracket"]
+        low, high = brackets[variant].bracket
         assert low < truth <= high * (1 + 1e-12)  # the bracket holds the seeds' true edge
         assert high / low == pytest.approx(math.sqrt(2))
-        assert brackets[variant]["monotone"]
-        best = result.studies["search"][variant]["best"]
+        assert brackets[variant].monotone
+        best = result.studies.search[variant].best
         # six trials land within a factor 2 of the optimum: under 0.03 nats of true regret
         regret = valley_loss(sim.truth(variant), best["lr"]) - sim.truth(variant).best_loss
         assert abs(math.log2(best["lr"] / sim.truth(variant).opt_lr)) < 1 and regret < 0.03
     runs = store.load_summaries(result.exp_dir)
     tuned = runs[runs["group"] == "tuned"]
-    chosen = {v: result.studies["search"][v]["best"]["lr"] for v in exp.variants}
+    chosen = {v: result.studies.search[v].best["lr"] for v in exp.variants}
     assert {(r.variant, r.lr) for r in tuned.itertuples()} == set(chosen.items())
     assert sorted(tuned["seed"]) == [0, 0, 1, 1, 2, 2]
     main = runs[runs["group"] == "main"].pivot(
