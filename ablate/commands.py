@@ -79,15 +79,10 @@ def _print_plan(experiment: Experiment, args: argparse.Namespace, console: Conso
     """The runs, the per-variant estimate table and the wall time of one experiment; the time."""
     from ablate.core.plan import planned_groups
     from ablate.launch.estimate import describe_plan
-    from ablate.launch.workers import choose_resources, gpu_count
+    from ablate.launch.workers import resources_for
 
     n_runs = len(experiment.seeds) * len(experiment.variants)
-    res = choose_resources(
-        n_runs,
-        args.workers or experiment.base.runtime.workers,
-        experiment.base.runtime.threads,
-        gpus=gpu_count(experiment.base.runtime.accelerator),
-    )
+    res = resources_for(experiment.base.runtime, n_runs, args.workers)
     plan = describe_plan(experiment, res.workers, res.threads)
     groups = ", ".join(planned_groups(experiment))
     console.print(

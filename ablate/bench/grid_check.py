@@ -18,6 +18,7 @@ import pandas as pd
 
 from ablate.core import store
 from ablate.core.experiment import Experiment, SweepConfig
+from ablate.core.folders import ExperimentFolder
 from ablate.core.load import load_experiment
 from ablate.core.plan import RunSpec, plan_lr_grid
 from ablate.launch.execute import execute
@@ -78,7 +79,7 @@ def main(argv: list[str] | None = None) -> None:
     experiment = load_experiment(args.experiment)
     if experiment.max_lr is None:
         parser.error(f"{args.experiment} has no max_lr: section")
-    studies = store.read_studies(store.experiment_dir(args.results_dir, experiment.name))
+    studies = store.read_studies(ExperimentFolder.of(args.results_dir, experiment.name).path)
     if not studies or not studies.get("max_lr"):
         parser.error(f"no max-LR brackets stored: run `ablate run {args.experiment}` first")
     brackets = studies["max_lr"]

@@ -41,7 +41,7 @@ from torch.autograd import DeviceType
 from torch.autograd.profiler_util import FunctionEvent
 from torch.profiler import ProfilerActivity, profile, record_function
 
-from ablate.core import folders, store
+from ablate.core import folders
 from ablate.core.config import ModelConfig
 from ablate.core.experiment import Experiment
 from ablate.core.folders import INFERENCE_TABLE, ExperimentFolder
@@ -170,7 +170,7 @@ def variant_model(experiment: Experiment, variant: str, vocab: int, root: Path |
     if root is None:
         return model
     spec = next(s for s in plan_runs(experiment) if s.variant == variant)
-    run = store.run_folder(root, experiment.name, spec.run_id)
+    run = ExperimentFolder.of(root, experiment.name).run(spec.run_id)
     if run.weights.is_file():
         model.load_state_dict(torch.load(run.weights, map_location="cpu", weights_only=True))
     return model

@@ -22,7 +22,7 @@ import pandas as pd
 import torch
 
 from ablate.bench.runner import benchmark_arguments, benchmark_spec
-from ablate.core import store
+from ablate.core.folders import ExperimentFolder
 from ablate.core.plan import RunSpec
 from ablate.training.run import execute_run
 
@@ -31,7 +31,8 @@ def train_time(spec: RunSpec) -> tuple[float, float, pd.DataFrame]:
     """(seconds of training steps, final train loss, per-step metrics) of one scratch run."""
     with tempfile.TemporaryDirectory() as root:
         summary = execute_run(spec, Path(root))
-        metrics = pd.read_csv(store.run_folder(Path(root), spec.experiment, spec.run_id).metrics)
+        run = ExperimentFolder.of(Path(root), spec.experiment).run(spec.run_id)
+        metrics = pd.read_csv(run.metrics)
     return summary["train_time_s"], summary["final_train_loss"], metrics
 
 

@@ -21,7 +21,7 @@ from pathlib import Path
 import pandas as pd
 import torch
 
-from ablate.core import store
+from ablate.core.folders import ExperimentFolder
 from ablate.core.load import load_experiment
 from ablate.core.plan import RunSpec
 from ablate.nn.model import next_token_loss, parameter_groups
@@ -68,7 +68,8 @@ def runner(spec: RunSpec) -> tuple[float, float]:
         start = time.perf_counter()
         execute_run(spec, Path(root))
         elapsed = time.perf_counter() - start
-        metrics = pd.read_csv(store.run_folder(Path(root), spec.experiment, spec.run_id).metrics)
+        run = ExperimentFolder.of(Path(root), spec.experiment).run(spec.run_id)
+        metrics = pd.read_csv(run.metrics)
     return elapsed, float(metrics["train_loss"].iloc[-1])
 
 

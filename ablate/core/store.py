@@ -84,25 +84,10 @@ SUMMARY_KEYS = (  # every run's summary.json has these keys (a convert run has a
 )
 
 
-def experiment_dir(root: Path, experiment: str) -> Path:
-    """Folder of one experiment's runs."""
-    return ExperimentFolder.of(root, experiment).path
-
-
-def run_folder(root: Path, experiment: str, run_id: str) -> RunFolder:
-    """The folder of one run of ``experiment`` under the results root."""
-    return ExperimentFolder.of(root, experiment).run(run_id)
-
-
 def is_experiment(exp_dir: Path) -> bool:
     """Whether ``exp_dir`` holds an experiment's results (its plan or at least one run)."""
     folder = ExperimentFolder(exp_dir)
     return folder.manifest.is_file() or bool(folder.runs())
-
-
-def is_done(run_dir: Path) -> bool:
-    """True when the run finished, diverged or was pruned; anything else is redone."""
-    return RunFolder(run_dir).is_done()
 
 
 def load_summaries(exp_dir: Path, include_incomplete: bool = False) -> pd.DataFrame:

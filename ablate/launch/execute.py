@@ -4,7 +4,7 @@ stage is given, and this module's :class:`LocalExecutor` is the one that trains 
 A stage (:mod:`ablate.launch.pipeline`, the studies) only decides which RunSpecs it needs and
 hands them to its executor: ``obtain`` one (a search trial, a max-LR probe) or ``run`` many (an
 A/B). The local executor checks the store for finished runs, picks a worker count for the
-machine (:func:`ablate.launch.workers.choose_resources`), and trains each pending spec through
+machine (:func:`ablate.launch.workers.resources_for`), and trains each pending spec through
 :func:`obtain`, the claim / train / reuse path, in this process when there is one worker and in
 the ``spawn`` pool otherwise (:mod:`ablate.launch.workers`); workers report steps through a
 queue and the ``ablate`` process draws them (:mod:`ablate.launch.progress`). Other backends (the
@@ -24,15 +24,14 @@ from typing import Any, Protocol
 from rich.console import Console
 
 from ablate.core import store
-from ablate.core.folders import RunFolder
+from ablate.core.folders import ExperimentFolder
 from ablate.core.plan import RunSpec
 from ablate.launch.progress import ProgressBoard
 from ablate.launch.workers import (
     Resources,
-    choose_resources,
     drain,
-    gpu_count,
     in_worker,
+    resources_for,
     sigint_deferred,
     torch_threads,
     worker_message,
@@ -69,17 +68,12 @@ class Executor(Protocol):
         """Every spec not yet done; the summaries of all of them (stored and new)."""
 
 
-def run_folder_of(spec: RunSpec, root: Path) -> RunFolder:
-    """The folder a spec's results live in."""
-    return store.run_folder(root, spec.experiment, spec.run_id)
-
-
 def split_done(specs: list[RunSpec], root: Path) -> tuple[list[dict], list[RunSpec]]:
     """(summaries of runs already done, specs still to run); specs with equal ids are one run."""
     done: list[dict] = []
     pending: list[RunSpec] = []
     for spec in {s.run_id: s for s in specs}.values():
-        summary = run_folder_of(spec, root).read_summary()
+        summary = ExperimentFolder.of(root, spec.experiment).run(spec.run_id).read_summary()
         if summary is None:
             pending.append(spec)
         else:
@@ -115,7 +109,8 @@ def obtain_with(
     ``wait`` is waited for and then reused.
     """
     announced = False
-    while (summary := run_folder_of(spec, root).read_summary()) is None:
+    folder = ExperimentFolder.of(root, spec.experiment).run(spec.run_id)
+    while (summary := folder.read_summary()) is None:
         try:
             return attempt()
         except store.RunClaimed as claimed:
@@ -285,8 +280,7 @@ def execute(
     summaries = done
     if not pending:
         return summaries
-    gpus = gpu_count(pending[0].config.runtime.accelerator)
-    res = choose_resources(len(pending), workers, threads, gpus=gpus)
+    res = resources_for(pending[0].config.runtime, len(pending), workers, threads)
     console.print(
         f"running {len(pending)} runs with {res.workers} worker(s) x {res.threads} thread(s)"
     )

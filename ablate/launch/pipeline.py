@@ -32,6 +32,7 @@ from rich.console import Console
 
 from ablate.core import store
 from ablate.core.experiment import Experiment
+from ablate.core.folders import ExperimentFolder
 from ablate.core.load import load_experiment
 from ablate.core.plan import (
     RunSpec,
@@ -48,7 +49,7 @@ from ablate.launch.estimate import check_inputs, study_runs
 from ablate.launch.execute import Executor, LocalExecutor, ready_conversions, split_done
 from ablate.launch.freshness import check_stored_data
 from ablate.launch.progress import StudyProgress
-from ablate.launch.workers import Resources, choose_resources, gpu_count
+from ablate.launch.workers import Resources, resources_for
 
 STAGES = ("shared", "search", "tuned", "max_lr", "convert", "report")
 SayFn = Callable[[str], None]
@@ -74,24 +75,15 @@ class Context:
     @property
     def exp_dir(self) -> Path:
         """The experiment's results folder."""
-        return store.experiment_dir(self.results_dir, self.experiment.name)
+        return ExperimentFolder.of(self.results_dir, self.experiment.name).path
 
     def say(self, text: str) -> None:
         """Print one plain line."""
         self.console.print(text, markup=False, highlight=False, soft_wrap=True)
 
     def resources(self, jobs: int) -> Resources:
-        """Workers and threads for ``jobs`` things at once (runs or studies); one of each for
-        the simulator, whose runs take milliseconds."""
-        runtime = self.experiment.base.runtime
-        if runtime.backend == "simulate":
-            return Resources(1, 1)
-        return choose_resources(
-            jobs,
-            self.workers or runtime.workers,
-            self.threads or runtime.threads,
-            gpus=gpu_count(runtime.accelerator),
-        )
+        """Workers and threads for ``jobs`` studies at once (:func:`resources_for`)."""
+        return resources_for(self.experiment.base.runtime, jobs, self.workers, self.threads)
 
     def execute(self, specs: list[RunSpec]) -> list[dict[str, Any]]:
         """Every spec through the executor (skip stored, run the rest)."""
@@ -107,9 +99,7 @@ def make_executor(ctx: Context) -> Executor:
         from ablate.launch.simulator import SimulatedExecutor
 
         return SimulatedExecutor(ctx.results_dir, ctx.console)
-    return LocalExecutor(
-        ctx.results_dir, ctx.workers or runtime.workers, ctx.threads or runtime.threads, ctx.console
-    )
+    return LocalExecutor(ctx.results_dir, ctx.workers, ctx.threads, ctx.console)
 
 
 @dataclass

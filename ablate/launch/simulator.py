@@ -22,6 +22,7 @@ import pandas as pd
 from rich.console import Console
 
 from ablate.core import folders, store
+from ablate.core.folders import ExperimentFolder
 from ablate.core.plan import RunSpec
 from ablate.core.simulate import SimulatedRun, simulate_run, verdict_of
 from ablate.launch.execute import EvalWatch, SayFn, obtain_with, say_done, split_done
@@ -129,10 +130,10 @@ def simulate_and_store(
 ) -> dict[str, Any]:
     """Claim the run, simulate it, write its folder as a trained run would; its summary."""
     start = time.perf_counter()
-    exp_dir = store.experiment_dir(root, spec.experiment)
+    exp_dir = ExperimentFolder.of(root, spec.experiment).path
     store.claim_run(exp_dir, spec.run_id, take_over)
     try:
-        folder = store.run_folder(root, spec.experiment, spec.run_id)
+        folder = ExperimentFolder.of(root, spec.experiment).run(spec.run_id)
         if folder.is_done():
             raise store.RunClaimed(f"run {spec.run_id} was finished meanwhile by another process")
         folder.reset()

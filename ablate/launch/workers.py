@@ -28,6 +28,8 @@ from typing import Any, TypeVar
 
 import torch
 
+from ablate.core.config import RuntimeConfig
+
 T = TypeVar("T")
 Message = tuple[str, str, int, float]  # (kind, run id or text, step, loss) from a worker
 
@@ -52,6 +54,22 @@ def choose_resources(
     cores = cores or os.cpu_count() or 1
     n = workers or max(1, min(pending, gpus or cores))
     return Resources(workers=n, threads=threads or max(1, cores // n))
+
+
+def resources_for(
+    runtime: RuntimeConfig, jobs: int, workers: int | None = None, threads: int | None = None
+) -> Resources:
+    """The one choice of workers x threads for ``jobs`` runs or studies at once: the command
+    line's ``workers`` / ``threads``, else the file's ``runtime``, else chosen for the machine
+    (:func:`choose_resources`); one of each for the simulator, whose runs take milliseconds."""
+    if runtime.backend == "simulate":
+        return Resources(1, 1)
+    return choose_resources(
+        jobs,
+        workers or runtime.workers,
+        threads or runtime.threads,
+        gpus=gpu_count(runtime.accelerator),
+    )
 
 
 def gpu_count(accelerator: str) -> int:

@@ -13,6 +13,7 @@ import torch
 from torch import nn
 
 from ablate.core import store
+from ablate.core.folders import ExperimentFolder
 from ablate.core.plan import RunSpec
 from ablate.nn.convert import convert_weights
 from ablate.nn.model import GPT
@@ -62,7 +63,7 @@ def prepare(spec: RunSpec, root: Path | None = None) -> Prepared:
 
 def load_source(spec: RunSpec, root: Path, vocab_size: int) -> tuple[RunSpec, GPT]:
     """The source run's spec and its final model (``model.pt``), or a clear error."""
-    source_dir = store.run_folder(root, spec.experiment, str(spec.init_from))
+    source_dir = ExperimentFolder.of(root, spec.experiment).run(str(spec.init_from))
     problem = store.weights_missing(source_dir.path)
     if problem is not None:
         raise ValueError(f"source run {spec.init_from} {problem}: nothing to continue from")

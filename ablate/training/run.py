@@ -27,6 +27,7 @@ import torch
 from torch import nn
 
 from ablate.core import folders, store
+from ablate.core.folders import ExperimentFolder
 from ablate.core.plan import RunSpec
 from ablate.nn.model import (
     parameter_digests,
@@ -70,7 +71,7 @@ def execute_run(
     another live process is training raises :class:`ablate.core.store.RunClaimed`, and one that
     finished meanwhile is not trained again.
     """
-    exp_dir = store.experiment_dir(root, spec.experiment)
+    exp_dir = ExperimentFolder.of(root, spec.experiment).path
     store.claim_run(exp_dir, spec.run_id, take_over)  # RunClaimed: another process trains it
     try:
         return _train_and_store(spec, root, progress, stoppers)
@@ -86,7 +87,7 @@ def _train_and_store(
 ) -> dict[str, Any]:
     """The body of :func:`execute_run`, under the run's claim."""
     start = time.perf_counter()
-    run = store.run_folder(root, spec.experiment, spec.run_id)
+    run = ExperimentFolder.of(root, spec.experiment).run(spec.run_id)
     if run.is_done():  # another process finished it after this one planned it
         raise store.RunClaimed(f"run {spec.run_id} was finished meanwhile by another process")
     run.reset()

@@ -12,6 +12,7 @@ import pandas as pd
 import pytest
 
 from ablate.core import folders, store
+from ablate.core.folders import RunFolder
 
 
 def _fake_run(
@@ -42,8 +43,8 @@ def test_only_finished_and_diverged_runs_count(tmp_path: Path) -> None:
     diverged = _fake_run(exp, "r2", "diverged", seed=1)
     interrupted = _fake_run(exp, "r3", "interrupted", seed=2)
     crashed = _fake_run(exp, "r4", None, seed=3)  # killed before its summary
-    assert store.is_done(done) and store.is_done(diverged)
-    assert not store.is_done(interrupted) and not store.is_done(crashed)
+    assert RunFolder(done).is_done() and RunFolder(diverged).is_done()
+    assert not RunFolder(interrupted).is_done() and not RunFolder(crashed).is_done()
     assert list(store.load_summaries(exp)["run_id"]) == ["r1", "r2"]
     everything = store.load_summaries(exp, include_incomplete=True)
     assert list(everything["status"]) == ["finished", "diverged", "interrupted", "incomplete"]

@@ -10,10 +10,14 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from ablate.core import store
+from ablate.core.folders import ExperimentFolder, RunFolder
 from ablate.core.load import load_experiment
-from ablate.core.plan import plan_runs
-from ablate.launch.execute import execute, run_folder_of
+from ablate.core.plan import RunSpec, plan_runs
+from ablate.launch.execute import execute
+
+
+def _folder(root: Path, spec: RunSpec) -> RunFolder:
+    return ExperimentFolder.of(root, spec.experiment).run(spec.run_id)
 
 
 def _console() -> tuple[Console, io.StringIO]:
@@ -30,18 +34,18 @@ def test_rerun_skips_finished_runs_and_redoes_incomplete_ones(
     console, _ = _console()
     first = execute(specs, root, workers=1, console=console)
     assert sorted(s["run_id"] for s in first) == sorted(s.run_id for s in specs)
-    stamps = {s.run_id: run_folder_of(s, root).summary.read_text() for s in specs}
+    stamps = {s.run_id: _folder(root, s).summary.read_text() for s in specs}
 
     # simulate a run killed mid-way: its summary is gone, a half-written metrics file remains
     victim = specs[2]
-    run_folder_of(victim, root).summary.unlink()
-    run_folder_of(victim, root).metrics.write_text("step,train_loss\n1,5.5\n")
+    _folder(root, victim).summary.unlink()
+    _folder(root, victim).metrics.write_text("step,train_loss\n1,5.5\n")
     console, out = _console()
     second = execute(specs, root, workers=1, console=console)
     assert "3 of 4 runs already done" in out.getvalue()
     assert len(second) == 4
     for spec in specs:
-        text = run_folder_of(spec, root).summary.read_text()
+        text = _folder(root, spec).summary.read_text()
         if spec is victim:
             redone = json.loads(text)
             assert redone["status"] == "finished" and redone["steps"] == 20
@@ -52,7 +56,7 @@ def test_rerun_skips_finished_runs_and_redoes_incomplete_ones(
     console, out = _console()
     execute(specs, root, workers=1, console=console)
     assert "4 of 4 runs already done" in out.getvalue()
-    assert all(store.is_done(run_folder_of(s, root).path) for s in specs)
+    assert all(_folder(root, s).is_done() for s in specs)
 
 
 @pytest.mark.trains

@@ -15,6 +15,7 @@ from conftest import REPO
 
 from ablate.core import store
 from ablate.core.experiment import Experiment
+from ablate.core.folders import ExperimentFolder
 from ablate.core.load import load_experiment
 from ablate.core.plan import RunSpec
 from ablate.core.simulate import true_edge, valley_loss
@@ -128,7 +129,7 @@ def test_a_simulated_run_is_stored_as_a_trained_one_and_reused(tmp_path: Path) -
     executor = SimulatedExecutor(tmp_path)
     summary = executor.obtain(spec)
     assert set(SUMMARY_KEYS) <= summary.keys() and summary["stable"] is True
-    folder = store.run_folder(tmp_path, exp.name, spec.run_id)
+    folder = ExperimentFolder.of(tmp_path, exp.name).run(spec.run_id)
     assert json.loads(folder.summary.read_text()) == summary
     assert folder.metrics.is_file() and folder.probes.is_file() and folder.config.is_file()
     again = executor.run([spec])

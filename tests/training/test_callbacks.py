@@ -12,8 +12,8 @@ import torch
 from conftest import tiny_config
 
 from ablate.core.config import StabilityConfig
+from ablate.core.folders import RunFolder
 from ablate.core.plan import RunSpec
-from ablate.core.store import is_done
 from ablate.launch.search import pruning_watch
 from ablate.training.callbacks import DivergenceMonitor, EvalStop
 from ablate.training.run import execute_run
@@ -93,4 +93,4 @@ def test_pruner_stops_a_poor_trial_as_a_stored_result(tmp_path: Path) -> None:
     assert summary["status"] == "pruned" and summary["steps"] == 10
     assert summary["stopped_reason"] == "pruned by Optuna at step 10"
     assert summary["stable"] is None and summary["diverged_step"] is None
-    assert is_done(tmp_path / "tiny" / spec.run_id)  # a result: reused, not retrained
+    assert RunFolder(tmp_path / "tiny" / spec.run_id).is_done()  # a result: reused, not retrained

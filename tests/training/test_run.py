@@ -14,6 +14,7 @@ import torch
 from conftest import REPO, tiny_config
 
 from ablate.core import store
+from ablate.core.folders import RunFolder
 from ablate.core.load import load_experiment
 from ablate.core.plan import RunSpec, with_train
 from ablate.core.stability import DivergenceRule
@@ -118,7 +119,7 @@ def test_huge_learning_rate_diverges_as_a_result_not_a_crash(tmp_path: Path) -> 
     assert (stop.step, stop.reason) == (summary["diverged_step"], summary["diverged_reason"])
     assert summary["unstable_reason"] == f"diverged: {stop.reason}"
     assert summary["divergence_threshold"] == pytest.approx(rule.threshold)
-    assert store.is_done(tmp_path / "tiny" / spec.run_id)
+    assert RunFolder(tmp_path / "tiny" / spec.run_id).is_done()
 
 
 def _smoke_file_spec(**train: object) -> RunSpec:
@@ -226,7 +227,7 @@ def test_exception_in_training_is_stored_as_failed_and_redone_later(
     spec = _spec()
     summary = execute_run(spec, tmp_path)
     assert summary["status"] == "failed" and "RuntimeError: boom at step 1" in summary["error"]
-    assert not store.is_done(tmp_path / "tiny" / spec.run_id)
+    assert not RunFolder(tmp_path / "tiny" / spec.run_id).is_done()
 
 
 def _smoke_spec(kind: str, placement: str, **overrides) -> RunSpec:
