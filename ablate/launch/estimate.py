@@ -27,7 +27,14 @@ from ablate.core.config import ConfigError, RunConfig
 from ablate.core.experiment import Experiment
 from ablate.core.folders import ExperimentFolder
 from ablate.core.overrides import differences
-from ablate.core.plan import plan_convert, plan_runs, plan_sweep, planned_groups
+from ablate.core.plan import (
+    RunSpec,
+    plan_convert,
+    plan_runs,
+    plan_sweep,
+    plan_tuned,
+    planned_groups,
+)
 from ablate.nn.model import count_parameters, next_token_loss, parameter_groups
 from ablate.nn.sources import ModelSourceError, build_model
 from ablate.training.data import Corpus, DataError, batch_offsets, gather_windows, load_corpus
@@ -141,23 +148,32 @@ def max_lr_probes(experiment: Experiment, start: float) -> int:
     return coarse + max(0, fine)
 
 
+def _counted(specs: list[RunSpec]) -> tuple[int, int]:
+    """(runs, steps of the longest) of planned specs; (0, 0) for none."""
+    return len(specs), max((s.config.steps() for s in specs), default=0)
+
+
 def study_runs(
     experiment: Experiment, config: RunConfig, variant: str = ""
 ) -> dict[str, tuple[int, int]]:
     """Per group beyond the main runs: (runs of one variant, steps per run); max_lr at most.
 
-    ``convert`` runs (continued and converted, per seed) count with their source ``variant``.
+    The planners say what the sweep, the tuned A/B (planned at the base's settings: the
+    search's choice changes LR and warmup, not the count) and ``convert`` (continued and
+    converted runs, counted with their source ``variant``) will run; the search runs
+    ``n_trials`` and the max-LR bracket at most :func:`max_lr_probes` probes per seed.
     """
     runs: dict[str, tuple[int, int]] = {}
-    if (convert := experiment.convert) is not None and variant == convert.source:
-        runs["convert"] = (2 * len(convert.seeds), convert.control.steps())
+    convert = experiment.convert
+    if convert is not None and variant == convert.source:
+        runs["convert"] = _counted(plan_convert(experiment))
     per_step = config.tokens_per_step()
-    if (sweep := experiment.sweep) is not None:
-        seeds = len(sweep.seeds or experiment.seeds)
-        runs["sweep"] = (sweep.points * seeds, (sweep.tokens or config.train.tokens) // per_step)
+    if experiment.sweep is not None:
+        runs["sweep"] = _counted([s for s in plan_sweep(experiment) if s.variant == variant])
     if (search := experiment.search) is not None:
         runs["search"] = (search.n_trials, (search.tokens or config.train.tokens) // per_step)
-        runs["tuned"] = (len(experiment.seeds), config.steps())  # at the search's best
+        at_base = {variant: {"lr": config.train.lr, "warmup_steps": config.train.warmup_steps}}
+        runs["tuned"] = _counted([s for s in plan_tuned(experiment, at_base)])
     if (max_lr := experiment.max_lr) is not None:
         probes = max_lr_probes(experiment, max_lr.start or config.train.lr)
         seeds = len(max_lr.seeds or experiment.seeds)

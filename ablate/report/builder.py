@@ -71,19 +71,7 @@ class Report:
         return quality_markdown(self.table)
 
 
-FIGURES = (
-    "loss_curves.png",
-    "loss_difference.png",
-    "loss_time.png",
-    "throughput.png",
-    "probes.png",
-    "logits.png",
-    "lr_sweep.png",
-    "stability_map.png",
-    "interactions.png",
-    "convert.png",
-)
-
+FIGURE_SUFFIX = ".png"  # every figure a section names (Section.figures)
 
 HTML_STYLE = """
 body { font-family: system-ui, sans-serif; max-width: 1200px; margin: 2em auto; padding: 0 1em;
@@ -123,12 +111,13 @@ def write_section(section: Section, folder: Path) -> None:
 
 
 def start_build(report_dir: Path) -> float:
-    """Make the folder not current until this build completes, and drop every figure of an
-    older build (one whose data are gone must not survive); the build's start time."""
+    """Make the folder not current until this build completes, and drop every figure in it
+    (the sections name the ones this build draws; one whose data are gone must not survive);
+    the build's start time."""
     report_dir.mkdir(parents=True, exist_ok=True)
     (report_dir / folders.REPORT_BUILT).unlink(missing_ok=True)
-    for name in FIGURES:
-        (report_dir / name).unlink(missing_ok=True)
+    for old in report_dir.glob(f"*{FIGURE_SUFFIX}"):
+        old.unlink()
     return time.time()
 
 
@@ -228,7 +217,7 @@ def build_report(exp_dir: Path, report_dir: Path) -> Report:
     page = markdown_to_html(text, report_dir, str(stored.manifest["name"]))
     folders.write_text_atomic(report_dir / "report.html", page)
     finish_build(report_dir, started, built_from)
-    figures = [report_dir / name for name in FIGURES if (report_dir / name).exists()]
+    figures = [report_dir / name for name in report.figures]
     return Report(
         report_dir,
         report_dir / "report.md",
