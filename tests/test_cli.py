@@ -413,7 +413,7 @@ def test_sigkill_at_random_points_then_rerun_equals_an_uninterrupted_run(tmp_pat
 
 @pytest.mark.slow
 def test_two_concurrent_runs_share_the_work_and_train_each_run_once(tmp_path: Path) -> None:
-    path = _long_experiment(tmp_path, 300)
+    path = _long_experiment(tmp_path, 150)
     first, second = (
         ablate_process("run", str(path), "--workers", "1", cwd=tmp_path) for _ in range(2)
     )

@@ -28,9 +28,7 @@ def _trained_trials(outputs: list[str]) -> list[int]:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize(
-    ("kind", "workers"), [("sqlite", 4), ("journal", 4), ("postgres", 1), ("postgres", 4)]
-)
+@pytest.mark.parametrize(("kind", "workers"), [("sqlite", 4), ("journal", 4), ("postgres", 4)])
 def test_workers_share_one_study_each_trial_run_once(
     tmp_path: Path, request: pytest.FixtureRequest, kind: str, workers: int
 ) -> None:
