@@ -109,6 +109,21 @@ class RunSpec:
         """12 hex digits of sha256 over the canonical JSON of :meth:`identity`."""
         return _digest(self.identity())
 
+    def summary_keys(self) -> dict[str, Any]:
+        """What a run's summary says about which run it is: experiment, run id, family,
+        variant, seed, data seed, group, LR and warmup (the first summary keys)."""
+        return {
+            "experiment": self.experiment,
+            "run_id": self.run_id,
+            "family": self.family,
+            "variant": self.variant,
+            "seed": self.seed,
+            "data_seed": self.data_seed,
+            "group": self.group,
+            "lr": self.config.train.lr,
+            "warmup_steps": self.config.train.warmup_steps,
+        }
+
     def to_json(self) -> dict[str, Any]:
         """The resolved run as stored in ``config.json``."""
         return {

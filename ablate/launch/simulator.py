@@ -73,15 +73,7 @@ def summary_of(spec: RunSpec, run: SimulatedRun, frame: pd.DataFrame, wall_s: fl
     initial = math.log(sim.vocab_size)
     diverged = run.stop if run.status == "diverged" else None
     return {
-        "experiment": spec.experiment,
-        "run_id": spec.run_id,
-        "family": spec.family,
-        "variant": spec.variant,
-        "seed": spec.seed,
-        "data_seed": spec.data_seed,
-        "group": spec.group,
-        "lr": cfg.train.lr,
-        "warmup_steps": cfg.train.warmup_steps,
+        **spec.summary_keys(),
         "status": run.status,
         "stable": verdict.stable if verdict else None,
         "unstable_reason": verdict.reason if verdict else None,

@@ -119,15 +119,7 @@ def summarize(
         outcome.status, outcome.stop, final_val, spec.config.train.stability, losses, steps_done
     )
     return {
-        "experiment": spec.experiment,
-        "run_id": spec.run_id,
-        "family": spec.family,
-        "variant": spec.variant,
-        "seed": spec.seed,
-        "data_seed": spec.data_seed,
-        "group": spec.group,
-        "lr": spec.config.train.lr,
-        "warmup_steps": spec.config.train.warmup_steps,
+        **spec.summary_keys(),
         "status": outcome.status,
         "stable": verdict.stable if verdict else None,
         "unstable_reason": verdict.reason if verdict else None,
