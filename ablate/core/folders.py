@@ -45,6 +45,9 @@ import pandas as pd
 
 DONE_STATUSES = ("finished", "diverged", "pruned")
 REPORT_BUILT = ".built.json"  # in a report folder, written last: the files that build wrote
+# the columns of a run's metrics.csv (before val_loss joins them) and probes.csv
+METRIC_COLUMNS = ["step", "tokens", "train_loss", "lr", "grad_norm", "step_time_s", "elapsed_s"]
+PROBE_COLUMNS = ["step", "quantity", "site", "layer", "value"]
 
 
 def current_umask() -> int:

@@ -123,6 +123,7 @@ class SimulatedRun:
     evals: list[tuple[int, float]]
     status: str  # finished, diverged or pruned
     stop: Stop | None
+    threshold: float | None = None  # the divergence rule's, fixed at the first step
 
 
 def curve(final: float, start: float, step: int, total: int) -> float:
@@ -165,6 +166,7 @@ def simulate_run(
         train = BLOWN_UP + start if step >= blow_up else curve(settled, start, step, total)
         run.steps.append({"step": step, "train_loss": train})
         stop = rule.check(step, train)
+        run.threshold = rule.threshold
         if stop is not None:
             run.status, run.stop = "diverged", stop
             return run

@@ -31,6 +31,7 @@ from ablate.core.folders import (
     write_json_if_changed,
 )
 
+FINAL_TRAIN_WINDOW = 10  # a summary's final_train_loss is the mean over this many last steps
 SUMMARY_KEYS = (  # every run's summary.json has these keys (a convert run has a few more)
     "experiment",
     "run_id",

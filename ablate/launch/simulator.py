@@ -28,9 +28,6 @@ from ablate.core.simulate import SimulatedRun, simulate_run, verdict_of
 from ablate.launch.execute import EvalWatch, SayFn, obtain_with, say_done, split_done
 from ablate.report.setup import SIMULATED_IMPL
 
-METRIC_COLUMNS = ["step", "tokens", "train_loss", "lr", "grad_norm", "step_time_s", "elapsed_s"]
-PROBE_COLUMNS = ["step", "quantity", "site", "layer", "value"]
-
 
 def simulated_parameters(spec: RunSpec) -> int:
     """The parameter count a simulated run reports: 12·layers·d² + vocab·d (embeddings and
@@ -57,7 +54,7 @@ def metrics_of(spec: RunSpec, run: SimulatedRun) -> pd.DataFrame:
         }
         for row in run.steps
     ]
-    frame = pd.DataFrame(rows, columns=METRIC_COLUMNS)
+    frame = pd.DataFrame(rows, columns=folders.METRIC_COLUMNS)
     evals = pd.DataFrame(run.evals, columns=["step", "val_loss"])
     return frame.merge(evals, on="step", how="left")
 
@@ -80,7 +77,9 @@ def summary_of(spec: RunSpec, run: SimulatedRun, frame: pd.DataFrame, wall_s: fl
         "unstable_step": verdict.step if verdict else None,
         "final_val_loss": float(val.iloc[-1]) if len(val) else None,
         "best_val_loss": float(val.min()) if len(val) else None,
-        "final_train_loss": float(frame["train_loss"].tail(10).mean()) if len(frame) else None,
+        "final_train_loss": (
+            float(frame["train_loss"].tail(store.FINAL_TRAIN_WINDOW).mean()) if len(frame) else None
+        ),
         "diverged_step": diverged.step if diverged else None,
         "diverged_reason": diverged.reason if diverged else None,
         "stopped_reason": run.stop.reason if run.stop else None,
@@ -94,7 +93,7 @@ def summary_of(spec: RunSpec, run: SimulatedRun, frame: pd.DataFrame, wall_s: fl
         "unigram_loss": sim.unigram_loss,
         "entropy_floor": None,
         "tokens_per_byte": None,
-        "divergence_threshold": initial + cfg.train.stability.divergence_margin,
+        "divergence_threshold": run.threshold,
         "norm_kind": cfg.model.norm_kind(),
         "norm_placement": cfg.model.norm_placement(),
         "norm_impl": SIMULATED_IMPL,
@@ -136,7 +135,7 @@ def simulate_and_store(
         run = simulate_run(spec.config, spec.variant, spec.seed, spec.run_id, watch)
         frame = metrics_of(spec, run)
         folders.write_frame_atomic(folder.metrics, frame)
-        folders.write_frame_atomic(folder.probes, pd.DataFrame(columns=PROBE_COLUMNS))
+        folders.write_frame_atomic(folder.probes, pd.DataFrame(columns=folders.PROBE_COLUMNS))
         summary = summary_of(spec, run, frame, time.perf_counter() - start)
         folders.write_json_atomic(folder.summary, summary)
         return summary

@@ -28,9 +28,6 @@ from ablate.training.task import LanguageModelTask
 ProbeRow = tuple[int, str, str, int, float]  # step, quantity, site, layer, value
 
 
-PROBE_COLUMNS = ["step", "quantity", "site", "layer", "value"]
-
-
 MODEL_LAYER = -1  # the layer of model-wide quantities (embedding, counts)
 
 

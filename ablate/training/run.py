@@ -44,7 +44,7 @@ from ablate.training.data import (
     batch_digest,
 )
 from ablate.training.prepare import prepare
-from ablate.training.probes import PROBE_COLUMNS, ModelProbe
+from ablate.training.probes import ModelProbe
 from ablate.training.summary import Observed, environment, summarize
 from ablate.training.task import LanguageModelTask, RunData
 from ablate.training.trainer import RankZeroHandBack, build_trainer, fit, metrics_frame
@@ -126,7 +126,7 @@ def _train_and_store(
     with ctrl_c_held() as caught:  # the stop of a pool sends a second Ctrl-C: store first
         frame = metrics_frame(recorder)
         folders.write_frame_atomic(run.metrics, frame)
-        probes = pd.DataFrame(observed.probe.rows, columns=PROBE_COLUMNS)
+        probes = pd.DataFrame(observed.probe.rows, columns=folders.PROBE_COLUMNS)
         folders.write_frame_atomic(run.probes, probes)
         elapsed = time.perf_counter() - start
         summary = summarize(spec, prepared, frame, outcome, observed, elapsed, digests)

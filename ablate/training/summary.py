@@ -20,6 +20,7 @@ import torch
 from ablate.core.numerics import pinned_settings
 from ablate.core.plan import RunSpec
 from ablate.core.stability import run_verdict
+from ablate.core.store import FINAL_TRAIN_WINDOW
 from ablate.nn.fast_norms import build_target
 from ablate.nn.model import (
     count_parameters,
@@ -32,8 +33,6 @@ from ablate.training.callbacks import (
 from ablate.training.prepare import Prepared
 from ablate.training.probes import ModelProbe
 from ablate.training.trainer import Outcome
-
-FINAL_TRAIN_WINDOW = 10  # final_train_loss is the mean over this many last steps
 
 
 def environment(spec: RunSpec) -> dict[str, Any]:

@@ -100,7 +100,7 @@ def metrics_frame(recorder: MetricsRecorder) -> pd.DataFrame:
     """Per-step rows with ``val_loss`` filled at the steps where an evaluation ran."""
     steps = pd.DataFrame(
         recorder.steps,
-        columns=["step", "tokens", "train_loss", "lr", "grad_norm", "step_time_s", "elapsed_s"],
+        columns=folders.METRIC_COLUMNS,
     )
     evals = pd.DataFrame(recorder.evals, columns=["step", "val_loss"])
     evals = evals.drop_duplicates("step", keep="last")
