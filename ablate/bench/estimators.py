@@ -88,11 +88,14 @@ def max_lr_truth(design: Experiment, replication: int) -> Experiment:
     return with_truth(design, replication, {"variants": truths})
 
 
-def _brackets(design: Experiment, folder: Path) -> dict[str, tuple[float, float]]:
+def _brackets(
+    design: Experiment, folder: Path, variants: tuple[str, ...]
+) -> dict[str, tuple[float, float]]:
+    """The max-LR stage's bracket of each of ``variants`` on the simulator."""
     executor = SimulatedExecutor(folder)
     url = f"journal:{folder / 'studies.log'}"
     found = {}
-    for variant in _two(design):
+    for variant in variants:
         result = run_max_lr(design, variant, executor, url, None, say=lambda _: None)
         found[variant] = tuple(result.bracket)
     return found
@@ -108,7 +111,7 @@ def max_lr_ratio(design: Experiment, replication: int, folder: Path) -> Outcome:
     """log2(estimated / true) of the ratio of the two variants' max stable LRs (geometric
     midpoints of the brackets); covered: the true ratio lies between the brackets' extremes."""
     truth = max_lr_truth(design, replication)
-    (low_a, high_a), (low_b, high_b) = _brackets(truth, folder).values()
+    (low_a, high_a), (low_b, high_b) = _brackets(truth, folder, _two(design)).values()
     if None in (low_a, high_a, low_b, high_b):
         return Outcome(math.nan, False)
     ratio = math.sqrt(low_b * high_b) / math.sqrt(low_a * high_a)
@@ -120,7 +123,7 @@ def max_lr_bracket(design: Experiment, replication: int, folder: Path) -> Outcom
     edge lies in the bracket (the bracket aims at the worst probed seed, not the median)."""
     truth = max_lr_truth(design, replication)
     variant = _two(design)[0]
-    low, high = _brackets(truth, folder)[variant]
+    low, high = _brackets(truth, folder, (variant,))[variant]
     sim = truth.variants[variant].runtime.simulate
     own = sim.truth(variant)
     median = own.divergence_lr * warmup_gain(own, probe_config(truth, variant).train.warmup_steps)
@@ -136,7 +139,7 @@ def max_lr_worst_seed(design: Experiment, replication: int, folder: Path) -> Out
     assert truth.max_lr is not None
     seeds = truth.max_lr.seeds or truth.seeds
     worst = min(true_edge(probe_config(truth, variant), variant, s) for s in seeds)
-    low, high = _brackets(truth, folder)[variant]
+    low, high = _brackets(truth, folder, (variant,))[variant]
     if low is None or high is None:
         return Outcome(math.nan, False)
     return Outcome(math.log2(math.sqrt(low * high) / worst), low < worst <= high)
