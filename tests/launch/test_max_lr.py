@@ -108,7 +108,6 @@ def test_a_max_lr_study_reads_in_the_dashboard_as_its_bracket(tmp_path: Path) ->
 def test_two_processes_bracket_max_lr_together(tmp_path: Path) -> None:
     path = write_experiment(
         tmp_path / "e.yaml",
-        runtime={"backend": "simulate"},
         max_lr={"seeds": [0], "start": 0.01, "factor": 4.0, "lr_max": 50.0},
     )
     url = f"sqlite:///{tmp_path / 'study.db'}"
