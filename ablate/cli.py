@@ -240,8 +240,7 @@ def _dispatch(argv: list[str] | None) -> int:
     args = build_parser().parse_args(argv)
     from rich.console import Console
 
-    from ablate.core.config import ConfigError
-    from ablate.training.data import DataError
+    from ablate.core.config import ConfigError, DataError
 
     console = Console(soft_wrap=True)  # long lines stay whole in logs
     try:

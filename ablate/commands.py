@@ -184,9 +184,7 @@ def _print_studies(studies: Studies, console: Console) -> None:
 def cmd_search(args: argparse.Namespace, console: Console) -> int:
     """Run (or continue) the experiment's search and max-LR studies."""
     from ablate.core.load import load_experiment
-    from ablate.launch.estimate import check_inputs
-    from ablate.launch.freshness import check_stored_data
-    from ablate.launch.pipeline import Context, run_studies_only
+    from ablate.launch.pipeline import Context, check_what_trains, run_studies_only
 
     _positive(args.workers, "--workers")
     _positive(args.threads, "--threads")
@@ -195,7 +193,7 @@ def cmd_search(args: argparse.Namespace, console: Console) -> int:
         raise UsageError(f"{args.experiment}: has a scale: section; run it with ablate run")
     if experiment.search is None and experiment.max_lr is None:
         raise UsageError(f"{args.experiment}: has no search: or max_lr: section to run")
-    check_stored_data(experiment, args.results_dir, check_inputs(experiment))
+    check_what_trains(experiment, args.results_dir)
     ctx = Context(
         experiment, args.results_dir, Path("reports"), args.workers, args.threads, args.storage
     )

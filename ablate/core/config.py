@@ -32,6 +32,11 @@ class ConfigError(ValueError):
     """A problem with an experiment file, as one line: ``FILE: KEY: what is wrong; allowed``."""
 
 
+class DataError(ValueError):
+    """A corpus that cannot be used, as one line naming the file and the problem (raised by
+    :mod:`ablate.training.data`; here so that catching it does not load torch)."""
+
+
 # keys of model.norm a kind never reads: DyT has no statistics (no eps), only DyT has an alpha
 UNUSED_BY_KIND = {"dyt": ("eps",), "layernorm": ("alpha_init",), "rmsnorm": ("alpha_init",)}
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -287,3 +288,45 @@ def planned_groups(experiment: Experiment) -> list[str]:
         "convert": experiment.convert is not None,
     }
     return [group for group, planned in present.items() if planned]
+
+
+def max_lr_probes(experiment: Experiment, start: float) -> int:
+    """An upper bound on the bracketing search's probes: coarse steps up, then bisections."""
+    cfg = experiment.max_lr
+    assert cfg is not None
+    coarse = math.ceil(math.log(cfg.lr_max / start) / math.log(cfg.factor)) + 1
+    fine = math.ceil(math.log2(math.log(cfg.factor) / math.log(cfg.precision)))
+    return coarse + max(0, fine)
+
+
+def _counted(specs: list[RunSpec]) -> tuple[int, int]:
+    """(runs, steps of the longest) of planned specs; (0, 0) for none."""
+    return len(specs), max((s.config.steps() for s in specs), default=0)
+
+
+def study_runs(
+    experiment: Experiment, config: RunConfig, variant: str = ""
+) -> dict[str, tuple[int, int]]:
+    """Per group beyond the main runs: (runs of one variant, steps per run); max_lr at most.
+
+    The planners say what the sweep, the tuned A/B (planned at the base's settings: the
+    search's choice changes LR and warmup, not the count) and ``convert`` (continued and
+    converted runs, counted with their source ``variant``) will run; the search runs
+    ``n_trials`` and the max-LR bracket at most :func:`max_lr_probes` probes per seed.
+    """
+    runs: dict[str, tuple[int, int]] = {}
+    convert = experiment.convert
+    if convert is not None and variant == convert.source:
+        runs["convert"] = _counted(plan_convert(experiment))
+    per_step = config.tokens_per_step()
+    if experiment.sweep is not None:
+        runs["sweep"] = _counted([s for s in plan_sweep(experiment) if s.variant == variant])
+    if (search := experiment.search) is not None:
+        runs["search"] = (search.n_trials, (search.tokens or config.train.tokens) // per_step)
+        at_base = {variant: {"lr": config.train.lr, "warmup_steps": config.train.warmup_steps}}
+        runs["tuned"] = _counted([s for s in plan_tuned(experiment, at_base)])
+    if (max_lr := experiment.max_lr) is not None:
+        probes = max_lr_probes(experiment, max_lr.start or config.train.lr)
+        seeds = len(max_lr.seeds or experiment.seeds)
+        runs["max_lr"] = (probes * seeds, (max_lr.tokens or config.train.tokens) // per_step)
+    return runs

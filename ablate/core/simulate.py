@@ -36,6 +36,7 @@ from ablate.core.stability import DivergenceRule, Stop, Verdict, floor_value, ru
 from ablate.core.truth import SimulateConfig, TruthConfig
 
 BLOWN_UP = 10.0  # nats above ℓ0: the train loss of a diverging run
+SIMULATED_IMPL = "simulated"  # the norm_impl a simulated run's summary records
 
 
 def _draw(*parts: object) -> np.random.Generator:

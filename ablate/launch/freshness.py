@@ -13,10 +13,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from ablate.core.config import DataError
 from ablate.core.experiment import Experiment
 from ablate.core.folders import ExperimentFolder
 from ablate.core.plan import RunSpec
-from ablate.training.data import Corpus, DataError, expected_data_digest
+from ablate.training.data import Corpus, expected_data_digest
 
 
 def data_key(data: dict, seq_len: int) -> str:

@@ -42,12 +42,11 @@ from ablate.core.plan import (
     plan_runs,
     plan_sweep,
     plan_tuned,
+    study_runs,
 )
 from ablate.core.stability import Observation, contradictions, criterion_text
 from ablate.core.studies import BracketResult, SearchResult, Studies
-from ablate.launch.estimate import check_inputs, study_runs
 from ablate.launch.execute import Executor, LocalExecutor, ready_conversions, split_done
-from ablate.launch.freshness import check_stored_data
 from ablate.launch.progress import StudyProgress
 from ablate.launch.workers import Resources, resources_for
 
@@ -102,6 +101,18 @@ def make_executor(ctx: Context) -> Executor:
     return LocalExecutor(ctx.results_dir, ctx.workers, ctx.threads, ctx.console)
 
 
+def check_what_trains(experiment: Experiment, results_dir: Path) -> None:
+    """Raise on corpora or models that cannot train, or stored runs on other data (the trainer
+    and torch are imported only here). A simulated experiment reads no data and builds no
+    model: it has nothing here to check, and loads neither."""
+    if experiment.base.runtime.backend == "simulate":
+        return
+    from ablate.launch.estimate import check_inputs
+    from ablate.launch.freshness import check_stored_data
+
+    check_stored_data(experiment, results_dir, check_inputs(experiment))
+
+
 @dataclass
 class PipelineResult:
     """What :func:`run_experiment` did: the planned runs, the studies, the report."""
@@ -129,7 +140,7 @@ def run_experiment(
     ``executor`` replaces the one ``runtime.backend`` names (a test's recorder)."""
     if not isinstance(experiment, Experiment):
         experiment = load_experiment(experiment)
-    check_stored_data(experiment, Path(results_dir), check_inputs(experiment))
+    check_what_trains(experiment, Path(results_dir))
     _check_storage(experiment, Path(results_dir), storage)
     ctx = Context(
         experiment,

@@ -26,8 +26,6 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-import torch
-
 from ablate.core.config import RuntimeConfig
 
 T = TypeVar("T")
@@ -122,6 +120,8 @@ def _init_worker(threads: int, stop: Any, messages: Any) -> None:
     (:func:`in_worker`), and dies with the ``ablate`` process."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+    import torch  # here, not at the top: a simulated run's process never loads torch
+
     torch.set_num_threads(threads)
     die_with_parent()
     if messages is not None:
@@ -161,6 +161,8 @@ def die_with_parent() -> None:
 
 @contextmanager
 def torch_threads(threads: int) -> Iterator[None]:
+    import torch
+
     before = torch.get_num_threads()
     torch.set_num_threads(threads)
     try:

@@ -14,6 +14,7 @@ from typing import Any
 import pandas as pd
 
 from ablate.core.overrides import beyond_the_norm, flatten
+from ablate.core.simulate import SIMULATED_IMPL
 from ablate.report.load import StoredExperiment
 from ablate.report.section import Section
 
@@ -63,9 +64,6 @@ def impurity_flag(stored: StoredExperiment, variants: list[str]) -> list[str]:
         "start from the same weights.",
         "",
     ]
-
-
-SIMULATED_IMPL = "simulated"  # the norm_impl of a run the simulator drew (ablate.launch.simulator)
 
 
 def simulated_flag(stored: StoredExperiment) -> list[str]:

@@ -29,14 +29,10 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset
 
-from ablate.core.config import DataConfig
+from ablate.core.config import DataConfig, DataError
 from ablate.core.plan import RunSpec
 from ablate.nn.model import name_seed
 from ablate.training import tokens
-
-
-class DataError(ValueError):
-    """A corpus that cannot be used, as one line naming the file and the problem."""
 
 
 @dataclass(frozen=True)

@@ -164,3 +164,16 @@ def test_backend_simulate_on_the_command_line_keeps_trained_results_apart(
     assert (reports / "ln_vs_rms-simulated" / "report.md").is_file()
     said = capsys.readouterr()
     assert "simulated 6 runs" in said.out + said.err
+
+
+def test_a_simulated_experiment_reads_no_data_and_builds_no_model(tmp_path: Path) -> None:
+    from ablate.core.config import DataError
+
+    (tmp_path / "short.txt").write_text("too short to train on")
+    short = {"source": "text_file", "path": str(tmp_path / "short.txt")}
+    exp = simulated_ln_vs_rms(tmp_path, data=short, search=None, max_lr=None)
+    result = run_experiment(exp, tmp_path / "results", tmp_path / "reports")
+    assert not result.missing and len(store.load_summaries(result.exp_dir)) == 6
+    exp.base.runtime.backend = "train"  # the same file, trained: its corpus is refused
+    with pytest.raises(DataError, match="too few for model.seq_len"):
+        run_experiment(exp, tmp_path / "trained", tmp_path / "reports")

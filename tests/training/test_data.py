@@ -10,9 +10,8 @@ import pytest
 import torch
 from torch.utils.data import DataLoader
 
-from ablate.core.config import DataConfig
+from ablate.core.config import DataConfig, DataError
 from ablate.training.data import (
-    DataError,
     WindowBatches,
     batch_offsets,
     builtin_text,

@@ -13,10 +13,9 @@ import numpy as np
 import pytest
 import torch
 
-from ablate.core.config import DataConfig
+from ablate.core.config import DataConfig, DataError
 from ablate.training import tokens
 from ablate.training.data import (
-    DataError,
     batch_offsets,
     gather_windows,
     load_corpus,
