@@ -56,6 +56,13 @@ class SimulateConfig(StrictSection):
     vocab_size: int = Field(256, ge=2, le=65536, description="sets ℓ0 = ln(vocab_size)")
     unigram_loss: float = Field(3.25, gt=0, description="the corpus's unigram floor (nats)")
     tokens_per_s: float = Field(1.0e4, gt=0, description="simulated throughput (train time)")
+    pace_s: float = Field(
+        0.0,
+        ge=0,
+        le=600,
+        description="wall seconds a full-length run takes (it sleeps): for testing claims, "
+        "kills and schedulers; not part of the run id, since it changes no result",
+    )
     default: TruthConfig = Field(default_factory=TruthConfig)
     variants: dict[str, dict[str, float | None]] = Field(
         default_factory=dict, description="variant name -> keys of its truth that differ"

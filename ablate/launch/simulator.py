@@ -24,9 +24,8 @@ from rich.console import Console
 from ablate.core import folders, store
 from ablate.core.folders import ExperimentFolder
 from ablate.core.plan import RunSpec
-from ablate.core.simulate import SimulatedRun, simulate_run, verdict_of
+from ablate.core.simulate import SIMULATED_IMPL, SimulatedRun, simulate_run, verdict_of
 from ablate.launch.execute import EvalWatch, SayFn, obtain_with, say_done, split_done
-from ablate.report.setup import SIMULATED_IMPL
 
 
 def simulated_parameters(spec: RunSpec) -> int:
@@ -116,6 +115,14 @@ def summary_of(spec: RunSpec, run: SimulatedRun, frame: pd.DataFrame, wall_s: fl
     }
 
 
+def take_the_pace(spec: RunSpec, steps: int) -> None:
+    """Sleep the share of ``runtime.simulate.pace_s`` that ``steps`` of the planned steps take
+    (a run stopped early takes less), so a run can be killed or interrupted while it lasts."""
+    pace = spec.config.runtime.simulate.pace_s
+    if pace > 0:
+        time.sleep(pace * steps / max(spec.config.steps(), 1))
+
+
 def simulate_and_store(
     spec: RunSpec, root: Path, watch: EvalWatch | None = None, take_over: bool = False
 ) -> dict[str, Any]:
@@ -134,6 +141,7 @@ def simulate_and_store(
         )
         run = simulate_run(spec.config, spec.variant, spec.seed, spec.run_id, watch)
         frame = metrics_of(spec, run)
+        take_the_pace(spec, int(frame["step"].max()) if len(frame) else 0)
         folders.write_frame_atomic(folder.metrics, frame)
         folders.write_frame_atomic(folder.probes, pd.DataFrame(columns=folders.PROBE_COLUMNS))
         summary = summary_of(spec, run, frame, time.perf_counter() - start)

@@ -177,3 +177,20 @@ def test_a_simulated_experiment_reads_no_data_and_builds_no_model(tmp_path: Path
     exp.base.runtime.backend = "train"  # the same file, trained: its corpus is refused
     with pytest.raises(DataError, match="too few for model.seq_len"):
         run_experiment(exp, tmp_path / "trained", tmp_path / "reports")
+
+
+def test_a_paced_run_lasts_its_pace_and_keeps_its_id(tmp_path: Path) -> None:
+    import time
+
+    exp = simulated_ln_vs_rms(tmp_path)
+    spec = RunSpec(exp.name, "rmsnorm", 0, exp.variants["rmsnorm"])
+    paced_cfg = spec.config.model_copy(deep=True)
+    paced_cfg.runtime.simulate.pace_s = 0.5
+    paced = RunSpec(exp.name, "rmsnorm", 0, paced_cfg)
+    assert paced.run_id == spec.run_id  # the pace changes no result, so no id
+    started = time.perf_counter()
+    summary = SimulatedExecutor(tmp_path).obtain(paced)
+    assert time.perf_counter() - started >= 0.5
+    assert summary == SimulatedExecutor(tmp_path / "unpaced").obtain(spec) | {
+        "wall_time_s": summary["wall_time_s"]
+    }

@@ -67,18 +67,18 @@ def test_workers_share_one_study_each_trial_run_once(
 
 
 def _kill_first_trainer(results: Path, procs: list[subprocess.Popen]) -> str:
-    """SIGKILL the worker that trains the first run seen running; return that run's id."""
+    """SIGKILL the worker that holds the first claim seen; return that run's id."""
     pids = {p.pid: p for p in procs}
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
-        for status_file in results.glob("*/status.json"):
-            status = json.loads(status_file.read_text() or "{}")
-            if status.get("status") == "running" and status.get("pid") in pids:
-                time.sleep(0.5)  # well inside the run: its trial has sent heartbeats
-                pids[status["pid"]].send_signal(signal.SIGKILL)
-                return status_file.parent.name
+        for claim in results.glob(".claims/*"):
+            holder = json.loads(claim.read_text() or "{}")
+            if holder.get("pid") in pids:
+                time.sleep(0.5)  # well inside the run (it lasts 2 s): its trial sent heartbeats
+                pids[holder["pid"]].send_signal(signal.SIGKILL)
+                return claim.name
         time.sleep(0.05)
-    raise AssertionError("no worker started a run within 120 s")
+    raise AssertionError("no worker claimed a run within 120 s")
 
 
 @pytest.mark.slow
@@ -90,8 +90,9 @@ def test_trial_of_a_killed_worker_is_retried_once(
     path = write_experiment(
         tmp_path / "e.yaml",
         variants={"rmsnorm": {"model.norm.kind": "rmsnorm"}},
-        search={"n_trials": requested, "pruner": "none", "warmup_max": 5, "tokens": 4 * 16 * 200},
-        runtime={"heartbeat_s": 1},  # silent for 3 s: dead
+        search={"n_trials": requested, "pruner": "none", "warmup_max": 5},
+        # a simulated run lasts 2 s, so the kill lands inside one; silent for 3 s: dead
+        runtime={"heartbeat_s": 1, "backend": "simulate", "simulate": {"pace_s": 2.0}},
     )
     url = storage_of_kind(kind, tmp_path, request)
     procs = search_workers(path, url, 3)
