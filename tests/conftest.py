@@ -180,6 +180,21 @@ def _guard_fit() -> None:
     module.Trainer.fit = guarded_fit
 
 
+def unrendered_figure(fig: Any, path: Path) -> None:
+    """Stands in for ``save_figure``: the figure was drawn; write an empty file in its place."""
+    path.write_bytes(b"")
+
+
+@pytest.fixture
+def unrendered_figures(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The report's figures are drawn but neither laid out nor rasterised (an empty PNG in each
+    one's place): for tests of orchestration, which read the report's text and tables and
+    would spend half their time in matplotlib. tests/report renders and checks every figure."""
+    from ablate.report import builder
+
+    monkeypatch.setattr(builder, "save_figure", unrendered_figure)
+
+
 @pytest.fixture
 def tiny_experiment(tmp_path: Path) -> Path:
     """Path of a tiny experiment file in a temporary folder."""

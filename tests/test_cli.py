@@ -209,6 +209,7 @@ def _wait_until(condition, what: str, timeout: float = PATIENCE_S) -> None:  # n
         time.sleep(0.05)
 
 
+@pytest.mark.usefixtures("unrendered_figures")
 def test_after_a_config_change_load_results_gives_the_reports_numbers(
     tmp_path: Path, capsys: pytest.CaptureFixture
 ) -> None:

@@ -41,6 +41,7 @@ def _summaries(exp_dir: Path) -> list[dict]:
 SIMULATED = {"backend": "simulate"}  # orchestration: no model needs to train
 
 
+@pytest.mark.usefixtures("unrendered_figures")
 def test_pipeline_runs_the_tuned_ab_at_the_searchs_best_on_every_final_seed(
     tmp_path: Path,
 ) -> None:
@@ -103,6 +104,7 @@ def _enqueue_base(path: Path, root: Path, variant: str) -> None:
     study.enqueue_trial({"lr": train.lr, "warmup_steps": train.warmup_steps})
 
 
+@pytest.mark.usefixtures("unrendered_figures")
 def test_a_search_trial_and_a_main_run_are_one_run_whichever_comes_first(
     tmp_path: Path,
 ) -> None:

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 import yaml
-from conftest import REPO
+from conftest import REPO, unrendered_figure
 
 from ablate.core import store
 from ablate.core.experiment import Experiment
@@ -21,7 +21,7 @@ from ablate.core.plan import RunSpec
 from ablate.core.simulate import true_edge, valley_loss
 from ablate.core.store import SUMMARY_KEYS
 from ablate.launch.execute import EvalWatch, SayFn
-from ablate.launch.pipeline import run_experiment
+from ablate.launch.pipeline import PipelineResult, run_experiment
 from ablate.launch.simulator import SimulatedExecutor
 
 LN_EDGE, RMS_EDGE = 0.15, 0.6  # divergence LRs before warmup's gain: a true ratio of 4
@@ -75,10 +75,26 @@ class RecordingExecutor:
         return self.inner.run(specs)
 
 
-def test_ln_vs_rms_on_the_simulator_finds_the_truth_at_every_stage(tmp_path: Path) -> None:
+@pytest.fixture(scope="module")
+def ln_vs_rms_recorded(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> tuple[Experiment, PipelineResult, RecordingExecutor]:
+    """ln_vs_rms's whole pipeline on the simulator under a recording executor, once."""
+    tmp_path = tmp_path_factory.mktemp("ln_vs_rms")
     exp = simulated_ln_vs_rms(tmp_path)
-    root = tmp_path / "results"
-    result = run_experiment(exp, root, tmp_path / "reports")
+    recorder = RecordingExecutor(tmp_path / "results")
+    with pytest.MonkeyPatch.context() as patch:
+        from ablate.report import builder
+
+        patch.setattr(builder, "save_figure", unrendered_figure)
+        result = run_experiment(exp, tmp_path / "results", tmp_path / "reports", executor=recorder)
+    return exp, result, recorder
+
+
+def test_ln_vs_rms_on_the_simulator_finds_the_truth_at_every_stage(
+    ln_vs_rms_recorded: tuple[Experiment, PipelineResult, RecordingExecutor],
+) -> None:
+    exp, result, _ = ln_vs_rms_recorded
     assert not result.missing and result.report_rebuilt
     sim = exp.base.runtime.simulate
     brackets = result.studies.max_lr
@@ -111,11 +127,10 @@ def test_ln_vs_rms_on_the_simulator_finds_the_truth_at_every_stage(tmp_path: Pat
     assert report.splitlines()[6].startswith("**Simulated, not trained:**")
 
 
-def test_a_stage_runs_on_any_executor_it_is_given(tmp_path: Path) -> None:
-    exp = simulated_ln_vs_rms(tmp_path)
-    root = tmp_path / "results"
-    recorder = RecordingExecutor(root)
-    result = run_experiment(exp, root, tmp_path / "reports", executor=recorder)
+def test_a_stage_runs_on_any_executor_it_is_given(
+    ln_vs_rms_recorded: tuple[Experiment, PipelineResult, RecordingExecutor],
+) -> None:
+    _, result, recorder = ln_vs_rms_recorded
     seen = {s.run_id for s in recorder.seen}
     stored = {p.parent.name for p in result.exp_dir.glob("*/summary.json")}
     assert seen == stored and len(stored) == len(runs := store.load_summaries(result.exp_dir))
@@ -166,6 +181,7 @@ def test_backend_simulate_on_the_command_line_keeps_trained_results_apart(
     assert "simulated 6 runs" in said.out + said.err
 
 
+@pytest.mark.usefixtures("unrendered_figures")
 def test_a_simulated_experiment_reads_no_data_and_builds_no_model(tmp_path: Path) -> None:
     from ablate.core.config import DataError
 
