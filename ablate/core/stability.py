@@ -163,7 +163,8 @@ def clipped_loss(loss: float | None, initial_loss: float) -> float:
 
 
 def lr_sensitivity(losses: Sequence[float | None], initial_loss: float) -> float:
-    """E_lr[min(ℓ(lr), ℓ0)] − min_lr ℓ(lr) over a learning-rate grid (lower: less sensitive)."""
+    """Wortsman et al. (2023): mean over a learning-rate grid of min(ℓ(η), ℓ0) − ℓ*, ℓ* the
+    grid's lowest loss (a missing or non-finite loss counts as ℓ0). Lower: less sensitive."""
     clipped = [clipped_loss(loss, initial_loss) for loss in losses]
     return sum(clipped) / len(clipped) - min(clipped)
 

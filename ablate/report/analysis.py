@@ -198,8 +198,9 @@ def probe_band(probes: pd.DataFrame, quantity: str) -> pd.DataFrame:
 def sweep_frame(manifest_runs: list[dict], runs: pd.DataFrame) -> pd.DataFrame:
     """One row per stored sweep run: variant, seed, lr, status, stable, final and clipped loss.
 
-    The clipped loss is min(final val loss, ℓ0), an unstable run counting as ℓ0 (Wortsman et
-    al. 2023), so a diverged run sits at the initial loss instead of off the chart.
+    The clipped loss is min(final val loss, ℓ0) as Wortsman et al. (2023) define it: a run that
+    diverged (stopped by the divergence rule) or has no finite loss counts as ℓ0; a run judged
+    unstable for its final quality alone (collapsed) counts at its own loss, capped at ℓ0.
     """
     by_id = runs.set_index("run_id") if len(runs) else None
     rows = []
@@ -221,7 +222,8 @@ def sweep_frame(manifest_runs: list[dict], runs: pd.DataFrame) -> pd.DataFrame:
                 "final_val_loss": loss,
                 "initial_loss": initial,
                 "clipped_loss": clipped_loss(
-                    None if pd.isna(loss) or not stable else float(loss), initial
+                    None if pd.isna(loss) or summary["status"] == "diverged" else float(loss),
+                    initial,
                 ),
             }
         )
@@ -250,7 +252,11 @@ def sweep_table(frame: pd.DataFrame) -> pd.DataFrame:
 
 
 def sensitivity_table(table: pd.DataFrame, frame: pd.DataFrame) -> pd.DataFrame:
-    """Per variant: LR sensitivity E_lr[min(ℓ, ℓ0)] − min_lr ℓ, the best LR and its loss."""
+    """Per variant: Wortsman et al.'s LR sensitivity, the mean over the sweep's LRs of
+    min(ℓ(η), ℓ0) − ℓ* with ℓ* the sweep's best (:func:`lr_sensitivity` on the seed means of
+    :func:`sweep_frame`'s clipped losses); the best LR and its loss; ``best_inside``: whether
+    that LR is an interior point of the grid (at an edge ℓ* is not an optimum, and the
+    sensitivity is flagged)."""
     rows = []
     for variant, mine in table.groupby("variant", sort=False):
         initial = float(frame.loc[frame["variant"] == variant, "initial_loss"].iloc[0])
@@ -261,6 +267,7 @@ def sensitivity_table(table: pd.DataFrame, frame: pd.DataFrame) -> pd.DataFrame:
                 "lr_sensitivity": lr_sensitivity(list(mine["loss_mean"]), initial),
                 "best_lr": float(best["lr"]),
                 "best_loss": float(best["loss_mean"]),
+                "best_inside": bool(mine["lr"].min() < best["lr"] < mine["lr"].max()),
                 "grid_points": len(mine),
                 "unstable_points": int((mine["unstable"] > 0).sum()),
             }

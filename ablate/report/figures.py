@@ -268,7 +268,7 @@ def sweep_figure(
             marker="x",
             s=90,
             zorder=3,
-            label=f"{variant}: a seed unstable (counted at ℓ0)",
+            label=f"{variant}: a seed unstable (diverged: counted at ℓ0)",
         )
         bracket = brackets.get(variant, {}).get("bracket")
         if bracket and bracket[0] and bracket[1]:

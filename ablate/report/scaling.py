@@ -48,12 +48,14 @@ def _best_lr(studies: dict, variant: str) -> float:
     return float(best["lr"]) if best else math.nan
 
 
-def _sensitivity(stored: StoredExperiment) -> dict[str, float]:
+def _sensitivity(stored: StoredExperiment) -> dict[str, tuple[float, bool]]:
+    """variant -> (LR sensitivity, whether the sweep's best LR is inside its grid)."""
     frame = sweep_frame(stored.manifest["runs"], stored.runs)
     if frame.empty:
         return {}
     table = sensitivity_table(sweep_table(frame), frame)
-    return dict(zip(table["variant"], table["lr_sensitivity"], strict=True))
+    pairs = zip(table["lr_sensitivity"], table["best_inside"], strict=True)
+    return dict(zip(table["variant"], pairs, strict=True))
 
 
 def size_rows(size: dict[str, Any], stored: StoredExperiment, variants: list[str]) -> list[dict]:
@@ -84,7 +86,8 @@ def size_rows(size: dict[str, Any], stored: StoredExperiment, variants: list[str
                 "max_stable_lr_high": high,
                 "max_stable_lr": math.sqrt(low * high),  # the bracket's geometric midpoint
                 "max_lr_contradictions": against,
-                "lr_sensitivity": sensitivity.get(variant, math.nan),
+                "lr_sensitivity": sensitivity.get(variant, (math.nan, True))[0],
+                "sweep_best_inside": sensitivity.get(variant, (math.nan, True))[1],
                 "diff_vs_baseline": diff.mean if diff else math.nan,
                 "diff_ci_low": diff.ci_low if diff else math.nan,
                 "diff_ci_high": diff.ci_high if diff else math.nan,
@@ -270,7 +273,10 @@ def _shown(table: pd.DataFrame) -> pd.DataFrame:
             strict=True,
         )
     ]
-    shown["LR sensitivity"] = table["lr_sensitivity"].map(lambda v: f"{v:.4f}")
+    shown["LR sensitivity"] = [  # at the grid's edge the sweep's best is not an optimum
+        f"{v:.4f}" + ("" if inside else " (best at the grid's edge)")
+        for v, inside in zip(table["lr_sensitivity"], table["sweep_best_inside"], strict=True)
+    ]
     shown["Δ vs baseline"] = [
         "" if not math.isfinite(d) else f"{d:+.4f} {_interval(lo, hi, '+.4f')}"
         for d, lo, hi in zip(

@@ -61,20 +61,35 @@ def sweep_section(stored: StoredExperiment, variants: list[str]) -> tuple[Sectio
     lines = [
         "## Learning-rate sweep",
         "",
-        "Final val loss (mean over seeds of min(ℓ, ℓ0); an unstable run counts as ℓ0):",
+        "Final val loss (mean over seeds of min(ℓ, ℓ0); a diverged run counts as ℓ0):",
         "",
         shown.to_markdown(),
         "",
-        "LR sensitivity E_lr[min(ℓ(lr), ℓ0)] − min_lr ℓ(lr) over this grid (lower: less "
-        "sensitive to the learning rate):",
+        "LR sensitivity (Wortsman et al. 2023): the mean over this grid's LRs of min(ℓ(η), ℓ0) "
+        "− ℓ*, ℓ* the grid's best (lower: less sensitive to the learning rate):",
         "",
         sensitivity.to_markdown(index=False, floatfmt=".4g"),
         "",
+        *_edge_best_lines(sensitivity),
         f"![learning-rate sweep]({SWEEP_FIGURE})",
         "",
     ]
     tables = {"sweep_runs.csv": frame, "sweep.csv": table, "lr_sensitivity.csv": sensitivity}
     return Section(lines, tables, {SWEEP_FIGURE: figure}), sensitivity
+
+
+def _edge_best_lines(sensitivity: pd.DataFrame) -> list[str]:
+    """A warning for each variant whose sweep is best at the grid's edge: its ℓ* is not an
+    optimum, so its sensitivity is measured from a point the grid does not bracket."""
+    edge = sensitivity.loc[~sensitivity["best_inside"], "variant"].tolist()
+    if not edge:
+        return []
+    return [
+        f"**Best at the grid's edge** ({', '.join(edge)}): the lowest loss is at the first or "
+        "last LR of the sweep, so ℓ* is not an optimum and the sensitivity above is measured "
+        "from the grid's edge; widen `sweep` to bracket it.",
+        "",
+    ]
 
 
 def max_lr_section(studies: dict) -> Section:

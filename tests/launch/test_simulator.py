@@ -210,3 +210,20 @@ def test_a_paced_run_lasts_its_pace_and_keeps_its_id(tmp_path: Path) -> None:
     assert summary == SimulatedExecutor(tmp_path / "unpaced").obtain(spec) | {
         "wall_time_s": summary["wall_time_s"]
     }
+
+
+@pytest.mark.usefixtures("unrendered_figures")
+def test_a_sweep_best_at_the_grids_edge_is_flagged_in_the_report(tmp_path: Path) -> None:
+    from conftest import write_experiment
+
+    sim = {"default": {"opt_lr": 0.004}}  # below the whole grid: its best is the first point
+    path = write_experiment(
+        tmp_path / "e.yaml",
+        sweep={"lr_min": 0.01, "lr_max": 0.1, "points": 3},
+        runtime={"backend": "simulate", "simulate": sim},
+    )
+    result = run_experiment(path, tmp_path / "results", tmp_path / "reports")
+    text = (result.report_dir / "report.md").read_text()
+    assert "**Best at the grid's edge** (layernorm, rmsnorm)" in text
+    table = (result.report_dir / "lr_sensitivity.csv").read_text()
+    assert table.splitlines()[0].split(",")[4] == "best_inside" and ",False," in table

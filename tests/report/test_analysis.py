@@ -16,6 +16,9 @@ from ablate.report.analysis import (
     noise_floor,
     paired_difference,
     probe_band,
+    sensitivity_table,
+    sweep_frame,
+    sweep_table,
     variant_table,
 )
 
@@ -138,3 +141,59 @@ def test_holm_adjusts_in_rank_order_and_keeps_nan() -> None:
     assert math.isnan(adjusted[3])
     assert holm([0.6, 0.7]) == pytest.approx([1.0, 1.0])  # capped at 1
     assert holm([0.04]) == pytest.approx([0.04])  # one comparison: unchanged
+
+
+L0 = math.log(256)
+
+
+def _sweep(points: dict[float, list[tuple[str, bool, float | None]]]) -> tuple[list, pd.DataFrame]:
+    """A manifest's sweep entries and summaries from {lr: [(status, stable, loss) per seed]}."""
+    manifest, runs = [], []
+    for lr, seeds in points.items():
+        for seed, (status, stable, loss) in enumerate(seeds):
+            run_id = f"{lr}-{seed}"
+            manifest.append(
+                {"group": "sweep", "variant": "ln", "seed": seed, "lr": lr, "run_id": run_id}
+            )
+            runs.append(
+                {
+                    "run_id": run_id,
+                    "status": status,
+                    "stable": stable,
+                    "final_val_loss": loss,
+                    "initial_loss": L0,
+                }
+            )
+    return manifest, pd.DataFrame(runs)
+
+
+def test_lr_sensitivity_is_wortsmans_mean_of_capped_losses_minus_the_best() -> None:
+    manifest, runs = _sweep(
+        {
+            1e-4: [("finished", False, 3.30), ("finished", False, 3.40)],  # collapsed: own loss
+            1e-3: [("finished", True, 2.00), ("finished", True, 2.10)],
+            1e-2: [("finished", True, 2.20), ("finished", False, 6.00)],  # above ℓ0: capped
+            1e-1: [("diverged", False, 2.90), ("diverged", False, None)],  # diverged: ℓ0
+        }
+    )
+    frame = sweep_frame(manifest, runs)
+    table = sweep_table(frame)
+    means = [(3.30 + 3.40) / 2, (2.00 + 2.10) / 2, (2.20 + L0) / 2, L0]
+    assert list(table["loss_mean"]) == pytest.approx(means)
+    sensitivity = sensitivity_table(table, frame).iloc[0]
+    assert sensitivity["lr_sensitivity"] == pytest.approx(sum(means) / 4 - 2.05)
+    assert sensitivity["best_lr"] == 1e-3 and sensitivity["best_inside"]
+    assert sensitivity["unstable_points"] == 3
+
+
+def test_a_sweep_best_at_its_edge_is_flagged() -> None:
+    manifest, runs = _sweep(
+        {
+            1e-4: [("finished", True, 2.0)],
+            1e-3: [("finished", True, 2.5)],
+            1e-2: [("finished", True, 3.0)],
+        }
+    )
+    frame = sweep_frame(manifest, runs)
+    sensitivity = sensitivity_table(sweep_table(frame), frame).iloc[0]
+    assert sensitivity["best_lr"] == 1e-4 and not sensitivity["best_inside"]
