@@ -11,6 +11,7 @@ from ablate.cli import main
 
 
 @pytest.mark.trains
+@pytest.mark.usefixtures("unrendered_figures")
 def test_an_edited_text_file_is_refused_and_nothing_is_deleted(
     tmp_path: Path, capsys: pytest.CaptureFixture
 ) -> None:

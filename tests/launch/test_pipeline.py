@@ -170,6 +170,7 @@ def _lands_in_the_report(tmp_path: Path, path: Path, norm_impls: dict[str, str])
 
 
 @pytest.mark.trains
+@pytest.mark.usefixtures("unrendered_figures")
 def test_a_litgpt_model_trains_and_lands_in_the_report(tmp_path: Path) -> None:
     pytest.importorskip("litgpt")
     litgpt = {"name": "pythia-14m", "n_layer": 1, "n_embd": 16, "n_head": 2}
@@ -187,6 +188,7 @@ def test_a_litgpt_model_trains_and_lands_in_the_report(tmp_path: Path) -> None:
 
 
 @pytest.mark.trains
+@pytest.mark.usefixtures("unrendered_figures")
 def test_a_factory_model_trains_and_lands_in_the_report(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

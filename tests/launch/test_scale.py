@@ -59,6 +59,7 @@ def _summaries(root: Path) -> dict[Path, float]:
 
 
 @pytest.mark.slow
+@pytest.mark.usefixtures("unrendered_figures")
 def test_every_size_runs_every_stage_and_an_added_size_trains_only_itself(
     tmp_path: Path,
 ) -> None:
