@@ -6,6 +6,9 @@
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
+# the tests run in one process per core (pytest-xdist), each test file in one of them, so a
+# file's module fixtures are built once; PARALLEL= runs them in this process
+PARALLEL ?= -n auto --dist loadfile
 
 .PHONY: setup run test test-fast lint bench clean
 
@@ -21,11 +24,11 @@ run: setup
 
 test: setup
 	$(BIN)/lint-imports --no-cache
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q $(PARALLEL)
 
 test-fast: setup
 	$(BIN)/lint-imports --no-cache
-	$(BIN)/python -m pytest -q -m "not slow and not trains"
+	$(BIN)/python -m pytest -q $(PARALLEL) -m "not slow and not trains"
 
 lint: setup
 	$(BIN)/ruff check ablate tests

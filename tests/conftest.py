@@ -32,6 +32,11 @@ from ablate.core.numerics import pin_cpu_numerics
 from ablate.core.overrides import apply_overrides
 from ablate.launch.storage import open_storage
 
+# make test runs one test process per core: an idle OpenMP thread then sleeps instead of
+# spinning, so one process's torch threads do not take another's core. Set before torch loads
+# (nothing above imports it); the ablate processes the tests start inherit it. No result moves.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
 REPO = Path(__file__).resolve().parent.parent
 
 
