@@ -26,18 +26,20 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+from scipy import stats
 
+from ablate.core.boundary import SeedBoundary, boundary_ratio, bracket_seed, variant_boundary
 from ablate.core.config import RunConfig
 from ablate.core.experiment import Experiment
 from ablate.core.load import load_experiment
 from ablate.core.plan import RunSpec, with_train
 from ablate.core.simulate import TruthConfig, final_loss, true_edge, valley_loss, warmup_gain
-from ablate.launch.max_lr import run_max_lr
+from ablate.launch.max_lr import max_lr_start, run_max_lr
 from ablate.launch.search import run_search, search_summary
 from ablate.launch.simulator import SimulatedExecutor
 from ablate.report.analysis import holm, paired_difference
 
-TRUE_RATIO = 4.0  # rmsnorm's edges over layernorm's in the max-LR replications
+TRUE_RATIO = 3.0  # the second variant's edges over the first's (no power of any lattice's step)
 ALPHA = 0.05
 
 
@@ -145,6 +147,75 @@ def max_lr_worst_seed(design: Experiment, replication: int, folder: Path) -> Out
     return Outcome(math.log2(math.sqrt(low * high) / worst), low < worst <= high)
 
 
+def seed_bounds(design: Experiment, folder: Path, variant: str) -> list[SeedBoundary]:
+    """Every max-LR seed of ``variant`` bracketed on its own on the shared lattice
+    (:func:`ablate.core.boundary.bracket_seed`), each probe a simulated run at the probe
+    budget, from where the max-LR stage starts."""
+    cfg = design.max_lr
+    assert cfg is not None
+    executor = SimulatedExecutor(folder)
+    start = max_lr_start(design, variant, None)
+
+    def bracketed(seed: int) -> SeedBoundary:
+        def probe(lr: float) -> bool:
+            config = with_train(design.variants[variant], lr=lr, tokens=cfg.tokens)
+            spec = RunSpec(design.name, variant, seed, config, group="max_lr")
+            return bool(executor.obtain(spec, say=lambda _: None).get("stable"))
+
+        return bracket_seed(probe, seed, start, (cfg.lr_min, cfg.lr_max))
+
+    return [bracketed(seed) for seed in cfg.seeds or design.seeds]
+
+
+def _both_bounds(design: Experiment, replication: int, folder: Path) -> list[list[SeedBoundary]]:
+    """Both variants' seed boundaries on this replication's max-LR truth."""
+    truth = max_lr_truth(design, replication)
+    return [seed_bounds(truth, folder, variant) for variant in _two(design)]
+
+
+def boundary_ratio_t(design: Experiment, replication: int, folder: Path) -> Outcome:
+    """log2(estimated / true) of the per-seed boundaries' paired ratio; covered: its t interval
+    widened by the lattice (:func:`ablate.core.boundary.boundary_ratio`) holds the truth."""
+    found = boundary_ratio(*_both_bounds(design, replication, folder))
+    if found is None:
+        return Outcome(math.nan, False)
+    return Outcome(math.log2(found.value / TRUE_RATIO), found.low <= TRUE_RATIO <= found.high)
+
+
+def boundary_ratio_bootstrap(design: Experiment, replication: int, folder: Path) -> Outcome:
+    """As :func:`boundary_ratio_t`, with a percentile bootstrap over seeds of the mean log2
+    ratio instead (the interval ablate does not use: with few seeds it covers too little)."""
+    first, second = _both_bounds(design, replication, folder)
+    mine = {b.seed: b.estimate for b in first if b.estimate is not None}
+    logs = [
+        math.log2(b.estimate / mine[b.seed])
+        for b in second
+        if b.estimate is not None and b.seed in mine
+    ]
+    truth = math.log2(TRUE_RATIO)
+    if not logs:
+        return Outcome(math.nan, False)
+    error = float(np.mean(logs)) - truth
+    if len(set(logs)) < 2:  # one pair, or no spread: the bootstrap's interval is one point
+        return Outcome(error, math.isclose(logs[0], truth))
+    boot = stats.bootstrap((logs,), np.mean, method="percentile", random_state=replication)
+    low, high = boot.confidence_interval
+    return Outcome(error, low <= truth <= high)
+
+
+def boundary_median(design: Experiment, replication: int, folder: Path) -> Outcome:
+    """log2(estimated / true) of the first variant's boundary (median over seeds) against
+    its median edge; covered: the interval holds that edge."""
+    truth = max_lr_truth(design, replication)
+    variant = _two(design)[0]
+    found = variant_boundary(seed_bounds(truth, folder, variant))
+    own = truth.variants[variant].runtime.simulate.truth(variant)
+    median = own.divergence_lr * warmup_gain(own, probe_config(truth, variant).train.warmup_steps)
+    if found is None:
+        return Outcome(math.nan, False)
+    return Outcome(math.log2(found.value / median), found.low <= median <= found.high)
+
+
 def _searched(design: Experiment, replication: int, folder: Path) -> tuple[float, TruthConfig]:
     """The first variant's search on a truth whose optimum is drawn log-uniform inside the
     search's range (a factor 3 from either end): (best trial's LR or NaN, the truth)."""
@@ -237,6 +308,17 @@ ESTIMATORS: dict[str, Entry] = {
     "max_lr_worst_seed": Entry(
         "one variant's max stable LR (its worst probed seed)", "log2", max_lr_worst_seed
     ),
+    "boundary_ratio_t": Entry(
+        f"per-seed boundaries' paired ratio, t + lattice interval (true {TRUE_RATIO:g})",
+        "log2",
+        boundary_ratio_t,
+    ),
+    "boundary_ratio_bootstrap": Entry(
+        "the same ratio, percentile bootstrap over seeds", "log2", boundary_ratio_bootstrap
+    ),
+    "boundary_median": Entry(
+        "one variant's boundary, median of seeds (its median edge)", "log2", boundary_median
+    ),
     "search_best_lr": Entry(
         "the search's best LR against the true optimum", "log2", search_best_lr
     ),
@@ -256,6 +338,7 @@ class Score:
     replications: int
     bias: float  # mean error
     spread: float  # sd of the error
+    median_abs: float  # median |error|
     coverage: float | None  # share of intervals that held the truth
     failed: int  # replications without an estimate
 
@@ -275,6 +358,7 @@ def score(design: Experiment, name: str, replications: int) -> Score:
         replications,
         float(finite.mean()) if len(finite) else math.nan,
         float(finite.std(ddof=1)) if len(finite) > 1 else math.nan,
+        float(np.median(np.abs(finite))) if len(finite) else math.nan,
         float(np.mean(covered)) if covered else None,
         int((~np.isfinite(errors)).sum()),
     )
@@ -293,6 +377,7 @@ def table(design: Experiment, names: list[str], replications: int) -> str:
                 "scale": entry.scale,
                 "bias (mean error)": f"{found.bias:+.3f}",
                 "spread (sd)": f"{found.spread:.3f}",
+                "median abs error": f"{found.median_abs:.3f}",
                 "coverage": "–" if found.coverage is None else f"{found.coverage:.1%}",
                 "no estimate": found.failed,
             }

@@ -1,0 +1,164 @@
+"""Stability boundaries measured per seed on a lattice every variant shares, and the interval
+estimates built on them (docs/stability-and-search.md).
+
+A probe trains one seed at one LR. Probed LRs are points of one absolute lattice,
+lr_k = 2^(k / per_octave) for integer k, so two variants probe the same LRs wherever their
+searches meet, and a boundary is a measurement, not a count of steps from a variant's own
+start. Each seed is bracketed on its own (:func:`bracket_seed`): a seed that fails first no
+longer decides the others' bracket. A seed's boundary is the geometric midpoint of its last
+stable and first unstable lattice point, which lie one lattice step apart.
+
+A variant's boundary (:func:`variant_boundary`) is the median of its seeds' boundaries; the
+ratio of two variants' (:func:`boundary_ratio`) is paired by seed. Both intervals are Student-t
+intervals over seeds on log2 LR, widened by the lattice's resolution (each seed's boundary is
+known only to within its bracket, so with no seed-to-seed spread the interval is still the
+width the lattice allows): with two or three seeds a bootstrap over seeds covers far less than
+its level (``python -m ablate.bench.estimators`` measures both).
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from scipy import stats
+
+PER_OCTAVE = 8  # lattice points per doubling of the LR: brackets 2^(1/8) ≈ 9% wide
+COARSE = 16  # lattice steps per coarse move while bracketing: a factor 4 at PER_OCTAVE
+
+
+def lattice_lr(index: int, per_octave: int = PER_OCTAVE) -> float:
+    """The lattice's LR number ``index``: 2^(index / per_octave)."""
+    return 2.0 ** (index / per_octave)
+
+
+def lattice_index(lr: float, per_octave: int = PER_OCTAVE) -> int:
+    """The index of the lattice point nearest ``lr`` (in log)."""
+    return round(math.log2(lr) * per_octave)
+
+
+@dataclass
+class SeedBoundary:
+    """One seed's bracket on the lattice: its last stable and first unstable LR (None where
+    the range's end was reached first) and every probe as (lr, stable)."""
+
+    seed: int
+    last_stable: float | None
+    first_unstable: float | None
+    probes: list[tuple[float, bool]] = field(default_factory=list)
+
+    @property
+    def estimate(self) -> float | None:
+        """The boundary: the bracket's geometric midpoint (None without both ends)."""
+        if self.last_stable is None or self.first_unstable is None:
+            return None
+        return math.sqrt(self.last_stable * self.first_unstable)
+
+
+def bracket_seed(
+    probe: Callable[[float], bool],
+    seed: int,
+    start: float,
+    lr_range: tuple[float, float],
+    per_octave: int = PER_OCTAVE,
+    coarse: int = COARSE,
+) -> SeedBoundary:
+    """Bracket one seed's boundary to one lattice step: from the lattice point nearest
+    ``start``, move ``coarse`` steps up while stable (down while unstable) until the verdict
+    changes or ``lr_range``'s end is passed, then bisect the index interval. ``probe(lr)``
+    trains (or finds stored) the seed's run at ``lr`` and says whether it was stable."""
+    low_k = math.ceil(math.log2(lr_range[0]) * per_octave - 1e-9)
+    high_k = math.floor(math.log2(lr_range[1]) * per_octave + 1e-9)
+    verdicts: dict[int, bool] = {}
+
+    def check(k: int) -> bool:
+        if k not in verdicts:
+            verdicts[k] = probe(lattice_lr(k, per_octave))
+        return verdicts[k]
+
+    k = min(max(lattice_index(start, per_octave), low_k), high_k)
+    stable_here = check(k)
+    step = coarse if stable_here else -coarse
+    last = first = None
+    while (ahead := min(max(k + step, low_k), high_k)) != k:
+        if check(ahead) != stable_here:
+            stable_k, unstable_k = (k, ahead) if stable_here else (ahead, k)
+            while unstable_k - stable_k > 1:
+                middle = (stable_k + unstable_k) // 2
+                if check(middle):
+                    stable_k = middle
+                else:
+                    unstable_k = middle
+            last, first = lattice_lr(stable_k, per_octave), lattice_lr(unstable_k, per_octave)
+            break
+        k = ahead
+    else:  # the range's end, with the start's verdict all the way
+        last, first = (
+            (lattice_lr(k, per_octave), None) if stable_here else (None, lattice_lr(k, per_octave))
+        )
+    probes = [(lattice_lr(i, per_octave), verdicts[i]) for i in verdicts]
+    return SeedBoundary(seed, last, first, probes)
+
+
+@dataclass(frozen=True)
+class Interval:
+    """A point estimate and its interval (``low``, ``high``), from ``seeds`` seeds."""
+
+    value: float
+    low: float
+    high: float
+    seeds: int
+
+    @property
+    def shown(self) -> bool:
+        """For a ratio: whether the interval excludes 1 (a difference is shown)."""
+        return not self.low <= 1.0 <= self.high
+
+
+def _t_interval_log2(values: Sequence[float], half_width: float, level: float) -> Interval:
+    """Median of 2^values; the t interval of their mean widened by ``half_width`` (log2)."""
+    n = len(values)
+    centre = statistics.fmean(values)
+    spread = 0.0
+    if n > 1:
+        spread = stats.t.ppf(0.5 + level / 2, n - 1) * statistics.stdev(values) / math.sqrt(n)
+    return Interval(
+        2.0 ** statistics.median(values),
+        2.0 ** (centre - spread - half_width),
+        2.0 ** (centre + spread + half_width),
+        n,
+    )
+
+
+def variant_boundary(
+    bounds: Sequence[SeedBoundary], per_octave: int = PER_OCTAVE, level: float = 0.95
+) -> Interval | None:
+    """The median over seeds of their boundaries, with the t interval over seeds widened by
+    half a lattice step (None when no seed has both ends). With one seed the interval is its
+    bracket: the spread between seeds is then unknown."""
+    logs = [math.log2(b.estimate) for b in bounds if b.estimate is not None]
+    if not logs:
+        return None
+    return _t_interval_log2(logs, 0.5 / per_octave, level)
+
+
+def boundary_ratio(
+    first: Sequence[SeedBoundary],
+    second: Sequence[SeedBoundary],
+    per_octave: int = PER_OCTAVE,
+    level: float = 0.95,
+) -> Interval | None:
+    """second / first, paired by seed: the median over the seeds both variants bracketed of
+    their boundaries' ratio, with the t interval over those seeds widened by one lattice step
+    (half a step for each variant's bracket). None when no seed pairs."""
+    mine = {b.seed: b.estimate for b in first if b.estimate is not None}
+    logs = [
+        math.log2(b.estimate / mine[b.seed])
+        for b in second
+        if b.estimate is not None and b.seed in mine
+    ]
+    if not logs:
+        return None
+    return _t_interval_log2(logs, 1.0 / per_octave, level)
