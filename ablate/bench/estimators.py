@@ -19,201 +19,31 @@ import argparse
 import math
 import re
 import tempfile
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import pandas as pd
-from scipy import stats
 
-from ablate.core.boundary import SeedBoundary, boundary_ratio, bracket_seed, variant_boundary
-from ablate.core.config import RunConfig
+from ablate.bench.max_lr_replications import (
+    TRUE_RATIO,
+    boundary_median,
+    boundary_ratio_bootstrap,
+    boundary_ratio_t,
+    max_lr_bracket,
+    max_lr_ratio,
+    max_lr_worst_seed,
+)
+from ablate.bench.replication import Outcome, Replication, two_variants, with_truth
 from ablate.core.experiment import Experiment
 from ablate.core.load import load_experiment
 from ablate.core.plan import RunSpec, with_train
-from ablate.core.simulate import TruthConfig, final_loss, true_edge, valley_loss, warmup_gain
-from ablate.launch.max_lr import max_lr_start, run_max_lr
+from ablate.core.simulate import TruthConfig, final_loss, valley_loss
 from ablate.launch.search import run_search, search_summary
 from ablate.launch.simulator import SimulatedExecutor
 from ablate.report.analysis import holm, paired_difference
 
-TRUE_RATIO = 3.0  # the second variant's edges over the first's (no power of any lattice's step)
 ALPHA = 0.05
-
-
-@dataclass(frozen=True)
-class Outcome:
-    """One replication: the estimate's error on the estimator's scale, and whether the
-    interval it reports covered the truth (None: it reports none)."""
-
-    error: float
-    covered: bool | None = None
-
-
-Replication = Callable[[Experiment, int, Path], Outcome]
-
-
-def with_truth(design: Experiment, replication: int, simulate: dict[str, Any]) -> Experiment:
-    """``design`` on the simulator with this replication's seed and ``simulate`` keys (the
-    variants' truths), every variant config and the base alike."""
-
-    def simulated(cfg: RunConfig) -> RunConfig:
-        runtime = cfg.runtime.model_copy(update={"backend": "simulate"})
-        merged = {**runtime.simulate.model_dump(), **simulate, "seed": replication}
-        runtime.simulate = type(runtime.simulate)(**merged)
-        return cfg.model_copy(update={"runtime": runtime})
-
-    variants = {name: simulated(cfg) for name, cfg in design.variants.items()}
-    return design.model_copy(update={"base": simulated(design.base), "variants": variants})
-
-
-def _two(design: Experiment) -> tuple[str, str]:
-    names = list(design.variants)
-    if len(names) < 2:
-        raise ValueError(f"{design.name}: the estimators compare two variants; it has one")
-    return names[0], names[1]
-
-
-def max_lr_truth(design: Experiment, replication: int) -> Experiment:
-    """Edges log-uniform over a decade (so the bracket's lattice falls anywhere on them), the
-    second variant's ``TRUE_RATIO`` times the first's, seeds jittered by 0.25 in ln; a shallow
-    valley (curvature 0.05), so that the edges, not its wall, bound the stable LRs."""
-    rng = np.random.default_rng(replication)
-    edge = 10 ** rng.uniform(-1.3, -0.3)
-    first, second = _two(design)
-    truths = {
-        first: {"divergence_lr": edge, "boundary_sd": 0.25, "curvature": 0.05},
-        second: {"divergence_lr": edge * TRUE_RATIO, "boundary_sd": 0.25, "curvature": 0.05},
-    }
-    return with_truth(design, replication, {"variants": truths})
-
-
-def _brackets(
-    design: Experiment, folder: Path, variants: tuple[str, ...]
-) -> dict[str, tuple[float, float]]:
-    """The max-LR stage's bracket of each of ``variants`` on the simulator."""
-    executor = SimulatedExecutor(folder)
-    url = f"journal:{folder / 'studies.log'}"
-    found = {}
-    for variant in variants:
-        result = run_max_lr(design, variant, executor, url, None, say=lambda _: None)
-        found[variant] = tuple(result.bracket)
-    return found
-
-
-def probe_config(design: Experiment, variant: str) -> RunConfig:
-    """The variant's config as a max-LR probe runs it (budget, warmup)."""
-    assert design.max_lr is not None
-    return with_train(design.variants[variant], tokens=design.max_lr.tokens)
-
-
-def max_lr_ratio(design: Experiment, replication: int, folder: Path) -> Outcome:
-    """log2(estimated / true) of the ratio of the two variants' max stable LRs (geometric
-    midpoints of the brackets); covered: the true ratio lies between the brackets' extremes."""
-    truth = max_lr_truth(design, replication)
-    (low_a, high_a), (low_b, high_b) = _brackets(truth, folder, _two(design)).values()
-    if None in (low_a, high_a, low_b, high_b):
-        return Outcome(math.nan, False)
-    ratio = math.sqrt(low_b * high_b) / math.sqrt(low_a * high_a)
-    return Outcome(math.log2(ratio / TRUE_RATIO), low_b / high_a <= TRUE_RATIO <= high_b / low_a)
-
-
-def max_lr_bracket(design: Experiment, replication: int, folder: Path) -> Outcome:
-    """log2(bracket midpoint / the variant's median edge) of the first variant; covered: that
-    edge lies in the bracket (the bracket aims at the worst probed seed, not the median)."""
-    truth = max_lr_truth(design, replication)
-    variant = _two(design)[0]
-    low, high = _brackets(truth, folder, (variant,))[variant]
-    sim = truth.variants[variant].runtime.simulate
-    own = sim.truth(variant)
-    median = own.divergence_lr * warmup_gain(own, probe_config(truth, variant).train.warmup_steps)
-    if low is None or high is None:
-        return Outcome(math.nan, False)
-    return Outcome(math.log2(math.sqrt(low * high) / median), low < median <= high)
-
-
-def max_lr_worst_seed(design: Experiment, replication: int, folder: Path) -> Outcome:
-    """As :func:`max_lr_bracket`, against the lowest true edge of the probed seeds."""
-    truth = max_lr_truth(design, replication)
-    variant = _two(design)[0]
-    assert truth.max_lr is not None
-    seeds = truth.max_lr.seeds or truth.seeds
-    worst = min(true_edge(probe_config(truth, variant), variant, s) for s in seeds)
-    low, high = _brackets(truth, folder, (variant,))[variant]
-    if low is None or high is None:
-        return Outcome(math.nan, False)
-    return Outcome(math.log2(math.sqrt(low * high) / worst), low < worst <= high)
-
-
-def seed_bounds(design: Experiment, folder: Path, variant: str) -> list[SeedBoundary]:
-    """Every max-LR seed of ``variant`` bracketed on its own on the shared lattice
-    (:func:`ablate.core.boundary.bracket_seed`), each probe a simulated run at the probe
-    budget, from where the max-LR stage starts."""
-    cfg = design.max_lr
-    assert cfg is not None
-    executor = SimulatedExecutor(folder)
-    start = max_lr_start(design, variant, None)
-
-    def bracketed(seed: int) -> SeedBoundary:
-        def probe(lr: float) -> bool:
-            config = with_train(design.variants[variant], lr=lr, tokens=cfg.tokens)
-            spec = RunSpec(design.name, variant, seed, config, group="max_lr")
-            return bool(executor.obtain(spec, say=lambda _: None).get("stable"))
-
-        return bracket_seed(probe, seed, start, (cfg.lr_min, cfg.lr_max))
-
-    return [bracketed(seed) for seed in cfg.seeds or design.seeds]
-
-
-def _both_bounds(design: Experiment, replication: int, folder: Path) -> list[list[SeedBoundary]]:
-    """Both variants' seed boundaries on this replication's max-LR truth."""
-    truth = max_lr_truth(design, replication)
-    return [seed_bounds(truth, folder, variant) for variant in _two(design)]
-
-
-def boundary_ratio_t(design: Experiment, replication: int, folder: Path) -> Outcome:
-    """log2(estimated / true) of the per-seed boundaries' paired ratio; covered: its t interval
-    widened by the lattice (:func:`ablate.core.boundary.boundary_ratio`) holds the truth."""
-    found = boundary_ratio(*_both_bounds(design, replication, folder))
-    if found is None:
-        return Outcome(math.nan, False)
-    return Outcome(math.log2(found.value / TRUE_RATIO), found.low <= TRUE_RATIO <= found.high)
-
-
-def boundary_ratio_bootstrap(design: Experiment, replication: int, folder: Path) -> Outcome:
-    """As :func:`boundary_ratio_t`, with a percentile bootstrap over seeds of the mean log2
-    ratio instead (the interval ablate does not use: with few seeds it covers too little)."""
-    first, second = _both_bounds(design, replication, folder)
-    mine = {b.seed: b.estimate for b in first if b.estimate is not None}
-    logs = [
-        math.log2(b.estimate / mine[b.seed])
-        for b in second
-        if b.estimate is not None and b.seed in mine
-    ]
-    truth = math.log2(TRUE_RATIO)
-    if not logs:
-        return Outcome(math.nan, False)
-    error = float(np.mean(logs)) - truth
-    if len(set(logs)) < 2:  # one pair, or no spread: the bootstrap's interval is one point
-        return Outcome(error, math.isclose(logs[0], truth))
-    boot = stats.bootstrap((logs,), np.mean, method="percentile", random_state=replication)
-    low, high = boot.confidence_interval
-    return Outcome(error, low <= truth <= high)
-
-
-def boundary_median(design: Experiment, replication: int, folder: Path) -> Outcome:
-    """log2(estimated / true) of the first variant's boundary (median over seeds) against
-    its median edge; covered: the interval holds that edge."""
-    truth = max_lr_truth(design, replication)
-    variant = _two(design)[0]
-    found = variant_boundary(seed_bounds(truth, folder, variant))
-    own = truth.variants[variant].runtime.simulate.truth(variant)
-    median = own.divergence_lr * warmup_gain(own, probe_config(truth, variant).train.warmup_steps)
-    if found is None:
-        return Outcome(math.nan, False)
-    return Outcome(math.log2(found.value / median), found.low <= median <= found.high)
 
 
 def _searched(design: Experiment, replication: int, folder: Path) -> tuple[float, TruthConfig]:
@@ -223,7 +53,7 @@ def _searched(design: Experiment, replication: int, folder: Path) -> tuple[float
     cfg = design.search
     rng = np.random.default_rng(replication)
     opt = math.exp(rng.uniform(math.log(cfg.lr_min * 3), math.log(cfg.lr_max / 3)))
-    variant = _two(design)[0]
+    variant = two_variants(design)[0]
     truth = with_truth(design, replication, {"variants": {variant: {"opt_lr": opt}}})
     truth = truth.model_copy(
         update={"search": cfg.model_copy(update={"sampler_seed": replication})}
@@ -268,7 +98,7 @@ TRUE_DELTA = -0.01
 def paired_interval(design: Experiment, replication: int, folder: Path) -> Outcome:
     """The report's paired 95% interval of Δ = second − first at the shared LR, Δ = −0.01
     nats; error: estimate − truth (nats)."""
-    first, second = _two(design)
+    first, second = two_variants(design)
     best = design.base.runtime.simulate.default.best_loss
     truths = {"variants": {second: {"best_loss": best + TRUE_DELTA}}, **NOISE}
     truth = with_truth(design, replication, truths)
@@ -279,7 +109,7 @@ def paired_interval(design: Experiment, replication: int, folder: Path) -> Outco
 def holm_family(design: Experiment, replication: int, folder: Path) -> Outcome:
     """Three variants identical to the baseline: error 1 when any Holm-adjusted p < 0.05 (a
     family-wise false rejection), else 0; covered: no rejection."""
-    first = _two(design)[0]
+    first = two_variants(design)[0]
     variants = {f"{first}_{i}" if i else first: design.variants[first] for i in range(4)}
     null = design.model_copy(update={"variants": variants})
     truth = with_truth(null, replication, NOISE)

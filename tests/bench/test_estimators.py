@@ -11,7 +11,8 @@ import pytest
 from conftest import REPO
 
 from ablate.bench import estimators
-from ablate.bench.estimators import ESTIMATORS, Outcome, score
+from ablate.bench.estimators import ESTIMATORS, score
+from ablate.bench.replication import Outcome
 from ablate.core.experiment import Experiment
 from ablate.core.load import load_experiment
 
