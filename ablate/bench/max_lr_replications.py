@@ -10,7 +10,13 @@ import numpy as np
 from scipy import stats
 
 from ablate.bench.replication import Outcome, two_variants, with_truth
-from ablate.core.boundary import SeedBoundary, boundary_ratio, bracket_seed, variant_boundary
+from ablate.core.boundary import (
+    SeedBoundary,
+    boundary_ratio,
+    bracket_seed,
+    paired_log2_ratios,
+    variant_boundary,
+)
 from ablate.core.config import RunConfig
 from ablate.core.experiment import Experiment
 from ablate.core.plan import RunSpec, with_train
@@ -54,6 +60,13 @@ def probe_config(design: Experiment, variant: str) -> RunConfig:
     return with_train(design.variants[variant], tokens=design.max_lr.tokens)
 
 
+def median_edge(truth: Experiment, variant: str) -> float:
+    """The variant's median edge over seeds at the probes' warmup: its divergence LR times
+    warmup's gain (the seeds' jitter is centred on it in log)."""
+    own = truth.variants[variant].runtime.simulate.truth(variant)
+    return own.divergence_lr * warmup_gain(own, probe_config(truth, variant).train.warmup_steps)
+
+
 def max_lr_ratio(design: Experiment, replication: int, folder: Path) -> Outcome:
     """log2(estimated / true) of the ratio of the two variants' max stable LRs (geometric
     midpoints of the brackets); covered: the true ratio lies between the brackets' extremes."""
@@ -71,9 +84,7 @@ def max_lr_bracket(design: Experiment, replication: int, folder: Path) -> Outcom
     truth = max_lr_truth(design, replication)
     variant = two_variants(design)[0]
     low, high = _brackets(truth, folder, (variant,))[variant]
-    sim = truth.variants[variant].runtime.simulate
-    own = sim.truth(variant)
-    median = own.divergence_lr * warmup_gain(own, probe_config(truth, variant).train.warmup_steps)
+    median = median_edge(truth, variant)
     if low is None or high is None:
         return Outcome(math.nan, False)
     return Outcome(math.log2(math.sqrt(low * high) / median), low < median <= high)
@@ -130,13 +141,7 @@ def boundary_ratio_t(design: Experiment, replication: int, folder: Path) -> Outc
 def boundary_ratio_bootstrap(design: Experiment, replication: int, folder: Path) -> Outcome:
     """As :func:`boundary_ratio_t`, with a percentile bootstrap over seeds of the mean log2
     ratio instead (the interval ablate does not use: with few seeds it covers too little)."""
-    first, second = _both_bounds(design, replication, folder)
-    mine = {b.seed: b.estimate for b in first if b.estimate is not None}
-    logs = [
-        math.log2(b.estimate / mine[b.seed])
-        for b in second
-        if b.estimate is not None and b.seed in mine
-    ]
+    logs = paired_log2_ratios(*_both_bounds(design, replication, folder))
     truth = math.log2(TRUE_RATIO)
     if not logs:
         return Outcome(math.nan, False)
@@ -154,8 +159,7 @@ def boundary_median(design: Experiment, replication: int, folder: Path) -> Outco
     truth = max_lr_truth(design, replication)
     variant = two_variants(design)[0]
     found = variant_boundary(seed_bounds(truth, folder, variant))
-    own = truth.variants[variant].runtime.simulate.truth(variant)
-    median = own.divergence_lr * warmup_gain(own, probe_config(truth, variant).train.warmup_steps)
+    median = median_edge(truth, variant)
     if found is None:
         return Outcome(math.nan, False)
     return Outcome(math.log2(found.value / median), found.low <= median <= found.high)

@@ -144,6 +144,18 @@ def variant_boundary(
     return _t_interval_log2(logs, 0.5 / per_octave, level)
 
 
+def paired_log2_ratios(
+    first: Sequence[SeedBoundary], second: Sequence[SeedBoundary]
+) -> list[float]:
+    """log2(second / first) of every seed both variants bracketed, in ``second``'s order."""
+    mine = {b.seed: b.estimate for b in first if b.estimate is not None}
+    return [
+        math.log2(b.estimate / mine[b.seed])
+        for b in second
+        if b.estimate is not None and b.seed in mine
+    ]
+
+
 def boundary_ratio(
     first: Sequence[SeedBoundary],
     second: Sequence[SeedBoundary],
@@ -153,12 +165,7 @@ def boundary_ratio(
     """second / first, paired by seed: the median over the seeds both variants bracketed of
     their boundaries' ratio, with the t interval over those seeds widened by one lattice step
     (half a step for each variant's bracket). None when no seed pairs."""
-    mine = {b.seed: b.estimate for b in first if b.estimate is not None}
-    logs = [
-        math.log2(b.estimate / mine[b.seed])
-        for b in second
-        if b.estimate is not None and b.seed in mine
-    ]
+    logs = paired_log2_ratios(first, second)
     if not logs:
         return None
     return _t_interval_log2(logs, 1.0 / per_octave, level)

@@ -17,6 +17,7 @@ from ablate.core.boundary import (
     bracket_seed,
     lattice_index,
     lattice_lr,
+    paired_log2_ratios,
     variant_boundary,
 )
 
@@ -89,8 +90,9 @@ def test_a_variants_boundary_is_the_seeds_median_with_a_t_interval_and_the_latti
 def test_a_ratio_is_paired_by_seed_and_shown_only_when_its_interval_excludes_one() -> None:
     first = [_bound(0, -30), _bound(1, -28), _bound(2, -29)]
     second = [_bound(0, -14), _bound(1, -13), _bound(2, -12), _bound(3, 0)]  # seed 3 unpaired
-    found = boundary_ratio(first, second)
     differences = [16, 15, 17]  # lattice steps, seed by seed
+    assert paired_log2_ratios(first, second) == pytest.approx([d / 8 for d in differences])
+    found = boundary_ratio(first, second)
     assert found.seeds == 3 and found.value == pytest.approx(2 ** (16 / 8))
     half = stats.t.ppf(0.975, 2) * statistics.stdev(differences) / 8 / math.sqrt(3) + 1 / 8
     assert math.log2(found.high) == pytest.approx(2 + half) and found.shown
