@@ -1,9 +1,11 @@
 """Expanding an experiment into RunSpecs: one per variant x seed, each with a content-hash id.
 
-A run's id is a hash of everything that can change its result: the variant name, the seed and
-the resolved ``data``, ``model`` and ``train`` sections plus the accelerator. Worker and thread
-counts are left out (they change speed, not the computation's definition). Rerunning an
-experiment therefore finds finished runs by id and skips them; editing a field gives new ids.
+A run's id is a hash of everything that defines what it computes: the variant name, the seed
+and the resolved ``data``, ``model`` and ``train`` sections plus the accelerator. Worker and
+thread counts are left out: they change speed and the order of float sums, not what is
+computed (near the stability boundary that order can still move a loss by tenths of a nat:
+docs/results.md). Rerunning an experiment therefore finds finished runs by id and skips them;
+editing a field gives new ids.
 A key added in a later version (:data:`LATER_KEYS`) counts only when set away from its default,
 so upgrading ablate keeps the ids of stored runs.
 """
