@@ -370,7 +370,7 @@ def test_sigkill_at_random_points_then_rerun_equals_an_uninterrupted_run(tmp_pat
     exp_dir = killed / "tiny"
     kills = 0
     for attempt in range(3):
-        started, finished = time.time(), len(list(exp_dir.glob("*/summary.json")))
+        started = time.time()
         proc = ablate_process(
             "run",
             str(path),
@@ -380,31 +380,33 @@ def test_sigkill_at_random_points_then_rerun_equals_an_uninterrupted_run(tmp_pat
             cwd=tmp_path,
             start_new_session=True,
         )
-        if attempt < 2:
-            time.sleep(rng.uniform(3.0, 6.0))  # start-up takes ~3 s; each run ~1 s
-        else:  # the last kill lands once this process finished a run and started the next
+        if attempt == 0:  # the first kill lands once a run has finished and the next begun
             _wait_until(
-                partial(_finished_one_and_began_another, exp_dir, finished, started),
+                partial(_finished_one_and_began_another, exp_dir, 0, started),
                 "a run finished and the next one started",
             )
+        else:
+            time.sleep(rng.uniform(3.0, 6.0))  # start-up takes ~3 s; each run ~1 s
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
             kills += 1
         proc.wait()
+        if attempt == 0:
+            kept = {p.parent.name: p.read_text() for p in exp_dir.glob("*/summary.json")}
+            cut_short = [p.parent.name for p in exp_dir.glob("*/status.json")]
+            assert kept and cut_short and not set(kept) & set(cut_short)
     assert kills >= 2
     print(f"kills={kills} of 3 attempts")  # shown with pytest -s
-    finished_before = {p.parent.name: p.read_text() for p in exp_dir.glob("*/summary.json")}
-    cut_short = [p.parent.name for p in exp_dir.glob("*/status.json")]
-    assert 1 <= len(finished_before) < 4 and len(cut_short) >= 1
+    done = len(list(exp_dir.glob("*/summary.json")))
     rerun = ablate_process(
         "run", str(path), "--results-dir", str(killed), *one_thread, cwd=tmp_path
     )
     out, _ = rerun.communicate(timeout=PATIENCE_S)
     assert rerun.returncode == 0, out
-    assert f"{len(finished_before)} of 4 runs already done" in out
+    assert f"{done} of 4 runs already done" in out
     after = {p.parent.name: p.read_text() for p in exp_dir.glob("*/summary.json")}
-    for run_id, text in finished_before.items():
-        assert after[run_id] == text  # kept, not redone
+    for run_id, text in kept.items():
+        assert after[run_id] == text  # kept, never redone
     assert all(json.loads(after[run_id])["steps"] == 150 for run_id in cut_short)  # redone in full
     assert _losses(exp_dir) == expected  # same runs, bitwise the same losses
     _no_debris(exp_dir)
