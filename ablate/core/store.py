@@ -263,10 +263,9 @@ def claim_run(exp_dir: Path, run_id: str, take_over: bool = False) -> None:
             fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
         except FileExistsError:
             holder = read_json(path) or {}
-            same_host = holder.get("hostname") == me["hostname"]
-            if same_host and holder.get("pid") == me["pid"]:
+            if holder.get("hostname") == me["hostname"] and holder.get("pid") == me["pid"]:
                 return
-            if take_over or (same_host and not process_alive(holder.get("pid"))):
+            if take_over or _holder_dead(holder):
                 path.unlink(missing_ok=True)  # stale: its process is gone (or declared dead)
                 continue
             where = holder.get("hostname") or "an unknown host"
@@ -277,6 +276,20 @@ def claim_run(exp_dir: Path, run_id: str, take_over: bool = False) -> None:
             json.dump(me, handle)
         return
     raise RunClaimed(f"run {run_id}: its claim could not be taken over")
+
+
+def _holder_dead(holder: dict[str, Any]) -> bool:
+    """Whether a claim's holder is a process of this host that no longer runs."""
+    return holder.get("hostname") == platform.node() and not process_alive(holder.get("pid"))
+
+
+def drop_stale_claim(exp_dir: Path, run_id: str) -> None:
+    """Remove a finished run's claim whose holder died after storing the summary and before
+    releasing the claim (a SIGKILL between the two); a live holder's claim stays."""
+    path = ExperimentFolder(exp_dir).claim(run_id)
+    holder = read_json(path)
+    if holder is not None and _holder_dead(holder):
+        path.unlink(missing_ok=True)
 
 
 def release_run(exp_dir: Path, run_id: str) -> None:

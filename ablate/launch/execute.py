@@ -69,14 +69,17 @@ class Executor(Protocol):
 
 
 def split_done(specs: list[RunSpec], root: Path) -> tuple[list[dict], list[RunSpec]]:
-    """(summaries of runs already done, specs still to run); specs with equal ids are one run."""
+    """(summaries of runs already done, specs still to run); specs with equal ids are one run.
+    A done run's claim left by a process killed before it released it is removed."""
     done: list[dict] = []
     pending: list[RunSpec] = []
     for spec in {s.run_id: s for s in specs}.values():
-        summary = ExperimentFolder.of(root, spec.experiment).run(spec.run_id).read_summary()
+        folder = ExperimentFolder.of(root, spec.experiment)
+        summary = folder.run(spec.run_id).read_summary()
         if summary is None:
             pending.append(spec)
         else:
+            store.drop_stale_claim(folder.path, spec.run_id)
             done.append(summary)
     return done, pending
 

@@ -8,6 +8,7 @@ import json
 from pathlib import Path
 
 import pytest
+from conftest import write_experiment
 from rich.console import Console
 
 from ablate.core.folders import ExperimentFolder, RunFolder
@@ -69,3 +70,33 @@ def test_process_pool_gives_the_same_results_as_serial(
     pooled = execute(specs, tmp_path / "b", workers=2, threads=1, console=console)
     by_id = {s["run_id"]: s["final_val_loss"] for s in serial}
     assert {s["run_id"]: s["final_val_loss"] for s in pooled} == by_id
+
+
+def test_a_done_runs_claim_left_by_a_dead_process_is_removed_a_live_ones_kept(
+    tmp_path: Path,
+) -> None:
+    import platform
+    import subprocess
+
+    from ablate.launch.execute import split_done
+    from ablate.launch.simulator import SimulatedExecutor
+
+    path = write_experiment(tmp_path / "e.yaml", runtime={"backend": "simulate"})
+    specs = plan_runs(load_experiment(path))[:2]
+    for spec in specs:
+        SimulatedExecutor(tmp_path / "results").obtain(spec)
+    folder = ExperimentFolder.of(tmp_path / "results", "tiny")
+    dead = subprocess.Popen(["true"])
+    dead.wait()  # killed between storing its summary and releasing its claim
+    live = subprocess.Popen(["sleep", "30"])
+    try:
+        for spec, pid in zip(specs, (dead.pid, live.pid), strict=True):
+            claim = folder.claim(spec.run_id)
+            claim.write_text(json.dumps({"pid": pid, "hostname": platform.node()}))
+        done, pending = split_done(specs, tmp_path / "results")
+        assert len(done) == 2 and not pending
+        assert not folder.claim(specs[0].run_id).exists()  # dead holder: debris, removed
+        assert folder.claim(specs[1].run_id).exists()  # a live holder is never overruled
+    finally:
+        live.kill()
+        live.wait()
