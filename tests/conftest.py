@@ -25,11 +25,13 @@ import optuna
 import pytest
 import yaml
 
+from ablate.core.boundary import bracket_seed, variant_boundary
 from ablate.core.config import RunConfig
 from ablate.core.experiment import Experiment
 from ablate.core.load import build_run_config, load_experiment
 from ablate.core.numerics import pin_cpu_numerics
 from ablate.core.overrides import apply_overrides
+from ablate.core.studies import BoundaryResult
 from ablate.launch.storage import open_storage
 
 # make test runs one test process per core: an idle OpenMP thread then sleeps instead of
@@ -296,3 +298,26 @@ def postgres() -> Iterator[PostgresServer]:
         server.send_signal(signal.SIGINT)  # fast shutdown: disconnects this process's sessions
         server.wait(timeout=60)
         shutil.rmtree(root, ignore_errors=True)
+
+
+def stored_max_lr(variant: str, edges: dict[int, float], **checked: Any) -> dict[str, Any]:
+    """A variant's ``stability.json`` max-LR entry as the stage stores it, for seeds whose
+    true edges are ``edges`` (stable at and below), bracketed on the default lattice; keys of
+    ``checked`` (monotone, checked_runs, contradictions) as the check against the store sets."""
+    bounds = [
+        bracket_seed(lambda lr, edge=edge: lr <= edge, seed, 1e-3, (1e-6, 100.0))
+        for seed, edge in edges.items()
+    ]
+    result = BoundaryResult(
+        variant=variant,
+        study=f"{variant}-max_lr",
+        seeds=list(edges),
+        per_octave=8,
+        seed_bounds=bounds,
+        boundary=variant_boundary(bounds),
+        divergence_bounds=[],
+        divergence=None,
+        probes=[],
+        run_ids=[],
+    )
+    return {**result.stored(), **checked}

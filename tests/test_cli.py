@@ -127,6 +127,7 @@ def test_smoke_experiment_end_to_end_on_the_simulator(tmp_path: Path) -> None:
         "sweep.csv",
         "lr_sensitivity.csv",
         "max_lr.csv",
+        "max_lr_seeds.csv",
         "stability_map.png",
     ):
         assert (report_dir / name).stat().st_size > 0, name
@@ -142,9 +143,11 @@ def test_smoke_experiment_end_to_end_on_the_simulator(tmp_path: Path) -> None:
     studies = json.loads((exp_dir / "stability.json").read_text())
     for variant in ("layernorm", "rmsnorm"):
         found = studies["max_lr"][variant]
-        low, high = found["bracket"]
-        assert low < high <= low * 2**0.25 * (1 + 1e-9)
-        assert found["runs_total"] == sum(p["runs"] for p in found["probes"])
+        for bound in found["seed_bounds"]:  # every seed bracketed to one lattice step
+            ratio = bound["first_unstable"] / bound["last_stable"]
+            assert ratio == pytest.approx(2 ** (1 / 8))
+        assert found["boundary"]["low"] < found["boundary"]["value"] < found["boundary"]["high"]
+        assert found["runs_total"] == len(found["probes"])
         assert studies["search"][variant]["complete"] + studies["search"][variant]["pruned"] == 4
     text = (report_dir / "report.md").read_text()
     assert "Maximum stable learning rate" in text and "LR sensitivity" in text

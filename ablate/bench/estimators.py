@@ -30,9 +30,9 @@ from ablate.bench.max_lr_replications import (
     boundary_median,
     boundary_ratio_bootstrap,
     boundary_ratio_t,
-    max_lr_bracket,
-    max_lr_ratio,
-    max_lr_worst_seed,
+    old_bracket_median,
+    old_bracket_ratio,
+    old_bracket_worst_seed,
 )
 from ablate.bench.replication import Outcome, Replication, two_variants, with_truth
 from ablate.core.experiment import Experiment
@@ -129,14 +129,18 @@ class Entry:
 
 
 ESTIMATORS: dict[str, Entry] = {
-    "max_lr_ratio": Entry(
-        f"ratio of two variants' max stable LR (true {TRUE_RATIO:g})", "log2", max_lr_ratio
+    "old_bracket_ratio": Entry(
+        f"old bracket: ratio of two variants' max stable LR (true {TRUE_RATIO:g})",
+        "log2",
+        old_bracket_ratio,
     ),
-    "max_lr_bracket": Entry(
-        "one variant's max stable LR (its median edge)", "log2", max_lr_bracket
+    "old_bracket_median": Entry(
+        "old bracket: one variant's max stable LR (its median edge)", "log2", old_bracket_median
     ),
-    "max_lr_worst_seed": Entry(
-        "one variant's max stable LR (its worst probed seed)", "log2", max_lr_worst_seed
+    "old_bracket_worst_seed": Entry(
+        "old bracket: one variant's max stable LR (its worst probed seed)",
+        "log2",
+        old_bracket_worst_seed,
     ),
     "boundary_ratio_t": Entry(
         f"per-seed boundaries' paired ratio, t + lattice interval (true {TRUE_RATIO:g})",

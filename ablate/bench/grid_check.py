@@ -1,10 +1,10 @@
-"""Check the max-stable-LR brackets against a dense learning-rate grid (run once, by hand).
+"""Check the max-LR seeds' brackets against a dense learning-rate grid (run once, by hand).
 
 For every variant, trains a ``--points``-point log grid over the experiment's ``max_lr`` range
-(``lr_min`` to ``lr_max``) with every ``max_lr`` seed, finds the grid's own boundary (largest
-LR stable for all seeds, smallest LR unstable for one), and prints it beside the bracket in
-``stability.json`` from an earlier ``ablate run``/``ablate search``: whether they agree (the
-intervals overlap) and how many runs each took.
+(``lr_min`` to ``lr_max``) with every ``max_lr`` seed, finds each seed's boundary on the grid
+(its last stable LR below its first unstable one, that one), and prints it beside the seed's
+bracket in ``stability.json`` from an earlier ``ablate run``/``ablate search``: whether they
+agree (the intervals overlap) and how many runs each took.
 
     python -m ablate.bench.grid_check experiments/lr_stability.yaml --points 16
 """
@@ -35,7 +35,7 @@ def grid_specs(experiment: Experiment, points: int) -> list[RunSpec]:
 
 
 def grid_stability(summaries: list[dict]) -> pd.Series:
-    """Per grid LR (sorted): stable for every seed."""
+    """Per grid LR (sorted): stable for every seed of ``summaries``."""
     frame = pd.DataFrame(summaries)
     return frame.groupby("lr")["stable"].agg(lambda s: bool(s.fillna(False).all())).sort_index()
 
@@ -69,7 +69,7 @@ def _interval(pair: list[float | None]) -> str:
 
 
 def main(argv: list[str] | None = None) -> None:
-    """Train the grid (finished runs are reused), then print grid vs bracket per variant."""
+    """Train the grid (finished runs are reused), then print grid vs bracket per seed."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("experiment", type=Path)
     parser.add_argument("--points", type=int, default=16)
@@ -81,27 +81,35 @@ def main(argv: list[str] | None = None) -> None:
         parser.error(f"{args.experiment} has no max_lr: section")
     studies = store.read_studies(ExperimentFolder.of(args.results_dir, experiment.name).path)
     if not studies or not studies.get("max_lr"):
-        parser.error(f"no max-LR brackets stored: run `ablate run {args.experiment}` first")
-    brackets = studies["max_lr"]
+        parser.error(f"no max-LR boundaries stored: run `ablate run {args.experiment}` first")
+    found = studies["max_lr"]
     specs = grid_specs(experiment, args.points)
     summaries = execute(specs, args.results_dir, args.workers)
     by_id = {s["run_id"]: s for s in summaries}
     print(
-        f"{'variant':<12} {'grid [stable, unstable]':<26} {'runs':>5}   "
-        f"{'bracket [stable, unstable]':<26} {'runs':>5}  agree"
+        f"{'variant':<12} {'seed':>4} {'grid [stable, unstable]':<26} {'runs':>5}   "
+        f"{'bracket [stable, unstable]':<26}  agree"
     )
     for variant in experiment.variants:
-        mine = [by_id[s.run_id] for s in specs if s.variant == variant and s.run_id in by_id]
-        stable = grid_stability(mine)
-        grid = list(grid_boundary(stable))
-        found = brackets[variant]
-        agree = "yes" if overlaps(grid, found["bracket"]) else "NO"
-        print(
-            f"{variant:<12} {_interval(grid):<26} {len(mine):>5}   "
-            f"{_interval(found['bracket']):<26} {found['runs_total']:>5}  {agree}"
-            f"  (stable again above the onset: {stable_above(stable, grid[1])} grid LRs)"
-        )
-        print("  grid: " + " ".join(f"{lr:.3g}{'' if ok else 'x'}" for lr, ok in stable.items()))
+        for bound in found[variant]["seed_bounds"]:
+            seed = bound["seed"]
+            mine = [
+                by_id[s.run_id]
+                for s in specs
+                if s.variant == variant and s.seed == seed and s.run_id in by_id
+            ]
+            stable = grid_stability(mine)
+            grid = list(grid_boundary(stable))
+            bracket = [bound["last_stable"], bound["first_unstable"]]
+            agree = "yes" if overlaps(grid, bracket) else "NO"
+            print(
+                f"{variant:<12} {seed:>4} {_interval(grid):<26} {len(mine):>5}   "
+                f"{_interval(bracket):<26}  {agree}"
+                f"  (stable again above the onset: {stable_above(stable, grid[1])} grid LRs)"
+            )
+            marks = " ".join(f"{lr:.3g}{'' if ok else 'x'}" for lr, ok in stable.items())
+            print(f"  grid: {marks}")
+        print(f"  {variant}: {found[variant]['runs_total']} probe runs in all")
 
 
 if __name__ == "__main__":

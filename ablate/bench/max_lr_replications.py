@@ -1,9 +1,12 @@
-"""The max-LR estimators' replications: the max-LR stage's bracket and the per-seed
-boundaries (:mod:`ablate.core.boundary`) on truths whose edges are stated."""
+"""The max-LR estimators' replications on truths whose edges are stated: the max-LR stage's
+per-seed boundaries (:mod:`ablate.core.boundary`), and the bracket it gave before them (every
+seed stable, probes stopping at the first unstable seed, steps anchored at each variant's
+start), which :func:`old_bracket` keeps for the comparison."""
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -13,15 +16,15 @@ from ablate.bench.replication import Outcome, two_variants, with_truth
 from ablate.core.boundary import (
     SeedBoundary,
     boundary_ratio,
-    bracket_seed,
     paired_log2_ratios,
     variant_boundary,
 )
 from ablate.core.config import RunConfig
 from ablate.core.experiment import Experiment
-from ablate.core.plan import RunSpec, with_train
+from ablate.core.plan import with_train
 from ablate.core.simulate import true_edge, warmup_gain
-from ablate.launch.max_lr import max_lr_start, run_max_lr
+from ablate.core.studies import BoundaryResult
+from ablate.launch.max_lr import max_lr_start, probe_spec, run_max_lr
 from ablate.launch.simulator import SimulatedExecutor
 
 TRUE_RATIO = 3.0  # the second variant's edges over the first's (no power of any lattice's step)
@@ -41,16 +44,59 @@ def max_lr_truth(design: Experiment, replication: int) -> Experiment:
     return with_truth(design, replication, {"variants": truths})
 
 
+def old_bracket(
+    probe: Callable[[float], bool], start: float, lr_range: tuple[float, float]
+) -> tuple[float | None, float | None]:
+    """The max-LR stage's bracketing until it bracketed seed by seed (the estimator the
+    per-seed boundaries replaced, kept to show what it got wrong): (largest stable, smallest
+    unstable) LR, assuming one boundary. From ``start``, multiply by ``OLD_FACTOR`` while
+    stable (divide while unstable) until the boundary is bracketed or the range's end is
+    reached, then bisect in log until the bracket is ``OLD_PRECISION`` wide."""
+    stable: list[float] = []
+    unstable: list[float] = []
+
+    def check(lr: float) -> bool:
+        (stable if probe(lr) else unstable).append(lr)
+        return lr in stable
+
+    lr, (lr_min, lr_max) = start, lr_range
+    if check(lr):
+        while not unstable and lr < lr_max:
+            lr = min(lr * OLD_FACTOR, lr_max)
+            check(lr)
+    else:
+        while not stable and lr > lr_min:
+            lr = max(lr / OLD_FACTOR, lr_min)
+            check(lr)
+    while stable and unstable and min(unstable) / max(stable) > OLD_PRECISION * (1 + 1e-9):
+        check(math.sqrt(max(stable) * min(unstable)))
+    return (max(stable) if stable else None), (min(unstable) if unstable else None)
+
+
+OLD_FACTOR, OLD_PRECISION = 4.0, math.sqrt(2)  # as experiments/ln_vs_rms.yaml set them
+
+
 def _brackets(
     design: Experiment, folder: Path, variants: tuple[str, ...]
-) -> dict[str, tuple[float, float]]:
-    """The max-LR stage's bracket of each of ``variants`` on the simulator."""
+) -> dict[str, tuple[float | None, float | None]]:
+    """The old bracket of each of ``variants`` on the simulator: each probe runs the max-LR
+    seeds in order and stops at the first unstable one."""
+    cfg = design.max_lr
+    assert cfg is not None
     executor = SimulatedExecutor(folder)
-    url = f"journal:{folder / 'studies.log'}"
     found = {}
     for variant in variants:
-        result = run_max_lr(design, variant, executor, url, None, say=lambda _: None)
-        found[variant] = tuple(result.bracket)
+
+        def every_seed_stable(lr: float, variant: str = variant) -> bool:
+            return all(
+                executor.obtain(probe_spec(design, variant, lr, seed), say=lambda _: None).get(
+                    "stable"
+                )
+                for seed in cfg.seeds or design.seeds
+            )
+
+        start = max_lr_start(design, variant, None)
+        found[variant] = old_bracket(every_seed_stable, start, (cfg.lr_min, cfg.lr_max))
     return found
 
 
@@ -67,7 +113,7 @@ def median_edge(truth: Experiment, variant: str) -> float:
     return own.divergence_lr * warmup_gain(own, probe_config(truth, variant).train.warmup_steps)
 
 
-def max_lr_ratio(design: Experiment, replication: int, folder: Path) -> Outcome:
+def old_bracket_ratio(design: Experiment, replication: int, folder: Path) -> Outcome:
     """log2(estimated / true) of the ratio of the two variants' max stable LRs (geometric
     midpoints of the brackets); covered: the true ratio lies between the brackets' extremes."""
     truth = max_lr_truth(design, replication)
@@ -78,7 +124,7 @@ def max_lr_ratio(design: Experiment, replication: int, folder: Path) -> Outcome:
     return Outcome(math.log2(ratio / TRUE_RATIO), low_b / high_a <= TRUE_RATIO <= high_b / low_a)
 
 
-def max_lr_bracket(design: Experiment, replication: int, folder: Path) -> Outcome:
+def old_bracket_median(design: Experiment, replication: int, folder: Path) -> Outcome:
     """log2(bracket midpoint / the variant's median edge) of the first variant; covered: that
     edge lies in the bracket (the bracket aims at the worst probed seed, not the median)."""
     truth = max_lr_truth(design, replication)
@@ -90,8 +136,8 @@ def max_lr_bracket(design: Experiment, replication: int, folder: Path) -> Outcom
     return Outcome(math.log2(math.sqrt(low * high) / median), low < median <= high)
 
 
-def max_lr_worst_seed(design: Experiment, replication: int, folder: Path) -> Outcome:
-    """As :func:`max_lr_bracket`, against the lowest true edge of the probed seeds."""
+def old_bracket_worst_seed(design: Experiment, replication: int, folder: Path) -> Outcome:
+    """As :func:`old_bracket_median`, against the lowest true edge of the probed seeds."""
     truth = max_lr_truth(design, replication)
     variant = two_variants(design)[0]
     assert truth.max_lr is not None
@@ -103,24 +149,17 @@ def max_lr_worst_seed(design: Experiment, replication: int, folder: Path) -> Out
     return Outcome(math.log2(math.sqrt(low * high) / worst), low < worst <= high)
 
 
-def seed_bounds(design: Experiment, folder: Path, variant: str) -> list[SeedBoundary]:
-    """Every max-LR seed of ``variant`` bracketed on its own on the shared lattice
-    (:func:`ablate.core.boundary.bracket_seed`), each probe a simulated run at the probe
-    budget, from where the max-LR stage starts."""
-    cfg = design.max_lr
-    assert cfg is not None
+def stage_result(design: Experiment, folder: Path, variant: str) -> BoundaryResult:
+    """The max-LR stage's result for ``variant`` on the simulator (each probe a simulated run
+    at the probe budget, the studies in a journal file)."""
     executor = SimulatedExecutor(folder)
-    start = max_lr_start(design, variant, None)
+    url = f"journal:{folder / 'studies.log'}"
+    return run_max_lr(design, variant, executor, url, None, say=lambda _: None)
 
-    def bracketed(seed: int) -> SeedBoundary:
-        def probe(lr: float) -> bool:
-            config = with_train(design.variants[variant], lr=lr, tokens=cfg.tokens)
-            spec = RunSpec(design.name, variant, seed, config, group="max_lr")
-            return bool(executor.obtain(spec, say=lambda _: None).get("stable"))
 
-        return bracket_seed(probe, seed, start, (cfg.lr_min, cfg.lr_max))
-
-    return [bracketed(seed) for seed in cfg.seeds or design.seeds]
+def seed_bounds(design: Experiment, folder: Path, variant: str) -> list[SeedBoundary]:
+    """Every max-LR seed of ``variant`` bracketed by the max-LR stage."""
+    return stage_result(design, folder, variant).seed_bounds
 
 
 def _both_bounds(design: Experiment, replication: int, folder: Path) -> list[list[SeedBoundary]]:

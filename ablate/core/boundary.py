@@ -10,10 +10,11 @@ stable and first unstable lattice point, which lie one lattice step apart.
 
 A variant's boundary (:func:`variant_boundary`) is the median of its seeds' boundaries; the
 ratio of two variants' (:func:`boundary_ratio`) is paired by seed. Both intervals are Student-t
-intervals over seeds on log2 LR, widened by the lattice's resolution (each seed's boundary is
+intervals over seeds on log2 LR, widened by the brackets' resolution (each seed's boundary is
 known only to within its bracket, so with no seed-to-seed spread the interval is still the
-width the lattice allows): with two or three seeds a bootstrap over seeds covers far less than
-its level (``python -m ablate.bench.estimators`` measures both).
+width the brackets allow; on the lattice half a step per variant): with two or three seeds a
+bootstrap over seeds covers far less than its level (``python -m ablate.bench.estimators``
+measures both).
 """
 
 from __future__ import annotations
@@ -22,8 +23,6 @@ import math
 import statistics
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-
-from scipy import stats
 
 PER_OCTAVE = 8  # lattice points per doubling of the LR: brackets 2^(1/8) ≈ 9% wide
 COARSE = 16  # lattice steps per coarse move while bracketing: a factor 4 at PER_OCTAVE
@@ -64,10 +63,13 @@ def bracket_seed(
     lr_range: tuple[float, float],
     per_octave: int = PER_OCTAVE,
     coarse: int = COARSE,
+    first_step: int | None = None,
 ) -> SeedBoundary:
     """Bracket one seed's boundary to one lattice step: from the lattice point nearest
-    ``start``, move ``coarse`` steps up while stable (down while unstable) until the verdict
-    changes or ``lr_range``'s end is passed, then bisect the index interval. ``probe(lr)``
+    ``start``, move up while stable (down while unstable) until the verdict changes or
+    ``lr_range``'s end is passed, then bisect the index interval. The first move is
+    ``first_step`` steps (default ``coarse``), each next one twice the last, up to ``coarse``:
+    from a start near the boundary (another seed's) it closes in a few probes. ``probe(lr)``
     trains (or finds stored) the seed's run at ``lr`` and says whether it was stable."""
     low_k = math.ceil(math.log2(lr_range[0]) * per_octave - 1e-9)
     high_k = math.floor(math.log2(lr_range[1]) * per_octave + 1e-9)
@@ -80,9 +82,9 @@ def bracket_seed(
 
     k = min(max(lattice_index(start, per_octave), low_k), high_k)
     stable_here = check(k)
-    step = coarse if stable_here else -coarse
+    step = min(first_step or coarse, coarse)
     last = first = None
-    while (ahead := min(max(k + step, low_k), high_k)) != k:
+    while (ahead := min(max(k + (step if stable_here else -step), low_k), high_k)) != k:
         if check(ahead) != stable_here:
             stable_k, unstable_k = (k, ahead) if stable_here else (ahead, k)
             while unstable_k - stable_k > 1:
@@ -93,13 +95,34 @@ def bracket_seed(
                     unstable_k = middle
             last, first = lattice_lr(stable_k, per_octave), lattice_lr(unstable_k, per_octave)
             break
-        k = ahead
+        k, step = ahead, min(2 * step, coarse)
     else:  # the range's end, with the start's verdict all the way
         last, first = (
             (lattice_lr(k, per_octave), None) if stable_here else (None, lattice_lr(k, per_octave))
         )
     probes = [(lattice_lr(i, per_octave), verdicts[i]) for i in verdicts]
     return SeedBoundary(seed, last, first, probes)
+
+
+def edge_of_points(seed: int, points: Sequence[tuple[float, bool]]) -> SeedBoundary:
+    """One seed's upper edge from scattered (lr, stable) runs: its first unstable LR above its
+    lowest stable one (LRs below that, which did not learn yet, bound nothing above), and its
+    largest stable LR below that. No stable run: no lower end; none unstable above: no
+    upper."""
+    stable = sorted(lr for lr, ok in points if ok)
+    if not stable:
+        return SeedBoundary(seed, None, min((lr for lr, _ in points), default=None), list(points))
+    above = [lr for lr, ok in points if not ok and lr > stable[0]]
+    first = min(above, default=None)
+    last = max(lr for lr in stable if first is None or lr < first)
+    return SeedBoundary(seed, last, first, list(points))
+
+
+def probes_per_seed(start: float, lr_max: float, per_octave: int, coarse: int) -> int:
+    """An upper bound on :func:`bracket_seed`'s probes from a stable ``start``: the start, a
+    move every ``coarse`` steps up to ``lr_max``, the shorter first moves, the bisection."""
+    moves = math.ceil(max(0.0, math.log2(lr_max / start)) * per_octave / coarse)
+    return 1 + moves + 2 * math.ceil(math.log2(coarse))
 
 
 @dataclass(frozen=True)
@@ -111,6 +134,10 @@ class Interval:
     high: float
     seeds: int
 
+    def text(self) -> str:
+        """``value [low, high]`` to three significant digits."""
+        return f"{self.value:#.3g} [{self.low:#.3g}, {self.high:#.3g}]"
+
     @property
     def shown(self) -> bool:
         """For a ratio: whether the interval excludes 1 (a difference is shown)."""
@@ -119,6 +146,8 @@ class Interval:
 
 def _t_interval_log2(values: Sequence[float], half_width: float, level: float) -> Interval:
     """Median of 2^values; the t interval of their mean widened by ``half_width`` (log2)."""
+    from scipy import stats  # only where an interval is computed: the stage's processes
+
     n = len(values)
     centre = statistics.fmean(values)
     spread = 0.0
@@ -132,16 +161,25 @@ def _t_interval_log2(values: Sequence[float], half_width: float, level: float) -
     )
 
 
-def variant_boundary(
-    bounds: Sequence[SeedBoundary], per_octave: int = PER_OCTAVE, level: float = 0.95
-) -> Interval | None:
+def half_width(bounds: Sequence[SeedBoundary]) -> float:
+    """Half the widest bracket of the seeds that have both ends, in log2 (on the lattice:
+    half a step, 0.5 / per_octave); 0 for none."""
+    widths = [
+        math.log2(b.first_unstable / b.last_stable) / 2
+        for b in bounds
+        if b.last_stable is not None and b.first_unstable is not None
+    ]
+    return max(widths, default=0.0)
+
+
+def variant_boundary(bounds: Sequence[SeedBoundary], level: float = 0.95) -> Interval | None:
     """The median over seeds of their boundaries, with the t interval over seeds widened by
-    half a lattice step (None when no seed has both ends). With one seed the interval is its
-    bracket: the spread between seeds is then unknown."""
+    half the widest seed's bracket (None when no seed has both ends). With one seed the
+    interval is its bracket: the spread between seeds is then unknown."""
     logs = [math.log2(b.estimate) for b in bounds if b.estimate is not None]
     if not logs:
         return None
-    return _t_interval_log2(logs, 0.5 / per_octave, level)
+    return _t_interval_log2(logs, half_width(bounds), level)
 
 
 def paired_log2_ratios(
@@ -157,15 +195,12 @@ def paired_log2_ratios(
 
 
 def boundary_ratio(
-    first: Sequence[SeedBoundary],
-    second: Sequence[SeedBoundary],
-    per_octave: int = PER_OCTAVE,
-    level: float = 0.95,
+    first: Sequence[SeedBoundary], second: Sequence[SeedBoundary], level: float = 0.95
 ) -> Interval | None:
     """second / first, paired by seed: the median over the seeds both variants bracketed of
-    their boundaries' ratio, with the t interval over those seeds widened by one lattice step
-    (half a step for each variant's bracket). None when no seed pairs."""
+    their boundaries' ratio, with the t interval over those seeds widened by both variants'
+    bracket half-widths (one lattice step in all). None when no seed pairs."""
     logs = paired_log2_ratios(first, second)
     if not logs:
         return None
-    return _t_interval_log2(logs, 1.0 / per_octave, level)
+    return _t_interval_log2(logs, half_width(first) + half_width(second), level)

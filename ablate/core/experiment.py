@@ -8,6 +8,7 @@ Besides the base run (:class:`ablate.core.config.RunConfig`) and its variants, a
 
 from __future__ import annotations
 
+import math
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -68,20 +69,42 @@ class SearchConfig(StrictSection):
 
 
 class MaxLRConfig(StrictSection):
-    """Bracketing search for the largest LR that is stable for every one of ``seeds``."""
+    """Each seed's maximum stable LR, bracketed on its own on one lattice of LRs shared by every
+    variant (2^(k / per_octave)), and the variant's median over seeds with an interval."""
 
     seeds: list[Seed] | None = Field(None, min_length=1, description="default: the experiment's")
-    start: float | None = Field(None, gt=0, description="first probe; default train.lr")
-    factor: float = Field(4.0, gt=1, le=1000, description="coarse step while bracketing")
-    precision: float = Field(2**0.25, gt=1, le=100, description="final bracket ratio")
+    start: float | None = Field(
+        None, gt=0, description="first probe; default the search's best LR, else train.lr"
+    )
+    per_octave: int = Field(
+        8, ge=1, le=64, description="lattice points per doubling: each bracket 2^(1/per_octave)"
+    )
+    factor: float = Field(
+        4.0, gt=1, le=1000, description="coarse move while bracketing: a power of 2^(1/per_octave)"
+    )
     lr_min: float = Field(1e-6, gt=0)
     lr_max: float = Field(100.0, gt=0)
     tokens: int | None = Field(None, ge=1, description="budget of a probe run; default train's")
+    margins: list[float] = Field(
+        default_factory=lambda: [0.05, 0.1, 0.2, 0.3],
+        min_length=1,
+        description="collapse margins the quality boundary is re-derived at from stored runs",
+    )
 
     @model_validator(mode="after")
     def _ordered(self) -> MaxLRConfig:
         _check_range(self.lr_min, self.lr_max, "max_lr.lr_min/lr_max")
+        steps = math.log2(self.factor) * self.per_octave
+        if abs(steps - round(steps)) > 1e-6:
+            raise ValueError(
+                f"max_lr.factor {self.factor:g} is not a whole number of lattice steps "
+                f"(2^(1/{self.per_octave})); use e.g. 2, 4 or 8"
+            )
         return self
+
+    def coarse_steps(self) -> int:
+        """Lattice steps per coarse move."""
+        return round(math.log2(self.factor) * self.per_octave)
 
 
 class ConvertConfig(StrictSection):

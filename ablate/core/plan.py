@@ -14,10 +14,10 @@ from __future__ import annotations
 
 import hashlib
 import json
-import math
 from dataclasses import dataclass
 from typing import Any
 
+from ablate.core.boundary import probes_per_seed
 from ablate.core.config import RunConfig
 from ablate.core.experiment import Experiment, SweepConfig
 from ablate.core.stability import criterion_text
@@ -293,12 +293,12 @@ def planned_groups(experiment: Experiment) -> list[str]:
 
 
 def max_lr_probes(experiment: Experiment, start: float) -> int:
-    """An upper bound on the bracketing search's probes: coarse steps up, then bisections."""
+    """An upper bound on one seed's probes from a stable ``start`` (the first seed's; the
+    others start at its boundary and take fewer): its quality bracket, then its divergence
+    bracket from there."""
     cfg = experiment.max_lr
     assert cfg is not None
-    coarse = math.ceil(math.log(cfg.lr_max / start) / math.log(cfg.factor)) + 1
-    fine = math.ceil(math.log2(math.log(cfg.factor) / math.log(cfg.precision)))
-    return coarse + max(0, fine)
+    return 2 * probes_per_seed(start, cfg.lr_max, cfg.per_octave, cfg.coarse_steps())
 
 
 def _counted(specs: list[RunSpec]) -> tuple[int, int]:

@@ -1,5 +1,5 @@
-"""The stability criterion, the LR-sensitivity metric, the max-stable-LR bracketing search and
-the check of a bracket against every other run.
+"""The stability criterion, the LR-sensitivity metric and the check of the max-LR brackets
+against every other run.
 
 A run is **unstable** when (checked in this order):
 
@@ -20,18 +20,18 @@ step by a training callback); the second is judged at the end (:func:`run_verdic
 run's summary records ``stable``, ``unstable_reason`` and ``unstable_step``. This module is the
 criterion's one home: the callbacks and the run only apply it.
 
-The search functions here are pure: :func:`bracket_max_stable` takes a ``probe(lr) -> bool``
-and knows nothing of training or Optuna, so it can be tested on a synthetic stability function;
-:func:`contradictions` holds a bracket against other runs of the same variant and budget.
+:func:`contradictions` holds the max-LR stage's per-seed brackets (:mod:`ablate.core.boundary`)
+against other runs of the same variant and budget.
 """
 
 from __future__ import annotations
 
 import math
 from collections import deque
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Sequence
+from dataclasses import dataclass
 
+from ablate.core.boundary import SeedBoundary
 from ablate.core.config import StabilityConfig
 
 FLOAT_SLACK = 1e-9  # relative: LRs equal up to float rounding are the same LR
@@ -96,6 +96,22 @@ def final_loss_verdict(
             step,
         )
     return Verdict(True)
+
+
+def verdict_at_margin(
+    status: str,
+    final_val_loss: float | None,
+    losses: tuple[float, float],
+    cfg: StabilityConfig,
+    margin: float,
+) -> bool:
+    """Whether a finished or diverged run is stable under ``cfg`` with ``final_margin`` set to
+    ``margin``: a diverged run never is (the divergence rule does not depend on the margin)."""
+    if status == "diverged":
+        return False
+    at_margin = cfg.model_copy(update={"final_margin": margin})
+    initial_loss, unigram = losses
+    return final_loss_verdict(final_val_loss, at_margin, initial_loss, unigram, 0).stable
 
 
 @dataclass(frozen=True)
@@ -169,63 +185,6 @@ def lr_sensitivity(losses: Sequence[float | None], initial_loss: float) -> float
     return sum(clipped) / len(clipped) - min(clipped)
 
 
-@dataclass
-class Bracket:
-    """The max-stable-LR search's result: largest stable and smallest unstable LR probed."""
-
-    largest_stable: float | None
-    smallest_unstable: float | None
-    probes: list[tuple[float, bool]] = field(default_factory=list)
-
-    @property
-    def ratio(self) -> float | None:
-        """smallest_unstable / largest_stable, the bracket's relative width."""
-        if self.largest_stable is None or self.smallest_unstable is None:
-            return None
-        return self.smallest_unstable / self.largest_stable
-
-
-def bracket_max_stable(
-    probe: Callable[[float], bool],
-    start: float,
-    factor: float = 4.0,
-    precision: float = 2**0.25,
-    lr_min: float = 1e-6,
-    lr_max: float = 100.0,
-) -> Bracket:
-    """Find the largest stable LR to within ``precision`` (a ratio), assuming one boundary.
-
-    Coarse phase: from ``start``, multiply by ``factor`` while stable (or divide while
-    unstable) until the boundary is bracketed or ``lr_min``/``lr_max`` is reached. Fine phase:
-    bisect in log space (probe the geometric mean) until unstable / stable <= ``precision``.
-    """
-    if not (lr_min <= start <= lr_max) or factor <= 1 or precision <= 1:
-        raise ValueError("need lr_min <= start <= lr_max, factor > 1 and precision > 1")
-    result = Bracket(None, None)
-
-    def check(lr: float) -> bool:
-        stable = probe(lr)
-        result.probes.append((lr, stable))
-        if stable:
-            result.largest_stable = max(lr, result.largest_stable or lr)
-        else:
-            result.smallest_unstable = min(lr, result.smallest_unstable or lr)
-        return stable
-
-    lr = start
-    if check(lr):
-        while result.smallest_unstable is None and lr < lr_max:
-            lr = min(lr * factor, lr_max)
-            check(lr)
-    else:
-        while result.largest_stable is None and lr > lr_min:
-            lr = max(lr / factor, lr_min)
-            check(lr)
-    while result.ratio is not None and result.ratio > precision * (1 + FLOAT_SLACK):
-        check(math.sqrt(result.largest_stable * result.smallest_unstable))
-    return result
-
-
 @dataclass(frozen=True)
 class Observation:
     """One stored run of a variant: its LR and whether it was stable."""
@@ -238,20 +197,27 @@ class Observation:
 
 
 def contradictions(
-    largest_stable: float | None, smallest_unstable: float | None, runs: Sequence[Observation]
+    bounds: Sequence[SeedBoundary], runs: Sequence[Observation]
 ) -> list[Observation]:
-    """The runs that contradict a bracket's single boundary: an unstable run below the largest
-    LR where every seed was stable (a hole), or a stable run above an LR at or beyond the
-    smallest unstable one where the same seed was unstable (stability coming back). Empty: the
-    bracket is monotone with every run."""
-    failed_at: dict[int, float] = {}  # per seed: its smallest unstable LR at/after the boundary
-    if smallest_unstable is not None:
-        for run in runs:
-            if not run.stable and run.lr >= smallest_unstable * (1 - FLOAT_SLACK):
-                failed_at[run.seed] = min(run.lr, failed_at.get(run.seed, math.inf))
+    """The runs that contradict the seeds' brackets: an unstable run below its seed's last
+    stable LR (a hole; for a seed not bracketed, below the lowest last stable LR of the seeds
+    that were, where each of them was stable), or a stable run above an LR at or beyond its
+    seed's first unstable one (for another seed, the highest) where the same seed was unstable
+    (stability coming back). Empty: the brackets are monotone with every run."""
+    own = {b.seed: b for b in bounds}
+    every_stable = min((b.last_stable for b in bounds if b.last_stable is not None), default=None)
+    every_unstable = max(
+        (b.first_unstable for b in bounds if b.first_unstable is not None), default=None
+    )
+    failed_at: dict[int, float] = {}  # per seed: its smallest unstable LR at/after its bracket
+    for run in runs:
+        edge = own[run.seed].first_unstable if run.seed in own else every_unstable
+        if edge is not None and not run.stable and run.lr >= edge * (1 - FLOAT_SLACK):
+            failed_at[run.seed] = min(run.lr, failed_at.get(run.seed, math.inf))
     found = []
     for run in runs:
-        hole = largest_stable is not None and run.lr < largest_stable * (1 - FLOAT_SLACK)
+        floor = own[run.seed].last_stable if run.seed in own else every_stable
+        hole = floor is not None and run.lr < floor * (1 - FLOAT_SLACK)
         above = run.lr > failed_at.get(run.seed, math.inf) * (1 + FLOAT_SLACK)
         if (hole and not run.stable) or (above and run.stable):
             found.append(run)

@@ -3,7 +3,9 @@ contract, defined once (as :data:`ablate.core.store.SUMMARY_KEYS` is for a run's
 
 ``stability.json`` has the keys :data:`STABILITY_KEYS`; its ``search`` maps each variant to a
 :class:`SearchResult` stored with :data:`SEARCH_KEYS`, its ``max_lr`` each variant to a
-:class:`BracketResult` stored with :data:`BRACKET_KEYS` (each probe with :data:`PROBE_KEYS`).
+:class:`BoundaryResult` stored with :data:`BOUNDARY_KEYS` (each probe with :data:`PROBE_KEYS`,
+each seed's bracket with :data:`SEED_BOUNDARY_KEYS`, each boundary with :data:`INTERVAL_KEYS`,
+each collapse margin's with :data:`MARGIN_KEYS`).
 What only one process saw — which probes it found stored, how many runs it trained itself — is
 kept on the objects and never stored, so a rerun that trains nothing stores the same file.
 """
@@ -12,6 +14,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 from typing import Any
+
+from ablate.core.boundary import Interval, SeedBoundary
 
 STABILITY_KEYS = ("experiment", "storage", "criterion", "search_seed", "search", "max_lr")
 SEARCH_KEYS = (
@@ -24,17 +28,22 @@ SEARCH_KEYS = (
     "best",
     "stable_region",
 )
-PROBE_KEYS = ("lr", "stable", "runs", "failed_seeds", "reason")
-BRACKET_KEYS = (
+PROBE_KEYS = ("lr", "seed", "stable", "diverged", "reason")
+SEED_BOUNDARY_KEYS = ("seed", "last_stable", "first_unstable", "estimate")
+INTERVAL_KEYS = ("value", "low", "high", "seeds")
+MARGIN_KEYS = ("margin", "seed_bounds", "boundary")
+BOUNDARY_KEYS = (
     "variant",
     "study",
     "seeds",
-    "bracket",
-    "ratio",
-    "precision",
+    "per_octave",
+    "seed_bounds",
+    "boundary",
+    "divergence_bounds",
+    "divergence",
+    "margins",
     "probes",
     "runs_total",
-    "failed_seeds",
     "run_ids",
     "checked_runs",
     "monotone",
@@ -63,14 +72,15 @@ class SearchResult:
 
 @dataclass
 class Probe:
-    """One max-LR probe: stable for every seed tried, the runs it took, the seeds that failed;
-    ``reused``: read back from the study, not run by this process (not stored)."""
+    """One max-LR probe: one seed's run at one lattice LR, stable or not (and why not), and
+    whether it diverged (non-finite, or blown up: the divergence rule); ``reused``: read back
+    from the study, not run by this process (not stored)."""
 
     lr: float
+    seed: int
     stable: bool
-    runs: int
-    failed_seeds: list[int]
-    reason: str | None = None  # why the first failing seed was unstable
+    diverged: bool
+    reason: str | None = None  # why the run was unstable
     reused: bool = False
 
     def stored(self) -> dict[str, Any]:
@@ -78,19 +88,59 @@ class Probe:
         return {key: getattr(self, key) for key in PROBE_KEYS}
 
 
+def stored_seed_boundary(bound: SeedBoundary) -> dict[str, Any]:
+    """One seed's bracket as ``stability.json`` holds it (its probes are the variant's)."""
+    return {key: getattr(bound, key) for key in SEED_BOUNDARY_KEYS}
+
+
+def seed_boundary_of(stored: dict[str, Any]) -> SeedBoundary:
+    """A seed's bracket read back from ``stability.json``."""
+    return SeedBoundary(stored["seed"], stored["last_stable"], stored["first_unstable"])
+
+
+def stored_interval(found: Interval | None) -> dict[str, Any] | None:
+    """An interval as ``stability.json`` holds it."""
+    return found and {key: getattr(found, key) for key in INTERVAL_KEYS}
+
+
+@dataclass(frozen=True)
+class MarginBoundary:
+    """The quality boundary at one collapse margin, re-derived from every stored run of the
+    variant's family and a max-LR seed (:func:`ablate.core.boundary.edge_of_points`)."""
+
+    margin: float
+    seed_bounds: list[SeedBoundary]
+    boundary: Interval | None
+
+    def stored(self) -> dict[str, Any]:
+        """As ``stability.json`` holds it."""
+        return {
+            "margin": self.margin,
+            "seed_bounds": [stored_seed_boundary(b) for b in self.seed_bounds],
+            "boundary": stored_interval(self.boundary),
+        }
+
+
 @dataclass
-class BracketResult:
-    """One variant's max-stable-LR bracket, its probes and the runs they took; after the check
-    against the store, how many runs it was held against and which contradict it."""
+class BoundaryResult:
+    """One variant's maximum stable LR: each max-LR seed's bracket on the shared lattice
+    (``per_octave`` points per doubling), their median with its interval (None when no seed
+    was bracketed); the divergence boundary the same way (the LR above which runs blow up or
+    go non-finite, rather than fail to get below the floor); the probes and the runs they
+    took; after the check against the store, the quality boundary re-derived at each collapse
+    margin, how many runs it was held against and which contradict it."""
 
     variant: str
     study: str
     seeds: list[int]
-    bracket: list[float | None]  # [largest stable, smallest unstable]
-    ratio: float | None
-    precision: float
+    per_octave: int
+    seed_bounds: list[SeedBoundary]
+    boundary: Interval | None
+    divergence_bounds: list[SeedBoundary]
+    divergence: Interval | None
     probes: list[Probe]
     run_ids: list[str]
+    margins: list[MarginBoundary] = field(default_factory=list)
     checked_runs: int | None = None
     monotone: bool | None = None
     contradictions: list[dict[str, Any]] = field(default_factory=list)
@@ -98,31 +148,38 @@ class BracketResult:
     @property
     def runs_total(self) -> int:
         """Runs the probes took, stored or trained."""
-        return sum(p.runs for p in self.probes)
+        return len(self.probes)
 
     @property
     def trained(self) -> int:
         """Runs this process's probes trained (the rest were stored)."""
-        return sum(p.runs for p in self.probes if not p.reused)
+        return sum(not p.reused for p in self.probes)
 
-    @property
-    def failed_seeds(self) -> list[int]:
-        """Every seed an unstable probe stopped at."""
-        return sorted({s for p in self.probes for s in p.failed_seeds})
-
-    def checked(self, checked_runs: int, contradictions: list[dict[str, Any]]) -> BracketResult:
-        """This bracket held against ``checked_runs`` stored runs."""
+    def checked(
+        self,
+        checked_runs: int,
+        contradictions: list[dict[str, Any]],
+        margins: list[MarginBoundary],
+    ) -> BoundaryResult:
+        """This boundary held against ``checked_runs`` stored runs, with its quality
+        boundary at every margin."""
         return replace(
             self,
             checked_runs=checked_runs,
             monotone=not contradictions,
             contradictions=contradictions,
+            margins=margins,
         )
 
     def stored(self) -> dict[str, Any]:
         """As ``stability.json`` holds it (the probes without ``reused``)."""
-        stored = {key: getattr(self, key) for key in BRACKET_KEYS}
+        stored = {key: getattr(self, key) for key in BOUNDARY_KEYS}
         stored["probes"] = [p.stored() for p in self.probes]
+        stored["seed_bounds"] = [stored_seed_boundary(b) for b in self.seed_bounds]
+        stored["boundary"] = stored_interval(self.boundary)
+        stored["divergence_bounds"] = [stored_seed_boundary(b) for b in self.divergence_bounds]
+        stored["divergence"] = stored_interval(self.divergence)
+        stored["margins"] = [m.stored() for m in self.margins]
         return stored
 
 
@@ -131,7 +188,7 @@ class Studies:
     """Every study of one experiment (``{variant: result}`` per kind) and what stores them."""
 
     search: dict[str, SearchResult] = field(default_factory=dict)
-    max_lr: dict[str, BracketResult] = field(default_factory=dict)
+    max_lr: dict[str, BoundaryResult] = field(default_factory=dict)
 
     def best_settings(self) -> dict[str, dict[str, Any]]:
         """``{variant: {lr, warmup_steps}}`` of each variant's best stable search trial."""

@@ -1,89 +1,98 @@
-"""The maximum stable learning rate of one variant: bracketing, each probe a trial of a study.
+"""The maximum stable learning rate of one variant, bracketed seed by seed on a shared lattice.
 
-:func:`ablate.core.stability.bracket_max_stable` chooses the LRs; each probe is a trial of the
-variant's ``max_lr`` study asked for at exactly that LR, starting at ``max_lr.start``, else at
-the search's best LR (a stable point, handed over by the search stage), else at ``train.lr``; a
-probe obtains the k seeds' runs from the stage's executor in order and stops at the first
-unstable one. Probes already in the study are read back, never rerun.
-The study's objective (:data:`PROBE_METRIC`) makes the dashboard's best trial the largest stable
-LR. (:mod:`ablate.launch.pipeline` then holds each bracket against every other stored run.)
+Each of ``max_lr.seeds`` is bracketed on its own (:func:`ablate.core.boundary.bracket_seed`) on
+the LR lattice 2^(k / ``per_octave``), which every variant shares: the first seed from
+``max_lr.start``, else the search's best LR (a stable point, handed over by the search stage),
+else ``train.lr``; each next seed from the boundary the seeds before it found, in small
+doubling moves. Each seed's divergence boundary (non-finite or blown up, whatever the final
+loss) is bracketed next, upwards from its quality bracket's unstable end. A probe is one seed's
+run at one lattice LR, obtained from the stage's executor, and a trial of the variant's
+``max_lr`` study asked for at exactly that LR (the seed a user attribute). Probes already in the study are read back, never rerun. The study's objective
+(:data:`PROBE_METRIC`) makes the dashboard's best trial the largest stable LR. The variant's
+boundary is the median of its seeds' with an interval (:func:`ablate.core.boundary.
+variant_boundary`); :mod:`ablate.launch.pipeline` then holds each seed's bracket against every
+other stored run.
 """
 
 from __future__ import annotations
 
 import math
+import statistics
 import warnings
-from dataclasses import asdict
+from collections.abc import Callable
+from dataclasses import replace
+from typing import Any
 
 import numpy as np
 import optuna
 from optuna.distributions import FloatDistribution
 from optuna.trial import TrialState
 
+from ablate.core.boundary import (
+    Interval,
+    SeedBoundary,
+    bracket_seed,
+    lattice_index,
+    lattice_lr,
+    variant_boundary,
+)
 from ablate.core.experiment import Experiment
 from ablate.core.plan import RunSpec, max_lr_family, with_train
-from ablate.core.stability import Bracket, bracket_max_stable
-from ablate.core.studies import BracketResult, Probe
+from ablate.core.studies import BoundaryResult, Probe
 from ablate.launch.execute import Executor
 from ablate.launch.search import PrintFn
 from ablate.launch.storage import open_study
 
-
-def probe_stability(
-    experiment: Experiment,
-    variant: str,
-    lr: float,
-    seeds: list[int],
-    executor: Executor,
-    tokens: int | None,
-    say: PrintFn = print,
-) -> Probe:
-    """Run ``seeds`` in order at ``lr``, stopping at the first unstable one."""
-    base = experiment.variants[variant]
-    config = with_train(base, lr=lr, tokens=tokens)
-    runs = 0
-    for seed in seeds:
-        spec = RunSpec(experiment.name, variant, seed, config, group="max_lr")
-        summary = executor.obtain(spec, wait=True, say=say)
-        runs += 1
-        if not summary.get("stable"):
-            return Probe(lr, False, runs, [seed], summary.get("unstable_reason"))
-    return Probe(lr, True, runs, [])
+ProbeKey = tuple[int, int]  # (lattice index, seed)
 
 
-def probe_key(experiment: Experiment, variant: str, seeds: list[int]) -> str:
-    """What a probe's verdict depends on besides its LR: the run family (the variant's config
-    at the probe budget, LR and warmup aside) and the seeds. A stored probe is reused only
-    under the same key, so editing ``max_lr.tokens`` or ``seeds`` probes afresh."""
-    return f"{max_lr_family(experiment, variant)}:{','.join(str(s) for s in seeds)}"
+def probe_spec(experiment: Experiment, variant: str, lr: float, seed: int) -> RunSpec:
+    """The run a probe trains: the variant at ``lr`` and the probes' budget."""
+    cfg = experiment.max_lr
+    assert cfg is not None
+    config = with_train(experiment.variants[variant], lr=lr, tokens=cfg.tokens)
+    return RunSpec(experiment.name, variant, seed, config, group="max_lr")
 
 
-def _stored_probe(study: optuna.Study, lr: float, key: str) -> Probe | None:
+def probe_of_run(lr: float, seed: int, summary: dict[str, Any]) -> Probe:
+    """A probe's verdicts from its run's summary: stable by the criterion; diverged when the
+    divergence rule stopped it or it has no finite final val loss."""
+    final = summary.get("final_val_loss")
+    diverged = summary.get("status") == "diverged" or final is None or not math.isfinite(final)
+    return Probe(lr, seed, bool(summary.get("stable")), diverged, summary.get("unstable_reason"))
+
+
+def stored_probes(study: optuna.Study, family: str, per_octave: int) -> dict[ProbeKey, Probe]:
+    """The study's finished probes of ``family`` (what a verdict depends on besides LR and
+    seed: the variant's config at the probes' budget) at points of the lattice, by point."""
+    found: dict[ProbeKey, Probe] = {}
     for trial in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)):
-        same_lr = math.isclose(trial.params.get("lr", math.nan), lr, rel_tol=1e-12)
-        if same_lr and trial.user_attrs.get("probe_key") == key:
-            attrs = trial.user_attrs
-            return Probe(
-                lr, attrs["stable"], attrs["runs"], attrs["failed_seeds"], attrs.get("reason"), True
-            )
-    return None
+        attrs, lr = trial.user_attrs, trial.params.get("lr", math.nan)
+        if attrs.get("probe_key") != family or "diverged" not in attrs or not lr > 0:
+            continue
+        index = lattice_index(lr, per_octave)
+        if math.isclose(lr, lattice_lr(index, per_octave), rel_tol=1e-12):
+            verdicts = attrs["stable"], attrs["diverged"], attrs.get("reason")
+            probe = Probe(lr, attrs["seed"], *verdicts, reused=True)
+            found[(index, probe.seed)] = probe
+    return found
 
 
 PROBE_METRIC = "minus_lr_if_stable"  # the max-LR studies' objective, as the dashboard names it
 
 
 def probe_value(lr: float, stable: bool) -> float:
-    """A max-LR probe's objective: −lr when every seed was stable, else 0. Minimized, so the
-    study's best trial is its largest stable LR (the bracket's lower end)."""
+    """A max-LR probe's objective: −lr when the run was stable, else 0. Minimized, so the
+    study's best trial is its largest stable LR of any seed."""
     return -lr if stable else 0.0
 
 
-def label_bracket_study(study: optuna.Study, bracket: Bracket) -> None:
-    """Name the objective and store the bracket as study attributes, for optuna-dashboard
-    (written only when they change, so a replay writes nothing)."""
+def label_boundary_study(study: optuna.Study, boundary: Interval | None) -> None:
+    """Name the objective and store the boundary (median over seeds, interval) as study
+    attributes, for optuna-dashboard (written only when they change: a replay writes nothing)."""
     attrs = {
-        "largest_stable_lr": bracket.largest_stable,
-        "smallest_unstable_lr": bracket.smallest_unstable,
+        "max_stable_lr": boundary and boundary.value,
+        "max_stable_lr_interval": boundary and [boundary.low, boundary.high],
     }
     if study.metric_names != [PROBE_METRIC]:
         with warnings.catch_warnings():
@@ -95,15 +104,25 @@ def label_bracket_study(study: optuna.Study, bracket: Bracket) -> None:
 
 
 def max_lr_start(experiment: Experiment, variant: str, best_lr: float | None) -> float:
-    """The first probe: ``max_lr.start``, else ``best_lr`` (the variant's best stable search
-    trial's LR, a stable point, so the bracket is searched upwards from it), else
-    ``train.lr``."""
+    """The first seed's first probe: ``max_lr.start``, else ``best_lr`` (the variant's best
+    stable search trial's LR, a stable point, so the bracket is searched upwards from it),
+    else ``train.lr``."""
     cfg = experiment.max_lr
     assert cfg is not None
     if cfg.start is not None:
         return cfg.start
     start = best_lr if best_lr is not None else experiment.variants[variant].train.lr
     return float(np.clip(start, cfg.lr_min, cfg.lr_max))
+
+
+def next_seed_start(bounds: list[SeedBoundary], start: float) -> tuple[float, int | None]:
+    """Where the next seed's bracketing starts, and its first move in lattice steps: at the
+    median of the boundaries found so far, one step at a time at first (seeds differ by a few
+    steps); at ``start`` with full coarse moves while no seed has a boundary."""
+    found = [b.estimate for b in bounds if b.estimate is not None]
+    if not found:
+        return start, None
+    return 2.0 ** statistics.median(math.log2(e) for e in found), 1
 
 
 class ProbeNotStored(LookupError):
@@ -118,9 +137,10 @@ def run_max_lr(
     best_lr: float | None = None,
     say: PrintFn = print,
     stored_only: bool = False,
-) -> BracketResult:
-    """Bracket the variant's maximum stable LR; each probe is a trial of its max_lr study,
-    starting from ``best_lr`` (the search's) unless ``max_lr.start`` is set.
+) -> BoundaryResult:
+    """Bracket each max-LR seed's stable LR (then its divergence LR) on the lattice, starting
+    from ``best_lr`` (the search's) unless ``max_lr.start`` is set; each probe is a trial of
+    the variant's max_lr study.
 
     ``stored_only`` replays the bracketing from stored probes and raises
     :class:`ProbeNotStored` at the first probe it would have to run."""
@@ -128,78 +148,78 @@ def run_max_lr(
     assert cfg is not None
     study = open_study(experiment, variant, "max_lr", url)
     seeds = cfg.seeds or experiment.seeds
-    key = probe_key(experiment, variant, seeds)
+    family = max_lr_family(experiment, variant)
+    stored = stored_probes(study, family, cfg.per_octave)
     probes: list[Probe] = []
 
-    def run_probe(lr: float) -> None:
+    def run_probe(lr: float, seed: int) -> None:
         # the LR is enqueued (fixed) within the section's range, which the dashboard plots; a
-        # trial left WAITING earlier is popped first and run at its own LR, and the loop below
-        # asks again
-        study.enqueue_trial({"lr": lr})
+        # trial left WAITING earlier is popped first and run at its own LR and seed, and the
+        # caller asks again
+        study.enqueue_trial({"lr": lr}, user_attrs={"seed": seed})
         span = FloatDistribution(min(cfg.lr_min, lr), max(cfg.lr_max, lr), log=True)
         trial = study.ask({"lr": span})
+        ran_lr, ran_seed = trial.params["lr"], trial.user_attrs.get("seed", seed)
         try:
-            found = probe_stability(
-                experiment, variant, trial.params["lr"], seeds, executor, cfg.tokens, say
-            )
+            spec = probe_spec(experiment, variant, ran_lr, ran_seed)
+            summary = executor.obtain(spec, wait=True, say=say)
         except BaseException:
             study.tell(trial, state=TrialState.FAIL)
             raise
-        for name, value in asdict(found).items():
+        found = probe_of_run(ran_lr, ran_seed, summary)
+        for name, value in found.stored().items():
             trial.set_user_attr(name, value)
-        trial.set_user_attr("probe_key", key)
-        study.tell(trial, probe_value(trial.params["lr"], found.stable))
+        trial.set_user_attr("probe_key", family)
+        study.tell(trial, probe_value(ran_lr, found.stable))
+        stored[(lattice_index(ran_lr, cfg.per_octave), ran_seed)] = found
 
-    def probe(lr: float) -> bool:
-        result = _stored_probe(study, lr, key)
-        fresh = result is None
-        if fresh and stored_only:
-            raise ProbeNotStored(f"max_lr {variant}: lr={lr:.4g} not probed yet")
-        while result is None:
-            run_probe(lr)
-            result = _stored_probe(study, lr, key)
-        result.reused = not fresh
-        probes.append(result)
-        verdict = "stable" if result.stable else f"unstable (seed {result.failed_seeds})"
-        say(
-            f"max_lr {variant}: lr={lr:.4g}: {verdict}, {result.runs} run(s)"
-            + (" [stored]" if result.reused else "")
-        )
-        return result.stable
+    def probe_of(seed: int, verdict: Callable[[Probe], bool]) -> Callable[[float], bool]:
+        def probe(lr: float) -> bool:
+            key = (lattice_index(lr, cfg.per_octave), seed)
+            reused = key in stored
+            if not reused and stored_only:
+                raise ProbeNotStored(f"max_lr {variant}: seed {seed} at lr={lr:.4g} not probed yet")
+            while key not in stored:
+                run_probe(lr, seed)
+            found = replace(stored[key], reused=reused)
+            if key not in seen:
+                seen.add(key)
+                probes.append(found)
+                verdict_text = "stable" if found.stable else f"unstable ({found.reason})"
+                say(
+                    f"max_lr {variant} seed {seed}: lr={lr:.4g}: {verdict_text}"
+                    + (" [stored]" if reused else "")
+                )
+            return verdict(found)
+
+        return probe
 
     start = max_lr_start(experiment, variant, best_lr)
-    bracket: Bracket = bracket_max_stable(
-        probe, start, cfg.factor, cfg.precision, cfg.lr_min, cfg.lr_max
-    )
-    label_bracket_study(study, bracket)
-    return BracketResult(
+    seen: set[ProbeKey] = set()
+    lr_range = (cfg.lr_min, cfg.lr_max)
+    steps = (cfg.per_octave, cfg.coarse_steps())
+    bounds: list[SeedBoundary] = []
+    divergence: list[SeedBoundary] = []
+    for seed in seeds:
+        seed_start, first_step = next_seed_start(bounds, start)
+        quality = probe_of(seed, lambda p: p.stable)
+        bounds.append(bracket_seed(quality, seed, seed_start, lr_range, *steps, first_step))
+        if bounds[-1].first_unstable is None:
+            continue  # stable to the range's end: it did not diverge either
+        went = probe_of(seed, lambda p: not p.diverged)
+        from_lr, _ = next_seed_start(divergence, bounds[-1].first_unstable)
+        divergence.append(bracket_seed(went, seed, from_lr, lr_range, *steps, 1))
+    boundary = variant_boundary(bounds)
+    label_boundary_study(study, boundary)
+    return BoundaryResult(
         variant=variant,
         study=study.study_name,
         seeds=seeds,
-        bracket=[bracket.largest_stable, bracket.smallest_unstable],
-        ratio=bracket.ratio,
-        precision=cfg.precision,
+        per_octave=cfg.per_octave,
+        seed_bounds=bounds,
+        boundary=boundary,
+        divergence_bounds=divergence,
+        divergence=variant_boundary(divergence),
         probes=probes,
-        run_ids=probe_run_ids(experiment, variant, probes, seeds),
+        run_ids=[probe_spec(experiment, variant, p.lr, p.seed).run_id for p in probes],
     )
-
-
-def probe_run_ids(
-    experiment: Experiment, variant: str, probes: list[Probe], seeds: list[int]
-) -> list[str]:
-    """The runs the probes trained or reused: at each probed LR its first ``runs`` seeds (a
-    probe stops at the first unstable seed), as :func:`probe_stability` planned them."""
-    cfg = experiment.max_lr
-    assert cfg is not None
-    base = experiment.variants[variant]
-    return [
-        RunSpec(
-            experiment.name,
-            variant,
-            seed,
-            with_train(base, lr=p.lr, tokens=cfg.tokens),
-            group="max_lr",
-        ).run_id
-        for p in probes
-        for seed in seeds[: p.runs]
-    ]

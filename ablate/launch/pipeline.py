@@ -9,8 +9,8 @@ Stages, in order (each one only those the file configures):
    was selected on);
 3. **tuned** — the tuned A/B: every variant at its own best (LR, warmup) from the search, on
    the experiment's seeds, matched init and batch order as in the shared A/B;
-4. **max_lr** — the largest stable LR per variant, bracketed, then held against every other
-   stored run of the variant at the same budget (:func:`check_brackets`);
+4. **max_lr** — the largest stable LR per variant, bracketed seed by seed, then held against
+   every other stored run of the variant at the same budget (:func:`check_boundaries`);
 5. **convert** — continued training of the finished source runs, as stored and norm-swapped;
 6. **report** — rebuilt from the store (skipped when it is up to date).
 
@@ -31,6 +31,7 @@ import pandas as pd
 from rich.console import Console
 
 from ablate.core import store
+from ablate.core.boundary import edge_of_points, variant_boundary
 from ablate.core.experiment import Experiment
 from ablate.core.folders import ExperimentFolder
 from ablate.core.load import load_experiment
@@ -44,8 +45,13 @@ from ablate.core.plan import (
     plan_tuned,
     study_runs,
 )
-from ablate.core.stability import Observation, contradictions, criterion_text
-from ablate.core.studies import BracketResult, SearchResult, Studies
+from ablate.core.stability import (
+    Observation,
+    contradictions,
+    criterion_text,
+    verdict_at_margin,
+)
+from ablate.core.studies import BoundaryResult, MarginBoundary, SearchResult, Studies
 from ablate.launch.execute import Executor, LocalExecutor, ready_conversions, split_done
 from ablate.launch.progress import StudyProgress
 from ablate.launch.workers import Resources, resources_for
@@ -196,11 +202,11 @@ def search_stage(ctx: Context) -> dict[str, SearchResult]:
     return _studies(ctx, "search")
 
 
-def max_lr_stage(ctx: Context, best: dict[str, float]) -> dict[str, BracketResult]:
-    """Bracket every variant's max stable LR (from its search's ``best`` LR) and check each
-    bracket against the store."""
-    brackets = _studies(ctx, "max_lr", best)
-    return check_brackets(ctx.experiment, brackets, store.load_summaries(ctx.exp_dir))
+def max_lr_stage(ctx: Context, best: dict[str, float]) -> dict[str, BoundaryResult]:
+    """Bracket every variant's max stable LR seed by seed (from its search's ``best`` LR) and
+    check the brackets against the store."""
+    found = _studies(ctx, "max_lr", best)
+    return check_boundaries(ctx.experiment, found, store.load_summaries(ctx.exp_dir))
 
 
 def _studies(ctx: Context, kind: str, best: dict[str, float] | None = None) -> dict[str, Any]:
@@ -236,19 +242,59 @@ def observations(runs: pd.DataFrame, variant: str, family: str) -> list[Observat
     ]
 
 
-def check_brackets(
-    experiment: Experiment, brackets: dict[str, BracketResult], runs: pd.DataFrame
-) -> dict[str, BracketResult]:
-    """Each bracket held against the store: stored runs of the same variant and budget, at
-    any warmup (sweep points, search trials, probes, main runs), on the wrong side of it are
-    its contradictions."""
+def check_boundaries(
+    experiment: Experiment, found: dict[str, BoundaryResult], runs: pd.DataFrame
+) -> dict[str, BoundaryResult]:
+    """Each variant's seed brackets held against the store: stored runs of the same variant
+    and budget, at any warmup (sweep points, search trials, probes, main runs), on the wrong
+    side of their seed's bracket are its contradictions; the same runs give the quality
+    boundary at every ``max_lr.margins`` collapse margin."""
     checked = {}
-    for variant, found in brackets.items():
-        low, high = found.bracket
-        seen = observations(runs, variant, max_lr_family(experiment, variant))
-        against = contradictions(low, high, seen)
-        checked[variant] = found.checked(len(seen), [vars(o) for o in against])
+    for variant, result in found.items():
+        family = max_lr_family(experiment, variant)
+        seen = observations(runs, variant, family)
+        against = contradictions(result.seed_bounds, seen)
+        margins = margin_boundaries(experiment, variant, result.seeds, family_runs(runs, family))
+        checked[variant] = result.checked(len(seen), [vars(o) for o in against], margins)
     return checked
+
+
+def family_runs(runs: pd.DataFrame, family: str) -> pd.DataFrame:
+    """The finished or diverged runs of ``family`` in the store."""
+    if runs.empty or "family" not in runs:
+        return runs
+    return runs[(runs["family"] == family) & runs["status"].isin(["finished", "diverged"])]
+
+
+def margin_boundaries(
+    experiment: Experiment, variant: str, seeds: list[int], runs: pd.DataFrame
+) -> list[MarginBoundary]:
+    """The quality boundary at each of ``max_lr.margins``: every seed's upper edge among the
+    variant's stored ``runs`` judged at that margin (a diverged run fails at any margin)."""
+    cfg = experiment.max_lr
+    assert cfg is not None
+    criterion = experiment.variants[variant].train.stability
+    mine = runs[runs["variant"] == variant] if len(runs) else runs
+    found = []
+    for margin in sorted(set(cfg.margins) | {criterion.final_margin}):
+        bounds = []
+        for seed in seeds:
+            points = [
+                (
+                    float(r.lr),
+                    verdict_at_margin(
+                        r.status,
+                        r.final_val_loss,
+                        (r.initial_loss, r.unigram_loss),
+                        criterion,
+                        margin,
+                    ),
+                )
+                for r in mine[mine["seed"] == seed].itertuples()
+            ]
+            bounds.append(edge_of_points(seed, points))
+        found.append(MarginBoundary(margin, bounds, variant_boundary(bounds)))
+    return found
 
 
 def write_studies(ctx: Context, studies: Studies) -> None:

@@ -11,7 +11,7 @@ import os
 from collections.abc import Mapping, Sequence
 
 from ablate.core.experiment import Experiment
-from ablate.core.studies import BracketResult, SearchResult
+from ablate.core.studies import BoundaryResult, SearchResult
 from ablate.launch.execute import Executor
 from ablate.launch.max_lr import ProbeNotStored, run_max_lr
 from ablate.launch.search import PrintFn, next_search_step, run_search, search_summary
@@ -19,7 +19,7 @@ from ablate.launch.storage import open_study
 from ablate.launch.workers import Resources, run_parallel, worker_say
 
 KINDS = ("search", "max_lr")  # the two studies of a variant
-StudyResult = SearchResult | BracketResult
+StudyResult = SearchResult | BoundaryResult
 
 
 def _job(
@@ -113,20 +113,19 @@ def run_studies(
     }
 
 
-def result_lines(search: dict[str, SearchResult], max_lr: dict[str, BracketResult]) -> list[str]:
-    """One line per max-LR bracket and per search study's best trial."""
+def result_lines(search: dict[str, SearchResult], max_lr: dict[str, BoundaryResult]) -> list[str]:
+    """One line per max-LR boundary and per search study's best trial."""
     lines = []
     for variant, found in max_lr.items():
-        low, high = found.bracket
-        shown = f"[{low:.4g}, {high:.4g}]" if low and high else f"[{low}, {high}]"
+        shown = found.boundary.text() if found.boundary else "no seed bracketed"
         check = (
             ""
             if found.monotone is not False
             else f"; NON-MONOTONE: {len(found.contradictions)} stored run(s) contradict it"
         )
         lines.append(
-            f"max stable lr {variant}: {shown} after {found.runs_total} runs; failed seeds "
-            f"{found.failed_seeds}{check}"
+            f"max stable lr {variant}: {shown} (median of seeds, 95% interval) after "
+            f"{found.runs_total} runs{check}"
         )
     for variant, result in search.items():
         best = result.best

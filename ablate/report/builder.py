@@ -39,6 +39,7 @@ import pandas as pd
 from ablate.core import folders, store
 from ablate.core.folders import ExperimentFolder
 from ablate.report.analysis import noise_floor, variant_table
+from ablate.report.boundaries import max_lr_section
 from ablate.report.comparison import comparison_section
 from ablate.report.convert import convert_section
 from ablate.report.factorial import Design
@@ -49,7 +50,7 @@ from ablate.report.quality import factors_section, main_label, main_section
 from ablate.report.scaling import scaling_section
 from ablate.report.section import Section
 from ablate.report.setup import impurity_flag, setup_section, simulated_flag
-from ablate.report.studies import attach_studies, max_lr_section, search_section, sweep_section
+from ablate.report.studies import attach_studies, search_section, sweep_section
 from ablate.report.summary import summary_lines, with_holm
 from ablate.report.text import quality_markdown
 

@@ -34,7 +34,8 @@ def comparison_table(
         shared = stored.main[stored.main["variant"] == variant]
         mine = stored.tuned[stored.tuned["variant"] == variant]
         best = ((studies.get("search") or {}).get(variant) or {}).get("best") or {}
-        low = ((studies.get("max_lr") or {}).get(variant) or {}).get("bracket", [None])[0]
+        found = ((studies.get("max_lr") or {}).get(variant) or {}).get("boundary") or {}
+        max_lr = found.get("value")
         tuned_lr = float(mine["lr"].iloc[0]) if len(mine) else best.get("lr")
         rows.append(
             {
@@ -47,8 +48,8 @@ def comparison_table(
                 "search_best_val_loss": best.get("value"),
                 "tuned_final_val_loss": tuned.iloc[i]["final_val_loss_mean"],
                 "delta_tuned": _diff_text(tuned.iloc[i] if i else None),
-                "max_stable_lr": low,
-                "headroom": low / tuned_lr if low and tuned_lr else None,
+                "max_stable_lr": max_lr,
+                "headroom": max_lr / tuned_lr if max_lr and tuned_lr else None,
             }
         )
     return pd.DataFrame(rows)
@@ -91,8 +92,8 @@ def comparison_section(
         "and every variant at its own best (LR, warmup) from the search, trained at the full "
         "budget on the same seeds (matched initial weights and batches). Δ = variant − "
         "baseline over matched seeds. Headroom: how far above its tuned LR a variant stays "
-        "stable (max stable LR as bracketed at the `max_lr` budget, which may be shorter than "
-        "the tuned runs').",
+        "stable (max stable LR: the median of its seeds' at the `max_lr` budget, which may be "
+        "shorter than the tuned runs').",
         "",
         shown.to_markdown(index=False),
         "",

@@ -249,10 +249,11 @@ def sweep_figure(
     table: pd.DataFrame,
     variants: list[str],
     losses: tuple[float, float | None],
-    brackets: dict,
+    boundaries: pd.DataFrame,
 ) -> Figure:
     """Final val loss against LR per variant; points with an unstable seed marked x; the
-    initial loss ℓ0 and the unigram floor (``losses``) as lines."""
+    initial loss ℓ0 and the unigram floor (``losses``) as lines; each variant's max stable LR
+    (a row of ``boundaries``) as a dotted line in its 95% interval's band."""
     initial_loss, floor = losses
     fig = Figure(figsize=(7.5, 4.5))
     ax = fig.subplots()
@@ -270,14 +271,15 @@ def sweep_figure(
             zorder=3,
             label=f"{variant}: a seed unstable (diverged: counted at ℓ0)",
         )
-        bracket = brackets.get(variant, {}).get("bracket")
-        if bracket and bracket[0] and bracket[1]:
-            ax.axvspan(
-                bracket[0],
-                bracket[1],
+        found = boundaries[boundaries["variant"] == variant] if len(boundaries) else boundaries
+        if len(found) and pd.notna(found["max_stable_lr"].iloc[0]):
+            row = found.iloc[0]
+            ax.axvspan(row["max_stable_lr_low"], row["max_stable_lr_high"], color=color, alpha=0.15)
+            ax.axvline(
+                row["max_stable_lr"],
                 color=color,
-                alpha=0.15,
-                label=f"{variant}: max stable LR bracket",
+                linestyle=":",
+                label=f"{variant}: max stable LR, median of seeds (band: 95% interval)",
             )
     ax.axhline(initial_loss, color="grey", linestyle="--", linewidth=1, label="ℓ0 = ln(vocab)")
     _floor_line(ax, floor)

@@ -52,7 +52,7 @@ def load_experiment_results(exp_dir: Path) -> StoredExperiment:
         tuned=runs[runs["run_id"].isin(_group_ids(manifest, "tuned"))],
         metrics=store.load_metrics(exp_dir, main),  # only the main runs' curves are drawn
         probes=store.load_probes(exp_dir, main),
-        studies=store.read_studies(exp_dir),
+        studies=current_studies(store.read_studies(exp_dir)),
         missing=missing_runs(exp_dir, manifest, runs),
         convert=convert,
         convert_metrics=store.load_metrics(exp_dir, convert) if len(convert) else pd.DataFrame(),
@@ -95,3 +95,13 @@ def unigram_floor(runs: pd.DataFrame) -> float | None:
     """The corpus's unigram cross-entropy as the runs recorded it (None before it was)."""
     floor = column(runs, "unigram_loss").dropna()
     return float(floor.iloc[0]) if len(floor) else None
+
+
+def current_studies(studies: dict | None) -> dict | None:
+    """``stability.json`` without max-LR results stored by an ablate older than per-seed
+    brackets (whose ``max_lr`` entries have no ``seed_bounds``): ``ablate run`` brackets
+    those again; the report meanwhile has no max-LR section for them."""
+    if not studies:
+        return studies
+    kept = {v: r for v, r in (studies.get("max_lr") or {}).items() if "seed_bounds" in r}
+    return {**studies, "max_lr": kept}

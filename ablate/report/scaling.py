@@ -3,7 +3,8 @@
 Each size is an experiment of its own (``results/<name>/<name>.<label>/``); ``scale.json``
 beside them lists the sizes. Per variant and size this module reads the final val loss at the
 tuned settings (the shared-LR runs when the file has no search), the search's best LR, the
-max-stable-LR bracket and the LR sensitivity of the sweep, and the paired difference to the
+max stable LR (median of the max-LR seeds', with its interval) and the LR sensitivity of
+the sweep, and the paired difference to the
 baseline over matched seeds. Across sizes it fits a power law in the parameter count per variant
 and quantity (:mod:`ablate.report.fits`), fits the difference against log10 parameters to say
 whether the gap grows, shrinks or is flat, and extrapolates the max stable LR one decade above
@@ -21,6 +22,7 @@ import pandas as pd
 
 from ablate.core.folders import ExperimentFolder
 from ablate.report.analysis import paired_difference, sensitivity_table, sweep_frame, sweep_table
+from ablate.report.boundaries import boundary_table
 from ablate.report.fits import LineFit, PowerLaw, power_law_fit, trend_fit
 from ablate.report.load import StoredExperiment, load_experiment_results, unigram_floor
 from ablate.report.scaling_figures import gap_figure, scaling_figure
@@ -35,12 +37,18 @@ QUANTITIES = {
 EXTRAPOLATION_FACTOR = 10  # the max stable LR is extrapolated to 10x the largest size
 
 
-def _bracket(studies: dict, variant: str) -> tuple[float, float, int]:
-    """(largest stable, smallest unstable, stored runs that contradict the bracket)."""
-    found = (studies.get("max_lr") or {}).get(variant) or {}
-    low, high = found.get("bracket", [None, None])
-    against = len(found.get("contradictions") or [])
-    return (math.nan if low is None else low), (math.nan if high is None else high), against
+def _boundary(studies: dict, variant: str) -> dict[str, Any]:
+    """The variant's max stable LR with its interval, its ratio to the baseline with its
+    interval (:func:`ablate.report.boundaries.boundary_table`; NaN where absent), and how many
+    stored runs contradict its seeds' brackets."""
+    table = boundary_table(studies)
+    mine = table[table["variant"] == variant] if len(table) else table
+    keys = ("max_stable_lr", "max_stable_lr_low", "max_stable_lr_high")
+    keys += ("ratio_to_baseline", "ratio_low", "ratio_high")
+    found = {k: (mine[k].iloc[0] if len(mine) else None) for k in keys}
+    values = {k: math.nan if v is None or pd.isna(v) else float(v) for k, v in found.items()}
+    against = (studies.get("max_lr") or {}).get(variant) or {}
+    return values | {"max_lr_contradictions": len(against.get("contradictions") or [])}
 
 
 def _best_lr(studies: dict, variant: str) -> float:
@@ -69,7 +77,6 @@ def size_rows(size: dict[str, Any], stored: StoredExperiment, variants: list[str
     for variant in variants:
         every = runs[runs["variant"] == variant]
         mine = every[every["status"] == "finished"]
-        low, high, against = _bracket(studies, variant)
         diff = paired_difference(runs, variant, variants[0]) if variant != variants[0] else None
         rows.append(
             {
@@ -82,10 +89,7 @@ def size_rows(size: dict[str, Any], stored: StoredExperiment, variants: list[str
                 "final_loss": mine["final_val_loss"].mean() if len(mine) else math.nan,
                 "final_loss_std": mine["final_val_loss"].std(ddof=1) if len(mine) else math.nan,
                 "best_lr": _best_lr(studies, variant),
-                "max_stable_lr_low": low,
-                "max_stable_lr_high": high,
-                "max_stable_lr": math.sqrt(low * high),  # the bracket's geometric midpoint
-                "max_lr_contradictions": against,
+                **_boundary(studies, variant),
                 "lr_sensitivity": sensitivity.get(variant, (math.nan, True))[0],
                 "sweep_best_inside": sensitivity.get(variant, (math.nan, True))[1],
                 "diff_vs_baseline": diff.mean if diff else math.nan,
@@ -113,13 +117,13 @@ def scaling_table(manifest: dict, root: Path) -> tuple[pd.DataFrame, list[str]]:
 
 def fit_quantities(table: pd.DataFrame, variants: list[str]) -> dict[tuple[str, str], PowerLaw]:
     """``{(variant, quantity): power law in n_params}`` where at least two sizes have a value
-    (for the max stable LR: a bracket no other stored run of its size contradicts)."""
+    (for the max stable LR: brackets no other stored run of its size contradicts)."""
     fits = {}
     for variant in variants:
         mine = table[table["variant"] == variant]
         for quantity in QUANTITIES:
             ok = mine[np.isfinite(mine[quantity].astype(float)) & (mine[quantity] > 0)]
-            if quantity == "max_stable_lr":  # a bracket other runs contradict is not fitted
+            if quantity == "max_stable_lr":  # brackets other runs contradict: not fitted
                 ok = ok[ok["max_lr_contradictions"] == 0]
             if ok["n_params"].nunique() >= 2:
                 fits[(variant, quantity)] = power_law_fit(ok["n_params"], ok[quantity])
@@ -233,17 +237,19 @@ def baseline_lines(table: pd.DataFrame) -> list[str]:
 
 
 def ratio_lines(table: pd.DataFrame, variants: list[str]) -> list[str]:
-    """Each variant's max stable LR over the baseline's per size (bracket midpoints)."""
-    wide = table.pivot(index="size", columns="variant", values="max_stable_lr")
-    wide = wide.loc[list(dict.fromkeys(table["size"]))]
+    """Each variant's max stable LR over the baseline's per size, paired by seed, with its
+    95% interval."""
     lines = []
     for variant in variants[1:]:
-        ratios = (wide[variant] / wide[variants[0]]).dropna()
-        if len(ratios):
-            shown = "; ".join(f"{size} {ratio:.2f}" for size, ratio in ratios.items())
+        mine = table[(table["variant"] == variant) & table["ratio_to_baseline"].notna()]
+        if len(mine):
+            shown = "; ".join(
+                f"{r.size} {r.ratio_to_baseline:.2f} [{r.ratio_low:.2f}, {r.ratio_high:.2f}]"
+                for r in mine.itertuples()
+            )
             lines.append(
-                f"Max stable LR, {variant} / {variants[0]} (bracket midpoints; each bracket is "
-                f"as wide as max_lr.precision): {shown}."
+                f"Max stable LR, {variant} / {variants[0]} (paired by seed, 95% interval; an "
+                f"interval that holds 1 shows no difference): {shown}."
             )
     contradicted = table[table["max_lr_contradictions"] > 0]
     if len(contradicted):
@@ -317,9 +323,9 @@ def scaling_section(manifest: dict, root: Path) -> Section:
         "",
         "Final val loss: mean ± std over seeds at each variant's tuned LR and warmup (the "
         "shared LR where the file has no search); Δ: paired difference to the baseline over "
-        "matched seeds with its 95% interval; max stable LR: the bracket [largest stable, "
-        "smallest unstable], fitted at its geometric midpoint unless other stored runs of its "
-        "size contradict it (n against).",
+        "matched seeds with its 95% interval; max stable LR: the median of its seeds' "
+        "boundaries with its 95% interval [low, high], fitted unless other stored runs of its "
+        "size contradict a seed's bracket (n against).",
         "",
         _shown(table).to_markdown(index=False, floatfmt=".4f"),
         "",

@@ -17,7 +17,7 @@ from ablate.report.fits import LineFit, PowerLaw
 PANELS = (
     ("final_loss", f"final val loss, {LOSS_UNIT}"),
     ("best_lr", "best LR of the search"),
-    ("max_stable_lr", "max stable LR (bracket)"),
+    ("max_stable_lr", "max stable LR (median of seeds, 95% interval)"),
     ("lr_sensitivity", "LR sensitivity (nats)"),
 )
 
@@ -29,7 +29,7 @@ def scaling_figure(
     extrapolate: float,
 ) -> Figure | None:
     """Four log–log panels, one per quantity: each variant's sizes and its power-law line with
-    the line's 95% band; the max stable LR's bracket as an error bar and its line extended
+    the line's 95% band; the max stable LR's interval as an error bar and its line extended
     (dashed) to ``extrapolate`` times the largest size."""
     if table.empty:
         return None
@@ -40,7 +40,7 @@ def scaling_figure(
         for i, variant in enumerate(variants):
             mine = table[table["variant"] == variant].sort_values("n_params")
             if quantity == "max_stable_lr":
-                _brackets(ax, mine, f"C{i}", variant)
+                _boundaries(ax, mine, f"C{i}", variant)
             else:
                 ax.plot(mine["n_params"], mine[quantity], "o", color=f"C{i}", label=variant)
             fit = fits.get((variant, quantity))
@@ -55,9 +55,9 @@ def scaling_figure(
     return fig
 
 
-def _brackets(ax: Axes, mine: pd.DataFrame, color: str, variant: str) -> None:
-    """Each size's max-stable-LR bracket as an error bar about its geometric midpoint; hollow
-    where other stored runs contradict the bracket (it is not fitted)."""
+def _boundaries(ax: Axes, mine: pd.DataFrame, color: str, variant: str) -> None:
+    """Each size's max stable LR (median of seeds) with its 95% interval as an error bar;
+    hollow where other stored runs contradict a seed's bracket (it is not fitted)."""
     for contradicted, rows in mine.groupby(mine["max_lr_contradictions"] > 0):
         mid = rows["max_stable_lr"]
         ax.errorbar(

@@ -132,7 +132,7 @@ PLANNED_ORDER = ("main", "sweep", "tuned", "convert")  # the pipeline's order
 
 def _stage_text(stored: StoredExperiment) -> str:
     """Runs and steps of each stage: the planned ones from the manifest, the studies' from
-    the runs each study names (search trials by id, max-LR probes by variant and LR)."""
+    the runs each study names (search trials and max-LR probes by id)."""
     runs = stored.runs
     parts = [_runs_of(group, runs[runs["group"] == group]) for group in PLANNED_ORDER]
     studies = stored.studies or {}
@@ -141,15 +141,8 @@ def _stage_text(stored: StoredExperiment) -> str:
         ids = {row["run_id"] for row in found.get("trial_table", [])}
         parts.append(_runs_of(f"search ({variant})", every[every["run_id"].isin(ids)]))
     for variant, found in (studies.get("max_lr") or {}).items():
-        lrs = {probe["lr"] for probe in found.get("probes", [])}
-        mine = (
-            every[
-                (every["group"] == "max_lr") & (every["variant"] == variant) & every["lr"].isin(lrs)
-            ]
-            if len(every)
-            else every
-        )
-        parts.append(_runs_of(f"max_lr ({variant})", mine))
+        ids = set(found.get("run_ids", []))
+        parts.append(_runs_of(f"max_lr ({variant})", every[every["run_id"].isin(ids)]))
     return ", ".join(part for part in parts if part)
 
 

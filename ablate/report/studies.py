@@ -1,7 +1,8 @@
-"""The report's study sections: the LR sweep, the max-stable-LR brackets and the search.
+"""The report's study sections: the LR sweep and the search (the max stable LR's is
+:mod:`ablate.report.boundaries`).
 
-Each returns a :class:`~ablate.report.section.Section`; :func:`attach_studies` adds the brackets
-and the LR sensitivity to the variant table.
+Each returns a :class:`~ablate.report.section.Section`; :func:`attach_studies` adds the max
+stable LR and the LR sensitivity to the variant table.
 """
 
 from __future__ import annotations
@@ -9,25 +10,23 @@ from __future__ import annotations
 import pandas as pd
 
 from ablate.report.analysis import sensitivity_table, sweep_frame, sweep_table
+from ablate.report.boundaries import boundary_table
 from ablate.report.figures import stability_map_figure, sweep_figure
 from ablate.report.load import StoredExperiment, unigram_floor
 from ablate.report.section import Section
-from ablate.report.summary import contradiction_text
 
 SWEEP_FIGURE = "lr_sweep.png"
 
 
 def attach_studies(table: pd.DataFrame, sensitivity: pd.DataFrame, studies: dict) -> pd.DataFrame:
-    """Add the max-stable-LR bracket and the LR sensitivity to the variant table when present."""
-    brackets = studies.get("max_lr") or {}
-    if brackets:
-        table = table.assign(
-            max_stable_lr=[
-                (brackets.get(v) or {}).get("bracket", [None, None])[0] for v in table["variant"]
-            ],
-            min_unstable_lr=[
-                (brackets.get(v) or {}).get("bracket", [None, None])[1] for v in table["variant"]
-            ],
+    """Add the max stable LR (with its interval) and the LR sensitivity to the variant table
+    when present."""
+    boundaries = boundary_table(studies)
+    if len(boundaries):
+        table = table.merge(
+            boundaries[["variant", "max_stable_lr", "max_stable_lr_low", "max_stable_lr_high"]],
+            on="variant",
+            how="left",
         )
     if len(sensitivity):
         table = table.merge(
@@ -47,9 +46,8 @@ def sweep_section(stored: StoredExperiment, variants: list[str]) -> tuple[Sectio
         return Section(), pd.DataFrame()
     table = sweep_table(frame)
     sensitivity = sensitivity_table(table, frame)
-    brackets = (stored.studies or {}).get("max_lr", {})
     losses = (float(frame["initial_loss"].iloc[0]), unigram_floor(stored.runs))
-    figure = sweep_figure(table, variants, losses, brackets)
+    figure = sweep_figure(table, variants, losses, boundary_table(stored.studies or {}))
     shown = table.assign(
         lr=table["lr"].map(lambda v: f"{v:.3g}"),
         loss=[
@@ -90,57 +88,6 @@ def _edge_best_lines(sensitivity: pd.DataFrame) -> list[str]:
         "from the grid's edge; widen `sweep` to bracket it.",
         "",
     ]
-
-
-def max_lr_section(studies: dict) -> Section:
-    """Markdown and CSV of the max-stable-LR brackets."""
-    found = studies.get("max_lr") or {}
-    if not found:
-        return Section()
-    table = pd.DataFrame(
-        [
-            {
-                "variant": v,
-                "largest stable lr": r["bracket"][0],
-                "smallest unstable lr": r["bracket"][1],
-                "ratio": r["ratio"],
-                "seeds": len(r["seeds"]),
-                "runs": r["runs_total"],
-                "probes": len(r["probes"]),
-                "seeds that failed": r["failed_seeds"],
-                "monotone": _monotone_text(r),
-            }
-            for v, r in found.items()
-        ]
-    )
-    lines = [
-        "## Maximum stable learning rate",
-        "",
-        "The largest LR stable for every seed, by bracketing (coarse steps, then bisection in "
-        "log space); each probe is a trial of the variant's `max_lr` Optuna study. Each "
-        "bracket is then checked against every stored run of the variant at the same budget "
-        "(sweep points, search trials, probes, main runs): *monotone* when none is stable above "
-        "an LR where the same seed failed, nor unstable below the largest stable LR.",
-        "",
-        table.to_markdown(index=False, floatfmt=".4g"),
-        "",
-    ]
-    for variant, r in found.items():
-        if r.get("contradictions"):
-            lines += [
-                f"Runs that contradict {variant}'s bracket: "
-                f"{contradiction_text(r['contradictions'])}.",
-                "",
-            ]
-    return Section(lines, {"max_lr.csv": table})
-
-
-def _monotone_text(bracket: dict) -> str:
-    if "monotone" not in bracket:
-        return "not checked"
-    if bracket["monotone"]:
-        return f"yes ({bracket['checked_runs']} runs)"
-    return f"NO: {len(bracket['contradictions'])} of {bracket['checked_runs']} runs contradict"
 
 
 def _span(region: dict | None, key: str, fmt: str) -> str:

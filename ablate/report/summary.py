@@ -2,7 +2,8 @@
 
 Leads with the tuned comparison when there is a search (the factors' main effects in a grid),
 words what each paired interval supports against the seed-to-seed noise floor, Holm-adjusts
-p-values when there are several comparisons, and names unstable runs and non-monotone brackets.
+p-values when there are several comparisons, names unstable runs, and gives the max stable LRs
+(:mod:`ablate.report.boundaries`).
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import math
 
 import pandas as pd
 
+from ablate.report import boundaries
 from ablate.report.analysis import holm
 from ablate.report.factorial import level_text
 from ablate.report.load import StoredExperiment
@@ -170,56 +172,8 @@ def summary_lines(
                 f"{fmt(row['tokens_per_s_std'], 0)} and {fmt(baseline['tokens_per_s_std'], 0)}), "
                 "measured during training on this machine."
             )
-    lines += _bracket_lines(stored.studies or {})
+    lines += boundaries.summary_lines(stored.studies or {})
     return lines + [""]
-
-
-def _bracket_lines(studies: dict) -> list[str]:
-    brackets = studies.get("max_lr") or {}
-    lines = []
-    for variant, r in brackets.items():
-        low, high = r.get("bracket", [None, None])
-        if low is None:
-            lines.append(
-                f"- {variant}: **no stable LR found**: none of the {len(r['probes'])} LRs probed "
-                f"({_lr_span(r)}) ended below the floor for every seed; the budget may be too "
-                "small to learn, so no bracket is given."
-            )
-        if r.get("monotone") is False:
-            lines.append(
-                f"- {variant}: **the bracket is non-monotone**: {len(r['contradictions'])} of "
-                f"{r['checked_runs']} stored runs at the same budget contradict a single "
-                f"boundary ({contradiction_text(r['contradictions'])})."
-            )
-    found = {v: r for v, r in brackets.items() if all(r.get("bracket", []))}
-    if not found:
-        return lines
-    text = ", ".join(
-        f"{v} [{r['bracket'][0]:.3g}, {r['bracket'][1]:.3g}]" for v, r in found.items()
-    )
-    lines.append(f"- Max stable LR brackets (every seed stable): {text}.")
-    if len(found) == 2:
-        (va, a), (vb, b) = found.items()
-        overlap = a["bracket"][0] < b["bracket"][1] and b["bracket"][0] < a["bracket"][1]
-        ratio = math.sqrt(b["bracket"][0] * b["bracket"][1] / (a["bracket"][0] * a["bracket"][1]))
-        verdict = "overlap: no difference at this precision" if overlap else "do not overlap"
-        lines.append(
-            f"  The brackets {verdict}; {vb}/{va} ratio of geometric midpoints {ratio:.2f}."
-        )
-    return lines
-
-
-def _lr_span(bracket: dict) -> str:
-    lrs = [p["lr"] for p in bracket["probes"]]
-    return f"{min(lrs):.3g} to {max(lrs):.3g}" if lrs else "none"
-
-
-def contradiction_text(found: list[dict]) -> str:
-    return "; ".join(
-        f"{'stable' if c['stable'] else 'unstable'} {c['group']} run {c['run_id']} "
-        f"seed {c['seed']} at lr {c['lr']:.3g}"
-        for c in found
-    )
 
 
 def comparisons(table: pd.DataFrame, tuned: pd.DataFrame | None) -> int:

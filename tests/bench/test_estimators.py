@@ -24,16 +24,16 @@ def design() -> Experiment:
 
 @pytest.mark.slow
 def test_the_old_brackets_ratio_misses_a_ratio_off_its_lattice(design: Experiment) -> None:
-    found = score(design, "max_lr_ratio", 10)  # the bracket the max-LR stage still reports
+    found = score(design, "old_bracket_ratio", 10)  # the bracket the max-LR stage gave before
     assert abs(found.bias) < 0.3 and found.median_abs > 0.25  # a count of √2 steps
     assert found.coverage is not None and found.coverage < 0.9 and found.failed == 0
 
 
 @pytest.mark.slow
 def test_a_bracket_holds_the_worst_probed_seed_not_the_median(design: Experiment) -> None:
-    worst = score(design, "max_lr_worst_seed", 8)
+    worst = score(design, "old_bracket_worst_seed", 8)
     assert worst.coverage == 1.0 and abs(worst.bias) < 0.3
-    median = score(design, "max_lr_bracket", 8)
+    median = score(design, "old_bracket_median", 8)
     assert median.bias < worst.bias and median.coverage is not None and median.coverage < 0.9
 
 

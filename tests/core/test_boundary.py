@@ -15,6 +15,8 @@ from ablate.core.boundary import (
     SeedBoundary,
     boundary_ratio,
     bracket_seed,
+    edge_of_points,
+    half_width,
     lattice_index,
     lattice_lr,
     paired_log2_ratios,
@@ -54,6 +56,17 @@ def test_a_seed_that_fails_first_does_not_decide_another_seeds_bracket() -> None
     found = [bracket_seed(_edge(edges[s]), s, 0.004, RANGE) for s in (0, 1)]
     for bound in found:
         assert bound.last_stable < edges[bound.seed] <= bound.first_unstable
+
+
+@pytest.mark.parametrize("edge", [0.061, 0.07, 0.09, 0.2])
+def test_a_start_near_the_edge_with_doubling_moves_closes_in_few_probes(edge: float) -> None:
+    far = bracket_seed(_edge(edge), 0, 0.004, RANGE)
+    near = bracket_seed(_edge(edge), 1, 0.07, RANGE, first_step=1)  # another seed's boundary
+    assert (near.last_stable, near.first_unstable) == (far.last_stable, far.first_unstable)
+    steps_away = abs(lattice_index(edge) - lattice_index(0.07))
+    assert len(near.probes) <= 2 + 2 * math.ceil(math.log2(steps_away + 1))  # moves + bisection
+    if steps_away <= 3:  # seeds a few steps apart: fewer probes than from a far start
+        assert len(near.probes) < len(far.probes)
 
 
 def test_a_seed_stable_to_the_range_end_has_no_boundary() -> None:
@@ -99,3 +112,13 @@ def test_a_ratio_is_paired_by_seed_and_shown_only_when_its_interval_excludes_one
     same = boundary_ratio(first, first)
     assert same.value == 1.0 and not same.shown  # equal boundaries: one lattice step either way
     assert same.high == pytest.approx(STEP) and same.low == pytest.approx(1 / STEP)
+
+
+def test_an_edge_from_scattered_runs_ignores_a_low_lr_that_did_not_learn_yet() -> None:
+    points = [(1e-4, False), (1e-3, True), (0.01, True), (0.03, False), (0.1, False)]
+    found = edge_of_points(0, points)  # 1e-4 did not learn in the budget: not the edge
+    assert (found.last_stable, found.first_unstable) == (0.01, 0.03)
+    assert edge_of_points(0, [(0.1, True), (1.0, True)]).first_unstable is None
+    never = edge_of_points(0, [(0.1, False), (1.0, False)])
+    assert never.last_stable is None and never.first_unstable == 0.1
+    assert half_width([found]) == pytest.approx(math.log2(3) / 2)

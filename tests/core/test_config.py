@@ -210,7 +210,10 @@ def test_study_sections_are_typed_and_checked(tmp_path: Path) -> None:
     exp = load_experiment(path)
     assert exp.sweep.lrs() == pytest.approx([1e-3, 1e-2, 1e-1, 1.0])
     assert exp.search.n_trials == 3 and exp.search.sampler == "tpe"
-    assert exp.max_lr.precision == pytest.approx(2**0.25) and exp.storage == "journal:/tmp/j.log"
+    assert exp.max_lr.per_octave == 8 and exp.max_lr.coarse_steps() == 8  # factor 2: 8 steps
+    assert exp.storage == "journal:/tmp/j.log"
+    msg = _error(tmp_path, "max_lr: {factor: 3.0}\n")
+    assert "max_lr" in msg and "not a whole number of lattice steps" in msg
     msg = _error(tmp_path, "search: {n_trails: 3}\n")
     assert "search.n_trails: unknown key" in msg and "n_trials" in msg
     msg = _error(tmp_path, "sweep: {lr_min: 1.0, lr_max: 0.1}\n")

@@ -1,4 +1,4 @@
-"""The stability criterion, LR sensitivity, and the bracketing search on synthetic functions."""
+"""The stability criterion, LR sensitivity, and the check of seed brackets against other runs."""
 
 from __future__ import annotations
 
@@ -6,10 +6,10 @@ import math
 
 import pytest
 
+from ablate.core.boundary import SeedBoundary, bracket_seed
 from ablate.core.config import StabilityConfig
 from ablate.core.stability import (
     Observation,
-    bracket_max_stable,
     clipped_loss,
     contradictions,
     criterion_text,
@@ -97,67 +97,38 @@ def _profile(stable_between: tuple[float, float], hole: float | None = None):  #
     return lambda lr: low <= lr <= high and not (hole and math.isclose(lr, hole))
 
 
-def test_contradictions_find_a_hole_below_the_bracket_and_stability_above_it() -> None:
+def _bracket(seed: int, edge: float) -> SeedBoundary:
+    """The seed's bracket on the default lattice around a true edge."""
+    return bracket_seed(lambda lr: lr <= edge, seed, 1e-3, (1e-6, 100.0))
+
+
+def test_contradictions_find_a_hole_below_a_seeds_bracket_and_stability_above_it() -> None:
     lrs = [1e-3 * 2**i for i in range(12)]  # 0.001 ... 2.048
     probe = _profile((1e-3, 0.3), hole=0.032)  # a loss spike at 0.032 only
-    bracket = bracket_max_stable(probe, 1e-3, factor=4.0, precision=2**0.25)
-    low, high = bracket.largest_stable, bracket.smallest_unstable
-    assert low <= 0.3 < high
+    bounds = [_bracket(0, 0.3)]
+    assert bounds[0].last_stable <= 0.3 < bounds[0].first_unstable
     runs = [Observation(f"r{i}", lr, probe(lr), "sweep", 0) for i, lr in enumerate(lrs)]
-    found = contradictions(low, high, runs)
+    found = contradictions(bounds, runs)
     assert [(o.lr, o.stable) for o in found] == [(0.032, False)]  # the hole, nothing else
     monotone = [Observation(o.run_id, o.lr, o.lr <= 0.3, "sweep", 0) for o in runs]
-    assert contradictions(low, high, monotone) == []
+    assert contradictions(bounds, monotone) == []
     back = [
         *monotone,
         Observation("x", 2.0, False, "max_lr", 1),
         Observation("y", 3.0, True, "max_lr", 1),
     ]
-    found = contradictions(low, 2.0, back)  # seed 1 failed at 2.0, then was stable at 3.0
-    assert [o.run_id for o in found] == ["y"]
-    other_seed = [
-        *monotone,
-        Observation("x", 2.0, False, "max_lr", 1),
-        Observation("z", 3.0, True, "max_lr", 2),
-    ]
-    assert contradictions(low, 2.0, other_seed) == []  # seed 2 never failed there
+    bounds = [_bracket(0, 0.3), _bracket(1, 1.9)]  # seed 1 failed at 2.0, then stable at 3.0
+    assert [o.run_id for o in contradictions(bounds, back)] == ["y"]
 
 
-@pytest.mark.parametrize("boundary", [3e-4, 0.0123, 0.7, 5.0])
-@pytest.mark.parametrize("start", [1e-3, 0.05])
-def test_bracketing_reaches_the_requested_precision(boundary: float, start: float) -> None:
-    calls: list[float] = []
-
-    def stable(lr: float) -> bool:
-        calls.append(lr)
-        return lr <= boundary
-
-    found = bracket_max_stable(
-        stable, start, factor=4.0, precision=2**0.25, lr_min=1e-6, lr_max=100
-    )
-    assert found.largest_stable <= boundary < found.smallest_unstable
-    assert found.ratio <= 2**0.25 * (1 + 1e-12)
-    assert [lr for lr, _ in found.probes] == calls and len(set(calls)) == len(calls)
-    assert len(calls) <= 12  # coarse x4 steps over at most 7 decades, then 3 bisections
-
-
-def test_bracketing_stops_at_the_range_limits() -> None:
-    always = bracket_max_stable(lambda lr: True, 0.1, factor=4, lr_max=2.0)
-    assert always.largest_stable == 2.0 and always.smallest_unstable is None
-    never = bracket_max_stable(lambda lr: False, 0.1, factor=4, lr_min=1e-3)
-    assert never.largest_stable is None and never.smallest_unstable == 1e-3
-    with pytest.raises(ValueError):
-        bracket_max_stable(lambda lr: True, 0.1, factor=1.0)
-
-
-def test_bracketing_counts_a_ratio_equal_to_the_precision_as_reached() -> None:
-    probes: list[float] = []
-
-    def stable(lr: float) -> bool:
-        probes.append(lr)
-        return lr <= 0.3
-
-    found = bracket_max_stable(stable, 0.003, factor=4.0, precision=2**0.25)
-    # 3e-3 x4 -> 0.768 brackets the boundary with ratio 4; three bisections reach 4^(1/8)
-    assert len(probes) == 5 + 3
-    assert found.ratio == pytest.approx(2**0.25)
+def test_each_seed_is_held_against_its_own_bracket_not_the_worst_seeds() -> None:
+    bounds = [_bracket(0, 0.1), _bracket(1, 0.4)]
+    # seed 1 stable at 0.3: above seed 0's bracket, inside its own: no contradiction
+    seen = [Observation("a", 0.3, True, "sweep", 1), Observation("b", 0.3, False, "sweep", 0)]
+    assert contradictions(bounds, seen) == []
+    # seed 1 unstable at 0.2, below its own last stable LR: a hole
+    hole = [Observation("c", 0.2, False, "sweep", 1)]
+    assert [o.run_id for o in contradictions(bounds, hole)] == ["c"]
+    # a seed not bracketed (the search's): a hole only below every bracketed seed's last stable
+    other = [Observation("d", 0.2, False, "search", 7), Observation("e", 0.05, False, "search", 7)]
+    assert [o.run_id for o in contradictions(bounds, other)] == ["e"]

@@ -8,7 +8,15 @@ from pathlib import Path
 
 from conftest import simulated_experiment
 
-from ablate.core.studies import BRACKET_KEYS, PROBE_KEYS, SEARCH_KEYS, STABILITY_KEYS
+from ablate.core.studies import (
+    BOUNDARY_KEYS,
+    INTERVAL_KEYS,
+    MARGIN_KEYS,
+    PROBE_KEYS,
+    SEARCH_KEYS,
+    SEED_BOUNDARY_KEYS,
+    STABILITY_KEYS,
+)
 from ablate.launch.pipeline import Context, run_studies_only
 
 
@@ -18,7 +26,7 @@ def test_stability_json_holds_the_contracts_keys_and_a_rerun_the_same_bytes(
     exp = simulated_experiment(
         tmp_path,
         search={"n_trials": 2, "pruner": "none", "warmup_max": 3},
-        max_lr={"seeds": [0, 1], "start": 0.05, "factor": 8.0, "precision": 2.0},
+        max_lr={"seeds": [0, 1], "start": 0.05, "factor": 8.0, "per_octave": 2},
     )
     root = tmp_path / "results"
     first = run_studies_only(Context(exp, root, tmp_path / "reports"))
@@ -27,8 +35,11 @@ def test_stability_json_holds_the_contracts_keys_and_a_rerun_the_same_bytes(
     assert set(stored) == set(STABILITY_KEYS)
     for variant in exp.variants:
         assert set(stored["search"][variant]) == set(SEARCH_KEYS)
-        assert set(stored["max_lr"][variant]) == set(BRACKET_KEYS)
-        assert all(set(p) == set(PROBE_KEYS) for p in stored["max_lr"][variant]["probes"])
+        found = stored["max_lr"][variant]
+        assert set(found) == set(BOUNDARY_KEYS) and set(found["boundary"]) == set(INTERVAL_KEYS)
+        assert all(set(p) == set(PROBE_KEYS) for p in found["probes"])
+        assert all(set(b) == set(SEED_BOUNDARY_KEYS) for b in found["seed_bounds"])
+        assert found["margins"] and all(set(m) == set(MARGIN_KEYS) for m in found["margins"])
         assert first.max_lr[variant].trained == first.max_lr[variant].runs_total  # all new
     again = run_studies_only(Context(exp, root, tmp_path / "reports"))
     assert all(r.trained == 0 and all(p.reused for p in r.probes) for r in again.max_lr.values())

@@ -3,16 +3,18 @@
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import optuna
+import pandas as pd
 import pytest
 import yaml
-from conftest import REPO, TINY
+from conftest import REPO, TINY, simulated_experiment
 
 from ablate.core.folders import ExperimentFolder
 from ablate.core.load import load_experiment
-from ablate.launch.pipeline import Context, run_experiment, run_studies_only
+from ablate.launch.pipeline import Context, margin_boundaries, run_experiment, run_studies_only
 from ablate.launch.storage import open_storage, storage_url
 
 
@@ -202,3 +204,28 @@ def test_a_factory_model_trains_and_lands_in_the_report(
         },
     )
     _lands_in_the_report(tmp_path, path, {"layernorm": "torch", "rmsnorm": "cpp"})
+
+
+def test_the_quality_boundary_moves_with_the_collapse_margin(tmp_path: Path) -> None:
+    exp = simulated_experiment(tmp_path, max_lr={"seeds": [0], "margins": [0.05, 0.3]})
+    floor = 3.25  # the runs' unigram loss; a wall climbing to it and past, then a divergence
+    lrs = [0.01, 0.02, 0.04, 0.08, 0.16, 0.32]
+    losses = [2.5, 2.9, 3.1, 3.18, 3.3, None]
+    runs = pd.DataFrame(
+        {
+            "variant": "rmsnorm",
+            "seed": 0,
+            "lr": lrs,
+            "status": ["finished"] * 5 + ["diverged"],
+            "final_val_loss": losses,
+            "initial_loss": math.log(256),
+            "unigram_loss": floor,
+        }
+    )
+    found = {m.margin: m for m in margin_boundaries(exp, "rmsnorm", [0], runs)}
+    assert sorted(found) == [0.05, 0.1, 0.3]  # the criterion's own margin is always there
+    brackets = {
+        m: (f.seed_bounds[0].last_stable, f.seed_bounds[0].first_unstable) for m, f in found.items()
+    }
+    assert brackets == {0.05: (0.08, 0.16), 0.1: (0.04, 0.08), 0.3: (0.02, 0.04)}
+    assert found[0.05].boundary.value > found[0.3].boundary.value

@@ -21,7 +21,7 @@ SIZES = [{"d_model": 16}, {"d_model": 32, "n_heads": 4}]
 STUDIES = {
     "sweep": {"lr_min": 1e-3, "lr_max": 1e-1, "points": 2, "seeds": [0]},
     "search": {"n_trials": 2, "lr_min": 1e-3, "lr_max": 3e-2},
-    "max_lr": {"seeds": [0], "factor": 16.0, "precision": 16.0, "lr_max": 10.0},
+    "max_lr": {"seeds": [0], "factor": 16.0, "per_octave": 1, "lr_max": 10.0},
 }
 
 

@@ -62,7 +62,7 @@ def test_run_studies_writes_stability_json(tmp_path: Path) -> None:
     exp = simulated_experiment(
         tmp_path,
         search={"n_trials": 2, "pruner": "none", "warmup_max": 3},
-        max_lr={"seeds": [0, 1], "start": 0.05, "factor": 8.0, "precision": 2.0},
+        max_lr={"seeds": [0, 1], "start": 0.05, "factor": 8.0, "per_octave": 1},
     )
     root = tmp_path / "results"
     ctx = Context(exp, root, tmp_path / "reports", workers=1, threads=1)
@@ -71,15 +71,14 @@ def test_run_studies_writes_stability_json(tmp_path: Path) -> None:
     assert stored["max_lr"].keys() == stored["search"].keys() == {"layernorm", "rmsnorm"}
     assert stored["search_seed"] == 2  # one above the experiment's seeds [0, 1]
     for variant, found in stored["max_lr"].items():
-        low, high = found["bracket"]
-        assert low is not None and high is not None and high / low <= 2.0 + 1e-9
-        assert found["runs_total"] == sum(p["runs"] for p in found["probes"])
-        failed = {s for p in found["probes"] if not p["stable"] for s in p["failed_seeds"]}
-        assert found["failed_seeds"] == sorted(failed) and failed
+        for bound in found["seed_bounds"]:  # each seed bracketed to one step: a factor 2
+            assert bound["first_unstable"] / bound["last_stable"] == pytest.approx(2.0)
+        assert found["runs_total"] == len(found["probes"]) == len(found["run_ids"])
+        assert {p["seed"] for p in found["probes"] if not p["stable"]} == {0, 1}
         trials = stored["search"][variant]["trial_table"]
         assert found["checked_runs"] >= found["runs_total"] + len(trials)  # probes and trials
         assert found["monotone"] == (found["contradictions"] == [])
-    assert result.max_lr["rmsnorm"].bracket == stored["max_lr"]["rmsnorm"]["bracket"]
+    assert result.max_lr["rmsnorm"].stored() == stored["max_lr"]["rmsnorm"]
     assert stored["criterion"] == criterion_text(exp.base.train.stability)
 
 

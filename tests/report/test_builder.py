@@ -18,7 +18,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
-from conftest import TINY, write_experiment
+from conftest import TINY, stored_max_lr, write_experiment
 from scipy import stats
 
 from ablate.cli import main
@@ -239,7 +239,12 @@ def _table(diff: float, low: float, high: float, pairs: int, unstable: int = 0) 
 class _Stored:
     missing: list[str] = []
     manifest = {"runs": [], "seeds": [0, 1, 2]}
-    studies = {"max_lr": {"ln": {"bracket": [0.1, 0.2]}, "rms": {"bracket": [0.4, 0.8]}}}
+    studies = {
+        "max_lr": {
+            "ln": stored_max_lr("ln", {0: 0.1, 1: 0.11}),
+            "rms": stored_max_lr("rms", {0: 0.4, 1: 0.44}),
+        }
+    }
 
 
 @pytest.mark.parametrize(
@@ -258,7 +263,9 @@ def test_summary_claims_only_what_the_numbers_support(
     assert says in text
     assert "Unstable main runs: ln 0 diverged of 3, rms 0 diverged of 3." in text
     assert "rms 90 tokens/s vs ln 100 (0.900×" in text
-    assert "do not overlap; rms/ln ratio of geometric midpoints 4.00" in text
+    # no spread between seeds: the interval is the lattice's, 4 x 2^(±1/8)
+    assert "Max stable LR, rms / ln: 4.00 [3.67, 4.36], paired over 2 seed(s)" in text
+    assert "a difference is **shown** (the interval excludes 1)." in text
     assert "Too few seeds" not in text and "Holm" not in text and "Leading" not in text
 
 
@@ -278,15 +285,16 @@ def test_summary_leads_with_the_tuned_comparison_and_adjusts_for_multiplicity() 
     stored.studies = {
         "search_seed": 2,
         "max_lr": {
-            "ln": {
-                "bracket": [None, 1e-4],
-                "probes": [{"lr": 1e-4}, {"lr": 3e-3}],
-                "monotone": False,
-                "checked_runs": 9,
-                "contradictions": [
+            "ln": stored_max_lr(
+                "ln",
+                {0: 1e-7},
+                probes=[{"lr": 1e-4, "stable": False}, {"lr": 3e-3, "stable": False}],
+                monotone=False,
+                checked_runs=9,
+                contradictions=[
                     {"run_id": "abc", "lr": 0.01, "stable": True, "group": "sweep", "seed": 0}
                 ],
-            }
+            )
         },
     }
     shared = _table(0.03, 0.01, 0.05, 2)
@@ -305,7 +313,7 @@ def test_summary_leads_with_the_tuned_comparison_and_adjusts_for_multiplicity() 
     assert "found on seed 2, scored here on seeds [0, 1]" in text
     assert "**Too few seeds:** 2 per variant" in text
     assert "2 comparisons in this report" in text and "Holm-adjusted 0.04" in text
-    assert "ln: **no stable LR found**: none of the 2 LRs probed (0.0001 to 0.003)" in text
+    assert "ln: **no boundary found**: every probe (0.0001 to 0.003) was unstable" in text
     assert "1 of 9 stored runs" in text and "stable sweep run abc seed 0 at lr 0.01" in text
 
 

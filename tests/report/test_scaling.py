@@ -3,6 +3,8 @@ lines that state it with its numbers."""
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -45,6 +47,9 @@ def _table() -> pd.DataFrame:
                     "final_loss": loss,
                     "final_loss_std": 0.01,
                     "max_stable_lr": lr,
+                    "ratio_to_baseline": 4.0 if variant == "rmsnorm" else math.nan,
+                    "ratio_low": 3.4 if variant == "rmsnorm" else math.nan,
+                    "ratio_high": 4.7 if variant == "rmsnorm" else math.nan,
                     "max_lr_contradictions": 2 if (size, variant) == ("d128", "rmsnorm") else 0,
                     "unigram_loss": 3.25,
                     "vocab_size": 256,
@@ -58,7 +63,8 @@ def test_losses_are_held_against_the_trivial_baselines_and_lrs_against_the_basel
     assert "uniform guess 5.545 nats, unigram frequencies 3.2500" in line
     assert "final losses 2.0000–2.1000, all below it" in line
     ratio, against = ratio_lines(_table(), ["layernorm", "rmsnorm"])
-    assert "rmsnorm / layernorm" in ratio and "d64 4.00; d128 4.00" in ratio
+    assert "rmsnorm / layernorm (paired by seed, 95% interval" in ratio
+    assert "d64 4.00 [3.40, 4.70]; d128 4.00 [3.40, 4.70]" in ratio
     assert "left out of the max-stable-LR fit: d128 rmsnorm (2 run(s))" in against
 
 

@@ -1,0 +1,349 @@
+"""The report's maximum stable learning rates: each seed's bracket, each variant's boundary
+(median over seeds, 95% interval) and each variant's ratio to the baseline, paired by seed
+(:mod:`ablate.core.boundary`), read from ``stability.json``'s ``max_lr`` entries.
+
+A ratio whose interval holds 1 is "not shown"; with one seed the intervals hold only the
+lattice's resolution, not the seed-to-seed spread, and the text says so.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pandas as pd
+
+from ablate.core.boundary import Interval, SeedBoundary, boundary_ratio, half_width
+from ablate.core.studies import INTERVAL_KEYS, SEED_BOUNDARY_KEYS, seed_boundary_of
+from ablate.report.section import Section
+
+Stored = dict[str, Any]  # one variant's max_lr entry of stability.json
+
+
+def seed_bounds(found: Stored) -> list[SeedBoundary]:
+    """The variant's seed brackets."""
+    return [seed_boundary_of(b) for b in found.get("seed_bounds", [])]
+
+
+def boundary(found: Stored) -> Interval | None:
+    """The variant's boundary: median over seeds and interval (None: no seed bracketed)."""
+    stored = found.get("boundary")
+    return Interval(**{k: stored[k] for k in INTERVAL_KEYS}) if stored else None
+
+
+def ratio_to(baseline: Stored, found: Stored) -> Interval | None:
+    """``found``'s boundary over ``baseline``'s, paired by seed (None: no seed pairs)."""
+    return boundary_ratio(seed_bounds(baseline), seed_bounds(found))
+
+
+def boundary_table(studies: dict) -> pd.DataFrame:
+    """Per variant: the boundary and its interval, the ratio to the first variant's with its
+    interval and whether it is shown, the seeds bracketed, the runs, the check."""
+    found = studies.get("max_lr") or {}
+    rows = []
+    baseline = next(iter(found.values()), None)
+    for variant, r in found.items():
+        own = boundary(r)
+        ratio = ratio_to(baseline, r) if baseline is not None and r is not baseline else None
+        rows.append(
+            {
+                "variant": variant,
+                "max_stable_lr": own and own.value,
+                "max_stable_lr_low": own and own.low,
+                "max_stable_lr_high": own and own.high,
+                "seeds_bracketed": own.seeds if own else 0,
+                "seeds": len(r["seeds"]),
+                "ratio_to_baseline": ratio and ratio.value,
+                "ratio_low": ratio and ratio.low,
+                "ratio_high": ratio and ratio.high,
+                "ratio_shown": ratio.shown if ratio else None,
+                "runs": r["runs_total"],
+                "monotone": monotone_text(r),
+            }
+        )
+    return pd.DataFrame(rows)
+
+
+def seed_table(studies: dict) -> pd.DataFrame:
+    """Every seed's bracket: last stable and first unstable lattice LR and their midpoint."""
+    return pd.DataFrame(
+        [
+            {"variant": variant, **{key: b[key] for key in SEED_BOUNDARY_KEYS}}
+            for variant, r in (studies.get("max_lr") or {}).items()
+            for b in r.get("seed_bounds", [])
+        ]
+    )
+
+
+def _interval_text(value: float | None, low: float | None, high: float | None) -> str:
+    if value is None or pd.isna(value):
+        return "–"
+    return f"{_sig(value)} [{_sig(low)}, {_sig(high)}]"
+
+
+def _sig(value: float) -> str:
+    """Three significant digits, trailing zeros kept (0.500, 1.00), no bare point (709)."""
+    return f"{value:#.3g}".rstrip(".")
+
+
+def shown_table(table: pd.DataFrame) -> pd.DataFrame:
+    """The boundary table as the report prints it."""
+    ratio_words = {True: "shown", False: "**not shown**"}
+    return pd.DataFrame(
+        {
+            "variant": table["variant"],
+            "max stable LR [95% CI]": [
+                _interval_text(r.max_stable_lr, r.max_stable_lr_low, r.max_stable_lr_high)
+                for r in table.itertuples()
+            ],
+            "seeds bracketed": [f"{r.seeds_bracketed} of {r.seeds}" for r in table.itertuples()],
+            "ratio to baseline [95% CI]": [
+                _interval_text(r.ratio_to_baseline, r.ratio_low, r.ratio_high)
+                for r in table.itertuples()
+            ],
+            "difference": [ratio_words.get(r.ratio_shown, "–") for r in table.itertuples()],
+            "runs": table["runs"],
+            "monotone": table["monotone"],
+        }
+    )
+
+
+def _shown_text(table: pd.DataFrame) -> list[str]:
+    lines = []
+    for row in table.iloc[1:].itertuples():
+        if row.ratio_to_baseline is None or pd.isna(row.ratio_to_baseline):
+            continue
+        verdict = (
+            "a difference is **shown** (the interval excludes 1)"
+            if row.ratio_shown
+            else "a difference is **not shown** (the interval holds 1)"
+        )
+        lines.append(
+            f"- Max stable LR, {row.variant} / {table['variant'].iloc[0]}: "
+            f"{row.ratio_to_baseline:.2f} [{row.ratio_low:.2f}, {row.ratio_high:.2f}], paired "
+            f"over {row.seeds_bracketed} seed(s): {verdict}"
+            + (
+                "; with one seed the interval is the lattice's, not the seeds' spread."
+                if row.seeds_bracketed == 1
+                else "."
+            )
+        )
+    return lines
+
+
+def _bounds_of(found: Stored, kind: str) -> tuple[list[SeedBoundary], Interval | None]:
+    """A variant's seed brackets and boundary of ``kind``: "divergence", or a margin's."""
+    if kind == "divergence":
+        entry = {
+            "seed_bounds": found.get("divergence_bounds", []),
+            "boundary": found.get("divergence"),
+        }
+    else:
+        entry = next((m for m in found.get("margins", []) if m["margin"] == kind), {})
+    return seed_bounds(entry), boundary(entry)
+
+
+def margin_table(studies: dict) -> pd.DataFrame:
+    """Per boundary (the quality boundary at every collapse margin, then the divergence
+    boundary) and variant: its median with interval and its ratio to the baseline's."""
+    found = studies.get("max_lr") or {}
+    if not found:
+        return pd.DataFrame()
+    baseline = next(iter(found.values()))
+    margins = sorted({m["margin"] for r in found.values() for m in r.get("margins", [])})
+    rows = []
+    for kind in [*margins, "divergence"]:
+        base_bounds, _ = _bounds_of(baseline, kind)
+        for variant, r in found.items():
+            bounds, own = _bounds_of(r, kind)
+            ratio = boundary_ratio(base_bounds, bounds) if r is not baseline else None
+            rows.append(
+                {
+                    "boundary": "divergence"
+                    if kind == "divergence"
+                    else f"quality, margin {kind:g}",
+                    "variant": variant,
+                    "max_stable_lr": own and own.value,
+                    "low": own and own.low,
+                    "high": own and own.high,
+                    "widest_bracket": 2 ** (2 * half_width(bounds)) if own else None,
+                    "ratio_to_baseline": ratio and ratio.value,
+                    "ratio_low": ratio and ratio.low,
+                    "ratio_high": ratio and ratio.high,
+                    "ratio_shown": ratio.shown if ratio else None,
+                }
+            )
+    return pd.DataFrame(rows)
+
+
+def margin_lines(table: pd.DataFrame) -> list[str]:
+    """In words: whether each ratio's verdict depends on the collapse margin, and the
+    divergence boundary's ratio."""
+    if table.empty:
+        return []
+    lines = []
+    quality = table[table["boundary"].str.startswith("quality")]
+    for variant, rows in quality[quality["ratio_shown"].notna()].groupby("variant", sort=False):
+        said = "; ".join(
+            f"{r.boundary.removeprefix('quality, ')}: {r.ratio_to_baseline:.2f} "
+            f"[{r.ratio_low:.2f}, {r.ratio_high:.2f}]"
+            for r in rows.itertuples()
+        )
+        verdicts = set(rows["ratio_shown"])
+        if len(verdicts) > 1:
+            depends = "**depends on the margin** (shown at some, not at others)"
+        else:
+            shown = "shown" if verdicts.pop() else "not shown"
+            depends = f"does not depend on the margin ({shown} at every one)"
+        lines.append(
+            f"- Quality boundary by collapse margin, {variant} / {table['variant'].iloc[0]}: "
+            f"{said}: the finding {depends}."
+        )
+    divergence = table[(table["boundary"] == "divergence") & table["ratio_shown"].notna()]
+    for r in divergence.itertuples():
+        verdict = "shown" if r.ratio_shown else "**not shown**"
+        lines.append(
+            f"- Divergence boundary (non-finite or blown-up runs), {r.variant} / "
+            f"{table['variant'].iloc[0]}: {r.ratio_to_baseline:.2f} [{r.ratio_low:.2f}, "
+            f"{r.ratio_high:.2f}]: a difference is {verdict}."
+        )
+    return lines
+
+
+def summary_lines(studies: dict) -> list[str]:
+    """The written summary's max-LR lines: a variant with no bracket, non-monotone brackets,
+    each variant's boundary and each ratio to the baseline with its verdict."""
+    found = studies.get("max_lr") or {}
+    lines = []
+    for variant, r in found.items():
+        if boundary(r) is None:
+            lines.append(f"- {variant}: **no boundary found**: {_unbracketed_text(r)}")
+        if r.get("monotone") is False:
+            lines.append(
+                f"- {variant}: **non-monotone**: {len(r['contradictions'])} of "
+                f"{r['checked_runs']} stored runs at the same budget contradict their seed's "
+                f"bracket ({contradiction_text(r['contradictions'])})."
+            )
+    table = boundary_table(studies)
+    bracketed = table[table["seeds_bracketed"] > 0] if len(table) else table
+    if len(bracketed):
+        text = ", ".join(
+            f"{row.variant} {row.max_stable_lr:.3g} [{row.max_stable_lr_low:.3g}, "
+            f"{row.max_stable_lr_high:.3g}]"
+            for row in bracketed.itertuples()
+        )
+        lines.append(
+            f"- Max stable LR (each seed bracketed on the shared lattice; median over seeds, "
+            f"95% interval): {text}."
+        )
+    if not len(table):
+        return lines
+    return lines + _shown_text(table) + margin_lines(margin_table(studies))
+
+
+def _unbracketed_text(found: Stored) -> str:
+    """Why a variant has no boundary: every probe unstable, or every probe stable."""
+    probes = found.get("probes", [])
+    lrs = [p["lr"] for p in probes]
+    span = f"{min(lrs):.3g} to {max(lrs):.3g}" if lrs else "none"
+    if any(p["stable"] for p in probes):
+        return f"every seed was stable up to the range's end ({span} probed)."
+    return (
+        f"every probe ({span}) was unstable, on every seed; if none diverged, the budget may "
+        "be too small to learn."
+    )
+
+
+def max_lr_section(studies: dict) -> Section:
+    """Markdown and CSVs of the boundaries, the ratios and every seed's bracket."""
+    table = boundary_table(studies)
+    if table.empty:
+        return Section()
+    seeds = seed_table(studies)
+    per_octave = next(iter(studies["max_lr"].values()))["per_octave"]
+    lines = [
+        "## Maximum stable learning rate",
+        "",
+        f"Each seed is bracketed on its own, on one lattice of LRs every variant shares "
+        f"(2^(k/{per_octave}): brackets {2 ** (1 / per_octave):.3f}× wide), at the `max_lr` "
+        "budget; a seed's boundary is its bracket's geometric midpoint. A variant's max stable "
+        "LR is the median over seeds, with a 95% t interval over seeds on log LR widened by half "
+        "a lattice step; the ratio to the baseline (the first variant) is paired by seed, its "
+        "interval widened by one step. Each probe is a trial of the variant's `max_lr` Optuna "
+        "study. Every seed's bracket is then checked against every stored run of the variant "
+        "at the same budget (sweep points, search trials, probes, main runs): *monotone* when "
+        "none is stable above an LR where the same seed failed, nor unstable below its seed's "
+        "last stable LR.",
+        "",
+        shown_table(table).to_markdown(index=False),
+        "",
+        "Each seed's bracket (last stable, first unstable lattice LR) and its boundary:",
+        "",
+        seeds.to_markdown(index=False, floatfmt=".4g"),
+        "",
+    ]
+    for variant, r in studies["max_lr"].items():
+        if r.get("contradictions"):
+            lines += [
+                f"Runs that contradict {variant}'s brackets: "
+                f"{contradiction_text(r['contradictions'])}.",
+                "",
+            ]
+    margins = margin_table(studies)
+    tables = {"max_lr.csv": table, "max_lr_seeds.csv": seeds}
+    if len(margins) and margins["max_stable_lr"].notna().any():
+        tables["max_lr_margins.csv"] = margins
+        lines += [
+            "### Two boundaries: quality by collapse margin, and divergence",
+            "",
+            "The quality boundary (the run learned: its final val loss below the floor by the "
+            "margin) re-derived at each margin from every stored run of the variant at the "
+            "probes' budget and a max-LR seed: each seed's first unstable LR above its lowest "
+            "stable one, and its largest stable LR below that (brackets away from the probed "
+            "margin are as wide as the stored runs leave them: `widest_bracket`); the "
+            "divergence boundary (the run blew up or went non-finite) bracketed by the probes "
+            "on the lattice.",
+            "",
+            margin_shown(margins).to_markdown(index=False),
+            "",
+        ]
+    return Section(lines, tables)
+
+
+def margin_shown(table: pd.DataFrame) -> pd.DataFrame:
+    """The margin table as the report prints it."""
+    ratio_words = {True: "shown", False: "**not shown**"}
+    return pd.DataFrame(
+        {
+            "boundary": table["boundary"],
+            "variant": table["variant"],
+            "max stable LR [95% CI]": [
+                _interval_text(r.max_stable_lr, r.low, r.high) for r in table.itertuples()
+            ],
+            "widest seed bracket": [
+                "–" if pd.isna(w) else f"{w:.2f}×" for w in table["widest_bracket"]
+            ],
+            "ratio to baseline [95% CI]": [
+                _interval_text(r.ratio_to_baseline, r.ratio_low, r.ratio_high)
+                for r in table.itertuples()
+            ],
+            "difference": [ratio_words.get(r.ratio_shown, "–") for r in table.itertuples()],
+        }
+    )
+
+
+def monotone_text(found: Stored) -> str:
+    """The check against the store in words."""
+    if found.get("monotone") is None:
+        return "not checked"
+    if found["monotone"]:
+        return f"yes ({found['checked_runs']} runs)"
+    return f"NO: {len(found['contradictions'])} of {found['checked_runs']} runs contradict"
+
+
+def contradiction_text(found: list[dict]) -> str:
+    """The runs that contradict a bracket, in words."""
+    return "; ".join(
+        f"{'stable' if c['stable'] else 'unstable'} {c['group']} run {c['run_id']} "
+        f"seed {c['seed']} at lr {c['lr']:.3g}"
+        for c in found
+    )

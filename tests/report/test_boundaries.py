@@ -1,0 +1,60 @@
+"""The report's max stable LRs: a ratio is "shown" only when its interval excludes 1, one seed
+says its interval is the lattice's, and a variant with no boundary says why."""
+
+from __future__ import annotations
+
+import pytest
+from conftest import stored_max_lr
+
+from ablate.report.boundaries import boundary_table, max_lr_section, summary_lines
+
+
+def test_a_ratio_whose_interval_holds_one_is_not_shown() -> None:
+    studies = {
+        "max_lr": {
+            "ln": stored_max_lr("ln", {0: 0.1, 1: 0.2, 2: 0.13}),
+            "rms": stored_max_lr("rms", {0: 0.2, 1: 0.1, 2: 0.14}),  # seeds disagree in sign
+        }
+    }
+    table = boundary_table(studies)
+    rms = table.set_index("variant").loc["rms"]
+    assert rms["ratio_low"] < 1 < rms["ratio_high"] and not rms["ratio_shown"]
+    text = "\n".join(summary_lines(studies))
+    assert "Max stable LR, rms / ln:" in text and "a difference is **not shown**" in text
+    assert "paired over 3 seed(s)" in text and "**shown** (the interval excludes 1)" not in text
+
+
+def test_a_consistent_ratio_is_shown_with_its_paired_interval() -> None:
+    studies = {
+        "max_lr": {
+            "ln": stored_max_lr("ln", {0: 0.1, 1: 0.2, 2: 0.13}),
+            "rms": stored_max_lr("rms", {0: 0.3, 1: 0.6, 2: 0.4}),  # 3x on every seed
+        }
+    }
+    rms = boundary_table(studies).set_index("variant").loc["rms"]
+    assert rms["ratio_low"] > 1 and rms["ratio_shown"]
+    assert rms["ratio_low"] <= 3.0 <= rms["ratio_high"]
+    assert rms["ratio_to_baseline"] == pytest.approx(3.0, rel=2 ** (1 / 8) - 1)
+    section = max_lr_section(studies)
+    assert set(section.tables) == {"max_lr.csv", "max_lr_seeds.csv"}
+    assert len(section.tables["max_lr_seeds.csv"]) == 6  # every seed of both variants
+
+
+def test_one_seed_says_its_interval_is_the_lattices_only() -> None:
+    studies = {
+        "max_lr": {"ln": stored_max_lr("ln", {0: 0.1}), "rms": stored_max_lr("rms", {0: 0.4})}
+    }
+    text = "\n".join(summary_lines(studies))
+    assert "paired over 1 seed(s)" in text
+    assert "with one seed the interval is the lattice's, not the seeds' spread" in text
+
+
+def test_a_variant_with_no_boundary_says_why() -> None:
+    stable_to_the_end = stored_max_lr("ln", {0: 1e3})  # stable up to lr_max
+    never = stored_max_lr("rms", {0: 1e-9})  # unstable down to lr_min
+    stable_to_the_end["probes"] = [{"lr": 1.0, "stable": True}, {"lr": 100.0, "stable": True}]
+    never["probes"] = [{"lr": 1e-3, "stable": False}, {"lr": 1e-6, "stable": False}]
+    text = "\n".join(summary_lines({"max_lr": {"ln": stable_to_the_end, "rms": never}}))
+    assert "ln: **no boundary found**: every seed was stable up to the range's end" in text
+    assert "rms: **no boundary found**: every probe (1e-06 to 0.001) was unstable" in text
+    assert "Max stable LR (" not in text  # no boundary to give
