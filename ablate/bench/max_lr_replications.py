@@ -162,10 +162,17 @@ def seed_bounds(design: Experiment, folder: Path, variant: str) -> list[SeedBoun
     return stage_result(design, folder, variant).seed_bounds
 
 
+_BOUNDS: dict[tuple[str, str, int], list[list[SeedBoundary]]] = {}
+
+
 def _both_bounds(design: Experiment, replication: int, folder: Path) -> list[list[SeedBoundary]]:
-    """Both variants' seed boundaries on this replication's max-LR truth."""
-    truth = max_lr_truth(design, replication)
-    return [seed_bounds(truth, folder, variant) for variant in two_variants(design)]
+    """Both variants' seed boundaries on this replication's max-LR truth, computed once per
+    (design, replication) in this process: the boundary estimators score the same brackets."""
+    key = (design.path, design.name, replication)
+    if key not in _BOUNDS:
+        truth = max_lr_truth(design, replication)
+        _BOUNDS[key] = [seed_bounds(truth, folder, variant) for variant in two_variants(design)]
+    return _BOUNDS[key]
 
 
 def boundary_ratio_t(design: Experiment, replication: int, folder: Path) -> Outcome:
@@ -197,7 +204,7 @@ def boundary_median(design: Experiment, replication: int, folder: Path) -> Outco
     its median edge; covered: the interval holds that edge."""
     truth = max_lr_truth(design, replication)
     variant = two_variants(design)[0]
-    found = variant_boundary(seed_bounds(truth, folder, variant))
+    found = variant_boundary(_both_bounds(design, replication, folder)[0])
     median = median_edge(truth, variant)
     if found is None:
         return Outcome(math.nan, False)
