@@ -74,7 +74,10 @@ class MaxLRConfig(StrictSection):
 
     seeds: list[Seed] | None = Field(None, min_length=1, description="default: the experiment's")
     start: float | None = Field(
-        None, gt=0, description="first probe; default the search's best LR, else train.lr"
+        None,
+        gt=0,
+        description="first probe; default the largest stable LR stored at the probes' budget, "
+        "else the search's best LR, else train.lr",
     )
     per_octave: int = Field(
         8, ge=1, le=64, description="lattice points per doubling: each bracket 2^(1/per_octave)"

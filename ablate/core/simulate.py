@@ -14,7 +14,10 @@ Per variant a :class:`~ablate.core.truth.TruthConfig` gives (docs/simulator.md):
   exp(``boundary_sd``·z), z one standard normal per (variant, seed), times the warmup gain
   1 + ``warmup_gain``·(1 − exp(−warmup/``warmup_scale``));
 - **the curve**: val and train loss fall from ℓ0 = ln(vocab) as ℓ + (ℓ0 − ℓ)·(1 − s/T)² over the
-  T planned steps, so a search's pruner sees intermediate values with the final ordering.
+  T planned steps, so a search's pruner sees intermediate values with the final ordering; a
+  run at or above η* that ends above the collapse line (the collapse band, the valley's upper
+  wall) gets there in T/2 steps and stays (stuck), while one below η* is still improving at
+  its end (not learned yet).
 
 Nothing here depends on the budget beyond the curve's length: the truth is the truth at every
 budget. Every draw is a function of (``simulate.seed``, seed, variant, run), so a simulated run
@@ -146,6 +149,14 @@ def final_loss(cfg: RunConfig, variant: str, seed: int, run_id: str) -> tuple[fl
     return min(learned, math.log(sim.vocab_size)), False
 
 
+def stuck(cfg: RunConfig, variant: str, target: float) -> bool:
+    """Whether a run heading for ``target`` at ``cfg``'s LR gets stuck there early: at or
+    above the optimum and not below the collapse line floor − final_margin."""
+    truth = cfg.runtime.simulate.truth(variant)
+    line = floor_of(cfg) - cfg.train.stability.final_margin
+    return cfg.train.lr >= truth.opt_lr and target >= line
+
+
 def simulate_run(
     cfg: RunConfig,
     variant: str,
@@ -163,8 +174,10 @@ def simulate_run(
     rule = DivergenceRule(cfg.train.stability, start, cfg.train.warmup_steps)
     run = SimulatedRun([], [], "finished", None)
     settled = target if not diverges else start
+    horizon = total // 2 if stuck(cfg, variant, target) else total
     for step in range(1, total + 1):
-        train = BLOWN_UP + start if step >= blow_up else curve(settled, start, step, total)
+        at = min(step, horizon)
+        train = BLOWN_UP + start if step >= blow_up else curve(settled, start, at, horizon)
         run.steps.append({"step": step, "train_loss": train})
         stop = rule.check(step, train)
         run.threshold = rule.threshold
@@ -172,7 +185,7 @@ def simulate_run(
             run.status, run.stop = "diverged", stop
             return run
         if step % cfg.train.eval_interval == 0 or step == total:
-            val = curve(settled, start, step, total)
+            val = curve(settled, start, at, horizon)
             run.evals.append((step, val))
             if watch is not None and step < total and watch(step, val):
                 run.status = "pruned"
@@ -184,7 +197,7 @@ def simulate_run(
 def verdict_of(cfg: RunConfig, run: SimulatedRun) -> Verdict | None:
     """The stability criterion applied to a simulated run, as to a trained one."""
     sim = cfg.runtime.simulate
-    final = run.evals[-1][1] if run.evals else None
+    val_losses = [val for _, val in run.evals]
     losses = (math.log(sim.vocab_size), sim.unigram_loss)
     steps = run.steps[-1]["step"] if run.steps else 0
-    return run_verdict(run.status, run.stop, final, cfg.train.stability, losses, int(steps))
+    return run_verdict(run.status, run.stop, val_losses, cfg.train.stability, losses, int(steps))

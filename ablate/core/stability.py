@@ -14,6 +14,10 @@ A run is **unstable** when (checked in this order):
    (default 0.1). The floor (``floor``) is by default the corpus's unigram cross-entropy
    (train-split token frequencies, add-½ smoothing, scored on the val split): a run that ends
    there learned nothing a frequency table does not know. ``floor: initial`` uses ℓ0 instead.
+   Its reason says which of three it was: **learned, then lost it** (its best val loss was
+   below the line), **not learned yet** (still improving: its val loss fell by more than
+   :data:`IMPROVING_DROP` over its last evaluation, so a longer budget may learn), or
+   **stuck** at the floor.
 
 The first stops the run early (``status: diverged``; :class:`DivergenceRule`, applied every
 step by a training callback); the second is judged at the end (:func:`run_verdict`). Every
@@ -21,7 +25,8 @@ run's summary records ``stable``, ``unstable_reason`` and ``unstable_step``. Thi
 criterion's one home: the callbacks and the run only apply it.
 
 :func:`contradictions` holds the max-LR stage's per-seed brackets (:mod:`ablate.core.boundary`)
-against other runs of the same variant and budget.
+against other runs of the same variant and budget; a run that failed to learn below its seed's
+lowest stable LR did not learn yet (:func:`below_window`): it bounds nothing above.
 """
 
 from __future__ import annotations
@@ -76,26 +81,47 @@ class Verdict:
     step: int | None = None
 
 
+IMPROVING_DROP = 0.01  # nats: a val loss that fell more over the last evaluation still improves
+NOT_LEARNED_YET = "not learned yet"  # the reason's opening for a run still improving at its end
+
+
+def not_learned_yet(reason: object) -> bool:
+    """Whether an unstable run's reason says it was still improving (did not learn yet)."""
+    return isinstance(reason, str) and reason.startswith(NOT_LEARNED_YET)
+
+
 def final_loss_verdict(
-    final_val_loss: float | None,
+    val_losses: Sequence[float],
     cfg: StabilityConfig,
     initial_loss: float,
     unigram: float,
     step: int,
 ) -> Verdict:
-    """Criterion 2: a run whose final val loss is not below floor − margin collapsed."""
-    if final_val_loss is None or not math.isfinite(final_val_loss):
+    """Criterion 2: a run whose final val loss (the last of ``val_losses``, every evaluation in
+    order) is not below floor − margin collapsed; its reason tells a run that learned and lost
+    it, one still improving at its last evaluation (not learned yet) and one stuck apart."""
+    final = val_losses[-1] if len(val_losses) else None
+    if final is None or not math.isfinite(final):
         return Verdict(False, "no finite final val loss", step)
     floor = floor_value(cfg, initial_loss, unigram)
-    if final_val_loss >= floor - cfg.final_margin:
-        name = "unigram floor" if floor == unigram else "initial loss ℓ0"
+    line = floor - cfg.final_margin
+    if final < line:
+        return Verdict(True)
+    name = "unigram floor" if floor == unigram else "initial loss ℓ0"
+    where = f"final val loss {final:.4g} not below the {name} {floor:.4g} − {cfg.final_margin:g}"
+    finite = [v for v in val_losses if math.isfinite(v)]
+    drop = finite[-2] - final if len(finite) > 1 else 0.0
+    if min(finite) < line:
+        return Verdict(
+            False, f"collapsed: learned (best val loss {min(finite):.4g}), then {where}", step
+        )
+    if drop > IMPROVING_DROP:
         return Verdict(
             False,
-            f"collapsed: final val loss {final_val_loss:.4g} not below the {name} "
-            f"{floor:.4g} − {cfg.final_margin:g}",
+            f"not learned yet: {where}, still improving ({drop:.3g} over its last evaluation)",
             step,
         )
-    return Verdict(True)
+    return Verdict(False, f"collapsed: {where}", step)
 
 
 def verdict_at_margin(
@@ -111,7 +137,8 @@ def verdict_at_margin(
         return False
     at_margin = cfg.model_copy(update={"final_margin": margin})
     initial_loss, unigram = losses
-    return final_loss_verdict(final_val_loss, at_margin, initial_loss, unigram, 0).stable
+    final = [final_val_loss] if final_val_loss is not None else []
+    return final_loss_verdict(final, at_margin, initial_loss, unigram, 0).stable
 
 
 @dataclass(frozen=True)
@@ -156,19 +183,20 @@ class DivergenceRule:
 def run_verdict(
     status: str,
     stop: Stop | None,
-    final_val_loss: float | None,
+    val_losses: Sequence[float],
     cfg: StabilityConfig,
     losses: tuple[float, float],
     steps: int,
 ) -> Verdict | None:
-    """The stability verdict of a run that ended with ``status``; None when it cannot be judged
-    (pruned, failed, interrupted). ``losses`` are the run's ℓ0 and the corpus's unigram loss."""
+    """The stability verdict of a run that ended with ``status`` (``val_losses``: its
+    evaluations in order); None when it cannot be judged (pruned, failed, interrupted).
+    ``losses`` are the run's ℓ0 and the corpus's unigram loss."""
     if status == "diverged" and stop is not None:
         return Verdict(False, f"diverged: {stop.reason}", stop.step)
     if status != "finished":
         return None
     initial_loss, unigram = losses
-    return final_loss_verdict(final_val_loss, cfg, initial_loss, unigram, steps)
+    return final_loss_verdict(val_losses, cfg, initial_loss, unigram, steps)
 
 
 def clipped_loss(loss: float | None, initial_loss: float) -> float:
@@ -194,6 +222,25 @@ class Observation:
     stable: bool
     group: str
     seed: int
+    diverged: bool = False
+
+
+def below_window(runs: Sequence[Observation]) -> list[Observation]:
+    """The runs that did not learn yet: unstable without diverging, below the lowest LR at
+    which their seed was stable (a seed with no stable run: the lowest of any seed's). The
+    low end of the stable window, not a hole in it."""
+    lowest: dict[int, float] = {}
+    for run in runs:
+        if run.stable:
+            lowest[run.seed] = min(run.lr, lowest.get(run.seed, math.inf))
+    anyone = min(lowest.values(), default=math.inf)
+    return [
+        run
+        for run in runs
+        if not run.stable
+        and not run.diverged
+        and run.lr < lowest.get(run.seed, anyone) * (1 - FLOAT_SLACK)
+    ]
 
 
 def contradictions(
@@ -203,7 +250,8 @@ def contradictions(
     stable LR (a hole; for a seed not bracketed, below the lowest last stable LR of the seeds
     that were, where each of them was stable), or a stable run above an LR at or beyond its
     seed's first unstable one (for another seed, the highest) where the same seed was unstable
-    (stability coming back). Empty: the brackets are monotone with every run."""
+    (stability coming back). Runs :func:`below_window` are not holes. Empty: the brackets are
+    monotone with every run."""
     own = {b.seed: b for b in bounds}
     every_stable = min((b.last_stable for b in bounds if b.last_stable is not None), default=None)
     every_unstable = max(
@@ -214,8 +262,11 @@ def contradictions(
         edge = own[run.seed].first_unstable if run.seed in own else every_unstable
         if edge is not None and not run.stable and run.lr >= edge * (1 - FLOAT_SLACK):
             failed_at[run.seed] = min(run.lr, failed_at.get(run.seed, math.inf))
+    unlearned = {id(run) for run in below_window(runs)}
     found = []
     for run in runs:
+        if id(run) in unlearned:
+            continue
         floor = own[run.seed].last_stable if run.seed in own else every_stable
         hole = floor is not None and run.lr < floor * (1 - FLOAT_SLACK)
         above = run.lr > failed_at.get(run.seed, math.inf) * (1 + FLOAT_SLACK)

@@ -48,6 +48,7 @@ BOUNDARY_KEYS = (
     "checked_runs",
     "monotone",
     "contradictions",
+    "below_window",
 )
 
 
@@ -128,7 +129,8 @@ class BoundaryResult:
     was bracketed); the divergence boundary the same way (the LR above which runs blow up or
     go non-finite, rather than fail to get below the floor); the probes and the runs they
     took; after the check against the store, the quality boundary re-derived at each collapse
-    margin, how many runs it was held against and which contradict it."""
+    margin, how many runs it was held against, which contradict it and which lie below the
+    stable window (did not learn yet)."""
 
     variant: str
     study: str
@@ -144,6 +146,7 @@ class BoundaryResult:
     checked_runs: int | None = None
     monotone: bool | None = None
     contradictions: list[dict[str, Any]] = field(default_factory=list)
+    below_window: list[dict[str, Any]] = field(default_factory=list)  # did not learn yet
 
     @property
     def runs_total(self) -> int:
@@ -158,16 +161,19 @@ class BoundaryResult:
     def checked(
         self,
         checked_runs: int,
-        contradictions: list[dict[str, Any]],
+        found: tuple[list[dict[str, Any]], list[dict[str, Any]]],
         margins: list[MarginBoundary],
     ) -> BoundaryResult:
-        """This boundary held against ``checked_runs`` stored runs, with its quality
+        """This boundary held against ``checked_runs`` stored runs: ``found`` the runs that
+        contradict it and those below the window (did not learn yet), with its quality
         boundary at every margin."""
+        contradictions, below = found
         return replace(
             self,
             checked_runs=checked_runs,
             monotone=not contradictions,
             contradictions=contradictions,
+            below_window=below,
             margins=margins,
         )
 

@@ -2,16 +2,18 @@
 
 Each of ``max_lr.seeds`` is bracketed on its own (:func:`ablate.core.boundary.bracket_seed`) on
 the LR lattice 2^(k / ``per_octave``), which every variant shares: the first seed from
-``max_lr.start``, else the search's best LR (a stable point, handed over by the search stage),
-else ``train.lr``; each next seed from the boundary the seeds before it found, in small
-doubling moves. Each seed's divergence boundary (non-finite or blown up, whatever the final
-loss) is bracketed next, upwards from its quality bracket's unstable end. A probe is one seed's
-run at one lattice LR, obtained from the stage's executor, and a trial of the variant's
-``max_lr`` study asked for at exactly that LR (the seed a user attribute). Probes already in the study are read back, never rerun. The study's objective
-(:data:`PROBE_METRIC`) makes the dashboard's best trial the largest stable LR. The variant's
-boundary is the median of its seeds' with an interval (:func:`ablate.core.boundary.
-variant_boundary`); :mod:`ablate.launch.pipeline` then holds each seed's bracket against every
-other stored run.
+``max_lr.start``, else ``best_lr`` (the pipeline hands over a stable point: the largest stable
+LR any stage stored at the probes' budget, else the search's best), else ``train.lr``; each
+next seed from the boundary the seeds before it found, in small doubling moves. Starting inside
+the stable window finds its upper edge even when the window is narrower than a coarse move.
+Each seed's divergence boundary (non-finite or blown up, whatever the final loss) is bracketed
+next, upwards from its quality bracket's unstable end. A probe is one seed's run at one
+lattice LR, obtained from the stage's executor, and a trial of the variant's ``max_lr`` study
+asked for at exactly that LR (the seed a user attribute). Probes already in the study are read
+back, never rerun. The study's objective (:data:`PROBE_METRIC`) makes the dashboard's best
+trial the largest stable LR. The variant's boundary is the median of its seeds' with an
+interval (:func:`ablate.core.boundary.variant_boundary`); :mod:`ablate.launch.pipeline` then
+holds each seed's bracket against every other stored run.
 """
 
 from __future__ import annotations
@@ -104,9 +106,8 @@ def label_boundary_study(study: optuna.Study, boundary: Interval | None) -> None
 
 
 def max_lr_start(experiment: Experiment, variant: str, best_lr: float | None) -> float:
-    """The first seed's first probe: ``max_lr.start``, else ``best_lr`` (the variant's best
-    stable search trial's LR, a stable point, so the bracket is searched upwards from it),
-    else ``train.lr``."""
+    """The first seed's first probe: ``max_lr.start``, else ``best_lr`` (a stable point the
+    pipeline found stored, so the bracket is searched upwards from it), else ``train.lr``."""
     cfg = experiment.max_lr
     assert cfg is not None
     if cfg.start is not None:

@@ -47,6 +47,7 @@ from ablate.core.plan import (
 )
 from ablate.core.stability import (
     Observation,
+    below_window,
     contradictions,
     criterion_text,
     verdict_at_margin,
@@ -203,10 +204,28 @@ def search_stage(ctx: Context) -> dict[str, SearchResult]:
 
 
 def max_lr_stage(ctx: Context, best: dict[str, float]) -> dict[str, BoundaryResult]:
-    """Bracket every variant's max stable LR seed by seed (from its search's ``best`` LR) and
-    check the brackets against the store."""
-    found = _studies(ctx, "max_lr", best)
+    """Bracket every variant's max stable LR seed by seed and check the brackets against the
+    store; each starts at the largest stable LR stored at the probes' budget (inside the
+    stable window, however narrow), else at its search's ``best`` LR."""
+    runs = store.load_summaries(ctx.exp_dir)
+    starts = {**best, **stored_stable_starts(ctx.experiment, runs)}
+    found = _studies(ctx, "max_lr", starts)
     return check_boundaries(ctx.experiment, found, store.load_summaries(ctx.exp_dir))
+
+
+def stored_stable_starts(experiment: Experiment, runs: pd.DataFrame) -> dict[str, float]:
+    """Per variant, the largest stable LR among its stored runs in the probes' family from the
+    other stages (not the probes themselves: a rerun starts where the first run did)."""
+    starts = {}
+    for variant in experiment.variants:
+        stable = [
+            o.lr
+            for o in observations(runs, variant, max_lr_family(experiment, variant))
+            if o.stable and o.group != "max_lr"
+        ]
+        if stable:
+            starts[variant] = max(stable)
+    return starts
 
 
 def _studies(ctx: Context, kind: str, best: dict[str, float] | None = None) -> dict[str, Any]:
@@ -237,7 +256,9 @@ def observations(runs: pd.DataFrame, variant: str, family: str) -> list[Observat
         return []
     mine = runs[(runs["variant"] == variant) & (runs["family"] == family) & runs["stable"].notna()]
     return [
-        Observation(r.run_id, float(r.lr), bool(r.stable), str(r.group), int(r.seed))
+        Observation(
+            r.run_id, float(r.lr), bool(r.stable), str(r.group), int(r.seed), r.status == "diverged"
+        )
         for r in mine.itertuples()
     ]
 
@@ -247,15 +268,17 @@ def check_boundaries(
 ) -> dict[str, BoundaryResult]:
     """Each variant's seed brackets held against the store: stored runs of the same variant
     and budget, at any warmup (sweep points, search trials, probes, main runs), on the wrong
-    side of their seed's bracket are its contradictions; the same runs give the quality
+    side of their seed's bracket are its contradictions (runs below the stable window did not
+    learn yet and are listed apart); the same runs give the quality
     boundary at every ``max_lr.margins`` collapse margin."""
     checked = {}
     for variant, result in found.items():
         family = max_lr_family(experiment, variant)
         seen = observations(runs, variant, family)
-        against = contradictions(result.seed_bounds, seen)
+        against = [vars(o) for o in contradictions(result.seed_bounds, seen)]
+        below = [vars(o) for o in below_window(seen)]
         margins = margin_boundaries(experiment, variant, result.seeds, family_runs(runs, family))
-        checked[variant] = result.checked(len(seen), [vars(o) for o in against], margins)
+        checked[variant] = result.checked(len(seen), (against, below), margins)
     return checked
 
 

@@ -17,7 +17,13 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
-from ablate.core.stability import clipped_loss, lr_sensitivity
+from ablate.core.stability import (
+    Observation,
+    below_window,
+    clipped_loss,
+    lr_sensitivity,
+    not_learned_yet,
+)
 
 CONFIDENCE = 0.95
 
@@ -113,6 +119,7 @@ def variant_row(runs: pd.DataFrame, variant: str, baseline: str) -> dict[str, ob
         "finished": len(finished),
         "diverged": int((mine["status"] == "diverged").sum()),
         "collapsed": int((column(finished, "stable") == 0).sum()),  # finished, not learned
+        "not_learned_yet": sum(map(not_learned_yet, finished.get("unstable_reason", []))),
         "final_val_loss_mean": val.mean(),
         "final_val_loss_std": val.std(ddof=1),
         "best_val_loss_mean": best.mean(),
@@ -242,12 +249,25 @@ def sweep_frame(manifest_runs: list[dict], runs: pd.DataFrame) -> pd.DataFrame:
 
 
 def sweep_table(frame: pd.DataFrame) -> pd.DataFrame:
-    """Per variant and LR: mean clipped final loss over seeds, seeds run, seeds unstable."""
-    grouped = frame.groupby(["variant", "lr"])
+    """Per variant and LR: mean clipped final loss over seeds, seeds run, seeds unstable, and
+    of those the seeds that did not learn yet (below their stable window:
+    :func:`ablate.core.stability.below_window`)."""
+    unlearned = set()
+    for _, mine in frame.groupby("variant"):
+        seen = [
+            Observation(
+                r.run_id, float(r.lr), bool(r.stable), "sweep", int(r.seed), r.status == "diverged"
+            )
+            for r in mine.itertuples()
+        ]
+        unlearned |= {o.run_id for o in below_window(seen)}
+    marked = frame.assign(unlearned=frame["run_id"].isin(unlearned))
+    grouped = marked.groupby(["variant", "lr"])
     return grouped.agg(
         loss_mean=("clipped_loss", "mean"),
         seeds=("seed", "count"),
         unstable=("stable", lambda s: int((~s.astype(bool)).sum())),
+        unlearned=("unlearned", "sum"),
     ).reset_index()
 
 

@@ -335,9 +335,13 @@ def monotone_text(found: Stored) -> str:
     """The check against the store in words."""
     if found.get("monotone") is None:
         return "not checked"
+    below = len(found.get("below_window") or [])
+    unlearned = f"; {below} below the window did not learn yet" if below else ""
     if found["monotone"]:
-        return f"yes ({found['checked_runs']} runs)"
-    return f"NO: {len(found['contradictions'])} of {found['checked_runs']} runs contradict"
+        return f"yes ({found['checked_runs']} runs{unlearned})"
+    return (
+        f"NO: {len(found['contradictions'])} of {found['checked_runs']} runs contradict{unlearned}"
+    )
 
 
 def contradiction_text(found: list[dict]) -> str:

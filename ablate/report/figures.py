@@ -251,7 +251,8 @@ def sweep_figure(
     losses: tuple[float, float | None],
     boundaries: pd.DataFrame,
 ) -> Figure:
-    """Final val loss against LR per variant; points with an unstable seed marked x; the
+    """Final val loss against LR per variant; points with an unstable seed marked x, those
+    whose unstable seeds did not learn yet (below their stable LRs) hollow; the
     initial loss ℓ0 and the unigram floor (``losses``) as lines; each variant's max stable LR
     (a row of ``boundaries``) as a dotted line in its 95% interval's band."""
     initial_loss, floor = losses
@@ -261,7 +262,7 @@ def sweep_figure(
         mine = table[table["variant"] == variant]
         color = f"C{i}"
         ax.plot(mine["lr"], mine["loss_mean"], color=color, marker="o", label=variant)
-        bad = mine[mine["unstable"] > 0]
+        bad = mine[mine["unstable"] > mine["unlearned"]]
         ax.scatter(
             bad["lr"],
             bad["loss_mean"],
@@ -271,6 +272,18 @@ def sweep_figure(
             zorder=3,
             label=f"{variant}: a seed unstable (diverged: counted at ℓ0)",
         )
+        early = mine[(mine["unlearned"] > 0) & (mine["unstable"] == mine["unlearned"])]
+        if len(early):
+            ax.scatter(
+                early["lr"],
+                early["loss_mean"],
+                facecolors="white",
+                edgecolors=color,
+                marker="o",
+                s=90,
+                zorder=3,
+                label=f"{variant}: did not learn yet (below its stable LRs)",
+            )
         found = boundaries[boundaries["variant"] == variant] if len(boundaries) else boundaries
         if len(found) and pd.notna(found["max_stable_lr"].iloc[0]):
             row = found.iloc[0]

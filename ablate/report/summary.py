@@ -42,6 +42,8 @@ def unlearned_text(row: pd.Series) -> str | None:
         for kind in ("diverged", "collapsed")
         if row.get(kind, 0)
     ]
+    if row.get("not_learned_yet", 0):
+        counts[-1] += f" ({int(row['not_learned_yet'])} still improving: not learned yet)"
     return f"{row['variant']}: {' and '.join(counts)}" if counts else None
 
 

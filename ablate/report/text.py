@@ -10,6 +10,8 @@ import math
 
 import pandas as pd
 
+from ablate.core.stability import not_learned_yet
+
 
 def missing(value: object) -> bool:
     """None or NaN: shown as –."""
@@ -135,7 +137,14 @@ def unstable_runs(main: pd.DataFrame, variants: list[str]) -> pd.DataFrame:
         {
             "variant": broken["variant"],
             "seed": broken["seed"],
-            "status": broken["status"].where(broken["status"] == "diverged", "collapsed"),
+            "status": [
+                "diverged"
+                if status == "diverged"
+                else "not learned yet"
+                if not_learned_yet(why)
+                else "collapsed"
+                for status, why in zip(broken["status"], reason, strict=True)
+            ],
             "step": step.map(lambda v: fmt(v, 0)),
             "how": reason,
             "non-finite activations / grads (probes)": [

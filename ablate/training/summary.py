@@ -115,7 +115,7 @@ def summarize(
     diverged = outcome.stop if outcome.status == "diverged" else None
     losses = (initial_loss, prepared.corpus.unigram_loss)
     verdict = run_verdict(
-        outcome.status, outcome.stop, final_val, spec.config.train.stability, losses, steps_done
+        outcome.status, outcome.stop, list(val), spec.config.train.stability, losses, steps_done
     )
     return {
         **spec.summary_keys(),

@@ -90,9 +90,21 @@ def test_warmup_and_boundary_noise_move_the_edges() -> None:
     assert len(jittered) == 5  # boundary_sd 0.3: every seed its own edge
 
 
-def test_too_small_an_lr_does_not_learn() -> None:
+def _reason(cfg: RunConfig, variant: str) -> str | None:
+    run = simulate_run(cfg, variant, 0, RunSpec("sim", variant, 0, cfg).run_id)
+    verdict = verdict_of(cfg, run)
+    return verdict.reason if verdict else None
+
+
+def test_too_small_an_lr_does_not_learn_yet_and_a_collapse_is_stuck() -> None:
     status, stable = judged(sim_config(**{"train.lr": 1e-7}), "ln", 0)
     assert (status, stable) == ("finished", False)
+    # below the optimum the run is still falling at its end: not learned yet, not collapsed
+    low = _reason(sim_config(**{"train.lr": 1e-5}), "ln")  # heads for 3.76, above the line
+    assert low.startswith("not learned yet:") and "still improving" in low
+    # in the collapse band it reached the floor by mid-run and stayed: stuck, collapsed
+    band = _reason(sim_config(**{"train.lr": 0.5, "train.eval_interval": 5}), "rms")
+    assert band.startswith("collapsed: final val loss") and "still improving" not in band
 
 
 def test_a_watcher_prunes_at_an_evaluation() -> None:

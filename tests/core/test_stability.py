@@ -9,7 +9,9 @@ import pytest
 from ablate.core.boundary import SeedBoundary, bracket_seed
 from ablate.core.config import StabilityConfig
 from ablate.core.stability import (
+    IMPROVING_DROP,
     Observation,
+    below_window,
     clipped_loss,
     contradictions,
     criterion_text,
@@ -32,7 +34,7 @@ def _judge(
         stop = monitor.check(step, loss)
         if stop is not None:
             return False, stop.reason
-    verdict = final_loss_verdict(final_val, cfg, L0, UNIGRAM, len(curve))
+    verdict = final_loss_verdict([final_val], cfg, L0, UNIGRAM, len(curve))
     return verdict.stable, verdict.reason
 
 
@@ -65,6 +67,21 @@ def test_a_run_that_ends_at_the_unigram_floor_collapsed() -> None:
     stable, reason = _judge(learned_bytes, 3.27, floor="initial")  # the old criterion
     assert stable and reason is None
     assert "initial loss ℓ0 5.545" in _judge(learned_bytes, 5.5, floor="initial")[1]
+
+
+def test_a_collapsed_run_says_whether_it_learned_and_lost_it_is_still_improving_or_stuck() -> None:
+    cfg = StabilityConfig()  # the line: the unigram floor 3.25 − 0.1 = 3.15
+
+    def reason(val_losses: list[float]) -> str | None:
+        return final_loss_verdict(val_losses, cfg, L0, UNIGRAM, 100).reason
+
+    assert reason([5.0, 4.2, 3.7, 3.3]).startswith("not learned yet: final val loss 3.3")
+    assert "still improving (0.4 over its last evaluation)" in reason([5.0, 4.2, 3.7, 3.3])
+    assert reason([5.0, 3.6, 3.3, 3.295]).startswith("collapsed: final val loss 3.295")  # stuck
+    lost = reason([5.0, 3.0, 2.9, 3.3])  # it learned, then went back to the floor
+    assert lost.startswith("collapsed: learned (best val loss 2.9), then final val loss 3.3")
+    assert final_loss_verdict([5.0, 3.1], cfg, L0, UNIGRAM, 100).stable  # below the line
+    assert IMPROVING_DROP == 0.01
 
 
 def test_untrained_loss_above_ln_vocab_is_not_a_divergence_without_warmup() -> None:
@@ -126,9 +143,24 @@ def test_each_seed_is_held_against_its_own_bracket_not_the_worst_seeds() -> None
     # seed 1 stable at 0.3: above seed 0's bracket, inside its own: no contradiction
     seen = [Observation("a", 0.3, True, "sweep", 1), Observation("b", 0.3, False, "sweep", 0)]
     assert contradictions(bounds, seen) == []
-    # seed 1 unstable at 0.2, below its own last stable LR: a hole
-    hole = [Observation("c", 0.2, False, "sweep", 1)]
+    # seed 1 unstable at 0.2, below its own last stable LR (and above its stable probes): a hole
+    hole = [Observation("p", 0.01, True, "max_lr", 1), Observation("c", 0.2, False, "sweep", 1)]
     assert [o.run_id for o in contradictions(bounds, hole)] == ["c"]
     # a seed not bracketed (the search's): a hole only below every bracketed seed's last stable
+    probes = [Observation(f"p{s}", 0.01, True, "max_lr", s) for s in (0, 1)]
     other = [Observation("d", 0.2, False, "search", 7), Observation("e", 0.05, False, "search", 7)]
-    assert [o.run_id for o in contradictions(bounds, other)] == ["e"]
+    assert [o.run_id for o in contradictions(bounds, probes + other)] == ["e"]
+
+
+def test_runs_below_the_window_did_not_learn_yet_and_are_not_holes() -> None:
+    bounds = [_bracket(0, 0.1)]
+    runs = [
+        Observation("low", 1e-4, False, "sweep", 0),  # too small to learn in the budget
+        Observation("ok", 1e-3, True, "sweep", 0),
+        Observation("hole", 3e-3, False, "sweep", 0),  # between two stable LRs: a hole
+        Observation("ok2", 0.01, True, "sweep", 0),
+        Observation("blew", 5e-4, False, "sweep", 0, diverged=True),  # a divergence is a hole
+        Observation("other", 2e-4, False, "search", 7),  # no stable run of its own: any seed's
+    ]
+    assert {o.run_id for o in below_window(runs)} == {"low", "other"}
+    assert [o.run_id for o in contradictions(bounds, runs)] == ["blew", "hole"]

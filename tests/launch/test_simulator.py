@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 import yaml
-from conftest import REPO, unrendered_figure
+from conftest import REPO, TINY, unrendered_figure
 
 from ablate.core import store
 from ablate.core.experiment import Experiment
@@ -226,3 +226,31 @@ def test_a_sweep_best_at_the_grids_edge_is_flagged_in_the_report(tmp_path: Path)
     assert "**Best at the grid's edge** (layernorm, rmsnorm)" in text
     table = (result.report_dir / "lr_sensitivity.csv").read_text()
     assert table.splitlines()[0].split(",")[4] == "best_inside" and ",False," in table
+
+
+@pytest.mark.usefixtures("unrendered_figures")
+def test_a_window_narrower_than_a_coarse_move_is_found_from_a_stored_stable_point(
+    tmp_path: Path,
+) -> None:
+    from conftest import write_experiment
+
+    # a steep valley: stable only within a factor 3.6 around 0.01, narrower than the 4x move;
+    # train.lr 1e-3 lies below it, where a run does not learn yet
+    steep = {"opt_lr": 0.01, "curvature": 15.0, "divergence_lr": 1.0, "boundary_sd": 0.0}
+    path = write_experiment(
+        tmp_path / "e.yaml",
+        sweep={"lr_min": 1e-3, "lr_max": 0.1, "points": 9},
+        max_lr={"seeds": [0, 1], "lr_max": 10.0},
+        train={**TINY["train"], "lr": 1e-3},
+        runtime={"backend": "simulate", "simulate": {"default": steep, "run_sd": 0.0}},
+    )
+    result = run_experiment(path, tmp_path / "results", tmp_path / "reports")
+    exp = load_experiment(path)
+    for variant, found in result.studies.max_lr.items():
+        for bound in found.seed_bounds:  # the window's upper edge, not "nothing stable"
+            truth = true_edge(exp.variants[variant], variant, bound.seed)
+            assert bound.last_stable <= truth < bound.first_unstable
+        assert found.monotone  # the sweep's 1e-3 did not learn yet: below the window, no hole
+        assert {r["lr"] for r in found.below_window} >= {1e-3}
+    text = (result.report_dir / "report.md").read_text()
+    assert "below the window did not learn yet" in text

@@ -184,6 +184,8 @@ def test_lr_sensitivity_is_wortsmans_mean_of_capped_losses_minus_the_best() -> N
     assert sensitivity["lr_sensitivity"] == pytest.approx(sum(means) / 4 - 2.05)
     assert sensitivity["best_lr"] == 1e-3 and sensitivity["best_inside"]
     assert sensitivity["unstable_points"] == 3
+    # 1e-4 lies below both seeds' stable LRs: it did not learn yet; the others are unstable
+    assert list(table["unlearned"]) == [2, 0, 0, 0] and list(table["unstable"]) == [2, 0, 1, 2]
 
 
 def test_a_sweep_best_at_its_edge_is_flagged() -> None:

@@ -38,3 +38,8 @@ def test_unlearned_text_counts_both_kinds() -> None:
     row = _table(collapsed=1, diverged=1).iloc[1]
     assert unlearned_text(row) == "dyt: 1 of 2 runs diverged and 1 of 2 runs collapsed"
     assert unlearned_text(_table(0).iloc[0]) is None
+    still = _table(collapsed=2).iloc[1].copy()
+    still["not_learned_yet"] = 1  # one of the two was still improving at its end
+    assert unlearned_text(still) == (
+        "dyt: 2 of 2 runs collapsed (1 still improving: not learned yet)"
+    )

@@ -139,11 +139,12 @@ def test_warmup_0_at_lr_1e_3_on_the_smoke_model_is_stable(tmp_path: Path) -> Non
 
 
 @pytest.mark.trains
-def test_a_run_that_learns_only_byte_frequencies_is_collapsed(tmp_path: Path) -> None:
+def test_a_run_at_too_small_an_lr_has_not_learned_yet(tmp_path: Path) -> None:
     summary = execute_run(_smoke_file_spec(lr=1e-4, warmup_steps=0), tmp_path)
     assert summary["status"] == "finished" and summary["stable"] is False
-    assert summary["unstable_reason"].startswith("collapsed: final val loss")
-    assert summary["final_val_loss"] >= summary["unigram_loss"] - 0.1
+    assert summary["final_val_loss"] >= summary["unigram_loss"] - 0.1  # not below the line
+    reason = summary["unstable_reason"]  # but still falling at its end: not a collapse
+    assert reason.startswith("not learned yet: final val loss") and "still improving" in reason
 
 
 @pytest.mark.trains
