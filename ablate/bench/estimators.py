@@ -34,6 +34,16 @@ from ablate.bench.max_lr_replications import (
     old_bracket_ratio,
     old_bracket_worst_seed,
 )
+from ablate.bench.optimum_replications import (
+    NOISY_SD,
+    RUN_SD,
+    TRUE_OPTIMUM_RATIO,
+    optimum_lr,
+    optimum_lr_noisy,
+    optimum_lr_noisy_more_seeds,
+    optimum_ratio_apart,
+    optimum_ratio_equal,
+)
 from ablate.bench.replication import Outcome, Replication, two_variants, with_truth
 from ablate.core.experiment import Experiment
 from ablate.core.load import load_experiment
@@ -153,6 +163,21 @@ ESTIMATORS: dict[str, Entry] = {
     "boundary_median": Entry(
         "one variant's boundary, median of seeds (its median edge)", "log2", boundary_median
     ),
+    "optimum_lr": Entry(
+        "a variant's LR optimum from its curve (2 seeds, √2 grid)", "log2", optimum_lr
+    ),
+    "optimum_lr_noisy": Entry(
+        f"the same, run noise {NOISY_SD:g} nats instead of {RUN_SD:g}", "log2", optimum_lr_noisy
+    ),
+    "optimum_lr_noisy_more_seeds": Entry(
+        "the same noisy curve on 4 seeds", "log2", optimum_lr_noisy_more_seeds
+    ),
+    "optimum_ratio_equal": Entry(
+        "two variants' optimum ratio, equal optima (true 1)", "log2", optimum_ratio_equal
+    ),
+    "optimum_ratio_apart": Entry(
+        f"two variants' optimum ratio (true {TRUE_OPTIMUM_RATIO:g})", "log2", optimum_ratio_apart
+    ),
     "search_best_lr": Entry(
         "the search's best LR against the true optimum", "log2", search_best_lr
     ),
@@ -175,6 +200,7 @@ class Score:
     median_abs: float  # median |error|
     coverage: float | None  # share of intervals that held the truth
     failed: int  # replications without an estimate
+    within_quarter: float  # share of estimates with |error| <= 1/4 (a factor 2^(1/4) in log2)
 
 
 def score(design: Experiment, name: str, replications: int) -> Score:
@@ -195,6 +221,7 @@ def score(design: Experiment, name: str, replications: int) -> Score:
         float(np.median(np.abs(finite))) if len(finite) else math.nan,
         float(np.mean(covered)) if covered else None,
         int((~np.isfinite(errors)).sum()),
+        float(np.mean(np.abs(errors) <= 0.25)),  # a missing estimate counts as a miss
     )
 
 
@@ -213,6 +240,7 @@ def table(design: Experiment, names: list[str], replications: int) -> str:
                 "spread (sd)": f"{found.spread:.3f}",
                 "median abs error": f"{found.median_abs:.3f}",
                 "coverage": "–" if found.coverage is None else f"{found.coverage:.1%}",
+                "within 2^(1/4)": f"{found.within_quarter:.1%}" if entry.scale == "log2" else "–",
                 "no estimate": found.failed,
             }
         )

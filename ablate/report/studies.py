@@ -13,6 +13,7 @@ from ablate.report.analysis import sensitivity_table, sweep_frame, sweep_table
 from ablate.report.boundaries import boundary_table
 from ablate.report.figures import stability_map_figure, sweep_figure
 from ablate.report.load import StoredExperiment, unigram_floor
+from ablate.report.optimum import optimum_section
 from ablate.report.section import Section
 
 SWEEP_FIGURE = "lr_sweep.png"
@@ -72,8 +73,11 @@ def sweep_section(stored: StoredExperiment, variants: list[str]) -> tuple[Sectio
         f"![learning-rate sweep]({SWEEP_FIGURE})",
         "",
     ]
+    optima = optimum_section(frame, variants)
     tables = {"sweep_runs.csv": frame, "sweep.csv": table, "lr_sensitivity.csv": sensitivity}
-    return Section(lines, tables, {SWEEP_FIGURE: figure}), sensitivity
+    return Section(
+        lines + optima.lines, tables | optima.tables, {SWEEP_FIGURE: figure}
+    ), sensitivity
 
 
 def _edge_best_lines(sensitivity: pd.DataFrame) -> list[str]:

@@ -55,8 +55,20 @@ def test_per_seed_boundaries_give_a_ratio_interval_that_covers_and_a_bootstrap_t
 def test_the_search_lands_near_the_true_optimum(design: Experiment) -> None:
     found = score(design, "search_best_lr", 12)
     assert abs(found.bias) < 0.5 and found.spread < 1.0 and found.failed == 0
+    assert found.within_quarter < 0.6  # its best trial is not an estimate of the optimum
     regret = score(design, "search_regret", 12)
     assert 0 <= regret.bias < 0.05
+
+
+@pytest.mark.slow
+def test_the_curves_optimum_lands_within_a_quarter_octave_and_equal_optima_stay_equal(
+    design: Experiment,
+) -> None:
+    found = score(design, "optimum_lr", 12)
+    assert found.within_quarter >= 0.9 and abs(found.bias) < 0.1 and found.failed == 0
+    assert found.coverage is not None and found.coverage >= 0.85
+    equal = score(design, "optimum_ratio_equal", 12)  # covered: not called different
+    assert equal.coverage is not None and equal.coverage >= 0.9
 
 
 def test_the_paired_interval_covers_at_its_level(design: Experiment) -> None:

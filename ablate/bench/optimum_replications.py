@@ -1,0 +1,111 @@
+"""The LR optimum's replications (:mod:`ablate.core.optimum`) on truths whose optima are stated:
+each variant's loss curve simulated (:func:`ablate.core.simulate.simulate_run`, in memory) at
+the full budget on curve seeds disjoint from the final ones, on a grid of √2 steps over the
+search's range."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+
+from ablate.bench.replication import Outcome, two_variants, with_truth
+from ablate.core.experiment import Experiment
+from ablate.core.optimum import Curve, optimum_ratio, variant_optimum
+from ablate.core.plan import RunSpec, with_train
+from ablate.core.simulate import simulate_run
+
+CURVE_SEEDS = (3, 4)  # the final seeds are the experiment's; these only shape the curve
+MORE_SEEDS = (3, 4, 5, 6)
+PER_OCTAVE = 2  # curve points per doubling of the LR
+RUN_SD = 0.01  # nats of each run's own noise: the middle of what ln_vs_rms's runs show
+NOISY_SD = 0.02  # the top of that range
+TRUE_OPTIMUM_RATIO = 2.0  # the second variant's optimum over the first's, where they differ
+
+
+def optimum_truth(
+    design: Experiment, replication: int, ratio: float, run_sd: float = RUN_SD
+) -> tuple[Experiment, float]:
+    """The design on a truth whose first variant's optimum is log-uniform inside the search
+    range (a factor 3 from either end) and whose second's is ``ratio`` times it, each run's
+    noise ``run_sd``: (the truth, the first optimum)."""
+    assert design.search is not None
+    cfg = design.search
+    rng = np.random.default_rng(replication)
+    opt = math.exp(rng.uniform(math.log(cfg.lr_min * 3), math.log(cfg.lr_max / (3 * ratio))))
+    first, second = two_variants(design)
+    truths = {first: {"opt_lr": opt}, second: {"opt_lr": opt * ratio}}
+    return with_truth(design, replication, {"variants": truths, "run_sd": run_sd}), opt
+
+
+def curve_lrs(design: Experiment) -> list[float]:
+    """The grid: every 2^(k/PER_OCTAVE) inside the search's LR range."""
+    assert design.search is not None
+    low = math.ceil(math.log2(design.search.lr_min) * PER_OCTAVE - 1e-9)
+    high = math.floor(math.log2(design.search.lr_max) * PER_OCTAVE + 1e-9)
+    return [2.0 ** (k / PER_OCTAVE) for k in range(low, high + 1)]
+
+
+def curves(
+    design: Experiment, variant: str, seeds: tuple[int, ...] = CURVE_SEEDS
+) -> dict[int, Curve]:
+    """The variant's final val loss on the grid for every curve seed (simulated runs at the
+    full budget, in memory; a run that diverged or has no evaluation is left out)."""
+    found: dict[int, Curve] = {}
+    for seed in seeds:
+        points = []
+        for lr in curve_lrs(design):
+            spec = RunSpec(design.name, variant, seed, with_train(design.variants[variant], lr=lr))
+            run = simulate_run(spec.config, variant, seed, spec.run_id)
+            if run.status == "finished" and run.evals:
+                points.append((lr, run.evals[-1][1]))
+        found[seed] = points
+    return found
+
+
+def _optimum(
+    design: Experiment, replication: int, run_sd: float, seeds: tuple[int, ...]
+) -> Outcome:
+    truth, opt = optimum_truth(design, replication, TRUE_OPTIMUM_RATIO, run_sd)
+    found = variant_optimum(curves(truth, two_variants(design)[0], seeds))
+    if found is None:
+        return Outcome(math.nan, False)
+    return Outcome(math.log2(found.value / opt), found.low <= opt <= found.high)
+
+
+def optimum_lr(design: Experiment, replication: int, folder: Path) -> Outcome:
+    """log2(estimated / true) of the first variant's optimum; covered: its interval holds it
+    (``folder`` unused: the runs are simulated in memory)."""
+    return _optimum(design, replication, RUN_SD, CURVE_SEEDS)
+
+
+def optimum_lr_noisy(design: Experiment, replication: int, folder: Path) -> Outcome:
+    """As :func:`optimum_lr` with twice the run noise."""
+    return _optimum(design, replication, NOISY_SD, CURVE_SEEDS)
+
+
+def optimum_lr_noisy_more_seeds(design: Experiment, replication: int, folder: Path) -> Outcome:
+    """As :func:`optimum_lr_noisy` on four curve seeds."""
+    return _optimum(design, replication, NOISY_SD, MORE_SEEDS)
+
+
+def _ratio(design: Experiment, replication: int, ratio: float) -> Outcome:
+    truth, _ = optimum_truth(design, replication, ratio)
+    first, second = (curves(truth, v) for v in two_variants(design))
+    found = optimum_ratio(first, second)
+    if found is None:
+        return Outcome(math.nan, False)
+    return Outcome(math.log2(found.value / ratio), found.low <= ratio <= found.high)
+
+
+def optimum_ratio_equal(design: Experiment, replication: int, folder: Path) -> Outcome:
+    """Two variants with the same true optimum: log2 of the estimated ratio; covered: the
+    interval holds 1, so the two are not called different."""
+    return _ratio(design, replication, 1.0)
+
+
+def optimum_ratio_apart(design: Experiment, replication: int, folder: Path) -> Outcome:
+    """The second variant's optimum twice the first's: log2(estimated / true ratio);
+    covered: the interval holds 2."""
+    return _ratio(design, replication, TRUE_OPTIMUM_RATIO)

@@ -1,0 +1,144 @@
+"""The report's LR optima from the sweep: each variant's optimum from its own loss curve with an
+interval, whether two variants' optima differ, and Δ along the whole curve
+(:mod:`ablate.core.optimum`, scored on the simulator by ``python -m ablate.bench.estimators``).
+
+A seed's curve is its stable sweep runs' final val losses (an unstable run is not a point of
+the valley). The sweep runs on the experiment's seeds, so the optimum here describes the
+curves the comparison was run on; it is not selected on other seeds.
+"""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from ablate.core.optimum import Curve, Optimum, optimum_ratio, variant_optimum
+from ablate.report.analysis import mean_difference
+from ablate.report.section import Section
+from ablate.report.text import signed
+
+
+def sweep_curves(frame: pd.DataFrame, variant: str) -> dict[int, Curve]:
+    """``{seed: [(lr, final val loss)]}`` of the variant's stable sweep runs."""
+    mine = frame[(frame["variant"] == variant) & frame["stable"]]
+    return {
+        int(seed): [(float(r.lr), float(r.final_val_loss)) for r in rows.itertuples()]
+        for seed, rows in mine.groupby("seed")
+    }
+
+
+def _interval_text(found: Optimum | None) -> str:
+    if found is None:
+        return "–"
+    if found.seeds < 2:
+        return f"{found.value:.3g} (1 seed: no interval)"
+    return f"{found.value:.3g} [{found.low:.3g}, {found.high:.3g}]"
+
+
+def optimum_table(frame: pd.DataFrame, variants: list[str]) -> pd.DataFrame:
+    """Per variant: its optimum with the t interval over seeds, whether every seed's lowest
+    point was inside the grid, and its ratio to the baseline's, paired by seed."""
+    baseline = sweep_curves(frame, variants[0])
+    rows = []
+    for variant in variants:
+        curves = sweep_curves(frame, variant)
+        own = variant_optimum(curves)
+        ratio = optimum_ratio(baseline, curves) if variant != variants[0] else None
+        rows.append(
+            {
+                "variant": variant,
+                "optimum_lr": own and own.value,
+                "optimum_low": own and own.low,
+                "optimum_high": own and own.high,
+                "inside": own.inside if own else None,
+                "seeds": own.seeds if own else 0,
+                "ratio_to_baseline": ratio and ratio.value,
+                "ratio_low": ratio and ratio.low,
+                "ratio_high": ratio and ratio.high,
+                "ratio_shown": ratio.shown if ratio and ratio.seeds > 1 else None,
+            }
+        )
+    return pd.DataFrame(rows)
+
+
+def curve_differences(frame: pd.DataFrame, variants: list[str]) -> pd.DataFrame:
+    """Δ (variant − baseline) at every sweep LR over the seeds both ran stably there, with
+    its 95% t interval: the comparison along the whole curve, not at one argmin."""
+    rows = []
+    base = frame[(frame["variant"] == variants[0]) & frame["stable"]]
+    for variant in variants[1:]:
+        mine = frame[(frame["variant"] == variant) & frame["stable"]]
+        for lr, here in mine.groupby("lr"):
+            a = here.set_index("seed")["final_val_loss"]
+            b = base[base["lr"] == lr].set_index("seed")["final_val_loss"]
+            seeds = a.index.intersection(b.index)
+            diff = mean_difference(a[seeds] - b[seeds])
+            rows.append(
+                {
+                    "variant": variant,
+                    "lr": float(lr),
+                    "pairs": diff.n_pairs,
+                    "diff": diff.mean,
+                    "ci_low": diff.ci_low,
+                    "ci_high": diff.ci_high,
+                }
+            )
+    return pd.DataFrame(rows, columns=["variant", "lr", "pairs", "diff", "ci_low", "ci_high"])
+
+
+def optimum_lines(table: pd.DataFrame) -> list[str]:
+    """Each variant's optimum in words, and whether it differs from the baseline's."""
+    lines = []
+    for row in table.itertuples():
+        if row.optimum_lr is None or pd.isna(row.optimum_lr):
+            continue
+        where = (
+            ""
+            if row.inside
+            else " (**at the edge** of its stable sweep points: not an interior optimum)"
+        )
+        lines.append(
+            f"- LR optimum of {row.variant}'s sweep curve: "
+            f"{_interval_text(_row_optimum(row))}{where}."
+        )
+        if pd.notna(row.ratio_to_baseline) and row.ratio_shown is not None:
+            verdict = "they **differ**" if row.ratio_shown else "a difference is **not shown**"
+            lines.append(
+                f"  {row.variant} / {table['variant'].iloc[0]}: {row.ratio_to_baseline:.2f} "
+                f"[{row.ratio_low:.2f}, {row.ratio_high:.2f}], paired by seed: {verdict}."
+            )
+    return lines
+
+
+def _row_optimum(row: object) -> Optimum:
+    return Optimum(row.optimum_lr, row.optimum_low, row.optimum_high, row.seeds, row.inside)
+
+
+def optimum_section(frame: pd.DataFrame, variants: list[str]) -> Section:
+    """Markdown and CSVs of the optima and of Δ along the curve."""
+    if frame.empty:
+        return Section()
+    table = optimum_table(frame, variants)
+    diffs = curve_differences(frame, variants)
+    shown = diffs.assign(
+        lr=diffs["lr"].map(lambda v: f"{v:.3g}"),
+        **{
+            "Δ [95% CI]": [
+                f"{signed(r.diff)} [{signed(r.ci_low)}, {signed(r.ci_high)}]"
+                for r in diffs.itertuples()
+            ]
+        },
+    )[["variant", "lr", "pairs", "Δ [95% CI]"]]
+    lines = [
+        "### LR optimum from each variant's curve, and Δ along it",
+        "",
+        "Each seed's optimum is the vertex of a quadratic in log2 LR through the five stable "
+        "sweep points around its lowest; a variant's is the mean over seeds in log2 LR with a "
+        "95% t interval, and its ratio to the baseline's is paired by seed. Δ is the paired "
+        "difference (variant − baseline) at every LR where both ran stably.",
+        "",
+        *optimum_lines(table),
+        "",
+        shown.to_markdown(index=False),
+        "",
+    ]
+    return Section(lines, {"sweep_optimum.csv": table, "sweep_differences.csv": diffs})
