@@ -1,7 +1,7 @@
 """The experiment-level sections of an experiment file, and the resolved :class:`Experiment`.
 
 Besides the base run (:class:`ablate.core.config.RunConfig`) and its variants, a file may have a
-``sweep``, a ``search``, a ``max_lr``, a ``convert`` and a ``scale`` section;
+``sweep``, a ``search``, a ``curve``, a ``max_lr``, a ``convert`` and a ``scale`` section;
 :class:`ExperimentFile` is the file's top level as written, :class:`Experiment` what
 :func:`ablate.core.load.load_experiment` resolves it to.
 """
@@ -66,6 +66,35 @@ class SearchConfig(StrictSection):
         if self.warmup_min > self.warmup_max:
             raise ValueError("search.warmup_min must be <= search.warmup_max")
         return self
+
+
+class CurveConfig(StrictSection):
+    """Each variant's LR optimum from its own loss curve: every variant at every lattice LR
+    2^(k / per_octave) of the range on curve seeds disjoint from the final ones, at the final
+    budget; the range grows by an octave on the side where a curve's lowest point lies at its
+    edge, up to ``extend`` octaves (:mod:`ablate.core.optimum` fits it)."""
+
+    seeds: list[Seed] | None = Field(
+        None, min_length=2, description="default: the two above the largest of seeds"
+    )
+    per_octave: int = Field(2, ge=1, le=16, description="curve points per doubling of the LR")
+    lr_min: float = Field(1e-3, gt=0, le=100)
+    lr_max: float = Field(3e-2, gt=0, le=100)
+    extend: int = Field(2, ge=0, le=10, description="octaves the range may grow at an edge")
+    tokens: int | None = Field(None, ge=1, description="budget of a curve run; default train's")
+
+    @model_validator(mode="after")
+    def _ordered(self) -> CurveConfig:
+        _check_range(self.lr_min, self.lr_max, "curve.lr_min/lr_max")
+        return self
+
+    def lrs(self, low_octaves: int = 0, high_octaves: int = 0) -> list[float]:
+        """The lattice LRs of the range, grown by these octaves below and above it."""
+        low = math.ceil(math.log2(self.lr_min) * self.per_octave - 1e-9)
+        high = math.floor(math.log2(self.lr_max) * self.per_octave + 1e-9)
+        low -= low_octaves * self.per_octave
+        high += high_octaves * self.per_octave
+        return [2.0 ** (k / self.per_octave) for k in range(low, high + 1)]
 
 
 class MaxLRConfig(StrictSection):
@@ -199,6 +228,7 @@ class ExperimentFile(StrictSection):
     runtime: dict[str, Any] = Field(default_factory=dict)
     sweep: SweepConfig | None = None
     search: SearchConfig | None = None
+    curve: CurveConfig | None = None
     max_lr: MaxLRConfig | None = None
     convert: ConvertConfig | None = None
     scale: ScaleConfig | None = None
@@ -223,6 +253,7 @@ class Experiment(BaseModel):
     base: RunConfig
     sweep: SweepConfig | None = None
     search: SearchConfig | None = None
+    curve: CurveConfig | None = None
     max_lr: MaxLRConfig | None = None
     convert: ConvertPlan | None = None
     scale: ScaleConfig | None = None
@@ -234,6 +265,11 @@ class Experiment(BaseModel):
     factors: dict[str, dict[str, Any]] = Field(
         default_factory=dict, description="grid variant -> {factor key: level}"
     )
+
+    def curve_seeds(self) -> list[int]:
+        """The curve's seeds: ``curve.seeds``, else the two above the largest of ``seeds``."""
+        assert self.curve is not None
+        return self.curve.seeds or [max(self.seeds) + 1, max(self.seeds) + 2]
 
     def search_seed(self) -> int:
         """The run seed of every search trial: ``search.seed``, else one above the largest of

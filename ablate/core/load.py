@@ -297,6 +297,7 @@ def resolve_experiment(raw: dict[str, Any], path: Path, where: str) -> Experimen
         base=base,
         sweep=top.sweep,
         search=top.search,
+        curve=top.curve,
         max_lr=top.max_lr,
         convert=convert,
         scale=top.scale,
@@ -311,7 +312,7 @@ def resolve_experiment(raw: dict[str, Any], path: Path, where: str) -> Experimen
 
 
 SIZE_KEYS = ("model.d_model", "model.n_layers", "model.n_heads")
-STUDY_SECTIONS = ("sweep", "search", "max_lr")
+STUDY_SECTIONS = ("sweep", "search", "curve", "max_lr")
 
 
 def check_scale(experiment: Experiment, where: str) -> None:

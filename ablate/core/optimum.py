@@ -58,6 +58,21 @@ def fit_vertex(curve: Curve) -> tuple[float, float, bool]:
     return 2.0**vertex, float(a * vertex**2 + b * vertex + c), inside
 
 
+def edge_sides(curves: Mapping[int, Curve], grid: Sequence[float]) -> set[int]:
+    """Where the curves' lowest points lie at an end of ``grid``: -1 its first LR, +1 its
+    last (where growing the grid can move the optimum); empty when every one is inside."""
+    sides = set()
+    for curve in curves.values():
+        finite = [(lr, loss) for lr, loss in curve if math.isfinite(loss)]
+        if finite and grid:
+            lowest = min(finite, key=lambda point: point[1])[0]
+            if math.isclose(lowest, min(grid), rel_tol=1e-9):
+                sides.add(-1)
+            elif math.isclose(lowest, max(grid), rel_tol=1e-9):
+                sides.add(1)
+    return sides
+
+
 def seed_optima(curves: Mapping[int, Curve]) -> list[SeedOptimum]:
     """Every seed's fitted optimum."""
     return [SeedOptimum(seed, *fit_vertex(curve)) for seed, curve in curves.items()]

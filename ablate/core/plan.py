@@ -193,6 +193,26 @@ def plan_sweep(experiment: Experiment) -> list[RunSpec]:
     return plan_lr_grid(experiment, experiment.sweep, "sweep")
 
 
+def plan_curve(experiment: Experiment, grown: tuple[int, int] = (0, 0)) -> list[RunSpec]:
+    """Every variant at every lattice LR of ``curve:`` (grown by ``grown`` octaves below and
+    above its range) on the curve seeds, at the curve budget (none without ``curve:``)."""
+    cfg = experiment.curve
+    if cfg is None:
+        return []
+    return [
+        RunSpec(
+            experiment.name,
+            variant,
+            seed,
+            with_train(config, lr=lr, tokens=cfg.tokens),
+            group="curve",
+        )
+        for seed in experiment.curve_seeds()
+        for lr in cfg.lrs(*grown)
+        for variant, config in experiment.variants.items()
+    ]
+
+
 def plan_tuned(experiment: Experiment, best: dict[str, dict[str, Any]]) -> list[RunSpec]:
     """The tuned A/B: every variant with a search result at its own best ``lr`` and
     ``warmup_steps`` (``best[variant]``), on the experiment's seeds at the full budget; seed-major
@@ -285,7 +305,8 @@ def planned_groups(experiment: Experiment) -> list[str]:
         "main": True,
         "sweep": experiment.sweep is not None,
         "search": experiment.search is not None,
-        "tuned": experiment.search is not None,
+        "curve": experiment.curve is not None,
+        "tuned": experiment.search is not None or experiment.curve is not None,
         "max_lr": experiment.max_lr is not None,
         "convert": experiment.convert is not None,
     }
@@ -323,9 +344,12 @@ def study_runs(
     per_step = config.tokens_per_step()
     if experiment.sweep is not None:
         runs["sweep"] = _counted([s for s in plan_sweep(experiment) if s.variant == variant])
+    at_base = {variant: {"lr": config.train.lr, "warmup_steps": config.train.warmup_steps}}
     if (search := experiment.search) is not None:
         runs["search"] = (search.n_trials, (search.tokens or config.train.tokens) // per_step)
-        at_base = {variant: {"lr": config.train.lr, "warmup_steps": config.train.warmup_steps}}
+    if experiment.curve is not None:  # at its range: growing at an edge adds more
+        runs["curve"] = _counted([s for s in plan_curve(experiment) if s.variant == variant])
+    if search is not None or experiment.curve is not None:
         runs["tuned"] = _counted([s for s in plan_tuned(experiment, at_base)])
     if (max_lr := experiment.max_lr) is not None:
         probes = max_lr_probes(experiment, max_lr.start or config.train.lr)

@@ -7,12 +7,15 @@ Stages, in order (each one only those the file configures):
 2. **search** — an Optuna study per variant over LR x warmup, on the search seed (by default
    one above the largest of ``seeds``, so the final comparison is not scored on the noise it
    was selected on);
-3. **tuned** — the tuned A/B: every variant at its own best (LR, warmup) from the search, on
-   the experiment's seeds, matched init and batch order as in the shared A/B;
-4. **max_lr** — the largest stable LR per variant, bracketed seed by seed, then held against
+3. **curve** — every variant's final loss along a lattice of LRs on curve seeds apart from
+   the final ones, grown at an edge, and each variant's optimum (:mod:`ablate.launch.curve`);
+4. **tuned** — the tuned A/B: every variant at its own best (LR, warmup) from the search, or
+   at its curve's optimum LR with the search's best warmup, on the experiment's seeds,
+   matched init and batch order as in the shared A/B;
+5. **max_lr** — the largest stable LR per variant, bracketed seed by seed, then held against
    every other stored run of the variant at the same budget (:func:`check_boundaries`);
-5. **convert** — continued training of the finished source runs, as stored and norm-swapped;
-6. **report** — rebuilt from the store (skipped when it is up to date).
+6. **convert** — continued training of the finished source runs, as stored and norm-swapped;
+7. **report** — rebuilt from the store (skipped when it is up to date).
 
 A stage only decides which RunSpecs it needs; every run of every stage goes through the one
 executor the context carries (:class:`ablate.launch.execute.Executor`: the local trainer, or
@@ -57,7 +60,7 @@ from ablate.launch.execute import Executor, LocalExecutor, ready_conversions, sp
 from ablate.launch.progress import StudyProgress
 from ablate.launch.workers import Resources, resources_for
 
-STAGES = ("shared", "search", "tuned", "max_lr", "convert", "report")
+STAGES = ("shared", "search", "curve", "tuned", "max_lr", "convert", "report")
 SayFn = Callable[[str], None]
 
 
@@ -166,7 +169,18 @@ def run_experiment(
     studies = Studies()
     if experiment.search is not None:
         studies.search = search_stage(ctx)
-        tuned = plan_tuned(experiment, studies.best_settings())
+    chosen = studies.best_settings()
+    if experiment.curve is not None:
+        from ablate.launch.curve import at_curve_optima, curve_stage
+
+        assert ctx.executor is not None
+        curve, optima = curve_stage(
+            experiment, ctx.executor, ctx.exp_dir, specs + continued, ctx.say
+        )
+        specs += curve
+        chosen = at_curve_optima(experiment, chosen, optima)
+    if chosen:
+        tuned = plan_tuned(experiment, chosen)
         specs += tuned
         write_manifest(ctx, specs + continued)
         ctx.execute(tuned)  # stage: tuned

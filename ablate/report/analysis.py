@@ -202,8 +202,11 @@ def probe_band(probes: pd.DataFrame, quantity: str) -> pd.DataFrame:
     return grouped.agg(["mean", "count"]).reset_index()
 
 
-def sweep_frame(manifest_runs: list[dict], runs: pd.DataFrame) -> pd.DataFrame:
-    """One row per stored sweep run: variant, seed, lr, status, stable, final and clipped loss.
+def sweep_frame(
+    manifest_runs: list[dict], runs: pd.DataFrame, group: str = "sweep"
+) -> pd.DataFrame:
+    """One row per stored run of ``group`` (the sweep's, or the curve's): variant, seed, lr,
+    status, stable, final and clipped loss.
 
     The clipped loss is min(final val loss, ℓ0) as Wortsman et al. (2023) define it: a run that
     diverged (stopped by the divergence rule) or has no finite loss counts as ℓ0; a run judged
@@ -212,7 +215,7 @@ def sweep_frame(manifest_runs: list[dict], runs: pd.DataFrame) -> pd.DataFrame:
     by_id = runs.set_index("run_id") if len(runs) else None
     rows = []
     for entry in manifest_runs:
-        if entry.get("group") != "sweep" or by_id is None or entry["run_id"] not in by_id.index:
+        if entry.get("group") != group or by_id is None or entry["run_id"] not in by_id.index:
             continue
         summary = by_id.loc[entry["run_id"]]
         initial = float(summary["initial_loss"])

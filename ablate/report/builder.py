@@ -50,7 +50,7 @@ from ablate.report.quality import factors_section, main_label, main_section
 from ablate.report.scaling import scaling_section
 from ablate.report.section import Section
 from ablate.report.setup import impurity_flag, setup_section, simulated_flag
-from ablate.report.studies import attach_studies, search_section, sweep_section
+from ablate.report.studies import attach_studies, curve_section, search_section, sweep_section
 from ablate.report.summary import summary_lines, with_holm
 from ablate.report.text import quality_markdown
 
@@ -177,6 +177,7 @@ def report_sections(
         inference_section(stored.inference, variants, manifest.get("source") or "FILE"),
         convert_section(stored),
         sweep,
+        curve_section(stored, variants),
         max_lr_section(stored.studies or {}),
         search_section(stored.studies or {}, variants),
     ):

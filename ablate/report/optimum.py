@@ -18,7 +18,7 @@ from ablate.report.text import signed
 
 
 def sweep_curves(frame: pd.DataFrame, variant: str) -> dict[int, Curve]:
-    """``{seed: [(lr, final val loss)]}`` of the variant's stable sweep runs."""
+    """``{seed: [(lr, final val loss)]}`` of the variant's stable runs in ``frame``."""
     mine = frame[(frame["variant"] == variant) & frame["stable"]]
     return {
         int(seed): [(float(r.lr), float(r.final_val_loss)) for r in rows.itertuples()]
@@ -85,7 +85,7 @@ def curve_differences(frame: pd.DataFrame, variants: list[str]) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["variant", "lr", "pairs", "diff", "ci_low", "ci_high"])
 
 
-def optimum_lines(table: pd.DataFrame) -> list[str]:
+def optimum_lines(table: pd.DataFrame, source: str = "sweep") -> list[str]:
     """Each variant's optimum in words, and whether it differs from the baseline's."""
     lines = []
     for row in table.itertuples():
@@ -94,10 +94,10 @@ def optimum_lines(table: pd.DataFrame) -> list[str]:
         where = (
             ""
             if row.inside
-            else " (**at the edge** of its stable sweep points: not an interior optimum)"
+            else f" (**at the edge** of its stable {source} points: not an interior optimum)"
         )
         lines.append(
-            f"- LR optimum of {row.variant}'s sweep curve: "
+            f"- {row.variant}'s LR optimum ({source} runs): "
             f"{_interval_text(_row_optimum(row))}{where}."
         )
         if pd.notna(row.ratio_to_baseline) and row.ratio_shown is not None:
@@ -113,8 +113,9 @@ def _row_optimum(row: object) -> Optimum:
     return Optimum(row.optimum_lr, row.optimum_low, row.optimum_high, row.seeds, row.inside)
 
 
-def optimum_section(frame: pd.DataFrame, variants: list[str]) -> Section:
-    """Markdown and CSVs of the optima and of Δ along the curve."""
+def optimum_section(frame: pd.DataFrame, variants: list[str], source: str = "sweep") -> Section:
+    """Markdown and CSVs of the optima and of Δ along the curve (``source``: the sweep's runs,
+    or the curve's)."""
     if frame.empty:
         return Section()
     table = optimum_table(frame, variants)
@@ -131,14 +132,14 @@ def optimum_section(frame: pd.DataFrame, variants: list[str]) -> Section:
     lines = [
         "### LR optimum from each variant's curve, and Δ along it",
         "",
-        "Each seed's optimum is the vertex of a quadratic in log2 LR through the five stable "
-        "sweep points around its lowest; a variant's is the mean over seeds in log2 LR with a "
+        f"Each seed's optimum is the vertex of a quadratic in log2 LR through the five stable "
+        f"{source} points around its lowest; a variant's is the mean over seeds in log2 LR with a "
         "95% t interval, and its ratio to the baseline's is paired by seed. Δ is the paired "
         "difference (variant − baseline) at every LR where both ran stably.",
         "",
-        *optimum_lines(table),
+        *optimum_lines(table, source),
         "",
         shown.to_markdown(index=False),
         "",
     ]
-    return Section(lines, {"sweep_optimum.csv": table, "sweep_differences.csv": diffs})
+    return Section(lines, {f"{source}_optimum.csv": table, f"{source}_differences.csv": diffs})

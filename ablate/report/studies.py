@@ -80,6 +80,26 @@ def sweep_section(stored: StoredExperiment, variants: list[str]) -> tuple[Sectio
     ), sensitivity
 
 
+def curve_section(stored: StoredExperiment, variants: list[str]) -> Section:
+    """The curve stage's optima (Markdown, CSVs): none without curve runs."""
+    frame = sweep_frame(stored.manifest["runs"], stored.runs, "curve")
+    if frame.empty:
+        return Section()
+    seeds = sorted(frame["seed"].unique().tolist())
+    found = optimum_section(frame, variants, "curve")
+    lines = [
+        "## LR curve: each variant's optimum",
+        "",
+        f"Every variant at every LR of the curve's lattice on curve seeds {seeds} (not the "
+        "final seeds), at the curve's budget; a grid whose lowest point lay at its end grew "
+        "there by an octave (up to `curve.extend`). With a curve the tuned A/B trains each "
+        "variant at its optimum below (and the search's best warmup, where there is a search).",
+        "",
+        *found.lines,
+    ]
+    return Section(lines, found.tables)
+
+
 def _edge_best_lines(sensitivity: pd.DataFrame) -> list[str]:
     """A warning for each variant whose sweep is best at the grid's edge: its ℓ* is not an
     optimum, so its sensitivity is measured from a point the grid does not bracket."""

@@ -110,13 +110,18 @@ def lead_lines(
     own noise is flagged."""
     seeds = stored.manifest["seeds"]
     lines = []
+    curve_seeds = sorted({r["seed"] for r in stored.manifest["runs"] if r.get("group") == "curve"})
     if tuned is not None:
         search_seed = (stored.studies or {}).get("search_seed")
+        chosen = (
+            f"its LR curve's optimum on seeds {curve_seeds}"
+            if curve_seeds
+            else f"the search's best, found on seed {search_seed}"
+        )
         lines.append(
-            "- **Leading comparison: each variant at its own tuned LR and warmup** (the "
-            f"search's best, found on seed {search_seed}, scored here on seeds {seeds}), since "
-            "a shared LR favours whichever variant it happens to suit; the shared-LR "
-            "comparison follows."
+            "- **Leading comparison: each variant at its own tuned LR and warmup** "
+            f"({chosen}, scored here on seeds {seeds}), since a shared LR favours whichever "
+            "variant it happens to suit; the shared-LR comparison follows."
         )
     elif effects is not None:
         lines.append(

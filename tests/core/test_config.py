@@ -430,3 +430,16 @@ def test_warmup_as_long_as_the_run_is_bad_input(tmp_path: Path) -> None:
     msg = _error(tmp_path, "train: {tokens: 819200, warmup_steps: 5000}\n" + ONE)
     assert "train.warmup_steps: 5000 is not below the run's" in msg
     assert "would never reach its peak" in msg
+
+
+def test_a_curve_is_the_lattice_of_its_range_grown_by_whole_octaves(tmp_path: Path) -> None:
+    path = tmp_path / "e.yaml"
+    path.write_text("seeds: [0, 4]\ncurve: {lr_min: 1.0e-3, lr_max: 3.0e-2}\n" + ONE)
+    exp = load_experiment(path)
+    assert exp.curve_seeds() == [5, 6]  # never a final seed
+    lrs = exp.curve.lrs()
+    assert lrs[0] == pytest.approx(2**-9.5) and lrs[-1] == pytest.approx(2**-5.5)
+    assert len(lrs) == 9 and exp.curve.lrs(1, 2)[0] == pytest.approx(2**-10.5)
+    assert exp.curve.lrs(1, 2)[-1] == pytest.approx(2**-3.5)
+    msg = _error(tmp_path, "curve: {seeds: [7]}\n")
+    assert "curve.seeds" in msg

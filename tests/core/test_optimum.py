@@ -9,7 +9,13 @@ import statistics
 import pytest
 from scipy import stats
 
-from ablate.core.optimum import fit_vertex, optimum_ratio, seed_optima, variant_optimum
+from ablate.core.optimum import (
+    edge_sides,
+    fit_vertex,
+    optimum_ratio,
+    seed_optima,
+    variant_optimum,
+)
 
 GRID = [2.0 ** (k / 2) for k in range(-20, -9)]  # 2^-10 ... 2^-5: √2 steps
 
@@ -61,3 +67,9 @@ def test_the_ratio_of_two_optima_is_paired_by_seed() -> None:
     assert found.seeds == 2 and math.log2(found.value) == pytest.approx((1.0 + 0.9) / 2)
     same = optimum_ratio(first, first)
     assert same.value == pytest.approx(1.0) and same.low == pytest.approx(1.0)
+
+
+def test_a_lowest_point_at_the_grids_end_names_the_side_to_grow() -> None:
+    assert edge_sides({0: _valley(2**-4)}, GRID) == {1}  # optimum above the grid
+    assert edge_sides({0: _valley(2**-11)}, GRID) == {-1}
+    assert edge_sides({0: _valley(2**-7.5), 1: _valley(2**-8)}, GRID) == set()

@@ -1,0 +1,58 @@
+"""The curve stage on the simulator: each variant's optimum from its own curve on seeds apart
+from the final ones, a grid grown where an optimum lies at its edge, and a tuned A/B at the
+optima; a rerun trains nothing."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+from conftest import write_experiment
+
+from ablate.core import store
+from ablate.core.load import load_experiment
+from ablate.launch.pipeline import run_experiment
+
+
+def _experiment(tmp_path: Path, optima: dict[str, float], **curve: object) -> Path:
+    truth = {"variants": {v: {"opt_lr": lr} for v, lr in optima.items()}, "run_sd": 0.005}
+    return write_experiment(
+        tmp_path / "e.yaml",
+        seeds=[0, 1],
+        curve={"lr_min": 1e-3, "lr_max": 3e-2, **curve},
+        runtime={"backend": "simulate", "simulate": truth},
+    )
+
+
+@pytest.mark.usefixtures("unrendered_figures")
+def test_each_variant_is_tuned_at_its_own_curves_optimum_on_other_seeds(tmp_path: Path) -> None:
+    optima = {"layernorm": 0.004, "rmsnorm": 0.009}
+    path = _experiment(tmp_path, optima)
+    result = run_experiment(path, tmp_path / "results", tmp_path / "reports")
+    runs = store.load_summaries(result.exp_dir)
+    curve = runs[runs["group"] == "curve"]
+    assert set(curve["seed"]) == {2, 3}  # the two above the final seeds [0, 1]
+    tuned = runs[runs["group"] == "tuned"]
+    assert sorted(tuned["seed"]) == [0, 0, 1, 1]
+    for variant, opt in optima.items():
+        lr = tuned.loc[tuned["variant"] == variant, "lr"].iloc[0]
+        assert abs(math.log2(lr / opt)) < 0.25  # within 2^(1/4) of the true optimum
+    text = (result.report_dir / "report.md").read_text()
+    assert "## LR curve: each variant's optimum" in text
+    assert "rmsnorm / layernorm:" in text and "they **differ**" in text
+    assert "its LR curve's optimum on seeds [2, 3]" in text
+    again = run_experiment(path, tmp_path / "results", tmp_path / "reports")
+    assert len(store.load_summaries(again.exp_dir)) == len(runs)  # nothing trained again
+
+
+@pytest.mark.usefixtures("unrendered_figures")
+def test_a_curve_lowest_at_its_edge_grows_the_grid_there(tmp_path: Path) -> None:
+    path = _experiment(tmp_path, {"layernorm": 0.06, "rmsnorm": 0.06}, extend=2)
+    result = run_experiment(path, tmp_path / "results", tmp_path / "reports")
+    curve = store.load_summaries(result.exp_dir).query("group == 'curve'")
+    exp = load_experiment(path)
+    assert curve["lr"].max() == pytest.approx(exp.curve.lrs(0, 2)[-1])  # grown two octaves up
+    assert curve["lr"].min() == pytest.approx(exp.curve.lrs()[0])  # not below
+    tuned = store.load_summaries(result.exp_dir).query("group == 'tuned'")
+    assert (abs((tuned["lr"] / 0.06).map(math.log2)) < 0.25).all()
