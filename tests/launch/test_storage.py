@@ -126,6 +126,7 @@ def test_a_run_claimed_by_a_live_process_is_waited_for(tmp_path: Path) -> None:
 
     from ablate.core.folders import ExperimentFolder
     from ablate.core.plan import RunSpec
+    from ablate.training import run  # noqa: F401  imported now: obtain then claims at once
 
     spec = RunSpec("tiny", "layernorm", 0, tiny_config(), group="max_lr")
     exp_dir = tmp_path / "tiny"
