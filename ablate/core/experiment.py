@@ -82,10 +82,27 @@ class CurveConfig(StrictSection):
     lr_max: float = Field(3e-2, gt=0, le=100)
     extend: int = Field(2, ge=0, le=10, description="octaves the range may grow at an edge")
     tokens: int | None = Field(None, ge=1, description="budget of a curve run; default train's")
+    warmup_trials: int = Field(
+        0,
+        ge=0,
+        le=1000,
+        description="a TPE study per variant over warmup at its optimum LR (0: none)",
+    )
+    warmup_startup: int = Field(4, ge=1, description="of those, the sampler's random start-up")
+    warmup_min: int = Field(0, ge=0)
+    warmup_max: int = Field(100, ge=0)
+    sampler_seed: int = Field(0, ge=0)
 
     @model_validator(mode="after")
     def _ordered(self) -> CurveConfig:
         _check_range(self.lr_min, self.lr_max, "curve.lr_min/lr_max")
+        if self.warmup_min > self.warmup_max:
+            raise ValueError("curve.warmup_min must be <= curve.warmup_max")
+        if self.warmup_trials and self.warmup_startup >= self.warmup_trials:
+            raise ValueError(
+                f"curve.warmup_startup ({self.warmup_startup}) must be below warmup_trials "
+                f"({self.warmup_trials}): the sampler must get past its random start-up"
+            )
         return self
 
     def lrs(self, low_octaves: int = 0, high_octaves: int = 0) -> list[float]:

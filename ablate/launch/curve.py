@@ -10,14 +10,16 @@ is the grid's first or last LR, the grid grows by an octave on that side, up to
 
 from __future__ import annotations
 
+import statistics
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 from ablate.core import store
 from ablate.core.experiment import Experiment
 from ablate.core.optimum import Curve, Optimum, edge_sides, variant_optimum
-from ablate.core.plan import RunSpec, plan_curve, plan_manifest
+from ablate.core.plan import RunSpec, plan_curve, plan_manifest, with_train
 from ablate.launch.execute import Executor
 
 
@@ -63,17 +65,85 @@ def curve_of(specs: list[RunSpec], summaries: dict[str, dict], variant: str) -> 
 
 
 def at_curve_optima(
-    experiment: Experiment, chosen: dict[str, dict[str, Any]], optima: dict[str, Optimum | None]
+    experiment: Experiment,
+    chosen: dict[str, dict[str, Any]],
+    optima: dict[str, Optimum | None],
+    warmups: dict[str, int] | None = None,
 ) -> dict[str, dict[str, Any]]:
-    """The tuned A/B's settings: each variant at its curve's optimum LR, with the search's
-    best warmup where there is a search (else the file's)."""
-    return {
-        variant: {
-            "lr": found.value,
-            "warmup_steps": chosen.get(variant, {}).get(
-                "warmup_steps", experiment.variants[variant].train.warmup_steps
-            ),
-        }
-        for variant, found in optima.items()
-        if found is not None
+    """The tuned A/B's settings: each variant at its curve's optimum LR, with its warmup
+    study's best (``warmups``), else the search's best warmup, else the file's."""
+    warmups = warmups or {}
+    settings = {}
+    for variant, found in optima.items():
+        if found is None:
+            continue
+        fallback = chosen.get(variant, {}).get(
+            "warmup_steps", experiment.variants[variant].train.warmup_steps
+        )
+        settings[variant] = {"lr": found.value, "warmup_steps": warmups.get(variant, fallback)}
+    return settings
+
+
+def warmup_spec(experiment: Experiment, variant: str, lr: float, warmup: int, seed: int) -> RunSpec:
+    """A warmup trial's run: the variant at its optimum LR on a curve seed, curve budget."""
+    cfg = experiment.curve
+    assert cfg is not None
+    config = with_train(experiment.variants[variant], lr=lr, warmup_steps=warmup, tokens=cfg.tokens)
+    return RunSpec(experiment.name, variant, seed, config, group="warmup")
+
+
+def tune_warmup(
+    experiment: Experiment,
+    variant: str,
+    lr: float,
+    executor: Executor,
+    url: str,
+    say: Callable[[str], None],
+) -> int | None:
+    """The variant's best warmup at ``lr``: a TPE study (``<experiment>.<variant>.warmup``,
+    its per-trial seeds from ``curve.sampler_seed``) of ``curve.warmup_trials`` trials, each
+    the mean final loss over the curve seeds (an unstable run counted as min(ℓ, ℓ0)), no
+    pruning; a rerun continues the stored study. None when no trial completed."""
+    from optuna.distributions import IntDistribution
+    from optuna.samplers import TPESampler
+    from optuna.trial import TrialState
+
+    from ablate.launch.search import TrialSeededSampler, trial_value
+    from ablate.launch.storage import open_study
+
+    cfg = experiment.curve
+    assert cfg is not None
+    tpe = partial(TPESampler, n_startup_trials=cfg.warmup_startup)
+    study = open_study(
+        experiment, variant, "warmup", url, sampler=TrialSeededSampler(tpe, cfg.sampler_seed)
+    )
+    space = {"warmup_steps": IntDistribution(cfg.warmup_min, cfg.warmup_max)}
+    while len(study.get_trials(states=(TrialState.COMPLETE,))) < cfg.warmup_trials:
+        trial = study.ask(space)
+        warmup = int(trial.params["warmup_steps"])
+        specs = [warmup_spec(experiment, variant, lr, warmup, s) for s in experiment.curve_seeds()]
+        value = statistics.fmean(trial_value(executor.obtain(s, wait=True, say=say)) for s in specs)
+        study.tell(trial, value)
+        say(f"warmup {variant}: {warmup} steps at lr {lr:.3g}: mean val {value:.4f}")
+    best = [t for t in study.trials if t.state == TrialState.COMPLETE]
+    return int(min(best, key=lambda t: t.value).params["warmup_steps"]) if best else None
+
+
+def tune_warmups(
+    experiment: Experiment,
+    optima: dict[str, Optimum | None],
+    executor: Executor,
+    url: str,
+    say: Callable[[str], None],
+) -> dict[str, int]:
+    """Each variant's best warmup at its curve's optimum from its own study
+    (:func:`tune_warmup`); none when ``curve.warmup_trials`` is 0."""
+    cfg = experiment.curve
+    if cfg is None or not cfg.warmup_trials:
+        return {}
+    found = {
+        variant: tune_warmup(experiment, variant, optimum.value, executor, url, say)
+        for variant, optimum in optima.items()
+        if optimum is not None
     }
+    return {variant: warmup for variant, warmup in found.items() if warmup is not None}

@@ -171,14 +171,17 @@ def run_experiment(
         studies.search = search_stage(ctx)
     chosen = studies.best_settings()
     if experiment.curve is not None:
-        from ablate.launch.curve import at_curve_optima, curve_stage
+        from ablate.launch.curve import at_curve_optima, curve_stage, tune_warmups
+        from ablate.launch.storage import storage_url
 
         assert ctx.executor is not None
         curve, optima = curve_stage(
             experiment, ctx.executor, ctx.exp_dir, specs + continued, ctx.say
         )
         specs += curve
-        chosen = at_curve_optima(experiment, chosen, optima)
+        url = storage_url(experiment, ctx.results_dir, ctx.storage)
+        warmups = tune_warmups(experiment, optima, ctx.executor, url, ctx.say)
+        chosen = at_curve_optima(experiment, chosen, optima, warmups)
     if chosen:
         tuned = plan_tuned(experiment, chosen)
         specs += tuned
@@ -198,10 +201,17 @@ def run_experiment(
     )
 
 
+def studies_configured(experiment: Experiment) -> bool:
+    """Whether the file has an Optuna study: a search, max-LR probes or a warmup study."""
+    curve = experiment.curve
+    warmup = curve is not None and curve.warmup_trials > 0
+    return experiment.search is not None or experiment.max_lr is not None or warmup
+
+
 def _check_storage(experiment: Experiment, root: Path, storage: str | None) -> None:
     """The studies' storage opens, or one line and exit 2 before anything trains (Optuna is
     imported only for a file that has studies)."""
-    if experiment.search is not None or experiment.max_lr is not None:
+    if studies_configured(experiment):
         from ablate.launch.storage import check_storage_opens
 
         check_storage_opens(experiment, root, storage)

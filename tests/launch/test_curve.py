@@ -8,7 +8,7 @@ import math
 from pathlib import Path
 
 import pytest
-from conftest import write_experiment
+from conftest import study_trials, write_experiment
 
 from ablate.core import store
 from ablate.core.load import load_experiment
@@ -56,3 +56,33 @@ def test_a_curve_lowest_at_its_edge_grows_the_grid_there(tmp_path: Path) -> None
     assert curve["lr"].min() == pytest.approx(exp.curve.lrs()[0])  # not below
     tuned = store.load_summaries(result.exp_dir).query("group == 'tuned'")
     assert (abs((tuned["lr"] / 0.06).map(math.log2)) < 0.25).all()
+
+
+@pytest.mark.usefixtures("unrendered_figures")
+def test_each_variants_warmup_is_tuned_by_its_own_study_at_its_optimum(tmp_path: Path) -> None:
+    path = _experiment(
+        tmp_path, {"layernorm": 0.004, "rmsnorm": 0.009}, warmup_trials=5, warmup_startup=2
+    )
+    result = run_experiment(path, tmp_path / "results", tmp_path / "reports")
+    runs = store.load_summaries(result.exp_dir)
+    url = f"sqlite:///{result.exp_dir / 'optuna.db'}"
+    tuned = runs[runs["group"] == "tuned"]
+    for variant in ("layernorm", "rmsnorm"):
+        trials = study_trials(url, f"tiny.{variant}.warmup")
+        assert sum(t.state.name == "COMPLETE" for t in trials) == 5
+        best = min((t for t in trials if t.value is not None), key=lambda t: t.value)
+        mine = tuned[tuned["variant"] == variant]
+        assert set(mine["warmup_steps"]) == {best.params["warmup_steps"]}
+        trial_runs = runs[(runs["group"] == "warmup") & (runs["variant"] == variant)]
+        assert set(trial_runs["seed"]) == {2, 3} and set(trial_runs["lr"]) == set(mine["lr"])
+    before = len(runs)
+    run_experiment(path, tmp_path / "results", tmp_path / "reports")
+    assert len(store.load_summaries(result.exp_dir)) == before  # the studies continue, done
+
+
+def test_a_warmup_study_must_get_past_its_random_start_up(tmp_path: Path) -> None:
+    from ablate.core.config import ConfigError
+
+    path = _experiment(tmp_path, {"layernorm": 0.004}, warmup_trials=4, warmup_startup=4)
+    with pytest.raises(ConfigError, match="must be below warmup_trials"):
+        load_experiment(path)
