@@ -33,6 +33,7 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 from typing import Any
 
+import numpy as np
 import optuna
 from optuna.distributions import BaseDistribution
 from optuna.trial import FrozenTrial, TrialState
@@ -69,13 +70,22 @@ def _describe(summary: dict[str, Any]) -> str:
     return f"{loss_text}, {summary['status']}, {stable}"
 
 
+def trial_seed(seed: int, number: int) -> int:
+    """The sampler seed of trial ``number``: a 32-bit hash of (seed, number)."""
+    return int(np.random.SeedSequence((seed, number)).generate_state(1)[0])
+
+
 class TrialSeededSampler(optuna.samplers.BaseSampler):
-    """A sampler re-created for every trial with a seed from (seed, trial number).
+    """A sampler re-created for every trial with a seed hashed from (seed, trial number).
 
     One fixed seed per process would make two processes on one study (or a resumed study)
     propose the same parameters again; trial numbers are unique across processes, so these
-    seeds are too, and a single process still repeats exactly. TPE and random sampling keep no
-    state between trials beyond their random generator (history comes from the storage).
+    seeds are too, and a single process still repeats exactly. The seed is numpy's
+    ``SeedSequence`` hash of the pair, not an arithmetic of it: Mersenne Twister streams of
+    nearby small seeds can begin alike (``RandomState(0)`` and ``RandomState(3)`` draw 0.549,
+    0.715 and 0.551, 0.708), which made trials 0 and 3 of every study near-duplicates. TPE and
+    random sampling keep no state between trials beyond their random generator (history comes
+    from the storage).
     """
 
     def __init__(self, make: type[optuna.samplers.BaseSampler], seed: int) -> None:
@@ -84,7 +94,7 @@ class TrialSeededSampler(optuna.samplers.BaseSampler):
         self._inner = make(seed=seed)
 
     def before_trial(self, study: optuna.Study, trial: FrozenTrial) -> None:
-        self._inner = self._make(seed=self._seed * 1_000_003 + trial.number)
+        self._inner = self._make(seed=trial_seed(self._seed, trial.number))
         self._inner.before_trial(study, trial)
 
     def infer_relative_search_space(
