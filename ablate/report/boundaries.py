@@ -8,12 +8,14 @@ lattice's resolution, not the seed-to-seed spread, and the text says so.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import pandas as pd
 
 from ablate.core.boundary import Interval, SeedBoundary, boundary_ratio, half_width
 from ablate.core.studies import INTERVAL_KEYS, SEED_BOUNDARY_KEYS, seed_boundary_of
+from ablate.report.factorial import METRIC, Design, main_effects
 from ablate.report.section import Section
 
 Stored = dict[str, Any]  # one variant's max_lr entry of stability.json
@@ -209,9 +211,77 @@ def margin_lines(table: pd.DataFrame) -> list[str]:
     return lines
 
 
-def summary_lines(studies: dict) -> list[str]:
+def boundary_frame(studies: dict, kind: str) -> pd.DataFrame:
+    """One row per (variant, seed) bracketed: log2 of its ``kind`` boundary ("quality" or
+    "divergence") in the metric column the factorial statistics read."""
+    key = "seed_bounds" if kind == "quality" else "divergence_bounds"
+    rows = [
+        {
+            "variant": variant,
+            "seed": b["seed"],
+            "status": "finished",
+            METRIC: math.log2(b["estimate"]),
+        }
+        for variant, r in (studies.get("max_lr") or {}).items()
+        for b in r.get(key, [])
+        if b.get("estimate")
+    ]
+    return pd.DataFrame(rows, columns=["variant", "seed", "status", METRIC])
+
+
+def factor_effects(studies: dict, design: Design) -> pd.DataFrame:
+    """Each factor level's main effect on each boundary, as a ratio to the factor's first
+    level: per seed the mean over the other factors' cells of the log2 boundaries'
+    difference, then a t interval over seeds, widened by both levels' bracket half widths."""
+    found = studies.get("max_lr") or {}
+    widest = max((half_width(seed_bounds(r)) for r in found.values()), default=0.0)
+    rows = []
+    for kind in ("quality", "divergence"):
+        frame = boundary_frame(studies, kind)
+        if frame.empty:
+            continue
+        effects = main_effects(frame, design)
+        for r in effects[effects["effect"].notna()].itertuples():
+            interval = pd.notna(r.effect_ci_low)
+            low = 2 ** (r.effect_ci_low - 2 * widest) if interval else math.nan
+            high = 2 ** (r.effect_ci_high + 2 * widest) if interval else math.nan
+            rows.append(
+                {
+                    "boundary": kind,
+                    "factor": r.factor,
+                    "level": r.level,
+                    "base": design.levels[r.factor][0],
+                    "ratio": 2**r.effect,
+                    "low": low,
+                    "high": high,
+                    "seeds": r.seeds,
+                    "shown": (not low <= 1 <= high) if interval else None,
+                }
+            )
+    return pd.DataFrame(rows)
+
+
+def factor_lines(table: pd.DataFrame) -> list[str]:
+    """Which factor moves each boundary, in words."""
+    lines = []
+    for r in table.itertuples():
+        if r.shown is None:
+            verdict = f"{r.seeds} seed(s): no interval"
+            said = f"{r.ratio:.2f}"
+        else:
+            verdict = "**moves it**" if r.shown else "a move is **not shown**"
+            said = f"{r.ratio:.2f} [{r.low:.2f}, {r.high:.2f}]"
+        lines.append(
+            f"- Max stable LR ({r.boundary} boundary), {r.factor} {r.level} vs {r.base} "
+            f"(main effect over seeds): ×{said}: {verdict}."
+        )
+    return lines
+
+
+def summary_lines(studies: dict, design: Design | None = None) -> list[str]:
     """The written summary's max-LR lines: a variant with no bracket, non-monotone brackets,
-    each variant's boundary and each ratio to the baseline with its verdict."""
+    each variant's boundary and each ratio to the baseline with its verdict, and in a grid
+    each factor's effect on the boundaries."""
     found = studies.get("max_lr") or {}
     lines = []
     for variant, r in found.items():
@@ -237,7 +307,8 @@ def summary_lines(studies: dict) -> list[str]:
         )
     if not len(table):
         return lines
-    return lines + _shown_text(table) + margin_lines(margin_table(studies))
+    effects = factor_effects(studies, design) if design is not None else pd.DataFrame()
+    return lines + _shown_text(table) + margin_lines(margin_table(studies)) + factor_lines(effects)
 
 
 def _unbracketed_text(found: Stored) -> str:
@@ -253,8 +324,9 @@ def _unbracketed_text(found: Stored) -> str:
     )
 
 
-def max_lr_section(studies: dict) -> Section:
-    """Markdown and CSVs of the boundaries, the ratios and every seed's bracket."""
+def max_lr_section(studies: dict, design: Design | None = None) -> Section:
+    """Markdown and CSVs of the boundaries, the ratios, every seed's bracket and, in a grid,
+    each factor's effect on them."""
     table = boundary_table(studies)
     if table.empty:
         return Section()
@@ -304,6 +376,19 @@ def max_lr_section(studies: dict) -> Section:
             "on the lattice.",
             "",
             margin_shown(margins).to_markdown(index=False),
+            "",
+        ]
+    effects = factor_effects(studies, design) if design is not None else pd.DataFrame()
+    if len(effects):
+        tables["max_lr_factors.csv"] = effects
+        lines += [
+            "### Max stable LR by factor",
+            "",
+            "Each factor level's main effect on each boundary as a ratio to its first level: "
+            "per seed, the mean over the other factors' cells of the log2 boundaries' "
+            "difference; a 95% t interval over seeds, widened by the brackets' resolution.",
+            "",
+            *factor_lines(effects),
             "",
         ]
     return Section(lines, tables)

@@ -178,7 +178,7 @@ def report_sections(
         convert_section(stored),
         sweep,
         curve_section(stored, variants),
-        max_lr_section(stored.studies or {}),
+        max_lr_section(stored.studies or {}, design),
         search_section(stored.studies or {}, variants),
     ):
         report.extend(section)

@@ -14,7 +14,7 @@ import pandas as pd
 
 from ablate.report import boundaries
 from ablate.report.analysis import holm
-from ablate.report.factorial import level_text
+from ablate.report.factorial import Design, level_text
 from ablate.report.load import StoredExperiment
 from ablate.report.text import fmt, p_text, signed
 
@@ -179,7 +179,8 @@ def summary_lines(
                 f"{fmt(row['tokens_per_s_std'], 0)} and {fmt(baseline['tokens_per_s_std'], 0)}), "
                 "measured during training on this machine."
             )
-    lines += boundaries.summary_lines(stored.studies or {})
+    design = Design.from_manifest(stored.manifest)
+    lines += boundaries.summary_lines(stored.studies or {}, design)
     return lines + [""]
 
 

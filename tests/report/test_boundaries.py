@@ -58,3 +58,44 @@ def test_a_variant_with_no_boundary_says_why() -> None:
     assert "ln: **no boundary found**: every seed was stable up to the range's end" in text
     assert "rms: **no boundary found**: every probe (1e-06 to 0.001) was unstable" in text
     assert "Max stable LR (" not in text  # no boundary to give
+
+
+def test_in_a_grid_each_factors_effect_on_the_boundary_is_a_paired_main_effect() -> None:
+    from ablate.report.boundaries import factor_effects, factor_lines
+    from ablate.report.factorial import Design
+
+    cells = {
+        "ln.b": {"kind": "layernorm", "bias": "true"},
+        "ln.nb": {"kind": "layernorm", "bias": "false"},
+        "rms.b": {"kind": "rmsnorm", "bias": "true"},
+        "rms.nb": {"kind": "rmsnorm", "bias": "false"},
+    }
+    design = Design(
+        ["kind", "bias"], {"kind": ["layernorm", "rmsnorm"], "bias": ["true", "false"]}, cells
+    )
+    seeds = {0: 0.1, 1: 0.13, 2: 0.085}  # each seed its own edge, shared by every cell
+    jitter = {0: 1.0, 1: 1.06, 2: 0.95}  # and a little that is the cell's own
+    studies = {
+        "max_lr": {
+            name: stored_max_lr(
+                name,
+                {
+                    s: e
+                    * (2.0 if cell["kind"] == "rmsnorm" else 1.0)
+                    * (jitter[s] if name.endswith("nb") else 1.0)
+                    for s, e in seeds.items()
+                },
+            )
+            for name, cell in cells.items()
+        }
+    }
+    table = factor_effects(studies, design).set_index(["boundary", "factor"])
+    kind = table.loc[("quality", "kind")]
+    assert kind["ratio"] == pytest.approx(2.0, rel=0.1) and kind["shown"]  # RMS: twice the LR
+    bias = table.loc[("quality", "bias")]
+    assert bias["low"] < 1 < bias["high"] and not bias["shown"]  # bias: no move shown
+    text = "\n".join(factor_lines(factor_effects(studies, design)))
+    assert (
+        "kind rmsnorm vs layernorm (main effect over seeds): ×2." in text and "**moves it**" in text
+    )
+    assert "bias false vs true" in text and "a move is **not shown**" in text
