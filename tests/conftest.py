@@ -96,8 +96,14 @@ def study_experiment(tmp_path: Path, **sections: Any) -> Experiment:
 def simulated_experiment(tmp_path: Path, **sections: Any) -> Experiment:
     """The tiny experiment on the simulator (``runtime.backend: simulate``, the default truth:
     every run in milliseconds) with these sections: for tests of orchestration, reuse,
-    resume, claims and studies, which do not need a model to train."""
-    doc = {"runtime": {"backend": "simulate"}, **sections}
+    resume, claims and studies, which do not need a model to train. Its studies are in a
+    journal file unless ``storage`` is given: SQLite's transactions took two thirds of a
+    simulated study's time (tests/launch/test_storage.py covers every storage)."""
+    doc = {
+        "runtime": {"backend": "simulate"},
+        "storage": f"journal:{tmp_path / 'studies.log'}",
+        **sections,
+    }
     return load_experiment(write_experiment(tmp_path / "e.yaml", **doc))
 
 

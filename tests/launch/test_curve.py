@@ -22,6 +22,7 @@ def _experiment(tmp_path: Path, optima: dict[str, float], **curve: object) -> Pa
         seeds=[0, 1],
         curve={"lr_min": 1e-3, "lr_max": 3e-2, **curve},
         runtime={"backend": "simulate", "simulate": truth},
+        storage=f"journal:{tmp_path / 'studies.log'}",
     )
 
 
@@ -65,7 +66,7 @@ def test_each_variants_warmup_is_tuned_by_its_own_study_at_its_optimum(tmp_path:
     )
     result = run_experiment(path, tmp_path / "results", tmp_path / "reports")
     runs = store.load_summaries(result.exp_dir)
-    url = f"sqlite:///{result.exp_dir / 'optuna.db'}"
+    url = f"journal:{tmp_path / 'studies.log'}"
     tuned = runs[runs["group"] == "tuned"]
     for variant in ("layernorm", "rmsnorm"):
         trials = study_trials(url, f"tiny.{variant}.warmup")

@@ -36,9 +36,11 @@ TRUTH = {
 
 
 def simulated_ln_vs_rms(tmp_path: Path, **changes: Any) -> Experiment:
-    """experiments/ln_vs_rms.yaml, unchanged but for the simulator's backend and truth."""
+    """experiments/ln_vs_rms.yaml, unchanged but for the simulator's backend and truth (and
+    its studies in a journal file, which is faster than SQLite)."""
     raw = yaml.safe_load((REPO / "experiments" / "ln_vs_rms.yaml").read_text())
     raw["runtime"] = {"backend": "simulate", "simulate": TRUTH}
+    raw["storage"] = f"journal:{tmp_path / 'studies.log'}"
     raw.update(changes)
     path = tmp_path / "ln_vs_rms.yaml"
     path.write_text(yaml.safe_dump(raw))
@@ -243,6 +245,7 @@ def test_a_window_narrower_than_a_coarse_move_is_found_from_a_stored_stable_poin
         max_lr={"seeds": [0, 1], "lr_max": 10.0},
         train={**TINY["train"], "lr": 1e-3},
         runtime={"backend": "simulate", "simulate": {"default": steep, "run_sd": 0.0}},
+        storage=f"journal:{tmp_path / 'studies.log'}",
     )
     result = run_experiment(path, tmp_path / "results", tmp_path / "reports")
     exp = load_experiment(path)
