@@ -249,32 +249,38 @@ class RunClaimed(RuntimeError):
 def claim_run(exp_dir: Path, run_id: str, take_over: bool = False) -> None:
     """Claim a run for this process, or raise :class:`RunClaimed` naming its holder.
 
-    The claim is a file created with ``O_EXCL`` (atomic on local and NFSv3+ file systems)
-    holding the owner's pid and host. A claim left by a dead process of this host (SIGKILL, a
-    crash) is stale and taken over; one from another host is honoured until removed, or taken
-    over with ``take_over`` (a retried Optuna trial: its storage's heartbeat found the holder
-    dead).
+    The claim is a file holding the owner's pid and host, written whole to a file of this
+    process's own first and then hard-linked into place (``link`` fails when the claim exists,
+    atomically on local and NFS file systems), so no process ever sees a claim without its
+    owner: one created empty and then written could be left empty by a SIGKILL between the two,
+    and was then honoured forever. A claim left by a dead process of this host (SIGKILL, a
+    crash), or one without an owner (an older ablate's, killed mid-write), is stale and taken
+    over; one from another host is honoured until removed, or taken over with ``take_over`` (a
+    retried Optuna trial: its storage's heartbeat found the holder dead).
     """
     path = ExperimentFolder(exp_dir).claim(run_id)
     path.parent.mkdir(parents=True, exist_ok=True)
     me = {"pid": os.getpid(), "hostname": platform.node()}
-    for _ in range(2):
-        try:
-            fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
-        except FileExistsError:
-            holder = read_json(path) or {}
-            if holder.get("hostname") == me["hostname"] and holder.get("pid") == me["pid"]:
-                return
-            if take_over or _holder_dead(holder):
-                path.unlink(missing_ok=True)  # stale: its process is gone (or declared dead)
-                continue
-            where = holder.get("hostname") or "an unknown host"
-            raise RunClaimed(
-                f"run {run_id} is being trained by pid {holder.get('pid')} on {where}"
-            ) from None
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            json.dump(me, handle)
-        return
+    mine = exp_dir / f".claim-{os.getpid()}-{run_id}.tmp"
+    mine.write_text(json.dumps(me), encoding="utf-8")
+    try:
+        for _ in range(2):
+            try:
+                os.link(mine, path)
+            except FileExistsError:
+                holder = read_json(path) or {}
+                if holder.get("hostname") == me["hostname"] and holder.get("pid") == me["pid"]:
+                    return
+                if take_over or _holder_dead(holder) or "pid" not in holder:
+                    path.unlink(missing_ok=True)  # stale: its process is gone (or unknown)
+                    continue
+                where = holder.get("hostname") or "an unknown host"
+                raise RunClaimed(
+                    f"run {run_id} is being trained by pid {holder.get('pid')} on {where}"
+                ) from None
+            return
+    finally:
+        mine.unlink(missing_ok=True)
     raise RunClaimed(f"run {run_id}: its claim could not be taken over")
 
 

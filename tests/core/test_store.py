@@ -103,6 +103,22 @@ def _claim_by(exp_dir: Path, run_id: str, pid: int, hostname: str) -> None:
     path.write_text(json.dumps({"pid": pid, "hostname": hostname}))
 
 
+def test_a_claim_is_never_seen_without_its_owner_and_an_ownerless_one_is_stale(
+    tmp_path: Path,
+) -> None:
+    # an older ablate created the claim empty and then wrote it: a SIGKILL between the two
+    # left an empty claim that every later process honoured ("pid None on an unknown host")
+    empty = folders.ExperimentFolder(tmp_path).claim("killed")
+    empty.parent.mkdir(parents=True)
+    empty.write_text("")
+    store.claim_run(tmp_path, "killed")
+    me = {"pid": os.getpid(), "hostname": platform.node()}
+    assert json.loads(empty.read_text()) == me
+    store.claim_run(tmp_path, "fresh")  # written whole, then linked: no half-written claim
+    assert json.loads(folders.ExperimentFolder(tmp_path).claim("fresh").read_text()) == me
+    assert not list(tmp_path.glob(".claim-*.tmp"))  # this process's own copy is gone
+
+
 def test_claims_of_live_and_remote_holders_are_honoured_dead_ones_taken_over(
     tmp_path: Path,
 ) -> None:
