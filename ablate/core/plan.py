@@ -172,16 +172,26 @@ def plan_runs(experiment: Experiment) -> list[RunSpec]:
 
 def plan_lr_grid(experiment: Experiment, grid: SweepConfig, group: str) -> list[RunSpec]:
     """Every variant at every LR of ``grid`` for each of its seeds (default: the experiment's)."""
+    return plan_lr_points(
+        experiment, grid.lrs(), grid.seeds or experiment.seeds, grid.tokens, group
+    )
+
+
+def plan_lr_points(
+    experiment: Experiment, lrs: list[float], seeds: list[int], tokens: int | None, group: str
+) -> list[RunSpec]:
+    """Every variant at every one of ``lrs`` on each of ``seeds``, at budget ``tokens`` (None:
+    train's), seed-major."""
     return [
         RunSpec(
             experiment.name,
             variant,
             seed,
-            with_train(config, lr=lr, tokens=grid.tokens),
+            with_train(config, lr=lr, tokens=tokens),
             group=group,
         )
-        for seed in grid.seeds or experiment.seeds
-        for lr in grid.lrs()
+        for seed in seeds
+        for lr in lrs
         for variant, config in experiment.variants.items()
     ]
 
@@ -199,18 +209,9 @@ def plan_curve(experiment: Experiment, grown: tuple[int, int] = (0, 0)) -> list[
     cfg = experiment.curve
     if cfg is None:
         return []
-    return [
-        RunSpec(
-            experiment.name,
-            variant,
-            seed,
-            with_train(config, lr=lr, tokens=cfg.tokens),
-            group="curve",
-        )
-        for seed in experiment.curve_seeds()
-        for lr in cfg.lrs(*grown)
-        for variant, config in experiment.variants.items()
-    ]
+    return plan_lr_points(
+        experiment, cfg.lrs(*grown), experiment.curve_seeds(), cfg.tokens, "curve"
+    )
 
 
 def plan_tuned(experiment: Experiment, best: dict[str, dict[str, Any]]) -> list[RunSpec]:
