@@ -114,12 +114,13 @@ class MarginBoundary:
     boundary: Interval | None
 
     def stored(self) -> dict[str, Any]:
-        """As ``stability.json`` holds it."""
-        return {
+        """As ``stability.json`` holds it (:data:`MARGIN_KEYS`)."""
+        values = {
             "margin": self.margin,
             "seed_bounds": [stored_seed_boundary(b) for b in self.seed_bounds],
             "boundary": stored_interval(self.boundary),
         }
+        return {key: values[key] for key in MARGIN_KEYS}
 
 
 @dataclass
