@@ -99,6 +99,16 @@ def seed_boundary_of(stored: dict[str, Any]) -> SeedBoundary:
     return SeedBoundary(stored["seed"], stored["last_stable"], stored["first_unstable"])
 
 
+def seed_bounds_of(entry: dict[str, Any]) -> list[SeedBoundary]:
+    """The seed brackets of a stored boundary entry (a variant's, or one margin's)."""
+    return [seed_boundary_of(b) for b in entry.get("seed_bounds", [])]
+
+
+def interval_of(stored: dict[str, Any] | None) -> Interval | None:
+    """An interval read back from ``stability.json`` (None stays None)."""
+    return Interval(**{key: stored[key] for key in INTERVAL_KEYS}) if stored else None
+
+
 def stored_interval(found: Interval | None) -> dict[str, Any] | None:
     """An interval as ``stability.json`` holds it."""
     return found and {key: getattr(found, key) for key in INTERVAL_KEYS}

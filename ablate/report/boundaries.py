@@ -3,38 +3,36 @@
 (:mod:`ablate.core.boundary`), read from ``stability.json``'s ``max_lr`` entries.
 
 A ratio whose interval holds 1 is "not shown"; with one seed the intervals hold only the
-lattice's resolution, not the seed-to-seed spread, and the text says so.
+lattice's resolution, not the seed-to-seed spread, and the text says so. The quality boundary
+by collapse margin, the divergence boundary and the grid factors' effects are
+:mod:`ablate.report.margins`'.
 """
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import pandas as pd
 
-from ablate.core.boundary import Interval, SeedBoundary, boundary_ratio, half_width
-from ablate.core.studies import INTERVAL_KEYS, SEED_BOUNDARY_KEYS, seed_boundary_of
-from ablate.report.factorial import METRIC, Design, main_effects
+from ablate.core.boundary import Interval, boundary_ratio
+from ablate.core.studies import SEED_BOUNDARY_KEYS, interval_of, seed_bounds_of
+from ablate.report.factorial import Design
+from ablate.report.margins import (
+    factor_effects,
+    factor_lines,
+    margin_lines,
+    margin_shown,
+    margin_table,
+)
 from ablate.report.section import Section
+from ablate.report.text import interval_text
 
 Stored = dict[str, Any]  # one variant's max_lr entry of stability.json
 
 
-def seed_bounds(found: Stored) -> list[SeedBoundary]:
-    """The variant's seed brackets."""
-    return [seed_boundary_of(b) for b in found.get("seed_bounds", [])]
-
-
-def boundary(found: Stored) -> Interval | None:
-    """The variant's boundary: median over seeds and interval (None: no seed bracketed)."""
-    stored = found.get("boundary")
-    return Interval(**{k: stored[k] for k in INTERVAL_KEYS}) if stored else None
-
-
 def ratio_to(baseline: Stored, found: Stored) -> Interval | None:
     """``found``'s boundary over ``baseline``'s, paired by seed (None: no seed pairs)."""
-    return boundary_ratio(seed_bounds(baseline), seed_bounds(found))
+    return boundary_ratio(seed_bounds_of(baseline), seed_bounds_of(found))
 
 
 def boundary_table(studies: dict) -> pd.DataFrame:
@@ -44,7 +42,7 @@ def boundary_table(studies: dict) -> pd.DataFrame:
     rows = []
     baseline = next(iter(found.values()), None)
     for variant, r in found.items():
-        own = boundary(r)
+        own = interval_of(r.get("boundary"))
         ratio = ratio_to(baseline, r) if baseline is not None and r is not baseline else None
         rows.append(
             {
@@ -76,17 +74,6 @@ def seed_table(studies: dict) -> pd.DataFrame:
     )
 
 
-def _interval_text(value: float | None, low: float | None, high: float | None) -> str:
-    if value is None or pd.isna(value):
-        return "–"
-    return f"{_sig(value)} [{_sig(low)}, {_sig(high)}]"
-
-
-def _sig(value: float) -> str:
-    """Three significant digits, trailing zeros kept (0.500, 1.00), no bare point (709)."""
-    return f"{value:#.3g}".rstrip(".")
-
-
 def shown_table(table: pd.DataFrame) -> pd.DataFrame:
     """The boundary table as the report prints it."""
     ratio_words = {True: "shown", False: "**not shown**"}
@@ -94,12 +81,12 @@ def shown_table(table: pd.DataFrame) -> pd.DataFrame:
         {
             "variant": table["variant"],
             "max stable LR [95% CI]": [
-                _interval_text(r.max_stable_lr, r.max_stable_lr_low, r.max_stable_lr_high)
+                interval_text(r.max_stable_lr, r.max_stable_lr_low, r.max_stable_lr_high)
                 for r in table.itertuples()
             ],
             "seeds bracketed": [f"{r.seeds_bracketed} of {r.seeds}" for r in table.itertuples()],
             "ratio to baseline [95% CI]": [
-                _interval_text(r.ratio_to_baseline, r.ratio_low, r.ratio_high)
+                interval_text(r.ratio_to_baseline, r.ratio_low, r.ratio_high)
                 for r in table.itertuples()
             ],
             "difference": [ratio_words.get(r.ratio_shown, "–") for r in table.itertuples()],
@@ -132,152 +119,6 @@ def _shown_text(table: pd.DataFrame) -> list[str]:
     return lines
 
 
-def _bounds_of(found: Stored, kind: str) -> tuple[list[SeedBoundary], Interval | None]:
-    """A variant's seed brackets and boundary of ``kind``: "divergence", or a margin's."""
-    if kind == "divergence":
-        entry = {
-            "seed_bounds": found.get("divergence_bounds", []),
-            "boundary": found.get("divergence"),
-        }
-    else:
-        entry = next((m for m in found.get("margins", []) if m["margin"] == kind), {})
-    return seed_bounds(entry), boundary(entry)
-
-
-def margin_table(studies: dict) -> pd.DataFrame:
-    """Per boundary (the quality boundary at every collapse margin, then the divergence
-    boundary) and variant: its median with interval and its ratio to the baseline's."""
-    found = studies.get("max_lr") or {}
-    if not found:
-        return pd.DataFrame()
-    baseline = next(iter(found.values()))
-    margins = sorted({m["margin"] for r in found.values() for m in r.get("margins", [])})
-    rows = []
-    for kind in [*margins, "divergence"]:
-        base_bounds, _ = _bounds_of(baseline, kind)
-        for variant, r in found.items():
-            bounds, own = _bounds_of(r, kind)
-            ratio = boundary_ratio(base_bounds, bounds) if r is not baseline else None
-            rows.append(
-                {
-                    "boundary": "divergence"
-                    if kind == "divergence"
-                    else f"quality, margin {kind:g}",
-                    "variant": variant,
-                    "max_stable_lr": own and own.value,
-                    "low": own and own.low,
-                    "high": own and own.high,
-                    "widest_bracket": 2 ** (2 * half_width(bounds)) if own else None,
-                    "ratio_to_baseline": ratio and ratio.value,
-                    "ratio_low": ratio and ratio.low,
-                    "ratio_high": ratio and ratio.high,
-                    "ratio_shown": ratio.shown if ratio else None,
-                }
-            )
-    return pd.DataFrame(rows)
-
-
-def margin_lines(table: pd.DataFrame) -> list[str]:
-    """In words: whether each ratio's verdict depends on the collapse margin, and the
-    divergence boundary's ratio."""
-    if table.empty:
-        return []
-    lines = []
-    quality = table[table["boundary"].str.startswith("quality")]
-    for variant, rows in quality[quality["ratio_shown"].notna()].groupby("variant", sort=False):
-        said = "; ".join(
-            f"{r.boundary.removeprefix('quality, ')}: {r.ratio_to_baseline:.2f} "
-            f"[{r.ratio_low:.2f}, {r.ratio_high:.2f}]"
-            for r in rows.itertuples()
-        )
-        verdicts = set(rows["ratio_shown"])
-        if len(verdicts) > 1:
-            depends = "**depends on the margin** (shown at some, not at others)"
-        else:
-            shown = "shown" if verdicts.pop() else "not shown"
-            depends = f"does not depend on the margin ({shown} at every one)"
-        lines.append(
-            f"- Quality boundary by collapse margin, {variant} / {table['variant'].iloc[0]}: "
-            f"{said}: the finding {depends}."
-        )
-    divergence = table[(table["boundary"] == "divergence") & table["ratio_shown"].notna()]
-    for r in divergence.itertuples():
-        verdict = "shown" if r.ratio_shown else "**not shown**"
-        lines.append(
-            f"- Divergence boundary (non-finite or blown-up runs), {r.variant} / "
-            f"{table['variant'].iloc[0]}: {r.ratio_to_baseline:.2f} [{r.ratio_low:.2f}, "
-            f"{r.ratio_high:.2f}]: a difference is {verdict}."
-        )
-    return lines
-
-
-def boundary_frame(studies: dict, kind: str) -> pd.DataFrame:
-    """One row per (variant, seed) bracketed: log2 of its ``kind`` boundary ("quality" or
-    "divergence") in the metric column the factorial statistics read."""
-    key = "seed_bounds" if kind == "quality" else "divergence_bounds"
-    rows = [
-        {
-            "variant": variant,
-            "seed": b["seed"],
-            "status": "finished",
-            METRIC: math.log2(b["estimate"]),
-        }
-        for variant, r in (studies.get("max_lr") or {}).items()
-        for b in r.get(key, [])
-        if b.get("estimate")
-    ]
-    return pd.DataFrame(rows, columns=["variant", "seed", "status", METRIC])
-
-
-def factor_effects(studies: dict, design: Design) -> pd.DataFrame:
-    """Each factor level's main effect on each boundary, as a ratio to the factor's first
-    level: per seed the mean over the other factors' cells of the log2 boundaries'
-    difference, then a t interval over seeds, widened by both levels' bracket half widths."""
-    found = studies.get("max_lr") or {}
-    widest = max((half_width(seed_bounds(r)) for r in found.values()), default=0.0)
-    rows = []
-    for kind in ("quality", "divergence"):
-        frame = boundary_frame(studies, kind)
-        if frame.empty:
-            continue
-        effects = main_effects(frame, design)
-        for r in effects[effects["effect"].notna()].itertuples():
-            interval = pd.notna(r.effect_ci_low)
-            low = 2 ** (r.effect_ci_low - 2 * widest) if interval else math.nan
-            high = 2 ** (r.effect_ci_high + 2 * widest) if interval else math.nan
-            rows.append(
-                {
-                    "boundary": kind,
-                    "factor": r.factor,
-                    "level": r.level,
-                    "base": design.levels[r.factor][0],
-                    "ratio": 2**r.effect,
-                    "low": low,
-                    "high": high,
-                    "seeds": r.seeds,
-                    "shown": (not low <= 1 <= high) if interval else None,
-                }
-            )
-    return pd.DataFrame(rows)
-
-
-def factor_lines(table: pd.DataFrame) -> list[str]:
-    """Which factor moves each boundary, in words."""
-    lines = []
-    for r in table.itertuples():
-        if r.shown is None:
-            verdict = f"{r.seeds} seed(s): no interval"
-            said = f"{r.ratio:.2f}"
-        else:
-            verdict = "**moves it**" if r.shown else "a move is **not shown**"
-            said = f"{r.ratio:.2f} [{r.low:.2f}, {r.high:.2f}]"
-        lines.append(
-            f"- Max stable LR ({r.boundary} boundary), {r.factor} {r.level} vs {r.base} "
-            f"(main effect over seeds): ×{said}: {verdict}."
-        )
-    return lines
-
-
 def summary_lines(studies: dict, design: Design | None = None) -> list[str]:
     """The written summary's max-LR lines: a variant with no bracket, non-monotone brackets,
     each variant's boundary and each ratio to the baseline with its verdict, and in a grid
@@ -285,7 +126,7 @@ def summary_lines(studies: dict, design: Design | None = None) -> list[str]:
     found = studies.get("max_lr") or {}
     lines = []
     for variant, r in found.items():
-        if boundary(r) is None:
+        if r.get("boundary") is None:
             lines.append(f"- {variant}: **no boundary found**: {_unbracketed_text(r)}")
         if r.get("monotone") is False:
             lines.append(
@@ -392,28 +233,6 @@ def max_lr_section(studies: dict, design: Design | None = None) -> Section:
             "",
         ]
     return Section(lines, tables)
-
-
-def margin_shown(table: pd.DataFrame) -> pd.DataFrame:
-    """The margin table as the report prints it."""
-    ratio_words = {True: "shown", False: "**not shown**"}
-    return pd.DataFrame(
-        {
-            "boundary": table["boundary"],
-            "variant": table["variant"],
-            "max stable LR [95% CI]": [
-                _interval_text(r.max_stable_lr, r.low, r.high) for r in table.itertuples()
-            ],
-            "widest seed bracket": [
-                "–" if pd.isna(w) else f"{w:.2f}×" for w in table["widest_bracket"]
-            ],
-            "ratio to baseline [95% CI]": [
-                _interval_text(r.ratio_to_baseline, r.ratio_low, r.ratio_high)
-                for r in table.itertuples()
-            ],
-            "difference": [ratio_words.get(r.ratio_shown, "–") for r in table.itertuples()],
-        }
-    )
 
 
 def monotone_text(found: Stored) -> str:

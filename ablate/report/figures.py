@@ -263,27 +263,14 @@ def sweep_figure(
         color = f"C{i}"
         ax.plot(mine["lr"], mine["loss_mean"], color=color, marker="o", label=variant)
         bad = mine[mine["unstable"] > mine["unlearned"]]
-        ax.scatter(
-            bad["lr"],
-            bad["loss_mean"],
-            color=color,
-            marker="x",
-            s=90,
-            zorder=3,
-            label=f"{variant}: a seed unstable (diverged: counted at ℓ0)",
-        )
         early = mine[(mine["unlearned"] > 0) & (mine["unstable"] == mine["unlearned"])]
-        if len(early):
-            ax.scatter(
-                early["lr"],
-                early["loss_mean"],
-                facecolors="white",
-                edgecolors=color,
-                marker="o",
-                s=90,
-                zorder=3,
-                label=f"{variant}: did not learn yet (below its stable LRs)",
-            )
+        for rows, style, what in (
+            (bad, {"color": color, "marker": "x"}, "a seed unstable (diverged: counted at ℓ0)"),
+            (early, {"facecolors": "white", "edgecolors": color}, "did not learn yet"),
+        ):
+            if len(rows):
+                ax.scatter(rows["lr"], rows["loss_mean"], s=90, zorder=3, **style,
+                           label=f"{variant}: {what}")  # fmt: skip
         found = boundaries[boundaries["variant"] == variant] if len(boundaries) else boundaries
         if len(found) and pd.notna(found["max_stable_lr"].iloc[0]):
             row = found.iloc[0]
