@@ -58,7 +58,7 @@ from ablate.core.stability import (
 from ablate.core.studies import BoundaryResult, MarginBoundary, SearchResult, Studies
 from ablate.launch.execute import Executor, LocalExecutor, ready_conversions, split_done
 from ablate.launch.progress import StudyProgress
-from ablate.launch.workers import Resources, resources_for
+from ablate.launch.workers import Resources, resources_for, sigint_deferred
 
 STAGES = ("shared", "search", "curve", "tuned", "max_lr", "convert", "report")
 SayFn = Callable[[str], None]
@@ -389,7 +389,10 @@ def report_stage(ctx: Context) -> bool:
     store.remember_report_dir(ctx.exp_dir, report_path(ctx))
     if store.report_is_current(ctx.exp_dir, report_path(ctx)):
         return False
-    from ablate.report.builder import build_report  # scipy and matplotlib: only when it is rebuilt
+    # scipy and matplotlib only when it is rebuilt; Ctrl-C waits for the import: one that landed
+    # inside a C extension's start-up (matplotlib's ft2font) aborted Python at exit (SIGABRT)
+    with sigint_deferred():
+        from ablate.report.builder import build_report
 
     build_report(ctx.exp_dir, report_path(ctx))
     return True
