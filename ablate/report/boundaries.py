@@ -25,7 +25,7 @@ from ablate.report.margins import (
     margin_table,
 )
 from ablate.report.section import Section
-from ablate.report.text import interval_text
+from ablate.report.text import SHOWN_WORDS, interval_text
 
 Stored = dict[str, Any]  # one variant's max_lr entry of stability.json
 
@@ -76,7 +76,6 @@ def seed_table(studies: dict) -> pd.DataFrame:
 
 def shown_table(table: pd.DataFrame) -> pd.DataFrame:
     """The boundary table as the report prints it."""
-    ratio_words = {True: "shown", False: "**not shown**"}
     return pd.DataFrame(
         {
             "variant": table["variant"],
@@ -89,7 +88,7 @@ def shown_table(table: pd.DataFrame) -> pd.DataFrame:
                 interval_text(r.ratio_to_baseline, r.ratio_low, r.ratio_high)
                 for r in table.itertuples()
             ],
-            "difference": [ratio_words.get(r.ratio_shown, "–") for r in table.itertuples()],
+            "difference": [SHOWN_WORDS.get(r.ratio_shown, "–") for r in table.itertuples()],
             "runs": table["runs"],
             "monotone": table["monotone"],
         }

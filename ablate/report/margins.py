@@ -12,7 +12,7 @@ import pandas as pd
 from ablate.core.boundary import Interval, SeedBoundary, boundary_ratio, half_width
 from ablate.core.studies import interval_of, seed_bounds_of
 from ablate.report.factorial import METRIC, Design, main_effects
-from ablate.report.text import interval_text
+from ablate.report.text import SHOWN_WORDS, interval_text
 
 Stored = dict[str, Any]  # one variant's max_lr entry of stability.json
 
@@ -98,7 +98,6 @@ def margin_lines(table: pd.DataFrame) -> list[str]:
 
 def margin_shown(table: pd.DataFrame) -> pd.DataFrame:
     """The margin table as the report prints it."""
-    ratio_words = {True: "shown", False: "**not shown**"}
     return pd.DataFrame(
         {
             "boundary": table["boundary"],
@@ -113,7 +112,7 @@ def margin_shown(table: pd.DataFrame) -> pd.DataFrame:
                 interval_text(r.ratio_to_baseline, r.ratio_low, r.ratio_high)
                 for r in table.itertuples()
             ],
-            "difference": [ratio_words.get(r.ratio_shown, "–") for r in table.itertuples()],
+            "difference": [SHOWN_WORDS.get(r.ratio_shown, "–") for r in table.itertuples()],
         }
     )
 

@@ -31,6 +31,9 @@ def signed(value: object, digits: int = 4) -> str:
     return "–" if missing(value) else f"{float(value):+.{digits}f}"  # type: ignore[arg-type]
 
 
+SHOWN_WORDS = {True: "shown", False: "**not shown**"}  # a ratio's interval excludes 1, or not
+
+
 def interval_text(value: float | None, low: float | None, high: float | None) -> str:
     """``value [low, high]`` to three significant digits (0.500, 1.00, 709), or a dash."""
     if value is None or pd.isna(value):
