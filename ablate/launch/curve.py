@@ -102,8 +102,9 @@ def tune_warmup(
 ) -> int | None:
     """The variant's best warmup at ``lr``: a TPE study (``<experiment>.<variant>.warmup``,
     its per-trial seeds from ``curve.sampler_seed``) of ``curve.warmup_trials`` trials, each
-    the mean final loss over the curve seeds (an unstable run counted as min(ℓ, ℓ0)), no
-    pruning; a rerun continues the stored study. None when no trial completed."""
+    the mean final loss over the curve seeds (run together in the executor's pool; an unstable
+    run counted as min(ℓ, ℓ0)), no pruning; a rerun continues the stored study. None when no
+    trial completed."""
     from optuna.distributions import IntDistribution
     from optuna.samplers import TPESampler
     from optuna.trial import TrialState
@@ -122,7 +123,7 @@ def tune_warmup(
         trial = study.ask(space)
         warmup = int(trial.params["warmup_steps"])
         specs = [warmup_spec(experiment, variant, lr, warmup, s) for s in experiment.curve_seeds()]
-        value = statistics.fmean(trial_value(executor.obtain(s, wait=True, say=say)) for s in specs)
+        value = statistics.fmean(trial_value(summary) for summary in executor.run(specs))
         study.tell(trial, value)
         say(f"warmup {variant}: {warmup} steps at lr {lr:.3g}: mean val {value:.4f}")
     best = [t for t in study.trials if t.state == TrialState.COMPLETE]

@@ -127,16 +127,19 @@ def _norm_text(configs: dict[str, dict[str, Any]], main: pd.DataFrame) -> str:
     )
 
 
-PLANNED_ORDER = ("main", "sweep", "tuned", "convert")  # the pipeline's order
+STAGE_ORDER = ("main", "sweep", "curve", "warmup", "tuned", "convert")  # the pipeline's order
+STUDY_GROUPS = {"warmup"}  # stored by group, not in the manifest
 
 
 def _stage_text(stored: StoredExperiment) -> str:
-    """Runs and steps of each stage: the planned ones from the manifest, the studies' from
-    the runs each study names (search trials and max-LR probes by id)."""
-    runs = stored.runs
-    parts = [_runs_of(group, runs[runs["group"] == group]) for group in PLANNED_ORDER]
-    studies = stored.studies or {}
+    """Runs and steps of each stage: the planned ones from the manifest, the warmup studies'
+    by group, the other studies' from the runs each names (search trials, max-LR probes)."""
     every = stored.stored_runs
+    parts = [
+        _runs_of(group, (every if group in STUDY_GROUPS else stored.runs).query("group == @group"))
+        for group in STAGE_ORDER
+    ]
+    studies = stored.studies or {}
     for variant, found in (studies.get("search") or {}).items():
         ids = {row["run_id"] for row in found.get("trial_table", [])}
         parts.append(_runs_of(f"search ({variant})", every[every["run_id"].isin(ids)]))

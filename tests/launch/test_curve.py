@@ -76,6 +76,10 @@ def test_each_variants_warmup_is_tuned_by_its_own_study_at_its_optimum(tmp_path:
         assert set(mine["warmup_steps"]) == {best.params["warmup_steps"]}
         trial_runs = runs[(runs["group"] == "warmup") & (runs["variant"] == variant)]
         assert set(trial_runs["seed"]) == {2, 3} and set(trial_runs["lr"]) == set(mine["lr"])
+    stages = (result.report_dir / "report.md").read_text().split("**Stages:** ")[1]
+    curve, warmup = (len(runs.query(f"group == '{g}'")) for g in ("curve", "warmup"))
+    assert stages.startswith(f"main 4 runs of 20 steps, curve {curve} runs of 20 steps, warmup ")
+    assert f"warmup {warmup} runs of 20 steps, tuned 4 runs" in stages
     before = len(runs)
     run_experiment(path, tmp_path / "results", tmp_path / "reports")
     assert len(store.load_summaries(result.exp_dir)) == before  # the studies continue, done
