@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from ablate.core import store
+from ablate.core.boundary import lattice_index
 from ablate.core.experiment import Experiment
 from ablate.core.optimum import Curve, Optimum, edge_sides, variant_optimum
 from ablate.core.plan import RunSpec, plan_curve, plan_manifest, with_train
@@ -28,28 +29,75 @@ def curve_stage(
     executor: Executor,
     exp_dir: Path,
     planned: list[RunSpec],
+    url: str,
     say: Callable[[str], None],
 ) -> tuple[list[RunSpec], dict[str, Optimum | None]]:
     """Every variant's LR curve on the curve seeds (:func:`plan_curve`), grown by an octave
     on a side where a curve's lowest point is the grid's end, up to ``curve.extend`` octaves;
     (the curve runs, each variant's optimum). The plan in ``exp_dir`` (``planned`` runs) gains
-    the curve's runs before they train."""
+    the curve's runs before they train; the curves are recorded in the studies at ``url``
+    (:func:`record_curves`)."""
     cfg = experiment.curve
     assert cfg is not None
     grown = [0, 0]
     while True:
         specs = plan_curve(experiment, (grown[0], grown[1]))
         store.write_manifest(exp_dir, plan_manifest(experiment, planned + specs))
-        summaries = {s["run_id"]: s for s in executor.run(specs)}
+        ran = executor.run(specs)
+        summaries = {s["run_id"]: s for s in ran}
         curves = {v: curve_of(specs, summaries, v) for v in experiment.variants}
         grid = cfg.lrs(grown[0], grown[1])
         sides = set().union(*(edge_sides(c, grid) for c in curves.values()))
         if not sides or sum(grown) >= cfg.extend:
+            record_curves(experiment, specs, ran, url)
             return specs, {v: variant_optimum(c) for v, c in curves.items()}
         for side in sorted(sides)[: cfg.extend - sum(grown)]:
             grown[0 if side < 0 else 1] += 1
         lrs = cfg.lrs(*grown)
         say(f"curve: a lowest point at the grid's edge: grown to {lrs[0]:.3g}–{lrs[-1]:.3g}")
+
+
+def record_curves(
+    experiment: Experiment, specs: list[RunSpec], summaries: list[dict[str, Any]], url: str
+) -> None:
+    """Each variant's curve as its Optuna study ``<experiment>.<variant>.curve`` (in the
+    dashboard beside the warmup and max-LR studies): one trial per lattice LR, its value the
+    mean over the curve seeds of the final loss (an unstable run counted as min(ℓ, ℓ0)), each
+    seed's value and run id as user attributes. A point the study holds is not added again."""
+    from optuna.distributions import FloatDistribution
+    from optuna.trial import TrialState, create_trial
+
+    from ablate.launch.search import trial_value
+    from ablate.launch.storage import open_study
+
+    cfg = experiment.curve
+    assert cfg is not None
+    widest = cfg.lrs(cfg.extend, cfg.extend)
+    space = {"lr": FloatDistribution(widest[0], widest[-1], log=True)}
+    by_id = {s["run_id"]: s for s in summaries}
+    for variant in experiment.variants:
+        study = open_study(experiment, variant, "curve", url)
+        held = {
+            lattice_index(t.params["lr"], cfg.per_octave)
+            for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+        }
+        points: dict[float, list[RunSpec]] = {}
+        for spec in specs:
+            if spec.variant == variant and spec.run_id in by_id:
+                points.setdefault(spec.config.train.lr, []).append(spec)
+        for lr, runs in sorted(points.items()):
+            if lattice_index(lr, cfg.per_octave) in held:
+                continue
+            values = {str(r.seed): trial_value(by_id[r.run_id]) for r in runs}
+            attrs = {"seed_values": values, "run_ids": [r.run_id for r in runs]}
+            study.add_trial(
+                create_trial(
+                    params={"lr": lr},
+                    distributions=space,
+                    value=statistics.fmean(values.values()),
+                    user_attrs=attrs,
+                )
+            )
 
 
 def curve_of(specs: list[RunSpec], summaries: dict[str, dict], variant: str) -> dict[int, Curve]:

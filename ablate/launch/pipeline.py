@@ -175,11 +175,11 @@ def run_experiment(
         from ablate.launch.storage import storage_url
 
         assert ctx.executor is not None
+        url = storage_url(experiment, ctx.results_dir, ctx.storage)
         curve, optima = curve_stage(
-            experiment, ctx.executor, ctx.exp_dir, specs + continued, ctx.say
+            experiment, ctx.executor, ctx.exp_dir, specs + continued, url, ctx.say
         )
         specs += curve
-        url = storage_url(experiment, ctx.results_dir, ctx.storage)
         warmups = tune_warmups(experiment, optima, ctx.executor, url, ctx.say)
         chosen = at_curve_optima(experiment, chosen, optima, warmups)
     if chosen:
@@ -202,10 +202,8 @@ def run_experiment(
 
 
 def studies_configured(experiment: Experiment) -> bool:
-    """Whether the file has an Optuna study: a search, max-LR probes or a warmup study."""
-    curve = experiment.curve
-    warmup = curve is not None and curve.warmup_trials > 0
-    return experiment.search is not None or experiment.max_lr is not None or warmup
+    """Whether the file has an Optuna study: a search, max-LR probes or a curve."""
+    return any(s is not None for s in (experiment.search, experiment.max_lr, experiment.curve))
 
 
 def _check_storage(experiment: Experiment, root: Path, storage: str | None) -> None:

@@ -45,6 +45,15 @@ def test_each_variant_is_tuned_at_its_own_curves_optimum_on_other_seeds(tmp_path
     assert "its LR curve's optimum on seeds [2, 3]" in text
     again = run_experiment(path, tmp_path / "results", tmp_path / "reports")
     assert len(store.load_summaries(again.exp_dir)) == len(runs)  # nothing trained again
+    url = f"journal:{tmp_path / 'studies.log'}"
+    for variant in optima:  # each curve is a study, one trial per LR, recorded once
+        trials = study_trials(url, f"tiny.{variant}.curve")
+        mine = curve[curve["variant"] == variant]
+        assert sorted(t.params["lr"] for t in trials) == sorted(set(mine["lr"]))
+        for trial in trials:
+            losses = mine.loc[mine["lr"] == trial.params["lr"], "final_val_loss"]
+            assert trial.value == pytest.approx(losses.mean())
+            assert sorted(trial.user_attrs["seed_values"]) == ["2", "3"]
 
 
 @pytest.mark.usefixtures("unrendered_figures")
@@ -76,7 +85,11 @@ def test_each_variants_warmup_is_tuned_by_its_own_study_at_its_optimum(tmp_path:
         assert set(mine["warmup_steps"]) == {best.params["warmup_steps"]}
         trial_runs = runs[(runs["group"] == "warmup") & (runs["variant"] == variant)]
         assert set(trial_runs["seed"]) == {2, 3} and set(trial_runs["lr"]) == set(mine["lr"])
-    stages = (result.report_dir / "report.md").read_text().split("**Stages:** ")[1]
+    text = (result.report_dir / "report.md").read_text()
+    settings = text.split("## Shared LR and tuned settings")[1].split("\n## ")[0]
+    for row in tuned.drop_duplicates("variant").itertuples():  # the warmup the runs trained at
+        assert f"| {row.variant} " in settings and f"{row.lr:.3g}, {row.warmup_steps} " in settings
+    stages = text.split("**Stages:** ")[1]
     curve, warmup = (len(runs.query(f"group == '{g}'")) for g in ("curve", "warmup"))
     assert stages.startswith(f"main 4 runs of 20 steps, curve {curve} runs of 20 steps, warmup ")
     assert f"warmup {warmup} runs of 20 steps, tuned 4 runs" in stages
