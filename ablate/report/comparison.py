@@ -1,7 +1,7 @@
 """The comparison answered twice: every variant at the shared LR, and each at its tuned settings.
 
-With a search, the tuned A/B leads the report: Δ at the shared LR beside Δ with each variant at
-its own best (LR, warmup), the max stable LR and the headroom above the tuned LR.
+With a search or a curve, the tuned A/B leads the report: Δ at the shared LR beside Δ with each
+variant at its own best (LR, warmup), the max stable LR and the headroom above the tuned LR.
 """
 
 from __future__ import annotations
@@ -37,6 +37,7 @@ def comparison_table(
         found = ((studies.get("max_lr") or {}).get(variant) or {}).get("boundary") or {}
         max_lr = found.get("value")
         tuned_lr = float(mine["lr"].iloc[0]) if len(mine) else best.get("lr")
+        warmup = int(mine["warmup_steps"].iloc[0]) if len(mine) else best.get("warmup_steps")
         rows.append(
             {
                 "variant": variant,
@@ -44,7 +45,7 @@ def comparison_table(
                 "shared_warmup": int(shared["warmup_steps"].iloc[0]) if len(shared) else None,
                 "delta_shared": _diff_text(table.iloc[i] if i else None),
                 "tuned_lr": tuned_lr,
-                "tuned_warmup": best.get("warmup_steps"),
+                "tuned_warmup": warmup,
                 "search_best_val_loss": best.get("value"),
                 "tuned_final_val_loss": tuned.iloc[i]["final_val_loss_mean"],
                 "delta_tuned": _diff_text(tuned.iloc[i] if i else None),
@@ -89,8 +90,9 @@ def comparison_section(
         "## Shared LR and tuned settings",
         "",
         "The same question answered twice: every variant at the file's shared LR and warmup, "
-        "and every variant at its own best (LR, warmup) from the search, trained at the full "
-        "budget on the same seeds (matched initial weights and batches). Δ = variant − "
+        "and every variant at its own best (LR, warmup) (from the search, or its LR curve's "
+        "optimum with its warmup study's best), trained at the full budget on the same seeds "
+        "(matched initial weights and batches). Δ = variant − "
         "baseline over matched seeds. Headroom: how far above its tuned LR a variant stays "
         "stable (max stable LR: the median of its seeds' at the `max_lr` budget, which may be "
         "shorter than the tuned runs').",
