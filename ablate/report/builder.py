@@ -113,10 +113,14 @@ def write_section(section: Section, folder: Path) -> None:
 
 def start_build(report_dir: Path) -> float:
     """Make the folder not current until this build completes, and drop every figure in it
-    (the sections name the ones this build draws; one whose data are gone must not survive);
-    the build's start time."""
+    and every file the last build recorded (the sections name what this build writes; a
+    figure or table whose data are gone must not survive); the build's start time."""
     report_dir.mkdir(parents=True, exist_ok=True)
-    (report_dir / folders.REPORT_BUILT).unlink(missing_ok=True)
+    built = report_dir / folders.REPORT_BUILT
+    previous = (folders.read_json(built) or {}).get("files", [])
+    built.unlink(missing_ok=True)
+    for name in previous:
+        (report_dir / Path(str(name)).name).unlink(missing_ok=True)
     for old in report_dir.glob(f"*{FIGURE_SUFFIX}"):
         old.unlink()
     return time.time()

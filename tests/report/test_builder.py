@@ -216,6 +216,13 @@ def test_stale_figures_are_removed(finished: Path, tmp_path: Path) -> None:
     built = build_report(finished, out)
     assert not (out / "stability_map.png").exists()
     assert set(built.figures) == set(out.glob("*.png"))  # exactly the sections' figures
+    (out / "search_trials.csv").write_text("a table of a search since removed from the file")
+    (out / "notes.txt").write_text("the user's own")
+    listed = json.loads((out / ".built.json").read_text())
+    listed["files"].append("search_trials.csv")
+    (out / ".built.json").write_text(json.dumps(listed))
+    build_report(finished, out)  # the last build's files it does not write again are gone
+    assert not (out / "search_trials.csv").exists() and (out / "notes.txt").is_file()
 
 
 def _table(diff: float, low: float, high: float, pairs: int, unstable: int = 0) -> pd.DataFrame:
