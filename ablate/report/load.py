@@ -52,7 +52,7 @@ def load_experiment_results(exp_dir: Path) -> StoredExperiment:
         tuned=runs[runs["run_id"].isin(_group_ids(manifest, "tuned"))],
         metrics=store.load_metrics(exp_dir, main),  # only the main runs' curves are drawn
         probes=store.load_probes(exp_dir, main),
-        studies=current_studies(store.read_studies(exp_dir)),
+        studies=current_studies(store.read_studies(exp_dir), manifest["variants"]),
         missing=missing_runs(exp_dir, manifest, runs),
         convert=convert,
         convert_metrics=store.load_metrics(exp_dir, convert) if len(convert) else pd.DataFrame(),
@@ -97,11 +97,18 @@ def unigram_floor(runs: pd.DataFrame) -> float | None:
     return float(floor.iloc[0]) if len(floor) else None
 
 
-def current_studies(studies: dict | None) -> dict | None:
-    """``stability.json`` without max-LR results stored by an ablate older than per-seed
-    brackets (whose ``max_lr`` entries have no ``seed_bounds``): ``ablate run`` brackets
-    those again; the report meanwhile has no max-LR section for them."""
+def current_studies(studies: dict | None, variants: list[str]) -> dict | None:
+    """``stability.json`` with each kind's results in the experiment's variant order (the file
+    is written with sorted keys, and the report's baseline is the first variant), without
+    max-LR results stored by an ablate older than per-seed brackets (whose ``max_lr`` entries
+    have no ``seed_bounds``): ``ablate run`` brackets those again; the report meanwhile has no
+    max-LR section for them."""
     if not studies:
         return studies
+    rank = {variant: i for i, variant in enumerate(variants)}
+
+    def in_order(found: dict) -> dict:
+        return dict(sorted(found.items(), key=lambda item: rank.get(item[0], len(rank))))
+
     kept = {v: r for v, r in (studies.get("max_lr") or {}).items() if "seed_bounds" in r}
-    return {**studies, "max_lr": kept}
+    return {**studies, "search": in_order(studies.get("search") or {}), "max_lr": in_order(kept)}
