@@ -25,7 +25,7 @@ from ablate.report.margins import (
     margin_table,
 )
 from ablate.report.section import Section
-from ablate.report.text import SHOWN_WORDS, interval_text
+from ablate.report.text import SHOWN_WORDS, interval_text, ratio_text
 
 Stored = dict[str, Any]  # one variant's max_lr entry of stability.json
 
@@ -107,7 +107,7 @@ def _shown_text(table: pd.DataFrame) -> list[str]:
         )
         lines.append(
             f"- Max stable LR, {row.variant} / {table['variant'].iloc[0]}: "
-            f"{row.ratio_to_baseline:.2f} [{row.ratio_low:.2f}, {row.ratio_high:.2f}], paired "
+            f"{ratio_text(row.ratio_to_baseline, row.ratio_low, row.ratio_high)}, paired "
             f"over {row.seeds_bracketed} seed(s): {verdict}"
             + (
                 "; with one seed the interval is the lattice's, not the seeds' spread."

@@ -12,7 +12,7 @@ import pandas as pd
 from ablate.core.boundary import Interval, SeedBoundary, boundary_ratio, half_width
 from ablate.core.studies import interval_of, seed_bounds_of
 from ablate.report.factorial import METRIC, Design, main_effects
-from ablate.report.text import SHOWN_WORDS, interval_text
+from ablate.report.text import SHOWN_WORDS, interval_text, ratio_text
 
 Stored = dict[str, Any]  # one variant's max_lr entry of stability.json
 
@@ -71,8 +71,8 @@ def margin_lines(table: pd.DataFrame) -> list[str]:
     quality = table[table["boundary"].str.startswith("quality")]
     for variant, rows in quality[quality["ratio_shown"].notna()].groupby("variant", sort=False):
         said = "; ".join(
-            f"{r.boundary.removeprefix('quality, ')}: {r.ratio_to_baseline:.2f} "
-            f"[{r.ratio_low:.2f}, {r.ratio_high:.2f}]"
+            f"{r.boundary.removeprefix('quality, ')}: "
+            f"{ratio_text(r.ratio_to_baseline, r.ratio_low, r.ratio_high)}"
             for r in rows.itertuples()
         )
         verdicts = set(rows["ratio_shown"])
@@ -90,8 +90,9 @@ def margin_lines(table: pd.DataFrame) -> list[str]:
         verdict = "shown" if r.ratio_shown else "**not shown**"
         lines.append(
             f"- Divergence boundary (non-finite or blown-up runs), {r.variant} / "
-            f"{table['variant'].iloc[0]}: {r.ratio_to_baseline:.2f} [{r.ratio_low:.2f}, "
-            f"{r.ratio_high:.2f}]: a difference is {verdict}."
+            f"{table['variant'].iloc[0]}: "
+            f"{ratio_text(r.ratio_to_baseline, r.ratio_low, r.ratio_high)}: a difference is "
+            f"{verdict}."
         )
     return lines
 
@@ -173,10 +174,10 @@ def factor_lines(table: pd.DataFrame) -> list[str]:
     for r in table.itertuples():
         if r.shown is None:
             verdict = f"{r.seeds} seed(s): no interval"
-            said = f"{r.ratio:.2f}"
+            said = ratio_text(r.ratio)
         else:
             verdict = "**moves it**" if r.shown else "a move is **not shown**"
-            said = f"{r.ratio:.2f} [{r.low:.2f}, {r.high:.2f}]"
+            said = ratio_text(r.ratio, r.low, r.high)
         lines.append(
             f"- Max stable LR ({r.boundary} boundary), {r.factor} {r.level} vs {r.base} "
             f"(main effect over seeds): ×{said}: {verdict}."

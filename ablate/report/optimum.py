@@ -14,7 +14,7 @@ import pandas as pd
 from ablate.core.optimum import Curve, Optimum, optimum_ratio, variant_optimum
 from ablate.report.analysis import mean_difference
 from ablate.report.section import Section
-from ablate.report.text import signed
+from ablate.report.text import ratio_text, signed
 
 
 def sweep_curves(frame: pd.DataFrame, variant: str) -> dict[int, Curve]:
@@ -103,8 +103,9 @@ def optimum_lines(table: pd.DataFrame, source: str = "sweep") -> list[str]:
         if pd.notna(row.ratio_to_baseline) and row.ratio_shown is not None:
             verdict = "they **differ**" if row.ratio_shown else "a difference is **not shown**"
             lines.append(
-                f"  {row.variant} / {table['variant'].iloc[0]}: {row.ratio_to_baseline:.2f} "
-                f"[{row.ratio_low:.2f}, {row.ratio_high:.2f}], paired by seed: {verdict}."
+                f"  {row.variant} / {table['variant'].iloc[0]}: "
+                f"{ratio_text(row.ratio_to_baseline, row.ratio_low, row.ratio_high)}, paired by "
+                f"seed: {verdict}."
             )
     return lines
 

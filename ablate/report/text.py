@@ -50,6 +50,16 @@ def sig(value: object, figures: int = 3) -> str:
     return "–" if missing(value) else f"{float(value):.{figures}g}"  # type: ignore[arg-type]
 
 
+def ratio_text(value: float, low: float | None = None, high: float | None = None) -> str:
+    """A ratio (and its interval) to two decimals, below 0.1 to three significant figures, so
+    that a ratio of a hundredth keeps its digits (``0.0123 [0.00410, 0.0371]``)."""
+
+    def one(v: float) -> str:
+        return f"{v:.2f}" if abs(v) >= 0.1 else sig(v)
+
+    return one(value) if low is None or high is None else f"{one(value)} [{one(low)}, {one(high)}]"
+
+
 def p_text(value: object) -> str:
     """A p-value: three decimals, or two significant figures below 0.001."""
     if missing(value):

@@ -1,10 +1,11 @@
-"""The report's tables in words: the unstable-runs table names how each run broke."""
+"""The report's tables in words: the unstable-runs table names how each run broke; ratios
+keep their digits."""
 
 from __future__ import annotations
 
 import pandas as pd
 
-from ablate.report.text import unstable_runs
+from ablate.report.text import ratio_text, unstable_runs
 
 
 def test_unstable_runs_tell_a_run_still_improving_from_a_collapse_and_a_divergence() -> None:
@@ -29,3 +30,9 @@ def test_unstable_runs_tell_a_run_still_improving_from_a_collapse_and_a_divergen
     )
     table = unstable_runs(main, ["ln"])
     assert list(table["status"]) == ["not learned yet", "collapsed", "diverged"]
+
+
+def test_a_ratio_keeps_its_digits_below_a_tenth() -> None:
+    assert ratio_text(2.375, 1.13, 4.2) == "2.38 [1.13, 4.20]"
+    assert ratio_text(0.0123, 0.00412, 0.0371) == "0.0123 [0.00412, 0.0371]"  # not 0.01 [0, 0.04]
+    assert ratio_text(5575.432) == "5575.43"
