@@ -1,7 +1,7 @@
 """The LR optimum's replications (:mod:`ablate.core.optimum`) on truths whose optima are stated:
 each variant's loss curve simulated (:func:`ablate.core.simulate.simulate_run`, in memory) at
-the full budget on curve seeds disjoint from the final ones, on a grid of √2 steps over the
-search's range."""
+the full budget on curve seeds disjoint from the final ones, on the design's curve lattice (its
+``curve:``, else √2 steps over its search's range)."""
 
 from __future__ import annotations
 
@@ -11,40 +11,40 @@ from pathlib import Path
 import numpy as np
 
 from ablate.bench.replication import Outcome, two_variants, with_truth
-from ablate.core.experiment import Experiment
+from ablate.core.experiment import CurveConfig, Experiment
 from ablate.core.optimum import Curve, optimum_ratio, variant_optimum
 from ablate.core.plan import RunSpec, with_train
 from ablate.core.simulate import simulate_run
 
 CURVE_SEEDS = (3, 4)  # the final seeds are the experiment's; these only shape the curve
 MORE_SEEDS = (3, 4, 5, 6)
-PER_OCTAVE = 2  # curve points per doubling of the LR
+PER_OCTAVE = 2  # curve points per doubling of the LR, for a design without curve:
 RUN_SD = 0.01  # nats of each run's own noise: the middle of what ln_vs_rms's runs show
 NOISY_SD = 0.02  # the top of that range
 TRUE_OPTIMUM_RATIO = 2.0  # the second variant's optimum over the first's, where they differ
 
 
+def curve_config(design: Experiment) -> CurveConfig:
+    """The curve: the design's ``curve:``, else √2 steps (PER_OCTAVE) over its search's range."""
+    if design.curve is not None:
+        return design.curve
+    assert design.search is not None, "the design needs a curve: or a search:"
+    search = design.search
+    return CurveConfig(lr_min=search.lr_min, lr_max=search.lr_max, per_octave=PER_OCTAVE)
+
+
 def optimum_truth(
     design: Experiment, replication: int, ratio: float, run_sd: float = RUN_SD
 ) -> tuple[Experiment, float]:
-    """The design on a truth whose first variant's optimum is log-uniform inside the search
+    """The design on a truth whose first variant's optimum is log-uniform inside the curve's
     range (a factor 3 from either end) and whose second's is ``ratio`` times it, each run's
     noise ``run_sd``: (the truth, the first optimum)."""
-    assert design.search is not None
-    cfg = design.search
+    cfg = curve_config(design)
     rng = np.random.default_rng(replication)
     opt = math.exp(rng.uniform(math.log(cfg.lr_min * 3), math.log(cfg.lr_max / (3 * ratio))))
     first, second = two_variants(design)
     truths = {first: {"opt_lr": opt}, second: {"opt_lr": opt * ratio}}
     return with_truth(design, replication, {"variants": truths, "run_sd": run_sd}), opt
-
-
-def curve_lrs(design: Experiment) -> list[float]:
-    """The grid: every 2^(k/PER_OCTAVE) inside the search's LR range."""
-    assert design.search is not None
-    low = math.ceil(math.log2(design.search.lr_min) * PER_OCTAVE - 1e-9)
-    high = math.floor(math.log2(design.search.lr_max) * PER_OCTAVE + 1e-9)
-    return [2.0 ** (k / PER_OCTAVE) for k in range(low, high + 1)]
 
 
 def curves(
@@ -55,7 +55,7 @@ def curves(
     found: dict[int, Curve] = {}
     for seed in seeds:
         points = []
-        for lr in curve_lrs(design):
+        for lr in curve_config(design).lrs():
             spec = RunSpec(design.name, variant, seed, with_train(design.variants[variant], lr=lr))
             run = simulate_run(spec.config, variant, seed, spec.run_id)
             if run.status == "finished" and run.evals:

@@ -24,8 +24,8 @@ def design() -> Experiment:
 
 @pytest.mark.slow
 def test_the_old_brackets_ratio_misses_a_ratio_off_its_lattice(design: Experiment) -> None:
-    found = score(design, "old_bracket_ratio", 10)  # the bracket the max-LR stage gave before
-    assert abs(found.bias) < 0.3 and found.median_abs > 0.25  # a count of √2 steps
+    found = score(design, "old_bracket_ratio", 20)  # the bracket the max-LR stage gave before
+    assert abs(found.bias) < 0.3 and found.median_abs >= 0.25  # a count of √2 steps, not 2^(1/8)
     assert found.coverage is not None and found.coverage < 0.9 and found.failed == 0
 
 
@@ -43,10 +43,9 @@ def test_per_seed_boundaries_give_a_ratio_interval_that_covers_and_a_bootstrap_t
 ) -> None:
     paired = score(design, "boundary_ratio_t", 20)
     assert paired.coverage is not None and paired.coverage >= 0.9 and paired.failed == 0
-    assert abs(paired.bias) < 0.2 and paired.median_abs < 0.4  # two seeds jittered by 0.25
+    assert abs(paired.bias) < 0.2 and paired.median_abs < 0.4  # three seeds jittered by 0.25
     boot = score(design, "boundary_ratio_bootstrap", 20)
-    assert boot.bias == pytest.approx(paired.bias) and boot.coverage is not None
-    assert boot.coverage < 0.85
+    assert boot.coverage is not None and boot.coverage < paired.coverage and boot.failed == 0
     median = score(design, "boundary_median", 20)
     assert median.coverage is not None and median.coverage >= 0.85 and abs(median.bias) < 0.2
 
