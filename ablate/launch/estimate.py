@@ -7,8 +7,8 @@ written. :func:`describe_plan` builds each variant's model once, times a few rea
 steps at the thread count the executor will use, and turns that into an estimate of every run's
 time and of the whole experiment's wall time; the sweep, search and max-LR runs are counted too
 (the max-LR count is an upper bound). Fixed costs are added as measured on a 2-core CPU: each
-run's set-up (model, Trainer, files), each stage's pool start (spawning workers that import
-torch and Lightning), and the start-up and report of the experiment.
+run's set-up (model, Trainer, files), each stage's pool start (workers forked from a server that
+imported torch and Lightning at the first), and the start-up and report of the experiment.
 """
 
 from __future__ import annotations

@@ -6,14 +6,13 @@ hands them to its executor: ``obtain`` one (a search trial, a max-LR probe) or `
 A/B). The local executor checks the store for finished runs, picks a worker count for the
 machine (:func:`ablate.launch.workers.resources_for`), and trains each pending spec through
 :func:`obtain`, the claim / train / reuse path, in this process when there is one worker and in
-the ``spawn`` pool otherwise (:mod:`ablate.launch.workers`); workers report steps through a
+the worker pool otherwise (:mod:`ablate.launch.workers`); workers report steps through a
 queue and the ``ablate`` process draws them (:mod:`ablate.launch.progress`). Other backends (the
 simulator, :mod:`ablate.launch.simulator`) implement the same protocol, with no stage changed.
 """
 
 from __future__ import annotations
 
-import multiprocessing as mp
 import time
 from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, Future, wait
@@ -31,6 +30,7 @@ from ablate.launch.workers import (
     Resources,
     drain,
     in_worker,
+    pool_context,
     resources_for,
     sigint_deferred,
     torch_threads,
@@ -193,7 +193,7 @@ def _run_serial(specs: list[RunSpec], root: Path, threads: int, board: ProgressB
 
 def _run_pool(specs: list[RunSpec], root: Path, res: Resources, board: ProgressBoard) -> list[dict]:
     summaries: list[dict] = []
-    messages = mp.get_context("spawn").Queue()
+    messages = pool_context().Queue()
     with worker_pool(res, messages) as pool:
         with sigint_deferred():
             futures: dict[Future, RunSpec] = {
@@ -239,7 +239,7 @@ def ready_conversions(
 
 @dataclass
 class LocalExecutor:
-    """Trains on this machine: serially, or in a ``spawn`` pool of ``workers`` processes."""
+    """Trains on this machine: serially, or in a pool of ``workers`` processes."""
 
     root: Path
     workers: int | None = None

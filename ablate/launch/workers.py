@@ -1,13 +1,14 @@
 """The executor's process pool, and Ctrl-C at any moment.
 
-:func:`worker_pool` starts ``spawn`` processes with a torch-thread budget each
-(:func:`choose_resources`); :func:`run_parallel` runs jobs there (the studies) and the executor
-runs its runs there. Ctrl-C ends ``ablate`` within seconds and leaves no process behind: workers
-start with SIGINT blocked and ignore it except while they run a job (:func:`in_worker`); the
-``ablate`` process then stops them (:func:`stop_workers`: nothing new starts, running runs are
-stored as interrupted, a worker that does not finish within :data:`INTERRUPT_GRACE_S` is
-killed). Workers send their lines and progress through a queue (:func:`worker_message`), so the
-``ablate`` process's live display stays whole.
+:func:`worker_pool` starts processes with a torch-thread budget each (:func:`choose_resources`),
+forked from a server that imported Lightning once (:func:`pool_context`); :func:`run_parallel`
+runs jobs there (the studies) and the executor runs its runs there. Ctrl-C ends ``ablate``
+within seconds and leaves no process behind: workers start with SIGINT blocked and ignore it
+except while they run a job (:func:`in_worker`); the ``ablate`` process then stops them
+(:func:`stop_workers`: nothing new starts, running runs are stored as interrupted, a worker that
+does not finish within :data:`INTERRUPT_GRACE_S` is killed). Workers send their lines and
+progress through a queue (:func:`worker_message`), so the ``ablate`` process's live display
+stays whole.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from collections.abc import Callable, Iterator
 from concurrent.futures import ProcessPoolExecutor, wait
 from contextlib import contextmanager
 from dataclasses import dataclass
+from multiprocessing.context import BaseContext
 from typing import Any, TypeVar
 
 from ablate.core.config import RuntimeConfig
@@ -123,6 +125,7 @@ def _init_worker(threads: int, stop: Any, messages: Any) -> None:
     import torch  # here, not at the top: a simulated run's process never loads torch
 
     torch.set_num_threads(threads)
+    let_the_server_go()
     die_with_parent()
     if messages is not None:
         messages.cancel_join_thread()  # exiting never waits on progress nobody reads any more
@@ -147,12 +150,27 @@ def in_worker(job: Callable[..., T], *args: Any) -> T | None:
         signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
+def let_the_server_go() -> None:
+    """A worker forked by the forkserver inherits the write end of the pipe whose closing tells
+    the server that the ``ablate`` process is gone (so that a worker could start processes of
+    its own, which ours never do). Close it: while a worker held it, a killed ``ablate``
+    process left the server waiting, and the worker, which dies with the server, trained on."""
+    from multiprocessing import forkserver
+
+    server = forkserver._forkserver  # CPython's one server (3.8 to 3.14)
+    fd = getattr(server, "_forkserver_alive_fd", None)
+    if fd is not None:
+        os.close(fd)
+        server._forkserver_alive_fd = None
+
+
 PR_SET_PDEATHSIG = 1  # linux/prctl.h
 
 
 def die_with_parent() -> None:
-    """Linux: have the kernel kill this worker when the ``ablate`` process that started it
-    dies (SIGKILL, OOM), so no orphan keeps training; its run is redone on the next run."""
+    """Linux: have the kernel kill this worker when its parent dies: the ``ablate`` process
+    that started it, or the forkserver, which ends with that process (SIGKILL, OOM), so no
+    orphan keeps training; its run is redone on the next run."""
     if sys.platform != "linux":
         return
     libc = ctypes.CDLL(None, use_errno=True)
@@ -205,14 +223,31 @@ def worker_say(text: str) -> None:
         print(text, flush=True)
 
 
+# what every pool worker imports to train: torch and Lightning, about 5 s of CPU per process
+PRELOADED = ["ablate.training.run"]
+
+
+def pool_context() -> BaseContext:
+    """How the pool's processes start: ``forkserver`` where the platform has it, the server
+    preloading :data:`PRELOADED`, so that each worker of each stage's pool forks in
+    milliseconds from one process that paid the import once (with ``spawn`` every worker of
+    every pool imported Lightning itself); ``spawn`` elsewhere. The server starts at the first
+    pool, with this process's environment then (the CPU pin is set before), and ends with it."""
+    if "forkserver" not in mp.get_all_start_methods():
+        return mp.get_context("spawn")
+    ctx = mp.get_context("forkserver")
+    ctx.set_forkserver_preload(PRELOADED)
+    return ctx
+
+
 @contextmanager
 def worker_pool(res: Resources, messages: Any = None) -> Iterator[ProcessPoolExecutor]:
-    """The executor's pool: ``res.workers`` ``spawn`` processes with ``res.threads`` torch
-    threads each, killed by the kernel when the ``ablate`` process dies. Submit jobs as
-    ``pool.submit(in_worker, job, *args)`` inside :func:`sigint_deferred` (workers are spawned
-    on submit). On Ctrl-C (or any error) the workers are stopped (:func:`stop_workers`) before
-    the exception goes on."""
-    ctx = mp.get_context("spawn")
+    """The executor's pool: ``res.workers`` processes (:func:`pool_context`) with
+    ``res.threads`` torch threads each, killed by the kernel when the ``ablate`` process dies.
+    Submit jobs as ``pool.submit(in_worker, job, *args)`` inside :func:`sigint_deferred`
+    (workers start on submit). On Ctrl-C (or any error) the workers are stopped
+    (:func:`stop_workers`) before the exception goes on."""
+    ctx = pool_context()
     stop = ctx.Event()
     pool = ProcessPoolExecutor(
         res.workers,
@@ -264,7 +299,7 @@ def run_parallel(
     if res.workers <= 1 or len(jobs) <= 1:
         with torch_threads(res.threads):
             return [job(*args) for args in jobs]
-    messages = mp.get_context("spawn").Queue()
+    messages = pool_context().Queue()
     with worker_pool(res, messages) as pool:
         with sigint_deferred():
             futures = [pool.submit(in_worker, job, *args) for args in jobs]

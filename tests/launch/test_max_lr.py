@@ -149,8 +149,10 @@ def test_a_max_lr_study_reads_in_the_dashboard_as_its_boundary(tmp_path: Path) -
 
 @pytest.mark.slow
 def test_two_processes_bracket_max_lr_together(tmp_path: Path) -> None:
+    # simulated runs that last 0.3 s each, so that the two processes probe at the same time
     path = write_experiment(
         tmp_path / "e.yaml",
+        runtime={"backend": "simulate", "simulate": {"pace_s": 0.3}},
         max_lr={"seeds": [0], "start": 0.01, "factor": 4.0, "per_octave": 2, "lr_max": 50.0},
     )
     url = f"sqlite:///{tmp_path / 'study.db'}"
