@@ -355,6 +355,7 @@ def _no_debris(exp_dir: Path) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.usefixtures("unrendered_figures")  # the reference's report: its losses are checked
 def test_sigkill_at_random_points_then_rerun_equals_an_uninterrupted_run(tmp_path: Path) -> None:
     import random
 

@@ -41,12 +41,12 @@ def test_a_bracket_holds_the_worst_probed_seed_not_the_median(design: Experiment
 def test_per_seed_boundaries_give_a_ratio_interval_that_covers_and_a_bootstrap_that_does_not(
     design: Experiment,
 ) -> None:
-    paired = score(design, "boundary_ratio_t", 20)
+    paired = score(design, "boundary_ratio_t", 12)
     assert paired.coverage is not None and paired.coverage >= 0.9 and paired.failed == 0
     assert abs(paired.bias) < 0.2 and paired.median_abs < 0.4  # three seeds jittered by 0.25
-    boot = score(design, "boundary_ratio_bootstrap", 20)
+    boot = score(design, "boundary_ratio_bootstrap", 12)
     assert boot.coverage is not None and boot.coverage < paired.coverage and boot.failed == 0
-    median = score(design, "boundary_median", 20)
+    median = score(design, "boundary_median", 12)
     assert median.coverage is not None and median.coverage >= 0.85 and abs(median.bias) < 0.2
 
 
