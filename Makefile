@@ -9,6 +9,10 @@ BIN := $(VENV)/bin
 # the tests run in one process per core (pytest-xdist), each test file in one of them, so a
 # file's module fixtures are built once; PARALLEL= runs them in this process
 PARALLEL ?= -n auto --dist loadfile
+# the tests cache compiled modules (__pycache__, ignored by git) even where the environment
+# says PYTHONDONTWRITEBYTECODE: else each of the dozens of processes they start compiled the
+# package again, and each test process rewrote every test module's assertions again
+PYTEST := PYTHONDONTWRITEBYTECODE= $(BIN)/python -m pytest -q $(PARALLEL)
 
 .PHONY: setup run test test-fast lint bench clean
 
@@ -24,11 +28,11 @@ run: setup
 
 test: setup
 	$(BIN)/lint-imports --no-cache
-	$(BIN)/python -m pytest -q $(PARALLEL)
+	$(PYTEST)
 
 test-fast: setup
 	$(BIN)/lint-imports --no-cache
-	$(BIN)/python -m pytest -q $(PARALLEL) -m "not slow and not trains"
+	$(PYTEST) -m "not slow and not trains"
 
 lint: setup
 	$(BIN)/ruff check ablate tests

@@ -10,6 +10,7 @@ from ablate.core.boundary import SeedBoundary, bracket_seed
 from ablate.core.config import StabilityConfig
 from ablate.core.stability import (
     IMPROVING_DROP,
+    DivergenceRule,
     Observation,
     below_window,
     clipped_loss,
@@ -18,7 +19,6 @@ from ablate.core.stability import (
     final_loss_verdict,
     lr_sensitivity,
 )
-from ablate.training.callbacks import DivergenceMonitor
 
 L0 = math.log(256)
 UNIGRAM = 3.25  # about the default text's unigram cross-entropy
@@ -29,9 +29,9 @@ def _judge(
 ) -> tuple[bool, str | None]:
     """Apply the whole criterion to a constructed train-loss curve and final val loss."""
     cfg = StabilityConfig(window=2, **criterion)
-    monitor = DivergenceMonitor(cfg, L0, warmup_steps=warmup)
+    rule = DivergenceRule(cfg, L0, warmup_steps=warmup)  # what the training callback applies
     for step, loss in enumerate(curve, start=1):
-        stop = monitor.check(step, loss)
+        stop = rule.check(step, loss)
         if stop is not None:
             return False, stop.reason
     verdict = final_loss_verdict([final_val], cfg, L0, UNIGRAM, len(curve))
