@@ -26,19 +26,25 @@ import numpy as np
 import pandas as pd
 
 from ablate.bench.max_lr_replications import (
+    MORE_SEEDS,
     TRUE_RATIO,
     boundary_median,
     boundary_ratio_bootstrap,
+    boundary_ratio_given_seeds,
+    boundary_ratio_more_seeds,
     boundary_ratio_t,
     old_bracket_median,
     old_bracket_ratio,
     old_bracket_worst_seed,
 )
 from ablate.bench.optimum_replications import (
+    LLAMA_CURVATURE,
+    LLAMA_SD,
     NOISY_SD,
     RUN_SD,
     TRUE_OPTIMUM_RATIO,
     optimum_lr,
+    optimum_lr_llama_style,
     optimum_lr_noisy,
     optimum_lr_noisy_more_seeds,
     optimum_ratio_apart,
@@ -159,6 +165,14 @@ ESTIMATORS: dict[str, Entry] = {
         "log2",
         boundary_ratio_t,
     ),
+    "boundary_ratio_given_seeds": Entry(
+        "the same ratio against its seeds' own true ratio (no seed sampling)",
+        "log2",
+        boundary_ratio_given_seeds,
+    ),
+    "boundary_ratio_more_seeds": Entry(
+        f"the same ratio on {len(MORE_SEEDS)} boundary seeds", "log2", boundary_ratio_more_seeds
+    ),
     "boundary_ratio_bootstrap": Entry(
         "the same ratio, percentile bootstrap over seeds", "log2", boundary_ratio_bootstrap
     ),
@@ -173,6 +187,11 @@ ESTIMATORS: dict[str, Entry] = {
     ),
     "optimum_lr_noisy_more_seeds": Entry(
         "the same noisy curve on 4 seeds", "log2", optimum_lr_noisy_more_seeds
+    ),
+    "optimum_lr_llama_style": Entry(
+        f"the same at run noise {LLAMA_SD:g}, curvature {LLAMA_CURVATURE:g} (llama_style's)",
+        "log2",
+        optimum_lr_llama_style,
     ),
     "optimum_ratio_equal": Entry(
         "two variants' optimum ratio, equal optima (true 1)", "log2", optimum_ratio_equal

@@ -6,6 +6,7 @@ start), which :func:`old_bracket` keeps for the comparison."""
 from __future__ import annotations
 
 import math
+import statistics
 from collections.abc import Callable
 from pathlib import Path
 
@@ -28,6 +29,7 @@ from ablate.launch.max_lr import max_lr_start, probe_spec, run_max_lr
 from ablate.launch.simulator import SimulatedExecutor
 
 TRUE_RATIO = 3.0  # the second variant's edges over the first's (no power of any lattice's step)
+MORE_SEEDS = [0, 1, 2, 3, 4, 5]  # boundary seeds enough for a median error under one step
 
 
 def max_lr_truth(design: Experiment, replication: int) -> Experiment:
@@ -162,13 +164,14 @@ def seed_bounds(design: Experiment, folder: Path, variant: str) -> list[SeedBoun
     return stage_result(design, folder, variant).seed_bounds
 
 
-_BOUNDS: dict[tuple[str, str, int], list[list[SeedBoundary]]] = {}
+_BOUNDS: dict[tuple[str, str, tuple[int, ...], int], list[list[SeedBoundary]]] = {}
 
 
 def _both_bounds(design: Experiment, replication: int, folder: Path) -> list[list[SeedBoundary]]:
     """Both variants' seed boundaries on this replication's max-LR truth, computed once per
     (design, replication) in this process: the boundary estimators score the same brackets."""
-    key = (design.path, design.name, replication)
+    assert design.max_lr is not None
+    key = (design.path, design.name, tuple(design.max_lr.seeds or design.seeds), replication)
     if key not in _BOUNDS:
         truth = max_lr_truth(design, replication)
         _BOUNDS[key] = [seed_bounds(truth, folder, variant) for variant in two_variants(design)]
@@ -182,6 +185,34 @@ def boundary_ratio_t(design: Experiment, replication: int, folder: Path) -> Outc
     if found is None:
         return Outcome(math.nan, False)
     return Outcome(math.log2(found.value / TRUE_RATIO), found.low <= TRUE_RATIO <= found.high)
+
+
+def boundary_ratio_given_seeds(design: Experiment, replication: int, folder: Path) -> Outcome:
+    """log2(estimated / the probed seeds' own ratio) of the paired ratio: the measurement's
+    error (lattice, bisection) without the seeds' sampling, the median over the same seeds of
+    their true edges' ratios; covered: the interval holds that ratio."""
+    truth = max_lr_truth(design, replication)
+    first, second = two_variants(design)
+    bounds = _both_bounds(design, replication, folder)
+    found = boundary_ratio(*bounds)
+    if found is None:
+        return Outcome(math.nan, False)
+    mine = {b.seed for b in bounds[0] if b.estimate is not None}
+    seeds = [b.seed for b in bounds[1] if b.estimate is not None and b.seed in mine]
+    edge = {v: probe_config(truth, v) for v in (first, second)}
+    logs = [
+        math.log2(true_edge(edge[second], second, s) / true_edge(edge[first], first, s))
+        for s in seeds
+    ]
+    target = 2.0 ** statistics.median(logs)
+    return Outcome(math.log2(found.value / target), found.low <= target <= found.high)
+
+
+def boundary_ratio_more_seeds(design: Experiment, replication: int, folder: Path) -> Outcome:
+    """As :func:`boundary_ratio_t` with :data:`MORE_SEEDS` bracketed per variant."""
+    assert design.max_lr is not None
+    more = design.max_lr.model_copy(update={"seeds": MORE_SEEDS})
+    return boundary_ratio_t(design.model_copy(update={"max_lr": more}), replication, folder)
 
 
 def boundary_ratio_bootstrap(design: Experiment, replication: int, folder: Path) -> Outcome:

@@ -48,6 +48,10 @@ def test_per_seed_boundaries_give_a_ratio_interval_that_covers_and_a_bootstrap_t
     assert boot.coverage is not None and boot.coverage < paired.coverage and boot.failed == 0
     median = score(design, "boundary_median", 12)
     assert median.coverage is not None and median.coverage >= 0.85 and abs(median.bias) < 0.2
+    given = score(design, "boundary_ratio_given_seeds", 12)  # the measurement, not the seeds
+    assert given.median_abs < 0.125 and given.coverage == 1.0  # under one 2^(1/8) step
+    more = score(design, "boundary_ratio_more_seeds", 12)  # the seeds' sampling shrinks
+    assert more.spread < paired.spread and more.coverage is not None and more.coverage >= 0.9
 
 
 @pytest.mark.slow
