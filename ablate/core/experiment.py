@@ -229,6 +229,21 @@ class ConvertPlan(BaseModel):
     converted: RunConfig  # the target's model, continued
 
 
+MIN_EFFECT = 0.02  # nats: about RMSNorm's lead over LayerNorm at T5 scale (Narang et al., 2021)
+
+
+class AnalysisConfig(StrictSection):
+    """How the report judges a paired comparison (:mod:`ablate.report.verdict`)."""
+
+    min_effect: float = Field(
+        MIN_EFFECT,
+        gt=0,
+        description="the smallest |Δ| final val loss (nats) of interest: a comparison is "
+        "equivalent within ±min_effect, or told how many seeds detecting it needs; default "
+        "0.02, about RMSNorm's lead over LayerNorm at T5 scale (Narang et al., 2021)",
+    )
+
+
 class ExperimentFile(StrictSection):
     """The top level of an experiment file, before variants are resolved."""
 
@@ -249,6 +264,7 @@ class ExperimentFile(StrictSection):
     max_lr: MaxLRConfig | None = None
     convert: ConvertConfig | None = None
     scale: ScaleConfig | None = None
+    analysis: AnalysisConfig = Field(default_factory=AnalysisConfig)
     storage: str | None = Field(
         None, description="Optuna storage URL; default sqlite in the results folder"
     )
@@ -274,6 +290,7 @@ class Experiment(BaseModel):
     max_lr: MaxLRConfig | None = None
     convert: ConvertPlan | None = None
     scale: ScaleConfig | None = None
+    analysis: AnalysisConfig = Field(default_factory=AnalysisConfig)
     file: dict[str, Any] = Field(
         default_factory=dict, description="the file's top level as read (sizes derive from it)"
     )

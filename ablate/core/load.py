@@ -301,6 +301,7 @@ def resolve_experiment(raw: dict[str, Any], path: Path, where: str) -> Experimen
         max_lr=top.max_lr,
         convert=convert,
         scale=top.scale,
+        analysis=top.analysis,
         file=raw,
         storage=top.storage,
         grid=top.grid,

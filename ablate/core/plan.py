@@ -284,6 +284,7 @@ def plan_manifest(experiment: Experiment, specs: list[RunSpec]) -> dict[str, Any
             else None
         ),
         "seeds": experiment.seeds,
+        "min_effect": experiment.analysis.min_effect,
         "criterion": criterion_text(experiment.base.train.stability),
         "runs": [
             {

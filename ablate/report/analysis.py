@@ -52,15 +52,22 @@ def difference_columns(
     return dict(zip(names, values, strict=True))
 
 
-def paired_difference(
+def matched_differences(
     runs: pd.DataFrame, variant: str, baseline: str, metric: str = "final_val_loss"
-) -> PairedDifference:
-    """Paired t-test of ``metric`` between two variants' finished runs that share a seed."""
+) -> pd.Series:
+    """``metric`` of ``variant`` − ``baseline`` over the seeds both finished, by seed."""
     finished = runs[runs["status"] == "finished"]
     a = finished[finished["variant"] == variant].set_index("seed")[metric]
     b = finished[finished["variant"] == baseline].set_index("seed")[metric]
     seeds = a.index.intersection(b.index)
-    return mean_difference(a[seeds] - b[seeds])
+    return a[seeds] - b[seeds]
+
+
+def paired_difference(
+    runs: pd.DataFrame, variant: str, baseline: str, metric: str = "final_val_loss"
+) -> PairedDifference:
+    """Paired t-test of ``metric`` between two variants' finished runs that share a seed."""
+    return mean_difference(matched_differences(runs, variant, baseline, metric))
 
 
 def mean_difference(diff: pd.Series) -> PairedDifference:

@@ -1,9 +1,10 @@
 """The report's written summary: every sentence with the number behind it and its uncertainty.
 
 Leads with the tuned comparison when there is a search (the factors' main effects in a grid),
-words what each paired interval supports against the seed-to-seed noise floor, Holm-adjusts
-p-values when there are several comparisons, names unstable runs, and gives the max stable LRs
-(:mod:`ablate.report.boundaries`).
+gives each paired comparison its verdict (different, equivalent within ±``analysis.min_effect``
+or inconclusive with the seeds it would need: :mod:`ablate.report.verdict`) from its own paired
+differences, Holm-adjusts p-values when there are several comparisons, names unstable runs,
+and gives the max stable LRs (:mod:`ablate.report.boundaries`).
 """
 
 from __future__ import annotations
@@ -12,26 +13,41 @@ import math
 
 import pandas as pd
 
+from ablate.core.experiment import MIN_EFFECT
 from ablate.report import boundaries
-from ablate.report.analysis import holm
+from ablate.report.analysis import holm, matched_differences
 from ablate.report.factorial import Design, level_text
 from ablate.report.load import StoredExperiment
 from ablate.report.text import fmt, p_text, signed
+from ablate.report.verdict import verdict
 
 
-def _interval_words(row: pd.Series, noise: float) -> str:
-    """What one paired difference supports, in words with its numbers."""
+def _verdict_words(
+    row: pd.Series, runs: pd.DataFrame, baseline: str, min_effect: float, family: int
+) -> str:
+    """The comparison's verdict (:mod:`ablate.report.verdict`) and what the design could
+    have seen, from its own paired differences; one of ``family`` comparisons."""
     pairs = int(row["n_pairs"])
-    if pairs < 2 or math.isnan(row["diff_ci_low"]):
-        return f"only {pairs} matched pair(s): no interval, so no claim either way."
-    if row["diff_ci_low"] <= 0 <= row["diff_ci_high"]:
-        words = f"{pairs} seeds: the interval spans zero, so the data do not show a difference"
-    else:
+    p = row["p_holm"] if "p_holm" in row else row["paired_t_p"]
+    diffs = matched_differences(runs, row["variant"], baseline).to_numpy()
+    found = verdict(diffs, min_effect, p, family)
+    if found is None:
+        return f"only {pairs} matched pair(s): no interval, so no verdict either way."
+    words = f"**{found.text()}**"
+    if found.word == "different":
         side = "lower" if row["diff_vs_baseline"] < 0 else "higher"
-        words = f"the interval excludes zero: {row['variant']}'s loss is {side}"
-    if not math.isnan(noise) and abs(row["diff_vs_baseline"]) < noise:
-        words += f"; |Δ| is within the seed-to-seed noise floor ({noise:.4f})"
-    return words + "."
+        words += f": {row['variant']}'s loss is {side}"
+    reach = found.reach
+    needed = (
+        f"±{min_effect:g} needs {reach.pairs_needed} pairs"
+        if reach.pairs_needed is not None
+        else f"±{min_effect:g} is out of reach"
+    )
+    return (
+        f"{words} (paired SD {reach.sd:.4f} over {reach.pairs} seeds: detectable at 80% power "
+        f"{reach.mde:.4f}; {needed}; equivalence within ±{min_effect:g}, TOST p "
+        f"{p_text(found.tost_p)}{f', Bonferroni over {family}' if family > 1 else ''})."
+    )
 
 
 def unlearned_text(row: pd.Series) -> str | None:
@@ -47,13 +63,16 @@ def unlearned_text(row: pd.Series) -> str | None:
     return f"{row['variant']}: {' and '.join(counts)}" if counts else None
 
 
-def _difference_lines(table: pd.DataFrame, noise: float, where: str) -> list[str]:
-    """One sentence per variant: its paired difference to the baseline, and what it supports;
-    where either side has runs that diverged or collapsed, that is the verdict instead."""
+def _difference_lines(
+    table: pd.DataFrame, runs: pd.DataFrame, min_effect: float, where: str, family: int = 1
+) -> list[str]:
+    """One sentence per variant: its paired difference to the baseline and its verdict; where
+    either side has runs that diverged or collapsed, that is the verdict instead."""
     baseline = table.iloc[0]
     lines = []
     for _, row in table.iloc[1:].iterrows():
         holm_text = f", Holm-adjusted {p_text(row['p_holm'])}" if "p_holm" in row else ""
+        level = "95% CI, unadjusted" if "p_holm" in row else "95% CI"
         label = f"Final val loss {where}".rstrip()
         unlearned = [t for t in (unlearned_text(row), unlearned_text(baseline)) if t]
         if unlearned and int(row["n_pairs"]) >= 2:
@@ -66,10 +85,10 @@ def _difference_lines(table: pd.DataFrame, noise: float, where: str) -> list[str
             continue
         lines.append(
             f"- **{label}, {row['variant']} − {baseline['variant']}: "
-            f"{signed(row['diff_vs_baseline'])}** (95% CI [{signed(row['diff_ci_low'])}, "
+            f"{signed(row['diff_vs_baseline'])}** ({level} [{signed(row['diff_ci_low'])}, "
             f"{signed(row['diff_ci_high'])}], paired t-test p = {p_text(row['paired_t_p'])}"
             f"{holm_text}): "
-            + _interval_words(row, noise)
+            + _verdict_words(row, runs, baseline["variant"], min_effect, family)
             + (f" ({'; '.join(unlearned)}.)" if unlearned else "")
         )
     return lines
@@ -131,9 +150,9 @@ def lead_lines(
         lines += [f"  - {text}" for text in effect_sentences(effects)]
     if len(seeds) < 3:
         lines.append(
-            f"- **Too few seeds:** {len(seeds)} per variant; fewer than 3 cannot estimate "
-            "their own noise, so the intervals below are wide and no difference should be "
-            "read from them."
+            f"- **Too few seeds:** {len(seeds)} per variant; fewer than 3 estimate their own "
+            "noise from at most one degree of freedom, so the intervals below are wide and "
+            "every verdict rests on that."
         )
     return lines
 
@@ -155,9 +174,12 @@ def summary_lines(
             "result yet; everything below uses the runs that are stored."
         )
     lines += lead_lines(stored, tuned, effects)
+    min_effect = stored.manifest.get("min_effect", MIN_EFFECT)  # stored before it was kept
+    family = comparisons(table, tuned)
     if tuned is not None:
-        lines += _difference_lines(tuned, noise, "at tuned settings")
-    lines += _difference_lines(table, noise, "at the shared LR" if tuned is not None else "")
+        lines += _difference_lines(tuned, stored.tuned, min_effect, "at tuned settings", family)
+    shared = "at the shared LR" if tuned is not None else ""
+    lines += _difference_lines(table, stored.main, min_effect, shared, family)
     if comparisons(table, tuned) > 1:
         lines.append(
             f"- {comparisons(table, tuned)} comparisons in this report: p-values are also "

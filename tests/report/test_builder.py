@@ -24,7 +24,7 @@ from scipy import stats
 from ablate.cli import main
 from ablate.core import folders, store
 from ablate.nn.fast_norms import build_target
-from ablate.report.analysis import holm
+from ablate.report.analysis import holm, mean_difference
 from ablate.report.builder import build_report, markdown_to_html
 from ablate.report.summary import summary_lines, with_holm
 from ablate.report.text import probes_markdown, quality_markdown
@@ -225,7 +225,9 @@ def test_stale_figures_are_removed(finished: Path, tmp_path: Path) -> None:
     assert not (out / "search_trials.csv").exists() and (out / "notes.txt").is_file()
 
 
-def _table(diff: float, low: float, high: float, pairs: int, unstable: int = 0) -> pd.DataFrame:
+def _table(
+    diff: float, low: float, high: float, pairs: int, unstable: int = 0, p: float = 0.01
+) -> pd.DataFrame:
     base = {"variant": "ln", "diverged": 0, "collapsed": 0, "runs": 3, "tokens_per_s_mean": 100.0}
     other = {
         "variant": "rms",
@@ -237,15 +239,28 @@ def _table(diff: float, low: float, high: float, pairs: int, unstable: int = 0) 
         "diff_vs_baseline": diff,
         "diff_ci_low": low,
         "diff_ci_high": high,
-        "paired_t_p": 0.01,
+        "paired_t_p": p,
         "n_pairs": pairs,
     }
     return pd.DataFrame([{**base, "tokens_per_s_std": 4.0}, other])
 
 
+def _runs(diffs: list[float]) -> pd.DataFrame:
+    """Finished runs of ln and rms whose seed i differs by ``diffs[i]`` (rms − ln)."""
+    rows = []
+    for seed, diff in enumerate(diffs):
+        rows.append({"variant": "ln", "seed": seed, "status": "finished", "final_val_loss": 2.5})
+        rows.append(
+            {"variant": "rms", "seed": seed, "status": "finished", "final_val_loss": 2.5 + diff}
+        )
+    return pd.DataFrame(rows)
+
+
 class _Stored:
     missing: list[str] = []
     manifest = {"runs": [], "seeds": [0, 1, 2]}
+    main = _runs([0.01, -0.02, 0.04])
+    tuned = _runs([0.01, -0.02, 0.04])
     studies = {
         "max_lr": {
             "ln": stored_max_lr("ln", {0: 0.1, 1: 0.11}),
@@ -255,19 +270,21 @@ class _Stored:
 
 
 @pytest.mark.parametrize(
-    ("diff", "low", "high", "pairs", "noise", "says"),
+    ("diffs", "says"),
     [
-        (0.01, -0.02, 0.04, 3, 0.05, "3 seeds: the interval spans zero"),
-        (-0.10, -0.15, -0.05, 5, 0.02, "the interval excludes zero: rms's loss is lower."),
-        (0.03, 0.01, 0.05, 5, 0.04, "is higher; |Δ| is within the seed-to-seed noise floor"),
-        (0.03, math.nan, math.nan, 1, math.nan, "only 1 matched pair(s): no interval"),
+        ([0.01, -0.02, 0.04], "**inconclusive — about 17 more seeds** (paired SD 0.0300 over 3"),
+        ([-0.10, -0.11, -0.09, -0.10, -0.12], "**different**: rms's loss is lower (paired SD"),
+        ([0.001, -0.002, 0.0015, 0.0005, -0.001], "**equivalent within ±0.02** (paired SD"),
+        ([0.03], "only 1 matched pair(s): no interval, so no verdict either way."),
     ],
 )
-def test_summary_claims_only_what_the_numbers_support(
-    diff: float, low: float, high: float, pairs: int, noise: float, says: str
-) -> None:
-    text = "\n".join(summary_lines(_table(diff, low, high, pairs), noise, _Stored(), None))
-    assert says in text
+def test_summary_claims_only_what_the_numbers_support(diffs: list[float], says: str) -> None:
+    diff = mean_difference(pd.Series(diffs))
+    table = _table(diff.mean, diff.ci_low, diff.ci_high, diff.n_pairs, p=diff.p_value)
+    stored = _Stored()
+    stored.main = _runs(diffs)
+    text = "\n".join(summary_lines(table, 0.01, stored, None))
+    assert says in text and "do not show a difference" not in text
     assert "Unstable main runs: ln 0 diverged of 3, rms 0 diverged of 3." in text
     assert "rms 90 tokens/s vs ln 100 (0.900×" in text
     # no spread between seeds: the interval is the lattice's, 4 x 2^(±1/8)
@@ -304,6 +321,7 @@ def test_summary_leads_with_the_tuned_comparison_and_adjusts_for_multiplicity() 
             )
         },
     }
+    stored.main, stored.tuned = _runs([0.03, 0.031]), _runs([-0.02, -0.021])
     shared = _table(0.03, 0.01, 0.05, 2)
     tuned = _table(-0.02, -0.04, -0.01, 2).assign(paired_t_p=[math.nan, 0.04])
     shared, tuned = with_holm(shared, tuned)

@@ -1,4 +1,5 @@
-"""The summary's verdict lines: a comparison whose runs did not learn says so instead of a Δ."""
+"""The summary's verdict lines: a comparison whose runs did not learn says so instead of a Δ;
+one that learned gets its verdict from its own paired differences."""
 
 from __future__ import annotations
 
@@ -22,16 +23,25 @@ def _table(collapsed: int, diverged: int = 0) -> pd.DataFrame:
     )
 
 
+RUNS = pd.DataFrame(
+    [
+        {"variant": v, "seed": seed, "status": "finished", "final_val_loss": loss}
+        for seed, (ln, dyt) in enumerate([(2.5, 3.05), (2.4, 3.04)])
+        for v, loss in (("layernorm", ln), ("dyt", dyt))
+    ]
+)
+
+
 def test_collapsed_runs_replace_the_verdict() -> None:
-    (line,) = _difference_lines(_table(collapsed=2), noise=0.01, where="at the shared LR")
+    (line,) = _difference_lines(_table(collapsed=2), RUNS, 0.02, where="at the shared LR")
     assert "dyt − layernorm: not a quality comparison: dyt: 2 of 2 runs collapsed**" in line
     assert "+0.5951" in line and "no verdict is drawn" in line
     assert "excludes zero" not in line and "do not show a difference" not in line
 
 
 def test_a_run_that_learned_on_both_sides_keeps_its_interval_verdict() -> None:
-    (line,) = _difference_lines(_table(collapsed=0), noise=0.01, where="")
-    assert "dyt − layernorm: +0.5951**" in line and "the interval excludes zero" in line
+    (line,) = _difference_lines(_table(collapsed=0), RUNS, 0.02, where="")
+    assert "dyt − layernorm: +0.5951**" in line and "**different**: dyt's loss is higher" in line
 
 
 def test_unlearned_text_counts_both_kinds() -> None:

@@ -1,0 +1,125 @@
+"""What a paired comparison could have seen, and the one of three verdicts it supports.
+
+For the matched differences of two variants (one per seed) and the experiment's smallest effect
+of interest m (``analysis.min_effect``):
+
+- **the design's reach**: the paired SD of the differences, the minimum detectable effect (the
+  |Δ| a two-sided paired t-test at α detects with 80% power from this many pairs and this SD)
+  and the pairs that detecting m would take (statsmodels' ``TTestPower``);
+- **the verdict**: *different* where the test rejects Δ = 0 at α (on the Holm-adjusted p
+  where the report makes several comparisons); else *equivalent within ±m* where both one-sided
+  tests reject |Δ| ≥ m at α (TOST, statsmodels' ``ttost_paired``: the 90% interval lies inside
+  ±m; Bonferroni-adjusted over the report's comparisons); else *inconclusive*, with about how
+  many more seeds detecting m would take. "No difference" is never a verdict: an interval
+  that spans zero is inconclusive until it is also inside ±m.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+from statsmodels.stats.power import TTestPower
+from statsmodels.stats.weightstats import ttost_paired
+
+ALPHA = 0.05
+POWER = 0.8
+MAX_PAIRS = 10_000  # beyond this a design "cannot" detect the effect: reported as such
+
+
+@dataclass(frozen=True)
+class Reach:
+    """What a paired design of ``pairs`` differences with SD ``sd`` can detect."""
+
+    pairs: int
+    sd: float  # paired SD of the differences (nats)
+    mde: float  # minimum detectable |Δ| at POWER, two-sided α (nats)
+    pairs_needed: int | None  # pairs to detect min_effect at POWER; None: over MAX_PAIRS
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """A comparison's verdict: different, equivalent or inconclusive, and its numbers."""
+
+    word: str  # "different", "equivalent" or "inconclusive"
+    min_effect: float
+    tost_p: float  # the larger one-sided p against ±min_effect (× the family, at most 1)
+    reach: Reach
+    more_seeds: int | None  # for an inconclusive one: pairs_needed − pairs (at least 1)
+
+    def text(self) -> str:
+        """The verdict in words, e.g. ``inconclusive — about 12 more seeds``."""
+        if self.word == "different":
+            return "different"
+        if self.word == "equivalent":
+            return f"equivalent within ±{self.min_effect:g}"
+        if self.more_seeds is None:
+            return f"inconclusive — ±{self.min_effect:g} is beyond what more seeds can reach"
+        seeds = "seed" if self.more_seeds == 1 else "seeds"
+        return f"inconclusive — about {self.more_seeds} more {seeds}"
+
+
+def reach(diffs: np.ndarray, min_effect: float, alpha: float = ALPHA) -> Reach:
+    """The paired SD, the minimum detectable effect and the pairs ``min_effect`` needs."""
+    n = len(diffs)
+    sd = float(np.std(diffs, ddof=1)) if n > 1 else math.nan
+    if n < 2 or not math.isfinite(sd):
+        return Reach(n, sd, math.nan, None)
+    power = TTestPower()
+    mde = float(power.solve_power(nobs=n, alpha=alpha, power=POWER)) * sd if sd > 0 else 0.0
+    if sd == 0:
+        return Reach(n, sd, mde, 2)
+    needed = _pairs_for(min_effect / sd, alpha)
+    return Reach(n, sd, mde, needed)
+
+
+def _pairs_for(effect_size: float, alpha: float) -> int | None:
+    """The smallest number of pairs (≥ 2) whose paired t-test detects ``effect_size`` (Δ/SD)
+    with POWER, from statsmodels' power over whole pairs: doubling from 2 until it is enough,
+    then bisecting (its solver does not converge where two or three pairs already suffice, and
+    scipy's noncentral t, under both, returns NaN at some points of large noncentrality, which
+    count as not enough: conservative, and only where a handful of pairs suffice); None when
+    it is over MAX_PAIRS."""
+    power = TTestPower()
+
+    def enough(n: int) -> bool:
+        return bool(power.power(effect_size, n, alpha) >= POWER)  # NaN: False
+
+    low, high = 1, 2
+    while not enough(high):
+        if high >= MAX_PAIRS:
+            return None
+        low, high = high, min(2 * high, MAX_PAIRS)
+    while high - low > 1:
+        middle = (low + high) // 2
+        low, high = (low, middle) if enough(middle) else (middle, high)
+    return high
+
+
+def verdict(
+    diffs: np.ndarray, min_effect: float, p_value: float, family: int = 1, alpha: float = ALPHA
+) -> Verdict | None:
+    """The verdict of the matched ``diffs`` (variant − baseline) whose test of Δ = 0 gave
+    ``p_value`` (Holm-adjusted where there are several comparisons); in a ``family`` of
+    comparisons the TOST's p is Bonferroni-adjusted (× family, at most 1), so that claims of
+    equivalence keep the family-wise error at α too. None below 2 pairs."""
+    diffs = np.asarray(diffs, dtype=float)
+    found = reach(diffs, min_effect, alpha)
+    if found.pairs < 2 or not math.isfinite(found.sd):
+        return None
+    if found.sd == 0:
+        tost = 0.0 if abs(diffs[0]) < min_effect else 1.0
+    else:
+        tost = float(ttost_paired(diffs, np.zeros_like(diffs), -min_effect, min_effect)[0])
+    tost = min(1.0, tost * family)
+    if math.isfinite(p_value) and p_value < alpha:
+        word = "different"
+    elif tost < alpha:
+        word = "equivalent"
+    else:
+        word = "inconclusive"
+    more = None
+    if word == "inconclusive" and found.pairs_needed is not None:
+        more = max(1, found.pairs_needed - found.pairs)
+    return Verdict(word, min_effect, tost, found, more)
