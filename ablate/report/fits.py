@@ -30,6 +30,7 @@ class LineFit:
     residual_sd: float  # of y about the line (n − 2 degrees of freedom); nan for 2 points
     u_mean: float
     u_sxx: float  # sum of squared deviations of u
+    u_span: float  # max u − min u (decades, for u = log10 parameters)
 
     def at(self, u: float) -> tuple[float, float, float]:
         """The line at ``u`` and its 95% confidence interval (nan without a residual)."""
@@ -68,6 +69,7 @@ def line_fit(u: np.ndarray, y: np.ndarray) -> LineFit:
         residual_sd=sd,
         u_mean=float(u.mean()),
         u_sxx=float(((u - u.mean()) ** 2).sum()),
+        u_span=float(u.max() - u.min()),
     )
 
 
@@ -85,6 +87,19 @@ class PowerLaw:
     def interval(self) -> tuple[float, float]:
         """The exponent's 95% interval (nan for a fit through two points)."""
         return self.line.slope_low, self.line.slope_high
+
+    @property
+    def estimable(self) -> bool:
+        """Whether the data size the exponent: three or more sizes whose values differ (two
+        sizes leave no residual; equal values, no spread to fit)."""
+        return all(math.isfinite(v) for v in self.interval)
+
+    def not_estimable_text(self) -> str:
+        """Why the exponent has no interval, with the sizes and decades it had."""
+        over = f"{self.line.points} sizes over {self.line.u_span:.2f} decades"
+        if self.line.points < 3:
+            return f"not estimable from {over}"
+        return f"not estimable: the same value at all {over}"
 
     @property
     def prefactor(self) -> float:

@@ -142,6 +142,8 @@ def fits_frame(fits: dict[tuple[str, str], PowerLaw]) -> pd.DataFrame:
                 "exponent_high": fit.interval[1],
                 "prefactor": fit.prefactor,
                 "sizes": fit.line.points,
+                "decades": fit.line.u_span,
+                "estimable": fit.estimable,
             }
             for (variant, quantity), fit in fits.items()
         ]
@@ -167,6 +169,21 @@ def trend_verdict(trend: LineFit) -> str:
     mean_gap = trend.at(trend.u_mean)[0]  # |gap| grows when the slope has the gap's sign
     grows = (trend.slope > 0) == (mean_gap > 0)
     return "grows with size" if grows else "shrinks with size"
+
+
+def exponent_text(fit: PowerLaw, edge: bool = False) -> str:
+    """An exponent with its interval and the trend it supports, or why there is none;
+    ``edge``: the quantity rests on a sweep whose best LR is at its grid's edge at every size."""
+    if not fit.estimable:
+        return fit.not_estimable_text()
+    low, high = fit.interval
+    if edge:
+        trend = "not read as a trend (every size's sweep is best at its grid's edge: no optimum)"
+    elif low <= 0 <= high:
+        trend = "no trend shown (the interval holds 0)"
+    else:
+        trend = "grows with size" if fit.exponent > 0 else "falls with size"
+    return f"{fit.exponent:+.3f} [{low:+.3f}, {high:+.3f}]: {trend}"
 
 
 def _interval(low: float, high: float, fmt: str = "+.3f") -> str:
@@ -199,18 +216,23 @@ def summary_lines(
         )
     lines += ratio_lines(table, variants)
     for quantity, label in QUANTITIES.items():
-        parts = [
-            f"{variant} {fits[(variant, quantity)].exponent:+.3f} "
-            f"{_interval(*fits[(variant, quantity)].interval)}"
-            for variant in variants
-            if (variant, quantity) in fits
-        ]
+        parts = []
+        for variant in variants:
+            if (variant, quantity) in fits:
+                mine = table[table["variant"] == variant]
+                edge = quantity == "lr_sensitivity" and not mine["sweep_best_inside"].any()
+                parts.append(f"{variant} {exponent_text(fits[(variant, quantity)], edge)}")
         if parts:
             lines.append(f"Exponent of {label} in parameters: {'; '.join(parts)}.")
     target = EXTRAPOLATION_FACTOR * float(table["n_params"].max())
     for variant in variants:
         fit = fits.get((variant, "max_stable_lr"))
-        if fit is not None:
+        if fit is not None and not fit.estimable:
+            lines.append(
+                f"No extrapolation of {variant}'s max stable LR: its exponent is "
+                f"{fit.not_estimable_text()}."
+            )
+        elif fit is not None:
             value, low, high = fit.predict(target)
             lines.append(
                 f"**Extrapolation**, not a measurement: {variant}'s max stable LR at "

@@ -44,7 +44,7 @@ def scaling_figure(
             else:
                 ax.plot(mine["n_params"], mine[quantity], "o", color=f"C{i}", label=variant)
             fit = fits.get((variant, quantity))
-            if fit is not None:
+            if fit is not None and fit.estimable:  # a fit that cannot say draws no line
                 _fit_line(ax, fit, mine["n_params"].min(), largest, f"C{i}")
                 if quantity == "max_stable_lr":
                     _fit_line(ax, fit, largest, largest * extrapolate, f"C{i}", dashed=True)

@@ -9,8 +9,15 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from ablate.report.fits import trend_fit
-from ablate.report.scaling import baseline_lines, fit_quantities, ratio_lines, trend_verdict
+from ablate.report.fits import power_law_fit, trend_fit
+from ablate.report.scaling import (
+    baseline_lines,
+    exponent_text,
+    fit_quantities,
+    ratio_lines,
+    summary_lines,
+    trend_verdict,
+)
 
 PARAMS = np.array([2e5, 5e5, 8e5, 2e6])
 WIGGLE = np.array([0.001, -0.001, -0.001, 0.001])
@@ -75,3 +82,31 @@ def test_a_contradicted_bracket_is_not_fitted() -> None:
     fits = fit_quantities(table, ["layernorm", "rmsnorm"])
     assert ("layernorm", "max_stable_lr") in fits and ("rmsnorm", "final_loss") in fits
     assert ("rmsnorm", "max_stable_lr") not in fits  # one size left: nothing to fit
+
+
+SIZES = np.array([2.2e5, 4.8e5, 8.3e5, 1.8e6])
+
+
+def test_an_exponent_is_worded_only_where_its_interval_supports_it() -> None:
+    rng = np.random.default_rng(3)
+    falling = power_law_fit(SIZES, SIZES**-0.4 * np.exp(rng.normal(0.0, 0.02, 4)))
+    assert exponent_text(falling).endswith(": falls with size")
+    flat = power_law_fit(SIZES, 2.0 * np.exp(rng.normal(0.0, 0.05, 4)))
+    assert exponent_text(flat).endswith(": no trend shown (the interval holds 0)")
+    assert "not read as a trend" in exponent_text(falling, edge=True)
+    two = power_law_fit(SIZES[:2], SIZES[:2] ** 0.5)
+    assert exponent_text(two) == "not estimable from 2 sizes over 0.34 decades"
+    same = power_law_fit(SIZES, np.full(4, 0.0051))  # one search LR at every size
+    assert exponent_text(same) == "not estimable: the same value at all 4 sizes over 0.91 decades"
+
+
+def test_a_max_stable_lr_that_cannot_be_fitted_is_not_extrapolated() -> None:
+    table = _table()
+    fits = {
+        ("layernorm", "max_stable_lr"): power_law_fit(SIZES[:2], np.array([0.2, 0.18])),
+        ("rmsnorm", "max_stable_lr"): power_law_fit(SIZES, SIZES**-0.3),
+    }
+    text = "\n".join(summary_lines(table, fits, {}, ["layernorm", "rmsnorm"]))
+    assert "No extrapolation of layernorm's max stable LR: its exponent is not estimable" in text
+    assert "**Extrapolation**, not a measurement: rmsnorm's max stable LR" in text
+    assert "**Extrapolation**, not a measurement: layernorm's" not in text
