@@ -108,8 +108,11 @@ def _print_plan(experiment: Experiment, args: argparse.Namespace, console: Conso
         )
     if args.results_dir is not None:
         from ablate.launch.estimate import stored_lines
+        from ablate.launch.reach import reach_lines
 
-        for line in stored_lines(experiment, args.results_dir):
+        for line in stored_lines(experiment, args.results_dir) + reach_lines(
+            experiment, args.results_dir
+        ):
             console.print(line, markup=False, highlight=False, soft_wrap=True)
     return plan.wall_time_s
 

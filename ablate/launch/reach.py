@@ -1,0 +1,61 @@
+"""Before spending: what the runs a store already holds say each planned comparison can detect.
+
+``ablate validate FILE --results-dir DIR`` prints, for every variant against the baseline, from
+the matched seeds the store holds (the tuned A/B's when there is one, else the planned
+shared-LR runs): the paired SD, the smallest |Δ| those pairs detect at 80% power and the pairs
+that ``analysis.min_effect`` needs (:func:`ablate.report.verdict.reach`), against the seeds the
+file plans. With fewer than two stored pairs there is nothing to size it from, and it says so.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+
+from ablate.core import store
+from ablate.core.experiment import Experiment
+from ablate.core.folders import ExperimentFolder
+from ablate.core.plan import plan_runs
+from ablate.report.analysis import matched_differences
+from ablate.report.verdict import reach
+
+
+def stored_comparison_runs(experiment: Experiment, results_dir: Path) -> tuple[str, pd.DataFrame]:
+    """("tuned" or "shared LR", the finished runs of that comparison the store holds)."""
+    folder = ExperimentFolder.of(results_dir, experiment.name)
+    runs = store.load_summaries(folder.path) if folder.path.is_dir() else pd.DataFrame()
+    if runs.empty:
+        return "shared LR", runs
+    runs = runs[runs["status"] == "finished"]
+    tuned = runs[runs.get("group", pd.Series(dtype=str)) == "tuned"]
+    if len(tuned):
+        return "tuned", tuned
+    planned = {s.run_id for s in plan_runs(experiment)}
+    return "shared LR", runs[runs["run_id"].isin(planned)]
+
+
+def reach_lines(experiment: Experiment, results_dir: Path) -> list[str]:
+    """One line per comparison: what its stored pairs detect and what min_effect needs."""
+    where, runs = stored_comparison_runs(experiment, results_dir)
+    m = experiment.analysis.min_effect
+    variants = list(experiment.variants)
+    planned = len(experiment.seeds)
+    lines = [f"what the stored {where} pairs detect (analysis.min_effect {m:g} nats):"]
+    for variant in variants[1:]:
+        diffs = matched_differences(runs, variant, variants[0]) if len(runs) else pd.Series()
+        found = reach(diffs.to_numpy(dtype=float), m)
+        label = f"  {variant} − {variants[0]}"
+        if found.pairs < 2:
+            lines.append(f"{label}: {found.pairs} stored pair(s), nothing to size it from yet")
+            continue
+        needed = (
+            f"±{m:g} needs {found.pairs_needed} pairs"
+            if found.pairs_needed is not None
+            else f"±{m:g} is out of reach"
+        )
+        lines.append(
+            f"{label}: paired SD {found.sd:.4f} over {found.pairs} stored pairs; they detect "
+            f"{found.mde:.4f} at 80% power; {needed} (the file plans {planned})"
+        )
+    return lines
