@@ -60,31 +60,38 @@ class Verdict:
         return f"inconclusive — about {self.more_seeds} more {seeds}"
 
 
+def _power(effect_size: float, pairs: int, alpha: float) -> float:
+    """The two-sided paired t-test's power at ``effect_size`` (Δ/SD): its upper tail at α/2
+    (statsmodels' ``TTestPower``, ``alternative="larger"``). The lower tail it leaves out is
+    below 1e-6 wherever the power is near 80%; statsmodels' own two-sided sum adds it through
+    scipy's noncentral t, which returns NaN there at large noncentrality. Its upper tail
+    returns NaN only where it is 1 to machine precision (effect sizes of 9 and more at 8-20
+    pairs, on a grid of 0.01-50 by 2-10,000 pairs): read as 1."""
+    power = float(TTestPower().power(effect_size, pairs, alpha / 2, alternative="larger"))
+    return 1.0 if math.isnan(power) else power
+
+
 def reach(diffs: np.ndarray, min_effect: float, alpha: float = ALPHA) -> Reach:
     """The paired SD, the minimum detectable effect and the pairs ``min_effect`` needs."""
     n = len(diffs)
     sd = float(np.std(diffs, ddof=1)) if n > 1 else math.nan
     if n < 2 or not math.isfinite(sd):
         return Reach(n, sd, math.nan, None)
-    power = TTestPower()
-    mde = float(power.solve_power(nobs=n, alpha=alpha, power=POWER)) * sd if sd > 0 else 0.0
     if sd == 0:
-        return Reach(n, sd, mde, 2)
-    needed = _pairs_for(min_effect / sd, alpha)
-    return Reach(n, sd, mde, needed)
+        return Reach(n, sd, 0.0, 2)
+    effect = TTestPower().solve_power(
+        nobs=n, alpha=alpha / 2, power=POWER, alternative="larger"
+    )
+    return Reach(n, sd, float(effect) * sd, _pairs_for(min_effect / sd, alpha))
 
 
 def _pairs_for(effect_size: float, alpha: float) -> int | None:
-    """The smallest number of pairs (≥ 2) whose paired t-test detects ``effect_size`` (Δ/SD)
-    with POWER, from statsmodels' power over whole pairs: doubling from 2 until it is enough,
-    then bisecting (its solver does not converge where two or three pairs already suffice, and
-    scipy's noncentral t, under both, returns NaN at some points of large noncentrality, which
-    count as not enough: conservative, and only where a handful of pairs suffice); None when
-    it is over MAX_PAIRS."""
-    power = TTestPower()
+    """The smallest number of pairs (≥ 2) whose paired t-test detects ``effect_size`` with
+    POWER: doubling from 2 until it is enough, then bisecting over whole pairs; None when it
+    is over MAX_PAIRS."""
 
     def enough(n: int) -> bool:
-        return bool(power.power(effect_size, n, alpha) >= POWER)  # NaN: False
+        return _power(effect_size, n, alpha) >= POWER
 
     low, high = 1, 2
     while not enough(high):
