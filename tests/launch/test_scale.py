@@ -80,7 +80,8 @@ def test_every_size_runs_every_stage_and_an_added_size_trains_only_itself(
     text = (reports / "tiny" / "report.md").read_text()
     assert "**rmsnorm − layernorm**" in text and "nats per decade" in text
     assert "(no residual to size the slope's uncertainty)" in text  # two sizes only
-    assert "Extrapolation**, not a measurement" in text
+    assert "Extrapolation**, not a measurement" not in text  # two sizes: no exponent to extend
+    assert "max stable LR: its exponent is not estimable from 2 sizes" in text
     for name in ("scaling.png", "scaling_gap.png", "scaling_fits.csv", "report.html"):
         assert (reports / "tiny" / name).is_file(), name
     for size in ("d16", "d32"):  # each size's own report (matched inits: the test above)

@@ -168,7 +168,7 @@ def test_partial_experiment_says_what_is_missing(finished: Path, tmp_path: Path)
     table = report.table.set_index("variant")
     assert table.loc["layernorm", "runs"] == 3 and table.loc["rmsnorm", "runs"] == 0
     assert table.loc["rmsnorm", "n_pairs"] == 0
-    assert "only 0 matched pair(s): no interval, so no claim" in text
+    assert "only 0 matched pair(s): no interval, so no verdict either way." in text
     for name in ("loss_curves.png", "loss_time.png", "throughput.png", "probes.png", "logits.png"):
         assert (tmp_path / "rep" / name).stat().st_size > 10_000, name
     assert report.html.stat().st_size > 0
@@ -193,7 +193,7 @@ def test_an_experiment_whose_runs_all_failed_is_reported_not_crashed(
     assert len(report.missing) == 6 and all(m.endswith(": failed") for m in report.missing)
     text = report.markdown.read_text()
     assert "Partial results:** 6 of 6 planned runs have no result yet" in text
-    assert "only 0 matched pair(s): no interval, so no claim" in text
+    assert "only 0 matched pair(s): no interval, so no verdict either way." in text
 
 
 @pytest.mark.trains
