@@ -28,7 +28,7 @@ def stored_comparison_runs(experiment: Experiment, results_dir: Path) -> tuple[s
     if runs.empty:
         return "shared LR", runs
     runs = runs[runs["status"] == "finished"]
-    tuned = runs[runs.get("group", pd.Series(dtype=str)) == "tuned"]
+    tuned = runs[runs["group"] == "tuned"]
     if len(tuned):
         return "tuned", tuned
     planned = {s.run_id for s in plan_runs(experiment)}
@@ -49,13 +49,8 @@ def reach_lines(experiment: Experiment, results_dir: Path) -> list[str]:
         if found.pairs < 2:
             lines.append(f"{label}: {found.pairs} stored pair(s), nothing to size it from yet")
             continue
-        needed = (
-            f"±{m:g} needs {found.pairs_needed} pairs"
-            if found.pairs_needed is not None
-            else f"±{m:g} is out of reach"
-        )
         lines.append(
             f"{label}: paired SD {found.sd:.4f} over {found.pairs} stored pairs; they detect "
-            f"{found.mde:.4f} at 80% power; {needed} (the file plans {planned})"
+            f"{found.mde:.4f} at 80% power; {found.needed_text(m)} (the file plans {planned})"
         )
     return lines

@@ -38,15 +38,11 @@ def _verdict_words(
         side = "lower" if row["diff_vs_baseline"] < 0 else "higher"
         words += f": {row['variant']}'s loss is {side}"
     reach = found.reach
-    needed = (
-        f"±{min_effect:g} needs {reach.pairs_needed} pairs"
-        if reach.pairs_needed is not None
-        else f"±{min_effect:g} is out of reach"
-    )
+    adjusted = f", Bonferroni over {family}" if family > 1 else ""
     return (
         f"{words} (paired SD {reach.sd:.4f} over {reach.pairs} seeds: detectable at 80% power "
-        f"{reach.mde:.4f}; {needed}; equivalence within ±{min_effect:g}, TOST p "
-        f"{p_text(found.tost_p)}{f', Bonferroni over {family}' if family > 1 else ''})."
+        f"{reach.mde:.4f}; {reach.needed_text(min_effect)}; equivalence within "
+        f"±{min_effect:g}, TOST p {p_text(found.tost_p)}{adjusted})."
     )
 
 

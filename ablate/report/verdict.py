@@ -37,6 +37,12 @@ class Reach:
     mde: float  # minimum detectable |Δ| at POWER, two-sided α (nats)
     pairs_needed: int | None  # pairs to detect min_effect at POWER; None: over MAX_PAIRS
 
+    def needed_text(self, min_effect: float) -> str:
+        """What detecting ``min_effect`` takes, e.g. ``±0.02 needs 5 pairs``."""
+        if self.pairs_needed is None:
+            return f"±{min_effect:g} is out of reach"
+        return f"±{min_effect:g} needs {self.pairs_needed} pairs"
+
 
 @dataclass(frozen=True)
 class Verdict:
