@@ -19,6 +19,7 @@ import os
 import queue as queue_module
 import signal
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -26,6 +27,7 @@ from concurrent.futures import ProcessPoolExecutor, wait
 from contextlib import contextmanager
 from dataclasses import dataclass
 from multiprocessing.context import BaseContext
+from pathlib import Path
 from typing import Any, TypeVar
 
 from ablate.core.config import RuntimeConfig
@@ -224,7 +226,9 @@ def worker_say(text: str) -> None:
 
 
 # what every pool worker imports to train: torch and Lightning, about 5 s of CPU per process
-PRELOADED = ["ablate.training.run"]
+PRELOADED = ["ablate.launch.preload"]
+READY_ENV = "ABLATE_FORKSERVER_READY"  # the file the server touches once it has imported them
+SERVER_START_LIMIT_S = 300.0  # the most start_server waits for the import (then submit waits)
 
 
 def pool_context() -> BaseContext:
@@ -232,12 +236,49 @@ def pool_context() -> BaseContext:
     preloading :data:`PRELOADED`, so that each worker of each stage's pool forks in
     milliseconds from one process that paid the import once (with ``spawn`` every worker of
     every pool imported Lightning itself); ``spawn`` elsewhere. The server starts at the first
-    pool, with this process's environment then (the CPU pin is set before), and ends with it."""
+    pool (:func:`start_server`), with this process's environment then (the CPU pin is set
+    before), and ends with it."""
     if "forkserver" not in mp.get_all_start_methods():
         return mp.get_context("spawn")
     ctx = mp.get_context("forkserver")
     ctx.set_forkserver_preload(PRELOADED)
     return ctx
+
+
+def start_server(ctx: BaseContext) -> None:
+    """Start the forkserver of ``ctx`` and wait until it has imported :data:`PRELOADED`
+    (seconds on 2 cores), where Ctrl-C reaches this process: the first worker waits for that
+    import inside ``pool.submit``, with SIGINT deferred, and Ctrl-C then took as long. The
+    server is spawned with SIGINT blocked, so that every worker it forks starts so; on Ctrl-C
+    while it imports, it is killed (it has forked nothing yet)."""
+    if ctx.get_start_method() != "forkserver":
+        return
+    from multiprocessing import forkserver
+
+    server = forkserver._forkserver  # CPython's one server (3.8 to 3.14)
+    running = server._forkserver_pid
+    with tempfile.TemporaryDirectory(prefix="ablate-server-") as folder:
+        mark = Path(folder) / "ready"
+        os.environ[READY_ENV] = str(mark)
+        try:
+            with sigint_deferred():
+                forkserver.ensure_running()
+        finally:
+            del os.environ[READY_ENV]
+        pid = server._forkserver_pid
+        if pid == running:  # started before, by an earlier pool: it imported then
+            return
+        try:
+            _wait_for(mark, SERVER_START_LIMIT_S)
+        except KeyboardInterrupt:
+            os.kill(pid, signal.SIGKILL)
+            raise
+
+
+def _wait_for(mark: Path, limit_s: float) -> None:
+    deadline = time.monotonic() + limit_s
+    while not mark.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
 
 
 @contextmanager
@@ -248,6 +289,7 @@ def worker_pool(res: Resources, messages: Any = None) -> Iterator[ProcessPoolExe
     (workers start on submit). On Ctrl-C (or any error) the workers are stopped
     (:func:`stop_workers`) before the exception goes on."""
     ctx = pool_context()
+    start_server(ctx)
     stop = ctx.Event()
     pool = ProcessPoolExecutor(
         res.workers,

@@ -8,6 +8,7 @@ import os
 import random
 import signal
 import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -33,6 +34,33 @@ def test_runs_on_gpus_default_to_one_worker_per_gpu() -> None:
     assert choose_resources(6, cores=16, gpus=4).workers == 4
     assert choose_resources(6, cores=16, gpus=4).threads == 4
     assert gpu_count("cpu") == 0
+
+
+SERVER_INTERRUPTED = """
+import os, signal, threading, time
+from multiprocessing import forkserver
+from ablate.launch.workers import READY_ENV, pool_context, start_server
+threading.Timer(0.5, os.kill, (os.getpid(), signal.SIGINT)).start()
+began = time.monotonic()
+try:
+    start_server(pool_context())
+except KeyboardInterrupt:
+    took = time.monotonic() - began
+    pid = forkserver._forkserver._forkserver_pid
+    time.sleep(0.2)
+    print(os.waitpid(pid, os.WNOHANG)[0] == pid, took, READY_ENV in os.environ)
+"""
+
+
+def test_ctrl_c_while_the_server_imports_lightning_kills_it_at_once() -> None:
+    # the server's import of torch and Lightning takes 3-10 s on 2 cores; the first pool's
+    # submit waited for it with SIGINT deferred, so Ctrl-C then took as long
+    out = subprocess.run(
+        [sys.executable, "-c", SERVER_INTERRUPTED], capture_output=True, text=True, timeout=60
+    ).stdout.split()
+    assert out[0] == "True", "the server outlived Ctrl-C"
+    assert float(out[1]) < 1.5, f"Ctrl-C 0.5 s in took {out[1]} s to reach ablate"
+    assert out[2] == "False"
 
 
 # Ctrl-C at any moment: the experiment below takes ~14 s with 2 workers on 2 cores (start-up,
