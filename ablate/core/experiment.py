@@ -244,6 +244,20 @@ class AnalysisConfig(StrictSection):
     )
 
 
+class DecideConfig(StrictSection):
+    """``decide:``: matched seeds added to the leading comparison, ``step`` at a time, until
+    every one of its comparisons is different or equivalent, or ``max_seeds`` is reached
+    (:mod:`ablate.core.sequential`)."""
+
+    max_seeds: int = Field(
+        ...,
+        ge=3,
+        description="the most seeds the leading comparison may take; it looks at len(seeds), "
+        "+step, …, max_seeds and tests at α / (number of looks) at each",
+    )
+    step: int = Field(2, ge=1, description="seeds added between two looks")
+
+
 class ExperimentFile(StrictSection):
     """The top level of an experiment file, before variants are resolved."""
 
@@ -265,6 +279,7 @@ class ExperimentFile(StrictSection):
     convert: ConvertConfig | None = None
     scale: ScaleConfig | None = None
     analysis: AnalysisConfig = Field(default_factory=AnalysisConfig)
+    decide: DecideConfig | None = None
     storage: str | None = Field(
         None, description="Optuna storage URL; default sqlite in the results folder"
     )
@@ -291,6 +306,7 @@ class Experiment(BaseModel):
     convert: ConvertPlan | None = None
     scale: ScaleConfig | None = None
     analysis: AnalysisConfig = Field(default_factory=AnalysisConfig)
+    decide: DecideConfig | None = None
     file: dict[str, Any] = Field(
         default_factory=dict, description="the file's top level as read (sizes derive from it)"
     )

@@ -302,6 +302,7 @@ def resolve_experiment(raw: dict[str, Any], path: Path, where: str) -> Experimen
         convert=convert,
         scale=top.scale,
         analysis=top.analysis,
+        decide=top.decide,
         file=raw,
         storage=top.storage,
         grid=top.grid,
@@ -309,11 +310,26 @@ def resolve_experiment(raw: dict[str, Any], path: Path, where: str) -> Experimen
     )
     if top.scale is not None:
         check_scale(experiment, where)
+    if top.decide is not None:
+        check_decide(experiment, where)
     return experiment
 
 
 SIZE_KEYS = ("model.d_model", "model.n_layers", "model.n_heads")
 STUDY_SECTIONS = ("sweep", "search", "curve", "max_lr")
+
+
+def check_decide(experiment: Experiment, where: str) -> None:
+    """A ``decide:`` section with room for seeds and a comparison to decide, or one line."""
+    decide = experiment.decide
+    assert decide is not None
+    if decide.max_seeds <= len(experiment.seeds):
+        raise ConfigError(
+            f"{where}: decide.max_seeds is {decide.max_seeds}; it must exceed the "
+            f"{len(experiment.seeds)} seeds the experiment starts from (seeds: {experiment.seeds})"
+        )
+    if len(experiment.variants) < 2:
+        raise ConfigError(f"{where}: decide: needs two variants or more to compare")
 
 
 def check_scale(experiment: Experiment, where: str) -> None:

@@ -161,11 +161,12 @@ def with_train(config: RunConfig, **fields: Any) -> RunConfig:
     return RunConfig.model_validate({**config.model_dump(), "train": train})
 
 
-def plan_runs(experiment: Experiment) -> list[RunSpec]:
-    """Every variant x seed, seed-major so matched pairs complete together."""
+def plan_runs(experiment: Experiment, seeds: list[int] | None = None) -> list[RunSpec]:
+    """Every variant x seed (``seeds``, default the experiment's), seed-major so matched pairs
+    complete together."""
     return [
         RunSpec(experiment.name, variant, seed, config)
-        for seed in experiment.seeds
+        for seed in seeds or experiment.seeds
         for variant, config in experiment.variants.items()
     ]
 
@@ -214,10 +215,13 @@ def plan_curve(experiment: Experiment, grown: tuple[int, int] = (0, 0)) -> list[
     )
 
 
-def plan_tuned(experiment: Experiment, best: dict[str, dict[str, Any]]) -> list[RunSpec]:
+def plan_tuned(
+    experiment: Experiment, best: dict[str, dict[str, Any]], seeds: list[int] | None = None
+) -> list[RunSpec]:
     """The tuned A/B: every variant with a search result at its own best ``lr`` and
-    ``warmup_steps`` (``best[variant]``), on the experiment's seeds at the full budget; seed-major
-    like :func:`plan_runs`, so each seed's initial weights and batches are matched as there."""
+    ``warmup_steps`` (``best[variant]``), on ``seeds`` (default the experiment's) at the full
+    budget; seed-major like :func:`plan_runs`, so each seed's initial weights and batches are
+    matched as there."""
     return [
         RunSpec(
             experiment.name,
@@ -226,7 +230,7 @@ def plan_tuned(experiment: Experiment, best: dict[str, dict[str, Any]]) -> list[
             with_train(config, lr=best[variant]["lr"], warmup_steps=best[variant]["warmup_steps"]),
             group="tuned",
         )
-        for seed in experiment.seeds
+        for seed in seeds or experiment.seeds
         for variant, config in experiment.variants.items()
         if best.get(variant)
     ]
@@ -269,8 +273,11 @@ def plan_convert(experiment: Experiment) -> list[RunSpec]:
     return specs
 
 
-def plan_manifest(experiment: Experiment, specs: list[RunSpec]) -> dict[str, Any]:
-    """What the report needs to know of the plan: variants in order, seeds, factors, run ids."""
+def plan_manifest(
+    experiment: Experiment, specs: list[RunSpec], decided: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """What the report needs to know of the plan: variants in order, seeds, factors, run ids,
+    and with ``decide:`` what the sequential design did (``decided``)."""
     return {
         "name": experiment.name,
         "description": experiment.description,
@@ -285,6 +292,7 @@ def plan_manifest(experiment: Experiment, specs: list[RunSpec]) -> dict[str, Any
         ),
         "seeds": experiment.seeds,
         "min_effect": experiment.analysis.min_effect,
+        **({"decide": decided} if decided else {}),
         "criterion": criterion_text(experiment.base.train.stability),
         "runs": [
             {

@@ -12,6 +12,8 @@ Stages, in order (each one only those the file configures):
 4. **tuned** — the tuned A/B: every variant at its own best (LR, warmup) from the search, or
    at its curve's optimum LR with the search's best warmup, on the experiment's seeds,
    matched init and batch order as in the shared A/B;
+   **decide** — with ``decide:``, seeds added to the leading comparison (tuned, else shared)
+   until the report's verdict on each of its comparisons is reached (:mod:`ablate.launch.decide`);
 5. **max_lr** — the largest stable LR per variant, bracketed seed by seed, then held against
    every other stored run of the variant at the same budget (:func:`check_boundaries`);
 6. **convert** — continued training of the finished source runs, as stored and norm-swapped;
@@ -60,7 +62,7 @@ from ablate.launch.execute import Executor, LocalExecutor, ready_conversions, sp
 from ablate.launch.progress import StudyProgress
 from ablate.launch.workers import Resources, resources_for, sigint_deferred
 
-STAGES = ("shared", "search", "curve", "tuned", "max_lr", "convert", "report")
+STAGES = ("shared", "search", "curve", "tuned", "decide", "max_lr", "convert", "report")
 SayFn = Callable[[str], None]
 
 
@@ -187,6 +189,8 @@ def run_experiment(
         specs += tuned
         write_manifest(ctx, specs + continued)
         ctx.execute(tuned)  # stage: tuned
+    if experiment.decide is not None:
+        specs = decide_stage(ctx, specs, continued, chosen)
     if experiment.max_lr is not None:
         studies.max_lr = max_lr_stage(ctx, studies.best_lrs())
     if experiment.search is not None or experiment.max_lr is not None:
@@ -218,6 +222,24 @@ def _check_storage(experiment: Experiment, root: Path, storage: str | None) -> N
 def write_manifest(ctx: Context, specs: list[RunSpec]) -> None:
     """The plan as the report reads it (``experiment.json``)."""
     store.write_manifest(ctx.exp_dir, plan_manifest(ctx.experiment, specs))
+
+
+def decide_stage(
+    ctx: Context, specs: list[RunSpec], continued: list[RunSpec], chosen: dict[str, Any]
+) -> list[RunSpec]:
+    """Seeds added to the leading comparison, the tuned one if any, until it is decided
+    (:mod:`ablate.launch.decide`); the plan with every seed it took."""
+    from ablate.launch.decide import decide_stage as decide
+
+    experiment = ctx.experiment
+    leading = "tuned" if chosen else "main"
+    others = [s for s in specs if s.group != leading]
+
+    def plan(seeds: list[int]) -> list[RunSpec]:
+        return plan_tuned(experiment, chosen, seeds) if chosen else plan_runs(experiment, seeds)
+
+    assert ctx.executor is not None
+    return others + decide(experiment, ctx.executor, ctx.exp_dir, others + continued, plan, ctx.say)
 
 
 def search_stage(ctx: Context) -> dict[str, SearchResult]:

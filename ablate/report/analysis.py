@@ -92,13 +92,22 @@ def holm(p_values: list[float]) -> list[float]:
     """Holm–Bonferroni adjusted p-values, in the given order (NaN stays NaN): the i-th
     smallest of m is multiplied by m − i + 1, made monotone and capped at 1. Rejecting where
     the adjusted p < α keeps the family-wise error rate of all m comparisons at α."""
-    order = sorted((p, i) for i, p in enumerate(p_values) if not np.isnan(p))
-    m = len(order)
-    adjusted = [float("nan")] * len(p_values)
-    running = 0.0
-    for rank, (p, i) in enumerate(order):
-        running = max(running, min(1.0, (m - rank) * p))
-        adjusted[i] = running
+    p = np.asarray(p_values, dtype=float)
+    adjusted = np.full(len(p), np.nan)
+    known = ~np.isnan(p)
+    adjusted[known] = holm_rows(p[known])
+    return [float(x) for x in adjusted]
+
+
+def holm_rows(p: np.ndarray) -> np.ndarray:
+    """:func:`holm` along the last axis of an array of p-values without NaN (one family per
+    row: the sequential design's replications)."""
+    m = p.shape[-1]
+    order = np.argsort(p, axis=-1, kind="stable")
+    ranked = np.take_along_axis(p, order, axis=-1) * np.arange(m, 0, -1)
+    ranked = np.minimum(1.0, np.maximum.accumulate(ranked, axis=-1))
+    adjusted = np.empty_like(ranked)
+    np.put_along_axis(adjusted, order, ranked, axis=-1)
     return adjusted
 
 

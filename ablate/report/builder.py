@@ -38,7 +38,7 @@ import pandas as pd
 
 from ablate.core import folders, store
 from ablate.core.folders import ExperimentFolder
-from ablate.report.analysis import noise_floor, variant_table
+from ablate.report.analysis import noise_floor
 from ablate.report.boundaries import max_lr_section
 from ablate.report.comparison import comparison_section
 from ablate.report.convert import convert_section
@@ -51,7 +51,7 @@ from ablate.report.scaling import scaling_section
 from ablate.report.section import Section
 from ablate.report.setup import impurity_flag, setup_section, simulated_flag
 from ablate.report.studies import attach_studies, curve_section, search_section, sweep_section
-from ablate.report.summary import summary_lines, with_holm
+from ablate.report.summary import quality_tables, summary_lines
 from ablate.report.text import quality_markdown
 
 
@@ -144,9 +144,7 @@ def report_sections(
     """Every section of the report in reading order, joined; the variant table; and the
     quality tables as ``ablate run`` prints them (``variants.md``), each named by its group."""
     manifest = stored.manifest
-    table = variant_table(stored.main, variants, variants[0])
-    tuned = variant_table(stored.tuned, variants, variants[0]) if len(stored.tuned) else None
-    table, tuned = with_holm(table, tuned)
+    table, tuned = quality_tables(stored, variants)
     noise = noise_floor(stored.main)
     sweep, sensitivity = sweep_section(stored, variants)
     table = attach_studies(table, sensitivity, stored.studies or {})

@@ -10,39 +10,73 @@ and gives the max stable LRs (:mod:`ablate.report.boundaries`).
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import pandas as pd
 
 from ablate.core.experiment import MIN_EFFECT
+from ablate.core.sequential import ALPHA, look_alpha
 from ablate.report import boundaries
-from ablate.report.analysis import holm, matched_differences
+from ablate.report.analysis import holm, matched_differences, variant_table
 from ablate.report.factorial import Design, level_text
 from ablate.report.load import StoredExperiment
 from ablate.report.text import fmt, p_text, signed
-from ablate.report.verdict import verdict
+from ablate.report.verdict import Verdict, verdict
+
+NOT_QUALITY = "not a quality comparison"
+NO_VERDICT = "no verdict"
 
 
-def _verdict_words(
-    row: pd.Series, runs: pd.DataFrame, baseline: str, min_effect: float, family: int
-) -> str:
-    """The comparison's verdict (:mod:`ablate.report.verdict`) and what the design could
-    have seen, from its own paired differences; one of ``family`` comparisons."""
-    pairs = int(row["n_pairs"])
+@dataclass(frozen=True)
+class Judging:
+    """What every comparison of a report is judged by."""
+
+    min_effect: float
+    family: int  # comparisons in the report
+    alpha: float  # the level: α, or one look's with ``decide:``
+
+
+def judging(manifest: dict, table: pd.DataFrame, tuned: pd.DataFrame | None) -> Judging:
+    """The report's smallest effect, family and level (:func:`look_level`)."""
+    min_effect = manifest.get("min_effect", MIN_EFFECT)  # stored before it was kept
+    return Judging(min_effect, comparisons(table, tuned), look_level(manifest))
+
+
+def look_level(manifest: dict) -> float:
+    """The level each verdict tests at: α, or with ``decide:`` α over its looks
+    (:mod:`ablate.core.sequential`)."""
+    decided = manifest.get("decide")
+    return look_alpha(len(decided["looks"])) if decided else ALPHA
+
+
+def judged(row: pd.Series, baseline: pd.Series, runs: pd.DataFrame, how: Judging) -> Verdict | str:
+    """The verdict of one comparison (:mod:`ablate.report.verdict`) from its own paired
+    differences; :data:`NOT_QUALITY` where either side has runs that diverged or collapsed,
+    :data:`NO_VERDICT` under 2 pairs."""
+    unlearned = [t for t in (unlearned_text(row), unlearned_text(baseline)) if t]
+    if unlearned and int(row["n_pairs"]) >= 2:
+        return NOT_QUALITY
     p = row["p_holm"] if "p_holm" in row else row["paired_t_p"]
-    diffs = matched_differences(runs, row["variant"], baseline).to_numpy()
-    found = verdict(diffs, min_effect, p, family)
-    if found is None:
-        return f"only {pairs} matched pair(s): no interval, so no verdict either way."
+    diffs = matched_differences(runs, row["variant"], baseline["variant"]).to_numpy()
+    found = verdict(diffs, how.min_effect, p, how.family, how.alpha)
+    return NO_VERDICT if found is None else found
+
+
+def _verdict_words(row: pd.Series, found: Verdict | str, how: Judging) -> str:
+    """The comparison's verdict and what the design could have seen."""
+    if not isinstance(found, Verdict):
+        return f"only {int(row['n_pairs'])} matched pair(s): no interval, so no verdict either way."
     words = f"**{found.text()}**"
     if found.word == "different":
         side = "lower" if row["diff_vs_baseline"] < 0 else "higher"
         words += f": {row['variant']}'s loss is {side}"
     reach = found.reach
-    adjusted = f", Bonferroni over {family}" if family > 1 else ""
+    adjusted = f", Bonferroni over {how.family}" if how.family > 1 else ""
+    level = f", each at α {how.alpha:.4f} of one look" if how.alpha < ALPHA else ""
     return (
         f"{words} (paired SD {reach.sd:.4f} over {reach.pairs} seeds: detectable at 80% power "
-        f"{reach.mde:.4f}; {reach.needed_text(min_effect)}; equivalence within "
-        f"±{min_effect:g}, TOST p {p_text(found.tost_p)}{adjusted})."
+        f"{reach.mde:.4f}; {reach.needed_text(how.min_effect)}; equivalence within "
+        f"±{how.min_effect:g}, TOST p {p_text(found.tost_p)}{adjusted}{level})."
     )
 
 
@@ -60,7 +94,7 @@ def unlearned_text(row: pd.Series) -> str | None:
 
 
 def _difference_lines(
-    table: pd.DataFrame, runs: pd.DataFrame, min_effect: float, where: str, family: int = 1
+    table: pd.DataFrame, runs: pd.DataFrame, how: Judging, where: str
 ) -> list[str]:
     """One sentence per variant: its paired difference to the baseline and its verdict; where
     either side has runs that diverged or collapsed, that is the verdict instead."""
@@ -68,10 +102,12 @@ def _difference_lines(
     lines = []
     for _, row in table.iloc[1:].iterrows():
         holm_text = f", Holm-adjusted {p_text(row['p_holm'])}" if "p_holm" in row else ""
-        level = "95% CI, unadjusted" if "p_holm" in row else "95% CI"
+        adjusted = "p_holm" in row or how.alpha < ALPHA  # the verdict's level is not 5%
+        level = "95% CI, unadjusted" if adjusted else "95% CI"
         label = f"Final val loss {where}".rstrip()
         unlearned = [t for t in (unlearned_text(row), unlearned_text(baseline)) if t]
-        if unlearned and int(row["n_pairs"]) >= 2:
+        found = judged(row, baseline, runs, how)
+        if found == NOT_QUALITY:
             lines.append(
                 f"- **{label}, {row['variant']} − {baseline['variant']}: not a quality "
                 f"comparison: {'; '.join(unlearned)}** (its mean paired difference, "
@@ -84,10 +120,49 @@ def _difference_lines(
             f"{signed(row['diff_vs_baseline'])}** ({level} [{signed(row['diff_ci_low'])}, "
             f"{signed(row['diff_ci_high'])}], paired t-test p = {p_text(row['paired_t_p'])}"
             f"{holm_text}): "
-            + _verdict_words(row, runs, baseline["variant"], min_effect, family)
+            + _verdict_words(row, found, how)
             + (f" ({'; '.join(unlearned)}.)" if unlearned else "")
         )
     return lines
+
+
+def quality_tables(
+    stored: StoredExperiment, variants: list[str]
+) -> tuple[pd.DataFrame, pd.DataFrame | None]:
+    """The shared-LR and the tuned variant tables, their p-values Holm-adjusted together."""
+    table = variant_table(stored.main, variants, variants[0])
+    tuned = variant_table(stored.tuned, variants, variants[0]) if len(stored.tuned) else None
+    return with_holm(table, tuned)
+
+
+def leading_verdicts(stored: StoredExperiment) -> dict[str, str]:
+    """Each variant's verdict word in the leading comparison (tuned if there is one, else the
+    shared LR's), as the report gives it: what ``decide:`` looks at."""
+    table, tuned = quality_tables(stored, stored.manifest["variants"])
+    how = judging(stored.manifest, table, tuned)
+    lead, runs = (table, stored.main) if tuned is None else (tuned, stored.tuned)
+    found = {
+        row["variant"]: judged(row, lead.iloc[0], runs, how) for _, row in lead.iloc[1:].iterrows()
+    }
+    return {v: (j.word if isinstance(j, Verdict) else j) for v, j in found.items()}
+
+
+def decide_lines(manifest: dict) -> list[str]:
+    """With ``decide:``: the seeds the leading comparison used, of how many, and why it
+    stopped."""
+    decided = manifest.get("decide")
+    if not decided:
+        return []
+    why = {
+        "decided": "every leading comparison is decided",
+        "maximum": "it reached max_seeds with a comparison still undecided",
+    }.get(decided["stopped"], "the experiment has not finished deciding")
+    return [
+        f"- **Seeds until decided:** {len(decided['seeds'])} seeds of at most "
+        f"{decided['max_seeds']} (looks at {', '.join(map(str, decided['looks']))} seeds, "
+        f"each testing at α {ALPHA:g}/{len(decided['looks'])} = {look_level(manifest):.4f}: "
+        f"Bonferroni spending over the looks); it stopped because {why}."
+    ]
 
 
 def effect_sentences(effects: pd.DataFrame) -> list[str]:
@@ -123,7 +198,8 @@ def lead_lines(
 ) -> list[str]:
     """Which comparison the summary leads with, and why; a design too small to estimate its
     own noise is flagged."""
-    seeds = stored.manifest["seeds"]
+    decided = stored.manifest.get("decide")
+    seeds = decided["seeds"] if decided else stored.manifest["seeds"]
     lines = []
     curve_seeds = sorted({r["seed"] for r in stored.manifest["runs"] if r.get("group") == "curve"})
     if tuned is not None:
@@ -169,13 +245,12 @@ def summary_lines(
             f"- **Partial results:** {len(stored.missing)} of {planned} planned runs have no "
             "result yet; everything below uses the runs that are stored."
         )
-    lines += lead_lines(stored, tuned, effects)
-    min_effect = stored.manifest.get("min_effect", MIN_EFFECT)  # stored before it was kept
-    family = comparisons(table, tuned)
+    lines += lead_lines(stored, tuned, effects) + decide_lines(stored.manifest)
+    how = judging(stored.manifest, table, tuned)
     if tuned is not None:
-        lines += _difference_lines(tuned, stored.tuned, min_effect, "at tuned settings", family)
+        lines += _difference_lines(tuned, stored.tuned, how, "at tuned settings")
     shared = "at the shared LR" if tuned is not None else ""
-    lines += _difference_lines(table, stored.main, min_effect, shared, family)
+    lines += _difference_lines(table, stored.main, how, shared)
     if comparisons(table, tuned) > 1:
         lines.append(
             f"- {comparisons(table, tuned)} comparisons in this report: p-values are also "

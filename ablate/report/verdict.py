@@ -8,10 +8,15 @@ of interest m (``analysis.min_effect``):
   and the pairs that detecting m would take (statsmodels' ``TTestPower``);
 - **the verdict**: *different* where the test rejects Δ = 0 at α (on the Holm-adjusted p
   where the report makes several comparisons); else *equivalent within ±m* where both one-sided
-  tests reject |Δ| ≥ m at α (TOST, statsmodels' ``ttost_paired``: the 90% interval lies inside
-  ±m; Bonferroni-adjusted over the report's comparisons); else *inconclusive*, with about how
-  many more seeds detecting m would take. "No difference" is never a verdict: an interval
-  that spans zero is inconclusive until it is also inside ±m.
+  tests reject |Δ| ≥ m at α (TOST: the 1 − 2α interval lies inside ±m; Bonferroni-adjusted
+  over the report's comparisons); else *inconclusive*, with about how many more seeds
+  detecting m would take. "No difference" is never a verdict: an interval that spans zero is
+  inconclusive until it is also inside ±m. With ``decide:`` α is the level of one look
+  (:mod:`ablate.core.sequential`).
+
+:func:`tost_p` and :func:`words` take arrays (many replications at once, for the sequential
+design's tests); the TOST is scipy's one-sided ``ttest_1samp`` twice, which gives statsmodels'
+``ttost_paired`` p (tests/report/test_verdict.py holds them together).
 """
 
 from __future__ import annotations
@@ -20,10 +25,12 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
+from scipy.stats import ttest_1samp
 from statsmodels.stats.power import TTestPower
-from statsmodels.stats.weightstats import ttost_paired
 
-ALPHA = 0.05
+from ablate.core.sequential import ALPHA, look_alpha
+from ablate.report.analysis import holm_rows
+
 POWER = 0.8
 MAX_PAIRS = 10_000  # beyond this a design "cannot" detect the effect: reported as such
 
@@ -85,9 +92,7 @@ def reach(diffs: np.ndarray, min_effect: float, alpha: float = ALPHA) -> Reach:
         return Reach(n, sd, math.nan, None)
     if sd == 0:
         return Reach(n, sd, 0.0, 2)
-    effect = TTestPower().solve_power(
-        nobs=n, alpha=alpha / 2, power=POWER, alternative="larger"
-    )
+    effect = TTestPower().solve_power(nobs=n, alpha=alpha / 2, power=POWER, alternative="larger")
     return Reach(n, sd, float(effect) * sd, _pairs_for(min_effect / sd, alpha))
 
 
@@ -110,6 +115,23 @@ def _pairs_for(effect_size: float, alpha: float) -> int | None:
     return high
 
 
+def tost_p(diffs: np.ndarray, min_effect: float) -> np.ndarray:
+    """The TOST p of |Δ| ≥ ``min_effect`` for matched differences along the last axis: the
+    larger of the two one-sided t-tests' p."""
+    above = ttest_1samp(diffs, -min_effect, axis=-1, alternative="greater").pvalue
+    below = ttest_1samp(diffs, min_effect, axis=-1, alternative="less").pvalue
+    return np.maximum(above, below)
+
+
+def words(p_value: np.ndarray, tost: np.ndarray, alpha: float = ALPHA) -> np.ndarray:
+    """The verdict's word for each (p of Δ = 0, TOST p), both already adjusted for the family:
+    ``different`` below α, else ``equivalent`` where the TOST is below α, else
+    ``inconclusive``."""
+    p_value, tost = np.asarray(p_value), np.asarray(tost)
+    equivalent = np.where(tost < alpha, "equivalent", "inconclusive")
+    return np.where(p_value < alpha, "different", equivalent)
+
+
 def verdict(
     diffs: np.ndarray, min_effect: float, p_value: float, family: int = 1, alpha: float = ALPHA
 ) -> Verdict | None:
@@ -124,15 +146,44 @@ def verdict(
     if found.sd == 0:
         tost = 0.0 if abs(diffs[0]) < min_effect else 1.0
     else:
-        tost = float(ttost_paired(diffs, np.zeros_like(diffs), -min_effect, min_effect)[0])
+        tost = float(tost_p(diffs, min_effect))
     tost = min(1.0, tost * family)
-    if math.isfinite(p_value) and p_value < alpha:
-        word = "different"
-    elif tost < alpha:
-        word = "equivalent"
-    else:
-        word = "inconclusive"
+    word = str(words(p_value if math.isfinite(p_value) else 1.0, tost, alpha))
     more = None
     if word == "inconclusive" and found.pairs_needed is not None:
         more = max(1, found.pairs_needed - found.pairs)
     return Verdict(word, min_effect, tost, found, more)
+
+
+def look_words(diffs: np.ndarray, min_effect: float, level: float) -> np.ndarray:
+    """The words of one look at ``diffs`` (replication, seed, comparison): every comparison
+    judged as :func:`verdict` judges it (Holm over the comparisons, the TOST
+    Bonferroni-adjusted) at ``level``; (replication, comparison)."""
+    family = diffs.shape[-1]
+    p = holm_rows(ttest_1samp(diffs, 0.0, axis=1).pvalue)
+    tost = np.minimum(1.0, tost_p(np.moveaxis(diffs, 1, -1), min_effect) * family)
+    return words(p, tost, level)
+
+
+def sequential_words(
+    diffs: np.ndarray, counts: list[int], min_effect: float, alpha: float = ALPHA
+) -> tuple[np.ndarray, np.ndarray]:
+    """``decide:``'s rule over replications: ``diffs`` (replication, seed, comparison) are
+    matched differences to the baseline; at each look (the first ``counts[k]`` seeds) every
+    comparison is judged (:func:`look_words`) at α / len(counts), and a replication stops at
+    the first look where all of them are decided. Returns the words where each stopped
+    (replication, comparison) and the seeds each used."""
+    level = look_alpha(len(counts), alpha)
+    final = np.full(diffs.shape[::2], "inconclusive", dtype=object)
+    used = np.full(len(diffs), counts[-1])
+    open_ = np.ones(len(diffs), dtype=bool)
+    for count in counts:
+        found = look_words(diffs[open_, :count, :], min_effect, level)
+        decided = (found != "inconclusive").all(axis=1)
+        rows = np.flatnonzero(open_)
+        final[rows] = found
+        used[rows[decided]] = count
+        open_[rows[decided]] = False
+        if not open_.any():
+            break
+    return final, used

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from ablate.report.summary import _difference_lines, unlearned_text
+from ablate.report.summary import Judging, _difference_lines, unlearned_text
 
 
 def _table(collapsed: int, diverged: int = 0) -> pd.DataFrame:
@@ -33,14 +33,16 @@ RUNS = pd.DataFrame(
 
 
 def test_collapsed_runs_replace_the_verdict() -> None:
-    (line,) = _difference_lines(_table(collapsed=2), RUNS, 0.02, where="at the shared LR")
+    (line,) = _difference_lines(
+        _table(collapsed=2), RUNS, Judging(0.02, 1, 0.05), where="at the shared LR"
+    )
     assert "dyt − layernorm: not a quality comparison: dyt: 2 of 2 runs collapsed**" in line
     assert "+0.5951" in line and "no verdict is drawn" in line
     assert "excludes zero" not in line and "do not show a difference" not in line
 
 
 def test_a_run_that_learned_on_both_sides_keeps_its_interval_verdict() -> None:
-    (line,) = _difference_lines(_table(collapsed=0), RUNS, 0.02, where="")
+    (line,) = _difference_lines(_table(collapsed=0), RUNS, Judging(0.02, 1, 0.05), where="")
     assert "dyt − layernorm: +0.5951**" in line and "**different**: dyt's loss is higher" in line
 
 

@@ -9,7 +9,8 @@ from scipy import stats
 from statsmodels.stats.power import TTestPower
 from statsmodels.stats.weightstats import ttost_paired
 
-from ablate.report.verdict import reach, verdict
+from ablate.report.analysis import holm
+from ablate.report.verdict import look_words, reach, sequential_words, tost_p, verdict
 
 
 @pytest.mark.parametrize(("effect_size", "pairs"), [(0.5, 34), (0.8, 15), (1.0, 10)])
@@ -68,3 +69,31 @@ def test_in_a_family_equivalence_is_bonferroni_adjusted() -> None:
     assert alone is not None and among_six is not None
     assert among_six.tost_p == pytest.approx(min(1.0, 6 * alone.tost_p))
     assert (alone.word, among_six.word) == ("equivalent", "inconclusive")
+
+
+def test_the_tost_is_statsmodels_ttost_paired_row_by_row() -> None:
+    rng = np.random.default_rng(1)
+    rows = rng.normal(rng.uniform(-0.03, 0.03, size=(40, 1)), 0.012, size=(40, 7))
+    ours = tost_p(rows, 0.02)
+    for row, p in zip(rows, ours, strict=True):
+        assert p == pytest.approx(ttost_paired(row, np.zeros_like(row), -0.02, 0.02)[0], rel=1e-9)
+
+
+def test_one_look_judges_each_replication_as_the_report_judges_one_comparison() -> None:
+    rng = np.random.default_rng(2)
+    diffs = rng.normal(rng.choice([0.0, 0.01, 0.04], size=(60, 1, 2)), 0.015, size=(60, 5, 2))
+    found = look_words(diffs, 0.02, 0.01)
+    for replication, row in zip(diffs, found, strict=True):
+        p = holm([stats.ttest_1samp(replication[:, j], 0.0).pvalue for j in range(2)])
+        expected = [verdict(replication[:, j], 0.02, p[j], 2, 0.01).word for j in range(2)]
+        assert list(row) == expected
+    assert set(found.ravel()) == {"different", "equivalent", "inconclusive"}
+
+
+def test_a_replication_stops_at_its_first_look_where_every_comparison_is_decided() -> None:
+    big = np.full((1, 9, 1), 0.05) + np.array([0.001, -0.001] * 4 + [0.0])[None, :, None]
+    noise = np.array([0.03, -0.03, 0.02, -0.02, 0.01, -0.01, 0.0, 0.005, -0.005])
+    slow = 0.01 + noise[None, :, None]
+    found, used = sequential_words(np.concatenate([big, slow]), [3, 5, 7, 9], 0.02)
+    assert list(found[:, 0]) == ["different", "inconclusive"]
+    assert list(used) == [3, 9]  # one decided at once, the other never: its last look

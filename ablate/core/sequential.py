@@ -1,0 +1,54 @@
+"""Seeds until decided (``decide:``): when the pipeline looks, which seeds it adds, and the
+level each look tests at.
+
+The leading comparison starts on the experiment's ``seeds`` (n₀ of them) and looks at n₀,
+n₀ + step, …, ``max_seeds`` matched seeds: K looks. At each look every comparison of the report
+is judged as the report judges it (:mod:`ablate.report.verdict`), at α / K: Bonferroni spending
+of α over the planned looks, so the chance of any false "different" or false "equivalent" over
+all K looks together is at most α whatever the looks' correlation (conservative: Pocock's
+boundary for K = 5 tests each look at 0.016 where this tests at 0.01). It stops at the first look
+where every leading comparison is decided, or at the last. The added seeds come after every seed
+the experiment already uses (its search and curve seeds too), so nothing stored is re-planned.
+"""
+
+from __future__ import annotations
+
+from ablate.core.experiment import DecideConfig, Experiment
+
+ALPHA = 0.05  # the family-wise error the whole sequential design keeps
+
+
+def looks(start: int, decide: DecideConfig) -> list[int]:
+    """The seed counts the design looks at: ``start``, +step, …, ``max_seeds`` (the last one
+    whatever the step)."""
+    counts = list(range(start, decide.max_seeds, decide.step))
+    return [*counts, decide.max_seeds]
+
+
+def look_alpha(n_looks: int, alpha: float = ALPHA) -> float:
+    """The level each of ``n_looks`` looks tests at (Bonferroni spending)."""
+    return alpha / n_looks
+
+
+def reserved_seeds(experiment: Experiment) -> set[int]:
+    """Every seed a stage of the experiment trains on besides the comparison's own."""
+    used = set(experiment.seeds)
+    if experiment.search is not None:
+        used.add(experiment.search_seed())
+    if experiment.curve is not None:
+        used.update(experiment.curve_seeds())
+    for section in (experiment.sweep, experiment.max_lr):
+        if section is not None and section.seeds:
+            used.update(section.seeds)
+    if experiment.convert is not None:
+        used.update(experiment.convert.seeds)
+    return used
+
+
+def decide_seeds(experiment: Experiment) -> list[int]:
+    """The seeds the leading comparison may take, in order: the experiment's, then the next
+    ``max_seeds`` − len(seeds) above every seed it already uses."""
+    assert experiment.decide is not None
+    extra = experiment.decide.max_seeds - len(experiment.seeds)
+    first = max(reserved_seeds(experiment)) + 1
+    return [*experiment.seeds, *range(first, first + extra)]

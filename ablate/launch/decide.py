@@ -1,0 +1,66 @@
+"""The ``decide:`` stage: matched seeds added to the leading comparison (tuned, else the shared
+LR's), ``step`` at a time, until the report's verdict on every one of its comparisons is
+*different* or *equivalent*, or it has ``max_seeds`` (:mod:`ablate.core.sequential`).
+
+Each look plans the leading comparison on the seeds so far (its stored runs are reused: a rerun
+with a larger ``max_seeds`` continues where the last one stopped), trains the new ones through
+the executor, and asks the report for its verdicts (:func:`ablate.report.summary.leading_verdicts`),
+so the loop stops on exactly what the report will say. The manifest records the looks, the
+seeds used and why it stopped.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from ablate.core import store
+from ablate.core.experiment import Experiment
+from ablate.core.plan import RunSpec, plan_manifest
+from ablate.core.sequential import decide_seeds, look_alpha, looks
+from ablate.launch.execute import Executor
+from ablate.report.load import load_experiment_results
+from ablate.report.summary import leading_verdicts
+
+DECIDED = ("different", "equivalent", "not a quality comparison")  # more seeds change nothing
+
+
+def decide_stage(
+    experiment: Experiment,
+    executor: Executor,
+    exp_dir: Path,
+    others: list[RunSpec],
+    plan_leading: Callable[[list[int]], list[RunSpec]],
+    say: Callable[[str], None],
+) -> list[RunSpec]:
+    """Look at the leading comparison on ever more seeds until it is decided (see the module);
+    ``others`` are the rest of the plan, for the manifest. The leading comparison's runs over
+    every seed it took."""
+    assert experiment.decide is not None
+    seeds = decide_seeds(experiment)
+    counts = looks(len(experiment.seeds), experiment.decide)
+    record: dict[str, Any] = {
+        "max_seeds": experiment.decide.max_seeds,
+        "step": experiment.decide.step,
+        "looks": counts,
+        "alpha": look_alpha(len(counts)),
+        "seeds": [],
+        "stopped": "running",
+    }
+    leading: list[RunSpec] = []
+    for look, count in enumerate(counts, 1):
+        leading = plan_leading(seeds[:count])
+        record["seeds"] = seeds[:count]
+        store.write_manifest(exp_dir, plan_manifest(experiment, others + leading, record))
+        executor.run(leading)
+        found = leading_verdicts(load_experiment_results(exp_dir))
+        words = ", ".join(f"{variant} {word}" for variant, word in found.items())
+        say(f"decide: look {look} of {len(counts)}, {count} seeds: {words}")
+        if all(word in DECIDED for word in found.values()):
+            record["stopped"] = "decided"
+            break
+    else:
+        record["stopped"] = "maximum"
+    store.write_manifest(exp_dir, plan_manifest(experiment, others + leading, record))
+    return leading

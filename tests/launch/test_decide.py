@@ -1,0 +1,81 @@
+"""The ``decide:`` stage on the simulator: seeds are added until the report's verdict is
+reached, stored runs are reused, and the report says how many seeds it took and why it
+stopped."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import write_experiment
+
+from ablate.core import store
+from ablate.core.config import ConfigError
+from ablate.core.load import load_experiment
+from ablate.core.sequential import decide_seeds
+from ablate.launch.pipeline import run_experiment
+from ablate.report.load import load_experiment_results
+from ablate.report.summary import leading_verdicts
+
+
+def _experiment(tmp_path: Path, gap: float, max_seeds: int, **extra: Any) -> Path:
+    """Two simulated variants whose true final losses differ by ``gap`` nats, at paired
+    noise √2 · 0.01 (the run noise calibrated on ln_vs_rms)."""
+    truth = {"seed_sd": 0.01, "run_sd": 0.01, "variants": {"rmsnorm": {"best_loss": 1.73 + gap}}}
+    return write_experiment(
+        tmp_path / "e.yaml",
+        seeds=[0, 1, 2],
+        runtime={"backend": "simulate", "simulate": truth},
+        decide={"max_seeds": max_seeds, "step": 2},
+        **extra,
+    )
+
+
+def _seeds_of(results: Path) -> list[int]:
+    manifest = store.read_manifest(results / "tiny")
+    return sorted({r["seed"] for r in manifest["runs"] if r["variant"] == "rmsnorm"})
+
+
+def test_a_large_gap_is_called_different_within_a_few_looks(tmp_path: Path) -> None:
+    path = _experiment(tmp_path, gap=0.04, max_seeds=15)
+    result = run_experiment(path, tmp_path / "results", tmp_path / "reports")
+    decided = store.read_manifest(result.exp_dir)["decide"]
+    assert decided["stopped"] == "decided"
+    assert decided["looks"] == [3, 5, 7, 9, 11, 13, 15]
+    assert decided["alpha"] == 0.05 / 7
+    assert len(decided["seeds"]) < 15
+    assert leading_verdicts(load_experiment_results(result.exp_dir)) == {"rmsnorm": "different"}
+    summary = (result.report_dir / "report.md").read_text()
+    assert f"**Seeds until decided:** {len(decided['seeds'])} seeds of at most 15" in summary
+    assert "every leading comparison is decided" in summary
+    assert "each at α 0.0071 of one look" in summary
+
+
+def test_no_gap_is_called_equivalent_and_a_larger_maximum_continues(tmp_path: Path) -> None:
+    results = tmp_path / "results"
+    small = run_experiment(_experiment(tmp_path, 0.0, max_seeds=5), results, tmp_path / "r")
+    assert store.read_manifest(small.exp_dir)["decide"]["stopped"] == "maximum"
+    assert _seeds_of(results) == [0, 1, 2, 3, 4]
+    first = {p: p.stat().st_mtime_ns for p in (results / "tiny").glob("*/summary.json")}
+    again = run_experiment(_experiment(tmp_path, 0.0, max_seeds=40), results, tmp_path / "r")
+    decided = store.read_manifest(again.exp_dir)["decide"]
+    assert decided["stopped"] == "decided"
+    assert leading_verdicts(load_experiment_results(again.exp_dir)) == {"rmsnorm": "equivalent"}
+    assert _seeds_of(results) == sorted(decided["seeds"])
+    assert decided["seeds"][:5] == [0, 1, 2, 3, 4] and len(decided["seeds"]) > 5
+    assert {p: p.stat().st_mtime_ns for p in first} == first  # the stored runs were reused
+    summaries = list((results / "tiny").glob("*/summary.json"))
+    assert len(summaries) == 2 * len(decided["seeds"])
+
+
+def test_added_seeds_skip_the_seeds_the_search_uses(tmp_path: Path) -> None:
+    search = {"n_trials": 2, "lr_min": 1e-3, "lr_max": 1e-2, "warmup_max": 4}
+    experiment = load_experiment(_experiment(tmp_path, 0.0, max_seeds=6, search=search))
+    assert experiment.search_seed() == 3
+    assert decide_seeds(experiment) == [0, 1, 2, 4, 5, 6]
+
+
+def test_decide_needs_room_for_more_seeds(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match=r"decide.max_seeds is 3; it must exceed the 3 seeds"):
+        load_experiment(_experiment(tmp_path, 0.0, max_seeds=3))
