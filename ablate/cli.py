@@ -109,6 +109,12 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="also say which planned runs this results store holds and which would be trained",
     )
+    validate.add_argument(
+        "--simulate",
+        action="store_true",
+        help="run the whole design on the simulator (at the truth runtime.simulate states) "
+        "and print the verdicts and seeds it would reach; nothing is stored",
+    )
 
     bench = sub.add_parser(
         "bench", help="time every norm kernel and the training step of each variant"

@@ -55,7 +55,21 @@ def cmd_validate(args: argparse.Namespace, console: Console) -> int:
         console.print(line, markup=False, highlight=False, soft_wrap=True)
     _print_more(len(lines) - 1, console)
     _warn_impure(experiment, console)
+    if args.simulate:
+        _print_simulated(args.experiment, console)
     return EXIT_OK
+
+
+def _print_simulated(path: Path, console: Console) -> None:
+    """``validate --simulate``: the summary the design would give on the simulator."""
+    from ablate.core.load import load_experiment
+    from ablate.launch.reach import simulated_lines
+
+    experiment = load_experiment(path, "simulate")
+    if experiment.scale is not None:
+        raise UsageError(f"{path}: --simulate previews one size; run ablate run --backend simulate")
+    for line in simulated_lines(experiment):
+        console.print(line, markup=False, highlight=False, soft_wrap=True)
 
 
 SHOWN_VARIANTS = 50  # validate lists a large grid's first variants and counts the rest

@@ -5,12 +5,14 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from conftest import simulated_experiment
+from conftest import simulated_experiment, write_experiment
 from statsmodels.stats.power import TTestPower
 
+from ablate.cli import main
 from ablate.core import store
+from ablate.core.load import load_experiment
 from ablate.launch.pipeline import run_experiment
-from ablate.launch.reach import reach_lines
+from ablate.launch.reach import reach_lines, simulated_lines
 
 
 @pytest.mark.usefixtures("unrendered_figures")
@@ -30,3 +32,28 @@ def test_the_stored_pairs_size_what_min_effect_needs(tmp_path: Path) -> None:
     needed = int(line.split("±0.01 needs ")[1].split(" pairs")[0])
     power = TTestPower()
     assert power.power(0.01 / sd, needed, 0.05) >= 0.8 > power.power(0.01 / sd, needed - 1, 0.05)
+
+
+@pytest.mark.usefixtures("unrendered_figures")
+def test_validate_simulate_prints_the_verdicts_and_seeds_and_stores_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    truth = {"run_sd": 0.01, "variants": {"rmsnorm": {"best_loss": 1.69}}}
+    path = write_experiment(
+        tmp_path / "e.yaml",
+        seeds=[0, 1, 2],
+        runtime={"simulate": truth},
+        decide={"max_seeds": 9},
+        storage="postgresql://nobody@127.0.0.1:1/never",  # the preview must not touch it
+    )
+    monkeypatch.chdir(tmp_path)
+    assert main(["validate", str(path), "--simulate"]) == 0
+    out = capsys.readouterr().out
+    assert "on the simulator (the file's runtime.simulate), this design would report:" in out
+    assert "**Seeds until decided:**" in out and "of at most 9" in out
+    assert "**different**: rmsnorm's loss is lower" in out
+    assert "max_lr" not in out and "running" not in out  # the stages' own lines stay quiet
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["e.yaml"]  # nothing stored here
+    default = write_experiment(tmp_path / "default.yaml", runtime={"backend": "simulate"})
+    head = simulated_lines(load_experiment(default))[0]
+    assert "the simulator's defaults: every variant the same truth (Δ = 0)" in head
