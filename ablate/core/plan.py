@@ -317,6 +317,7 @@ def planned_groups(experiment: Experiment) -> list[str]:
         "search": experiment.search is not None,
         "curve": experiment.curve is not None,
         "tuned": experiment.search is not None or experiment.curve is not None,
+        "decide": experiment.decide is not None,
         "max_lr": experiment.max_lr is not None,
         "convert": experiment.convert is not None,
     }
@@ -345,7 +346,8 @@ def study_runs(
     The planners say what the sweep, the tuned A/B (planned at the base's settings: the
     search's choice changes LR and warmup, not the count) and ``convert`` (continued and
     converted runs, counted with their source ``variant``) will run; the search runs
-    ``n_trials`` and the max-LR bracket at most :func:`max_lr_probes` probes per seed.
+    ``n_trials``, the max-LR bracket at most :func:`max_lr_probes` probes per seed, and
+    ``decide:`` at most ``max_seeds`` − len(seeds) more seeds of the leading comparison.
     """
     runs: dict[str, tuple[int, int]] = {}
     convert = experiment.convert
@@ -361,6 +363,8 @@ def study_runs(
         runs["curve"] = _counted([s for s in plan_curve(experiment) if s.variant == variant])
     if search is not None or experiment.curve is not None:
         runs["tuned"] = _counted([s for s in plan_tuned(experiment, at_base)])
+    if (decide := experiment.decide) is not None:  # at most: it stops once decided
+        runs["decide"] = (decide.max_seeds - len(experiment.seeds), config.steps())
     if (max_lr := experiment.max_lr) is not None:
         probes = max_lr_probes(experiment, max_lr.start or config.train.lr)
         seeds = len(max_lr.seeds or experiment.seeds)

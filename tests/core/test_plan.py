@@ -9,7 +9,15 @@ import pytest
 from conftest import REPO, tiny_config, write_experiment
 
 from ablate.core.load import load_experiment
-from ablate.core.plan import RunSpec, plan_manifest, plan_runs, plan_sweep, with_train
+from ablate.core.plan import (
+    RunSpec,
+    plan_manifest,
+    plan_runs,
+    plan_sweep,
+    planned_groups,
+    study_runs,
+    with_train,
+)
 
 
 def test_plan_is_variants_times_seeds_seed_major(tiny_experiment: Path) -> None:
@@ -107,3 +115,16 @@ def test_a_key_the_norm_kind_does_not_read_is_not_a_difference() -> None:
     ln_eps = tiny_config(**{"model.norm.eps": 1e-3})  # LayerNorm reads its eps
     assert RunSpec("e", "ln", 0, tiny_config()).run_id != RunSpec("e", "ln", 0, ln_eps).run_id
     assert differences(tiny_config(), ln_eps) == {"model.norm.eps": (1e-5, 1e-3)}
+
+
+def test_decide_plans_at_most_its_added_seeds_and_is_a_stage(tmp_path: Path) -> None:
+    path = write_experiment(tmp_path / "e.yaml", seeds=[0, 1, 2], decide={"max_seeds": 7})
+    experiment = load_experiment(path)
+    config = experiment.variants["rmsnorm"]
+    assert study_runs(experiment, config, "rmsnorm")["decide"] == (4, config.steps())
+    assert planned_groups(experiment) == ["main", "decide"]
+    seeds = {s.seed for s in plan_runs(experiment, [0, 1, 2, 3, 4])}
+    assert seeds == {0, 1, 2, 3, 4}
+    manifest = plan_manifest(experiment, plan_runs(experiment), {"seeds": [0, 1, 2]})
+    assert manifest["decide"] == {"seeds": [0, 1, 2]}
+    assert "decide" not in plan_manifest(experiment, plan_runs(experiment))  # unchanged bytes
