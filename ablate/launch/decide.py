@@ -21,9 +21,9 @@ from ablate.core.plan import RunSpec, plan_manifest
 from ablate.core.sequential import decide_seeds, look_alpha, looks
 from ablate.launch.execute import Executor
 from ablate.report.load import load_experiment_results
-from ablate.report.summary import leading_verdicts
+from ablate.report.summary import NOT_QUALITY, leading_verdicts
 
-DECIDED = ("different", "equivalent", "not a quality comparison")  # more seeds change nothing
+DECIDED = ("different", "equivalent", NOT_QUALITY)  # more seeds would not change these
 
 
 def decide_stage(

@@ -4,7 +4,9 @@ Leads with the tuned comparison when there is a search (the factors' main effect
 gives each paired comparison its verdict (different, equivalent within ±``analysis.min_effect``
 or inconclusive with the seeds it would need: :mod:`ablate.report.verdict`) from its own paired
 differences, Holm-adjusts p-values when there are several comparisons, names unstable runs,
-and gives the max stable LRs (:mod:`ablate.report.boundaries`).
+and gives the max stable LRs (:mod:`ablate.report.boundaries`). With ``decide:`` every verdict
+is at one look's level and the summary says how many seeds the leading comparison took and why
+it stopped; :func:`leading_verdicts` is what the pipeline's ``decide`` stage stops on.
 """
 
 from __future__ import annotations
