@@ -138,6 +138,14 @@ def finish_build(report_dir: Path, started: float, built_from: str) -> None:
     )
 
 
+def decided_seeds(manifest: dict) -> str:
+    """With ``decide:``, the seeds the leading comparison took beyond the file's."""
+    decided = manifest.get("decide")
+    if not decided or decided["seeds"] == manifest["seeds"]:
+        return ""
+    return f" (the leading comparison, seeds until decided: {decided['seeds']})"
+
+
 def report_sections(
     stored: StoredExperiment, variants: list[str]
 ) -> tuple[Section, pd.DataFrame, str]:
@@ -155,7 +163,7 @@ def report_sections(
             manifest.get("description") or "",
             "",
             f"Variants: {', '.join(variants)} (baseline: {variants[0]}); "
-            f"seeds: {manifest['seeds']}.",
+            f"seeds: {manifest['seeds']}{decided_seeds(manifest)}.",
             "",
         ],
         {"variants.csv": table, "runs.csv": stored.runs},

@@ -67,6 +67,11 @@ def test_no_gap_is_called_equivalent_and_a_larger_maximum_continues(tmp_path: Pa
     assert {p: p.stat().st_mtime_ns for p in first} == first  # the stored runs were reused
     summaries = list((results / "tiny").glob("*/summary.json"))
     assert len(summaries) == 2 * len(decided["seeds"])
+    text = (again.report_dir / "report.md").read_text()
+    assert (
+        f"seeds: [0, 1, 2] (the leading comparison, seeds until decided: {decided['seeds']})"
+        in text
+    )
 
 
 def test_added_seeds_skip_the_seeds_the_search_uses(tmp_path: Path) -> None:
