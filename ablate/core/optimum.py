@@ -21,6 +21,7 @@ from dataclasses import dataclass
 import numpy as np
 
 FIT_POINTS = 5  # grid points the quadratic is fitted to: the lowest and two on each side
+LR_DIGITS = 12  # significant digits of an optimum trained at (Optimum.lr)
 
 Curve = Sequence[tuple[float, float]]  # (lr, final val loss) of one seed
 
@@ -93,6 +94,14 @@ class Optimum:
     def shown(self) -> bool:
         """For a ratio of optima: whether the interval excludes 1 (they differ)."""
         return not self.low <= 1.0 <= self.high
+
+    @property
+    def lr(self) -> float:
+        """The optimum as the LR runs train at: :data:`LR_DIGITS` significant digits, so that
+        the fit's last bit, which differs between machines (numpy's vector code depends on the
+        CPU), does not change their run ids (ln_vs_rms's tuned runs got new ids on an
+        AVX-512 machine for an LR 1 ulp off, with bit-identical losses)."""
+        return float(f"{self.value:.{LR_DIGITS}g}")
 
 
 def _t_interval(logs: Sequence[float], inside: bool, level: float) -> Optimum:

@@ -128,7 +128,7 @@ def at_curve_optima(
         fallback = chosen.get(variant, {}).get(
             "warmup_steps", experiment.variants[variant].train.warmup_steps
         )
-        settings[variant] = {"lr": found.value, "warmup_steps": warmups.get(variant, fallback)}
+        settings[variant] = {"lr": found.lr, "warmup_steps": warmups.get(variant, fallback)}
     return settings
 
 
@@ -191,7 +191,7 @@ def tune_warmups(
     if cfg is None or not cfg.warmup_trials:
         return {}
     found = {
-        variant: tune_warmup(experiment, variant, optimum.value, executor, url, say)
+        variant: tune_warmup(experiment, variant, optimum.lr, executor, url, say)
         for variant, optimum in optima.items()
         if optimum is not None
     }

@@ -10,6 +10,7 @@ import pytest
 from scipy import stats
 
 from ablate.core.optimum import (
+    Optimum,
     edge_sides,
     fit_vertex,
     optimum_ratio,
@@ -73,3 +74,10 @@ def test_a_lowest_point_at_the_grids_end_names_the_side_to_grow() -> None:
     assert edge_sides({0: _valley(2**-4)}, GRID) == {1}  # optimum above the grid
     assert edge_sides({0: _valley(2**-11)}, GRID) == {-1}
     assert edge_sides({0: _valley(2**-7.5), 1: _valley(2**-8)}, GRID) == set()
+
+
+@pytest.mark.parametrize("value", [0.00214930569733557, 0.00311561206143147, 0.1, 3e-3])
+def test_an_optimum_trains_at_an_lr_its_last_bit_does_not_move(value: float) -> None:
+    a = Optimum(value, value / 2, value * 2, 2, True)
+    b = Optimum(math.nextafter(value, 1.0), value / 2, value * 2, 2, True)  # one ulp up
+    assert a.lr == b.lr and a.lr == pytest.approx(value, rel=1e-11)
