@@ -113,7 +113,9 @@ def test_ln_vs_rms_on_the_simulator_finds_the_truth_at_every_stage(
     for variant in exp.variants:  # tuned at its curve's optimum: within 2^(1/4) of the truth
         lrs = set(tuned.loc[tuned["variant"] == variant, "lr"])
         assert len(lrs) == 1 and abs(math.log2(lrs.pop() / sim.truth(variant).opt_lr)) < 0.25
-    assert sorted(tuned["seed"]) == [0, 0, 1, 1, 2, 2]
+    decided = store.read_manifest(result.exp_dir)["decide"]  # the file's decide: section
+    assert decided["stopped"] == "decided" and decided["seeds"][:3] == [0, 1, 2]
+    assert sorted(tuned["seed"]) == sorted(2 * decided["seeds"])  # every seed it took, matched
     main = runs[runs["group"] == "main"].pivot(
         index="seed", columns="variant", values="final_val_loss"
     )
@@ -185,7 +187,7 @@ def test_a_simulated_experiment_reads_no_data_and_builds_no_model(tmp_path: Path
 
     (tmp_path / "short.txt").write_text("too short to train on")
     short = {"source": "text_file", "path": str(tmp_path / "short.txt")}
-    exp = simulated_ln_vs_rms(tmp_path, data=short, curve=None, max_lr=None)
+    exp = simulated_ln_vs_rms(tmp_path, data=short, curve=None, max_lr=None, decide=None)
     result = run_experiment(exp, tmp_path / "results", tmp_path / "reports")
     assert not result.missing and len(store.load_summaries(result.exp_dir)) == 6
     exp.base.runtime.backend = "train"  # the same file, trained: its corpus is refused
