@@ -114,7 +114,8 @@ def test_smoke_experiment_end_to_end_on_the_simulator(tmp_path: Path) -> None:
     """Every stage of experiments/smoke.yaml, its report and its cached rerun, through the CLI
     on the simulator (training itself: tests/training, the pipeline's model-source tests)."""
     smoke = str(REPO / "experiments" / "smoke.yaml")
-    proc = ablate_process("run", smoke, "--backend", "simulate", cwd=tmp_path)
+    journal = ("--storage", f"journal:{tmp_path / 'studies.log'}")  # SQLite's commits: seconds
+    proc = ablate_process("run", smoke, "--backend", "simulate", *journal, cwd=tmp_path)
     out, _ = proc.communicate(timeout=PATIENCE_S)
     assert proc.returncode == 0, out
     report_dir = tmp_path / "reports" / "smoke-simulated"
@@ -156,7 +157,7 @@ def test_smoke_experiment_end_to_end_on_the_simulator(tmp_path: Path) -> None:
 
     _docs_notebook_snippet_matches_the_report(exp_dir, report_dir)
 
-    again = ablate_process("run", smoke, "--backend", "simulate", cwd=tmp_path)
+    again = ablate_process("run", smoke, "--backend", "simulate", *journal, cwd=tmp_path)
     out, _ = again.communicate(timeout=PATIENCE_S)
     assert again.returncode == 0 and "12 of 12 runs already done" in out, out
     assert "(up to date)" in out and "4 of 4 runs already done" in out, out  # the tuned A/B
