@@ -26,6 +26,7 @@ from ablate.core import store
 from ablate.core.experiment import Experiment
 from ablate.core.folders import ExperimentFolder
 from ablate.core.plan import plan_runs
+from ablate.core.sequential import decide_seeds
 from ablate.launch.pipeline import run_experiment
 from ablate.report.analysis import matched_differences
 from ablate.report.verdict import reach
@@ -41,7 +42,8 @@ def stored_comparison_runs(experiment: Experiment, results_dir: Path) -> tuple[s
     tuned = runs[runs["group"] == "tuned"]
     if len(tuned):
         return "tuned", tuned
-    planned = {s.run_id for s in plan_runs(experiment)}
+    seeds = decide_seeds(experiment) if experiment.decide is not None else experiment.seeds
+    planned = {s.run_id for s in plan_runs(experiment, seeds)}  # with the seeds decide: adds
     return "shared LR", runs[runs["run_id"].isin(planned)]
 
 
@@ -50,7 +52,9 @@ def reach_lines(experiment: Experiment, results_dir: Path) -> list[str]:
     where, runs = stored_comparison_runs(experiment, results_dir)
     m = experiment.analysis.min_effect
     variants = list(experiment.variants)
-    planned = len(experiment.seeds)
+    planned = str(len(experiment.seeds))
+    if experiment.decide is not None:
+        planned += f", up to {experiment.decide.max_seeds} with decide:"
     lines = [f"what the stored {where} pairs detect (analysis.min_effect {m:g} nats):"]
     for variant in variants[1:]:
         diffs = matched_differences(runs, variant, variants[0]) if len(runs) else pd.Series()

@@ -57,3 +57,15 @@ def test_validate_simulate_prints_the_verdicts_and_seeds_and_stores_nothing(
     default = write_experiment(tmp_path / "default.yaml", runtime={"backend": "simulate"})
     head = simulated_lines(load_experiment(default))[0]
     assert "the simulator's defaults: every variant the same truth (Δ = 0)" in head
+
+
+def test_with_decide_the_plan_says_how_far_seeds_may_go(tmp_path: Path) -> None:
+    noisy = {"backend": "simulate", "simulate": {"run_sd": 0.012}}  # 3 seeds do not decide it
+    exp = simulated_experiment(tmp_path, seeds=[0, 1, 2], decide={"max_seeds": 7}, runtime=noisy)
+    (line,) = reach_lines(exp, tmp_path / "results")[1:]
+    assert "0 stored pair(s)" in line
+    run_experiment(exp, results_dir=tmp_path / "results", report_dir=tmp_path / "reports")
+    (line,) = reach_lines(exp, tmp_path / "results")[1:]
+    used = len(store.read_manifest(tmp_path / "results" / "tiny")["decide"]["seeds"])
+    assert used > 3 and f"over {used} stored pairs" in line  # the added seeds' pairs count
+    assert line.endswith("(the file plans 3, up to 7 with decide:)")
