@@ -49,6 +49,13 @@ def _add_execution_args(parser: argparse.ArgumentParser) -> None:
         "(default: the file's storage:, else results/<experiment>/optuna.db)",
     )
     _add_backend_arg(parser)
+    parser.add_argument(
+        "--launcher",
+        choices=["local", "slurm"],
+        default=None,
+        help="train here, or submit each stage's runs as Slurm jobs (runtime.slurm; "
+        "docs/distributed.md); default: the file's runtime.launcher",
+    )
 
 
 def _add_backend_arg(parser: argparse.ArgumentParser) -> None:

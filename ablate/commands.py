@@ -138,7 +138,7 @@ def cmd_run(args: argparse.Namespace, console: Console) -> int:
 
     _positive(args.workers, "--workers")
     _positive(args.threads, "--threads")
-    experiment = load_experiment(args.experiment, args.backend)
+    experiment = load_experiment(args.experiment, args.backend, args.launcher)
     _warn_impure(experiment, console)
     if experiment.scale is not None:
         return _run_scaled(args, experiment, console)
@@ -201,11 +201,12 @@ def _print_studies(studies: Studies, console: Console) -> None:
 def cmd_search(args: argparse.Namespace, console: Console) -> int:
     """Run (or continue) the experiment's search and max-LR studies."""
     from ablate.core.load import load_experiment
-    from ablate.launch.pipeline import Context, check_what_trains, run_studies_only
+    from ablate.launch.backends import check_what_trains
+    from ablate.launch.pipeline import Context, run_studies_only
 
     _positive(args.workers, "--workers")
     _positive(args.threads, "--threads")
-    experiment = load_experiment(args.experiment, args.backend)
+    experiment = load_experiment(args.experiment, args.backend, args.launcher)
     if experiment.scale is not None:
         raise UsageError(f"{args.experiment}: has a scale: section; run it with ablate run")
     if experiment.search is None and experiment.max_lr is None:
@@ -219,22 +220,30 @@ def cmd_search(args: argparse.Namespace, console: Console) -> int:
     return EXIT_OK
 
 
+def _check_results_folder(results: Path) -> None:
+    """Raise unless ``results`` is an experiment's results folder (or a scaled one's)."""
+    from ablate.core import store
+    from ablate.core.folders import ExperimentFolder
+
+    if not results.is_dir():
+        raise UsageError(
+            f"{results}: results folder not found "
+            "(give results/<experiment>, as written by ablate run)"
+        )
+    if not (store.is_experiment(results) or ExperimentFolder(results).is_scaled()):
+        raise UsageError(
+            f"{results}: holds no experiment.json and no run folders; "
+            "give results/<experiment>, as written by ablate run"
+        )
+
+
 def cmd_report(args: argparse.Namespace, console: Console) -> int:
     """Rebuild the report of one experiment's results folder."""
     from ablate.core import store
     from ablate.core.folders import ExperimentFolder
     from ablate.report.builder import build_report
 
-    if not args.results.is_dir():
-        raise UsageError(
-            f"{args.results}: results folder not found "
-            "(give results/<experiment>, as written by ablate run)"
-        )
-    if not (store.is_experiment(args.results) or ExperimentFolder(args.results).is_scaled()):
-        raise UsageError(
-            f"{args.results}: holds no experiment.json and no run folders; "
-            "give results/<experiment>, as written by ablate run"
-        )
+    _check_results_folder(args.results)
     if ExperimentFolder(args.results).is_scaled():
         from ablate.report.builder import build_scaling_report
 

@@ -1,5 +1,6 @@
 """Shared fixtures: a tiny run configuration and experiment file that train in under a second,
-and a PostgreSQL server on loopback started by the tests themselves.
+and a PostgreSQL server on loopback started by the tests themselves (a Slurm cluster too:
+``slurm_cluster.py``).
 
 Tests that train are marked ``trains`` (or ``slow``); ``make test-fast`` leaves them out. An
 unmarked test that starts a Lightning fit in this process fails, so the mark cannot go stale.
@@ -40,6 +41,7 @@ from ablate.launch.storage import open_storage
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 REPO = Path(__file__).resolve().parent.parent
+pytest_plugins = ("slurm_cluster",)  # the slurm_cluster fixture
 
 
 def pytest_configure(config: pytest.Config) -> None:

@@ -16,6 +16,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from ablate.core.cluster import SlurmConfig
 from ablate.core.section import SEED_LIMIT, StrictSection
 from ablate.core.truth import SimulateConfig
 
@@ -353,6 +354,12 @@ class RuntimeConfig(StrictSection):
         description="train: real runs; simulate: the known-truth simulator (docs/simulator.md)",
     )
     simulate: SimulateConfig = Field(default_factory=SimulateConfig)
+    launcher: Literal["local", "slurm"] = Field(
+        "local",
+        description="local: runs train on this machine; slurm: each stage's runs are Slurm "
+        "jobs (runtime.slurm, docs/distributed.md)",
+    )
+    slurm: SlurmConfig = Field(default_factory=SlurmConfig)
 
     def processes(self) -> int:
         """Processes that train one run together (the DDP world size)."""

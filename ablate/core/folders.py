@@ -11,6 +11,8 @@ Layout (``root`` defaults to ``results/``)::
     root/<experiment>/scale.json       a ``scale:`` experiment: its sizes, each an experiment
                                        of its own in root/<experiment>/<experiment>.<size>/
     root/<experiment>/.claims/<run-id> {"pid", "hostname"} of the process training the run
+    root/<experiment>/.slurm/by-run/<run-id>.json  the Slurm job of the run: job id, attempt
+    root/<experiment>/.slurm/submitit/<job-id>/  submitit's job scripts, pickles and logs
     root/<experiment>/<run-id>/
         config.json       the resolved run: experiment, variant, seed, run_id, config
         env.json          python, torch, lightning, device, precision, threads, git commit
@@ -263,6 +265,21 @@ class ExperimentFolder:
     def claim(self, run_id: str) -> Path:
         """Where the claim of a run lives (outside the run folder, which a run resets)."""
         return self.path / ".claims" / run_id
+
+    @property
+    def slurm_jobs(self) -> Path:
+        """The Slurm launcher's records: a file per run (the studies' processes submit at
+        once), the job it last submitted for that run."""
+        return self.path / ".slurm" / "by-run"
+
+    def slurm_job(self, run_id: str) -> Path:
+        """The record of the job last submitted for a run."""
+        return self.slurm_jobs / f"{run_id}.json"
+
+    @property
+    def slurm_logs(self) -> Path:
+        """Where submitit writes each Slurm job's script, pickles and log by default."""
+        return self.path / ".slurm" / "submitit"
 
     def run(self, run_id: str) -> RunFolder:
         return RunFolder(self.path / run_id)

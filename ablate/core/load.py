@@ -213,19 +213,26 @@ def _with_train_raw(config: RunConfig, train: dict[str, Any]) -> dict[str, Any]:
 SIMULATED_SUFFIX = "-simulated"  # --backend simulate: the experiment's results and report apart
 
 
-def load_experiment(path: str | Path, backend: str | None = None) -> Experiment:
+def load_experiment(
+    path: str | Path, backend: str | None = None, launcher: str | None = None
+) -> Experiment:
     """Read, validate and resolve an experiment file; raise ConfigError on any problem.
 
     ``backend`` (``--backend``) replaces the file's ``runtime.backend``; switching a file to the
     simulator also names the experiment ``<name>-simulated``, so its runs, studies and report
-    never mix with the trained ones."""
+    never mix with the trained ones. ``launcher`` (``--launcher``) replaces the file's
+    ``runtime.launcher`` (where runs execute changes no run id)."""
     path = Path(path)
     raw = _read_yaml(path)
-    if backend is not None and isinstance(raw, dict):
+    if isinstance(raw, dict) and (backend or launcher):
         runtime = raw.get("runtime") if isinstance(raw.get("runtime"), dict) else {}
-        if runtime.get("backend", "train") != backend and backend == "simulate":
-            raw["name"] = f"{raw.get('name') or path.stem}{SIMULATED_SUFFIX}"
-        raw["runtime"] = {**runtime, "backend": backend}
+        if backend is not None:
+            if runtime.get("backend", "train") != backend and backend == "simulate":
+                raw["name"] = f"{raw.get('name') or path.stem}{SIMULATED_SUFFIX}"
+            runtime = {**runtime, "backend": backend}
+        if launcher is not None:
+            runtime = {**runtime, "launcher": launcher}
+        raw["runtime"] = runtime
     return resolve_experiment(raw, path, str(path))
 
 

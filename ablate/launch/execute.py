@@ -16,6 +16,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, Future, wait
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -261,8 +262,10 @@ class LocalExecutor:
         wait: bool = False,
         say: SayFn = print,
     ) -> dict[str, Any]:
-        """Reuse or train one run here (:func:`obtain`)."""
-        return obtain(spec, self.root, watch=watch, take_over=take_over, wait=wait, say=say)
+        """Reuse or train one run here (:func:`obtain`), with ``threads`` torch threads when
+        they are set (a Slurm task's ``cpus_per_task``; a study worker has set its own)."""
+        with torch_threads(self.threads) if self.threads else nullcontext():
+            return obtain(spec, self.root, watch=watch, take_over=take_over, wait=wait, say=say)
 
     def run(self, specs: list[RunSpec]) -> list[dict[str, Any]]:
         """Every pending spec through the pool (:func:`execute`)."""

@@ -20,9 +20,9 @@ Stages, in order (each one only those the file configures):
 7. **report** — rebuilt from the store (skipped when it is up to date).
 
 A stage only decides which RunSpecs it needs; every run of every stage goes through the one
-executor the context carries (:class:`ablate.launch.execute.Executor`: the local trainer, or
-the simulator of ``runtime.backend: simulate``), handed to every stage. The CLI parses and
-prints; everything else is here.
+executor the context carries (:class:`ablate.launch.execute.Executor`: the local trainer or
+the simulator, here or as Slurm jobs: :mod:`ablate.launch.backends`), handed to every stage.
+The CLI parses and prints; everything else is here.
 """
 
 from __future__ import annotations
@@ -58,7 +58,8 @@ from ablate.core.stability import (
     verdict_at_margin,
 )
 from ablate.core.studies import BoundaryResult, MarginBoundary, SearchResult, Studies
-from ablate.launch.execute import Executor, LocalExecutor, ready_conversions, split_done
+from ablate.launch.backends import check_what_trains, make_executor
+from ablate.launch.execute import Executor, ready_conversions, split_done
 from ablate.launch.progress import StudyProgress
 from ablate.launch.workers import Resources, resources_for, sigint_deferred
 
@@ -77,11 +78,14 @@ class Context:
     threads: int | None = None
     storage: str | None = None
     console: Console = field(default_factory=lambda: Console(stderr=True))
-    executor: Executor | None = None  # default: the one runtime.backend names
+    executor: Executor | None = None  # default: the one the runtime names
 
     def __post_init__(self) -> None:
         if self.executor is None:
-            self.executor = make_executor(self)
+            runtime = self.experiment.base.runtime
+            self.executor = make_executor(
+                runtime, self.results_dir, self.workers, self.threads, self.console
+            )
 
     @property
     def exp_dir(self) -> Path:
@@ -100,29 +104,6 @@ class Context:
         """Every spec through the executor (skip stored, run the rest)."""
         assert self.executor is not None
         return self.executor.run(specs)
-
-
-def make_executor(ctx: Context) -> Executor:
-    """The executor of the experiment's ``runtime.backend``: the local trainer, or the
-    simulator (:mod:`ablate.launch.simulator`)."""
-    runtime = ctx.experiment.base.runtime
-    if runtime.backend == "simulate":
-        from ablate.launch.simulator import SimulatedExecutor
-
-        return SimulatedExecutor(ctx.results_dir, ctx.console)
-    return LocalExecutor(ctx.results_dir, ctx.workers, ctx.threads, ctx.console)
-
-
-def check_what_trains(experiment: Experiment, results_dir: Path) -> None:
-    """Raise on corpora or models that cannot train, or stored runs on other data (the trainer
-    and torch are imported only here). A simulated experiment reads no data and builds no
-    model: it has nothing here to check, and loads neither."""
-    if experiment.base.runtime.backend == "simulate":
-        return
-    from ablate.launch.estimate import check_inputs
-    from ablate.launch.freshness import check_stored_data
-
-    check_stored_data(experiment, results_dir, check_inputs(experiment))
 
 
 @dataclass

@@ -31,6 +31,7 @@ import time
 import warnings
 from collections import Counter
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -42,8 +43,8 @@ from ablate.core.experiment import Experiment
 from ablate.core.plan import RunSpec, with_train
 from ablate.core.stability import clipped_loss
 from ablate.core.studies import SearchResult
-from ablate.launch.execute import POLL_S, EvalWatch, Executor
-from ablate.launch.storage import open_study
+from ablate.launch.execute import POLL_S, Executor
+from ablate.launch.storage import open_storage, open_study
 
 PrintFn = Callable[[str], None]
 
@@ -139,15 +140,44 @@ def make_pruner(experiment: Experiment) -> optuna.pruners.BasePruner:
     return optuna.pruners.MedianPruner(n_startup_trials=5, n_warmup_steps=0)
 
 
-def pruning_watch(trial: optuna.Trial, steps: int) -> EvalWatch:
-    """The trial's evaluation watcher: report each val loss (an unstable one clipped to a
-    finite value) and stop the run when Optuna prunes it before its last step."""
+@dataclass
+class PruningWatch:
+    """A search trial's evaluation watcher: report each val loss (an unstable one clipped to a
+    finite value) and stop the run when Optuna prunes it before its last step.
 
-    def watch(step: int, loss: float) -> bool:
+    It travels to wherever the trial's run trains (a Slurm job): there it opens the trial
+    again from the experiment's storage (``url``), with the study's pruner, so every
+    evaluation reaches the one trial and the pruner sees the study's other trials."""
+
+    url: str
+    study_name: str
+    trial_id: int
+    steps: int
+    pruner: optuna.pruners.BasePruner
+    trial: optuna.Trial | None = field(default=None, compare=False, repr=False)
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {**self.__dict__, "trial": None}  # a storage connection does not travel
+
+    def __call__(self, step: int, loss: float) -> bool:
+        trial = self.trial or self._reopen()
         trial.report(clipped_loss(loss, math.inf), step)
-        return step < steps and trial.should_prune()
+        return step < self.steps and trial.should_prune()
 
-    return watch
+    def _reopen(self) -> optuna.Trial:
+        study = optuna.load_study(
+            study_name=self.study_name,
+            storage=open_storage(self.url, heartbeat=False),
+            pruner=self.pruner,
+        )
+        self.trial = optuna.trial.Trial(study, self.trial_id)
+        return self.trial
+
+
+def pruning_watch(trial: optuna.Trial, url: str, steps: int) -> PruningWatch:
+    """The watcher of ``trial`` of a study on the storage at ``url``."""
+    study = trial.study
+    return PruningWatch(url, study.study_name, trial._trial_id, steps, study.pruner, trial)
 
 
 def run_search(
@@ -176,7 +206,7 @@ def run_search(
         spec = RunSpec(experiment.name, variant, seed, config, group="search")
         retry = "run_id" in trial.user_attrs  # copied from a trial whose worker died
         trial.set_user_attr("run_id", spec.run_id)
-        watch = pruning_watch(trial, config.steps())
+        watch = pruning_watch(trial, url, config.steps())
         summary = executor.obtain(spec, watch=watch, take_over=retry, wait=True, say=say)
         trial.set_user_attr("stable", summary.get("stable"))
         trial.set_user_attr("status", summary["status"])

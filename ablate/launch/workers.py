@@ -63,7 +63,10 @@ def resources_for(
 ) -> Resources:
     """The one choice of workers x threads for ``jobs`` runs or studies at once: the command
     line's ``workers`` / ``threads``, else the file's ``runtime``, else chosen for the machine
-    (:func:`choose_resources`); one of each for the simulator, whose runs take milliseconds."""
+    (:func:`choose_resources`); one of each for the simulator, whose runs take milliseconds.
+    Under Slurm every study runs at once (each waits on its trials' jobs) with one thread."""
+    if runtime.launcher == "slurm":
+        return Resources(max(1, min(jobs, runtime.slurm.array_parallelism)), 1)
     if runtime.backend == "simulate":
         return Resources(1, 1)
     return choose_resources(

@@ -1,0 +1,356 @@
+"""The Slurm launcher (``runtime.launcher: slurm``): an :class:`Executor` whose runs are Slurm
+jobs, submitted through submitit, into the shared results folder.
+
+A stage's pending runs go out as one job array, one run per task; a search trial or a max-LR
+probe (``obtain``) is one job, waited for. Each task claims and trains (or simulates) its run
+through the same executor path as a local run (:class:`ablate.launch.execute.LocalExecutor`
+with one worker and ``runtime.slurm.cpus_per_task`` threads, or the simulator), so what it
+stores is what a local run stores, and a search trial's evaluations reach its Optuna trial
+through the experiment's storage (:class:`ablate.launch.search.PruningWatch`).
+
+Job state is read with ``squeue`` (``sacct`` needs accounting, which many clusters and the
+test cluster lack; submitit's own polling uses it). A task's outcome is decided by the store
+and submitit's result file, in this order:
+
+- its run's summary (returned by the task): done;
+- the task raised: failed once, its last line in the controller's output, not retried;
+- the job ended without a result as ``CANCELLED``, ``PREEMPTED``, ``TIMEOUT``, ``NODE_FAIL``,
+  ``BOOT_FAIL``, ``DEADLINE`` or left the queue: resubmitted (``runtime.slurm.retries`` times),
+  the new task taking over the dead one's claim;
+- it ended ``FAILED`` or ``OUT_OF_MEMORY`` without a result (a setup line that failed, a node
+  that cannot run the job): failed once, with the end of its log.
+
+Every submission is recorded in ``<results>/<experiment>/.slurm/by-run/<run-id>.json``: a
+controller started again adopts the jobs of its pending runs that are still queued or running
+instead of submitting them twice. Stopping the controller (Ctrl-C) leaves its jobs running.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+
+from ablate.core.cluster import SlurmConfig
+from ablate.core.config import ConfigError
+from ablate.core.folders import ExperimentFolder, read_json, write_json_atomic
+from ablate.core.plan import RunSpec
+from ablate.launch.execute import EvalWatch, Executor, SayFn, obtain_with, say_done, split_done
+from ablate.launch.progress import ProgressBoard
+from ablate.launch.search import RunFailedError
+
+ACTIVE = frozenset(
+    {"PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "REQUEUED", "REQUEUE_HOLD"}
+    | {"REQUEUE_FED", "RESIZING", "SUSPENDED", "STAGE_OUT", "SIGNALING", "RESV_DEL_HOLD"}
+)
+RETRIED = frozenset({"CANCELLED", "PREEMPTED", "TIMEOUT", "NODE_FAIL", "BOOT_FAIL", "DEADLINE"})
+GONE = "GONE"  # squeue no longer lists the job (it ended more than MinJobAge ago)
+
+
+class SlurmError(RunFailedError):
+    """A run's job failed in a way a retry would not mend (its message says why); a search
+    trial whose job failed is a failed trial, as one whose run raised."""
+
+
+TERMINATED = 128 + signal.SIGTERM  # the exit status of a task that Slurm stopped
+
+
+def run_task(task: Executor, spec_json: dict[str, Any], take_over: bool, watch: Any) -> dict:
+    """What one Slurm task does: obtain its run through ``task`` (claim, train, store).
+
+    SIGTERM (scancel, preemption, the time limit) stops the run as Ctrl-C stops a local one,
+    and the task exits at once without a result (submitit's own handler would let it run on
+    until Slurm kills it), so the controller resubmits the run."""
+    spec = RunSpec.from_json(spec_json)
+    signal.signal(signal.SIGTERM, _stop)
+    try:
+        return task.obtain(spec, watch=watch, take_over=take_over, wait=True, say=print)
+    except KeyboardInterrupt:
+        print(f"run {spec.run_id}: stopped by Slurm; the controller resubmits it", flush=True)
+        os._exit(TERMINATED)
+
+
+def _stop(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
+
+
+def job_states(job_ids: Iterable[str]) -> dict[str, str]:
+    """Each job's (or array task's) state as ``squeue`` shows it, :data:`GONE` for one it no
+    longer lists; jobs whose state could not be read this time are left out."""
+    wanted = sorted(set(job_ids))
+    if not wanted:
+        return {}
+    arrays = sorted({job.split("_")[0] for job in wanted})
+    found = subprocess.run(
+        ["squeue", "--noheader", "--states=all", "--array", "--format=%i|%T"]
+        + [f"--jobs={','.join(arrays)}"],
+        capture_output=True,
+        text=True,
+    )
+    if found.returncode != 0:
+        if "Invalid job id" in found.stderr:  # none of them is known any more
+            return dict.fromkeys(wanted, GONE)
+        return {}  # the controller is busy or restarting: ask again next time
+    listed = dict(line.split("|", 1) for line in found.stdout.split() if "|" in line)
+    return {job: listed.get(job, GONE).split()[0] for job in wanted}
+
+
+@dataclass
+class Submitted:
+    """One run's job: its id, its attempt (1 = first submission), submitit's folder and the
+    run's stage (group)."""
+
+    run_id: str
+    job_id: str
+    attempt: int
+    folder: str
+    group: str = "?"
+
+    def job(self) -> Any:
+        """The submitit job (for its result file and log)."""
+        from submitit import SlurmJob
+
+        return SlurmJob(folder=self.folder, job_id=self.job_id)
+
+
+def recorded_jobs(exp_dir: Path, run_ids: Iterable[str]) -> dict[str, Submitted]:
+    """The last job submitted for each of these runs, where one was."""
+    folder = ExperimentFolder(exp_dir)
+    found = {rid: read_json(folder.slurm_job(rid)) for rid in run_ids}
+    return {rid: Submitted(**entry) for rid, entry in found.items() if entry}
+
+
+def submitted_jobs(exp_dir: Path) -> dict[str, Submitted]:
+    """Every run's last recorded job."""
+    records = ExperimentFolder(exp_dir).slurm_jobs
+    found = {path.stem: read_json(path) for path in sorted(records.glob("*.json"))}
+    return {rid: Submitted(**entry) for rid, entry in found.items() if entry}
+
+
+def record_jobs(exp_dir: Path, submitted: list[Submitted]) -> None:
+    """Record each run's new job (a file per run, written whole)."""
+    folder = ExperimentFolder(exp_dir)
+    for job in submitted:
+        path = folder.slurm_job(job.run_id)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_json_atomic(path, vars(job))
+
+
+def job_outcome(submitted: Submitted, state: str) -> tuple[str, Any]:
+    """What became of an ended job: ``("done", summary)``, ``("retry", why)`` or
+    ``("failed", message)``; ``("wait", None)`` while its result may still be on its way."""
+    job = submitted.job()
+    if job.paths.result_pickle.exists():
+        try:
+            return "done", job.result()
+        except Exception as exc:  # submitit's FailedJobError: the task's traceback inside
+            return "failed", f"job {submitted.job_id} raised: {raised_line(exc)}"
+    if state in RETRIED or state == GONE:
+        return "retry", f"job {submitted.job_id} {state.lower()}"
+    return "failed", f"job {submitted.job_id} {state.lower()}: {log_tail(job)}"
+
+
+def last_line(text: str) -> str:
+    """The last non-empty line of a traceback or log."""
+    lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
+    return lines[-1] if lines else "(no message)"
+
+
+TRACE_RULE = "-" * 22  # submitit's FailedJobError puts the task's traceback between two
+
+
+def raised_line(error: Exception) -> str:
+    """The exception line of a task's traceback, out of submitit's FailedJobError."""
+    parts = str(error).split(TRACE_RULE)
+    return last_line(parts[1] if len(parts) >= 3 else str(error))
+
+
+def log_tail(job: Any) -> str:
+    """The last line of a job's log, or where to look."""
+    for path in (job.paths.stderr, job.paths.stdout):
+        if path.exists() and path.stat().st_size:
+            return f"{last_line(path.read_text(errors='replace'))} (log: {path})"
+    return f"no log (expected at {job.paths.stdout})"
+
+
+@dataclass
+class SlurmExecutor:
+    """Each run a Slurm task; ``task`` is what the task runs its spec with."""
+
+    root: Path
+    task: Executor
+    config: SlurmConfig
+    console: Console | None = field(default=None, compare=False, repr=False)
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {**self.__dict__, "console": None}
+
+    def prepare(self) -> None:
+        """Nothing to load here: the jobs train."""
+
+    def obtain(
+        self,
+        spec: RunSpec,
+        watch: EvalWatch | None = None,
+        take_over: bool = False,
+        wait: bool = False,
+        say: SayFn = print,
+    ) -> dict[str, Any]:
+        """The stored summary of ``spec``, else one job that obtains it, waited for."""
+
+        def attempt() -> dict[str, Any]:
+            outcomes = self._through_jobs([spec], watch, take_over, say)
+            kind, value = outcomes[spec.run_id]
+            if kind != "done":
+                raise SlurmError(f"run {spec.run_id}: {value}")
+            return value
+
+        return obtain_with(attempt, spec, self.root, wait, say)
+
+    def run(self, specs: list[RunSpec]) -> list[dict[str, Any]]:
+        """Every pending spec as a task of one job array; the summaries of all."""
+        console = self.console or Console(stderr=True)
+        done, pending = split_done(specs, self.root)
+        say_done(console, len(done), len(pending), self.root)
+        if not pending:
+            return done
+        with ProgressBoard(console, pending) as board:
+            outcomes = self._through_jobs(pending, None, False, console.print, board)
+        return done + [value for kind, value in outcomes.values() if kind == "done"]
+
+    def _through_jobs(
+        self,
+        specs: list[RunSpec],
+        watch: EvalWatch | None,
+        take_over: bool,
+        say: SayFn,
+        board: ProgressBoard | None = None,
+    ) -> dict[str, tuple[str, Any]]:
+        """Submit (or adopt) a job per spec and follow them until each is done or failed,
+        resubmitting the lost; ``{run_id: (kind, summary or message)}``."""
+        exp_dir = ExperimentFolder.of(self.root, specs[0].experiment).path
+        by_id = {spec.run_id: spec for spec in specs}
+        live = self._adopt(exp_dir, specs, say)
+        fresh = [spec for spec in specs if spec.run_id not in live]
+        live.update(self._submit(exp_dir, fresh, 1, take_over, watch, say))
+        outcomes: dict[str, tuple[str, Any]] = {}
+        ended_at: dict[str, float] = {}
+        while live:
+            time.sleep(self.config.poll_s)
+            states = job_states(job.job_id for job in live.values())
+            retry: list[tuple[RunSpec, int]] = []
+            for run_id, job in list(live.items()):
+                state = states.get(job.job_id)
+                if state is None or state in ACTIVE:
+                    if state == "RUNNING" and board is not None:
+                        board.start(by_id[run_id])
+                    continue
+                kind, value = job_outcome(job, state)
+                if (
+                    kind == "failed"
+                    and time.monotonic() - ended_at.setdefault(run_id, time.monotonic())
+                    < self.config.result_wait_s
+                ):
+                    continue  # its result file may not have reached this node yet
+                del live[run_id]
+                if kind == "retry" and job.attempt <= self.config.retries:
+                    say(f"{value}: resubmitting run {run_id} (retry {job.attempt})")
+                    retry.append((by_id[run_id], job.attempt + 1))
+                    continue
+                if kind == "retry":
+                    kind, value = "failed", f"{value}, after {job.attempt} attempts"
+                outcomes[run_id] = (kind, value)
+                if board is not None:
+                    board.finish(
+                        by_id[run_id],
+                        value if kind == "done" else None,
+                        None if kind == "done" else f"failed: {value}",
+                    )
+            for spec, attempt in retry:
+                live.update(self._submit(exp_dir, [spec], attempt, True, watch, say))
+        return outcomes
+
+    def _adopt(self, exp_dir: Path, specs: list[RunSpec], say: SayFn) -> dict[str, Submitted]:
+        """The recorded jobs of these specs that are still queued or running."""
+        recorded = list(recorded_jobs(exp_dir, (spec.run_id for spec in specs)).values())
+        states = job_states(job.job_id for job in recorded)
+        live = {job.run_id: job for job in recorded if states.get(job.job_id) in ACTIVE}
+        if live:
+            ids = ", ".join(sorted({job.job_id.split("_")[0] for job in live.values()}))
+            say(f"following {len(live)} jobs already queued or running (job {ids})")
+        return live
+
+    def _submit(
+        self,
+        exp_dir: Path,
+        specs: list[RunSpec],
+        attempt: int,
+        take_over: bool,
+        watch: EvalWatch | None,
+        say: SayFn,
+    ) -> dict[str, Submitted]:
+        """One job array (one job for one spec) of ``specs``, each recorded."""
+        if not specs:
+            return {}
+        executor = self._submitit(exp_dir, specs[0].experiment)
+        n = len(specs)
+        try:
+            jobs = executor.map_array(
+                run_task,
+                [self.task] * n,
+                [spec.to_json() for spec in specs],
+                [take_over] * n,
+                [watch] * n,
+            )
+        except Exception as exc:  # sbatch refused: bad partition, account, limits
+            raise ConfigError(
+                f"runtime.slurm: sbatch refused the job: {sbatch_error(exc)}"
+            ) from None
+        folder = str(executor.folder)
+        submitted = [
+            Submitted(spec.run_id, job.job_id, attempt, folder, spec.group)
+            for spec, job in zip(specs, jobs, strict=True)
+        ]
+        record_jobs(exp_dir, submitted)
+        array = submitted[0].job_id.split("_")[0]
+        say(f"submitted {n} run(s) to Slurm as job {array}")
+        return {job.run_id: job for job in submitted}
+
+    def _submitit(self, exp_dir: Path, experiment: str) -> Any:
+        """A submitit executor with this section's sbatch parameters."""
+        import submitit
+
+        cfg = self.config
+        folder = Path(cfg.log_dir) if cfg.log_dir else ExperimentFolder(exp_dir).slurm_logs
+        executor = submitit.SlurmExecutor(folder=folder / "%j", max_num_timeout=0)
+        optional = {
+            "partition": cfg.partition,
+            "account": cfg.account,
+            "qos": cfg.qos,
+            "gpus_per_node": cfg.gpus_per_task or None,
+            "mem": f"{cfg.mem_gb:g}GB" if cfg.mem_gb else None,
+        }
+        executor.update_parameters(
+            job_name=f"ablate-{experiment}",
+            time=cfg.time_min,
+            cpus_per_task=cfg.cpus_per_task,
+            array_parallelism=cfg.array_parallelism,
+            setup=list(cfg.setup),
+            additional_parameters=dict(cfg.sbatch),
+            stderr_to_stdout=True,
+            **{key: value for key, value in optional.items() if value is not None},
+        )
+        return executor
+
+
+def sbatch_error(exc: Exception) -> str:
+    """sbatch's own error line out of submitit's exception text."""
+    lines = [line.strip() for line in str(exc).splitlines() if "error" in line.lower()]
+    return lines[-1] if lines else last_line(str(exc))

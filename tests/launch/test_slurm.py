@@ -1,0 +1,187 @@
+"""The Slurm launcher against a real single-node Slurm (``slurm_cluster``): the same results as
+a local run, a cancelled job retried, a restarted controller that follows its queued jobs, and
+bad input that fails once with its line. Skipped where Slurm is missing, unless
+``ABLATE_REQUIRE_SLURM`` is set (CI)."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from conftest import ablate_process, study_trials, write_experiment
+
+from ablate.core.folders import ExperimentFolder
+from ablate.core.store import load_summaries
+
+pytestmark = [pytest.mark.usefixtures("slurm_cluster"), pytest.mark.slow]
+POLL = {"poll_s": 0.2, "result_wait_s": 1.0}  # the test cluster's jobs end in about a second
+
+
+def simulated_file(tmp_path: Path, slurm: dict[str, Any] | None = None, **extra: Any) -> Path:
+    """The tiny experiment on the simulator (two variants x two seeds), its runs as Slurm
+    jobs of one CPU polled every 0.2 s; ``slurm`` sets further keys of runtime.slurm."""
+    runtime = {
+        "backend": "simulate",
+        "launcher": "slurm",
+        "slurm": {**POLL, "cpus_per_task": 1, **(slurm or {})},
+    }
+    return write_experiment(tmp_path / "e.yaml", runtime=runtime, **extra)
+
+
+def run_ablate(path: Path, *args: str, timeout: float = 240) -> subprocess.CompletedProcess:
+    """``ablate run`` of ``path`` in its folder, waited for."""
+    process = ablate_process("run", str(path), *args, cwd=path.parent)
+    out, _ = process.communicate(timeout=timeout)
+    return subprocess.CompletedProcess(process.args, process.returncode, out, "")
+
+
+def jobs_of(path: Path, name: str = "tiny") -> dict[str, dict[str, Any]]:
+    """The launcher's record of each run's last job, by run id."""
+    runs = ExperimentFolder.of(path.parent / "results", name).slurm_jobs
+    return {p.stem: json.loads(p.read_text()) for p in runs.glob("*.json")}
+
+
+def final_losses(results: Path, name: str = "tiny") -> dict[str, float]:
+    """Every stored run's final val loss, by run id."""
+    runs = load_summaries(results / name)
+    return dict(zip(runs["run_id"], runs["final_val_loss"], strict=True))
+
+
+def test_a_simulated_experiment_through_slurm_stores_what_the_local_run_stores(
+    tmp_path: Path,
+) -> None:
+    search = {"n_trials": 2, "lr_min": 1e-3, "lr_max": 0.1, "warmup_max": 10}
+    journal = f"journal:{tmp_path / 'studies.log'}"  # the storage that works on NFS too
+    path = simulated_file(tmp_path, search=search, storage=journal)
+    done = run_ablate(path)
+    assert done.returncode == 0, done.stdout
+    local_dir = tmp_path / "local"
+    local_dir.mkdir()
+    local = write_experiment(local_dir / "e.yaml", runtime={"backend": "simulate"}, search=search)
+    assert run_ablate(local).returncode == 0
+    slurm_losses = final_losses(tmp_path / "results")
+    assert slurm_losses == final_losses(local_dir / "results")  # same run ids, same bits
+    jobs = jobs_of(path)
+    assert set(jobs) == set(slurm_losses)  # every run was a job of its own
+    assert all(job["attempt"] == 1 for job in jobs.values())
+    assert "submitted 4 run(s) to Slurm as job" in done.stdout  # main A/B: one array of 4
+    for trial in study_trials(journal, "tiny.layernorm.search"):  # reported from each job
+        assert trial.state.name == "COMPLETE" and trial.intermediate_values
+
+
+def wait_for(predicate: Any, timeout: float = 60, what: str = "") -> Any:
+    """Poll ``predicate`` until it returns something true; fail after ``timeout`` s."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        found = predicate()
+        if found:
+            return found
+        time.sleep(0.1)
+    pytest.fail(f"timed out waiting for {what}")
+
+
+def running_tasks() -> list[str]:
+    """The array tasks squeue shows as running."""
+    shown = subprocess.run(
+        ["squeue", "--noheader", "--array", "--states=RUNNING", "--format=%i"],
+        capture_output=True,
+        text=True,
+    )
+    return shown.stdout.split()
+
+
+def test_a_job_cancelled_mid_run_is_resubmitted_and_nothing_is_lost_or_twice(
+    tmp_path: Path,
+) -> None:
+    path = write_experiment(
+        tmp_path / "e.yaml",
+        seeds=[0],
+        runtime={
+            "backend": "simulate",
+            "launcher": "slurm",
+            "simulate": {"pace_s": 6.0},
+            "slurm": POLL,
+        },
+    )
+    controller = ablate_process("run", str(path), cwd=tmp_path)
+    victim = wait_for(running_tasks, what="a running task")[0]
+    time.sleep(2.0)  # into the run: its claim is taken and its folder written
+    subprocess.run(["scancel", victim], check=True)
+    out, _ = controller.communicate(timeout=120)
+    assert controller.returncode == 0, out
+    assert f"job {victim} cancelled: resubmitting run" in out
+    jobs = jobs_of(path)
+    assert sorted(job["attempt"] for job in jobs.values()) == [1, 2]
+    runs = load_summaries(tmp_path / "results" / "tiny")
+    assert len(runs) == 2 and set(runs["status"]) == {"finished"}  # each run stored once
+
+
+def test_a_restarted_controller_follows_its_queued_jobs_instead_of_submitting_them_again(
+    tmp_path: Path,
+) -> None:
+    path = write_experiment(
+        tmp_path / "e.yaml",
+        runtime={
+            "backend": "simulate",
+            "launcher": "slurm",
+            "simulate": {"pace_s": 3.0},
+            "slurm": POLL,
+        },
+    )
+    first = ablate_process("run", str(path), cwd=tmp_path)
+    wait_for(lambda: len(jobs_of(path)) == 4, what="the first controller's submission")
+    first.send_signal(signal.SIGINT)
+    out, _ = first.communicate(timeout=60)
+    assert first.returncode == 130, out
+    submitted = jobs_of(path)
+    again = run_ablate(path)
+    assert again.returncode == 0, again.stdout
+    assert "following" in again.stdout and "already queued or running" in again.stdout
+    assert "submitted" not in again.stdout  # nothing went to Slurm twice
+    assert jobs_of(path) == submitted
+    assert len(load_summaries(tmp_path / "results" / "tiny")) == 4
+
+
+def test_a_partition_sbatch_refuses_is_one_line_and_exit_2(tmp_path: Path) -> None:
+    path = simulated_file(tmp_path, slurm={"partition": "nope"})
+    refused = run_ablate(path)
+    assert refused.returncode == 2
+    lines = refused.stdout.strip().splitlines()
+    assert lines[-1].startswith("ablate run: error: runtime.slurm: sbatch refused the job: ")
+    assert "nope" in lines[-1] or "partition" in lines[-1], refused.stdout
+
+
+def test_a_job_whose_setup_fails_fails_once_with_its_line(tmp_path: Path) -> None:
+    path = simulated_file(
+        tmp_path, slurm={"setup": ["echo 'module: no such module' >&2", "exit 3"]}
+    )
+    failed = run_ablate(path)
+    assert failed.returncode == 1, failed.stdout
+    lines = [line for line in failed.stdout.splitlines() if "module: no such module" in line]
+    assert len(lines) == 4, failed.stdout  # one line per run, none resubmitted
+    assert "resubmitting" not in failed.stdout
+    assert all(job["attempt"] == 1 for job in jobs_of(path).values())
+
+
+@pytest.mark.trains
+def test_trained_runs_through_slurm_equal_local_runs_bit_for_bit(tmp_path: Path) -> None:
+    runtime = {"launcher": "slurm", "threads": 1, "slurm": {**POLL, "cpus_per_task": 1}}
+    path = write_experiment(tmp_path / "e.yaml", seeds=[0], runtime=runtime)
+    through = run_ablate(path, timeout=300)
+    assert through.returncode == 0, through.stdout
+    local_dir = tmp_path / "local"
+    local_dir.mkdir()
+    local = local_dir / "e.yaml"
+    local.write_text(
+        yaml.safe_dump({**yaml.safe_load(path.read_text()), "runtime": {"threads": 1}})
+    )
+    assert run_ablate(local, "--workers", "1", timeout=300).returncode == 0
+    assert final_losses(tmp_path / "results") == final_losses(local_dir / "results")
+    trained = load_summaries(tmp_path / "results" / "tiny")
+    assert set(trained["torch_threads"]) == {1}  # the task's cpus_per_task, not the node's
