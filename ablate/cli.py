@@ -5,7 +5,8 @@ Commands: ``run`` (every stage of :mod:`ablate.launch.pipeline`: shared-LR A/B, 
 max stable LR, convert, report),
 ``search`` (run or continue the Optuna studies: search and max stable LR), ``validate`` (check
 a file and print the plan with its cost), ``report`` (rebuild tables and figures from stored
-results), ``bench`` (norm kernels and training steps, timed).
+results), ``status`` (where the runs stand, per stage, with their Slurm jobs), ``bench`` (norm
+kernels and training steps, timed).
 Exit codes: 0 success, 1 some run failed, 2 bad input (config or data), 130 interrupted.
 """
 
@@ -161,6 +162,15 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--new-tokens", type=int, default=16, help="--inference: decoded tokens")
     bench.add_argument(
         "--results-dir", type=Path, default=None, help="--inference: use the stored weights"
+    )
+
+    status = sub.add_parser(
+        "status",
+        help="where an experiment's runs stand: per stage done, failed, running, queued "
+        "(with their Slurm jobs)",
+    )
+    status.add_argument(
+        "results", type=Path, help="an experiment's results folder, e.g. results/ln_vs_rms"
     )
 
     report = sub.add_parser("report", help="rebuild tables and figures from stored results")

@@ -237,6 +237,16 @@ def _check_results_folder(results: Path) -> None:
         )
 
 
+def cmd_status(args: argparse.Namespace, console: Console) -> int:
+    """Print where an experiment's runs stand, per stage (:mod:`ablate.launch.status`)."""
+    from ablate.launch.status import status_lines
+
+    _check_results_folder(args.results)
+    for line in status_lines(args.results):
+        console.print(line, markup=False, highlight=False, soft_wrap=True)
+    return EXIT_OK
+
+
 def cmd_report(args: argparse.Namespace, console: Console) -> int:
     """Rebuild the report of one experiment's results folder."""
     from ablate.core import store
@@ -347,5 +357,6 @@ COMMANDS = {
     "search": cmd_search,
     "validate": cmd_validate,
     "report": cmd_report,
+    "status": cmd_status,
     "bench": cmd_bench,
 }

@@ -140,6 +140,9 @@ def test_a_restarted_controller_follows_its_queued_jobs_instead_of_submitting_th
     out, _ = first.communicate(timeout=60)
     assert first.returncode == 130, out
     submitted = jobs_of(path)
+    status = ablate_process("status", "results/tiny", cwd=tmp_path).communicate(timeout=60)[0]
+    array = next(iter(submitted.values()))["job_id"].split("_")[0]
+    assert "waiting for main: " in status and f"(Slurm job {array})" in status, status
     again = run_ablate(path)
     assert again.returncode == 0, again.stdout
     assert "following" in again.stdout and "already queued or running" in again.stdout

@@ -1,0 +1,99 @@
+"""``ablate status``: where an experiment's runs stand, per stage, at a glance.
+
+Every run the plan names (``experiment.json``), every study run that is stored, and every run
+the Slurm launcher submitted (``.slurm/by-run/``) is one of: **done** (a summary with a final
+status), **failed** (a summary that says so, or a job that ended without one), **running** or
+**queued** (its Slurm job's state from ``squeue``, or a local process that holds it), or **not
+started**. Nothing here writes; it reads the store and asks ``squeue`` only when there are
+jobs to ask about.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import pandas as pd
+
+from ablate.core import store
+from ablate.core.folders import ExperimentFolder, read_json
+from ablate.launch.slurm import ACTIVE, Submitted, job_states, submitted_jobs
+
+STATES = ("done", "failed", "running", "queued", "not started")
+STAGE_ORDER = ("main", "sweep", "warmup", "search", "tuned", "max_lr", "convert")
+
+
+@dataclass(frozen=True)
+class RunState:
+    """One run's stage (group), state and, under Slurm, its job."""
+
+    run_id: str
+    group: str
+    state: str
+    job: str | None = None
+
+
+def known_runs(exp_dir: Path, jobs: dict[str, Submitted]) -> dict[str, str]:
+    """Every run the experiment knows of (planned, stored, submitted), by run id: its stage."""
+    runs = {run["run_id"]: run["group"] for run in store.read_manifest(exp_dir).get("runs", [])}
+    for run in ExperimentFolder(exp_dir).runs():
+        config = read_json(run.config) or {}
+        runs.setdefault(run.path.name, str(config.get("group", "?")))
+    for run_id, job in jobs.items():
+        runs.setdefault(run_id, job.group)
+    return runs
+
+
+def run_states(exp_dir: Path) -> list[RunState]:
+    """Each known run's state (a submitted run's from its job's state in ``squeue``)."""
+    jobs = submitted_jobs(exp_dir)
+    states = job_states(job.job_id for job in jobs.values())
+    found = []
+    for run_id, group in known_runs(exp_dir, jobs).items():
+        job = jobs.get(run_id)
+        job_state = states.get(job.job_id) if job else None
+        found.append(
+            RunState(run_id, group, _state(exp_dir / run_id, job_state), job and job.job_id)
+        )
+    return found
+
+
+def _state(run_dir: Path, job_state: str | None) -> str:
+    summary = ExperimentFolder(run_dir.parent).run(run_dir.name).read_any_summary()
+    if summary is not None and summary.get("status") in store.DONE_STATUSES:
+        return "done"
+    if job_state in ACTIVE:
+        return "queued" if job_state == "PENDING" else "running"
+    if summary is not None or job_state is not None:
+        return "failed"  # a failed or interrupted run, or a job that ended without a result
+    local = store.pending_state(run_dir)
+    return "running" if local.startswith("running") else "not started"
+
+
+def status_table(states: list[RunState]) -> pd.DataFrame:
+    """Runs per stage in each state, and the Slurm jobs of those running or queued."""
+    frame = pd.DataFrame([vars(s) for s in states], columns=["run_id", "group", "state", "job"])
+    table = pd.crosstab(frame["group"], frame["state"]).reindex(columns=list(STATES), fill_value=0)
+    live = frame[frame["state"].isin(["running", "queued"]) & frame["job"].notna()]
+    arrays = live.groupby("group")["job"].agg(
+        lambda ids: ", ".join(sorted({i.split("_")[0] for i in ids}))
+    )
+    table["jobs"] = arrays.reindex(table.index).fillna("")
+    order = sorted(table.index, key=lambda g: (STAGE_ORDER + (g,)).index(g))
+    return table.loc[order].rename_axis("stage").reset_index()
+
+
+def status_lines(exp_dir: Path) -> list[str]:
+    """The table, and what a controller is waiting for."""
+    states = run_states(exp_dir)
+    if not states:
+        return [f"{exp_dir}: no planned or stored runs"]
+    table = status_table(states)
+    lines = [table.to_markdown(index=False)]
+    waiting = table[(table["running"] + table["queued"]) > 0]
+    for row in waiting.itertuples():
+        jobs = f" (Slurm job {row.jobs})" if row.jobs else ""
+        lines.append(f"waiting for {row.stage}: {row.running} running, {row.queued} queued{jobs}")
+    if waiting.empty:
+        lines.append("nothing is running or queued")
+    return lines

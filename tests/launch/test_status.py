@@ -1,0 +1,54 @@
+"""``ablate status``: each stage's runs counted as done, failed, running, queued or not started,
+from the store (the Slurm jobs' states are tested against a real Slurm in test_slurm.py)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from conftest import simulated_experiment
+
+from ablate.cli import main
+from ablate.core.folders import ExperimentFolder, read_json, write_json_atomic
+from ablate.launch.pipeline import run_experiment
+from ablate.launch.status import run_states, status_lines
+
+SEARCH = {"n_trials": 3, "lr_min": 1e-3, "lr_max": 0.1, "warmup_max": 10}
+
+
+def test_every_planned_and_trial_run_is_counted_in_its_stage(
+    tmp_path: Path, unrendered_figures: None
+) -> None:
+    experiment = simulated_experiment(tmp_path, search=SEARCH)
+    result = run_experiment(experiment, tmp_path / "results", tmp_path / "reports")
+    states = run_states(result.exp_dir)
+    by_group = {g: [s.state for s in states if s.group == g] for g in {s.group for s in states}}
+    assert by_group["main"] == ["done"] * 4
+    assert by_group["search"] == ["done"] * 6  # 3 trials per variant, stored as runs
+    assert by_group["tuned"] == ["done"] * 4
+    assert status_lines(result.exp_dir)[-1] == "nothing is running or queued"
+
+
+def test_a_removed_summary_is_not_started_and_a_failed_run_is_failed(
+    tmp_path: Path, unrendered_figures: None
+) -> None:
+    result = run_experiment(
+        simulated_experiment(tmp_path), tmp_path / "results", tmp_path / "reports"
+    )
+    folder = ExperimentFolder(result.exp_dir)
+    first, second = (folder.run(spec.run_id) for spec in result.specs[:2])
+    first.summary.unlink()
+    failed = {**read_json(second.summary), "status": "failed", "error": "boom"}
+    write_json_atomic(second.summary, failed)
+    states = {s.run_id: s.state for s in run_states(result.exp_dir)}
+    assert states[result.specs[0].run_id] == "not started"
+    assert states[result.specs[1].run_id] == "failed"
+    assert sorted(states.values()).count("done") == 2
+    table = status_lines(result.exp_dir)[0]
+    assert "| main    |      2 |        1 |         0 |        0 |             1 |" in table
+
+
+def test_status_of_a_folder_that_is_not_an_experiment_is_one_line_and_exit_2(
+    tmp_path: Path, capsys
+) -> None:
+    assert main(["status", str(tmp_path)]) == 2
+    assert capsys.readouterr().err.strip().startswith(f"ablate status: error: {tmp_path}:")
