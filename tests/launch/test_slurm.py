@@ -173,6 +173,27 @@ def test_a_job_whose_setup_fails_fails_once_with_its_line(tmp_path: Path) -> Non
 
 
 @pytest.mark.trains
+def test_a_task_that_raises_on_its_node_fails_once_with_its_exception_line(
+    tmp_path: Path,
+) -> None:
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("the norm is the question and the seed is the answer. " * 400)
+    moved = "mv -f corpus.txt corpus.gone 2>/dev/null || true"  # gone from the node's view
+    path = write_experiment(
+        tmp_path / "e.yaml",
+        seeds=[0],
+        data={"source": "text_file", "path": "corpus.txt"},
+        runtime={"launcher": "slurm", "slurm": {**POLL, "setup": [moved]}},
+    )
+    failed = run_ablate(path, timeout=300)
+    assert failed.returncode == 1, failed.stdout
+    lines = [line for line in failed.stdout.splitlines() if " raised: " in line]
+    assert len(lines) == 2 and all("corpus.txt" in line for line in lines), failed.stdout
+    assert "resubmitting" not in failed.stdout
+    assert all(job["attempt"] == 1 for job in jobs_of(path).values())
+
+
+@pytest.mark.trains
 def test_trained_runs_through_slurm_equal_local_runs_bit_for_bit(tmp_path: Path) -> None:
     runtime = {"launcher": "slurm", "threads": 1, "slurm": {**POLL, "cpus_per_task": 1}}
     path = write_experiment(tmp_path / "e.yaml", seeds=[0], runtime=runtime)
