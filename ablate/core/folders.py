@@ -23,6 +23,8 @@ Layout (``root`` defaults to ``results/``)::
         model.pt          final weights of a finished main or convert run (runtime.save_weights)
         summary.json      written last: its presence with a final status marks the run done
         status.json       {"status": "running", ...} while the run is in progress
+        progress.json     {"step", "loss"}: a Slurm task's last reported step (the controller
+                          draws it)
     <report dir>/.built.json  written last by a report build: the files it wrote
 
 Every file is written to a temporary name in its folder and renamed into place
@@ -165,6 +167,11 @@ class RunFolder:
     @property
     def status(self) -> Path:
         return self.path / "status.json"
+
+    @property
+    def progress(self) -> Path:
+        """A Slurm task's last step and train loss, for the controller's display."""
+        return self.path / "progress.json"
 
     @property
     def handback(self) -> Path:

@@ -62,8 +62,10 @@ class Executor(Protocol):
         take_over: bool = False,
         wait: bool = False,
         say: SayFn = print,
+        progress: ProgressFn | None = None,
     ) -> dict[str, Any]:
-        """The stored summary of ``spec``, or run it now and store it (see :func:`obtain`)."""
+        """The stored summary of ``spec``, or run it now and store it (see :func:`obtain`);
+        ``progress`` sees (step, train loss) as it trains, where the executor reports steps."""
 
     def run(self, specs: list[RunSpec]) -> list[dict[str, Any]]:
         """Every spec not yet done; the summaries of all of them (stored and new)."""
@@ -261,11 +263,12 @@ class LocalExecutor:
         take_over: bool = False,
         wait: bool = False,
         say: SayFn = print,
+        progress: ProgressFn | None = None,
     ) -> dict[str, Any]:
         """Reuse or train one run here (:func:`obtain`), with ``threads`` torch threads when
         they are set (a Slurm task's ``cpus_per_task``; a study worker has set its own)."""
         with torch_threads(self.threads) if self.threads else nullcontext():
-            return obtain(spec, self.root, watch=watch, take_over=take_over, wait=wait, say=say)
+            return obtain(spec, self.root, progress, watch, take_over, wait, say)
 
     def run(self, specs: list[RunSpec]) -> list[dict[str, Any]]:
         """Every pending spec through the pool (:func:`execute`)."""

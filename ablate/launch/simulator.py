@@ -25,7 +25,14 @@ from ablate.core import folders, store
 from ablate.core.folders import ExperimentFolder
 from ablate.core.plan import RunSpec
 from ablate.core.simulate import SIMULATED_IMPL, SimulatedRun, simulate_run, verdict_of
-from ablate.launch.execute import EvalWatch, SayFn, obtain_with, say_done, split_done
+from ablate.launch.execute import (
+    EvalWatch,
+    ProgressFn,
+    SayFn,
+    obtain_with,
+    say_done,
+    split_done,
+)
 
 
 def simulated_parameters(spec: RunSpec) -> int:
@@ -171,8 +178,10 @@ class SimulatedExecutor:
         take_over: bool = False,
         wait: bool = False,
         say: SayFn = print,
+        progress: ProgressFn | None = None,
     ) -> dict[str, Any]:
-        """The stored summary of ``spec``, else simulate and store it."""
+        """The stored summary of ``spec``, else simulate and store it (a simulated run
+        reports no steps: ``progress`` is not called)."""
         attempt = lambda: simulate_and_store(spec, self.root, watch, take_over)  # noqa: E731
         return obtain_with(attempt, spec, self.root, wait, say)
 

@@ -27,6 +27,7 @@ instead of submitting them twice. Stopping the controller (Ctrl-C) leaves its jo
 
 from __future__ import annotations
 
+import math
 import os
 import signal
 import subprocess
@@ -70,8 +71,11 @@ def run_task(task: Executor, spec_json: dict[str, Any], take_over: bool, watch: 
     until Slurm kills it), so the controller resubmits the run."""
     spec = RunSpec.from_json(spec_json)
     signal.signal(signal.SIGTERM, _stop)
+    report = ProgressFile(ExperimentFolder.of(task.root, spec.experiment).run(spec.run_id).progress)
     try:
-        return task.obtain(spec, watch=watch, take_over=take_over, wait=True, say=print)
+        return task.obtain(
+            spec, watch=watch, take_over=take_over, wait=True, say=print, progress=report
+        )
     except KeyboardInterrupt:
         print(f"run {spec.run_id}: stopped by Slurm; the controller resubmits it", flush=True)
         os._exit(TERMINATED)
@@ -79,6 +83,30 @@ def run_task(task: Executor, spec_json: dict[str, Any], take_over: bool, watch: 
 
 def _stop(signum: int, frame: object) -> None:
     raise KeyboardInterrupt
+
+
+PROGRESS_EVERY_S = 2.0  # how often a task writes its step for the controller
+
+
+@dataclass
+class ProgressFile:
+    """A task's progress callback: its step and train loss, written to the run's
+    ``progress.json`` at most every :data:`PROGRESS_EVERY_S` seconds."""
+
+    path: Path
+    written: float = -math.inf
+
+    def __call__(self, step: int, loss: float) -> None:
+        now = time.monotonic()
+        if now - self.written >= PROGRESS_EVERY_S and self.path.parent.is_dir():
+            write_json_atomic(self.path, {"step": step, "loss": loss})
+            self.written = now
+
+
+def reported_step(exp_dir: Path, run_id: str) -> tuple[int, float] | None:
+    """The last (step, train loss) a running task reported, if any."""
+    found = read_json(ExperimentFolder(exp_dir).run(run_id).progress)
+    return (int(found["step"]), float(found["loss"])) if found else None
 
 
 def job_states(job_ids: Iterable[str]) -> dict[str, str]:
@@ -251,6 +279,8 @@ class SlurmExecutor:
                 if state is None or state in ACTIVE:
                     if state == "RUNNING" and board is not None:
                         board.start(by_id[run_id])
+                        if (step := reported_step(exp_dir, run_id)) is not None:
+                            board.update(run_id, *step)
                     continue
                 kind, value = job_outcome(job, state)
                 if (

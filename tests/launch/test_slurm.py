@@ -18,6 +18,7 @@ from conftest import ablate_process, study_trials, write_experiment
 
 from ablate.core.folders import ExperimentFolder
 from ablate.core.store import load_summaries
+from ablate.launch.slurm import reported_step
 
 pytestmark = [pytest.mark.usefixtures("slurm_cluster"), pytest.mark.slow]
 POLL = {"poll_s": 0.2, "result_wait_s": 1.0}  # the test cluster's jobs end in about a second
@@ -209,3 +210,7 @@ def test_trained_runs_through_slurm_equal_local_runs_bit_for_bit(tmp_path: Path)
     assert final_losses(tmp_path / "results") == final_losses(local_dir / "results")
     trained = load_summaries(tmp_path / "results" / "tiny")
     assert set(trained["torch_threads"]) == {1}  # the task's cpus_per_task, not the node's
+    exp_dir = tmp_path / "results" / "tiny"
+    for run_id in trained["run_id"]:  # each task reported its steps for the display
+        step, loss = reported_step(exp_dir, run_id)
+        assert 1 <= step <= trained.set_index("run_id").loc[run_id, "steps"] and loss > 0
