@@ -329,6 +329,8 @@ class SlurmExecutor:
         """One job array (one job for one spec) of ``specs``, each recorded."""
         if not specs:
             return {}
+        from submitit.core.utils import FailedJobError  # what a failed sbatch raises
+
         executor = self._submitit(exp_dir, specs[0].experiment)
         n = len(specs)
         try:
@@ -339,7 +341,7 @@ class SlurmExecutor:
                 [take_over] * n,
                 [watch] * n,
             )
-        except Exception as exc:  # sbatch refused: bad partition, account, limits
+        except FailedJobError as exc:  # sbatch refused: bad partition, account, limits
             raise ConfigError(
                 f"runtime.slurm: sbatch refused the job: {sbatch_error(exc)}"
             ) from None
