@@ -43,7 +43,15 @@ from ablate.core.cluster import SlurmConfig
 from ablate.core.config import ConfigError
 from ablate.core.folders import ExperimentFolder, read_json, write_json_atomic
 from ablate.core.plan import RunSpec
-from ablate.launch.execute import EvalWatch, Executor, SayFn, obtain_with, say_done, split_done
+from ablate.launch.execute import (
+    EvalWatch,
+    Executor,
+    ProgressFn,
+    SayFn,
+    obtain_with,
+    say_done,
+    split_done,
+)
 from ablate.launch.progress import ProgressBoard
 from ablate.launch.search import RunFailedError
 
@@ -157,9 +165,8 @@ def recorded_jobs(exp_dir: Path, run_ids: Iterable[str]) -> dict[str, Submitted]
 
 def submitted_jobs(exp_dir: Path) -> dict[str, Submitted]:
     """Every run's last recorded job."""
-    records = ExperimentFolder(exp_dir).slurm_jobs
-    found = {path.stem: read_json(path) for path in sorted(records.glob("*.json"))}
-    return {rid: Submitted(**entry) for rid, entry in found.items() if entry}
+    records = sorted(ExperimentFolder(exp_dir).slurm_jobs.glob("*.json"))
+    return recorded_jobs(exp_dir, (path.stem for path in records))
 
 
 def record_jobs(exp_dir: Path, submitted: list[Submitted]) -> None:
@@ -230,8 +237,10 @@ class SlurmExecutor:
         take_over: bool = False,
         wait: bool = False,
         say: SayFn = print,
+        progress: ProgressFn | None = None,
     ) -> dict[str, Any]:
-        """The stored summary of ``spec``, else one job that obtains it, waited for."""
+        """The stored summary of ``spec``, else one job that obtains it, waited for (its
+        steps go to the run's progress file, not to ``progress``)."""
 
         def attempt() -> dict[str, Any]:
             outcomes = self._through_jobs([spec], watch, take_over, say)

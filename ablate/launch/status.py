@@ -16,7 +16,7 @@ from pathlib import Path
 import pandas as pd
 
 from ablate.core import store
-from ablate.core.folders import ExperimentFolder, read_json
+from ablate.core.folders import ExperimentFolder, RunFolder, read_json
 from ablate.launch.slurm import ACTIVE, Submitted, job_states, submitted_jobs
 
 STATES = ("done", "failed", "running", "queued", "not started")
@@ -59,7 +59,7 @@ def run_states(exp_dir: Path) -> list[RunState]:
 
 
 def _state(run_dir: Path, job_state: str | None) -> str:
-    summary = ExperimentFolder(run_dir.parent).run(run_dir.name).read_any_summary()
+    summary = RunFolder(run_dir).read_any_summary()
     if summary is not None and summary.get("status") in store.DONE_STATUSES:
         return "done"
     if job_state in ACTIVE:

@@ -24,12 +24,16 @@ pytestmark = [pytest.mark.usefixtures("slurm_cluster"), pytest.mark.slow]
 POLL = {"poll_s": 0.2, "result_wait_s": 1.0}  # the test cluster's jobs end in about a second
 
 
-def simulated_file(tmp_path: Path, slurm: dict[str, Any] | None = None, **extra: Any) -> Path:
+def simulated_file(
+    tmp_path: Path, slurm: dict[str, Any] | None = None, pace_s: float = 0.0, **extra: Any
+) -> Path:
     """The tiny experiment on the simulator (two variants x two seeds), its runs as Slurm
-    jobs of one CPU polled every 0.2 s; ``slurm`` sets further keys of runtime.slurm."""
+    jobs of one CPU polled every 0.2 s, each lasting ``pace_s``; ``slurm`` sets further keys
+    of runtime.slurm."""
     runtime = {
         "backend": "simulate",
         "launcher": "slurm",
+        "simulate": {"pace_s": pace_s},
         "slurm": {**POLL, "cpus_per_task": 1, **(slurm or {})},
     }
     return write_experiment(tmp_path / "e.yaml", runtime=runtime, **extra)
@@ -100,16 +104,7 @@ def running_tasks() -> list[str]:
 def test_a_job_cancelled_mid_run_is_resubmitted_and_nothing_is_lost_or_twice(
     tmp_path: Path,
 ) -> None:
-    path = write_experiment(
-        tmp_path / "e.yaml",
-        seeds=[0],
-        runtime={
-            "backend": "simulate",
-            "launcher": "slurm",
-            "simulate": {"pace_s": 6.0},
-            "slurm": POLL,
-        },
-    )
+    path = simulated_file(tmp_path, pace_s=6.0, seeds=[0])
     controller = ablate_process("run", str(path), cwd=tmp_path)
     victim = wait_for(running_tasks, what="a running task")[0]
     time.sleep(2.0)  # into the run: its claim is taken and its folder written
@@ -126,15 +121,7 @@ def test_a_job_cancelled_mid_run_is_resubmitted_and_nothing_is_lost_or_twice(
 def test_a_restarted_controller_follows_its_queued_jobs_instead_of_submitting_them_again(
     tmp_path: Path,
 ) -> None:
-    path = write_experiment(
-        tmp_path / "e.yaml",
-        runtime={
-            "backend": "simulate",
-            "launcher": "slurm",
-            "simulate": {"pace_s": 3.0},
-            "slurm": POLL,
-        },
-    )
+    path = simulated_file(tmp_path, pace_s=3.0)
     first = ablate_process("run", str(path), cwd=tmp_path)
     wait_for(lambda: len(jobs_of(path)) == 4, what="the first controller's submission")
     first.send_signal(signal.SIGINT)
