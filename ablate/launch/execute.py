@@ -19,7 +19,7 @@ from concurrent.futures import FIRST_COMPLETED, Future, wait
 from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, ClassVar, Protocol
 
 from rich.console import Console
 
@@ -28,6 +28,7 @@ from ablate.core.folders import ExperimentFolder
 from ablate.core.plan import RunSpec
 from ablate.launch.progress import ProgressBoard
 from ablate.launch.workers import (
+    TRAINING_IMPORTS,
     Resources,
     drain,
     in_worker,
@@ -51,6 +52,10 @@ class Executor(Protocol):
     is pickled into the studies' worker processes, so it holds settings, not live handles."""
 
     root: Path
+    # what a process that obtains runs through it imports first: the trainer where it trains
+    # here (the pool's server imports it once for all workers), nothing where runs are drawn
+    # or train elsewhere
+    imports: ClassVar[tuple[str, ...]]
 
     def prepare(self) -> None:
         """Load what obtaining a run will need (before a study trial's heartbeat starts)."""
@@ -197,7 +202,7 @@ def _run_serial(specs: list[RunSpec], root: Path, threads: int, board: ProgressB
 def _run_pool(specs: list[RunSpec], root: Path, res: Resources, board: ProgressBoard) -> list[dict]:
     summaries: list[dict] = []
     messages = pool_context().Queue()
-    with worker_pool(res, messages) as pool:
+    with worker_pool(res, messages, TRAINING_IMPORTS) as pool:
         with sigint_deferred():
             futures: dict[Future, RunSpec] = {
                 pool.submit(in_worker, _worker_run, s.to_json(), str(root)): s for s in specs
@@ -244,6 +249,7 @@ def ready_conversions(
 class LocalExecutor:
     """Trains on this machine: serially, or in a pool of ``workers`` processes."""
 
+    imports: ClassVar[tuple[str, ...]] = TRAINING_IMPORTS
     root: Path
     workers: int | None = None
     threads: int | None = None

@@ -16,7 +16,7 @@ import platform
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import pandas as pd
 from rich.console import Console
@@ -162,6 +162,7 @@ def simulate_and_store(
 class SimulatedExecutor:
     """Runs drawn from the truth, one after another in this process (each takes milliseconds)."""
 
+    imports: ClassVar[tuple[str, ...]] = ()  # its study workers train nothing themselves
     root: Path
     console: Console | None = field(default=None, compare=False, repr=False)
 

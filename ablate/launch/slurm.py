@@ -35,7 +35,7 @@ import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from rich.console import Console
 
@@ -219,6 +219,7 @@ def log_tail(job: Any) -> str:
 class SlurmExecutor:
     """Each run a Slurm task; ``task`` is what the task runs its spec with."""
 
+    imports: ClassVar[tuple[str, ...]] = ()  # its study workers train nothing themselves
     root: Path
     task: Executor
     config: SlurmConfig

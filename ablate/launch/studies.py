@@ -105,7 +105,7 @@ def run_studies(
     }
     pending = [job for job, result in found.items() if result is None]
     jobs_left = [(k, experiment, v, executor, url, best.get(v)) for k, v in pending]
-    results = run_parallel(_job, jobs_left, res, say)
+    results = run_parallel(_job, jobs_left, res, say, executor.imports)
     found.update(zip(pending, results, strict=True))
     return {
         kind: {v: found[kind, v] for v in experiment.variants if (kind, v) in found}

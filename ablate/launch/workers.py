@@ -1,7 +1,8 @@
 """The executor's process pool, and Ctrl-C at any moment.
 
 :func:`worker_pool` starts processes with a torch-thread budget each (:func:`choose_resources`),
-forked from a server that imported Lightning once (:func:`pool_context`); :func:`run_parallel`
+forked from a server that imported what their jobs need once (:func:`pool_context`: torch and
+Lightning for a pool that trains, nothing for the simulator or Slurm); :func:`run_parallel`
 runs jobs there (the studies) and the executor runs its runs there. Ctrl-C ends ``ablate``
 within seconds and leaves no process behind: workers start with SIGINT blocked and ignore it
 except while they run a job (:func:`in_worker`); the ``ablate`` process then stops them
@@ -24,7 +25,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ProcessPoolExecutor, wait
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from multiprocessing.context import BaseContext
 from pathlib import Path
@@ -121,15 +122,17 @@ class _WorkerState:
 _WORKER = _WorkerState()
 
 
-def _init_worker(threads: int, stop: Any, messages: Any) -> None:
+def _init_worker(threads: int, trains: bool, stop: Any, messages: Any) -> None:
     """A pool worker's set-up. It started with SIGINT blocked (:func:`sigint_deferred`); now it
     ignores SIGINT (which drops one that came during start-up) except while it runs a job
-    (:func:`in_worker`), and dies with the ``ablate`` process."""
+    (:func:`in_worker`), and dies with the ``ablate`` process. A worker that ``trains`` sets
+    its torch threads; one that does not never loads torch."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
-    import torch  # here, not at the top: a simulated run's process never loads torch
+    if trains:
+        import torch  # here, not at the top: a simulated run's process never loads torch
 
-    torch.set_num_threads(threads)
+        torch.set_num_threads(threads)
     let_the_server_go()
     die_with_parent()
     if messages is not None:
@@ -228,8 +231,10 @@ def worker_say(text: str) -> None:
         print(text, flush=True)
 
 
-# what every pool worker imports to train: torch and Lightning, about 5 s of CPU per process
-PRELOADED = ["ablate.launch.preload"]
+# what a pool worker imports to train: torch and Lightning, about 5 s of CPU per process
+TRAINING_IMPORTS = ("ablate.training.run",)
+PRELOADED = ["ablate.launch.preload"]  # imports the modules IMPORTS_ENV names, then READY_ENV
+IMPORTS_ENV = "ABLATE_FORKSERVER_IMPORTS"  # the modules the server imports, space-separated
 READY_ENV = "ABLATE_FORKSERVER_READY"  # the file the server touches once it has imported them
 SERVER_START_LIMIT_S = 300.0  # the most start_server waits for the import (then submit waits)
 
@@ -240,7 +245,7 @@ def pool_context() -> BaseContext:
     milliseconds from one process that paid the import once (with ``spawn`` every worker of
     every pool imported Lightning itself); ``spawn`` elsewhere. The server starts at the first
     pool (:func:`start_server`), with this process's environment then (the CPU pin is set
-    before), and ends with it."""
+    before), and ends with it, or when a pool needs imports it lacks."""
     if "forkserver" not in mp.get_all_start_methods():
         return mp.get_context("spawn")
     ctx = mp.get_context("forkserver")
@@ -248,29 +253,38 @@ def pool_context() -> BaseContext:
     return ctx
 
 
-def start_server(ctx: BaseContext) -> None:
-    """Start the forkserver of ``ctx`` and wait until it has imported :data:`PRELOADED`
-    (seconds on 2 cores), where Ctrl-C reaches this process: the first worker waits for that
-    import inside ``pool.submit``, with SIGINT deferred, and Ctrl-C then took as long. The
-    server is spawned with SIGINT blocked, so that every worker it forks starts so; on Ctrl-C
-    while it imports, it is killed (it has forked nothing yet)."""
+_server_imports: set[str] = set()  # what the running server imported (:func:`start_server`)
+
+
+def start_server(ctx: BaseContext, imports: tuple[str, ...] = TRAINING_IMPORTS) -> None:
+    """Start the forkserver of ``ctx`` and wait until it has imported ``imports`` (seconds on
+    2 cores for :data:`TRAINING_IMPORTS`), where Ctrl-C reaches this process: the first worker
+    waits for that import inside ``pool.submit``, with SIGINT deferred, and Ctrl-C then took
+    as long. A server that an earlier pool started without them is stopped first (no pool
+    is open then). The server is spawned with SIGINT blocked, so that every worker it forks
+    starts so; on Ctrl-C while it imports, it is killed (it has forked nothing yet)."""
     if ctx.get_start_method() != "forkserver":
         return
     from multiprocessing import forkserver
 
     server = forkserver._forkserver  # CPython's one server (3.8 to 3.14)
+    if server._forkserver_pid is not None and not _server_imports.issuperset(imports):
+        server._stop()
     running = server._forkserver_pid
     with tempfile.TemporaryDirectory(prefix="ablate-server-") as folder:
         mark = Path(folder) / "ready"
         os.environ[READY_ENV] = str(mark)
+        os.environ[IMPORTS_ENV] = " ".join(imports)
         try:
             with sigint_deferred():
                 forkserver.ensure_running()
         finally:
-            del os.environ[READY_ENV]
+            del os.environ[READY_ENV], os.environ[IMPORTS_ENV]
         pid = server._forkserver_pid
         if pid == running:  # started before, by an earlier pool: it imported then
             return
+        _server_imports.clear()
+        _server_imports.update(imports)
         try:
             _wait_for(mark, SERVER_START_LIMIT_S)
         except KeyboardInterrupt:
@@ -285,20 +299,23 @@ def _wait_for(mark: Path, limit_s: float) -> None:
 
 
 @contextmanager
-def worker_pool(res: Resources, messages: Any = None) -> Iterator[ProcessPoolExecutor]:
-    """The executor's pool: ``res.workers`` processes (:func:`pool_context`) with
+def worker_pool(
+    res: Resources, messages: Any = None, imports: tuple[str, ...] = TRAINING_IMPORTS
+) -> Iterator[ProcessPoolExecutor]:
+    """The executor's pool: ``res.workers`` processes (:func:`pool_context`) that have
+    ``imports`` (its jobs train when they include the trainer: :data:`TRAINING_IMPORTS`) and
     ``res.threads`` torch threads each, killed by the kernel when the ``ablate`` process dies.
     Submit jobs as ``pool.submit(in_worker, job, *args)`` inside :func:`sigint_deferred`
     (workers start on submit). On Ctrl-C (or any error) the workers are stopped
     (:func:`stop_workers`) before the exception goes on."""
     ctx = pool_context()
-    start_server(ctx)
+    start_server(ctx, imports)
     stop = ctx.Event()
     pool = ProcessPoolExecutor(
         res.workers,
         mp_context=ctx,
         initializer=_init_worker,
-        initargs=(res.threads, stop, messages),
+        initargs=(res.threads, bool(imports), stop, messages),
     )
     try:
         yield pool
@@ -336,16 +353,17 @@ def run_parallel(
     jobs: list[tuple[Any, ...]],
     res: Resources,
     say: Callable[[str], None] = print,
+    imports: tuple[str, ...] = TRAINING_IMPORTS,
 ) -> list[T]:
     """``job(*args)`` for every args of ``jobs``, ``res.workers`` at a time in the executor's
-    pool (in this process when there is one worker or one job); results in order; the lines
-    the jobs print with :func:`worker_say` go to ``say``. The studies run this way, their
-    trials' runs going through :func:`obtain`."""
+    pool of workers that have ``imports`` (in this process when there is one worker or one
+    job); results in order; the lines the jobs print with :func:`worker_say` go to ``say``.
+    The studies run this way, their trials' runs going through the executor."""
     if res.workers <= 1 or len(jobs) <= 1:
-        with torch_threads(res.threads):
+        with torch_threads(res.threads) if imports else nullcontext():
             return [job(*args) for args in jobs]
     messages = pool_context().Queue()
-    with worker_pool(res, messages) as pool:
+    with worker_pool(res, messages, imports) as pool:
         with sigint_deferred():
             futures = [pool.submit(in_worker, job, *args) for args in jobs]
 

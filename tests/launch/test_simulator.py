@@ -7,7 +7,7 @@ import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import pytest
 import yaml
@@ -51,6 +51,7 @@ def simulated_ln_vs_rms(tmp_path: Path, **changes: Any) -> Experiment:
 class RecordingExecutor:
     """Stands in for a backend: records every spec any stage asks for, simulates it."""
 
+    imports: ClassVar[tuple[str, ...]] = ()
     root: Path
     inner: SimulatedExecutor = field(init=False)
     seen: list[RunSpec] = field(default_factory=list)

@@ -64,6 +64,40 @@ def test_ctrl_c_while_the_server_imports_lightning_kills_it_at_once() -> None:
 
 
 # Ctrl-C at any moment: the experiment below takes ~14 s with 2 workers on 2 cores (start-up,
+
+LOADED_JOB = """
+import sys
+
+def loaded(name):
+    return name in sys.modules
+"""
+POOLS_IMPORTING = """
+from loaded_job import loaded
+from ablate.launch.workers import TRAINING_IMPORTS, Resources, run_parallel
+two = Resources(workers=2, threads=1)
+for imports in [(), TRAINING_IMPORTS, ()]:
+    print(run_parallel(loaded, [("torch",), ("lightning",)], two, imports=imports))
+"""
+
+
+@pytest.mark.slow  # waits for a server's import of Lightning
+def test_a_pool_that_does_not_train_loads_no_torch_and_the_next_that_does_has_it_preloaded(
+    tmp_path: Path,
+) -> None:
+    # the simulator's and Slurm's study workers skip the ~5 s import of torch and Lightning;
+    # a training pool after them in the same process gets a server that imported both
+    (tmp_path / "loaded_job.py").write_text(LOADED_JOB)
+    env = {**os.environ, "PYTHONPATH": str(tmp_path)}
+    out = subprocess.run(
+        [sys.executable, "-c", POOLS_IMPORTING],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+        cwd=tmp_path,
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split("\n")[:3] == ["[False, False]", "[True, True]", "[True, True]"]
 # the forkserver importing Lightning, 6 runs of 0.6 s, the report); SIGINT goes to the whole
 # process group, as a terminal's Ctrl-C does.
 INTERRUPT_MOMENTS = 3  # per series: one seeded moment in each third of the run
