@@ -5,7 +5,7 @@ than the fused ``F.layer_norm`` at the same shape, so an A/B of the norms' *spee
 a fused LayerNorm with an unfused RMSNorm. ablate therefore ships its own RMSNorm kernel for
 CPU: one C++ pass per row forward and backward, fp32 accumulation, rows split across threads,
 its autograd node in C++ too (``csrc/rms_norm.cpp``), compiled on first use with
-``torch.utils.cpp_extension.load_inline`` (about 30 s, once per machine: cached under
+``torch.utils.cpp_extension.load_inline`` (about 25 s, once per machine: cached under
 ``$TORCH_EXTENSIONS_DIR/ablate/``, default ``~/.cache/torch_extensions/ablate/``; later
 processes import the built library directly). Its arithmetic (``csrc/rms_norm_rows.h``) has a
 fixed summation order and is compiled for a fixed x86-64 level (:func:`build_target`) without
@@ -30,9 +30,11 @@ from __future__ import annotations
 import functools
 import hashlib
 import importlib.util
+import inspect
 import os
 import time
 import warnings
+from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
 
@@ -98,7 +100,7 @@ def compile_flags(target: str) -> list[str]:
 
 
 def _build(name: str, folder: Path, source: str, target: str) -> ModuleType:
-    """Compile the kernel (about 30 s) into ``folder``; concurrent builders wait on a lock."""
+    """Compile the kernel (about 25 s) into ``folder``; concurrent builders wait on a lock."""
     from torch.utils.cpp_extension import load_inline
 
     _put_ninja_on_path()
@@ -106,6 +108,8 @@ def _build(name: str, folder: Path, source: str, target: str) -> ModuleType:
     lock = folder / "lock"
     if lock.exists() and time.time() - lock.stat().st_mtime > STALE_LOCK_S:
         lock.unlink(missing_ok=True)  # torch would wait on it forever
+    # the source includes what it needs; torch >= 2.6 can leave out <torch/extension.h>
+    lean = {"no_implicit_headers": True} if _takes(load_inline, "no_implicit_headers") else {}
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         return load_inline(
@@ -117,7 +121,13 @@ def _build(name: str, folder: Path, source: str, target: str) -> ModuleType:
             extra_include_paths=[str(CSRC)],
             build_directory=str(folder),
             verbose=False,
+            **lean,
         )
+
+
+def _takes(function: Callable[..., object], name: str) -> bool:
+    """Whether ``function`` has a parameter ``name`` (an option newer torch releases added)."""
+    return name in inspect.signature(function).parameters
 
 
 def load_kernel(target: str) -> ModuleType:

@@ -2,9 +2,16 @@
 // arithmetic of rms_norm_rows.h (fp32 accumulation; the same bits whatever the build target or
 // thread count). rms_norm() is one C++ call forward and one backward, so a call on a few rows
 // (decoding) costs no more than F.layer_norm's. Built by ablate.nn.fast_norms with
-// torch.utils.cpp_extension.
-#include <torch/extension.h>
+// torch.utils.cpp_extension. It includes only the headers it uses, not <torch/extension.h>
+// (the whole C++ frontend): the build takes about 25 s instead of 40 s on 2 cores.
+#include <ATen/Dispatch.h>
 #include <ATen/Parallel.h>
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/empty.h>
+#include <ATen/ops/empty_like.h>
+#include <torch/csrc/Exceptions.h>
+#include <torch/csrc/autograd/custom_function.h>
+#include <torch/csrc/utils/pybind.h>
 #include <vector>
 
 #include "rms_norm_rows.h"
