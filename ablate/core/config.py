@@ -310,6 +310,11 @@ class TrainConfig(StrictSection):
     precision: Precision = "32"
     eval_interval: int = Field(25, ge=1, description="optimizer steps between evaluations")
     eval_batches: int = Field(8, ge=1, le=10_000)
+    final_eval: Literal["windows", "split"] = Field(
+        "windows",
+        description="the final val loss over the eval_batches windows, or over the whole"
+        " validation split (every full batch of non-overlapping windows)",
+    )
     stability: StabilityConfig = Field(default_factory=StabilityConfig)
     probes: ProbeConfig = Field(default_factory=ProbeConfig)
 

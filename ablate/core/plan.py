@@ -35,6 +35,7 @@ LATER_KEYS: dict[tuple[str, str], Any] = {
     ("model", "litgpt"): None,
     ("model", "factory"): None,
     ("train", "adam_eps"): 1e-8,
+    ("train", "final_eval"): "windows",
 }
 
 

@@ -130,11 +130,15 @@ def time_steps(
     return float(torch.tensor(times[1:]).median())
 
 
-def estimate_run_time(cfg: RunConfig, step_time_s: float) -> float:
-    """Training steps plus evaluations (a forward pass costs about a third of a step)."""
+def estimate_run_time(cfg: RunConfig, step_time_s: float, val_tokens: int = 0) -> float:
+    """Training steps plus evaluations (a forward pass costs about a third of a step), the
+    last over the whole split of ``val_tokens`` where ``train.final_eval`` is ``split``."""
     steps = cfg.steps()
     evals = steps // cfg.train.eval_interval + 1
-    return step_time_s * (steps + evals * cfg.train.eval_batches / 3)
+    batches = evals * cfg.train.eval_batches
+    if cfg.train.final_eval == "split":
+        batches += val_tokens // (cfg.model.seq_len * cfg.train.batch_size)
+    return step_time_s * (steps + batches / 3)
 
 
 def step_key(cfg: RunConfig, corpus: Corpus) -> str:
@@ -160,7 +164,7 @@ def describe_plan(experiment: Experiment, workers: int, threads: int) -> PlanEst
                 measured[key] = (count_parameters(model), time_steps(model, cfg, corpus))
             parameters, step_time = measured[key]
             extra = study_runs(experiment, cfg, name)
-            run_time = estimate_run_time(cfg, step_time) + RUN_SETUP_S
+            run_time = estimate_run_time(cfg, step_time, len(corpus.val)) + RUN_SETUP_S
             extra_time = sum(n * (steps * step_time + RUN_SETUP_S) for n, steps in extra.values())
             rows.append(
                 {

@@ -232,6 +232,21 @@ def eval_offsets(n_tokens: int, seq_len: int, batch_size: int, batches: int) -> 
     return starts.view(batches, batch_size)
 
 
+def split_offsets(n_tokens: int, seq_len: int, batch_size: int) -> torch.Tensor:
+    """The whole split as non-overlapping windows (each token predicted once), in every full
+    batch of them: (batches, batch). The last partial batch (under ``batch_size`` windows) is
+    left out, so every batch weighs the same in the mean."""
+    windows = (n_tokens - 1) // seq_len
+    batches = windows // batch_size
+    if batches == 0:
+        raise ValueError(
+            f"the validation split ({n_tokens} tokens) holds no batch of {batch_size} windows"
+            f" of {seq_len} tokens"
+        )
+    starts = torch.arange(batches * batch_size) * seq_len
+    return starts.view(batches, batch_size)
+
+
 def gather_windows(
     ids: torch.Tensor | tokens.MappedIds, offsets: torch.Tensor, seq_len: int
 ) -> torch.Tensor:

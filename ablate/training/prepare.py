@@ -22,6 +22,7 @@ from ablate.training.data import (
     Corpus,
     eval_offsets,
     load_corpus,
+    split_offsets,
     train_offsets_of,
 )
 from ablate.training.trainer import evaluate
@@ -37,6 +38,7 @@ class Prepared:
     val_offsets: torch.Tensor
     steps: int
     start: dict[str, Any] | None = None  # continued training: the source and the swap
+    final_offsets: torch.Tensor | None = None  # the final evaluation's, when not val_offsets
 
 
 def prepare(spec: RunSpec, root: Path | None = None) -> Prepared:
@@ -54,6 +56,8 @@ def prepare(spec: RunSpec, root: Path | None = None) -> Prepared:
     val_offsets = eval_offsets(len(corpus.val), seq_len, batch, cfg.train.eval_batches)
     model = build_model(cfg.model, corpus.vocab_size, spec.seed)
     prepared = Prepared(corpus, model, train_offsets, val_offsets, steps)
+    if cfg.train.final_eval == "split":
+        prepared.final_offsets = split_offsets(len(corpus.val), seq_len, batch)
     if spec.init_from is not None:
         if root is None:
             raise ValueError("a continued-training run needs the results root of its source")

@@ -47,7 +47,13 @@ from ablate.training.prepare import prepare
 from ablate.training.probes import ModelProbe
 from ablate.training.summary import Observed, environment, summarize
 from ablate.training.task import LanguageModelTask, RunData
-from ablate.training.trainer import RankZeroHandBack, build_trainer, fit, metrics_frame
+from ablate.training.trainer import (
+    RankZeroHandBack,
+    build_trainer,
+    evaluate_final,
+    fit,
+    metrics_frame,
+)
 
 WEIGHTS_GROUPS = ("main", "convert")
 
@@ -123,13 +129,18 @@ def _train_and_store(
     data = RunData(prepared.corpus, prepared.train_offsets, prepared.val_offsets, cfg.model.seq_len)
     on_interrupt = signal.getsignal(signal.SIGINT)  # Lightning ignores Ctrl-C once it got one
     outcome = fit(trainer, task, data, recorder, all_stoppers, handback)
+    final = None
+    if outcome.status == "finished" and prepared.final_offsets is not None:
+        final = evaluate_final(
+            trainer, prepared.model, prepared.corpus, prepared.final_offsets, cfg.model.seq_len
+        )
     with ctrl_c_held() as caught:  # the stop of a pool sends a second Ctrl-C: store first
         frame = metrics_frame(recorder)
         folders.write_frame_atomic(run.metrics, frame)
         probes = pd.DataFrame(observed.probe.rows, columns=folders.PROBE_COLUMNS)
         folders.write_frame_atomic(run.probes, probes)
         elapsed = time.perf_counter() - start
-        summary = summarize(spec, prepared, frame, outcome, observed, elapsed, digests)
+        summary = summarize(spec, prepared, frame, outcome, observed, elapsed, digests, final)
         if outcome.status == "finished" and cfg.runtime.save_weights:
             if spec.group in WEIGHTS_GROUPS:
                 save_weights(prepared.model, run.weights)

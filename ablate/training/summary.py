@@ -104,12 +104,17 @@ def summarize(
     observed: Observed,
     wall_time_s: float,
     digests: tuple[str, str],
+    final_split: float | None = None,
 ) -> dict[str, Any]:
-    """The run's summary: the keys of :data:`ablate.core.store.SUMMARY_KEYS` (docs/results.md)."""
+    """The run's summary: the keys of :data:`ablate.core.store.SUMMARY_KEYS` (docs/results.md).
+    Its final val loss is ``final_split`` where the run was evaluated on the whole split at the
+    end (``train.final_eval: split``), else the last evaluation's (metrics.csv's last)."""
     tokens_per_step = spec.config.tokens_per_step()
     steps_done = int(frame["step"].max()) if len(frame) else 0
     val = frame["val_loss"].dropna()
-    final_val = float(val.iloc[-1]) if len(val) else None
+    final_val = (
+        final_split if final_split is not None else float(val.iloc[-1]) if len(val) else None
+    )
     train_time = float(frame["step_time_s"].sum())
     initial_loss = math.log(prepared.corpus.vocab_size)
     diverged = outcome.stop if outcome.status == "diverged" else None

@@ -128,6 +128,15 @@ def evaluate(model: nn.Module, corpus: Corpus, val_offsets: torch.Tensor, seq_le
     return sum(losses) / len(losses)
 
 
+def evaluate_final(
+    trainer: L.Trainer, model: nn.Module, corpus: Corpus, offsets: torch.Tensor, seq_len: int
+) -> float:
+    """The trained model's mean validation loss over ``offsets`` (``train.final_eval:
+    split``: the whole split), here, in the precision plugin's forward context."""
+    with torch.no_grad(), trainer.precision_plugin.forward_context():
+        return evaluate(model, corpus, offsets, seq_len)
+
+
 def evaluate_last_step(
     trainer: L.Trainer,
     task: LanguageModelTask,

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from conftest import REPO, write_experiment
+from conftest import REPO, tiny_config, write_experiment
 
 from ablate.core.load import load_experiment
 from ablate.launch.estimate import (
@@ -13,6 +13,7 @@ from ablate.launch.estimate import (
     RUN_SETUP_S,
     STAGE_START_S,
     describe_plan,
+    estimate_run_time,
     fixed_costs,
 )
 
@@ -48,3 +49,10 @@ def test_a_grid_over_lr_and_warmup_times_its_one_model_once(
     monkeypatch.setattr(estimate, "time_steps", lambda *a, **k: timed.append(1) or real(*a, **k))
     plan = describe_plan(experiment, workers=1, threads=1)
     assert len(plan.table) == 6 + 2 and len(timed) == 2  # grid cells share the LayerNorm model
+
+
+def test_a_final_evaluation_on_the_whole_split_adds_its_batches_forward_only() -> None:
+    windows = tiny_config()  # 20 steps of 4 x 16 tokens, 3 evaluations of 2 batches
+    split = tiny_config(**{"train.final_eval": "split"})
+    assert estimate_run_time(windows, 1.0, 6400) == pytest.approx(20 + 3 * 2 / 3)
+    assert estimate_run_time(split, 1.0, 6400) == pytest.approx(20 + (3 * 2 + 100) / 3)

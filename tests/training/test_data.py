@@ -19,6 +19,7 @@ from ablate.training.data import (
     eval_offsets,
     load_corpus,
     markov_chain,
+    split_offsets,
     unigram_loss,
 )
 
@@ -136,3 +137,13 @@ def test_corpus_floor_uses_train_frequencies_scored_on_val(tmp_path: Path) -> No
     assert corpus.unigram_loss == pytest.approx(expected, rel=1e-9)
     builtin = load_corpus(DataConfig(), 128)
     assert 3.2 < builtin.unigram_loss < 3.3 < math.log(256)  # the default text: about 3.25
+
+
+def test_split_offsets_predict_every_token_of_the_split_once_in_full_batches() -> None:
+    offsets = split_offsets(1000, 16, 4)  # 62 windows of 16 predicted tokens: 15 batches of 4
+    assert offsets.shape == (15, 4)
+    starts = offsets.flatten()
+    assert starts[0] == 0 and bool((starts.diff() == 16).all())  # adjacent, never overlapping
+    assert int(starts[-1]) + 16 <= 999  # the last window's last target is inside the split
+    with pytest.raises(ValueError, match="holds no batch of 4 windows"):
+        split_offsets(40, 16, 4)

@@ -20,6 +20,7 @@ from ablate.core.plan import RunSpec, with_train
 from ablate.core.stability import DivergenceRule
 from ablate.training.prepare import prepare
 from ablate.training.run import ctrl_c_held, execute_run
+from ablate.training.trainer import evaluate
 
 
 def _spec(variant: str = "layernorm", seed: int = 0, **overrides) -> RunSpec:
@@ -290,6 +291,30 @@ def test_bf16_true_feeds_the_norms_bf16_and_the_reduction_setting_matters(tmp_pa
     assert runs[True]["final_val_loss"] != runs[False]["final_val_loss"]
     weights = torch.load(tmp_path / "tiny" / runs[True]["run_id"] / "model.pt", weights_only=True)
     assert weights["blocks.0.norm_attn.weight"].dtype == torch.bfloat16
+
+
+@pytest.mark.trains
+def test_final_eval_split_scores_the_trained_model_on_the_whole_split(
+    ab_runs: dict, tmp_path: Path
+) -> None:
+    spec = _spec(**{"train.final_eval": "split"})
+    assert spec.run_id != _spec().run_id  # another measurement: another run
+    assert _spec(**{"train.final_eval": "windows"}).run_id == _spec().run_id  # the default
+    summary = execute_run(spec, tmp_path)
+    windows = ab_runs["ln"]
+    metrics = pd.read_csv(tmp_path / "tiny" / spec.run_id / "metrics.csv")
+    before = pd.read_csv(ab_runs["root"] / "tiny" / _spec().run_id / "metrics.csv")
+    assert metrics["val_loss"].equals(before["val_loss"])  # training and its curve unchanged
+    assert summary["final_val_loss"] != windows["final_val_loss"] == metrics["val_loss"].iloc[-1]
+    prepared = prepare(spec)
+    assert prepared.final_offsets is not None
+    prepared.model.load_state_dict(
+        torch.load(tmp_path / "tiny" / spec.run_id / "model.pt", weights_only=True)
+    )
+    recomputed = evaluate(
+        prepared.model, prepared.corpus, prepared.final_offsets, spec.config.model.seq_len
+    )
+    assert summary["final_val_loss"] == pytest.approx(recomputed, abs=1e-6)
 
 
 @pytest.mark.trains
