@@ -52,7 +52,7 @@ def pooled(parts: list[tuple[float, int]]) -> Spread:
     return Spread(math.sqrt(var), df, low, high)
 
 
-def _paired(runs: pd.DataFrame, index: list[str], first: str, second: str) -> pd.Series:
+def paired_differences(runs: pd.DataFrame, index: list[str], first: str, second: str) -> pd.Series:
     """second − first final val loss, matched on ``index``, where both finished stably."""
     ok = runs[runs["stable"].fillna(False).astype(bool)]
     table = ok.pivot_table(index=index, columns="variant", values="final_val_loss")
@@ -64,7 +64,7 @@ def _paired(runs: pd.DataFrame, index: list[str], first: str, second: str) -> pd
 def _low_wall(curve: pd.DataFrame, first: str, second: str) -> pd.Series:
     """The curve's paired differences at LRs at or below both variants' lowest point of the
     seed."""
-    diffs = _paired(curve, ["seed", "lr"], first, second)
+    diffs = paired_differences(curve, ["seed", "lr"], first, second)
     kept = []
     for seed, group in curve[curve["stable"].fillna(False).astype(bool)].groupby("seed"):
         lowest = group.loc[group.groupby("variant")["final_val_loss"].idxmin(), "lr"].min()
@@ -77,7 +77,7 @@ def run_noise(runs: pd.DataFrame, first: str, second: str) -> Spread:
     the curve's low wall (sd of the differences / √2)."""
     parts = []
     for group in PAIRED_GROUPS:
-        diffs = _paired(runs[runs["group"] == group], ["seed"], first, second)
+        diffs = paired_differences(runs[runs["group"] == group], ["seed"], first, second)
         parts.append((float(diffs.std(ddof=1)) / math.sqrt(2), len(diffs) - 1))
     wall = _low_wall(runs[runs["group"] == "curve"], first, second)
     parts.append((float(wall.std(ddof=1)) / math.sqrt(2), len(wall) - 1))
