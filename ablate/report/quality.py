@@ -43,6 +43,21 @@ def main_label(manifest: dict) -> str:
     return "main runs (each variant at the LR and warmup its file gives it)"
 
 
+def final_eval_note(configs: dict[str, dict]) -> str:
+    """What the final and best val losses are measured on, where the runs measure the final on
+    the whole split (``train.final_eval: split``); else nothing."""
+    split = any(
+        c.get("config", {}).get("train", {}).get("final_eval") == "split" for c in configs.values()
+    )
+    if not split:
+        return ""
+    return (
+        " The final val loss is measured after training on the whole validation split "
+        "(`train.final_eval: split`); the best val loss is the lowest of the evaluations during "
+        "training, on the fixed windows, so it can lie above the final."
+    )
+
+
 def main_section(stored: StoredExperiment, table: pd.DataFrame, noise: float) -> Section:
     """Quality, speed and probe tables and their figures (main runs only)."""
     variants = list(table["variant"])
@@ -60,6 +75,7 @@ def main_section(stored: StoredExperiment, table: pd.DataFrame, noise: float) ->
         "variant − baseline over matched seeds (same initial weights for shared parameters, same "
         "batches); the interval and p-value come from a paired t-test (`scipy.stats.ttest_rel`). "
         "With fewer than 2 pairs no interval is given."
+        + final_eval_note(stored.configs)
         + (
             f" Noise floor (pooled seed-to-seed std): {noise:.4f}." if not math.isnan(noise) else ""
         ),
