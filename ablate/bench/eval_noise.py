@@ -4,7 +4,9 @@ with the final val loss measured on the whole validation split (the summary's) a
 runs' last evaluation on the ``eval_batches`` fixed windows (metrics.csv's last ``val_loss``).
 The runs, their weights and their pairs are the same; only the evaluation differs.
 
-    python -m ablate.bench.eval_noise results/ln_vs_rms
+    python -m ablate.bench.eval_noise results/ln_vs_rms --out reports/bench/eval_noise.csv
+
+(docs/results.md quotes the committed CSV).
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ import pandas as pd
 from ablate.bench.calibration import PAIRED_GROUPS, paired_differences
 from ablate.core.folders import ExperimentFolder
 from ablate.core.plan import RunSpec
-from ablate.core.store import load_results
+from ablate.core.store import load_results, read_manifest
 
 
 def windows_final(metrics: pd.DataFrame) -> pd.Series:
@@ -61,26 +63,32 @@ def split_evaluated(exp_dir: Path, runs: pd.DataFrame) -> pd.DataFrame:
     return runs[runs["run_id"].map(on_split)]
 
 
-def eval_noise_text(exp_dir: Path) -> str:
-    """The table for a results folder, or why there is none."""
+def eval_noise_table(exp_dir: Path) -> pd.DataFrame:
+    """The paired SDs of ``exp_dir``'s split-evaluated runs (empty when there are none)."""
     results = load_results(exp_dir)
     runs = split_evaluated(exp_dir, results.runs)
     if not len(runs):
-        return f"{exp_dir}: no run with train.final_eval: split"
-    first, second = list(dict.fromkeys(runs["variant"]))[:2]
+        return pd.DataFrame()
+    order = [v for v in read_manifest(exp_dir)["variants"] if v in set(runs["variant"])]
+    first, second = order[:2]  # the baseline first, as the report pairs them
     table = paired_sds(runs, windows_final(results.metrics), first, second)
-    return f"{second} − {first}, paired SD (nats)\n" + table.to_markdown(
-        index=False, floatfmt=".4f"
-    )
+    return table.assign(comparison=f"{second} - {first}")
 
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m ablate.bench.eval_noise")
     parser.add_argument("results", type=Path, help="an experiment's results folder")
+    parser.add_argument("--out", type=Path, help="also write the table to this CSV file")
     args = parser.parse_args(argv)
     if not args.results.is_dir():
         parser.error(f"{args.results}: not a results folder")
-    print(eval_noise_text(args.results))
+    table = eval_noise_table(args.results)
+    if table.empty:
+        parser.exit(1, f"{args.results}: no run with train.final_eval: split\n")
+    print(table.to_markdown(index=False, floatfmt=".4f"))
+    if args.out is not None:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        table.to_csv(args.out, index=False)
 
 
 if __name__ == "__main__":

@@ -8,9 +8,10 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-from conftest import write_experiment
+from conftest import REPO, write_experiment
 
-from ablate.bench.eval_noise import eval_noise_text, paired_sds, windows_final
+from ablate.bench.eval_noise import eval_noise_table, paired_sds, windows_final
+from ablate.bench.eval_noise import main as eval_noise_main
 from ablate.cli import main
 
 
@@ -60,5 +61,14 @@ def test_a_results_folder_without_split_runs_says_so(
     monkeypatch.chdir(tmp_path)  # its report goes to tmp_path/reports
     path = write_experiment(tmp_path / "e.yaml", runtime={"backend": "simulate"})
     assert main(["run", str(path)]) == 0
-    text = eval_noise_text(tmp_path / "results" / "tiny")
-    assert text.endswith("no run with train.final_eval: split")
+    assert eval_noise_table(tmp_path / "results" / "tiny").empty
+    with pytest.raises(SystemExit) as exit_:
+        eval_noise_main([str(tmp_path / "results" / "tiny")])
+    assert exit_.value.code == 1
+
+
+def test_the_docs_quote_the_committed_measurement() -> None:
+    table = pd.read_csv(REPO / "reports" / "bench" / "eval_noise.csv")
+    doc = (REPO / "docs" / "results.md").read_text(encoding="utf-8")
+    assert table.to_markdown(index=False, floatfmt=".4f") in doc
+    assert set(table["group"]) == {"main", "tuned"}
