@@ -11,6 +11,7 @@ Layout (``root`` defaults to ``results/``)::
     root/<experiment>/scale.json       a ``scale:`` experiment: its sizes, each an experiment
                                        of its own in root/<experiment>/<experiment>.<size>/
     root/<experiment>/.claims/<run-id> {"pid", "hostname"} of the process training the run
+    root/<experiment>/.claims.lock     locked while a process replaces a stale claim
     root/<experiment>/.slurm/by-run/<run-id>.json  the Slurm job of the run: job id, attempt
     root/<experiment>/.slurm/submitit/<job-id>/  submitit's job scripts, pickles and logs
     root/<experiment>/<run-id>/
@@ -272,6 +273,11 @@ class ExperimentFolder:
     def claim(self, run_id: str) -> Path:
         """Where the claim of a run lives (outside the run folder, which a run resets)."""
         return self.path / ".claims" / run_id
+
+    @property
+    def claims_lock(self) -> Path:
+        """The file locked while a stale claim is judged and replaced (one process at a time)."""
+        return self.path / ".claims.lock"
 
     @property
     def slurm_jobs(self) -> Path:

@@ -12,10 +12,13 @@ experiment as one row of a DataFrame, with the per-step metrics and the probes a
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
 import os
 import platform
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -218,7 +221,8 @@ def pending_state(run_dir: Path) -> str:
 
 
 def process_alive(pid: object) -> bool:
-    """Whether a process with this id exists on this machine."""
+    """Whether a process with this id runs on this machine (one that exited and waits to be
+    reaped, a zombie, does not: a killed child of a test or a pool holds nothing)."""
     if not isinstance(pid, int) or pid <= 0:
         return False
     try:
@@ -227,7 +231,16 @@ def process_alive(pid: object) -> bool:
         return False
     except PermissionError:
         return True
-    return True
+    return not _zombie(pid)
+
+
+def _zombie(pid: int) -> bool:
+    """Whether the process has exited and is not yet reaped (Linux's /proc; elsewhere False)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text(encoding="utf-8")
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[-1].split()[:1] == ["Z"]  # the state follows the name's ")"
 
 
 def weights_missing(run_dir: Path) -> str | None:
@@ -256,7 +269,10 @@ def claim_run(exp_dir: Path, run_id: str, take_over: bool = False) -> None:
     and was then honoured forever. A claim left by a dead process of this host (SIGKILL, a
     crash), or one without an owner (an older ablate's, killed mid-write), is stale and taken
     over; one from another host is honoured until removed, or taken over with ``take_over`` (a
-    retried Optuna trial: its storage's heartbeat found the holder dead).
+    retried Optuna trial: its storage's heartbeat found the holder dead). A live holder of this
+    host is never displaced. Judging a claim stale and replacing it happen under the
+    experiment's claims lock: two processes that both found the same dead holder each removed
+    "its" claim, the second removing the first's fresh one, and both trained the run.
     """
     path = ExperimentFolder(exp_dir).claim(run_id)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -264,24 +280,52 @@ def claim_run(exp_dir: Path, run_id: str, take_over: bool = False) -> None:
     mine = exp_dir / f".claim-{os.getpid()}-{run_id}.tmp"
     mine.write_text(json.dumps(me), encoding="utf-8")
     try:
-        for _ in range(2):
-            try:
-                os.link(mine, path)
-            except FileExistsError:
+        if _linked(mine, path):
+            return
+        with _locked(ExperimentFolder(exp_dir).claims_lock):
+            for _ in range(2):
+                if _linked(mine, path):
+                    return
                 holder = read_json(path) or {}
                 if holder.get("hostname") == me["hostname"] and holder.get("pid") == me["pid"]:
                     return
-                if take_over or _holder_dead(holder) or "pid" not in holder:
-                    path.unlink(missing_ok=True)  # stale: its process is gone (or unknown)
-                    continue
-                where = holder.get("hostname") or "an unknown host"
-                raise RunClaimed(
-                    f"run {run_id} is being trained by pid {holder.get('pid')} on {where}"
-                ) from None
-            return
+                if not _stale(holder, take_over):
+                    where = holder.get("hostname") or "an unknown host"
+                    raise RunClaimed(
+                        f"run {run_id} is being trained by pid {holder.get('pid')} on {where}"
+                    )
+                path.unlink(missing_ok=True)  # stale: its process is gone (or unknown)
     finally:
         mine.unlink(missing_ok=True)
     raise RunClaimed(f"run {run_id}: its claim could not be taken over")
+
+
+def _linked(mine: Path, path: Path) -> bool:
+    """Link this process's claim into place; False when a claim is there already."""
+    try:
+        os.link(mine, path)
+    except FileExistsError:
+        return False
+    return True
+
+
+def _stale(holder: dict[str, Any], take_over: bool) -> bool:
+    """Whether a claim may be replaced: no owner, a dead owner of this host, or (``take_over``)
+    an owner of another host, whose life this host cannot check."""
+    if "pid" not in holder or _holder_dead(holder):
+        return True
+    return take_over and holder.get("hostname") != platform.node()
+
+
+@contextmanager
+def _locked(lock: Path) -> Iterator[None]:
+    """An exclusive ``flock`` of ``lock`` (created when missing) while the block runs."""
+    with open(lock, "a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 def _holder_dead(holder: dict[str, Any]) -> bool:

@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import json
+import multiprocessing as mp
 import os
 import platform
+import signal
 import subprocess
+import time
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 import pytest
@@ -166,3 +170,55 @@ def test_an_experiment_folder_is_one_with_a_plan_or_a_run(tmp_path: Path) -> Non
     assert not store.is_experiment(tmp_path)
     store.write_manifest(tmp_path, {"name": "x", "variants": [], "seeds": [0], "runs": []})
     assert store.is_experiment(tmp_path) and store.read_manifest(tmp_path)["name"] == "x"
+
+
+def _claim_after(root: str, barrier: Any, take_over: bool, out: Any, done: Any) -> None:
+    barrier.wait()  # every claimer at once
+    try:
+        store.claim_run(Path(root), "run", take_over)
+        out.put(os.getpid())
+    except store.RunClaimed:
+        out.put(None)
+    done.wait(30)  # alive until every racer has tried: an exited owner holds nothing
+
+
+def test_processes_racing_for_a_dead_holders_claim_leave_it_to_exactly_one(
+    tmp_path: Path,
+) -> None:
+    # each found the dead holder and removed "its" claim: the second removed the first's
+    # fresh one, and two processes trained the same run (about half of these rounds before)
+    ctx = mp.get_context("fork")
+    for round_ in range(10):
+        root = tmp_path / str(round_)
+        dead = subprocess.Popen(["true"])
+        dead.wait()
+        _claim_by(root, "run", dead.pid, platform.node())
+        barrier, out, done = ctx.Barrier(6), ctx.Queue(), ctx.Event()
+        racers = [
+            ctx.Process(target=_claim_after, args=(str(root), barrier, i == 0, out, done))
+            for i in range(6)  # the first as a retried trial's (take_over)
+        ]
+        for racer in racers:
+            racer.start()
+        owners = [pid for pid in (out.get(timeout=30) for _ in racers) if pid is not None]
+        done.set()
+        for racer in racers:
+            racer.join()
+        assert len(owners) == 1, f"round {round_}: {len(owners)} processes hold the claim"
+        holder = json.loads(folders.ExperimentFolder(root).claim("run").read_text())
+        assert holder["pid"] == owners[0]
+
+
+def test_a_killed_process_not_yet_reaped_holds_nothing(tmp_path: Path) -> None:
+    child = subprocess.Popen(["sleep", "30"])
+    try:
+        _claim_by(tmp_path, "run", child.pid, platform.node())
+        child.kill()
+        deadline = time.monotonic() + 5
+        while store.process_alive(child.pid) and time.monotonic() < deadline:
+            time.sleep(0.01)  # a zombie until waited for: dead for the claim
+        store.claim_run(tmp_path, "run")
+        assert child.poll() == -signal.SIGKILL  # reaped only now
+    finally:
+        child.kill()
+        child.wait()
