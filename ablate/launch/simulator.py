@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
+import numpy as np
 import pandas as pd
 from rich.console import Console
 
@@ -44,25 +45,24 @@ def simulated_parameters(spec: RunSpec) -> int:
 
 
 def metrics_of(spec: RunSpec, run: SimulatedRun) -> pd.DataFrame:
-    """The run's metrics.csv rows, as a trained run writes them."""
+    """The run's metrics.csv rows, as a trained run writes them (built by column: a frame of
+    row dicts took a quarter of a simulated run's time)."""
     cfg = spec.config
     per_step = cfg.tokens_per_step()
     step_s = per_step / cfg.runtime.simulate.tokens_per_s
-    rows = [
-        {
-            "step": int(row["step"]),
-            "tokens": int(row["step"]) * per_step,
-            "train_loss": row["train_loss"],
-            "lr": cfg.train.lr,
-            "grad_norm": math.nan,
-            "step_time_s": step_s,
-            "elapsed_s": row["step"] * step_s,
-        }
-        for row in run.steps
-    ]
-    frame = pd.DataFrame(rows, columns=folders.METRIC_COLUMNS)
-    evals = pd.DataFrame(run.evals, columns=["step", "val_loss"])
-    return frame.merge(evals, on="step", how="left")
+    steps = np.array([int(row["step"]) for row in run.steps], dtype=np.int64)
+    columns = {
+        "step": steps,
+        "tokens": steps * per_step,
+        "train_loss": np.array([row["train_loss"] for row in run.steps], dtype=float),
+        "lr": np.full(len(steps), cfg.train.lr),
+        "grad_norm": np.full(len(steps), math.nan),
+        "step_time_s": np.full(len(steps), step_s),
+        "elapsed_s": steps * step_s,
+    }
+    evaluated = dict(run.evals)
+    columns["val_loss"] = np.array([evaluated.get(int(step), math.nan) for step in steps])
+    return pd.DataFrame(columns, columns=[*folders.METRIC_COLUMNS, "val_loss"])
 
 
 def summary_of(spec: RunSpec, run: SimulatedRun, frame: pd.DataFrame, wall_s: float) -> dict:
