@@ -129,12 +129,12 @@ def _train_and_store(
     data = RunData(prepared.corpus, prepared.train_offsets, prepared.val_offsets, cfg.model.seq_len)
     on_interrupt = signal.getsignal(signal.SIGINT)  # Lightning ignores Ctrl-C once it got one
     outcome = fit(trainer, task, data, recorder, all_stoppers, handback)
-    final = None
-    if outcome.status == "finished" and prepared.final_offsets is not None:
-        final = evaluate_final(
-            trainer, prepared.model, prepared.corpus, prepared.final_offsets, cfg.model.seq_len
-        )
     with ctrl_c_held() as caught:  # the stop of a pool sends a second Ctrl-C: store first
+        final = None  # the whole split's loss (a second or so), so that Ctrl-C keeps the run
+        if outcome.status == "finished" and prepared.final_offsets is not None:
+            final = evaluate_final(
+                trainer, prepared.model, prepared.corpus, prepared.final_offsets, cfg.model.seq_len
+            )
         frame = metrics_frame(recorder)
         folders.write_frame_atomic(run.metrics, frame)
         probes = pd.DataFrame(observed.probe.rows, columns=folders.PROBE_COLUMNS)
