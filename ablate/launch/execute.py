@@ -13,6 +13,7 @@ simulator, :mod:`ablate.launch.simulator`) implement the same protocol, with no 
 
 from __future__ import annotations
 
+import importlib
 import time
 from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, Future, wait
@@ -259,8 +260,9 @@ class LocalExecutor:
         return {**self.__dict__, "console": None}  # a terminal does not travel to a worker
 
     def prepare(self) -> None:
-        """Import the trainer (Lightning takes seconds)."""
-        import ablate.training.run  # noqa: F401
+        """Import the trainer, :attr:`imports` (Lightning takes seconds)."""
+        for name in self.imports:
+            importlib.import_module(name)
 
     def obtain(
         self,

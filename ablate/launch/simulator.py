@@ -46,7 +46,7 @@ def simulated_parameters(spec: RunSpec) -> int:
 
 def metrics_of(spec: RunSpec, run: SimulatedRun) -> pd.DataFrame:
     """The run's metrics.csv rows, as a trained run writes them (built by column: a frame of
-    row dicts took a quarter of a simulated run's time)."""
+    row dicts took about a fifth of a simulated run's time)."""
     cfg = spec.config
     per_step = cfg.tokens_per_step()
     step_s = per_step / cfg.runtime.simulate.tokens_per_s
