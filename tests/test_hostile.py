@@ -69,7 +69,6 @@ def test_hostile_file_gets_one_line_exit_2_and_changes_nothing(
     assert snapshot(stored) == before
 
 
-@pytest.mark.trains
 @pytest.mark.parametrize(
     "error, words",
     [(errno.EROFS, "Read-only file system"), (errno.ENOSPC, "No space left on device")],
@@ -82,13 +81,15 @@ def test_unwritable_results_folder_is_one_line_and_keeps_stored_results(
     words: str,
 ) -> None:
     """The file-system error is injected into the store's atomic write (the suite runs as root
-    here, where chmod cannot make a folder read-only)."""
-    path = write_experiment(tmp_path / "tiny.yaml", seeds=[0])
+    here, where chmod cannot make a folder read-only). The runs are simulated: they write
+    through the same store a trained run does."""
+    simulated = {"runtime": {"backend": "simulate"}}
+    path = write_experiment(tmp_path / "tiny.yaml", seeds=[0], **simulated)
     results, reports = tmp_path / "results", tmp_path / "reports"
     argv = ["run", str(path), "--results-dir", str(results), "--report-dir", str(reports)]
     assert main([*argv, "--workers", "1"]) == 0
     before = snapshot(tmp_path)
-    write_experiment(tmp_path / "tiny.yaml", seeds=[0, 1])  # new runs: the plan must be written
+    write_experiment(tmp_path / "tiny.yaml", seeds=[0, 1], **simulated)  # the plan must be written
 
     def fail(fd: int) -> None:
         raise OSError(error, os.strerror(error))

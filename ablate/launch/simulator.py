@@ -192,11 +192,15 @@ class SimulatedExecutor:
         if self.console is not None:
             say_done(self.console, len(done), len(pending), self.root)
         summaries = list(done)
+        claimed = 0
         for spec in pending:
             try:
                 summaries.append(self.obtain(spec))
             except store.RunClaimed:
-                continue
+                claimed += 1
         if pending and self.console is not None:
-            self.console.print(f"simulated {len(pending)} runs", markup=False, highlight=False)
+            said = f"simulated {len(pending) - claimed} runs"
+            if claimed:
+                said += f"; skipped {claimed} that another process claimed or finished"
+            self.console.print(said, markup=False, highlight=False)
         return summaries
