@@ -98,11 +98,12 @@ def test_a_pool_that_does_not_train_loads_no_torch_and_the_next_that_does_has_it
     )
     assert out.returncode == 0, out.stderr
     assert out.stdout.split("\n")[:3] == ["[False, False]", "[True, True]", "[True, True]"]
-# the forkserver importing Lightning, 6 runs of 0.6 s, the report); SIGINT goes to the whole
-# process group, as a terminal's Ctrl-C does.
+
+
+# Ctrl-C at any moment of the experiment below (start-up, spawning the workers, the forkserver
+# importing Lightning, 6 runs of 0.6 s, the report); SIGINT goes to the whole process group, as
+# a terminal's Ctrl-C does.
 INTERRUPT_MOMENTS = 3  # per series: one seeded moment in each third of the run
-
-
 INTERRUPT_LIMIT_S = 10.0
 
 
