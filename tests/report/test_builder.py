@@ -410,6 +410,7 @@ def test_grid_report_has_factor_tables_recomputed_from_the_runs(tmp_path: Path) 
         name="grid",
         variants={},
         grid={"model.norm.kind": ["layernorm", "rmsnorm"], "model.norm.placement": ["pre", "post"]},
+        runtime={"backend": "simulate"},  # the factor tables are the report's, not training's
     )
     results, reports = tmp_path / "results", tmp_path / "reports"
     argv = ["run", str(path), "--results-dir", str(results), "--report-dir", str(reports)]
