@@ -23,13 +23,21 @@ PYTEST := $(if $(TEST_TMPDIR),TMPDIR=$(TEST_TMPDIR)) PYTHONDONTWRITEBYTECODE= \
 
 setup: $(VENV)/.installed
 
-# pip compiles every installed module's bytecode on one core (half of the install's time): it
-# installs without, then compileall does it on every core; like pip, it skips a module this
-# Python cannot compile (torch ships test files in 3.12 syntax), so its status is not checked
+# pip would compile the bytecode of every file it installs, on one core (torch alone has
+# thousands that nothing imports): it installs without, and one process then imports every
+# ablate module, the test tools and what an SQLite study loads, writing the bytecode of just
+# what they load (also where the environment says PYTHONDONTWRITEBYTECODE), while the C++
+# RMSNorm kernel builds beside it (about 30 s of one core, once per machine; where it cannot
+# build, a run says why and uses the reference RMSNorm)
+WARM := import importlib, pkgutil, ablate, optuna, pytest, xdist, importlinter; \
+	[importlib.import_module(m.name) for m in pkgutil.walk_packages(ablate.__path__, "ablate.")]; \
+	optuna.storages.RDBStorage("sqlite://")
+KERNEL := from ablate.nn.fast_norms import cpp_unavailable_reason; cpp_unavailable_reason()
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --no-compile -e '.[dev,litgpt]' --config-settings editable_mode=compat
-	$(BIN)/python -m compileall -q -j 0 $(VENV)/lib >/dev/null || true
+	PYTHONDONTWRITEBYTECODE= $(BIN)/python -c '$(WARM)' & warm=$$!; \
+	$(BIN)/python -c '$(KERNEL)' && wait $$warm
 	touch $@
 
 run: setup
