@@ -7,8 +7,9 @@ max stable LR (median of the max-LR seeds', with its interval) and the LR sensit
 the sweep, and the paired difference to the
 baseline over matched seeds. Across sizes it fits a power law in the parameter count per variant
 and quantity (:mod:`ablate.report.fits`), fits the difference against log10 parameters to say
-whether the gap grows, shrinks or is flat, and extrapolates the max stable LR one decade above
-the largest size, labelled as an extrapolation.
+whether the gap grows, shrinks or is flat, extrapolates the max stable LR one decade above
+the largest size, labelled as an extrapolation, and says what the design cannot show
+(:mod:`ablate.report.scaling_limits`).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from ablate.report.boundaries import boundary_table
 from ablate.report.fits import LineFit, PowerLaw, power_law_fit, trend_fit
 from ablate.report.load import StoredExperiment, load_experiment_results, unigram_floor
 from ablate.report.scaling_figures import gap_figure, scaling_figure
+from ablate.report.scaling_limits import limits_lines
 from ablate.report.section import Section
 
 QUANTITIES = {
@@ -39,8 +41,8 @@ EXTRAPOLATION_FACTOR = 10  # the max stable LR is extrapolated to 10x the larges
 
 def _boundary(studies: dict, variant: str) -> dict[str, Any]:
     """The variant's max stable LR with its interval, its ratio to the baseline with its
-    interval (:func:`ablate.report.boundaries.boundary_table`; NaN where absent), and how many
-    stored runs contradict its seeds' brackets."""
+    interval (:func:`ablate.report.boundaries.boundary_table`; NaN where absent), how many
+    seeds it rests on, and how many stored runs contradict their brackets."""
     table = boundary_table(studies)
     mine = table[table["variant"] == variant] if len(table) else table
     keys = ("max_stable_lr", "max_stable_lr_low", "max_stable_lr_high")
@@ -48,7 +50,11 @@ def _boundary(studies: dict, variant: str) -> dict[str, Any]:
     found = {k: (mine[k].iloc[0] if len(mine) else None) for k in keys}
     values = {k: math.nan if v is None or pd.isna(v) else float(v) for k, v in found.items()}
     against = (studies.get("max_lr") or {}).get(variant) or {}
-    return values | {"max_lr_contradictions": len(against.get("contradictions") or [])}
+    seeds = int(mine["seeds_bracketed"].iloc[0]) if len(mine) else 0
+    return values | {
+        "boundary_seeds": seeds,
+        "max_lr_contradictions": len(against.get("contradictions") or []),
+    }
 
 
 def _best_lr(studies: dict, variant: str) -> float:
@@ -340,6 +346,7 @@ def scaling_section(manifest: dict, root: Path) -> Section:
     fits = fit_quantities(table, variants)
     trends = gap_trends(table, variants)
     section.lines += [*summary_lines(table, fits, trends, variants), ""]
+    section.lines += limits_lines(table, manifest)
     section.lines += [
         "## Per size",
         "",
