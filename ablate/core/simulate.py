@@ -11,7 +11,9 @@ Per variant a :class:`~ablate.core.truth.TruthConfig` gives (docs/simulator.md):
 - **the edges**: at or above the seed's divergence LR the train loss blows up after warmup (the
   real :class:`~ablate.core.stability.DivergenceRule` stops it); from ``collapse_lr`` up to
   there the run ends at the unigram floor (collapsed). Both edges are the variant's values times
-  exp(``boundary_sd``·z), z one standard normal per (variant, seed), times the warmup gain
+  exp(``boundary_sd``·z + ``seed_edge_sd``·z₀), z one standard normal per (variant, seed) and
+  z₀ one per seed (shared, as a seed's init and batches move every variant's edge), times the
+  warmup gain
   1 + ``warmup_gain``·(1 − exp(−warmup/``warmup_scale``));
 - **the curve**: val and train loss fall from ℓ0 = ln(vocab) as ℓ + (ℓ0 − ℓ)·(1 − s/T)² over the
   T planned steps, so a search's pruner sees intermediate values with the final ordering; a
@@ -64,8 +66,11 @@ def warmup_gain(truth: TruthConfig, warmup_steps: int) -> float:
 
 
 def edge_factor(sim: SimulateConfig, truth: TruthConfig, variant: str, seed: int) -> float:
-    """exp(boundary_sd·z): how far this seed's edges sit from the variant's."""
-    return math.exp(truth.boundary_sd * float(_draw(sim.seed, "edge", variant, seed).normal()))
+    """exp(boundary_sd·z + seed_edge_sd·z₀): how far this seed's edges sit from the variant's
+    (z the variant's own draw, z₀ the seed's, the same for every variant)."""
+    own = truth.boundary_sd * float(_draw(sim.seed, "edge", variant, seed).normal())
+    shared = sim.seed_edge_sd * float(_draw(sim.seed, "edge", seed).normal())
+    return math.exp(own + shared)
 
 
 @dataclass(frozen=True)

@@ -53,6 +53,9 @@ class SimulateConfig(StrictSection):
         0.01, ge=0, description="sd of the per-seed loss effect every variant of a seed shares"
     )
     run_sd: float = Field(0.004, ge=0, description="sd of each run's own loss noise")
+    seed_edge_sd: float = Field(
+        0.0, ge=0, le=5, description="sd of ln(edge) every variant of a seed shares"
+    )
     vocab_size: int = Field(256, ge=2, le=65536, description="sets ℓ0 = ln(vocab_size)")
     unigram_loss: float = Field(3.25, gt=0, description="the corpus's unigram floor (nats)")
     tokens_per_s: float = Field(1.0e4, gt=0, description="simulated throughput (train time)")

@@ -90,6 +90,16 @@ def test_warmup_and_boundary_noise_move_the_edges() -> None:
     assert len(jittered) == 5  # boundary_sd 0.3: every seed its own edge
 
 
+def test_a_seeds_shared_edge_jitter_moves_every_variant_alike() -> None:
+    shared = SimulateConfig(**TRUTH, seed_edge_sd=0.5)  # rms has no jitter of its own
+    alone = SimulateConfig(**TRUTH)
+    for seed in range(4):
+        ratio = edges(shared, "ln", seed, 0).divergence / edges(alone, "ln", seed, 0).divergence
+        assert edges(shared, "rms", seed, 0).divergence == pytest.approx(0.8 * ratio)
+    moved = {round(edges(shared, "rms", seed, 0).divergence, 6) for seed in range(5)}
+    assert len(moved) == 5 and {edges(alone, "rms", s, 0).divergence for s in range(5)} == {0.8}
+
+
 def _reason(cfg: RunConfig, variant: str) -> str | None:
     run = simulate_run(cfg, variant, 0, RunSpec("sim", variant, 0, cfg).run_id)
     verdict = verdict_of(cfg, run)

@@ -19,10 +19,16 @@ from ablate.report.load import load_experiment_results
 from ablate.report.summary import leading_verdicts
 
 
-def _experiment(tmp_path: Path, gap: float, max_seeds: int, **extra: Any) -> Path:
+def _experiment(tmp_path: Path, gap: float, max_seeds: int, draw: int = 0, **extra: Any) -> Path:
     """Two simulated variants whose true final losses differ by ``gap`` nats, at paired
-    noise √2 · 0.01 (the run noise calibrated on ln_vs_rms)."""
-    truth = {"seed_sd": 0.01, "run_sd": 0.01, "variants": {"rmsnorm": {"best_loss": 1.73 + gap}}}
+    noise √2 · 0.01 (the run noise calibrated on ln_vs_rms), drawn with ``simulate.seed``
+    ``draw``."""
+    truth = {
+        "seed": draw,
+        "seed_sd": 0.01,
+        "run_sd": 0.01,
+        "variants": {"rmsnorm": {"best_loss": 1.73 + gap}},
+    }
     return write_experiment(
         tmp_path / "e.yaml",
         seeds=[0, 1, 2],
@@ -54,11 +60,13 @@ def test_a_large_gap_is_called_different_within_a_few_looks(tmp_path: Path) -> N
 
 def test_no_gap_is_called_equivalent_and_a_larger_maximum_continues(tmp_path: Path) -> None:
     results = tmp_path / "results"
-    small = run_experiment(_experiment(tmp_path, 0.0, max_seeds=5), results, tmp_path / "r")
+    # a draw under which five seeds leave Δ = 0 inconclusive (draws 1-3 do; under draw 0 five
+    # seeds already reach equivalence, which a null may)
+    small = run_experiment(_experiment(tmp_path, 0.0, 5, draw=1), results, tmp_path / "r")
     assert store.read_manifest(small.exp_dir)["decide"]["stopped"] == "maximum"
     assert _seeds_of(results) == [0, 1, 2, 3, 4]
     first = {p: p.stat().st_mtime_ns for p in (results / "tiny").glob("*/summary.json")}
-    again = run_experiment(_experiment(tmp_path, 0.0, max_seeds=40), results, tmp_path / "r")
+    again = run_experiment(_experiment(tmp_path, 0.0, 40, draw=1), results, tmp_path / "r")
     decided = store.read_manifest(again.exp_dir)["decide"]
     assert decided["stopped"] == "decided"
     assert leading_verdicts(load_experiment_results(again.exp_dir)) == {"rmsnorm": "equivalent"}
