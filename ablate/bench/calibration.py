@@ -14,7 +14,10 @@ at noise levels the real runs show rather than at guesses:
   lowest LR over the squared distance in log10 (the low wall: above the optimum real curves
   fall off a cliff, which a quadratic does not describe);
 - **boundary jitter** (sd of ln LR): the sd over seeds of each variant's per-seed boundary
-  estimate (``max_lr_seeds.csv``), pooled over variants.
+  estimate (``max_lr_seeds.csv``), pooled over variants; and the sd over seeds of the two
+  variants' paired ln ratio over √2, each variant's own part of that jitter (the part a seed
+  shares with every variant cancels in the ratio): below the first when a seed moves both
+  edges together (the simulator's ``boundary_sd`` and ``seed_edge_sd``).
 """
 
 from __future__ import annotations
@@ -106,6 +109,15 @@ def boundary_jitter(seeds: pd.DataFrame) -> Spread:
     return pooled([(sd, df) for sd, df in parts if df > 0])
 
 
+def ratio_jitter(seeds: pd.DataFrame, first: str, second: str) -> Spread:
+    """The sd over seeds of ln(second's boundary / first's) over √2."""
+    table = seeds.pivot_table(index="seed", columns="variant", values="estimate")
+    if first not in table or second not in table:
+        return Spread(math.nan, 0, math.nan, math.nan)
+    logs = np.log(table[second] / table[first]).dropna()
+    return pooled([(float(logs.std(ddof=1)) / math.sqrt(2), len(logs) - 1)])
+
+
 def calibration_text(report: Path) -> str:
     """The three calibrations of a report folder, one line each."""
     runs = pd.read_csv(report / "runs.csv")
@@ -125,11 +137,14 @@ def calibration_text(report: Path) -> str:
     ]
     seeds_csv = report / "max_lr_seeds.csv"
     if seeds_csv.exists():
-        jitter = boundary_jitter(pd.read_csv(seeds_csv))
-        lines.append(
+        seeds = pd.read_csv(seeds_csv)
+        jitter, paired = boundary_jitter(seeds), ratio_jitter(seeds, first, second)
+        lines += [
             f"boundary jitter: {jitter.sd:.3f} in ln [{jitter.low:.3f}, {jitter.high:.3f}] "
-            f"({jitter.df} df)"
-        )
+            f"({jitter.df} df)",
+            f"paired ratio's jitter / √2: {paired.sd:.3f} in ln [{paired.low:.3f}, "
+            f"{paired.high:.3f}] ({paired.df} df, {second} / {first})",
+        ]
     return "\n".join(lines)
 
 

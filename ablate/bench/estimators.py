@@ -26,13 +26,13 @@ import numpy as np
 import pandas as pd
 
 from ablate.bench.max_lr_replications import (
-    MORE_SEEDS,
-    TRUE_RATIO,
+    RATIO_RANGE,
+    THREE_SEEDS,
     boundary_median,
     boundary_ratio_bootstrap,
     boundary_ratio_given_seeds,
-    boundary_ratio_more_seeds,
     boundary_ratio_t,
+    boundary_ratio_three_seeds,
     old_bracket_median,
     old_bracket_ratio,
     old_bracket_worst_seed,
@@ -146,9 +146,10 @@ class Entry:
     replicate: Replication
 
 
+RATIO_SPAN = f"{RATIO_RANGE[0]:g}–{RATIO_RANGE[1]:g}, log-uniform"
 ESTIMATORS: dict[str, Entry] = {
     "old_bracket_ratio": Entry(
-        f"old bracket: ratio of two variants' max stable LR (true {TRUE_RATIO:g})",
+        f"old bracket: ratio of two variants' max stable LR (true {RATIO_SPAN})",
         "log2",
         old_bracket_ratio,
     ),
@@ -161,7 +162,7 @@ ESTIMATORS: dict[str, Entry] = {
         old_bracket_worst_seed,
     ),
     "boundary_ratio_t": Entry(
-        f"per-seed boundaries' paired ratio, t + lattice interval (true {TRUE_RATIO:g})",
+        f"per-seed boundaries' paired ratio, t + lattice interval (true {RATIO_SPAN})",
         "log2",
         boundary_ratio_t,
     ),
@@ -170,8 +171,8 @@ ESTIMATORS: dict[str, Entry] = {
         "log2",
         boundary_ratio_given_seeds,
     ),
-    "boundary_ratio_more_seeds": Entry(
-        f"the same ratio on {len(MORE_SEEDS)} boundary seeds", "log2", boundary_ratio_more_seeds
+    "boundary_ratio_three_seeds": Entry(
+        f"the same ratio on {len(THREE_SEEDS)} boundary seeds", "log2", boundary_ratio_three_seeds
     ),
     "boundary_ratio_bootstrap": Entry(
         "the same ratio, percentile bootstrap over seeds", "log2", boundary_ratio_bootstrap

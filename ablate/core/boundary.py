@@ -9,7 +9,9 @@ longer decides the others' bracket. A seed's boundary is the geometric midpoint 
 stable and first unstable lattice point, which lie one lattice step apart.
 
 A variant's boundary (:func:`variant_boundary`) is the median of its seeds' boundaries; the
-ratio of two variants' (:func:`boundary_ratio`) is paired by seed. Both intervals are Student-t
+ratio of two variants' (:func:`boundary_ratio`) is paired by seed, the geometric mean of the
+seeds' ratios (the mean of their log ratios: over a few seeds it varies less than their
+median, and it is the centre of its interval). Both intervals are Student-t
 intervals over seeds on log2 LR, widened by the brackets' resolution (each seed's boundary is
 known only to within its bracket, so with no seed-to-seed spread the interval is still the
 width the brackets allow; on the lattice half a step per variant): with two or three seeds a
@@ -144,8 +146,10 @@ class Interval:
         return not self.low <= 1.0 <= self.high
 
 
-def _t_interval_log2(values: Sequence[float], half_width: float, level: float) -> Interval:
-    """Median of 2^values; the t interval of their mean widened by ``half_width`` (log2)."""
+def _t_interval_log2(
+    point: float, values: Sequence[float], half_width: float, level: float
+) -> Interval:
+    """2^point; the t interval of the values' mean widened by ``half_width`` (log2)."""
     from scipy import stats  # only where an interval is computed: the stage's processes
 
     n = len(values)
@@ -154,7 +158,7 @@ def _t_interval_log2(values: Sequence[float], half_width: float, level: float) -
     if n > 1:
         spread = stats.t.ppf(0.5 + level / 2, n - 1) * statistics.stdev(values) / math.sqrt(n)
     return Interval(
-        2.0 ** statistics.median(values),
+        2.0**point,
         2.0 ** (centre - spread - half_width),
         2.0 ** (centre + spread + half_width),
         n,
@@ -179,7 +183,7 @@ def variant_boundary(bounds: Sequence[SeedBoundary], level: float = 0.95) -> Int
     logs = [math.log2(b.estimate) for b in bounds if b.estimate is not None]
     if not logs:
         return None
-    return _t_interval_log2(logs, half_width(bounds), level)
+    return _t_interval_log2(statistics.median(logs), logs, half_width(bounds), level)
 
 
 def paired_log2_ratios(
@@ -197,10 +201,11 @@ def paired_log2_ratios(
 def boundary_ratio(
     first: Sequence[SeedBoundary], second: Sequence[SeedBoundary], level: float = 0.95
 ) -> Interval | None:
-    """second / first, paired by seed: the median over the seeds both variants bracketed of
-    their boundaries' ratio, with the t interval over those seeds widened by both variants'
-    bracket half-widths (one lattice step in all). None when no seed pairs."""
+    """second / first, paired by seed: the geometric mean over the seeds both variants
+    bracketed of their boundaries' ratio, with the t interval over those seeds widened by both
+    variants' bracket half-widths (one lattice step in all). None when no seed pairs."""
     logs = paired_log2_ratios(first, second)
     if not logs:
         return None
-    return _t_interval_log2(logs, half_width(first) + half_width(second), level)
+    widen = half_width(first) + half_width(second)
+    return _t_interval_log2(statistics.fmean(logs), logs, widen, level)

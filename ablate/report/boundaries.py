@@ -1,6 +1,7 @@
 """The report's maximum stable learning rates: each seed's bracket, each variant's boundary
 (median over seeds, 95% interval) and each variant's ratio to the baseline, paired by seed
-(:mod:`ablate.core.boundary`), read from ``stability.json``'s ``max_lr`` entries.
+(the geometric mean of the seeds' ratios; :mod:`ablate.core.boundary`), read from
+``stability.json``'s ``max_lr`` entries.
 
 A ratio whose interval holds 1 is "not shown"; with one seed the intervals hold only the
 lattice's resolution, not the seed-to-seed spread, and the text says so. The quality boundary
@@ -179,12 +180,12 @@ def max_lr_section(studies: dict, design: Design | None = None) -> Section:
         f"(2^(k/{per_octave}): brackets {2 ** (1 / per_octave):.3f}× wide), at the `max_lr` "
         "budget; a seed's boundary is its bracket's geometric midpoint. A variant's max stable "
         "LR is the median over seeds, with a 95% t interval over seeds on log LR widened by half "
-        "a lattice step; the ratio to the baseline (the first variant) is paired by seed, its "
-        "interval widened by one step. Each probe is a trial of the variant's `max_lr` Optuna "
-        "study. Every seed's bracket is then checked against every stored run of the variant "
-        "at the same budget (sweep points, search trials, probes, main runs): *monotone* when "
-        "none is stable above an LR where the same seed failed, nor unstable below its seed's "
-        "last stable LR.",
+        "a lattice step; the ratio to the baseline (the first variant) is paired by seed, the "
+        "geometric mean of the seeds' ratios, its interval widened by one step. Each probe is "
+        "a trial of the variant's `max_lr` Optuna study. Every seed's bracket is then checked "
+        "against every stored run of the variant at the same budget (sweep points, search "
+        "trials, probes, main runs): *monotone* when none is stable above an LR where the same "
+        "seed failed, nor unstable below its seed's last stable LR.",
         "",
         shown_table(table).to_markdown(index=False),
         "",

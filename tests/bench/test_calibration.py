@@ -11,7 +11,13 @@ import pytest
 from conftest import REPO
 
 from ablate.bench import calibration
-from ablate.bench.calibration import boundary_jitter, curvatures, pooled, run_noise
+from ablate.bench.calibration import (
+    boundary_jitter,
+    curvatures,
+    pooled,
+    ratio_jitter,
+    run_noise,
+)
 
 
 def _runs() -> pd.DataFrame:
@@ -69,6 +75,21 @@ def test_boundary_jitter_is_the_pooled_sd_of_ln_boundaries() -> None:
     b = pd.Series([0.0, 1.0]).std(ddof=1)
     assert found.df == 3 and found.sd == pytest.approx(math.sqrt((2 * a**2 + b**2) / 3))
     assert math.isnan(pooled([]).sd)
+
+
+def test_the_ratio_jitter_is_the_sd_of_paired_ln_ratios_over_root_two() -> None:
+    seeds = pd.DataFrame(
+        {
+            "variant": ["a"] * 3 + ["b"] * 3,
+            "seed": [0, 1, 2] * 2,
+            "estimate": [0.1, 0.2, 0.4, 0.3, 0.6, 2.4],  # ratios 3, 3, 6: a seed moves both
+        }
+    )
+    found = ratio_jitter(seeds, "a", "b")
+    logs = pd.Series([math.log(3), math.log(3), math.log(6)])
+    assert found.df == 2 and found.sd == pytest.approx(logs.std(ddof=1) / math.sqrt(2))
+    assert found.sd < boundary_jitter(seeds).sd
+    assert math.isnan(ratio_jitter(seeds, "a", "c").sd)
 
 
 def test_the_docs_quote_the_committed_reports_calibration() -> None:

@@ -26,7 +26,7 @@ def design() -> Experiment:
 def test_the_old_brackets_ratio_misses_a_ratio_off_its_lattice(design: Experiment) -> None:
     found = score(design, "old_bracket_ratio", 20)  # the bracket the max-LR stage gave before
     assert abs(found.bias) < 0.3 and found.median_abs >= 0.25  # a count of √2 steps, not 2^(1/8)
-    assert found.coverage is not None and found.coverage < 0.9 and found.failed == 0
+    assert found.within_quarter < 0.7 and found.failed == 0  # its wide interval still covers
 
 
 @pytest.mark.slow
@@ -43,15 +43,15 @@ def test_per_seed_boundaries_give_a_ratio_interval_that_covers_and_a_bootstrap_t
 ) -> None:
     paired = score(design, "boundary_ratio_t", 12)
     assert paired.coverage is not None and paired.coverage >= 0.9 and paired.failed == 0
-    assert abs(paired.bias) < 0.2 and paired.median_abs < 0.4  # three seeds jittered by 0.25
+    assert abs(paired.bias) < 0.1 and paired.median_abs < 0.125  # five seeds: under one step
     boot = score(design, "boundary_ratio_bootstrap", 12)
     assert boot.coverage is not None and boot.coverage < paired.coverage and boot.failed == 0
     median = score(design, "boundary_median", 12)
     assert median.coverage is not None and median.coverage >= 0.85 and abs(median.bias) < 0.2
     given = score(design, "boundary_ratio_given_seeds", 12)  # the measurement, not the seeds
     assert given.median_abs < 0.125 and given.coverage == 1.0  # under one 2^(1/8) step
-    more = score(design, "boundary_ratio_more_seeds", 12)  # the seeds' sampling shrinks
-    assert more.spread < paired.spread and more.coverage is not None and more.coverage >= 0.9
+    three = score(design, "boundary_ratio_three_seeds", 12)  # the seeds' sampling grows
+    assert three.spread > paired.spread and three.coverage is not None and three.coverage >= 0.9
 
 
 @pytest.mark.slow

@@ -102,13 +102,13 @@ def test_a_variants_boundary_is_the_seeds_median_with_a_t_interval_and_the_latti
 
 def test_a_ratio_is_paired_by_seed_and_shown_only_when_its_interval_excludes_one() -> None:
     first = [_bound(0, -30), _bound(1, -28), _bound(2, -29)]
-    second = [_bound(0, -14), _bound(1, -13), _bound(2, -12), _bound(3, 0)]  # seed 3 unpaired
-    differences = [16, 15, 17]  # lattice steps, seed by seed
+    second = [_bound(0, -14), _bound(1, -13), _bound(2, -9), _bound(3, 0)]  # seed 3 unpaired
+    differences = [16, 15, 20]  # lattice steps, seed by seed: mean 17, median 16
     assert paired_log2_ratios(first, second) == pytest.approx([d / 8 for d in differences])
     found = boundary_ratio(first, second)
-    assert found.seeds == 3 and found.value == pytest.approx(2 ** (16 / 8))
+    assert found.seeds == 3 and found.value == pytest.approx(2 ** (17 / 8))  # geometric mean
     half = stats.t.ppf(0.975, 2) * statistics.stdev(differences) / 8 / math.sqrt(3) + 1 / 8
-    assert math.log2(found.high) == pytest.approx(2 + half) and found.shown
+    assert math.log2(found.high) == pytest.approx(17 / 8 + half) and found.shown
     same = boundary_ratio(first, first)
     assert same.value == 1.0 and not same.shown  # equal boundaries: one lattice step either way
     assert same.high == pytest.approx(STEP) and same.low == pytest.approx(1 / STEP)
