@@ -73,6 +73,7 @@ def test_hostile_file_gets_one_line_exit_2_and_changes_nothing(
     "error, words",
     [(errno.EROFS, "Read-only file system"), (errno.ENOSPC, "No space left on device")],
 )
+@pytest.mark.usefixtures("unrendered_figures")
 def test_unwritable_results_folder_is_one_line_and_keeps_stored_results(
     tmp_path: Path,
     capsys: pytest.CaptureFixture,

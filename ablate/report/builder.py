@@ -104,7 +104,7 @@ def markdown_to_html(text: str, folder: Path, title: str) -> str:
 
 
 def write_section(section: Section, folder: Path) -> None:
-    """Write a section's tables (CSV) and figures (PNG) into the report folder."""
+    """Write a section's tables (CSV) and figures (PNG, each drawn here) into the report folder."""
     for name, frame in section.tables.items():
         folders.write_frame_atomic(folder / name, frame)
     for name, figure in section.figures.items():

@@ -1,14 +1,17 @@
 """The report's figures, drawn with matplotlib's object API (no pyplot state, no GUI backend).
 
 Each function takes frames from :mod:`ablate.report.analysis` / :mod:`ablate.core.store` and
-returns one figure, or None when the data for it are absent (a partial experiment, runs stored by
-an older version); the report builder saves it (:func:`save_figure`). Colours follow the
-experiment's variant order (``C0`` is the baseline), so a variant has the same colour in every
-figure; every axis names its quantity and unit.
+returns one figure still to draw (a :data:`Drawing`), or None when the data for it are absent (a
+partial experiment, runs stored by an older version): whether a figure exists is known at once,
+and it is drawn only when the report builder writes it (:func:`save_figure`; tests of
+orchestration put a writer there that draws nothing). Colours follow the experiment's variant
+order (``C0`` is the baseline), so a variant has the same colour in every figure; every axis
+names its quantity and unit.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import matplotlib as mpl
@@ -24,9 +27,12 @@ TRAIN_SMOOTHING = 10  # steps in the rolling mean of the train-loss curve
 DPI = 120
 LOSS_UNIT = "cross-entropy (nats / token)"
 
+Drawing = Callable[[], Figure]  # a figure whose data are there, drawn when it is called
 
-def save_figure(fig: Figure, path: Path) -> None:
-    """Lay out ``fig`` and write it as a PNG."""
+
+def save_figure(draw: Drawing, path: Path) -> None:
+    """Draw the figure, lay it out and write it as a PNG."""
+    fig = draw()
     fig.tight_layout()
     fig.savefig(path, dpi=DPI)
 
@@ -72,36 +78,40 @@ def _floor_line(ax: Axes, floor: float | None) -> None:
 
 def loss_figure(
     metrics: pd.DataFrame, variants: list[str], floor: float | None = None, title: str = ""
-) -> Figure | None:
+) -> Drawing | None:
     """Val loss (mean ± std band over seeds) and smoothed train loss against step, with the
     unigram floor; ``title`` names the runs (their group)."""
     if metrics.empty:
         return None
-    fig = Figure(figsize=(11, 4.2))
-    ax_val, ax_train = fig.subplots(1, 2)
-    smoothed = metrics.sort_values("step").assign(
-        train_smooth=lambda f: f.groupby("run_id")["train_loss"].transform(
-            lambda s: s.rolling(TRAIN_SMOOTHING, min_periods=1).mean()
+
+    def draw() -> Figure:
+        fig = Figure(figsize=(11, 4.2))
+        ax_val, ax_train = fig.subplots(1, 2)
+        smoothed = metrics.sort_values("step").assign(
+            train_smooth=lambda f: f.groupby("run_id")["train_loss"].transform(
+                lambda s: s.rolling(TRAIN_SMOOTHING, min_periods=1).mean()
+            )
         )
-    )
-    val, train = curve_band(metrics, "val_loss"), curve_band(smoothed, "train_smooth")
-    for ax, band in ((ax_val, val), (ax_train, train)):
-        _variant_bands(ax, band, "step", variants)
-    ax_val.set_title("validation loss (mean ± std over seeds)")
-    ax_train.set_title(f"train loss ({TRAIN_SMOOTHING}-step mean, ± std over seeds)")
-    for ax in (ax_val, ax_train):
-        _floor_line(ax, floor)
-        ax.set_xlabel("optimizer step")
-        ax.set_ylabel(LOSS_UNIT)
-        ax.grid(alpha=0.3)
-        ax.legend()
-    if title:
-        fig.suptitle(title)
-        fig.tight_layout()
-    return fig
+        val, train = curve_band(metrics, "val_loss"), curve_band(smoothed, "train_smooth")
+        for ax, band in ((ax_val, val), (ax_train, train)):
+            _variant_bands(ax, band, "step", variants)
+        ax_val.set_title("validation loss (mean ± std over seeds)")
+        ax_train.set_title(f"train loss ({TRAIN_SMOOTHING}-step mean, ± std over seeds)")
+        for ax in (ax_val, ax_train):
+            _floor_line(ax, floor)
+            ax.set_xlabel("optimizer step")
+            ax.set_ylabel(LOSS_UNIT)
+            ax.grid(alpha=0.3)
+            ax.legend()
+        if title:
+            fig.suptitle(title)
+            fig.tight_layout()
+        return fig
+
+    return draw
 
 
-def loss_time_figure(metrics: pd.DataFrame, variants: list[str]) -> Figure | None:
+def loss_time_figure(metrics: pd.DataFrame, variants: list[str]) -> Drawing | None:
     """Val loss against wall-clock time since the start of training (evaluations included).
 
     Each evaluation step is placed at the mean elapsed time of the seeds; the band is ± std of
@@ -109,44 +119,52 @@ def loss_time_figure(metrics: pd.DataFrame, variants: list[str]) -> Figure | Non
     """
     if metrics.empty or "elapsed_s" not in metrics or metrics["val_loss"].isna().all():
         return None
-    evals = metrics.dropna(subset=["val_loss", "elapsed_s"])
-    band = curve_band(evals, "val_loss").merge(
-        evals.groupby(["variant", "step"])["elapsed_s"].mean().reset_index(),
-        on=["variant", "step"],
-    )
-    fig = Figure(figsize=(6.5, 4.2))
-    ax = fig.subplots()
-    _variant_bands(ax, band, "elapsed_s", variants)
-    ax.set_title("validation loss against wall-clock time")
-    ax.set_xlabel("time since the start of training (s)")
-    ax.set_ylabel(LOSS_UNIT)
-    ax.grid(alpha=0.3)
-    ax.legend()
-    return fig
+
+    def draw() -> Figure:
+        evals = metrics.dropna(subset=["val_loss", "elapsed_s"])
+        band = curve_band(evals, "val_loss").merge(
+            evals.groupby(["variant", "step"])["elapsed_s"].mean().reset_index(),
+            on=["variant", "step"],
+        )
+        fig = Figure(figsize=(6.5, 4.2))
+        ax = fig.subplots()
+        _variant_bands(ax, band, "elapsed_s", variants)
+        ax.set_title("validation loss against wall-clock time")
+        ax.set_xlabel("time since the start of training (s)")
+        ax.set_ylabel(LOSS_UNIT)
+        ax.grid(alpha=0.3)
+        ax.legend()
+        return fig
+
+    return draw
 
 
-def difference_figure(diff: pd.DataFrame, variants: list[str]) -> Figure | None:
+def difference_figure(diff: pd.DataFrame, variants: list[str]) -> Drawing | None:
     """Each variant's val loss minus the baseline's over steps, mean over matched seeds with its
     95% interval (a band only where there are 2+ pairs): near-identical loss curves hide what
     this shows. Below zero, the variant is ahead."""
     if diff.empty:
         return None
-    fig = Figure(figsize=(6.5, 4.2))
-    ax = fig.subplots()
-    for i, variant in enumerate(variants):
-        mine = diff[diff["variant"] == variant]
-        if mine.empty:
-            continue
-        n = int(mine["n_pairs"].max())
-        ax.plot(mine["step"], mine["mean"], color=f"C{i}", label=f"{variant} (n={n})")
-        ax.fill_between(mine["step"], mine["ci_low"], mine["ci_high"], color=f"C{i}", alpha=0.2)
-    ax.axhline(0.0, color="black", linewidth=1, label=f"{variants[0]} (baseline)")
-    ax.set_title("val loss − baseline's, same seed (mean, 95% CI)")
-    ax.set_xlabel("optimizer step")
-    ax.set_ylabel("Δ cross-entropy (nats / token)")
-    ax.grid(alpha=0.3)
-    ax.legend()
-    return fig
+
+    def draw() -> Figure:
+        fig = Figure(figsize=(6.5, 4.2))
+        ax = fig.subplots()
+        for i, variant in enumerate(variants):
+            mine = diff[diff["variant"] == variant]
+            if mine.empty:
+                continue
+            n = int(mine["n_pairs"].max())
+            ax.plot(mine["step"], mine["mean"], color=f"C{i}", label=f"{variant} (n={n})")
+            ax.fill_between(mine["step"], mine["ci_low"], mine["ci_high"], color=f"C{i}", alpha=0.2)
+        ax.axhline(0.0, color="black", linewidth=1, label=f"{variants[0]} (baseline)")
+        ax.set_title("val loss − baseline's, same seed (mean, 95% CI)")
+        ax.set_xlabel("optimizer step")
+        ax.set_ylabel("Δ cross-entropy (nats / token)")
+        ax.grid(alpha=0.3)
+        ax.legend()
+        return fig
+
+    return draw
 
 
 PROBE_ROWS = (
@@ -155,7 +173,7 @@ PROBE_ROWS = (
 )
 
 
-def probe_figure(probes: pd.DataFrame, variants: list[str]) -> Figure | None:
+def probe_figure(probes: pd.DataFrame, variants: list[str]) -> Drawing | None:
     """Per layer, residual-stream RMS and gradient norm over training; one column per variant.
 
     Lines are means over seeds, coloured by depth (dark: first block); rows share a log y axis
@@ -163,27 +181,31 @@ def probe_figure(probes: pd.DataFrame, variants: list[str]) -> Figure | None:
     """
     if probes.empty:
         return None
-    present = [v for v in variants if v in set(probes["variant"])]
-    fig = Figure(figsize=(4.6 * len(present), 6.8))
-    axes = fig.subplots(len(PROBE_ROWS), len(present), squeeze=False, sharey="row")
-    n_layers = int(block_rows(probes)["layer"].max()) + 1
-    colors = mpl.colormaps["viridis"](np.linspace(0.0, 0.85, max(n_layers, 1)))
-    for r, (quantity, title) in enumerate(PROBE_ROWS):
-        band = probe_band(probes, quantity)
-        band = band[band["site"].isin(set(block_rows(probes)["site"]))]
-        for c, variant in enumerate(present):
-            ax = axes[r][c]
-            for layer, mine in band[band["variant"] == variant].groupby("layer"):
-                ax.plot(
-                    mine["step"], mine["mean"], color=colors[int(layer)], label=f"block {layer}"
-                )
-            ax.set_yscale("log")
-            ax.set_title(f"{variant}: {title}", fontsize=9)
-            ax.set_xlabel("optimizer step")
-            ax.set_ylabel("RMS (activation units)" if quantity == "resid_rms" else "L2 norm")
-            ax.grid(alpha=0.3, which="both")
-            ax.legend(fontsize=7)
-    return fig
+
+    def draw() -> Figure:
+        present = [v for v in variants if v in set(probes["variant"])]
+        fig = Figure(figsize=(4.6 * len(present), 6.8))
+        axes = fig.subplots(len(PROBE_ROWS), len(present), squeeze=False, sharey="row")
+        n_layers = int(block_rows(probes)["layer"].max()) + 1
+        colors = mpl.colormaps["viridis"](np.linspace(0.0, 0.85, max(n_layers, 1)))
+        for r, (quantity, title) in enumerate(PROBE_ROWS):
+            band = probe_band(probes, quantity)
+            band = band[band["site"].isin(set(block_rows(probes)["site"]))]
+            for c, variant in enumerate(present):
+                ax = axes[r][c]
+                for layer, mine in band[band["variant"] == variant].groupby("layer"):
+                    ax.plot(
+                        mine["step"], mine["mean"], color=colors[int(layer)], label=f"block {layer}"
+                    )
+                ax.set_yscale("log")
+                ax.set_title(f"{variant}: {title}", fontsize=9)
+                ax.set_xlabel("optimizer step")
+                ax.set_ylabel("RMS (activation units)" if quantity == "resid_rms" else "L2 norm")
+                ax.grid(alpha=0.3, which="both")
+                ax.legend(fontsize=7)
+        return fig
+
+    return draw
 
 
 LOGIT_PANELS = (
@@ -193,24 +215,28 @@ LOGIT_PANELS = (
 )
 
 
-def logit_figure(probes: pd.DataFrame, variants: list[str]) -> Figure | None:
+def logit_figure(probes: pd.DataFrame, variants: list[str]) -> Drawing | None:
     """Attention and output-logit statistics over training, mean over seeds, per variant."""
     if probes.empty:
         return None
-    fig = Figure(figsize=(14, 4.0))
-    axes = fig.subplots(1, len(LOGIT_PANELS))
-    for ax, (quantity, title, unit) in zip(axes, LOGIT_PANELS, strict=True):
-        mine = probes[probes["quantity"] == quantity]
-        per_run = mine.groupby(["variant", "run_id", "step"])["value"].max().reset_index()
-        band = curve_band(per_run, "value")
-        _variant_bands(ax, band, "step", variants)
-        ax.set_title(title, fontsize=10)
-        ax.set_xlabel("optimizer step")
-        ax.set_ylabel(unit)
-        ax.grid(alpha=0.3)
-        if len(band):
-            ax.legend(fontsize=8)
-    return fig
+
+    def draw() -> Figure:
+        fig = Figure(figsize=(14, 4.0))
+        axes = fig.subplots(1, len(LOGIT_PANELS))
+        for ax, (quantity, title, unit) in zip(axes, LOGIT_PANELS, strict=True):
+            mine = probes[probes["quantity"] == quantity]
+            per_run = mine.groupby(["variant", "run_id", "step"])["value"].max().reset_index()
+            band = curve_band(per_run, "value")
+            _variant_bands(ax, band, "step", variants)
+            ax.set_title(title, fontsize=10)
+            ax.set_xlabel("optimizer step")
+            ax.set_ylabel(unit)
+            ax.grid(alpha=0.3)
+            if len(band):
+                ax.legend(fontsize=8)
+        return fig
+
+    return draw
 
 
 SPEED_PANELS = (
@@ -220,29 +246,33 @@ SPEED_PANELS = (
 )
 
 
-def throughput_figure(runs: pd.DataFrame, variants: list[str]) -> Figure | None:
+def throughput_figure(runs: pd.DataFrame, variants: list[str]) -> Drawing | None:
     """Tokens/s, median step time and peak memory per variant: bar = mean, dots = seeds."""
     finished = runs[runs["status"] == "finished"]
     if finished.empty or column(finished, "tokens_per_s").isna().all():
         return None
-    fig = Figure(figsize=(12, 3.8))
-    axes = fig.subplots(1, len(SPEED_PANELS))
-    for ax, (key, title, unit) in zip(axes, SPEED_PANELS, strict=True):
-        scale = 1000.0 if key == "step_time_median_s" else 1.0
-        for i, variant in enumerate(variants):
-            values = scale * column(finished[finished["variant"] == variant], key).dropna()
-            if values.empty:
-                continue
-            ax.bar(i, values.mean(), color=f"C{i}", alpha=0.6)
-            ax.scatter(np.full(len(values), i), values, color="black", s=12, zorder=3)
-        ax.set_xticks(range(len(variants)), variants, rotation=30 if len(variants) > 3 else 0)
-        ax.set_title(title, fontsize=10)
-        ax.set_ylabel(unit)
-        ax.grid(alpha=0.3, axis="y")
-    kinds = set(finished.get("memory_kind", pd.Series(dtype=str)).dropna())
-    if kinds:
-        axes[-1].set_xlabel("measured as: " + ", ".join(sorted(kinds)), fontsize=8)
-    return fig
+
+    def draw() -> Figure:
+        fig = Figure(figsize=(12, 3.8))
+        axes = fig.subplots(1, len(SPEED_PANELS))
+        for ax, (key, title, unit) in zip(axes, SPEED_PANELS, strict=True):
+            scale = 1000.0 if key == "step_time_median_s" else 1.0
+            for i, variant in enumerate(variants):
+                values = scale * column(finished[finished["variant"] == variant], key).dropna()
+                if values.empty:
+                    continue
+                ax.bar(i, values.mean(), color=f"C{i}", alpha=0.6)
+                ax.scatter(np.full(len(values), i), values, color="black", s=12, zorder=3)
+            ax.set_xticks(range(len(variants)), variants, rotation=30 if len(variants) > 3 else 0)
+            ax.set_title(title, fontsize=10)
+            ax.set_ylabel(unit)
+            ax.grid(alpha=0.3, axis="y")
+        kinds = set(finished.get("memory_kind", pd.Series(dtype=str)).dropna())
+        if kinds:
+            axes[-1].set_xlabel("measured as: " + ", ".join(sorted(kinds)), fontsize=8)
+        return fig
+
+    return draw
 
 
 def sweep_figure(
@@ -250,92 +280,104 @@ def sweep_figure(
     variants: list[str],
     losses: tuple[float, float | None],
     boundaries: pd.DataFrame,
-) -> Figure:
+) -> Drawing:
     """Final val loss against LR per variant; points with an unstable seed marked x, those
     whose unstable seeds did not learn yet (below their stable LRs) hollow; the
     initial loss ℓ0 and the unigram floor (``losses``) as lines; each variant's max stable LR
     (a row of ``boundaries``) as a dotted line in its 95% interval's band."""
-    initial_loss, floor = losses
-    fig = Figure(figsize=(7.5, 4.5))
-    ax = fig.subplots()
-    for i, variant in enumerate(variants):
-        mine = table[table["variant"] == variant]
-        color = f"C{i}"
-        ax.plot(mine["lr"], mine["loss_mean"], color=color, marker="o", label=variant)
-        bad = mine[mine["unstable"] > mine["unlearned"]]
-        early = mine[(mine["unlearned"] > 0) & (mine["unstable"] == mine["unlearned"])]
-        for rows, style, what in (
-            (bad, {"color": color, "marker": "x"}, "a seed unstable (diverged: counted at ℓ0)"),
-            (early, {"facecolors": "white", "edgecolors": color}, "did not learn yet"),
-        ):
-            if len(rows):
-                ax.scatter(rows["lr"], rows["loss_mean"], s=90, zorder=3, **style,
-                           label=f"{variant}: {what}")  # fmt: skip
-        found = boundaries[boundaries["variant"] == variant] if len(boundaries) else boundaries
-        if len(found) and pd.notna(found["max_stable_lr"].iloc[0]):
-            row = found.iloc[0]
-            ax.axvspan(row["max_stable_lr_low"], row["max_stable_lr_high"], color=color, alpha=0.15)
-            ax.axvline(
-                row["max_stable_lr"],
-                color=color,
-                linestyle=":",
-                label=f"{variant}: max stable LR, median of seeds (band: 95% interval)",
-            )
-    ax.axhline(initial_loss, color="grey", linestyle="--", linewidth=1, label="ℓ0 = ln(vocab)")
-    _floor_line(ax, floor)
-    ax.set_xscale("log")
-    ax.set_xlabel("peak learning rate")
-    ax.set_ylabel("final val loss, min(ℓ, ℓ0), mean over seeds (nats)")
-    ax.set_title("learning-rate sweep")
-    ax.grid(alpha=0.3, which="both")
-    ax.legend(fontsize=8)
-    return fig
 
-
-def stability_map_figure(trials: pd.DataFrame, variants: list[str]) -> Figure:
-    """Search trials in the LR x warmup plane: colour = objective, x = unstable, + = pruned."""
-    fig = Figure(figsize=(5.5 * len(variants), 4.3))
-    axes = fig.subplots(1, len(variants), squeeze=False)[0]
-    low, high = trials["value"].min(), trials["value"].max()
-    for ax, variant in zip(axes, variants, strict=True):
-        mine = trials[trials["variant"] == variant]
-        done = mine[mine["state"] == "COMPLETE"]
-        stable = done[done["stable"].eq(True)]  # None means unjudged
-        points = ax.scatter(
-            stable["lr"],
-            stable["warmup_steps"],
-            c=stable["value"],
-            cmap="viridis_r",
-            vmin=low,
-            vmax=high,
-            s=45,
-            label="stable",
-        )
-        unstable = done[~done["stable"].eq(True)]
-        ax.scatter(
-            unstable["lr"],
-            unstable["warmup_steps"],
-            color="red",
-            marker="x",
-            s=60,
-            label="unstable",
-        )
-        pruned = mine[mine["state"] == "PRUNED"]
-        ax.scatter(
-            pruned["lr"], pruned["warmup_steps"], color="grey", marker="+", s=60, label="pruned"
-        )
+    def draw() -> Figure:
+        initial_loss, floor = losses
+        fig = Figure(figsize=(7.5, 4.5))
+        ax = fig.subplots()
+        for i, variant in enumerate(variants):
+            mine = table[table["variant"] == variant]
+            color = f"C{i}"
+            ax.plot(mine["lr"], mine["loss_mean"], color=color, marker="o", label=variant)
+            bad = mine[mine["unstable"] > mine["unlearned"]]
+            early = mine[(mine["unlearned"] > 0) & (mine["unstable"] == mine["unlearned"])]
+            for rows, style, what in (
+                (bad, {"color": color, "marker": "x"}, "a seed unstable (diverged: counted at ℓ0)"),
+                (early, {"facecolors": "white", "edgecolors": color}, "did not learn yet"),
+            ):
+                if len(rows):
+                    ax.scatter(rows["lr"], rows["loss_mean"], s=90, zorder=3, **style,
+                               label=f"{variant}: {what}")  # fmt: skip
+            found = boundaries[boundaries["variant"] == variant] if len(boundaries) else boundaries
+            if len(found) and pd.notna(found["max_stable_lr"].iloc[0]):
+                row = found.iloc[0]
+                ax.axvspan(
+                    row["max_stable_lr_low"], row["max_stable_lr_high"], color=color, alpha=0.15
+                )
+                ax.axvline(
+                    row["max_stable_lr"],
+                    color=color,
+                    linestyle=":",
+                    label=f"{variant}: max stable LR, median of seeds (band: 95% interval)",
+                )
+        ax.axhline(initial_loss, color="grey", linestyle="--", linewidth=1, label="ℓ0 = ln(vocab)")
+        _floor_line(ax, floor)
         ax.set_xscale("log")
-        ax.xaxis.set_minor_formatter(NullFormatter())  # a narrow LR range: no crowded minor labels
-        ax.set_title(f"{variant}: search trials")
         ax.set_xlabel("peak learning rate")
-        ax.set_ylabel("warmup steps")
-        ax.grid(alpha=0.3)
+        ax.set_ylabel("final val loss, min(ℓ, ℓ0), mean over seeds (nats)")
+        ax.set_title("learning-rate sweep")
+        ax.grid(alpha=0.3, which="both")
         ax.legend(fontsize=8)
-        fig.colorbar(points, ax=ax, label="final val loss (unstable: min(ℓ, ℓ0))")
-    return fig
+        return fig
+
+    return draw
 
 
-def interaction_figure(pairs: list[tuple[str, str, pd.DataFrame]]) -> Figure | None:
+def stability_map_figure(trials: pd.DataFrame, variants: list[str]) -> Drawing:
+    """Search trials in the LR x warmup plane: colour = objective, x = unstable, + = pruned."""
+
+    def draw() -> Figure:
+        fig = Figure(figsize=(5.5 * len(variants), 4.3))
+        axes = fig.subplots(1, len(variants), squeeze=False)[0]
+        low, high = trials["value"].min(), trials["value"].max()
+        for ax, variant in zip(axes, variants, strict=True):
+            mine = trials[trials["variant"] == variant]
+            done = mine[mine["state"] == "COMPLETE"]
+            stable = done[done["stable"].eq(True)]  # None means unjudged
+            points = ax.scatter(
+                stable["lr"],
+                stable["warmup_steps"],
+                c=stable["value"],
+                cmap="viridis_r",
+                vmin=low,
+                vmax=high,
+                s=45,
+                label="stable",
+            )
+            unstable = done[~done["stable"].eq(True)]
+            ax.scatter(
+                unstable["lr"],
+                unstable["warmup_steps"],
+                color="red",
+                marker="x",
+                s=60,
+                label="unstable",
+            )
+            pruned = mine[mine["state"] == "PRUNED"]
+            ax.scatter(
+                pruned["lr"], pruned["warmup_steps"], color="grey", marker="+", s=60, label="pruned"
+            )
+            ax.set_xscale("log")
+            ax.xaxis.set_minor_formatter(
+                NullFormatter()
+            )  # a narrow LR range: no crowded minor labels
+            ax.set_title(f"{variant}: search trials")
+            ax.set_xlabel("peak learning rate")
+            ax.set_ylabel("warmup steps")
+            ax.grid(alpha=0.3)
+            ax.legend(fontsize=8)
+            fig.colorbar(points, ax=ax, label="final val loss (unstable: min(ℓ, ℓ0))")
+        return fig
+
+    return draw
+
+
+def interaction_figure(pairs: list[tuple[str, str, pd.DataFrame]]) -> Drawing | None:
     """One panel per factor pair: mean final val loss against ``a``'s levels, a line per ``b``.
 
     Each frame is :func:`ablate.report.factorial.two_way`'s; bars are ± std. Parallel lines mean no
@@ -343,55 +385,65 @@ def interaction_figure(pairs: list[tuple[str, str, pd.DataFrame]]) -> Figure | N
     """
     if not pairs:
         return None
-    fig = Figure(figsize=(4.6 * len(pairs), 3.8))
-    axes = np.atleast_1d(fig.subplots(1, len(pairs)))
-    for ax, (a, b, cells) in zip(axes, pairs, strict=True):
-        levels_a = list(dict.fromkeys(cells[a]))
-        for i, level_b in enumerate(dict.fromkeys(cells[b])):
-            mine = cells[cells[b] == level_b].set_index(a).reindex(levels_a)
-            ax.errorbar(
-                range(len(levels_a)),
-                mine["mean"],
-                yerr=mine["std"].fillna(0.0),
-                color=f"C{i}",
-                marker="o",
-                capsize=3,
-                label=f"{b.rsplit('.', 1)[-1]} = {level_b}",
-            )
-        ax.set_xticks(range(len(levels_a)), levels_a)
-        ax.set_xlabel(a)
-        ax.set_ylabel("final val loss (mean ± std)")
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=8)
-    return fig
+
+    def draw() -> Figure:
+        fig = Figure(figsize=(4.6 * len(pairs), 3.8))
+        axes = np.atleast_1d(fig.subplots(1, len(pairs)))
+        for ax, (a, b, cells) in zip(axes, pairs, strict=True):
+            levels_a = list(dict.fromkeys(cells[a]))
+            for i, level_b in enumerate(dict.fromkeys(cells[b])):
+                mine = cells[cells[b] == level_b].set_index(a).reindex(levels_a)
+                ax.errorbar(
+                    range(len(levels_a)),
+                    mine["mean"],
+                    yerr=mine["std"].fillna(0.0),
+                    color=f"C{i}",
+                    marker="o",
+                    capsize=3,
+                    label=f"{b.rsplit('.', 1)[-1]} = {level_b}",
+                )
+            ax.set_xticks(range(len(levels_a)), levels_a)
+            ax.set_xlabel(a)
+            ax.set_ylabel("final val loss (mean ± std)")
+            ax.grid(alpha=0.3)
+            ax.legend(fontsize=8)
+        return fig
+
+    return draw
 
 
 def convert_figure(
     metrics: pd.DataFrame, starts: pd.DataFrame, variants: list[str]
-) -> Figure | None:
+) -> Drawing | None:
     """Val loss of the continued and converted runs against continued tokens, from the swap.
 
     ``starts`` has one row per run (variant, seed, loss_after_swap): the point at 0 tokens.
     """
     if metrics.empty:
         return None
-    at_swap = starts[["run_id", "variant", "seed", "loss_after_swap"]].rename(
-        columns={"loss_after_swap": "val_loss"}
-    )
-    curves = pd.concat([at_swap.assign(tokens=0), metrics], ignore_index=True)
-    band = curve_band(curves, "val_loss", by="tokens")
-    fig = Figure(figsize=(6.5, 4.2))
-    ax = fig.subplots()
-    for i, variant in enumerate(variants):
-        mine = band[band["variant"] == variant]
-        if len(mine):
-            _band(ax, mine, "tokens", f"C{i}", variant)
-            ax.scatter([0], mine["mean"].iloc[:1], color=f"C{i}", zorder=3)
-    before = column(starts, "loss_before_swap").mean()
-    ax.axhline(before, color="gray", linestyle=":", label=f"source before the swap ({before:.3f})")
-    ax.set_xlabel("continued-training tokens")
-    ax.set_ylabel(LOSS_UNIT)
-    ax.set_title("validation loss after the swap (mean ± std over seeds)")
-    ax.grid(alpha=0.3)
-    ax.legend()
-    return fig
+
+    def draw() -> Figure:
+        at_swap = starts[["run_id", "variant", "seed", "loss_after_swap"]].rename(
+            columns={"loss_after_swap": "val_loss"}
+        )
+        curves = pd.concat([at_swap.assign(tokens=0), metrics], ignore_index=True)
+        band = curve_band(curves, "val_loss", by="tokens")
+        fig = Figure(figsize=(6.5, 4.2))
+        ax = fig.subplots()
+        for i, variant in enumerate(variants):
+            mine = band[band["variant"] == variant]
+            if len(mine):
+                _band(ax, mine, "tokens", f"C{i}", variant)
+                ax.scatter([0], mine["mean"].iloc[:1], color=f"C{i}", zorder=3)
+        before = column(starts, "loss_before_swap").mean()
+        ax.axhline(
+            before, color="gray", linestyle=":", label=f"source before the swap ({before:.3f})"
+        )
+        ax.set_xlabel("continued-training tokens")
+        ax.set_ylabel(LOSS_UNIT)
+        ax.set_title("validation loss after the swap (mean ± std over seeds)")
+        ax.grid(alpha=0.3)
+        ax.legend()
+        return fig
+
+    return draw

@@ -1,6 +1,7 @@
 """The scaling report's figures: each quantity against parameters, and the gap against size.
 
-Colours follow the variant order (``C0`` is the baseline), as in :mod:`ablate.report.figures`.
+Colours follow the variant order (``C0`` is the baseline), and each is a :data:`Drawing` drawn
+when it is written, as in :mod:`ablate.report.figures`.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 from matplotlib.ticker import FuncFormatter, NullFormatter
 
-from ablate.report.figures import LOSS_UNIT
+from ablate.report.figures import LOSS_UNIT, Drawing
 from ablate.report.fits import LineFit, PowerLaw
 
 PANELS = (
@@ -27,32 +28,36 @@ def scaling_figure(
     fits: dict[tuple[str, str], PowerLaw],
     variants: list[str],
     extrapolate: float,
-) -> Figure | None:
+) -> Drawing | None:
     """Four log–log panels, one per quantity: each variant's sizes and its power-law line with
     the line's 95% band; the max stable LR's interval as an error bar and its line extended
     (dashed) to ``extrapolate`` times the largest size."""
     if table.empty:
         return None
-    fig = Figure(figsize=(11, 8))
-    axes = fig.subplots(2, 2).ravel()
-    largest = float(table["n_params"].max())
-    for ax, (quantity, label) in zip(axes, PANELS, strict=True):
-        for i, variant in enumerate(variants):
-            mine = table[table["variant"] == variant].sort_values("n_params")
-            if quantity == "max_stable_lr":
-                _boundaries(ax, mine, f"C{i}", variant)
-            else:
-                ax.plot(mine["n_params"], mine[quantity], "o", color=f"C{i}", label=variant)
-            fit = fits.get((variant, quantity))
-            if fit is not None and fit.estimable:  # a fit that cannot say draws no line
-                _fit_line(ax, fit, mine["n_params"].min(), largest, f"C{i}")
+
+    def draw() -> Figure:
+        fig = Figure(figsize=(11, 8))
+        axes = fig.subplots(2, 2).ravel()
+        largest = float(table["n_params"].max())
+        for ax, (quantity, label) in zip(axes, PANELS, strict=True):
+            for i, variant in enumerate(variants):
+                mine = table[table["variant"] == variant].sort_values("n_params")
                 if quantity == "max_stable_lr":
-                    _fit_line(ax, fit, largest, largest * extrapolate, f"C{i}", dashed=True)
-        _log_axes(ax, table, quantity)
-        ax.set_xlabel("parameters")
-        ax.set_ylabel(label)
-        ax.legend(fontsize=8)
-    return fig
+                    _boundaries(ax, mine, f"C{i}", variant)
+                else:
+                    ax.plot(mine["n_params"], mine[quantity], "o", color=f"C{i}", label=variant)
+                fit = fits.get((variant, quantity))
+                if fit is not None and fit.estimable:  # a fit that cannot say draws no line
+                    _fit_line(ax, fit, mine["n_params"].min(), largest, f"C{i}")
+                    if quantity == "max_stable_lr":
+                        _fit_line(ax, fit, largest, largest * extrapolate, f"C{i}", dashed=True)
+            _log_axes(ax, table, quantity)
+            ax.set_xlabel("parameters")
+            ax.set_ylabel(label)
+            ax.legend(fontsize=8)
+        return fig
+
+    return draw
 
 
 def _boundaries(ax: Axes, mine: pd.DataFrame, color: str, variant: str) -> None:
@@ -104,35 +109,39 @@ def _fit_line(
 
 def gap_figure(
     table: pd.DataFrame, trends: dict[str, LineFit], variants: list[str]
-) -> Figure | None:
+) -> Drawing | None:
     """Each non-baseline variant's paired loss difference per size, 95% intervals, trend."""
     rows = table[table["variant"].isin(variants[1:]) & np.isfinite(table["diff_vs_baseline"])]
     if rows.empty:
         return None
-    fig = Figure(figsize=(7, 4.5))
-    ax = fig.subplots()
-    ax.axhline(0.0, color="black", linewidth=0.8)
-    for i, variant in enumerate(variants):
-        mine = rows[rows["variant"] == variant].sort_values("n_params")
-        if mine.empty:
-            continue
-        diff = mine["diff_vs_baseline"]
-        yerr = [diff - mine["diff_ci_low"], mine["diff_ci_high"] - diff]
-        ax.errorbar(
-            mine["n_params"],
-            diff,
-            yerr=yerr,
-            fmt="o",
-            color=f"C{i}",
-            capsize=3,
-            label=f"{variant} − {variants[0]}",
-        )
-        trend = trends.get(variant)
-        if trend is not None:
-            x = np.geomspace(mine["n_params"].min(), mine["n_params"].max(), 20)
-            ax.plot(x, [trend.at(np.log10(v))[0] for v in x], color=f"C{i}", linewidth=1)
-    ax.set_xscale("log")
-    ax.set_xlabel("parameters")
-    ax.set_ylabel("Δ final val loss (nats / token)")
-    ax.legend(fontsize=8)
-    return fig
+
+    def draw() -> Figure:
+        fig = Figure(figsize=(7, 4.5))
+        ax = fig.subplots()
+        ax.axhline(0.0, color="black", linewidth=0.8)
+        for i, variant in enumerate(variants):
+            mine = rows[rows["variant"] == variant].sort_values("n_params")
+            if mine.empty:
+                continue
+            diff = mine["diff_vs_baseline"]
+            yerr = [diff - mine["diff_ci_low"], mine["diff_ci_high"] - diff]
+            ax.errorbar(
+                mine["n_params"],
+                diff,
+                yerr=yerr,
+                fmt="o",
+                color=f"C{i}",
+                capsize=3,
+                label=f"{variant} − {variants[0]}",
+            )
+            trend = trends.get(variant)
+            if trend is not None:
+                x = np.geomspace(mine["n_params"].min(), mine["n_params"].max(), 20)
+                ax.plot(x, [trend.at(np.log10(v))[0] for v in x], color=f"C{i}", linewidth=1)
+        ax.set_xscale("log")
+        ax.set_xlabel("parameters")
+        ax.set_ylabel("Δ final val loss (nats / token)")
+        ax.legend(fontsize=8)
+        return fig
+
+    return draw

@@ -9,18 +9,19 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import pandas as pd
-from matplotlib.figure import Figure
+
+from ablate.report.figures import Drawing
 
 
 @dataclass
 class Section:
-    """One part of a report: its lines, and ``{file name: frame or figure}`` to write."""
+    """One part of a report: its lines, and ``{file name: frame or figure to draw}`` to write."""
 
     lines: list[str] = field(default_factory=list)
     tables: dict[str, pd.DataFrame] = field(default_factory=dict)
-    figures: dict[str, Figure] = field(default_factory=dict)
+    figures: dict[str, Drawing] = field(default_factory=dict)
 
-    def figure(self, name: str, figure: Figure | None, title: str, caption: str) -> None:
+    def figure(self, name: str, figure: Drawing | None, title: str, caption: str) -> None:
         """Add ``figure`` as ``name`` with its heading and caption (nothing when it is None)."""
         if figure is not None:
             self.figures[name] = figure

@@ -55,6 +55,7 @@ def test_paired_sds_compare_the_same_pairs_on_both_evaluations() -> None:
     assert row["ratio"] == pytest.approx(row["paired_sd_split"] / row["paired_sd_windows"])
 
 
+@pytest.mark.usefixtures("unrendered_figures")
 def test_a_results_folder_without_split_runs_says_so(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

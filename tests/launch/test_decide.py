@@ -43,6 +43,7 @@ def _seeds_of(results: Path) -> list[int]:
     return sorted({r["seed"] for r in manifest["runs"] if r["variant"] == "rmsnorm"})
 
 
+@pytest.mark.usefixtures("unrendered_figures")
 def test_a_large_gap_is_called_different_within_a_few_looks(tmp_path: Path) -> None:
     path = _experiment(tmp_path, gap=0.04, max_seeds=15)
     result = run_experiment(path, tmp_path / "results", tmp_path / "reports")
@@ -58,6 +59,7 @@ def test_a_large_gap_is_called_different_within_a_few_looks(tmp_path: Path) -> N
     assert "each at α 0.0071 of one look" in summary
 
 
+@pytest.mark.usefixtures("unrendered_figures")
 def test_no_gap_is_called_equivalent_and_a_larger_maximum_continues(tmp_path: Path) -> None:
     results = tmp_path / "results"
     # a draw under which five seeds leave Δ = 0 inconclusive (draws 1-3 do; under draw 0 five

@@ -62,6 +62,7 @@ def test_validate_simulate_prints_the_verdicts_and_seeds_and_stores_nothing(
     assert "the simulator's defaults: every variant the same truth (Δ = 0)" in head
 
 
+@pytest.mark.usefixtures("unrendered_figures")
 def test_with_decide_the_plan_says_how_far_seeds_may_go(tmp_path: Path) -> None:
     noisy = {"backend": "simulate", "simulate": {"run_sd": 0.012}}  # 3 seeds do not decide it
     exp = simulated_experiment(tmp_path, seeds=[0, 1, 2], decide={"max_seeds": 7}, runtime=noisy)

@@ -153,6 +153,7 @@ def test_a_simulated_run_is_stored_as_a_trained_one_and_reused(tmp_path: Path) -
     assert store.load_metrics(tmp_path / exp.name)["val_loss"].notna().sum() == 4  # 256 / 64
 
 
+@pytest.mark.usefixtures("unrendered_figures")
 def test_backend_simulate_on_the_command_line_keeps_trained_results_apart(
     tmp_path: Path, capsys: pytest.CaptureFixture
 ) -> None:

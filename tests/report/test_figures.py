@@ -1,10 +1,13 @@
-"""The loss figure's axes follow the curves: the unigram floor is drawn only where it fits."""
+"""The loss figure's axes follow the curves: the unigram floor is drawn only where it fits; a
+figure is drawn only when the report builder writes it."""
 
 from __future__ import annotations
 
 import numpy as np
 import pandas as pd
+import pytest
 
+from ablate.report import figures
 from ablate.report.figures import loss_figure
 
 
@@ -32,7 +35,7 @@ def _axis_texts(ax) -> list[str]:  # noqa: ANN001 - a matplotlib Axes
 
 
 def test_a_floor_above_the_curves_is_named_not_drawn() -> None:
-    fig = loss_figure(_metrics(2.4, 1.7), ["layernorm", "rmsnorm"], floor=3.2465)
+    fig = loss_figure(_metrics(2.4, 1.7), ["layernorm", "rmsnorm"], floor=3.2465)()
     for ax in fig.axes:
         assert ax.get_ylim()[1] < 2.6  # the axis stays where the curves are
         assert _axis_texts(ax) == ["unigram floor 3.247: above the curves"]
@@ -40,8 +43,23 @@ def test_a_floor_above_the_curves_is_named_not_drawn() -> None:
 
 
 def test_a_floor_within_the_curves_is_a_line() -> None:
-    fig = loss_figure(_metrics(5.5, 1.7), ["layernorm", "rmsnorm"], floor=3.2465)
+    fig = loss_figure(_metrics(5.5, 1.7), ["layernorm", "rmsnorm"], floor=3.2465)()
     for ax in fig.axes:
         floors = [line for line in ax.lines if line.get_label() == "unigram floor"]
         assert len(floors) == 1 and np.allclose(floors[0].get_ydata(), 3.2465)
         assert _axis_texts(ax) == []
+
+
+def test_whether_a_figure_exists_is_known_before_it_is_drawn(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    def no_drawing(*args: object, **kwargs: object) -> None:
+        raise AssertionError("drawn before the builder wrote it")
+
+    variants = ["layernorm", "rmsnorm"]
+    monkeypatch.setattr(figures, "Figure", no_drawing)
+    draw = loss_figure(_metrics(2.4, 1.7), variants)
+    assert callable(draw)
+    assert loss_figure(_metrics(2.4, 1.7).iloc[:0], variants) is None  # no data: no figure
+    with pytest.raises(AssertionError, match="drawn before"):
+        draw()
