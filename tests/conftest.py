@@ -20,20 +20,22 @@ import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import optuna
 import pytest
 import yaml
 
-from ablate.core.boundary import bracket_seed, variant_boundary
-from ablate.core.config import RunConfig
-from ablate.core.experiment import Experiment
-from ablate.core.load import build_run_config, load_experiment
 from ablate.core.numerics import pin_cpu_numerics
-from ablate.core.overrides import apply_overrides
-from ablate.core.studies import BoundaryResult
-from ablate.launch.storage import open_storage
+
+if TYPE_CHECKING:
+    import optuna
+
+    from ablate.core.config import RunConfig
+    from ablate.core.experiment import Experiment
+
+# ablate's modules, pandas and Optuna are imported by the helpers that use them, not here: the
+# process that only hands tests to the workers (make test's pytest-xdist) loads this file
+# before any worker starts, and waited a second for imports it never used
 
 # make test runs one test process per core: an idle OpenMP thread then sleeps instead of
 # spinning, so one process's torch threads do not take another's core. Set before torch loads
@@ -65,6 +67,9 @@ TINY: dict[str, Any] = {
 
 def tiny_config(**overrides: Any) -> RunConfig:
     """The tiny config with dotted-key overrides, e.g. ``tiny_config(**{"train.lr": 1.0})``."""
+    from ablate.core.load import build_run_config
+    from ablate.core.overrides import apply_overrides
+
     return build_run_config(apply_overrides(TINY, overrides, "test"), "test")
 
 
@@ -92,6 +97,8 @@ LENIENT = {"train": {**TINY["train"], "stability": {"floor": "initial"}}}
 
 def study_experiment(tmp_path: Path, **sections: Any) -> Experiment:
     """The tiny experiment with the lenient floor and these sections (search:, max_lr:)."""
+    from ablate.core.load import load_experiment
+
     return load_experiment(write_experiment(tmp_path / "e.yaml", **{**LENIENT, **sections}))
 
 
@@ -101,6 +108,8 @@ def simulated_experiment(tmp_path: Path, **sections: Any) -> Experiment:
     resume, claims and studies, which do not need a model to train. Its studies are in a
     journal file unless ``storage`` is given: SQLite's transactions took two thirds of a
     simulated study's time (tests/launch/test_storage.py covers every storage)."""
+    from ablate.core.load import load_experiment
+
     doc = {
         "runtime": {"backend": "simulate"},
         "storage": f"journal:{tmp_path / 'studies.log'}",
@@ -111,6 +120,10 @@ def simulated_experiment(tmp_path: Path, **sections: Any) -> Experiment:
 
 def study_trials(url: str, name: str) -> list[optuna.trial.FrozenTrial]:
     """The trials of study ``name`` in the storage at ``url``."""
+    import optuna
+
+    from ablate.launch.storage import open_storage
+
     return optuna.load_study(study_name=name, storage=open_storage(url)).trials
 
 
@@ -195,16 +208,17 @@ def _guard_fit() -> None:
     module.Trainer.fit = guarded_fit
 
 
-def unrendered_figure(fig: Any, path: Path) -> None:
-    """Stands in for ``save_figure``: the figure was drawn; write an empty file in its place."""
+def unrendered_figure(draw: Any, path: Path) -> None:
+    """Stands in for ``save_figure``: the figure is never drawn; an empty file takes its place."""
     path.write_bytes(b"")
 
 
 @pytest.fixture
 def unrendered_figures(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The report's figures are drawn but neither laid out nor rasterised (an empty PNG in each
-    one's place): for tests of orchestration, which read the report's text and tables and
-    would spend half their time in matplotlib. tests/report renders and checks every figure."""
+    """The report's figures are not drawn (an empty PNG in each one's place; which figures exist
+    is still decided from the data): for tests of orchestration, which read the report's text
+    and tables and would spend half their time in matplotlib. tests/report draws and checks
+    every figure."""
     from ablate.report import builder
 
     monkeypatch.setattr(builder, "save_figure", unrendered_figure)
@@ -312,6 +326,9 @@ def stored_max_lr(variant: str, edges: dict[int, float], **checked: Any) -> dict
     """A variant's ``stability.json`` max-LR entry as the stage stores it, for seeds whose
     true edges are ``edges`` (stable at and below), bracketed on the default lattice; keys of
     ``checked`` (monotone, checked_runs, contradictions) as the check against the store sets."""
+    from ablate.core.boundary import bracket_seed, variant_boundary
+    from ablate.core.studies import BoundaryResult
+
     bounds = [
         bracket_seed(lambda lr, edge=edge: lr <= edge, seed, 1e-3, (1e-6, 100.0))
         for seed, edge in edges.items()
