@@ -219,7 +219,9 @@ LLAMA = {"mlp": "swiglu", "position": "rope", "linear_bias": False}
 @pytest.mark.parametrize("bias", [True, False])
 def test_swiglu_holds_the_gelu_mlps_parameters_within_one_percent(d_model: int, bias: bool) -> None:
     def mlp_params(mlp: str) -> int:
-        cfg = ModelConfig(d_model=d_model, n_heads=4, seq_len=8, mlp=mlp, linear_bias=bias)
+        cfg = ModelConfig(
+            d_model=d_model, n_layers=1, n_heads=4, seq_len=8, mlp=mlp, linear_bias=bias
+        )
         return count_parameters(build_gpt(cfg, 64, seed=0).blocks[0].mlp)
 
     gelu, swiglu = mlp_params("gelu"), mlp_params("swiglu")
