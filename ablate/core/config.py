@@ -105,6 +105,13 @@ class DataConfig(StrictSection):
         None, ge=2, le=65536, description="tokens_file: vocabulary size (default: max id + 1)"
     )
     val_fraction: float = Field(0.1, gt=0, lt=0.5)
+    test_fraction: float = Field(
+        0.0,
+        ge=0,
+        lt=0.5,
+        description="a test split held out after validation (the last test_fraction of the "
+        "ids), scored only at evaluations, never selected on; 0: none",
+    )
     seed: Seed | None = Field(None, description="seed of the batch order; default: the run's seed")
     synthetic_vocab: int = Field(64, ge=4, le=4096)
     synthetic_tokens: int = Field(200_000, ge=10_000, le=50_000_000)
@@ -121,6 +128,16 @@ class DataConfig(StrictSection):
             )
         if self.val_path and self.source != "tokens_file":
             raise ValueError(f"data.val_path: only for source tokens_file, not {self.source}")
+        if self.test_fraction and (self.source == "tokens_file" or self.tokenizer == "bpe"):
+            raise ValueError(
+                "data.test_fraction: only for in-memory byte or char ids (builtin_text, "
+                f"synthetic, text_file), not source {self.source} with tokenizer {self.tokenizer}"
+            )
+        if self.val_fraction + self.test_fraction >= 0.5:
+            raise ValueError(
+                f"data.val_fraction + data.test_fraction ({self.val_fraction:g} + "
+                f"{self.test_fraction:g}) must stay below 0.5: most ids are for training"
+            )
         return self
 
 

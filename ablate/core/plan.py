@@ -28,6 +28,7 @@ SPEC_VERSION = 1
 LATER_KEYS: dict[tuple[str, str], Any] = {
     ("data", "val_path"): None,
     ("data", "bpe_vocab_size"): 1024,
+    ("data", "test_fraction"): 0.0,
     ("model", "mlp"): "gelu",
     ("model", "position"): "learned",
     ("model", "linear_bias"): True,

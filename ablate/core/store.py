@@ -51,6 +51,8 @@ SUMMARY_KEYS = (  # every run's summary.json has these keys (a convert run has a
     "unstable_step",
     "final_val_loss",
     "best_val_loss",
+    "final_test_loss",
+    "best_test_loss",
     "final_train_loss",
     "diverged_step",
     "diverged_reason",

@@ -83,6 +83,8 @@ def summary_of(spec: RunSpec, run: SimulatedRun, frame: pd.DataFrame, wall_s: fl
         "unstable_step": verdict.step if verdict else None,
         "final_val_loss": float(val.iloc[-1]) if len(val) else None,
         "best_val_loss": float(val.min()) if len(val) else None,
+        "final_test_loss": None,  # the simulator models no test split
+        "best_test_loss": None,
         "final_train_loss": (
             float(frame["train_loss"].tail(store.FINAL_TRAIN_WINDOW).mean()) if len(frame) else None
         ),

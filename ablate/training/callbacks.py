@@ -138,9 +138,12 @@ class MetricsRecorder(L.Callback):
         assert isinstance(pl_module, LanguageModelTask)
         if pl_module.last_val_loss is not None:
             step = self.steps[-1]["step"] if self.steps else 0
-            self.evals.append({"step": step, "val_loss": pl_module.last_val_loss})
+            losses = {"val_loss": pl_module.last_val_loss}
+            if pl_module.last_test_loss is not None:
+                losses["test_loss"] = pl_module.last_test_loss
+            self.evals.append({"step": step, **losses})
             if trainer.loggers:
-                log_metrics(trainer, {"val/loss": pl_module.last_val_loss}, step)
+                log_metrics(trainer, {k.replace("_", "/"): v for k, v in losses.items()}, step)
 
 
 class PeakMemory(L.Callback):

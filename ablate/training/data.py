@@ -10,12 +10,14 @@ Four sources (``data.source``):
   size: memory-mapped, never read whole (:mod:`ablate.training.tokens`); validation from the
   same file (the last ``val_fraction``) or from ``data.val_path`` (nanoGPT's ``val.bin``).
 
-The split is the last ``val_fraction`` of the tokens. The batch order is a table of window
-offsets drawn once, up front, from a ``torch.Generator`` seeded by the data seed: batch *i* is
-the same whatever the variant, the global RNG, evaluation, the number of loader workers or the
-point a run resumed from. Validation uses fixed, evenly spaced windows. Under DDP
-(:class:`ablate.training.task.RunData`) process *r* of *W* takes sequences ``r*B/W .. (r+1)*B/W`` of
-every batch, so the global batch sequence is the same as with one process.
+The split is the last ``val_fraction`` of the tokens; with ``test_fraction`` a test split is held
+out after it (train | val | test), which only evaluations score and no stage selects on. The
+batch order is a table of window offsets drawn once, up front, from a ``torch.Generator``
+seeded by the data seed: batch *i* is the same whatever the variant, the global RNG,
+evaluation, the number of loader workers or the point a run resumed from. Validation (and
+test) uses fixed, evenly spaced windows. Under DDP (:class:`ablate.training.task.RunData`)
+process *r* of *W* takes sequences ``r*B/W .. (r+1)*B/W`` of every batch, so the global batch
+sequence is the same as with one process.
 """
 
 from __future__ import annotations
@@ -46,6 +48,7 @@ class Corpus:
     entropy_floor: float | None = None  # nats/token, known only for the synthetic source
     unigram_loss: float = float("nan")  # nats/token: train-split frequencies scored on val
     tokens_per_byte: float | None = None  # for text: ids per UTF-8 byte (1 byte-level)
+    test: torch.Tensor | None = None  # the held-out test split (``data.test_fraction``), if any
 
 
 def unigram_loss(train: np.ndarray, val: np.ndarray, vocab_size: int) -> float:
@@ -138,10 +141,17 @@ def ids_digest(ids: np.ndarray) -> str:
     return hashlib.sha256(ids.astype(np.int64).tobytes()).hexdigest()[:16]
 
 
-def _split(ids: np.ndarray, val_fraction: float) -> tuple[np.ndarray, np.ndarray]:
-    """The first 1 − ``val_fraction`` of the ids for training, the rest for validation."""
-    n_val = int(len(ids) * val_fraction)
-    return ids[: len(ids) - n_val], ids[len(ids) - n_val :]
+def _split(
+    ids: np.ndarray, val_fraction: float, test_fraction: float = 0.0
+) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+    """Train, val and test ids: the last ``test_fraction`` of the ids for testing (None when
+    0), the ``val_fraction`` before it for validation, the rest for training. The training part
+    depends only on the sum of the fractions: splitting a validation split into val and test
+    keeps every training batch."""
+    n_held, n_test = int(len(ids) * (val_fraction + test_fraction)), int(len(ids) * test_fraction)
+    end_val = len(ids) - n_test
+    test = ids[end_val:] if test_fraction else None
+    return ids[: len(ids) - n_held], ids[len(ids) - n_held : end_val], test
 
 
 def _check_windows(train: Sized, val: Sized, seq_len: int) -> None:
@@ -204,8 +214,13 @@ def load_corpus(cfg: DataConfig, seq_len: int) -> Corpus:
     if cfg.tokenizer == "bpe":
         return bpe_corpus(cfg, seq_len)
     ids, vocab, floor, per_byte = load_tokens(cfg)
-    train, val = _split(ids, cfg.val_fraction)
+    train, val, test = _split(ids, cfg.val_fraction, cfg.test_fraction)
     _check_windows(train, val, seq_len)
+    if test is not None and len(test) < seq_len + 1:
+        raise DataError(
+            f"data.test_fraction: the test split holds {len(test)} tokens, too few for "
+            f"model.seq_len {seq_len} (it needs seq_len + 1)"
+        )
     return Corpus(
         torch.from_numpy(train.copy()),
         torch.from_numpy(val.copy()),
@@ -214,6 +229,7 @@ def load_corpus(cfg: DataConfig, seq_len: int) -> Corpus:
         floor,
         unigram_loss(train, val, vocab),
         per_byte,
+        None if test is None else torch.from_numpy(test.copy()),
     )
 
 

@@ -1,6 +1,6 @@
 """What a run trains on, built deterministically from its spec: corpus, batch order, validation
-windows and the initialized model; for continued training, the source run's weights mapped
-onto the new model and the loss before and right after the swap.
+(and test) windows and the initialized model; for continued training, the source run's weights
+mapped onto the new model and the loss before and right after the swap.
 """
 
 from __future__ import annotations
@@ -39,6 +39,8 @@ class Prepared:
     steps: int
     start: dict[str, Any] | None = None  # continued training: the source and the swap
     final_offsets: torch.Tensor | None = None  # the final evaluation's, when not val_offsets
+    test_offsets: torch.Tensor | None = None  # the test split's windows, where there is one
+    final_test_offsets: torch.Tensor | None = None  # the final evaluation's on test
 
 
 def prepare(spec: RunSpec, root: Path | None = None) -> Prepared:
@@ -58,6 +60,11 @@ def prepare(spec: RunSpec, root: Path | None = None) -> Prepared:
     prepared = Prepared(corpus, model, train_offsets, val_offsets, steps)
     if cfg.train.final_eval == "split":
         prepared.final_offsets = split_offsets(len(corpus.val), seq_len, batch)
+    if corpus.test is not None:
+        n_test = len(corpus.test)
+        prepared.test_offsets = eval_offsets(n_test, seq_len, batch, cfg.train.eval_batches)
+        if cfg.train.final_eval == "split":
+            prepared.final_test_offsets = split_offsets(n_test, seq_len, batch)
     if spec.init_from is not None:
         if root is None:
             raise ValueError("a continued-training run needs the results root of its source")
@@ -86,8 +93,10 @@ def start_from_source(spec: RunSpec, prepared: Prepared, root: Path) -> dict[str
     return {
         "source_run_id": spec.init_from,
         "source_variant": source_spec.variant,
-        "loss_before_swap": evaluate(source, prepared.corpus, prepared.val_offsets, seq_len),
-        "loss_after_swap": evaluate(prepared.model, prepared.corpus, prepared.val_offsets, seq_len),
+        "loss_before_swap": evaluate(source, prepared.corpus.val, prepared.val_offsets, seq_len),
+        "loss_after_swap": evaluate(
+            prepared.model, prepared.corpus.val, prepared.val_offsets, seq_len
+        ),
         "params_folded": mapping["folded"],
         "params_dropped": mapping["dropped"],
     }

@@ -22,6 +22,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import lightning as L
 import pandas as pd
 import torch
 from torch import nn
@@ -43,7 +44,7 @@ from ablate.training.callbacks import (
 from ablate.training.data import (
     batch_digest,
 )
-from ablate.training.prepare import prepare
+from ablate.training.prepare import Prepared, prepare
 from ablate.training.probes import ModelProbe
 from ablate.training.summary import Observed, environment, summarize
 from ablate.training.task import LanguageModelTask, RunData
@@ -126,15 +127,17 @@ def _train_and_store(
     handback = RankZeroHandBack(observers, run.handback)
     trainer = build_trainer(spec, prepared.steps, [*observers, handback], run)
     task = LanguageModelTask(prepared.model, cfg.train, prepared.steps)
-    data = RunData(prepared.corpus, prepared.train_offsets, prepared.val_offsets, cfg.model.seq_len)
+    data = RunData(
+        prepared.corpus,
+        prepared.train_offsets,
+        prepared.val_offsets,
+        cfg.model.seq_len,
+        prepared.test_offsets,
+    )
     on_interrupt = signal.getsignal(signal.SIGINT)  # Lightning ignores Ctrl-C once it got one
     outcome = fit(trainer, task, data, recorder, all_stoppers, handback)
     with ctrl_c_held() as caught:  # the stop of a pool sends a second Ctrl-C: store first
-        final = None  # the whole split's loss (a second or so), so that Ctrl-C keeps the run
-        if outcome.status == "finished" and prepared.final_offsets is not None:
-            final = evaluate_final(
-                trainer, prepared.model, prepared.corpus, prepared.final_offsets, cfg.model.seq_len
-            )
+        final = final_split_losses(trainer, prepared, outcome.status, cfg.model.seq_len)
         frame = metrics_frame(recorder)
         folders.write_frame_atomic(run.metrics, frame)
         probes = pd.DataFrame(observed.probe.rows, columns=folders.PROBE_COLUMNS)
@@ -151,6 +154,26 @@ def _train_and_store(
             signal.signal(signal.SIGINT, on_interrupt)
         raise KeyboardInterrupt
     return summary
+
+
+def final_split_losses(
+    trainer: L.Trainer, prepared: Prepared, status: str, seq_len: int
+) -> dict[str, float]:
+    """The finished model's loss on the whole val split and, where there is one, the whole test
+    split (``train.final_eval: split``; a second or so each, under the caller's Ctrl-C hold, so
+    that Ctrl-C keeps the run); empty when evaluation windows decide the final losses."""
+    if status != "finished":
+        return {}
+    corpus, losses = prepared.corpus, {}
+    if prepared.final_offsets is not None:
+        losses["val"] = evaluate_final(
+            trainer, prepared.model, corpus.val, prepared.final_offsets, seq_len
+        )
+    if corpus.test is not None and prepared.final_test_offsets is not None:
+        losses["test"] = evaluate_final(
+            trainer, prepared.model, corpus.test, prepared.final_test_offsets, seq_len
+        )
+    return losses
 
 
 @contextmanager

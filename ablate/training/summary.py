@@ -96,6 +96,13 @@ class Observed:
     divergence: DivergenceMonitor
 
 
+def final_loss(evaluated: pd.Series, whole_split: float | None) -> float | None:
+    """A split's final loss: the whole split's where it was scored, else the last evaluation's."""
+    if whole_split is not None:
+        return whole_split
+    return float(evaluated.iloc[-1]) if len(evaluated) else None
+
+
 def summarize(
     spec: RunSpec,
     prepared: Prepared,
@@ -104,17 +111,17 @@ def summarize(
     observed: Observed,
     wall_time_s: float,
     digests: tuple[str, str],
-    final_split: float | None = None,
+    final_split: dict[str, float] | None = None,
 ) -> dict[str, Any]:
     """The run's summary: the keys of :data:`ablate.core.store.SUMMARY_KEYS` (docs/results.md).
-    Its final val loss is ``final_split`` where the run was evaluated on the whole split at the
-    end (``train.final_eval: split``), else the last evaluation's (metrics.csv's last)."""
+    Its final val (test) loss is ``final_split["val"]`` (``["test"]``) where the run was
+    evaluated on the whole split at the end (``train.final_eval: split``), else the last
+    evaluation's (metrics.csv's last); the test losses are None without a test split."""
     tokens_per_step = spec.config.tokens_per_step()
     steps_done = int(frame["step"].max()) if len(frame) else 0
     val = frame["val_loss"].dropna()
-    final_val = (
-        final_split if final_split is not None else float(val.iloc[-1]) if len(val) else None
-    )
+    final_val = final_loss(val, (final_split or {}).get("val"))
+    test = frame["test_loss"].dropna() if "test_loss" in frame else pd.Series(dtype=float)
     train_time = float(frame["step_time_s"].sum())
     initial_loss = math.log(prepared.corpus.vocab_size)
     diverged = outcome.stop if outcome.status == "diverged" else None
@@ -130,6 +137,8 @@ def summarize(
         "unstable_step": verdict.step if verdict else None,
         "final_val_loss": final_val,
         "best_val_loss": float(val.min()) if len(val) else None,
+        "final_test_loss": final_loss(test, (final_split or {}).get("test")),
+        "best_test_loss": float(test.min()) if len(test) else None,
         "final_train_loss": (
             float(frame["train_loss"].tail(FINAL_TRAIN_WINDOW).mean()) if len(frame) else None
         ),

@@ -1,5 +1,5 @@
 """The LightningModule (AdamW groups, warmup + cosine/constant schedule, loss, clipping,
-evaluation) and the DataModule that feeds it.
+evaluation on val and, where the data hold one, test) and the DataModule that feeds it.
 
 The module owns the optimization of one run. It records the gradient norm it clips with (so the
 metrics carry it at no extra cost), skips the optimizer step for a non-finite loss, and exposes
@@ -44,8 +44,9 @@ class LanguageModelTask(L.LightningModule):
         self.last_loss: torch.Tensor | None = None
         self.last_grad_norm: torch.Tensor | None = None
         self.last_val_loss: float | None = None
-        self._val_sum = 0.0
-        self._val_count = 0
+        self.last_test_loss: float | None = None  # where the data hold a test split
+        self._sums = [0.0, 0.0]  # val, test: summed window-batch losses of this evaluation
+        self._counts = [0, 0]
         self.threads = torch.get_num_threads()  # the run's share of the machine
 
     def setup(self, stage: str) -> None:
@@ -77,14 +78,16 @@ class LanguageModelTask(L.LightningModule):
         self.last_grad_norm = torch.nn.utils.clip_grad_norm_(self.parameters(), max_norm)
 
     def on_validation_epoch_start(self) -> None:
-        self._val_sum, self._val_count = 0.0, 0
+        self._sums, self._counts = [0.0, 0.0], [0, 0]
 
-    def validation_step(self, batch: torch.Tensor, batch_idx: int) -> None:
-        self._val_sum += float(next_token_loss(self.model, batch))
-        self._val_count += 1
+    def validation_step(self, batch: torch.Tensor, batch_idx: int, dataloader_idx: int = 0) -> None:
+        """Dataloader 0 is the val split's windows, 1 the test split's (when there is one)."""
+        self._sums[dataloader_idx] += float(next_token_loss(self.model, batch))
+        self._counts[dataloader_idx] += 1
 
     def on_validation_epoch_end(self) -> None:
-        self.last_val_loss = self._val_sum / max(1, self._val_count)
+        self.last_val_loss = self._sums[0] / max(1, self._counts[0])
+        self.last_test_loss = self._sums[1] / self._counts[1] if self._counts[1] else None
 
     def configure_optimizers(self) -> dict:
         cfg = self.cfg
@@ -107,18 +110,25 @@ class LanguageModelTask(L.LightningModule):
 
 
 class RunData(L.LightningDataModule):
-    """A run's train and val loaders; each DDP process trains on its share of every batch.
+    """A run's train and val loaders (and test's, where the corpus holds a test split); each DDP
+    process trains on its share of every batch.
 
     Every process evaluates all validation windows (the same weights give the same loss).
     """
 
     def __init__(
-        self, corpus: Corpus, train_offsets: torch.Tensor, val_offsets: torch.Tensor, seq_len: int
+        self,
+        corpus: Corpus,
+        train_offsets: torch.Tensor,
+        val_offsets: torch.Tensor,
+        seq_len: int,
+        test_offsets: torch.Tensor | None = None,
     ) -> None:
         super().__init__()
         self.corpus = corpus
         self.train_offsets = train_offsets  # (steps, global batch)
         self.val_offsets = val_offsets
+        self.test_offsets = test_offsets
         self.seq_len = seq_len
 
     def train_dataloader(self) -> DataLoader:
@@ -126,6 +136,12 @@ class RunData(L.LightningDataModule):
         share = self.train_offsets.tensor_split(world, dim=1)[rank]
         return DataLoader(WindowBatches(self.corpus.train, share, self.seq_len), batch_size=None)
 
-    def val_dataloader(self) -> DataLoader:
-        windows = WindowBatches(self.corpus.val, self.val_offsets, self.seq_len)
-        return DataLoader(windows, batch_size=None)
+    def val_dataloader(self) -> list[DataLoader]:
+        """The val split's windows, then the test split's where there is one."""
+        splits = [(self.corpus.val, self.val_offsets)]
+        if self.corpus.test is not None and self.test_offsets is not None:
+            splits.append((self.corpus.test, self.test_offsets))
+        return [
+            DataLoader(WindowBatches(ids, offsets, self.seq_len), batch_size=None)
+            for ids, offsets in splits
+        ]

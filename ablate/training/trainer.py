@@ -30,12 +30,12 @@ from ablate.training.callbacks import (
     EarlyStop,
     MetricsRecorder,
 )
-from ablate.training.data import (
-    Corpus,
-    gather_windows,
-)
+from ablate.training.data import gather_windows
 from ablate.training.loggers import build_loggers, flatten
 from ablate.training.task import LanguageModelTask, RunData
+from ablate.training.tokens import MappedIds
+
+Ids = torch.Tensor | MappedIds  # a split's token ids, in memory or mapped from a token file
 
 
 def quiet_lightning() -> None:
@@ -96,13 +96,19 @@ def build_trainer(
     )
 
 
+def has_test_loss(recorder: MetricsRecorder) -> bool:
+    """Whether the run's evaluations scored a test split (``data.test_fraction``)."""
+    return any("test_loss" in row for row in recorder.evals)
+
+
 def metrics_frame(recorder: MetricsRecorder) -> pd.DataFrame:
     """Per-step rows with ``val_loss`` filled at the steps where an evaluation ran."""
     steps = pd.DataFrame(
         recorder.steps,
         columns=folders.METRIC_COLUMNS,
     )
-    evals = pd.DataFrame(recorder.evals, columns=["step", "val_loss"])
+    columns = ["step", "val_loss"] + (["test_loss"] if has_test_loss(recorder) else [])
+    evals = pd.DataFrame(recorder.evals, columns=columns)
     evals = evals.drop_duplicates("step", keep="last")
     return steps.merge(evals, on="step", how="left")
 
@@ -117,24 +123,24 @@ class Outcome:
 
 
 @torch.no_grad()
-def evaluate(model: nn.Module, corpus: Corpus, val_offsets: torch.Tensor, seq_len: int) -> float:
-    """Mean validation loss over the run's fixed windows (as the trainer's evaluation), in fp32."""
+def evaluate(model: nn.Module, ids: Ids, offsets: torch.Tensor, seq_len: int) -> float:
+    """Mean loss over the windows of ``ids`` (a split) at ``offsets`` (as the trainer's
+    evaluation), in fp32."""
     model.eval()
     losses = [
-        float(next_token_loss(model, gather_windows(corpus.val, offsets, seq_len)))
-        for offsets in val_offsets
+        float(next_token_loss(model, gather_windows(ids, batch, seq_len))) for batch in offsets
     ]
     model.train()
     return sum(losses) / len(losses)
 
 
 def evaluate_final(
-    trainer: L.Trainer, model: nn.Module, corpus: Corpus, offsets: torch.Tensor, seq_len: int
+    trainer: L.Trainer, model: nn.Module, ids: Ids, offsets: torch.Tensor, seq_len: int
 ) -> float:
-    """The trained model's mean validation loss over ``offsets`` (``train.final_eval:
+    """The trained model's mean loss on a split over ``offsets`` (``train.final_eval:
     split``: the whole split), here, in the precision plugin's forward context."""
     with torch.no_grad(), trainer.precision_plugin.forward_context():
-        return evaluate(model, corpus, offsets, seq_len)
+        return evaluate(model, ids, offsets, seq_len)
 
 
 def evaluate_last_step(
@@ -154,9 +160,12 @@ def evaluate_last_step(
     if not spawned:
         trainer.validate(task, datamodule=data, verbose=False)
         return
+    corpus, seq_len = data.corpus, data.seq_len
     with torch.no_grad(), trainer.precision_plugin.forward_context():
-        loss = evaluate(task.model, data.corpus, data.val_offsets, data.seq_len)
-    recorder.evals.append({"step": recorder.steps[-1]["step"], "val_loss": loss})
+        row = {"val_loss": evaluate(task.model, corpus.val, data.val_offsets, seq_len)}
+        if corpus.test is not None and data.test_offsets is not None:
+            row["test_loss"] = evaluate(task.model, corpus.test, data.test_offsets, seq_len)
+    recorder.evals.append({"step": recorder.steps[-1]["step"], **row})
 
 
 class RankZeroHandBack(L.Callback):

@@ -147,3 +147,25 @@ def test_split_offsets_predict_every_token_of_the_split_once_in_full_batches() -
     assert int(starts[-1]) + 16 <= 999  # the last window's last target is inside the split
     with pytest.raises(ValueError, match="holds no batch of 4 windows"):
         split_offsets(40, 16, 4)
+
+
+def test_a_test_split_is_cut_from_the_end_and_keeps_the_training_ids() -> None:
+    whole = load_corpus(DataConfig(val_fraction=0.1), 64)
+    cut = load_corpus(DataConfig(val_fraction=0.05, test_fraction=0.05), 64)
+    assert whole.test is None and cut.test is not None
+    assert torch.equal(cut.train, whole.train)  # the sum of the fractions decides training
+    assert torch.equal(torch.cat([cut.val, cut.test]), whole.val)  # val first, test last
+    assert abs(len(cut.val) - len(cut.test)) <= 1
+    assert cut.digest == whole.digest
+
+
+@pytest.mark.parametrize(
+    ("keys", "message"),
+    [
+        ({"val_fraction": 0.3, "test_fraction": 0.2}, "must stay below 0.5"),
+        ({"tokenizer": "bpe", "test_fraction": 0.05}, "only for in-memory byte or char ids"),
+    ],
+)
+def test_test_fraction_errors_say_what_is_allowed(keys: dict, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        DataConfig(**keys)

@@ -312,9 +312,36 @@ def test_final_eval_split_scores_the_trained_model_on_the_whole_split(
         torch.load(tmp_path / "tiny" / spec.run_id / "model.pt", weights_only=True)
     )
     recomputed = evaluate(
-        prepared.model, prepared.corpus, prepared.final_offsets, spec.config.model.seq_len
+        prepared.model, prepared.corpus.val, prepared.final_offsets, spec.config.model.seq_len
     )
     assert summary["final_val_loss"] == pytest.approx(recomputed, abs=1e-6)
+    assert summary["final_test_loss"] is None and "test_loss" not in metrics  # no test split
+
+
+@pytest.mark.trains
+def test_a_test_split_is_scored_at_every_evaluation_and_whole_at_the_end(
+    ab_runs: dict, tmp_path: Path
+) -> None:
+    halves = {"data.val_fraction": 0.05, "data.test_fraction": 0.05, "train.final_eval": "split"}
+    spec = _spec(**halves)
+    assert _spec(**{"data.test_fraction": 0.0}).run_id == _spec().run_id  # the default
+    summary = execute_run(spec, tmp_path)
+    metrics = pd.read_csv(tmp_path / "tiny" / spec.run_id / "metrics.csv")
+    assert summary["data_digest"] == ab_runs["ln"]["data_digest"]  # the same training batches
+    evals = metrics.dropna(subset=["val_loss"])
+    assert evals["test_loss"].notna().all() and len(evals) >= 2
+    assert summary["best_test_loss"] == evals["test_loss"].min()
+    assert not evals["test_loss"].equals(evals["val_loss"])  # another split, another loss
+    prepared = prepare(spec)
+    assert prepared.corpus.test is not None and prepared.final_test_offsets is not None
+    prepared.model.load_state_dict(
+        torch.load(tmp_path / "tiny" / spec.run_id / "model.pt", weights_only=True)
+    )
+    seq_len = spec.config.model.seq_len
+    whole = evaluate(prepared.model, prepared.corpus.test, prepared.final_test_offsets, seq_len)
+    assert summary["final_test_loss"] == pytest.approx(whole, abs=1e-6)
+    last = evaluate(prepared.model, prepared.corpus.test, prepared.test_offsets, seq_len)
+    assert evals["test_loss"].iloc[-1] == pytest.approx(last, abs=1e-6)
 
 
 @pytest.mark.trains

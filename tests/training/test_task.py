@@ -53,5 +53,5 @@ def test_ddp_processes_split_every_batch_into_equal_shares(world: int) -> None:
         parts = [share[step] for share in shares]
         assert all(part.shape == (8 // world, 17) for part in parts)
         assert torch.equal(torch.cat(parts), batch)  # rank r holds rows r*B/W .. (r+1)*B/W
-    val = list(RunData(corpus, offsets, val_offsets, 16).val_dataloader())
+    (val,) = RunData(corpus, offsets, val_offsets, 16).val_dataloader()
     assert [b.shape for b in val] == [(8, 17), (8, 17)]  # every process: all val windows
