@@ -21,22 +21,57 @@ def _check_range(low: float, high: float, what: str) -> None:
         raise ValueError(f"{what}: the minimum ({low:g}) must be below the maximum ({high:g})")
 
 
+def lattice(low: float, high: float, per_octave: int) -> list[float]:
+    """The LRs 2^(k / per_octave) from ``low`` to ``high`` (both included when on it): exact
+    powers, so lattices of 2, 4 and 8 points an octave share their common points bit for bit."""
+    first = math.ceil(math.log2(low) * per_octave - 1e-9)
+    last = math.floor(math.log2(high) * per_octave + 1e-9)
+    return [2.0 ** (k / per_octave) for k in range(first, last + 1)]
+
+
 class SweepConfig(StrictSection):
-    """A log-spaced learning-rate grid run for every variant and seed: final loss against LR."""
+    """A log-spaced learning-rate grid run for every variant and seed: final loss against LR.
+
+    Either ``points`` evenly spaced from lr_min to lr_max, or (``per_octave``) the lattice
+    2^(k / per_octave) of that range, continued more coarsely (every 2^(k / coarse_per_octave))
+    up to ``coarse_max``: fine through the basin, coarse on to the divergence edge."""
 
     lr_min: float = Field(1e-4, gt=0, le=100)
     lr_max: float = Field(1e-1, gt=0, le=100)
     points: int = Field(7, ge=2, le=200)
+    per_octave: int | None = Field(
+        None, ge=1, le=16, description="lattice points per doubling (then points is unused)"
+    )
+    coarse_max: float | None = Field(
+        None, gt=0, le=100, description="per_octave: the coarse lattice continues up to here"
+    )
+    coarse_per_octave: int = Field(2, ge=1, le=16, description="points per doubling above lr_max")
     seeds: list[Seed] | None = Field(None, min_length=1, description="default: the experiment's")
     tokens: int | None = Field(None, ge=1, description="budget of a sweep run; default train's")
 
     @model_validator(mode="after")
     def _ordered(self) -> SweepConfig:
         _check_range(self.lr_min, self.lr_max, "sweep.lr_min/lr_max")
+        if self.coarse_max is not None:
+            if self.per_octave is None:
+                raise ValueError("sweep.coarse_max needs sweep.per_octave (a lattice grid)")
+            _check_range(self.lr_max, self.coarse_max, "sweep.lr_max/coarse_max")
+            if self.per_octave % self.coarse_per_octave:
+                raise ValueError(
+                    f"sweep.coarse_per_octave ({self.coarse_per_octave}) must divide "
+                    f"sweep.per_octave ({self.per_octave}): the coarse points lie on the lattice"
+                )
         return self
 
     def lrs(self) -> list[float]:
-        """The grid: ``points`` learning rates evenly spaced in log from lr_min to lr_max."""
+        """The grid: the lattice (fine, then coarse) with ``per_octave``, else ``points``
+        learning rates evenly spaced in log from lr_min to lr_max."""
+        if self.per_octave is not None:
+            fine = lattice(self.lr_min, self.lr_max, self.per_octave)
+            if self.coarse_max is None:
+                return fine
+            coarse = lattice(self.lr_max, self.coarse_max, self.coarse_per_octave)
+            return fine + [lr for lr in coarse if lr > fine[-1]]
         ratio = (self.lr_max / self.lr_min) ** (1 / (self.points - 1))
         return [self.lr_min * ratio**i for i in range(self.points)]
 
@@ -107,11 +142,9 @@ class CurveConfig(StrictSection):
 
     def lrs(self, low_octaves: int = 0, high_octaves: int = 0) -> list[float]:
         """The lattice LRs of the range, grown by these octaves below and above it."""
-        low = math.ceil(math.log2(self.lr_min) * self.per_octave - 1e-9)
-        high = math.floor(math.log2(self.lr_max) * self.per_octave + 1e-9)
-        low -= low_octaves * self.per_octave
-        high += high_octaves * self.per_octave
-        return [2.0 ** (k / self.per_octave) for k in range(low, high + 1)]
+        return lattice(
+            self.lr_min / 2.0**low_octaves, self.lr_max * 2.0**high_octaves, self.per_octave
+        )
 
 
 class MaxLRConfig(StrictSection):

@@ -432,6 +432,26 @@ def test_warmup_as_long_as_the_run_is_bad_input(tmp_path: Path) -> None:
     assert "would never reach its peak" in msg
 
 
+def test_a_lattice_sweep_is_fine_through_its_range_then_coarse_and_shares_the_curves_points(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "e.yaml"
+    path.write_text(
+        "sweep: {lr_min: 0.00048828125, lr_max: 0.015625, per_octave: 4, coarse_max: 1.0}\n"
+        "curve: {lr_min: 1.0e-3, lr_max: 3.0e-2}\n" + ONE
+    )
+    exp = load_experiment(path)
+    lrs = exp.sweep.lrs()
+    assert len(lrs) == 21 + 12 and lrs[0] == 2**-11 and lrs[-1] == 1.0
+    steps = [b / a for a, b in zip(lrs, lrs[1:], strict=False)]
+    assert steps[:20] == pytest.approx([2**0.25] * 20)
+    assert steps[20:] == pytest.approx([2**0.5] * 12)
+    assert set(exp.curve.lrs(1, 1)) <= set(lrs)  # bit for bit: the protocol's grid is a subset
+    assert "needs sweep.per_octave" in _error(tmp_path, "sweep: {coarse_max: 1.0}\n" + ONE)
+    msg = _error(tmp_path, "sweep: {per_octave: 3, coarse_max: 1.0}\n" + ONE)
+    assert "must divide sweep.per_octave" in msg
+
+
 def test_a_curve_is_the_lattice_of_its_range_grown_by_whole_octaves(tmp_path: Path) -> None:
     path = tmp_path / "e.yaml"
     path.write_text("seeds: [0, 4]\ncurve: {lr_min: 1.0e-3, lr_max: 3.0e-2}\n" + ONE)
