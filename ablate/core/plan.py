@@ -90,7 +90,7 @@ class RunSpec:
             "accelerator": cfg.runtime.accelerator,
         }
         if cfg.runtime.backend == "simulate":  # never the id of a trained run
-            identity["simulate"] = cfg.runtime.simulate.model_dump(mode="json", exclude={"pace_s"})
+            identity["simulate"] = cfg.runtime.simulate.identity()
         if cfg.runtime.processes() > 1:  # DDP reduces in another order: close, not bitwise
             identity["processes"] = cfg.runtime.processes()
         if self.init_from is not None:

@@ -3,11 +3,15 @@ the experiment file states, so that every estimator can be held against a known 
 
 Per variant a :class:`~ablate.core.truth.TruthConfig` gives (docs/simulator.md):
 
-- **the loss valley**: the expected final val loss at LR η is ℓ* + c·log10(η/η*)² (``best_loss``
-  ℓ*, ``opt_lr`` η*, ``curvature`` c), plus the seed's shared effect and the run's own noise
-  (``seed_sd``: one draw per seed, the same for every variant, as matched init and batches make
-  real seeds; ``run_sd``: one draw per run). Too small an LR climbs the valley's wall until the
-  run no longer beats the floor: the criterion then calls it collapsed (not learned);
+- **the loss valley**: the final val loss at LR η is ℓ* + c·log10(η/η*)² (``best_loss``
+  ℓ*, ``opt_lr`` η*, ``curvature`` c), or ℓ* plus a measured ``shape``, plus the seed's shared
+  effect and the run's own noise (``seed_sd``: one draw per seed, the same for every variant, as
+  matched init and batches make real seeds; ``run_sd``: one draw per run, ``run_sd_above`` above
+  η*), and with a chance rising in log η (``spike_rate``, ``spike_lr``, ``spike_width``) an
+  excursion, an exponential excess of mean ``spike_size``: the simulator fitted to real runs
+  (:mod:`ablate.bench.fit_reference`) has all of these; the defaults none. Too small an LR
+  climbs the valley's wall until the run no longer beats the floor: the criterion then calls
+  it collapsed (not learned);
 - **the edges**: at or above the seed's divergence LR the train loss blows up after warmup (the
   real :class:`~ablate.core.stability.DivergenceRule` stops it); from ``collapse_lr`` up to
   there the run ends at the unigram floor (collapsed). Both edges are the variant's values times
@@ -55,11 +59,6 @@ def seed_effect(sim: SimulateConfig, seed: int) -> float:
     return float(_draw(sim.seed, "seed", seed).normal(0.0, sim.seed_sd))
 
 
-def run_noise(sim: SimulateConfig, run_id: str) -> float:
-    """The run's own loss noise."""
-    return float(_draw(sim.seed, "run", run_id).normal(0.0, sim.run_sd))
-
-
 def warmup_gain(truth: TruthConfig, warmup_steps: int) -> float:
     """The factor warmup moves both edges by: 1 + gain·(1 − exp(−warmup/scale))."""
     return 1.0 + truth.warmup_gain * (1.0 - math.exp(-warmup_steps / truth.warmup_scale))
@@ -95,13 +94,44 @@ def edges(sim: SimulateConfig, variant: str, seed: int, warmup_steps: int) -> Ed
 
 
 def valley_loss(truth: TruthConfig, lr: float) -> float:
-    """ℓ* + c·log10(lr/η*)²: the expected final loss at ``lr`` without any noise."""
+    """The valley at ``lr`` without any noise or excursion: ℓ* + c·log10(lr/η*)², or ℓ* plus
+    the measured ``shape`` interpolated in log2(lr/η*)."""
+    if truth.shape is not None:
+        offsets, excess = zip(*truth.shape, strict=True)
+        return truth.best_loss + float(np.interp(math.log2(lr / truth.opt_lr), offsets, excess))
     return truth.best_loss + truth.curvature * math.log10(lr / truth.opt_lr) ** 2
 
 
+def spike_chance(truth: TruthConfig, lr: float) -> float:
+    """A run's chance at ``lr`` of a loss excursion: ``spike_rate`` times a logistic in log2 LR
+    that is ½ at ``spike_lr``, rising over ``spike_width`` octaves."""
+    if truth.spike_rate == 0:
+        return 0.0
+    return truth.spike_rate / (1.0 + math.exp(-math.log2(lr / truth.spike_lr) / truth.spike_width))
+
+
+def mean_loss(truth: TruthConfig, lr: float) -> float:
+    """The expected final loss at ``lr`` inside the stable window, excursions included: the
+    valley plus chance × mean excess (what an estimator of the optimum should find)."""
+    return valley_loss(truth, lr) + spike_chance(truth, lr) * truth.spike_size
+
+
+def run_excess(sim: SimulateConfig, truth: TruthConfig, lr: float, run_id: str) -> float:
+    """The run's own deviation from its seed's valley: normal noise (``run_sd``, or
+    ``run_sd_above`` above the optimum) plus, at the chance :func:`spike_chance`, an
+    exponential excursion of mean ``spike_size``."""
+    rng = _draw(sim.seed, "run", run_id)
+    above = truth.run_sd_above is not None and lr > truth.opt_lr
+    noise = float(rng.normal(0.0, truth.run_sd_above if above else sim.run_sd))
+    chance = spike_chance(truth, lr)
+    if chance and float(_draw(sim.seed, "spike", run_id).random()) < chance:
+        noise += float(_draw(sim.seed, "spike size", run_id).exponential(truth.spike_size))
+    return noise
+
+
 def expected_loss(sim: SimulateConfig, variant: str, lr: float, seed: int | None = None) -> float:
-    """The expected final val loss at ``lr`` inside the stable window (with the seed's shared
-    effect when ``seed`` is given; without any run noise)."""
+    """The valley's final val loss at ``lr`` inside the stable window (with the seed's shared
+    effect when ``seed`` is given; without the run's own noise and excursions)."""
     shared = seed_effect(sim, seed) if seed is not None else 0.0
     return valley_loss(sim.truth(variant), lr) + shared
 
@@ -120,8 +150,24 @@ def true_edge(cfg: RunConfig, variant: str, seed: int) -> float:
     truth = sim.truth(variant)
     room = floor_of(cfg) - cfg.train.stability.final_margin - truth.best_loss
     room -= seed_effect(sim, seed)
-    wall = truth.opt_lr * 10 ** math.sqrt(room / truth.curvature) if truth.curvature else math.inf
-    return min(edges(sim, variant, seed, cfg.train.warmup_steps).unstable_from, wall)
+    return min(edges(sim, variant, seed, cfg.train.warmup_steps).unstable_from, wall(truth, room))
+
+
+def wall(truth: TruthConfig, room: float) -> float:
+    """The smallest LR above the optimum where the valley rises ``room`` nats (inf: never)."""
+    if truth.shape is None:
+        if not truth.curvature or room < 0:
+            return truth.opt_lr if room < 0 else math.inf
+        return truth.opt_lr * 10 ** math.sqrt(room / truth.curvature)
+    offsets = [0.0] + [x for x, _ in truth.shape if x > 0]
+    excess = [valley_loss(truth, truth.opt_lr * 2.0**x) - truth.best_loss for x in offsets]
+    if excess[0] >= room:
+        return truth.opt_lr
+    for i in range(len(offsets) - 1):
+        if excess[i] < room <= excess[i + 1]:
+            share = (room - excess[i]) / (excess[i + 1] - excess[i])
+            return truth.opt_lr * 2.0 ** (offsets[i] + share * (offsets[i + 1] - offsets[i]))
+    return math.inf
 
 
 @dataclass
@@ -145,7 +191,7 @@ def final_loss(cfg: RunConfig, variant: str, seed: int, run_id: str) -> tuple[fl
     sim = cfg.runtime.simulate
     lr = cfg.train.lr
     seen = edges(sim, variant, seed, cfg.train.warmup_steps)
-    noise = run_noise(sim, run_id)
+    noise = run_excess(sim, sim.truth(variant), lr, run_id)
     if lr >= seen.divergence:
         return math.log(sim.vocab_size) + BLOWN_UP, True
     if seen.collapse is not None and lr >= seen.collapse:

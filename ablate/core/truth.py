@@ -33,6 +33,34 @@ class TruthConfig(StrictSection):
     boundary_sd: float = Field(
         0.0, ge=0, le=5, description="sd of ln(edge) between seeds (each variant its own draw)"
     )
+    shape: list[tuple[float, float]] | None = Field(
+        None,
+        description="the valley as measured instead of the quadratic: (log2(lr / opt_lr), nats "
+        "above best_loss) points, linear between them, flat beyond the ends",
+    )
+    run_sd_above: float | None = Field(
+        None, ge=0, description="sd of a run's own noise above opt_lr; null: runtime's run_sd"
+    )
+    spike_rate: float = Field(
+        0.0, ge=0, le=1, description="the most a run's chance of a loss excursion reaches"
+    )
+    spike_lr: float = Field(
+        1.0, gt=0, le=1000, description="the LR where that chance is half of spike_rate"
+    )
+    spike_width: float = Field(
+        0.5, gt=0, le=10, description="octaves over which the chance rises (logistic scale)"
+    )
+    spike_size: float = Field(
+        0.1, gt=0, le=10, description="mean of an excursion's loss excess (exponential), nats"
+    )
+
+    @model_validator(mode="after")
+    def _shape_is_a_valley(self) -> TruthConfig:
+        if self.shape is not None:
+            offsets = [x for x, _ in self.shape]
+            if len(offsets) < 2 or offsets != sorted(set(offsets)):
+                raise ValueError("shape: at least two points, in increasing log2(lr / opt_lr)")
+        return self
 
     @model_validator(mode="after")
     def _collapse_below_divergence(self) -> TruthConfig:
@@ -42,6 +70,11 @@ class TruthConfig(StrictSection):
                 f"({self.divergence_lr:g})"
             )
         return self
+
+
+# Truth keys added after simulated results were stored: left out of a simulated run's identity
+# while at their defaults, so that every earlier simulated run keeps its id and its draws.
+LATER_TRUTH_KEYS = ("shape", "run_sd_above", "spike_rate", "spike_lr", "spike_width", "spike_size")
 
 
 class SimulateConfig(StrictSection):
@@ -67,7 +100,7 @@ class SimulateConfig(StrictSection):
         "kills and schedulers; not part of the run id, since it changes no result",
     )
     default: TruthConfig = Field(default_factory=TruthConfig)
-    variants: dict[str, dict[str, float | None]] = Field(
+    variants: dict[str, dict[str, float | list[tuple[float, float]] | None]] = Field(
         default_factory=dict, description="variant name -> keys of its truth that differ"
     )
 
@@ -76,6 +109,18 @@ class SimulateConfig(StrictSection):
         for name in self.variants:
             self.truth(name)  # raises on an unknown key or a bad value
         return self
+
+    def identity(self) -> dict:
+        """The section as a run's id hashes it: without ``pace_s`` (it changes no result) and
+        without :data:`LATER_TRUTH_KEYS` at their defaults."""
+        found = self.model_dump(mode="json", exclude={"pace_s"})
+        defaults = TruthConfig().model_dump(mode="json")
+        found["default"] = {
+            key: value
+            for key, value in found["default"].items()
+            if key not in LATER_TRUTH_KEYS or value != defaults[key]
+        }
+        return found
 
     def truth(self, variant: str) -> TruthConfig:
         """The truth of ``variant``: the default with the keys ``variants`` sets for it."""

@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+import numpy as np
 import pytest
 from conftest import TINY
 
@@ -129,3 +130,40 @@ def test_a_truth_with_an_unknown_key_or_collapse_above_divergence_is_refused() -
         sim_config(**{"runtime.simulate.variants": {"ln": {"optimum": 1.0}}})
     with pytest.raises(ConfigError, match="collapse_lr"):
         sim_config(**{"runtime.simulate.default.collapse_lr": 2.0})
+
+
+def test_the_later_truth_keys_at_their_defaults_keep_every_simulated_runs_id() -> None:
+    plain = sim_config()
+    spelled = sim_config(**{"runtime.simulate.default.spike_rate": 0.0})
+    assert RunSpec("t", "ln", 0, plain).run_id == RunSpec("t", "ln", 0, spelled).run_id
+    spiky = sim_config(**{"runtime.simulate.default.spike_rate": 0.3})
+    assert RunSpec("t", "ln", 0, spiky).run_id != RunSpec("t", "ln", 0, plain).run_id
+
+
+def test_a_measured_shape_and_excursions_make_the_valley_and_its_tail() -> None:
+    from ablate.core.simulate import mean_loss, run_excess, spike_chance, valley_loss, wall
+    from ablate.core.truth import TruthConfig
+
+    truth = TruthConfig(
+        opt_lr=0.004,
+        best_loss=2.0,
+        shape=[(-2.0, 0.2), (0.0, 0.0), (1.0, 0.4)],
+        run_sd_above=0.05,
+        spike_rate=0.6,
+        spike_lr=0.008,
+        spike_width=0.5,
+        spike_size=0.2,
+    )
+    assert valley_loss(truth, 0.002) == pytest.approx(2.1)  # halfway down the left side
+    assert valley_loss(truth, 0.016) == pytest.approx(2.4)  # flat beyond the last point
+    assert wall(truth, 0.2) == pytest.approx(0.004 * 2**0.5)  # the right side reaches 0.2 there
+    assert spike_chance(truth, 0.008) == pytest.approx(0.3)
+    assert mean_loss(truth, 0.008) == pytest.approx(2.4 + 0.3 * 0.2)
+    sim = SimulateConfig(run_sd=0.01)
+    below = [run_excess(sim, truth, 0.0001, f"r{i}") for i in range(2000)]
+    above = [run_excess(sim, truth, 0.064, f"r{i}") for i in range(2000)]
+    assert 0.008 < float(np.std(below)) < 0.012 and abs(float(np.mean(below))) < 0.002
+    assert float(np.mean(above)) == pytest.approx(0.6 * 0.2, abs=0.02)  # nearly every chance
+    assert float(np.percentile(above, 99) - np.median(above)) > 0.4  # a heavy upper tail
+    with pytest.raises(ValueError, match="increasing"):
+        TruthConfig(shape=[(0.0, 0.0), (0.0, 0.1)])
