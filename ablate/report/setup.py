@@ -100,9 +100,11 @@ def _data_text(c: dict[str, Any], vocab: object) -> str:
     tokenizer = c["data.tokenizer"]
     if tokenizer == "bpe":
         tokenizer = f"bpe ({c['data.bpe_vocab_size']} ids, trained on the train split)"
+    test = c.get("data.test_fraction") or 0
+    held_out = f", then a held-out test fraction {test}" if test else ""
     return (
         f"{source}{where}, tokenizer {tokenizer}, vocabulary {vocab}, validation fraction "
-        f"{c['data.val_fraction']}"
+        f"{c['data.val_fraction']}{held_out}"
     )
 
 
