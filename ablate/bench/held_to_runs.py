@@ -1,0 +1,511 @@
+"""The estimators held to real runs: the default protocol replayed on the dense reference
+(:mod:`ablate.bench.reference`) by resampling its seeds, each estimate scored against the
+reference's answer from all of its seeds.
+
+A draw takes the protocol's curve seeds (2) and A/B seeds (3) from the reference's 8, disjoint;
+every such draw is replayed (28 × 20 = 560: exhaustive, so the figures carry no Monte Carlo
+error of their own). In each, for each norm:
+
+- the **LR optimum** from the curve seeds on the protocol's own grid (``curve:`` of the
+  protocol file, a subset of the reference's lattice, grown an octave at an edge as the stage
+  grows it) by each estimator of :data:`OPTIMA`, scored as within 2^(1/4) of the reference's;
+- the **tuned Δ** (second − first norm, on the test split, paired over the A/B seeds) with
+  each norm at its chosen LR (snapped to the reference's lattice: within 2^(1/8)), its 95%
+  t interval and the report's three-way verdict at ``analysis.min_effect``; and the same at
+  the *other* norm's chosen LR (the cross-over);
+- the **usable-LR boundary**, bracketed upwards from the chosen optimum on every seed the draw
+  holds (5), its median scored as within one reference step (2^(1/4)) of the reference's.
+
+The tuned runs here keep the curve's warmup (the reference has one warmup): the warmup study
+is not replayed. With ``--simulated N`` the same replay runs on N reference-shaped studies
+drawn from the simulator fitted to the reference (:mod:`ablate.bench.fit_reference`), scored
+against its known truth. Run::
+
+    python -m ablate.bench.held_to_runs [reports/reference/runs.csv] \\
+        [--protocol experiments/ln_vs_rms.yaml] [--simulated 20] \\
+        [--write docs/stability-and-search.md] [--out reports/reference/held_to_runs.md]
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import math
+import re
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import yaml
+
+from ablate.bench import fit_reference as fit
+from ablate.bench import reference as ref
+from ablate.core.config import RunConfig
+from ablate.core.experiment import Experiment
+from ablate.core.load import load_experiment
+from ablate.core.optimum import edge_sides, fit_vertex, variant_optimum
+from ablate.core.simulate import mean_loss
+from ablate.core.truth import SimulateConfig
+
+PROTOCOL = Path("experiments/ln_vs_rms.yaml")
+REFERENCE_DESIGN = Path("experiments/reference.yaml")  # the model, data and budget simulated
+QUARTER = 0.25 + 1e-9  # "within 2^(1/4)" on the log2 scale
+TARGET = 0.9  # the acceptance: a share of draws an estimator must reach
+
+
+@dataclass(frozen=True)
+class Draw:
+    """The seeds one replay of the protocol uses: the curve's, then the A/B's."""
+
+    curve: tuple[int, ...]
+    ab: tuple[int, ...]
+
+
+def disjoint_draws(seeds: Sequence[int], n_curve: int = 2, n_ab: int = 3) -> list[Draw]:
+    """Every way to take ``n_curve`` curve seeds and then ``n_ab`` A/B seeds, disjoint."""
+    draws = []
+    for curve in itertools.combinations(seeds, n_curve):
+        rest = [s for s in seeds if s not in curve]
+        draws.extend(Draw(curve, ab) for ab in itertools.combinations(rest, n_ab))
+    return draws
+
+
+@dataclass(frozen=True)
+class Chosen:
+    """An optimum estimator's choice: the LR, and whether it lies at the edge of the points it
+    was chosen from (a clipped fit or a grid end: to be reported as such)."""
+
+    lr: float
+    at_edge: bool
+
+
+OptimumEstimator = Callable[[ref.Curves, Sequence[int], Sequence[float]], Chosen]
+
+
+def protocol_grid(curves: ref.Curves, seeds: Sequence[int], design: Experiment) -> list[float]:
+    """The curve stage's grid for these seeds: ``curve:``'s lattice, grown an octave on a side
+    where a seed's lowest point is the grid's end, up to ``curve.extend`` octaves (as far as
+    the reference reaches)."""
+    cfg = design.curve
+    assert cfg is not None
+    grown = [0, 0]
+    present = set(curves.lrs)
+    while True:
+        grid = [lr for lr in cfg.lrs(*grown) if lr in present]
+        sides = edge_sides(_curves_on(curves, seeds, grid), grid)
+        if not sides or sum(grown) >= cfg.extend:
+            return grid
+        for side in sorted(sides)[: cfg.extend - sum(grown)]:
+            grown[0 if side < 0 else 1] += 1
+
+
+def _curves_on(curves: ref.Curves, seeds: Sequence[int], grid: Sequence[float]) -> dict:
+    """``{seed: [(lr, selection loss)]}`` on ``grid``, as the curve stage sees them."""
+    return {s: [(lr, float(curves.loss_of(s)[curves.row(lr)])) for lr in grid] for s in seeds}
+
+
+def vertex(curves: ref.Curves, seeds: Sequence[int], grid: Sequence[float]) -> Chosen:
+    """The estimator the curve stage used: each seed's quadratic vertex through the 5 points
+    around its lowest, clipped to that window, averaged over seeds in log2."""
+    found = variant_optimum(_curves_on(curves, seeds, grid))
+    assert found is not None
+    return Chosen(found.value, not found.inside)
+
+
+def grid_argmin(curves: ref.Curves, seeds: Sequence[int], grid: Sequence[float]) -> Chosen:
+    """The grid point of the lowest seed-mean loss."""
+    lr = ref.mean_argmin(curves, seeds, grid)
+    return Chosen(lr, lr in (grid[0], grid[-1]))
+
+
+def refined_argmin(curves: ref.Curves, seeds: Sequence[int], grid: Sequence[float]) -> Chosen:
+    """The grid argmin of the seed mean, refined by a next stage: its two neighbours half a
+    grid step away (2^(±1/4)) run on the same seeds, and the lowest mean of the three."""
+    centre = grid_argmin(curves, seeds, grid)
+    step = 2.0 ** (1 / ref.FINE_PER_OCTAVE)
+    near = [lr for lr in (centre.lr / step, centre.lr, centre.lr * step) if lr in set(curves.lrs)]
+    return Chosen(ref.mean_argmin(curves, seeds, near), centre.at_edge)
+
+
+def mean_vertex(curves: ref.Curves, seeds: Sequence[int], grid: Sequence[float]) -> Chosen:
+    """The quadratic vertex through the seed-mean curve's 5 points around its lowest (one fit
+    to the mean, not a mean of each seed's fit), at its window's edge flagged as such."""
+    means = [float(curves.select[curves.row(lr), curves.columns(seeds)].mean()) for lr in grid]
+    lr, _, inside = fit_vertex(list(zip(grid, means, strict=True)))
+    window = sorted(grid)
+    return Chosen(lr, not inside or lr in (window[0], window[-1]))
+
+
+def first_within(curves: ref.Curves, seeds: Sequence[int], grid: Sequence[float]) -> Chosen:
+    """The smallest grid LR whose seed mean is within :data:`NEAR` nats of the lowest: an
+    excursion only ever raises a loss, so the lowest point above the optimum is often a
+    lucky draw, and the first point as good as it is the safer choice."""
+    means = np.array(
+        [float(curves.select[curves.row(lr), curves.columns(seeds)].mean()) for lr in grid]
+    )
+    first = int(np.flatnonzero(means <= means.min() + NEAR)[0])
+    return Chosen(float(grid[first]), first in (0, len(grid) - 1))
+
+
+NEAR = 0.02  # nats: first_within's band (about the noise below the optimum, two seeds)
+
+OPTIMA: dict[str, tuple[str, OptimumEstimator]] = {
+    "vertex": ("quadratic vertex of 5 points around each seed's lowest (the old)", vertex),
+    "mean_vertex": ("quadratic vertex of the seed-mean curve's 5 points", mean_vertex),
+    "grid_argmin": ("argmin of the seed-mean curve on the √2 grid", grid_argmin),
+    "refined_argmin": ("that argmin, refined by its 2^(±1/4) neighbours", refined_argmin),
+    "first_within": (f"smallest grid LR within {NEAR:g} of the seed-mean's lowest", first_within),
+}
+
+
+@dataclass(frozen=True)
+class Replay:
+    """One draw under one optimum estimator: per norm the chosen LR's log2 error, the tuned
+    comparison's matched differences, the cross-over's mean Δ and the usable boundary's log2
+    error."""
+
+    chosen: dict[str, float]  # variant -> the estimator's LR, snapped to the lattice
+    errors: dict[str, float]  # variant -> log2(chosen / reference optimum)
+    regrets: dict[str, float]  # variant -> expected loss at the chosen LR over the optimum's
+    at_edge: bool
+    diffs: np.ndarray  # per A/B seed: second at its chosen LR − first at its own (test split)
+    cross: dict[str, float]  # variant whose chosen LR both ran at -> mean Δ there
+    boundary_errors: dict[str, float]  # variant -> log2(median walked usable edge / truth's)
+    bracket_errors: dict[str, float]  # the same, each seed bracketed by factor-2 moves
+
+
+@dataclass(frozen=True)
+class Truth:
+    """The reference's answers from all its seeds."""
+
+    optima: dict[str, float]
+    delta: float  # second − first on test, each at its optimum, mean over seeds
+    usable: dict[str, float]
+    expected: dict[str, dict[float, float]]  # variant -> lattice LR -> expected selection loss
+    optimum_interval: dict[str, tuple[float, float]]  # the optimum's own 95% interval
+
+    def regret(self, variant: str, lr: float) -> float:
+        """The expected loss at lattice LR ``lr`` above that at the variant's optimum."""
+        curve = self.expected[variant]
+        return curve[lr] - curve[self.optima[variant]]
+
+
+def reference_truth(curves: dict[str, ref.Curves], band: float) -> Truth:
+    """Optima, the tuned Δ and the usable boundaries from every seed of the reference."""
+    first, second = list(curves)
+    optima = {v: ref.optimum(c) for v, c in curves.items()}
+    seeds = curves[first].seeds
+    diffs = ref.paired_test_delta(
+        curves[first], curves[second], optima[first], optima[second], seeds
+    )
+    usable = {v: ref.usable_boundary(c, seeds, band) for v, c in curves.items()}
+    expected = {
+        v: dict(zip(c.lrs.tolist(), c.select.mean(axis=1).tolist(), strict=True))
+        for v, c in curves.items()
+    }
+    intervals = {}
+    for v, c in curves.items():
+        found = ref.bootstrapped(lambda s, c=c: ref.optimum(c, s), seeds)
+        intervals[v] = (found.low, found.high)
+    return Truth(optima, float(np.mean(diffs)), usable, expected, intervals)
+
+
+def replay(
+    curves: dict[str, ref.Curves],
+    draw: Draw,
+    estimator: OptimumEstimator,
+    design: Experiment,
+    truth: Truth,
+    band: float,
+) -> Replay:
+    """The protocol on one draw with one optimum estimator."""
+    first, second = list(curves)
+    chosen = {
+        v: estimator(c, draw.curve, protocol_grid(c, draw.curve, design)) for v, c in curves.items()
+    }
+    at = {v: curves[v].nearest(chosen[v].lr) for v in curves}
+    diffs = ref.paired_test_delta(curves[first], curves[second], at[first], at[second], draw.ab)
+    cross = {
+        v: float(np.mean(ref.paired_test_delta(curves[first], curves[second], lr, lr, draw.ab)))
+        for v, lr in at.items()
+    }
+    seeds = [*draw.curve, *draw.ab]
+
+    def usable(walk: bool) -> dict[str, float]:
+        return {
+            v: ref.median_found(
+                [ref.usable_edge(c.lrs, c.loss_of(s), at[v], band, walk) for s in seeds]
+            )
+            for v, c in curves.items()
+        }
+
+    walked, bracketed = usable(True), usable(False)
+    return Replay(
+        at,
+        {v: math.log2(chosen[v].lr / truth.optima[v]) for v in curves},
+        {v: truth.regret(v, at[v]) for v in curves},
+        any(c.at_edge for c in chosen.values()),
+        diffs,
+        cross,
+        {v: math.log2(walked[v] / truth.usable[v]) for v in curves},
+        {v: math.log2(bracketed[v] / truth.usable[v]) for v in curves},
+    )
+
+
+@dataclass(frozen=True)
+class Judged:
+    """The tuned comparisons of many draws, judged as the report judges one: 95% t interval,
+    p of Δ = 0 and the three-way verdict at ``min_effect`` (one comparison: no family)."""
+
+    mean: np.ndarray
+    covered: np.ndarray
+    words: np.ndarray
+
+
+def judge(diffs: np.ndarray, truth: float, min_effect: float) -> Judged:
+    """:class:`Judged` for matched differences (draw, seed), vectorised over the draws."""
+    from scipy.stats import ttest_1samp
+
+    from ablate.report.verdict import tost_p, words
+
+    result = ttest_1samp(diffs, 0.0, axis=1)
+    interval = result.confidence_interval(0.95)
+    covered = (interval.low <= truth) & (truth <= interval.high)
+    found = words(np.nan_to_num(result.pvalue, nan=1.0), tost_p(diffs, min_effect))
+    return Judged(diffs.mean(axis=1), covered, found)
+
+
+def score_rows(
+    curves: dict[str, ref.Curves],
+    design: Experiment,
+    band: float = ref.BAND,
+    truth: Truth | None = None,
+) -> pd.DataFrame:
+    """One row per optimum estimator and norm over every disjoint draw, scored against
+    ``truth`` (default: the reference's own answers from all of ``curves``' seeds)."""
+    truth = truth or reference_truth(curves, band)
+    draws = disjoint_draws(curves[next(iter(curves))].seeds)
+    rows = []
+    for name, (what, estimator) in OPTIMA.items():
+        replays = [replay(curves, d, estimator, design, truth, band) for d in draws]
+        judged = judge(
+            np.stack([r.diffs for r in replays]), truth.delta, design.analysis.min_effect
+        )
+        for variant in curves:
+            errors = np.array([r.errors[variant] for r in replays])
+            bounds = np.array([r.boundary_errors[variant] for r in replays])
+            bracketed = np.array([r.bracket_errors[variant] for r in replays])
+            low, high = truth.optimum_interval[variant]
+            chosen = np.array([r.chosen[variant] for r in replays])
+            rows.append(
+                {
+                    "estimator": name,
+                    "what": what,
+                    "variant": variant,
+                    "draws": len(replays),
+                    "optimum in 2^(1/4)": float(np.mean(np.abs(errors) <= QUARTER)),
+                    "optimum in truth's CI": float(
+                        np.mean((chosen >= low * (1 - 1e-9)) & (chosen <= high * (1 + 1e-9)))
+                    ),
+                    "bias (log2)": float(errors.mean()),
+                    "regret (nats)": float(np.mean([r.regrets[variant] for r in replays])),
+                    "at an edge": float(np.mean([r.at_edge for r in replays])),
+                    "Δ CI covers": float(judged.covered.mean()),
+                    "Δ mean": float(judged.mean.mean()),
+                    "different": float(np.mean(judged.words == "different")),
+                    "Δ, both at its LR": float(np.mean([r.cross[variant] for r in replays])),
+                    "usable in 2^(1/4)": float(np.mean(np.abs(bounds) <= QUARTER)),
+                    "if bracketed": float(np.mean(np.abs(bracketed) <= QUARTER)),
+                }
+            )
+    return pd.DataFrame(rows)
+
+
+TRUTH_SEEDS = 64  # simulated seeds whose median usable edge is a simulated truth's answer
+
+
+def simulated_truth(
+    section: dict[str, Any],
+    base: RunConfig,
+    lattice: Sequence[float],
+    variants: Sequence[str],
+    band: float,
+) -> Truth:
+    """The answers of the simulator at ``section``, on the reference's lattice: each norm's
+    optimum (the lowest expected loss, excursions included), Δ there (seed effects cancel),
+    and the median usable edge of :data:`TRUTH_SEEDS` simulated seeds walked from it."""
+    sim = SimulateConfig(**section)
+    expected = {v: np.array([mean_loss(sim.truth(v), lr) for lr in lattice]) for v in variants}
+    optima = {v: float(lattice[int(np.argmin(e))]) for v, e in expected.items()}
+    first, second = variants[:2]
+    delta = float(expected[second].min() - expected[first].min())
+    curves = {v: dict(zip(list(lattice), e.tolist(), strict=True)) for v, e in expected.items()}
+    many = fit.simulated_curves(base, section, lattice, range(TRUTH_SEEDS), variants, seed=10**6)
+    usable = {
+        v: ref.median_found(
+            [ref.usable_edge(c.lrs, c.loss_of(s), optima[v], band) for s in c.seeds]
+        )
+        for v, c in many.items()
+    }
+    exact = {v: (lr, lr) for v, lr in optima.items()}  # a stated truth: no sampling error
+    return Truth(optima, delta, usable, curves, exact)
+
+
+def simulated_rows(
+    section: dict[str, Any],
+    design: Experiment,
+    base: RunConfig,
+    lattice: Sequence[float],
+    studies: int,
+    band: float = ref.BAND,
+) -> pd.DataFrame:
+    """:func:`score_rows` on ``studies`` reference-shaped studies drawn from the simulator at
+    ``section`` (8 seeds each, every disjoint draw of each), against its known truth: the
+    mean of each share over the studies."""
+    variants = list(design.variants)
+    truth = simulated_truth(section, base, lattice, variants, band)
+    frames = []
+    for k in range(studies):
+        drawn = fit.simulated_curves(base, section, lattice, range(8), variants, k)
+        frames.append(score_rows(drawn, design, band, truth))
+    keys = ["estimator", "what", "variant"]
+    return pd.concat(frames).groupby(keys, sort=False).mean(numeric_only=True).reset_index()
+
+
+def truth_rows(curves: dict[str, ref.Curves], band: float = ref.BAND) -> pd.DataFrame:
+    """The reference's answers with their bootstrap intervals over its seeds."""
+    first, second = list(curves)
+    seeds = curves[first].seeds
+    rows = []
+    for variant, c in curves.items():
+        answers = {
+            "LR optimum": ref.bootstrapped(lambda s, c=c: ref.optimum(c, s), seeds),
+            f"usable-LR boundary (within {band:g})": ref.bootstrapped(
+                lambda s, c=c: ref.usable_boundary(c, s, band), seeds
+            ),
+            "divergence edge": ref.bootstrapped(
+                lambda s, c=c: ref.divergence_boundary(c, s), seeds
+            ),
+            "learned at all (unigram floor − 0.1)": ref.bootstrapped(
+                lambda s, c=c: ref.learned_boundary(c, s), seeds
+            ),
+        }
+        rows += [{"variant": variant, "answer": k, **vars(a)} for k, a in answers.items()]
+
+    def delta_at(first_lr: Callable, second_lr: Callable) -> Callable[[Sequence[int]], float]:
+        return lambda s: float(
+            np.mean(
+                ref.paired_test_delta(curves[first], curves[second], first_lr(s), second_lr(s), s)
+            )
+        )
+
+    def opt(v: str) -> Callable[[Sequence[int]], float]:
+        return lambda s: ref.optimum(curves[v], s)
+
+    deltas = {
+        f"Δ {second} − {first}, each at its optimum (test)": delta_at(opt(first), opt(second)),
+        f"Δ at {first}'s optimum": delta_at(opt(first), opt(first)),
+        f"Δ at {second}'s optimum": delta_at(opt(second), opt(second)),
+    }
+    for name, statistic in deltas.items():
+        rows.append({"variant": "both", "answer": name, **vars(ref.bootstrapped(statistic, seeds))})
+    return pd.DataFrame(rows)
+
+
+def percent_columns(frame: pd.DataFrame) -> list[str]:
+    """The score columns that are shares of draws (printed as percentages)."""
+    starts = ("optimum in", "at an", "Δ CI", "different", "usable", "if bracketed")
+    return [c for c in frame.columns if c.startswith(starts)]
+
+
+def scores_markdown(scores: pd.DataFrame) -> str:
+    """The scores as markdown: shares as percentages, the rest to 4 decimals."""
+    shown = scores.drop(columns=["what"]).copy()
+    shares = percent_columns(shown)
+    for column in shown.columns:
+        if column in shares:
+            shown[column] = shown[column].map(lambda x: f"{x:.1%}")
+        elif shown[column].dtype == float and column != "draws":
+            shown[column] = shown[column].map(lambda x: f"{x:+.4f}")
+    shown["draws"] = shown["draws"].astype(int)
+    return shown.to_markdown(index=False)
+
+
+def truth_markdown(truth: pd.DataFrame) -> str:
+    """The reference's answers with their intervals as markdown: LRs to 3 significant digits,
+    differences in nats to 4 decimals."""
+    shown = truth.copy()
+    delta = shown["answer"].str.startswith("Δ")
+    for column in ("value", "low", "high"):
+        shown[column] = [
+            f"{x:+.4f}" if is_delta else f"{x:.3g}"
+            for x, is_delta in zip(shown[column], delta, strict=True)
+        ]
+    shown = shown.rename(columns={"low": "2.5%", "high": "97.5%"})
+    return shown.to_markdown(index=False, disable_numparse=True)
+
+
+def write_block(doc: Path, block: str, text: str) -> None:
+    """Replace the text between ``<!-- block:begin -->`` and ``<!-- block:end -->`` in ``doc``."""
+    begin, end = f"<!-- {block}:begin -->", f"<!-- {block}:end -->"
+    old = doc.read_text(encoding="utf-8")
+    pattern = re.compile(re.escape(begin) + ".*?" + re.escape(end), re.S)
+    if not pattern.search(old):
+        raise SystemExit(f"{doc}: no {begin} ... {end} block to write into")
+    doc.write_text(pattern.sub(lambda _: f"{begin}\n{text}\n{end}", old), encoding="utf-8")
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Score the estimators on the reference (and with ``--simulated``, on studies drawn from
+    the fitted simulator) and print, or write into a doc's marked blocks, the tables."""
+    parser = argparse.ArgumentParser(prog="python -m ablate.bench.held_to_runs")
+    parser.add_argument("runs", type=Path, nargs="?", default=ref.REFERENCE_RUNS)
+    parser.add_argument("--protocol", type=Path, default=PROTOCOL, help="its curve: and analysis:")
+    parser.add_argument("--band", type=float, default=ref.BAND, help="usable boundary's band")
+    parser.add_argument(
+        "--simulated", type=int, default=0, help="studies drawn from the fitted simulator"
+    )
+    parser.add_argument("--fitted", type=Path, default=fit.FITTED, help="its runtime.simulate")
+    parser.add_argument("--write", type=Path, default=None, help="a doc with the marked blocks")
+    parser.add_argument("--out", type=Path, default=None, help="a markdown file for the tables")
+    args = parser.parse_args(argv)
+    curves = ref.load_reference(args.runs)
+    design = load_experiment(args.protocol)
+    tables = {
+        "held-to-runs": truth_markdown(truth_rows(curves, args.band))
+        + "\n\n"
+        + scores_markdown(score_rows(curves, design, args.band))
+    }
+    if args.simulated:
+        section = yaml.safe_load(args.fitted.read_text(encoding="utf-8"))
+        lattice = [float(lr) for lr in next(iter(curves.values())).lrs]
+        base = load_experiment(REFERENCE_DESIGN).base
+        rows = simulated_rows(section, design, base, lattice, args.simulated, args.band)
+        tables["held-to-simulator"] = scores_markdown(rows)
+    for block, text in tables.items():
+        print(text, end="\n\n")
+        if args.write is not None:
+            write_block(args.write, block, text)
+    if args.out is not None:
+        args.out.write_text(report_text(args, tables), encoding="utf-8")
+
+
+def report_text(args: argparse.Namespace, tables: dict[str, str]) -> str:
+    """The tables as one markdown page, with the command that made them."""
+    command = f"python -m ablate.bench.held_to_runs {args.runs} --protocol {args.protocol}"
+    if args.simulated:
+        command += f" --simulated {args.simulated}"
+    titles = {
+        "held-to-runs": "The reference's answers, and the protocol replayed on it",
+        "held-to-simulator": "The protocol replayed on the fitted simulator",
+    }
+    parts = [f"# The estimators held to real runs\n\n`{command} --out {args.out}`"]
+    parts += [f"## {titles[block]}\n\n{text}" for block, text in tables.items()]
+    return "\n\n".join(parts) + "\n"
+
+
+if __name__ == "__main__":
+    main()
