@@ -59,3 +59,14 @@ def test_the_scores_find_the_constructed_truth(tmp_path: Path, design: Experimen
     truth = held.truth_rows(curves).set_index(["variant", "answer"])
     assert truth.loc[("layernorm", "LR optimum"), "value"] == OPT
     assert truth.loc[("rmsnorm", "divergence edge"), "value"] == LRS[-2]
+
+
+def test_the_committed_tables_are_what_the_harness_gives_on_the_committed_reference() -> None:
+    curves = ref.load_reference(REPO / "reports" / "reference" / "runs.csv")
+    design = load_experiment(REPO / "experiments" / "ln_vs_rms.yaml")
+    truth = held.truth_markdown(held.truth_rows(curves))
+    scores = held.scores_markdown(held.score_rows(curves, design))
+    committed = (REPO / "reports" / "reference" / "held_to_runs.md").read_text(encoding="utf-8")
+    docs = (REPO / "docs" / "stability-and-search.md").read_text(encoding="utf-8")
+    for table in (truth, scores):
+        assert table in committed and table in docs
