@@ -269,16 +269,22 @@ def table(design: Experiment, names: list[str], replications: int) -> str:
     return pd.DataFrame(rows).to_markdown(index=False)
 
 
-BEGIN, END = "<!-- estimators:begin -->", "<!-- estimators:end -->"
+BLOCK = "estimators"  # docs/stability-and-search.md's marked block for this table
 
 
-def write_block(doc: Path, text: str) -> None:
-    """Replace the block between the markers in ``doc`` with ``text``."""
+def markers(block: str) -> tuple[str, str]:
+    """The comments that open and close a doc's generated ``block``."""
+    return f"<!-- {block}:begin -->", f"<!-- {block}:end -->"
+
+
+def write_block(doc: Path, block: str, text: str) -> None:
+    """Replace the text between ``block``'s :func:`markers` in ``doc`` with ``text``."""
+    begin, end = markers(block)
     old = doc.read_text(encoding="utf-8")
-    pattern = re.compile(re.escape(BEGIN) + ".*?" + re.escape(END), re.S)
+    pattern = re.compile(re.escape(begin) + ".*?" + re.escape(end), re.S)
     if not pattern.search(old):
-        raise SystemExit(f"{doc}: no {BEGIN} ... {END} block to write into")
-    doc.write_text(pattern.sub(lambda _: f"{BEGIN}\n{text}\n{END}", old), encoding="utf-8")
+        raise SystemExit(f"{doc}: no {begin} ... {end} block to write into")
+    doc.write_text(pattern.sub(lambda _: f"{begin}\n{text}\n{end}", old), encoding="utf-8")
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -303,7 +309,7 @@ def main(argv: list[str] | None = None) -> None:
     )
     print(text)
     if args.write is not None:
-        write_block(args.write, text)
+        write_block(args.write, BLOCK, text)
 
 
 if __name__ == "__main__":

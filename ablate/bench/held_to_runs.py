@@ -31,7 +31,6 @@ from __future__ import annotations
 import argparse
 import itertools
 import math
-import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -43,6 +42,7 @@ import yaml
 
 from ablate.bench import fit_reference as fit
 from ablate.bench import reference as ref
+from ablate.bench.estimators import write_block
 from ablate.core.config import RunConfig
 from ablate.core.experiment import Experiment
 from ablate.core.load import load_experiment
@@ -452,16 +452,6 @@ def truth_markdown(truth: pd.DataFrame) -> str:
         ]
     shown = shown.rename(columns={"low": "2.5%", "high": "97.5%"})
     return shown.to_markdown(index=False, disable_numparse=True)
-
-
-def write_block(doc: Path, block: str, text: str) -> None:
-    """Replace the text between ``<!-- block:begin -->`` and ``<!-- block:end -->`` in ``doc``."""
-    begin, end = f"<!-- {block}:begin -->", f"<!-- {block}:end -->"
-    old = doc.read_text(encoding="utf-8")
-    pattern = re.compile(re.escape(begin) + ".*?" + re.escape(end), re.S)
-    if not pattern.search(old):
-        raise SystemExit(f"{doc}: no {begin} ... {end} block to write into")
-    doc.write_text(pattern.sub(lambda _: f"{begin}\n{text}\n{end}", old), encoding="utf-8")
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -101,7 +101,8 @@ def test_an_estimator_is_one_function_and_one_entry(
 
 def test_the_docs_table_is_the_commands_output() -> None:
     doc = (REPO / "docs" / "stability-and-search.md").read_text(encoding="utf-8")
-    block = doc.split(estimators.BEGIN)[1].split(estimators.END)[0]
+    begin, end = estimators.markers(estimators.BLOCK)
+    block = doc.split(begin)[1].split(end)[0]
     assert "python -m ablate.bench.estimators experiments/ln_vs_rms.yaml" in block
     for name in ESTIMATORS:
         assert f"| `{name}`" in block
