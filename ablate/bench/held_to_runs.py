@@ -53,7 +53,6 @@ from ablate.core.truth import SimulateConfig
 PROTOCOL = Path("experiments/ln_vs_rms.yaml")
 REFERENCE_DESIGN = Path("experiments/reference.yaml")  # the model, data and budget simulated
 QUARTER = 0.25 + 1e-9  # "within 2^(1/4)" on the log2 scale
-TARGET = 0.9  # the acceptance: a share of draws an estimator must reach
 
 
 @dataclass(frozen=True)
@@ -125,14 +124,15 @@ def refined_argmin(curves: ref.Curves, seeds: Sequence[int], grid: Sequence[floa
     """The grid argmin of the seed mean, refined by a next stage: its two neighbours half a
     grid step away (2^(±1/4)) run on the same seeds, and the lowest mean of the three."""
     centre = grid_argmin(curves, seeds, grid)
-    step = 2.0 ** (1 / ref.FINE_PER_OCTAVE)
-    near = [lr for lr in (centre.lr / step, centre.lr, centre.lr * step) if lr in set(curves.lrs)]
+    row = curves.row(centre.lr)
+    near = [float(lr) for lr in curves.lrs[max(row - 1, 0) : row + 2]]
     return Chosen(ref.mean_argmin(curves, seeds, near), centre.at_edge)
 
 
 def mean_vertex(curves: ref.Curves, seeds: Sequence[int], grid: Sequence[float]) -> Chosen:
     """The quadratic vertex through the seed-mean curve's 5 points around its lowest (one fit
-    to the mean, not a mean of each seed's fit), at its window's edge flagged as such."""
+    to the mean, not a mean of each seed's fit); flagged where the lowest point or the vertex
+    is at the grid's end."""
     means = [float(curves.select[curves.row(lr), curves.columns(seeds)].mean()) for lr in grid]
     lr, _, inside = fit_vertex(list(zip(grid, means, strict=True)))
     window = sorted(grid)
