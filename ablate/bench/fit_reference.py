@@ -30,7 +30,7 @@ from __future__ import annotations
 import argparse
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -137,7 +137,6 @@ def _theta_of(m: Mixture) -> np.ndarray:
 def fit_mixture(residual: np.ndarray, x: np.ndarray, optimum: float, start: Mixture) -> Mixture:
     """The mixture of greatest likelihood for residuals at log2 LRs ``x``: Nelder–Mead from
     ``start`` and from two others (rarer, larger excursions; more, smaller ones), the best."""
-    from dataclasses import replace
 
     def nll(theta: np.ndarray) -> float:
         return -float(_mixture_of(theta).log_density(residual, x, optimum).sum())
