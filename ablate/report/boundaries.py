@@ -3,22 +3,32 @@
 (the geometric mean of the seeds' ratios; :mod:`ablate.core.boundary`), read from
 ``stability.json``'s ``max_lr`` entries.
 
-A ratio whose interval holds 1 is "not shown"; with one seed the intervals hold only the
-lattice's resolution, not the seed-to-seed spread, and the text says so. The quality boundary
-by collapse margin, the divergence boundary and the grid factors' effects are
+A ratio is "shown" only where its interval excludes 1 and its paired t-test over the seeds'
+log ratios, Holm-adjusted over every boundary ratio of the report, is below α. Where each
+variant's seeds all share one bracket, no seed spread is measured: the ratio is "below the
+lattice's resolution", never shown; an interval wider than :data:`NOT_ESTIMABLE` is "not
+estimable" with that many seeds. With one seed the intervals hold only the lattice's
+resolution, not the seed-to-seed spread, and the text says so. The quality boundary by
+collapse margin, the divergence boundary and the grid factors' effects are
 :mod:`ablate.report.margins`'.
 """
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
+import numpy as np
 import pandas as pd
+from scipy import stats
 
-from ablate.core.boundary import Interval, boundary_ratio
+from ablate.core.boundary import Interval, boundary_ratio, paired_log2_ratios
+from ablate.core.sequential import ALPHA
 from ablate.core.studies import SEED_BOUNDARY_KEYS, interval_of, seed_bounds_of
+from ablate.report.analysis import holm
 from ablate.report.factorial import Design
 from ablate.report.margins import (
+    NOT_ESTIMABLE,
     factor_effects,
     factor_lines,
     margin_lines,
@@ -26,9 +36,37 @@ from ablate.report.margins import (
     margin_table,
 )
 from ablate.report.section import Section
-from ablate.report.text import SHOWN_WORDS, interval_text, ratio_text
+from ablate.report.text import SHOWN_WORDS, interval_text, p_text, ratio_text
 
 Stored = dict[str, Any]  # one variant's max_lr entry of stability.json
+UNRESOLVED = "below the lattice's resolution"
+
+
+def ratio_p(logs: list[float]) -> float:
+    """The paired t-test's p of the seeds' log ratios against 0 (NaN under 2 seeds or with
+    no spread: the test is undefined)."""
+    if len(logs) < 2 or np.ptp(logs) == 0:
+        return math.nan
+    return float(stats.ttest_1samp(logs, 0.0).pvalue)
+
+
+def one_bracket(found: Stored) -> bool:
+    """Whether every bracketed seed of a variant has the same boundary (one lattice bracket)."""
+    estimates = {b.estimate for b in seed_bounds_of(found) if b.estimate is not None}
+    return len(estimates) == 1
+
+
+def ratio_word(row: Any) -> str:
+    """A boundary ratio's verdict: shown, not shown, below the lattice's resolution, or not
+    estimable (see the module)."""
+    if row.ratio_to_baseline is None or pd.isna(row.ratio_to_baseline):
+        return "–"
+    if row.ratio_pairs >= 2 and row.one_bracket:
+        return UNRESOLVED
+    if row.ratio_high / row.ratio_low > NOT_ESTIMABLE:
+        return f"not estimable with {row.ratio_pairs} seed(s)"
+    held = row.ratio_shown and not (row.ratio_p_holm >= ALPHA)  # NaN (one seed): the interval
+    return SHOWN_WORDS[bool(held)]
 
 
 def ratio_to(baseline: Stored, found: Stored) -> Interval | None:
@@ -45,6 +83,11 @@ def boundary_table(studies: dict) -> pd.DataFrame:
     for variant, r in found.items():
         own = interval_of(r.get("boundary"))
         ratio = ratio_to(baseline, r) if baseline is not None and r is not baseline else None
+        logs = (
+            paired_log2_ratios(seed_bounds_of(baseline), seed_bounds_of(r))
+            if ratio is not None
+            else []
+        )
         rows.append(
             {
                 "variant": variant,
@@ -57,11 +100,18 @@ def boundary_table(studies: dict) -> pd.DataFrame:
                 "ratio_low": ratio and ratio.low,
                 "ratio_high": ratio and ratio.high,
                 "ratio_shown": ratio.shown if ratio else None,
+                "ratio_pairs": len(logs),
+                "one_bracket": one_bracket(baseline) and one_bracket(r),
+                "ratio_p": ratio_p(logs),
                 "runs": r["runs_total"],
                 "monotone": monotone_text(r),
             }
         )
-    return pd.DataFrame(rows)
+    table = pd.DataFrame(rows)
+    if len(table):
+        table["ratio_p_holm"] = holm(list(table["ratio_p"]))
+        table["ratio_word"] = [ratio_word(r) for r in table.itertuples()]
+    return table
 
 
 def seed_table(studies: dict) -> pd.DataFrame:
@@ -89,7 +139,11 @@ def shown_table(table: pd.DataFrame) -> pd.DataFrame:
                 interval_text(r.ratio_to_baseline, r.ratio_low, r.ratio_high)
                 for r in table.itertuples()
             ],
-            "difference": [SHOWN_WORDS.get(r.ratio_shown, "–") for r in table.itertuples()],
+            "paired t p, Holm": [
+                "–" if pd.isna(r.ratio_p_holm) else p_text(r.ratio_p_holm)
+                for r in table.itertuples()
+            ],
+            "difference": table["ratio_word"],
             "runs": table["runs"],
             "monotone": table["monotone"],
         }
@@ -101,11 +155,16 @@ def _shown_text(table: pd.DataFrame) -> list[str]:
     for row in table.iloc[1:].itertuples():
         if row.ratio_to_baseline is None or pd.isna(row.ratio_to_baseline):
             continue
-        verdict = (
-            "a difference is **shown** (the interval excludes 1)"
-            if row.ratio_shown
-            else "a difference is **not shown** (the interval holds 1)"
+        tested = (
+            "" if pd.isna(row.ratio_p_holm) else f", Holm-adjusted p {p_text(row.ratio_p_holm)}"
         )
+        verdict = {
+            "shown": f"a difference is **shown** (the interval excludes 1{tested})",
+            "**not shown**": "a difference is **not shown** (the interval holds 1, or its "
+            "Holm-adjusted p does not pass)",
+            UNRESOLVED: f"**{UNRESOLVED}**: each variant's seeds share one bracket, so no "
+            "seed spread is measured (a finer `max_lr.per_octave` or more seeds resolve it)",
+        }.get(row.ratio_word, f"**{row.ratio_word}**: the interval is too wide to be a finding")
         lines.append(
             f"- Max stable LR, {row.variant} / {table['variant'].iloc[0]}: "
             f"{ratio_text(row.ratio_to_baseline, row.ratio_low, row.ratio_high)}, paired "
@@ -143,8 +202,8 @@ def summary_lines(studies: dict, design: Design | None = None) -> list[str]:
             for row in bracketed.itertuples()
         )
         lines.append(
-            f"- Max stable LR (each seed bracketed on the shared lattice; median over seeds, "
-            f"95% interval): {text}."
+            f"- Max stable LR (the largest that learned at all, not a usable LR: each seed "
+            f"bracketed on the shared lattice; median over seeds, 95% interval): {text}."
         )
     if not len(table):
         return lines
@@ -175,6 +234,10 @@ def max_lr_section(studies: dict, design: Design | None = None) -> Section:
     per_octave = next(iter(studies["max_lr"].values()))["per_octave"]
     lines = [
         "## Maximum stable learning rate",
+        "",
+        "Stable here means the run learned at all (the criterion at the end of the report: "
+        "below the unigram floor, not blown up), not that its loss was near the best: the "
+        "usable LR (`max_lr.within`, walked from a tuned optimum) answers that.",
         "",
         f"Each seed is bracketed on its own, on one lattice of LRs every variant shares "
         f"(2^(k/{per_octave}): brackets {2 ** (1 / per_octave):.3f}× wide), at the `max_lr` "

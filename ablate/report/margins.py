@@ -14,6 +14,8 @@ from ablate.core.studies import interval_of, seed_bounds_of
 from ablate.report.factorial import METRIC, Design, main_effects
 from ablate.report.text import SHOWN_WORDS, interval_text, ratio_text
 
+NOT_ESTIMABLE = 100.0  # a ratio's interval wider than this factor is no finding
+
 Stored = dict[str, Any]  # one variant's max_lr entry of stability.json
 
 
@@ -72,7 +74,11 @@ def margin_lines(table: pd.DataFrame) -> list[str]:
     for variant, rows in quality[quality["ratio_shown"].notna()].groupby("variant", sort=False):
         said = "; ".join(
             f"{r.boundary.removeprefix('quality, ')}: "
-            f"{ratio_text(r.ratio_to_baseline, r.ratio_low, r.ratio_high)}"
+            + (
+                ratio_text(r.ratio_to_baseline, r.ratio_low, r.ratio_high)
+                if estimable(r)
+                else f"not estimable with these seeds (interval wider than {NOT_ESTIMABLE:g}×)"
+            )
             for r in rows.itertuples()
         )
         verdicts = set(rows["ratio_shown"])
@@ -113,9 +119,21 @@ def margin_shown(table: pd.DataFrame) -> pd.DataFrame:
                 interval_text(r.ratio_to_baseline, r.ratio_low, r.ratio_high)
                 for r in table.itertuples()
             ],
-            "difference": [SHOWN_WORDS.get(r.ratio_shown, "–") for r in table.itertuples()],
+            "difference": [difference_word(r) for r in table.itertuples()],
         }
     )
+
+
+def estimable(row: Any) -> bool:
+    """Whether a ratio's interval is narrow enough to be a finding (:data:`NOT_ESTIMABLE`)."""
+    return not row.ratio_high / row.ratio_low > NOT_ESTIMABLE
+
+
+def difference_word(row: Any) -> str:
+    """shown / not shown, or not estimable where the interval is wider than the limit."""
+    if row.ratio_shown is None or pd.isna(row.ratio_shown):
+        return "–"
+    return SHOWN_WORDS[bool(row.ratio_shown)] if estimable(row) else "not estimable"
 
 
 def boundary_frame(studies: dict, kind: str) -> pd.DataFrame:

@@ -58,3 +58,45 @@ def test_a_variant_with_no_boundary_says_why() -> None:
     assert "ln: **no boundary found**: every seed was stable up to the range's end" in text
     assert "rms: **no boundary found**: every probe (1e-06 to 0.001) was unstable" in text
     assert "Max stable LR (" not in text  # no boundary to give
+
+
+def test_seeds_that_all_share_one_step_are_below_the_lattices_resolution() -> None:
+    studies = {
+        "max_lr": {
+            "ln": stored_max_lr("ln", {0: 0.1, 1: 0.1, 2: 0.1}),
+            "rms": stored_max_lr("rms", {0: 0.2, 1: 0.2, 2: 0.2}),  # one bracket each, 3 of 3
+        }
+    }
+    rms = boundary_table(studies).set_index("variant").loc["rms"]
+    assert rms["ratio_shown"] and rms["one_bracket"]  # the interval alone would say so
+    assert rms["ratio_word"] == "below the lattice's resolution"
+    text = "\n".join(summary_lines(studies))
+    assert "**below the lattice's resolution**: each variant's seeds share one bracket" in text
+    assert "a difference is **shown**" not in text
+
+
+def test_an_interval_wider_than_a_hundredfold_is_not_estimable() -> None:
+    studies = {
+        "max_lr": {
+            "ln": stored_max_lr("ln", {0: 0.1, 1: 0.1, 2: 0.1}),
+            "rms": stored_max_lr("rms", {0: 0.001, 1: 10.0, 2: 0.5}),
+        }
+    }
+    rms = boundary_table(studies).set_index("variant").loc["rms"]
+    assert rms["ratio_high"] / rms["ratio_low"] > 100
+    assert rms["ratio_word"] == "not estimable with 3 seed(s)"
+    assert "**not estimable with 3 seed(s)**" in "\n".join(summary_lines(studies))
+
+
+def test_boundary_ratios_are_holm_adjusted_together() -> None:
+    ln = stored_max_lr("ln", {0: 0.1, 1: 0.2, 2: 0.13})
+    studies = {
+        "max_lr": {
+            "ln": ln,
+            "a": stored_max_lr("a", {0: 0.3, 1: 0.6, 2: 0.4}),
+            "b": stored_max_lr("b", {0: 0.12, 1: 0.25, 2: 0.15}),
+        }
+    }
+    table = boundary_table(studies).set_index("variant")
+    p = table["ratio_p"].dropna().sort_values()
+    assert table.loc[p.index[0], "ratio_p_holm"] == pytest.approx(min(1.0, 2 * p.iloc[0]))
