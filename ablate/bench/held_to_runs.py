@@ -2,9 +2,10 @@
 (:mod:`ablate.bench.reference`) by resampling its seeds, each estimate scored against the
 reference's answer from all of its seeds.
 
-A draw takes the protocol's curve seeds (2) and A/B seeds (3) from the reference's 8, disjoint;
-every such draw is replayed (28 × 20 = 560: exhaustive, so the figures carry no Monte Carlo
-error of their own). In each, for each norm:
+A draw takes as many curve seeds as the protocol's curve has (4 in ln_vs_rms) and as many A/B
+seeds as its ``seeds`` (3) from the reference's 8, disjoint; every such draw is replayed (70 × 4
+= 280: exhaustive, so the figures carry no Monte Carlo error of their own). In each, for each
+norm:
 
 - the **LR optimum** from the curve seeds on the protocol's own grid (``curve:`` of the
   protocol file, a subset of the reference's lattice, grown an octave at an edge as the stage
@@ -13,8 +14,9 @@ error of their own). In each, for each norm:
   each norm at its chosen LR (snapped to the reference's lattice: within 2^(1/8)), its 95%
   t interval and the report's three-way verdict at ``analysis.min_effect``; and the same at
   the *other* norm's chosen LR (the cross-over);
-- the **usable-LR boundary**, bracketed upwards from the chosen optimum on every seed the draw
-  holds (5), its median scored as within one reference step (2^(1/4)) of the reference's.
+- the **usable-LR boundary**, walked upwards from the chosen optimum on as many of the draw's
+  seeds as ``max_lr.seeds`` has (5: the A/B seeds, then curve seeds, as the protocol's seeds
+  0–4 are), its median scored as within one reference step (2^(1/4)) of the reference's.
 
 The tuned runs here keep the curve's warmup (the reference has one warmup): the warmup study
 is not replayed. With ``--simulated N`` the same replay runs on N reference-shaped studies
@@ -46,7 +48,7 @@ from ablate.bench.estimators import write_block
 from ablate.core.config import RunConfig
 from ablate.core.experiment import Experiment
 from ablate.core.load import load_experiment
-from ablate.core.optimum import edge_sides, fit_vertex, variant_optimum
+from ablate.core.optimum import edge_sides, variant_optimum
 from ablate.core.simulate import mean_loss
 from ablate.core.truth import SimulateConfig
 
@@ -63,7 +65,7 @@ class Draw:
     ab: tuple[int, ...]
 
 
-def disjoint_draws(seeds: Sequence[int], n_curve: int = 2, n_ab: int = 3) -> list[Draw]:
+def disjoint_draws(seeds: Sequence[int], n_curve: int, n_ab: int) -> list[Draw]:
     """Every way to take ``n_curve`` curve seeds and then ``n_ab`` A/B seeds, disjoint."""
     draws = []
     for curve in itertools.combinations(seeds, n_curve):
@@ -101,14 +103,38 @@ def protocol_grid(curves: ref.Curves, seeds: Sequence[int], design: Experiment) 
             grown[0 if side < 0 else 1] += 1
 
 
+def boundary_seeds(draw: Draw, design: Experiment) -> list[int]:
+    """The seeds the usable boundary is walked on: the A/B seeds, then curve seeds, as many as
+    the protocol's ``max_lr.seeds`` (its A/B seeds and its first curve seeds)."""
+    wanted = len(design.max_lr.seeds or design.seeds) if design.max_lr else len(design.seeds)
+    return [*draw.ab, *draw.curve][:wanted]
+
+
 def _curves_on(curves: ref.Curves, seeds: Sequence[int], grid: Sequence[float]) -> dict:
     """``{seed: [(lr, selection loss)]}`` on ``grid``, as the curve stage sees them."""
     return {s: [(lr, float(curves.loss_of(s)[curves.row(lr)])) for lr in grid] for s in seeds}
 
 
 def vertex(curves: ref.Curves, seeds: Sequence[int], grid: Sequence[float]) -> Chosen:
-    """The estimator the curve stage used: each seed's quadratic vertex through the 5 points
-    around its lowest, clipped to that window, averaged over seeds in log2."""
+    """The estimator the curve stage used until it was held to real runs: each seed's
+    quadratic in log2 LR through the 5 points around its lowest, its vertex clipped to that
+    window, the mean over seeds in log2; flagged where a seed's vertex was clipped."""
+    logs, clipped = [], False
+    for curve in _curves_on(curves, seeds, grid).values():
+        xs, ys = np.log2([lr for lr, _ in curve]), np.array([loss for _, loss in curve])
+        low = int(np.argmin(ys))
+        start = min(max(low - 2, 0), max(len(xs) - 5, 0))
+        window = slice(start, start + 5)
+        a, b, _ = np.polyfit(xs[window], ys[window], 2)
+        found = float(xs[low]) if a <= 0 else -b / (2 * a)
+        logs.append(float(np.clip(found, xs[window][0], xs[window][-1])))
+        clipped = clipped or not xs[window][0] < found < xs[window][-1]
+    return Chosen(2.0 ** float(np.mean(logs)), clipped)
+
+
+def smoothed_argmin(curves: ref.Curves, seeds: Sequence[int], grid: Sequence[float]) -> Chosen:
+    """The curve stage's estimator (:func:`ablate.core.optimum.variant_optimum`): the lowest
+    point of the seed-mean curve after a running mean over one octave."""
     found = variant_optimum(_curves_on(curves, seeds, grid))
     assert found is not None
     return Chosen(found.value, not found.inside)
@@ -129,35 +155,11 @@ def refined_argmin(curves: ref.Curves, seeds: Sequence[int], grid: Sequence[floa
     return Chosen(ref.mean_argmin(curves, seeds, near), centre.at_edge)
 
 
-def mean_vertex(curves: ref.Curves, seeds: Sequence[int], grid: Sequence[float]) -> Chosen:
-    """The quadratic vertex through the seed-mean curve's 5 points around its lowest (one fit
-    to the mean, not a mean of each seed's fit); flagged where the lowest point or the vertex
-    is at the grid's end."""
-    means = [float(curves.select[curves.row(lr), curves.columns(seeds)].mean()) for lr in grid]
-    lr, _, inside = fit_vertex(list(zip(grid, means, strict=True)))
-    window = sorted(grid)
-    return Chosen(lr, not inside or lr in (window[0], window[-1]))
-
-
-def first_within(curves: ref.Curves, seeds: Sequence[int], grid: Sequence[float]) -> Chosen:
-    """The smallest grid LR whose seed mean is within :data:`NEAR` nats of the lowest: an
-    excursion only ever raises a loss, so the lowest point above the optimum is often a
-    lucky draw, and the first point as good as it is the safer choice."""
-    means = np.array(
-        [float(curves.select[curves.row(lr), curves.columns(seeds)].mean()) for lr in grid]
-    )
-    first = int(np.flatnonzero(means <= means.min() + NEAR)[0])
-    return Chosen(float(grid[first]), first in (0, len(grid) - 1))
-
-
-NEAR = 0.02  # nats: first_within's band (about the noise below the optimum, two seeds)
-
 OPTIMA: dict[str, tuple[str, OptimumEstimator]] = {
+    "smoothed_argmin": ("lowest one-octave running mean of the seed-mean curve", smoothed_argmin),
     "vertex": ("quadratic vertex of 5 points around each seed's lowest (the old)", vertex),
-    "mean_vertex": ("quadratic vertex of the seed-mean curve's 5 points", mean_vertex),
     "grid_argmin": ("argmin of the seed-mean curve on the √2 grid", grid_argmin),
     "refined_argmin": ("that argmin, refined by its 2^(±1/4) neighbours", refined_argmin),
-    "first_within": (f"smallest grid LR within {NEAR:g} of the seed-mean's lowest", first_within),
 }
 
 
@@ -232,7 +234,7 @@ def replay(
         v: float(np.mean(ref.paired_test_delta(curves[first], curves[second], lr, lr, draw.ab)))
         for v, lr in at.items()
     }
-    seeds = [*draw.curve, *draw.ab]
+    seeds = boundary_seeds(draw, design)
 
     def usable(walk: bool) -> dict[str, float]:
         return {
@@ -287,7 +289,9 @@ def score_rows(
     """One row per optimum estimator and norm over every disjoint draw, scored against
     ``truth`` (default: the reference's own answers from all of ``curves``' seeds)."""
     truth = truth or reference_truth(curves, band)
-    draws = disjoint_draws(curves[next(iter(curves))].seeds)
+    draws = disjoint_draws(
+        curves[next(iter(curves))].seeds, len(design.curve_seeds()), len(design.seeds)
+    )
     rows = []
     for name, (what, estimator) in OPTIMA.items():
         replays = [replay(curves, d, estimator, design, truth, band) for d in draws]

@@ -166,6 +166,13 @@ class MaxLRConfig(StrictSection):
     )
     lr_min: float = Field(1e-6, gt=0)
     lr_max: float = Field(100.0, gt=0)
+    within: float | None = Field(
+        0.1,
+        gt=0,
+        le=10,
+        description="usable-LR boundary: nats above the seed's loss at the tuned optimum a "
+        "walk in 2^(1/4) steps may reach (null: no walk)",
+    )
     tokens: int | None = Field(None, ge=1, description="budget of a probe run; default train's")
     margins: list[float] = Field(
         default_factory=lambda: [0.05, 0.1, 0.2, 0.3],

@@ -1,62 +1,183 @@
-"""A variant's LR optimum from its own loss curve, with an interval, and the difference of two
-variants' optima (docs/stability-and-search.md; scored on the simulator by
-``python -m ablate.bench.estimators``).
+"""A variant's LR optimum from its loss curves, with an interval over seeds, and the ratio of
+two variants' optima (docs/stability-and-search.md, "The estimators against real runs"; held
+to the dense reference by ``python -m ablate.bench.held_to_runs``).
 
-A curve is one seed's final val losses at LRs of a log grid. Each seed's optimum is the vertex
-of a quadratic in log2 LR fitted to the points around its lowest one (:data:`FIT_POINTS` of
-them, so the fit averages run noise instead of picking the luckiest point); a curve whose
-lowest point is the grid's first or last has no interior optimum (``inside`` false: the grid
-must be extended there). A variant's optimum is the mean of its seeds' vertices in log2 LR
-with a Student-t interval over seeds; two variants' difference is paired by seed (matched
-initial weights and batches make a seed's two curves move together).
+A curve is one seed's final val losses at the LRs of a grid (the curve stage's lattice, or a
+sweep's LRs). The optimum is a grid point: the lowest point of the seeds' mean curve after a
+running mean over a one-octave window (each point with the points within half an octave of it:
+its two neighbours on a √2 lattice, none on a sweep of decades). Held to real runs this is the
+estimator that finds the reference's optimum (docs). The quadratic vertex it replaces was
+dragged by the cliff above the optimum and clipped at its window's edge; the lowest point
+alone follows the luckiest run, since run noise above the optimum is about five times that
+below it. A grid's ends are no candidates (their window is cut in half); where the seed mean's
+lowest point is an end, the optimum is not inside the grid (``inside`` false: it must grow).
+
+Its interval is a percentile bootstrap over seeds (the optimum of each resample of the seeds),
+fixed by :data:`RESAMPLE_SEED`, widened by half a grid step on each side: a grid point stands
+for the optimum to within half a step, as a max-LR bracket does. Two variants' ratio is
+bootstrapped with the same seeds drawn for both (matched initial weights and batches make a
+seed's two curves move together) and widened by a step; where every resample gives the same
+points the ratio is not ``resolved`` (a difference finer than the grid is not measured). With
+one seed there is no interval.
 """
 
 from __future__ import annotations
 
 import math
-import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
-FIT_POINTS = 5  # grid points the quadratic is fitted to: the lowest and two on each side
+WINDOW = 0.5  # octaves each side of a point in the running mean
+RESAMPLES = 2000  # bootstrap resamples of the seeds
+RESAMPLE_SEED = 0  # the bootstrap's generator: the same curves give the same interval
 LR_DIGITS = 12  # significant digits of an optimum trained at (Optimum.lr)
 
 Curve = Sequence[tuple[float, float]]  # (lr, final val loss) of one seed
 
 
 @dataclass(frozen=True)
-class SeedOptimum:
-    """One seed's optimum: the vertex's LR, the fitted loss there, and whether the curve's
-    lowest point is inside its grid (at an edge the vertex is an extrapolation)."""
+class Optimum:
+    """An optimum (or a ratio of two) in LR: the grid point, its bootstrap interval over seeds,
+    the seeds, and whether it is inside its grid (not the first or last point)."""
 
-    seed: int
-    lr: float
-    loss: float
+    value: float
+    low: float
+    high: float
+    seeds: int
     inside: bool
+    resolved: bool = True  # False: every bootstrap resample gave the same grid point(s)
+
+    @property
+    def shown(self) -> bool:
+        """For a ratio of optima: whether the interval excludes 1 (they differ)."""
+        return not self.low <= 1.0 <= self.high
+
+    @property
+    def lr(self) -> float:
+        """The optimum as the LR runs train at: :data:`LR_DIGITS` significant digits, so that
+        an LR's last bit, which can differ between machines, does not change run ids."""
+        return float(f"{self.value:.{LR_DIGITS}g}")
 
 
-def fit_vertex(curve: Curve) -> tuple[float, float, bool]:
-    """(lr, loss, inside) of the quadratic in log2 LR through the :data:`FIT_POINTS` points
-    around the curve's lowest one; the lowest point itself where the fit opens downwards."""
-    points = sorted((math.log2(lr), loss) for lr, loss in curve if math.isfinite(loss))
-    if not points:
-        return math.nan, math.nan, False
-    xs = np.array([x for x, _ in points])
-    ys = np.array([y for _, y in points])
-    low = int(np.argmin(ys))
-    inside = 0 < low < len(points) - 1
-    half = FIT_POINTS // 2
-    start = min(max(low - half, 0), max(len(points) - FIT_POINTS, 0))
-    window = slice(start, start + FIT_POINTS)
-    if len(points) < 3:
-        return 2.0 ** xs[low], float(ys[low]), inside
-    a, b, c = np.polyfit(xs[window], ys[window], 2)
-    if a <= 0:
-        return 2.0 ** xs[low], float(ys[low]), inside
-    vertex = float(np.clip(-b / (2 * a), xs[window][0], xs[window][-1]))
-    return 2.0**vertex, float(a * vertex**2 + b * vertex + c), inside
+@dataclass(frozen=True)
+class CurveTable:
+    """Curves as one table: the grid (ascending), the seeds, and a seed × grid array of final
+    losses, NaN where a seed has no finite point."""
+
+    grid: np.ndarray
+    seeds: tuple[int, ...]
+    losses: np.ndarray
+
+
+def curve_table(curves: Mapping[int, Curve]) -> CurveTable:
+    """The curves' union grid and their losses on it."""
+    grid = np.array(sorted({lr for curve in curves.values() for lr, _ in curve}), dtype=float)
+    where = {lr: i for i, lr in enumerate(grid.tolist())}
+    losses = np.full((len(curves), len(grid)), np.nan)
+    for row, curve in enumerate(curves.values()):
+        for lr, loss in curve:
+            if math.isfinite(loss):
+                losses[row, where[lr]] = loss
+    return CurveTable(grid, tuple(curves), losses)
+
+
+def window_weights(grid: np.ndarray) -> np.ndarray:
+    """(grid × grid) 1 where two points lie within :data:`WINDOW` octaves of each other."""
+    logs = np.log2(grid)
+    return (np.abs(logs[:, None] - logs[None, :]) <= WINDOW + 1e-9).astype(float)
+
+
+def smoothed_argmins(losses: np.ndarray, weights: np.ndarray) -> np.ndarray:
+    """Per row of ``losses`` (..., seeds, grid): the grid index of the lowest running mean of
+    the seed-mean curve (-1 where no point is finite). A grid's first and last points are no
+    candidates where it has a point between them: their window is cut in half, and a running
+    mean over fewer points of a valley is lower, so an end would win on a symmetric valley."""
+    present = ~np.isnan(losses)
+    counts = present.sum(axis=-2)
+    means = np.where(counts > 0, np.nansum(losses, axis=-2) / np.maximum(counts, 1), 0.0)
+    has = (counts > 0).astype(float)
+    covered = has @ weights
+    smoothed = np.where(covered > 0, (means * has) @ weights / np.maximum(covered, 1), np.inf)
+    smoothed = np.where(has > 0, smoothed, np.inf)
+    if smoothed.shape[-1] > 2:
+        smoothed[..., [0, -1]] = np.inf
+    found = np.argmin(smoothed, axis=-1)
+    return np.where(np.isfinite(smoothed.min(axis=-1)), found, -1)
+
+
+def lowest_at_end(losses: np.ndarray) -> bool:
+    """Whether the seed-mean curve's lowest point is the grid's first or last (the optimum
+    may lie beyond the grid)."""
+    means = np.nanmean(losses, axis=0)
+    lowest = int(np.nanargmin(means))
+    return lowest in (0, len(means) - 1)
+
+
+def resampled_rows(seeds: int) -> np.ndarray:
+    """(:data:`RESAMPLES` × seeds) row indices of the seeds drawn with replacement."""
+    rng = np.random.default_rng(RESAMPLE_SEED)
+    return rng.integers(0, seeds, size=(RESAMPLES, seeds))
+
+
+def half_step(grid: np.ndarray) -> float:
+    """Half the grid's (median) step in log2 LR; 0 for a grid of one point."""
+    return float(np.median(np.diff(np.log2(grid)))) / 2 if len(grid) > 1 else 0.0
+
+
+def _percentiles(logs: np.ndarray, level: float, widen: float) -> tuple[float, float]:
+    """The ``level`` percentile interval of ``logs`` (ends on values drawn), widened by
+    ``widen`` in log2 on each side, as LRs."""
+    tail = (1 - level) / 2
+    low = np.quantile(logs, tail, method="lower")
+    high = np.quantile(logs, 1 - tail, method="higher")
+    return float(2.0 ** (low - widen)), float(2.0 ** (high + widen))
+
+
+def variant_optimum(curves: Mapping[int, Curve], level: float = 0.95) -> Optimum | None:
+    """The variant's optimum over its seeds' curves (None without a finite point)."""
+    table = curve_table(curves)
+    weights = window_weights(table.grid)
+    found = int(smoothed_argmins(table.losses, weights))
+    if found < 0:
+        return None
+    n = len(table.seeds)
+    inside = not lowest_at_end(table.losses)
+    lr = float(table.grid[found])
+    if n < 2:
+        return Optimum(lr, 0.0, math.inf, n, inside)
+    drawn = smoothed_argmins(table.losses[resampled_rows(n)], weights)
+    logs = np.log2(table.grid[drawn[drawn >= 0]])
+    interval = _percentiles(logs, level, half_step(table.grid))
+    return Optimum(lr, *interval, n, inside, bool(np.ptp(logs) > 0))
+
+
+def optimum_ratio(
+    first: Mapping[int, Curve], second: Mapping[int, Curve], level: float = 0.95
+) -> Optimum | None:
+    """second's optimum over first's on the seeds both have, bootstrapped drawing the same
+    seeds for both (None: no seed in common, or no finite point)."""
+    shared = [seed for seed in first if seed in second]
+    if not shared:
+        return None
+    a = curve_table({s: first[s] for s in shared})
+    b = curve_table({s: second[s] for s in shared})
+    wa, wb = window_weights(a.grid), window_weights(b.grid)
+    ia, ib = int(smoothed_argmins(a.losses, wa)), int(smoothed_argmins(b.losses, wb))
+    if ia < 0 or ib < 0:
+        return None
+    value = float(b.grid[ib] / a.grid[ia])
+    inside = not (lowest_at_end(a.losses) or lowest_at_end(b.losses))
+    if len(shared) < 2:
+        return Optimum(value, 0.0, math.inf, 1, inside)
+    rows = resampled_rows(len(shared))
+    da, db = smoothed_argmins(a.losses[rows], wa), smoothed_argmins(b.losses[rows], wb)
+    both = (da >= 0) & (db >= 0)
+    logs = np.log2(b.grid[db[both]] / a.grid[da[both]])
+    widen = half_step(a.grid) + half_step(b.grid)
+    resolved = bool(np.ptp(da[both]) > 0 or np.ptp(db[both]) > 0)
+    return Optimum(value, *_percentiles(logs, level, widen), len(shared), inside, resolved)
 
 
 def edge_sides(curves: Mapping[int, Curve], grid: Sequence[float]) -> set[int]:
@@ -72,66 +193,3 @@ def edge_sides(curves: Mapping[int, Curve], grid: Sequence[float]) -> set[int]:
             elif math.isclose(lowest, max(grid), rel_tol=1e-9):
                 sides.add(1)
     return sides
-
-
-def seed_optima(curves: Mapping[int, Curve]) -> list[SeedOptimum]:
-    """Every seed's fitted optimum."""
-    return [SeedOptimum(seed, *fit_vertex(curve)) for seed, curve in curves.items()]
-
-
-@dataclass(frozen=True)
-class Optimum:
-    """An optimum (or a ratio of two) in LR: the mean over seeds in log2 LR, its t interval,
-    the seeds, and whether every seed's lowest point was inside its grid."""
-
-    value: float
-    low: float
-    high: float
-    seeds: int
-    inside: bool
-
-    @property
-    def shown(self) -> bool:
-        """For a ratio of optima: whether the interval excludes 1 (they differ)."""
-        return not self.low <= 1.0 <= self.high
-
-    @property
-    def lr(self) -> float:
-        """The optimum as the LR runs train at: :data:`LR_DIGITS` significant digits, so that
-        the fit's last bit, which differs between machines (numpy's vector code depends on the
-        CPU), does not change their run ids (ln_vs_rms's tuned runs got new ids on an
-        AVX-512 machine for an LR 1 ulp off, with bit-identical losses)."""
-        return float(f"{self.value:.{LR_DIGITS}g}")
-
-
-def _t_interval(logs: Sequence[float], inside: bool, level: float) -> Optimum:
-    """2^(mean of ``logs``) with the t interval of the mean (none with one value)."""
-    from scipy import stats  # only where an interval is computed
-
-    n, centre = len(logs), statistics.fmean(logs)
-    spread = math.inf
-    if n > 1:
-        spread = stats.t.ppf(0.5 + level / 2, n - 1) * statistics.stdev(logs) / math.sqrt(n)
-    return Optimum(2.0**centre, 2.0 ** (centre - spread), 2.0 ** (centre + spread), n, inside)
-
-
-def variant_optimum(curves: Mapping[int, Curve], level: float = 0.95) -> Optimum | None:
-    """The variant's optimum over its seeds' curves (None without a finite curve)."""
-    found = [o for o in seed_optima(curves) if math.isfinite(o.lr)]
-    if not found:
-        return None
-    return _t_interval([math.log2(o.lr) for o in found], all(o.inside for o in found), level)
-
-
-def optimum_ratio(
-    first: Mapping[int, Curve], second: Mapping[int, Curve], level: float = 0.95
-) -> Optimum | None:
-    """second's optimum over first's, paired by the seeds both have (None: no pair)."""
-    mine = {o.seed: o for o in seed_optima(first) if math.isfinite(o.lr)}
-    pairs = [
-        (mine[o.seed], o) for o in seed_optima(second) if o.seed in mine and math.isfinite(o.lr)
-    ]
-    if not pairs:
-        return None
-    logs = [math.log2(b.lr / a.lr) for a, b in pairs]
-    return _t_interval(logs, all(a.inside and b.inside for a, b in pairs), level)

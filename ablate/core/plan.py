@@ -23,6 +23,7 @@ from ablate.core.experiment import Experiment, SweepConfig
 from ablate.core.stability import criterion_text
 
 SPEC_VERSION = 1
+USABLE_WALK = 5  # runs a usable walk takes per seed, about: the reference's end within an octave
 # Keys added after results were stored, left out of a run's identity while at these defaults,
 # so the runs of earlier versions keep their ids (and are reused, not trained again).
 LATER_KEYS: dict[tuple[str, str], Any] = {
@@ -68,7 +69,7 @@ class RunSpec:
     variant: str
     seed: int
     config: RunConfig
-    group: str = "main"  # main, sweep, search, tuned, max_lr or convert: its stage (not hashed)
+    group: str = "main"  # its stage: main, sweep, curve, tuned, crossover, usable, … (not hashed)
     init_from: str | None = None  # convert: run id of the source run whose weights start it
     bias_mapping: str | None = None  # convert: fold or drop (see ablate.nn.convert)
 
@@ -238,6 +239,31 @@ def plan_tuned(
     ]
 
 
+def plan_crossover(
+    experiment: Experiment, best: dict[str, dict[str, Any]], seeds: list[int]
+) -> list[RunSpec]:
+    """The cross-over of the tuned A/B: each variant at the baseline's tuned ``lr`` and
+    ``warmup_steps`` and the baseline at each variant's, on ``seeds`` (the tuned A/B's), so
+    every comparison is also made at one shared setting; none where the two settings are the
+    same (that run is the tuned one)."""
+    baseline = next(iter(experiment.variants))
+    mine = best.get(baseline)
+    specs = []
+    for seed in seeds:
+        for variant in experiment.variants:
+            other = best.get(variant)
+            if variant == baseline or not other or not mine or other == mine:
+                continue
+            for who, settings in ((variant, mine), (baseline, other)):
+                trained = with_train(
+                    experiment.variants[who],
+                    lr=settings["lr"],
+                    warmup_steps=settings["warmup_steps"],
+                )
+                specs.append(RunSpec(experiment.name, who, seed, trained, group="crossover"))
+    return specs
+
+
 def max_lr_family(experiment: Experiment, variant: str) -> str:
     """The run family of the variant's max-LR probes (its config at the ``max_lr`` budget,
     seed, LR and warmup aside): what a probe's verdict depends on besides LR and seed, and
@@ -294,6 +320,12 @@ def plan_manifest(
         ),
         "seeds": experiment.seeds,
         "min_effect": experiment.analysis.min_effect,
+        "usable_within": experiment.max_lr.within if experiment.max_lr else None,
+        "warmup_range": (
+            [experiment.curve.warmup_min, experiment.curve.warmup_max]
+            if experiment.curve and experiment.curve.warmup_trials
+            else None
+        ),
         **({"decide": decided} if decided else {}),
         "criterion": criterion_text(experiment.base.train.stability),
         "runs": [
@@ -319,6 +351,10 @@ def planned_groups(experiment: Experiment) -> list[str]:
         "search": experiment.search is not None,
         "curve": experiment.curve is not None,
         "tuned": experiment.search is not None or experiment.curve is not None,
+        "crossover": experiment.search is not None or experiment.curve is not None,
+        "usable": experiment.max_lr is not None
+        and experiment.max_lr.within is not None
+        and (experiment.search is not None or experiment.curve is not None),
         "decide": experiment.decide is not None,
         "max_lr": experiment.max_lr is not None,
         "convert": experiment.convert is not None,
@@ -365,10 +401,13 @@ def study_runs(
         runs["curve"] = _counted([s for s in plan_curve(experiment) if s.variant == variant])
     if search is not None or experiment.curve is not None:
         runs["tuned"] = _counted([s for s in plan_tuned(experiment, at_base)])
+        runs["crossover"] = runs["tuned"]  # at most: none where both chose the same
     if (decide := experiment.decide) is not None:  # at most: it stops once decided
         runs["decide"] = (decide.max_seeds - len(experiment.seeds), config.steps())
     if (max_lr := experiment.max_lr) is not None:
         probes = max_lr_probes(experiment, max_lr.start or config.train.lr)
         seeds = len(max_lr.seeds or experiment.seeds)
         runs["max_lr"] = (probes * seeds, (max_lr.tokens or config.train.tokens) // per_step)
+        if max_lr.within is not None and "tuned" in runs:
+            runs["usable"] = (USABLE_WALK * seeds, config.steps())
     return runs

@@ -14,6 +14,11 @@ Stages, in order (each one only those the file configures):
    matched init and batch order as in the shared A/B;
    **decide** — with ``decide:``, seeds added to the leading comparison (tuned, else shared)
    until the report's verdict on each of its comparisons is reached (:mod:`ablate.launch.decide`);
+   **crossover** — on the tuned A/B's seeds, each variant at the baseline's tuned (LR, warmup)
+   and the baseline at each variant's, so every tuned Δ is also measured at a shared setting
+   (:func:`ablate.core.plan.plan_crossover`; the report says when it depends on the LR);
+   **usable** — with ``max_lr.within`` and a tuned optimum, each variant's usable-LR boundary
+   walked up from its optimum on the max-LR seeds (:mod:`ablate.launch.usable`);
 5. **max_lr** — the largest stable LR per variant, bracketed seed by seed, then held against
    every other stored run of the variant at the same budget (:func:`check_boundaries`);
 6. **convert** — continued training of the finished source runs, as stored and norm-swapped;
@@ -44,6 +49,7 @@ from ablate.core.plan import (
     RunSpec,
     max_lr_family,
     plan_convert,
+    plan_crossover,
     plan_manifest,
     plan_runs,
     plan_sweep,
@@ -63,7 +69,18 @@ from ablate.launch.execute import Executor, ready_conversions, split_done
 from ablate.launch.progress import StudyProgress
 from ablate.launch.workers import Resources, resources_for, sigint_deferred
 
-STAGES = ("shared", "search", "curve", "tuned", "decide", "max_lr", "convert", "report")
+STAGES = (
+    "shared",
+    "search",
+    "curve",
+    "tuned",
+    "decide",
+    "crossover",
+    "usable",
+    "max_lr",
+    "convert",
+    "report",
+)
 SayFn = Callable[[str], None]
 
 
@@ -170,8 +187,29 @@ def run_experiment(
         specs += tuned
         write_manifest(ctx, specs + continued)
         ctx.execute(tuned)  # stage: tuned
+    decided = None  # what decide: did, kept in every later plan
     if experiment.decide is not None:
         specs = decide_stage(ctx, specs, continued, chosen)
+        decided = store.read_manifest(ctx.exp_dir).get("decide")
+    if chosen:  # stage: crossover, on the seeds the tuned A/B ended with
+        seeds = sorted({s.seed for s in specs if s.group == "tuned"})
+        crossover = plan_crossover(experiment, chosen, seeds)
+        specs += crossover
+        write_manifest(ctx, specs + continued, decided)
+        ctx.execute(crossover)
+    if experiment.max_lr is not None and experiment.max_lr.within is not None and chosen:
+        from ablate.launch.usable import usable_stage
+
+        assert ctx.executor is not None
+        optima = {v: float(s["lr"]) for v, s in chosen.items()}
+        done = list(specs)
+        specs += usable_stage(  # stage: usable
+            experiment,
+            ctx.executor,
+            optima,
+            lambda walked: write_manifest(ctx, done + walked + continued, decided),
+            ctx.say,
+        )
     if experiment.max_lr is not None:
         studies.max_lr = max_lr_stage(ctx, studies.best_lrs())
     if experiment.search is not None or experiment.max_lr is not None:
@@ -200,9 +238,11 @@ def _check_storage(experiment: Experiment, root: Path, storage: str | None) -> N
         check_storage_opens(experiment, root, storage)
 
 
-def write_manifest(ctx: Context, specs: list[RunSpec]) -> None:
-    """The plan as the report reads it (``experiment.json``)."""
-    store.write_manifest(ctx.exp_dir, plan_manifest(ctx.experiment, specs))
+def write_manifest(
+    ctx: Context, specs: list[RunSpec], decided: dict[str, Any] | None = None
+) -> None:
+    """The plan as the report reads it (``experiment.json``), with ``decide:``'s record."""
+    store.write_manifest(ctx.exp_dir, plan_manifest(ctx.experiment, specs, decided))
 
 
 def decide_stage(

@@ -20,7 +20,17 @@ from ablate.core.folders import ExperimentFolder, RunFolder, read_json
 from ablate.launch.slurm import ACTIVE, Submitted, job_states, submitted_jobs
 
 STATES = ("done", "failed", "running", "queued", "not started")
-STAGE_ORDER = ("main", "sweep", "warmup", "search", "tuned", "max_lr", "convert")
+STAGE_ORDER = (
+    "main",
+    "sweep",
+    "warmup",
+    "search",
+    "tuned",
+    "crossover",
+    "usable",
+    "max_lr",
+    "convert",
+)
 
 
 @dataclass(frozen=True)

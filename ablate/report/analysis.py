@@ -88,6 +88,15 @@ def mean_difference(diff: pd.Series) -> PairedDifference:
     )
 
 
+def t_interval(values: np.ndarray, level: float) -> tuple[float, float]:
+    """The t interval of the mean of ``values`` at ``level`` (NaN under 2 values)."""
+    values = values[np.isfinite(values)]
+    if len(values) < 2:
+        return float("nan"), float("nan")
+    half = stats.t.ppf(0.5 + level / 2, len(values) - 1) * stats.sem(values)
+    return float(values.mean() - half), float(values.mean() + half)
+
+
 def holm(p_values: list[float]) -> list[float]:
     """Holm–Bonferroni adjusted p-values, in the given order (NaN stays NaN): the i-th
     smallest of m is multiplied by m − i + 1, made monotone and capped at 1. Rejecting where
@@ -119,8 +128,19 @@ def column(frame: pd.DataFrame, name: str) -> pd.Series:
     return pd.to_numeric(frame[name], errors="coerce").astype(float)
 
 
-def variant_row(runs: pd.DataFrame, variant: str, baseline: str) -> dict[str, object]:
-    """Runs, outcomes, loss and speed over seeds, and the paired difference to ``baseline``.
+def scored_split(runs: pd.DataFrame) -> str:
+    """The split comparisons are scored on: ``test`` where every finished run has a final
+    test loss (``data.test_fraction``: a split no selection saw), else ``val``."""
+    finished = runs[runs["status"] == "finished"]
+    test = column(finished, "final_test_loss")
+    return "test" if len(finished) and test.notna().all() else "val"
+
+
+def variant_row(
+    runs: pd.DataFrame, variant: str, baseline: str, split: str = "val"
+) -> dict[str, object]:
+    """Runs, outcomes, loss and speed over seeds, and the paired difference to ``baseline``
+    in the final loss on ``split`` (:func:`scored_split`).
 
     Loss and speed use finished runs; ``nonfinite_values`` sums the non-finite activations and
     gradients the probes counted in every run of the variant, diverged ones included.
@@ -140,6 +160,9 @@ def variant_row(runs: pd.DataFrame, variant: str, baseline: str) -> dict[str, ob
         "final_val_loss_std": val.std(ddof=1),
         "best_val_loss_mean": best.mean(),
         "best_val_loss_std": best.std(ddof=1),
+        "scored_on": split,
+        "final_test_loss_mean": column(finished, "final_test_loss").mean(),
+        "final_test_loss_std": column(finished, "final_test_loss").std(ddof=1),
         **difference_columns(None),
         "n_params": int(mine["n_params"].iloc[0]) if len(mine) else None,
         "tokens_per_s_mean": tokens_per_s.mean(),
@@ -152,13 +175,16 @@ def variant_row(runs: pd.DataFrame, variant: str, baseline: str) -> dict[str, ob
         ),
     }
     if variant != baseline:
-        row.update(difference_columns(paired_difference(runs, variant, baseline)))
+        metric = f"final_{split}_loss"
+        row.update(difference_columns(paired_difference(runs, variant, baseline, metric)))
     return row
 
 
-def variant_table(runs: pd.DataFrame, variants: list[str], baseline: str) -> pd.DataFrame:
+def variant_table(
+    runs: pd.DataFrame, variants: list[str], baseline: str, split: str = "val"
+) -> pd.DataFrame:
     """One :func:`variant_row` per variant, in the experiment's order."""
-    return pd.DataFrame([variant_row(runs, v, baseline) for v in variants])
+    return pd.DataFrame([variant_row(runs, v, baseline, split) for v in variants])
 
 
 def noise_floor(runs: pd.DataFrame, metric: str = "final_val_loss") -> float:

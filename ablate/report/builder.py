@@ -42,6 +42,7 @@ from ablate.report.analysis import noise_floor
 from ablate.report.boundaries import max_lr_section
 from ablate.report.comparison import comparison_section
 from ablate.report.convert import convert_section
+from ablate.report.crossover import crossover_section
 from ablate.report.factorial import Design
 from ablate.report.figures import save_figure
 from ablate.report.inference import inference_section
@@ -53,6 +54,7 @@ from ablate.report.setup import impurity_flag, setup_section, simulated_flag
 from ablate.report.studies import attach_studies, curve_section, search_section, sweep_section
 from ablate.report.summary import quality_tables, summary_lines
 from ablate.report.text import quality_markdown
+from ablate.report.usable import usable_section
 
 
 @dataclass(frozen=True)
@@ -146,6 +148,21 @@ def decided_seeds(manifest: dict) -> str:
     return f" (the leading comparison, seeds until decided: {decided['seeds']})"
 
 
+def runs_table(stored: StoredExperiment) -> pd.DataFrame:
+    """Every run the report stands on, each with its group: the planned ones, the warmup
+    studies' and the search trials and max-LR probes the studies name."""
+    every = stored.stored_runs
+    ids = set(stored.runs["run_id"])
+    if "group" in every:
+        ids |= set(every.loc[every["group"] == "warmup", "run_id"])
+    studies = stored.studies or {}
+    for found in (studies.get("search") or {}).values():
+        ids |= {row["run_id"] for row in found.get("trial_table", [])}
+    for found in (studies.get("max_lr") or {}).values():
+        ids |= set(found.get("run_ids", []))
+    return every[every["run_id"].isin(ids)]
+
+
 def report_sections(
     stored: StoredExperiment, variants: list[str]
 ) -> tuple[Section, pd.DataFrame, str]:
@@ -166,7 +183,7 @@ def report_sections(
             f"seeds: {manifest['seeds']}{decided_seeds(manifest)}.",
             "",
         ],
-        {"variants.csv": table, "runs.csv": stored.runs},
+        {"variants.csv": table, "runs.csv": runs_table(stored)},
     )
     design = Design.from_manifest(manifest)
     factors, effects = factors_section(stored.main, design) if design else (Section(), None)
@@ -182,12 +199,14 @@ def report_sections(
     report.extend(factors)
     if tuned is not None:
         report.extend(comparison_section(stored, table, tuned))
+        report.extend(crossover_section(stored))
     for section in (
         main_section(stored, table, noise),
         inference_section(stored.inference, variants, manifest.get("source") or "FILE"),
         convert_section(stored),
         sweep,
         curve_section(stored, variants),
+        usable_section(stored),
         max_lr_section(stored.studies or {}, design),
         search_section(stored.studies or {}, variants),
     ):

@@ -1,7 +1,8 @@
 """The comparison answered twice: every variant at the shared LR, and each at its tuned settings.
 
 With a search or a curve, the tuned A/B leads the report: Δ at the shared LR beside Δ with each
-variant at its own best (LR, warmup), the max stable LR and the headroom above the tuned LR.
+variant at its own best (LR, warmup), the usable LR and the headroom it leaves above the tuned
+LR, and the max stable LR (where a run still learned at all).
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import pandas as pd
 from ablate.report.load import StoredExperiment
 from ablate.report.section import Section
 from ablate.report.text import p_text, pm, sig, signed
+from ablate.report.usable import usable_table
 
 
 def _diff_text(row: pd.Series | None) -> str:
@@ -27,8 +29,14 @@ def comparison_table(
     stored: StoredExperiment, table: pd.DataFrame, tuned: pd.DataFrame
 ) -> pd.DataFrame:
     """Per variant: Δ at the shared LR and Δ at its tuned settings, the settings, the max
-    stable LR and the headroom (max stable LR / tuned LR)."""
+    stable LR (learned at all), the usable LR and the headroom (usable LR / tuned LR)."""
     studies = stored.studies or {}
+    found_usable = usable_table(stored)
+    usable = (
+        dict(zip(found_usable["variant"], found_usable["usable_lr"], strict=True))
+        if len(found_usable)
+        else {}
+    )
     rows = []
     for i, variant in enumerate(table["variant"]):
         shared = stored.main[stored.main["variant"] == variant]
@@ -50,7 +58,10 @@ def comparison_table(
                 "tuned_final_val_loss": tuned.iloc[i]["final_val_loss_mean"],
                 "delta_tuned": _diff_text(tuned.iloc[i] if i else None),
                 "max_stable_lr": max_lr,
-                "headroom": max_lr / tuned_lr if max_lr and tuned_lr else None,
+                "usable_lr": usable.get(variant),
+                "headroom": usable[variant] / tuned_lr
+                if usable.get(variant) and tuned_lr
+                else None,
             }
         )
     return pd.DataFrame(rows)
@@ -61,6 +72,7 @@ def comparison_section(
 ) -> Section:
     """Markdown and CSVs of the question answered twice: shared LR and tuned settings."""
     frame = comparison_table(stored, table, tuned)
+    split = str(tuned["scored_on"].iloc[0]) if "scored_on" in tuned else "val"
     shown = pd.DataFrame(
         {
             "variant": frame["variant"],
@@ -73,16 +85,19 @@ def comparison_section(
                 f"{r.tuned_lr:.3g}, {r.tuned_warmup}" if r.tuned_lr else "–"
                 for r in frame.itertuples()
             ],
-            "final val loss, tuned": [
+            f"final {split} loss, tuned": [
                 pm(m, s)
                 for m, s in zip(
-                    tuned["final_val_loss_mean"], tuned["final_val_loss_std"], strict=True
+                    tuned[f"final_{split}_loss_mean"], tuned[f"final_{split}_loss_std"], strict=True
                 )
             ],
             "Δ at tuned settings [95% CI], p": frame["delta_tuned"],
-            "max stable LR": frame["max_stable_lr"].map(lambda v: sig(v) if v else "–"),
-            "headroom (max stable / tuned LR)": frame["headroom"].map(
+            "usable LR": frame["usable_lr"].map(lambda v: sig(v) if v else "–"),
+            "headroom (usable / tuned LR)": frame["headroom"].map(
                 lambda v: f"{v:.2f}×" if v else "–"
+            ),
+            "max stable LR (learned at all)": frame["max_stable_lr"].map(
+                lambda v: sig(v) if v else "–"
             ),
         }
     )
@@ -93,9 +108,10 @@ def comparison_section(
         "and every variant at its own best (LR, warmup) (from the search, or its LR curve's "
         "optimum with its warmup study's best), trained at the full budget on the same seeds "
         "(matched initial weights and batches). Δ = variant − "
-        "baseline over matched seeds. Headroom: how far above its tuned LR a variant stays "
-        "stable (max stable LR: the median of its seeds' at the `max_lr` budget, which may be "
-        "shorter than the tuned runs').",
+        "baseline over matched seeds. Headroom: how far above its tuned LR a variant's final "
+        "loss stays within `max_lr.within` of its loss there (the usable LR, median of its "
+        "seeds' walks); the max stable LR is where a run still learned at all (the median of "
+        "its seeds' at the `max_lr` budget, which may be shorter than the tuned runs').",
         "",
         shown.to_markdown(index=False),
         "",

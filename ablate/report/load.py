@@ -24,6 +24,7 @@ class StoredExperiment:
     runs: pd.DataFrame  # every planned run with a result (main and sweep)
     main: pd.DataFrame  # the main variant x seed runs (the shared-LR A/B)
     tuned: pd.DataFrame  # the tuned A/B: each variant at its best search settings
+    crossover: pd.DataFrame  # each variant at the baseline's tuned settings and vice versa
     metrics: pd.DataFrame  # per-step metrics of the main runs
     probes: pd.DataFrame  # probe rows of the main runs
     studies: dict | None  # stability.json, when search or max_lr ran
@@ -50,6 +51,7 @@ def load_experiment_results(exp_dir: Path) -> StoredExperiment:
         runs=runs,
         main=main,
         tuned=runs[runs["run_id"].isin(_group_ids(manifest, "tuned"))],
+        crossover=runs[runs["run_id"].isin(_group_ids(manifest, "crossover"))],
         metrics=store.load_metrics(exp_dir, main),  # only the main runs' curves are drawn
         probes=store.load_probes(exp_dir, main),
         studies=current_studies(store.read_studies(exp_dir), manifest["variants"]),
@@ -82,7 +84,7 @@ def missing_runs(exp_dir: Path, manifest: dict, runs: pd.DataFrame) -> list[str]
         group = r.get("group", "main")
         if group == "main":
             where = ""
-        elif group in ("convert", "tuned"):
+        elif group in ("convert", "tuned", "crossover"):
             where = f" ({group})"
         else:
             where = f" ({group}, lr={r['lr']:.3g})"

@@ -1,6 +1,6 @@
-"""The report's LR optima from the sweep: each variant's optimum from its own loss curve with an
+"""The report's LR optima from the sweep: each variant's optimum from its own loss curves with an
 interval, whether two variants' optima differ, and Δ along the whole curve
-(:mod:`ablate.core.optimum`, scored on the simulator by ``python -m ablate.bench.estimators``).
+(:mod:`ablate.core.optimum`, held to real runs by ``python -m ablate.bench.held_to_runs``).
 
 A seed's curve is its stable sweep runs' final val losses (an unstable run is not a point of
 the valley). The sweep runs on the experiment's seeds, so the optimum here describes the
@@ -35,8 +35,8 @@ def _interval_text(found: Optimum | None) -> str:
 
 
 def optimum_table(frame: pd.DataFrame, variants: list[str]) -> pd.DataFrame:
-    """Per variant: its optimum with the t interval over seeds, whether every seed's lowest
-    point was inside the grid, and its ratio to the baseline's, paired by seed."""
+    """Per variant: its optimum with the bootstrap interval over seeds, whether it is inside
+    the grid, and its ratio to the baseline's, the same seeds drawn for both."""
     baseline = sweep_curves(frame, variants[0])
     rows = []
     for variant in variants:
@@ -55,6 +55,7 @@ def optimum_table(frame: pd.DataFrame, variants: list[str]) -> pd.DataFrame:
                 "ratio_low": ratio and ratio.low,
                 "ratio_high": ratio and ratio.high,
                 "ratio_shown": ratio.shown if ratio and ratio.seeds > 1 else None,
+                "ratio_resolved": ratio.resolved if ratio else None,
             }
         )
     return pd.DataFrame(rows)
@@ -102,10 +103,15 @@ def optimum_lines(table: pd.DataFrame, source: str = "sweep") -> list[str]:
         )
         if pd.notna(row.ratio_to_baseline) and row.ratio_shown is not None:
             verdict = "they **differ**" if row.ratio_shown else "a difference is **not shown**"
+            if row.ratio_resolved is False and row.ratio_to_baseline == 1.0:
+                verdict += (
+                    "; every resample gave the same grid points, so a difference finer than the "
+                    "grid's step is **below its resolution** (a finer `per_octave` resolves it)"
+                )
             lines.append(
                 f"  {row.variant} / {table['variant'].iloc[0]}: "
-                f"{ratio_text(row.ratio_to_baseline, row.ratio_low, row.ratio_high)}, paired by "
-                f"seed: {verdict}."
+                f"{ratio_text(row.ratio_to_baseline, row.ratio_low, row.ratio_high)}, the same "
+                f"seeds drawn for both: {verdict}."
             )
     return lines
 
@@ -133,10 +139,13 @@ def optimum_section(frame: pd.DataFrame, variants: list[str], source: str = "swe
     lines = [
         "### LR optimum from each variant's curve, and Δ along it",
         "",
-        f"Each seed's optimum is the vertex of a quadratic in log2 LR through the five stable "
-        f"{source} points around its lowest; a variant's is the mean over seeds in log2 LR with a "
-        "95% t interval, and its ratio to the baseline's is paired by seed. Δ is the paired "
-        "difference (variant − baseline) at every LR where both ran stably.",
+        f"A variant's optimum is the {source} LR of the lowest running mean, over one octave, of "
+        "its seed-mean curve of stable runs (a grid point: the estimator held to the dense "
+        "reference, docs/stability-and-search.md); its 95% interval is a bootstrap over seeds "
+        "widened by half a grid step each side (a grid point stands for the optimum to within "
+        "it), and its ratio to the baseline's draws the same seeds for both, widened by a "
+        "step. Δ is the paired difference (variant − baseline) at every LR where both ran "
+        "stably.",
         "",
         *optimum_lines(table, source),
         "",

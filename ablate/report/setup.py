@@ -129,7 +129,16 @@ def _norm_text(configs: dict[str, dict[str, Any]], main: pd.DataFrame) -> str:
     )
 
 
-STAGE_ORDER = ("main", "sweep", "curve", "warmup", "tuned", "convert")  # the pipeline's order
+STAGE_ORDER = (
+    "main",
+    "sweep",
+    "curve",
+    "warmup",
+    "tuned",
+    "crossover",
+    "usable",
+    "convert",
+)  # the pipeline's order
 STUDY_GROUPS = {"warmup"}  # stored by group, not in the manifest
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import pandas as pd
 
+from ablate.core.stability import clipped_loss
 from ablate.report.analysis import sensitivity_table, sweep_frame, sweep_table
 from ablate.report.boundaries import boundary_table
 from ablate.report.figures import stability_map_figure, sweep_figure
@@ -96,8 +97,49 @@ def curve_section(stored: StoredExperiment, variants: list[str]) -> Section:
         "variant at its optimum below (and the search's best warmup, where there is a search).",
         "",
         *found.lines,
+        *warmup_lines(stored),
     ]
     return Section(lines, found.tables)
+
+
+def warmup_lines(stored: StoredExperiment) -> list[str]:
+    """Each variant's warmup study at its tuned LR: the warmups tried, the best, and whether
+    the best is an end of the searched range (the optimum may lie beyond it)."""
+    span = stored.manifest.get("warmup_range")
+    every = stored.stored_runs
+    if not span or "group" not in every or stored.tuned.empty:
+        return []
+    lines = [
+        "",
+        "Each variant's warmup study at its optimum LR (mean final val loss over the "
+        "curve seeds, an unstable run counted as min(ℓ, ℓ0)):",
+        "",
+    ]
+    for variant, tuned in stored.tuned.groupby("variant", sort=False):
+        runs = every[
+            (every["group"] == "warmup")
+            & (every["variant"] == variant)
+            & (every["lr"] == tuned["lr"].iloc[0])
+        ]
+        if runs.empty:
+            continue
+        values = [
+            clipped_loss(None if pd.isna(loss) else float(loss), first)
+            for loss, first in zip(runs["final_val_loss"], runs["initial_loss"], strict=True)
+        ]
+        means = runs.assign(value=values).groupby("warmup_steps")["value"].mean()
+        best = int(means.idxmin())
+        edge = (
+            f" — **at the searched range's edge** ({span[0]}–{span[1]} steps): the optimum may "
+            "lie beyond it; widen `curve.warmup_min`/`warmup_max`"
+            if best in span
+            else ""
+        )
+        lines.append(
+            f"- {variant}: {len(means)} warmups tried ({', '.join(map(str, means.index))}), "
+            f"best {best} steps ({means.min():.4f}){edge}."
+        )
+    return [*lines, ""]
 
 
 def _edge_best_lines(sensitivity: pd.DataFrame) -> list[str]:

@@ -18,8 +18,15 @@ import pandas as pd
 
 from ablate.core.experiment import MIN_EFFECT
 from ablate.core.sequential import ALPHA, look_alpha
-from ablate.report import boundaries
-from ablate.report.analysis import holm, matched_differences, variant_table
+from ablate.report import boundaries, usable
+from ablate.report.analysis import (
+    holm,
+    matched_differences,
+    scored_split,
+    t_interval,
+    variant_table,
+)
+from ablate.report.crossover import crossover_table, crossover_word
 from ablate.report.factorial import Design, level_text
 from ablate.report.load import StoredExperiment
 from ablate.report.text import fmt, p_text, signed
@@ -59,7 +66,8 @@ def judged(row: pd.Series, baseline: pd.Series, runs: pd.DataFrame, how: Judging
     if unlearned and int(row["n_pairs"]) >= 2:
         return NOT_QUALITY
     p = row["p_holm"] if "p_holm" in row else row["paired_t_p"]
-    diffs = matched_differences(runs, row["variant"], baseline["variant"]).to_numpy()
+    metric = f"final_{row.get('scored_on', 'val')}_loss"
+    diffs = matched_differences(runs, row["variant"], baseline["variant"], metric).to_numpy()
     found = verdict(diffs, how.min_effect, p, how.family, how.alpha)
     return NO_VERDICT if found is None else found
 
@@ -106,7 +114,7 @@ def _difference_lines(
         holm_text = f", Holm-adjusted {p_text(row['p_holm'])}" if "p_holm" in row else ""
         adjusted = "p_holm" in row or how.alpha < ALPHA  # the verdict's level is not 5%
         level = "95% CI, unadjusted" if adjusted else "95% CI"
-        label = f"Final val loss {where}".rstrip()
+        label = f"Final {row.get('scored_on', 'val')} loss {where}".rstrip()
         unlearned = [t for t in (unlearned_text(row), unlearned_text(baseline)) if t]
         found = judged(row, baseline, runs, how)
         if found == NOT_QUALITY:
@@ -120,20 +128,47 @@ def _difference_lines(
         lines.append(
             f"- **{label}, {row['variant']} − {baseline['variant']}: "
             f"{signed(row['diff_vs_baseline'])}** ({level} [{signed(row['diff_ci_low'])}, "
-            f"{signed(row['diff_ci_high'])}], paired t-test p = {p_text(row['paired_t_p'])}"
-            f"{holm_text}): "
+            f"{signed(row['diff_ci_high'])}]"
+            f"{_looks_interval(row, runs, baseline, how, getattr(found, 'word', ''))}, "
+            f"paired t-test p = {p_text(row['paired_t_p'])}{holm_text}): "
             + _verdict_words(row, found, how)
             + (f" ({'; '.join(unlearned)}.)" if unlearned else "")
         )
     return lines
 
 
+def _looks_interval(
+    row: pd.Series, runs: pd.DataFrame, baseline: pd.Series, how: Judging, word: str
+) -> str:
+    """With ``decide:``, the interval at the level its verdict tests at (α over the looks, and
+    over the report's comparisons: Bonferroni), so it covers Δ as the looks require: 1 − α
+    for the test of Δ = 0, and for an *equivalent* verdict the TOST's 1 − 2α, which lies
+    inside ±min_effect exactly where the TOST passes; else nothing."""
+    if how.alpha >= ALPHA:
+        return ""
+    metric = f"final_{row.get('scored_on', 'val')}_loss"
+    diffs = matched_differences(runs, row["variant"], baseline["variant"], metric)
+    alpha = how.alpha / max(how.family, 1)
+    level = 1 - 2 * alpha if word == "equivalent" else 1 - alpha
+    low, high = t_interval(diffs.to_numpy(dtype=float), level)
+    test = "the TOST's" if word == "equivalent" else "the test's"
+    return (
+        f"; {100 * level:.2f}% CI, {test} for its {how.family} comparison(s) and looks "
+        f"[{signed(low)}, {signed(high)}]"
+    )
+
+
 def quality_tables(
     stored: StoredExperiment, variants: list[str]
 ) -> tuple[pd.DataFrame, pd.DataFrame | None]:
-    """The shared-LR and the tuned variant tables, their p-values Holm-adjusted together."""
-    table = variant_table(stored.main, variants, variants[0])
-    tuned = variant_table(stored.tuned, variants, variants[0]) if len(stored.tuned) else None
+    """The shared-LR and the tuned variant tables, their p-values Holm-adjusted together, each
+    scored on its runs' :func:`scored_split`."""
+    table = variant_table(stored.main, variants, variants[0], scored_split(stored.main))
+    tuned = (
+        variant_table(stored.tuned, variants, variants[0], scored_split(stored.tuned))
+        if len(stored.tuned)
+        else None
+    )
     return with_holm(table, tuned)
 
 
@@ -251,6 +286,7 @@ def summary_lines(
     how = judging(stored.manifest, table, tuned)
     if tuned is not None:
         lines += _difference_lines(tuned, stored.tuned, how, "at tuned settings")
+        lines += crossover_summary(stored, how.min_effect)
     shared = "at the shared LR" if tuned is not None else ""
     lines += _difference_lines(table, stored.main, how, shared)
     if comparisons(table, tuned) > 1:
@@ -275,8 +311,28 @@ def summary_lines(
                 "measured during training on this machine."
             )
     design = Design.from_manifest(stored.manifest)
+    lines += usable.summary_line(usable.usable_table(stored))
     lines += boundaries.summary_lines(stored.studies or {}, design)
     return lines + [""]
+
+
+def crossover_summary(stored: StoredExperiment, min_effect: float) -> list[str]:
+    """Per variant, whether its tuned Δ holds with both variants at one setting (the
+    cross-over, :mod:`ablate.report.crossover`); nothing without cross-over runs."""
+    if stored.crossover.empty:
+        return []
+    table = crossover_table(stored, min_effect)
+    lines = []
+    for variant, rows in table.groupby("variant", sort=False):
+        shared = rows[rows["setting"] != "each at its own"]
+        at = "; ".join(
+            f"{r.setting}: {signed(r.diff)} [{signed(r.ci_low)}, {signed(r.ci_high)}], {r.verdict}"
+            for r in shared.itertuples()
+        )
+        lines.append(
+            f"  - Cross-over, {variant}: **{crossover_word(rows)}** at a shared setting ({at})."
+        )
+    return lines
 
 
 def comparisons(table: pd.DataFrame, tuned: pd.DataFrame | None) -> int:

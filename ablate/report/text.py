@@ -81,6 +81,16 @@ def quality_markdown(table: pd.DataFrame) -> str:
     """Loss per variant: mean ± std over seeds and the paired difference to the baseline."""
     rows = list(table.itertuples())
     base_params = rows[0].n_params if rows else None
+    split = str(table["scored_on"].iloc[0]) if "scored_on" in table and rows else "val"
+    test = (
+        {
+            "final test loss, mean ± std": [
+                pm(r.final_test_loss_mean, r.final_test_loss_std) for r in rows
+            ]
+        }
+        if split == "test"
+        else {}
+    )
     shown = pd.DataFrame(
         {
             "variant": table["variant"],
@@ -93,7 +103,8 @@ def quality_markdown(table: pd.DataFrame) -> str:
             "best val loss, mean ± std": [
                 pm(r.best_val_loss_mean, r.best_val_loss_std) for r in rows
             ],
-            "Δ final vs baseline [95% CI]": [
+            **test,
+            f"Δ final{' test' if split == 'test' else ''} vs baseline [95% CI]": [
                 "baseline"
                 if i == 0
                 else delta_ci(r.diff_vs_baseline, r.diff_ci_low, r.diff_ci_high)

@@ -64,11 +64,14 @@ def test_the_search_lands_near_the_true_optimum(design: Experiment) -> None:
 
 
 @pytest.mark.slow
-def test_the_curves_optimum_lands_within_a_quarter_octave_and_equal_optima_stay_equal(
+def test_the_curves_grid_optimum_is_unbiased_and_covered_and_equal_optima_stay_equal(
     design: Experiment,
 ) -> None:
     found = score(design, "optimum_lr", 12)
-    assert found.within_quarter >= 0.9 and abs(found.bias) < 0.1 and found.failed == 0
+    # a grid point, on a symmetric valley whose optimum lies anywhere between grid points: it
+    # is within 2^(1/4) only where it picks the nearest point (79% of 100 replications; the
+    # interpolating vertex it replaced, 98% here and 1-76% on real runs)
+    assert found.within_quarter >= 0.7 and abs(found.bias) < 0.1 and found.failed == 0
     assert found.coverage is not None and found.coverage >= 0.85
     equal = score(design, "optimum_ratio_equal", 12)  # covered: not called different
     assert equal.coverage is not None and equal.coverage >= 0.9

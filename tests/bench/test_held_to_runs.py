@@ -21,17 +21,17 @@ from ablate.core.load import load_experiment
 def design(tmp_path: Path) -> Experiment:
     """The default protocol's sections on the hand-built lattice's range."""
     doc = yaml.safe_load((REPO / "experiments" / "ln_vs_rms.yaml").read_text())
-    doc["curve"] = {"lr_min": 1.0e-3, "lr_max": 7.9e-3, "extend": 1}
+    doc["curve"] = {"lr_min": 1.0e-3, "lr_max": 7.9e-3, "extend": 1, "seeds": [3, 4, 5, 6]}
     path = tmp_path / "protocol.yaml"
     path.write_text(yaml.safe_dump(doc))
     return load_experiment(path)
 
 
 def test_every_disjoint_draw_of_curve_and_ab_seeds_is_replayed() -> None:
-    draws = held.disjoint_draws(range(8))
-    assert len(draws) == 28 * 20 and len(set(draws)) == len(draws)
+    draws = held.disjoint_draws(range(8), 4, 3)
+    assert len(draws) == 70 * 4 and len(set(draws)) == len(draws)
     assert all(not set(d.curve) & set(d.ab) for d in draws)
-    assert len(held.disjoint_draws(range(8), n_ab=5)) == 28 * 6
+    assert len(held.disjoint_draws(range(8), 2, 5)) == 28 * 6
 
 
 def test_a_cliff_drags_the_old_vertex_below_the_optimum_and_not_the_argmin(
@@ -44,13 +44,21 @@ def test_a_cliff_drags_the_old_vertex_below_the_optimum_and_not_the_argmin(
     assert old.lr < OPT / 2.0**0.25  # more than a quarter octave low: the cliff's doing
     assert held.grid_argmin(ln, (0, 1), grid) == held.Chosen(OPT, False)
     assert held.refined_argmin(ln, (0, 1), grid).lr == OPT
+    # the running mean steps one grid point below a cliff right above the optimum: onto the
+    # flat side, at 0.05 · 0.5² = 0.0125 nats of regret, not into the cliff
+    assert held.smoothed_argmin(ln, (0, 1), grid) == held.Chosen(OPT / 2**0.5, False)
 
 
 def test_the_scores_find_the_constructed_truth(tmp_path: Path, design: Experiment) -> None:
     curves = ref.load_reference(write_runs(tmp_path / "runs.csv"))
     scores = held.score_rows(curves, design).set_index(["estimator", "variant"])
     refined = scores.loc[("refined_argmin", "layernorm")]
-    assert refined["optimum in 2^(1/4)"] == 1.0 and refined["draws"] == 560
+    assert refined["optimum in 2^(1/4)"] == 1.0 and refined["draws"] == 280  # 4 + 3 of 8
+    smoothed = scores.loc[("smoothed_argmin", "layernorm")]  # the curve stage's estimator
+    assert smoothed["bias (log2)"] == pytest.approx(-0.5) and smoothed[
+        "regret (nats)"
+    ] == pytest.approx(0.0125)
+    assert smoothed["usable in 2^(1/4)"] == 1.0
     assert refined["Δ mean"] == pytest.approx(-0.03, abs=0.002)
     # three pairs of a fixed 7-level pattern, not normal noise: a t interval covers most draws
     assert 0.75 <= refined["Δ CI covers"] < 1.0 and refined["different"] > 0.5

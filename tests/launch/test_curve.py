@@ -7,7 +7,9 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
+import pandas as pd
 import pytest
+import yaml
 from conftest import study_trials, write_experiment
 
 from ablate.core import store
@@ -93,6 +95,11 @@ def test_each_variants_warmup_is_tuned_by_its_own_study_at_its_optimum(tmp_path:
     curve, warmup = (len(runs.query(f"group == '{g}'")) for g in ("curve", "warmup"))
     assert stages.startswith(f"main 4 runs of 20 steps, curve {curve} runs of 20 steps, warmup ")
     assert f"warmup {warmup} runs of 20 steps, tuned 4 runs" in stages
+    listed = pd.read_csv(result.report_dir / "runs.csv")  # the warmup studies' runs too
+    assert (listed["group"] == "warmup").sum() == warmup
+    for variant in ("layernorm", "rmsnorm"):
+        line = text.split(f"- {variant}: ")[1].split("\n")[0]
+        assert line.startswith("5 warmups tried (") and "best " in line
     before = len(runs)
     run_experiment(path, tmp_path / "results", tmp_path / "reports")
     assert len(store.load_summaries(result.exp_dir)) == before  # the studies continue, done
@@ -104,3 +111,54 @@ def test_a_warmup_study_must_get_past_its_random_start_up(tmp_path: Path) -> Non
     path = _experiment(tmp_path, {"layernorm": 0.004}, warmup_trials=4, warmup_startup=4)
     with pytest.raises(ConfigError, match="must be below warmup_trials"):
         load_experiment(path)
+
+
+@pytest.mark.usefixtures("unrendered_figures")
+def test_each_variant_also_runs_at_the_others_settings_and_the_report_says_so(
+    tmp_path: Path,
+) -> None:
+    optima = {"layernorm": 0.004, "rmsnorm": 0.016}  # two octaves apart: the settings differ
+    path = _experiment(tmp_path, optima)
+    result = run_experiment(path, tmp_path / "results", tmp_path / "reports")
+    runs = store.load_summaries(result.exp_dir)
+    tuned, cross = (runs[runs["group"] == g] for g in ("tuned", "crossover"))
+    settings = {r.variant: (r.lr, r.warmup_steps) for r in tuned.itertuples()}
+    assert len(cross) == 4 and sorted(cross["seed"]) == [0, 0, 1, 1]  # the tuned seeds
+    for row in cross.itertuples():  # each at the other's tuned LR and warmup
+        other = "rmsnorm" if row.variant == "layernorm" else "layernorm"
+        assert (row.lr, row.warmup_steps) == settings[other]
+    text = (result.report_dir / "report.md").read_text()
+    assert "### Cross-over: the tuned Δ at one shared setting" in text
+    assert "both at layernorm's" in text and "both at rmsnorm's" in text
+    assert "Cross-over, rmsnorm: **" in text
+    table = pd.read_csv(result.report_dir / "crossover.csv")
+    assert list(table["variant"]) == ["rmsnorm"] * 3 and (table["pairs"] == 2).all()
+    assert table["setting"].iloc[0] == "each at its own"
+
+
+@pytest.mark.usefixtures("unrendered_figures")
+def test_the_usable_lr_is_walked_up_from_each_optimum_and_leads_the_stability_section(
+    tmp_path: Path,
+) -> None:
+    path = _experiment(tmp_path, {"layernorm": 0.004, "rmsnorm": 0.008})
+    doc = yaml.safe_load(path.read_text())
+    doc["max_lr"] = {"seeds": [0, 1], "within": 0.05, "lr_max": 10.0}
+    path.write_text(yaml.safe_dump(doc))
+    result = run_experiment(path, tmp_path / "results", tmp_path / "reports")
+    runs = store.load_summaries(result.exp_dir).set_index("run_id")
+    tuned = runs[runs["group"] == "tuned"]
+    table = pd.read_csv(result.report_dir / "usable_lr.csv").set_index("variant")
+    planned = pd.DataFrame(store.read_manifest(result.exp_dir)["runs"])
+    for variant in ("layernorm", "rmsnorm"):
+        walked = planned[(planned["group"] == "usable") & (planned["variant"] == variant)]
+        optimum = tuned.loc[tuned["variant"] == variant, "lr"].iloc[0]
+        assert walked["lr"].min() == table.loc[variant, "optimum_lr"] == pytest.approx(optimum)
+        steps = sorted(walked["lr"].unique())  # contiguous quarter octaves
+        assert all(b / a == pytest.approx(2**0.25) for a, b in zip(steps, steps[1:], strict=False))
+        for _, mine in walked.groupby("seed"):  # the last point is the first one above
+            loss = runs.loc[mine["run_id"], "final_val_loss"].to_numpy()
+            assert loss[-1] > loss[0] + 0.05 and (loss[1:-1] <= loss[0] + 0.05).all()
+        assert table.loc[variant, "usable_lr"] > table.loc[variant, "optimum_lr"]
+    text = (result.report_dir / "report.md").read_text()
+    assert text.index("## Usable learning rate") < text.index("## Maximum stable learning rate")
+    assert "- **Usable LR** (the largest LR whose final loss stays within 0.05 nats" in text

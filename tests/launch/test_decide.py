@@ -57,6 +57,12 @@ def test_a_large_gap_is_called_different_within_a_few_looks(tmp_path: Path) -> N
     assert f"**Seeds until decided:** {len(decided['seeds'])} seeds of at most 15" in summary
     assert "every leading comparison is decided" in summary
     assert "each at α 0.0071 of one look" in summary
+    # the interval at the verdict's own level (α over 7 looks) is wider than the 95% one
+    wide = summary.split("99.29% CI, the test's for its 1 comparison(s) and looks [")[1]
+    wide = wide.split("]")[0]
+    narrow = summary.split("95% CI, unadjusted [")[1].split("]")[0]
+    (wl, wh), (nl, nh) = (map(float, t.split(", ")) for t in (wide, narrow))
+    assert wl < nl < nh < wh
 
 
 @pytest.mark.usefixtures("unrendered_figures")

@@ -19,8 +19,9 @@ from ablate.launch.estimate import (
 
 
 def test_fixed_costs_count_a_pool_start_per_stage() -> None:
-    smoke = load_experiment(REPO / "experiments" / "smoke.yaml")  # main, search, tuned, max_lr
-    assert fixed_costs(smoke) == 4 * STAGE_START_S + EXPERIMENT_FIXED_S
+    smoke = load_experiment(REPO / "experiments" / "smoke.yaml")
+    stages = ("main", "search", "tuned", "crossover", "usable", "max_lr")
+    assert fixed_costs(smoke) == len(stages) * STAGE_START_S + EXPERIMENT_FIXED_S
     plain = load_experiment(REPO / "experiments" / "lr_stability.yaml")
     assert plain.search is None and plain.convert is None
     stages = 1 + (plain.max_lr is not None)

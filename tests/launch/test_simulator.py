@@ -136,7 +136,8 @@ def test_a_stage_runs_on_any_executor_it_is_given(
     stored = {p.parent.name for p in result.exp_dir.glob("*/summary.json")}
     assert seen == stored and len(stored) == len(runs := store.load_summaries(result.exp_dir))
     groups = {s.group for s in recorder.seen}
-    assert groups == {"main", "curve", "warmup", "tuned", "max_lr"} == set(runs["group"])
+    stages = {"main", "curve", "warmup", "tuned", "crossover", "usable", "max_lr"}
+    assert groups == stages and set(runs["group"]) <= stages  # a walk may reuse a curve run
 
 
 def test_a_simulated_run_is_stored_as_a_trained_one_and_reused(tmp_path: Path) -> None:

@@ -261,6 +261,7 @@ class _Stored:
     manifest = {"runs": [], "seeds": [0, 1, 2]}
     main = _runs([0.01, -0.02, 0.04])
     tuned = _runs([0.01, -0.02, 0.04])
+    crossover = pd.DataFrame()
     studies = {
         "max_lr": {
             "ln": stored_max_lr("ln", {0: 0.1, 1: 0.11}),

@@ -40,15 +40,16 @@ def _frame(optima: dict[str, float], shift: dict[int, float], unstable_above: fl
 
 def test_two_optima_a_factor_two_apart_are_recovered_and_differ() -> None:
     jitter = {0: 0.0, 1: 0.01, 2: -0.005}  # a seed's shift is shared along its curve
-    frame = _frame({"ln": 2**-8.2, "rms": 2**-7.2}, jitter)
+    frame = _frame({"ln": 2**-8.0, "rms": 2**-7.0}, jitter)
     table = optimum_table(frame, ["ln", "rms"]).set_index("variant")
-    assert table.loc["ln", "optimum_lr"] == pytest.approx(2**-8.2, rel=1e-6)
+    assert table.loc["ln", "optimum_lr"] == pytest.approx(2**-8.0, rel=1e-6)
     assert table.loc["rms", "ratio_to_baseline"] == pytest.approx(2.0, rel=1e-6)
+    assert table.loc["rms", "ratio_shown"]
     assert table.loc["rms", "inside"] and table.loc["rms", "seeds"] == 3
     diffs = curve_differences(frame, ["ln", "rms"])
     assert len(diffs) == len(LRS) and (diffs["pairs"] == 3).all()
     # Δ at each LR is the valleys' gap there (the seeds' shifts cancel in the pairs)
-    gap = [0.3 * (math.log10(lr / 2**-7.2) ** 2 - math.log10(lr / 2**-8.2) ** 2) for lr in LRS]
+    gap = [0.3 * (math.log10(lr / 2**-7.0) ** 2 - math.log10(lr / 2**-8.0) ** 2) for lr in LRS]
     assert list(diffs["diff"]) == pytest.approx(gap)
 
 
@@ -65,4 +66,6 @@ def test_unstable_runs_are_no_points_of_the_curve() -> None:
     table = optimum_table(frame, ["ln", "rms"]).set_index("variant")
     assert table.loc["ln", "optimum_lr"] == pytest.approx(2**-8.0, rel=1e-6)
     assert not table.loc["rms", "ratio_shown"]  # equal optima: no difference shown
+    text = "\n".join(optimum_section(frame, ["ln", "rms"]).lines)
+    assert "**below its resolution**" in text  # every resample the same grid point
     assert curve_differences(frame, ["ln", "rms"])["lr"].max() <= 2**-7

@@ -1,0 +1,103 @@
+"""The usable-LR boundary: per seed, the largest LR of a lattice walked upwards from the
+variant's optimum whose final loss stays within a band (``max_lr.within`` nats) of the seed's
+loss at the optimum; the walk stops at the first point above the band.
+
+Held to the dense reference (docs/stability-and-search.md), a walk in 2^(1/4) steps from the
+chosen optimum finds the reference's usable boundary within one step in every replay, where a
+bracket of coarse moves (which assumes the loss crosses the band once) misses it in most: above
+the optimum real runs excurse up and come back, so a point far above the band's edge can pass
+it again. The seed's loss at the optimum is its own run there, not the variant's best over
+seeds, so seed offsets cancel. A variant's answer is the median over seeds with their range;
+where every seed stops at the same point, the boundary is known only to the lattice's step.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+PER_OCTAVE = 4  # the walk's lattice: 2^(1/4), the reference's resolution through the basin
+
+
+@dataclass(frozen=True)
+class SeedWalk:
+    """One seed's walk: the loss at the start, every (lr, loss) walked, and where it stopped."""
+
+    seed: int
+    start_loss: float
+    edge: float  # the largest LR within the band (the start itself when the next fails)
+    failed_at: float | None  # the first LR above the band; None where the walk ran out
+
+
+def walk_lrs(start: float, lr_max: float, per_octave: int = PER_OCTAVE) -> list[float]:
+    """The lattice LRs from ``start`` (snapped to the lattice) up to ``lr_max``."""
+    first = round(math.log2(start) * per_octave)
+    last = math.floor(math.log2(lr_max) * per_octave + 1e-9)
+    return [2.0 ** (k / per_octave) for k in range(first, max(last, first) + 1)]
+
+
+def walk_seed(
+    seed: int, losses: Mapping[float, float], lrs: list[float], within: float
+) -> SeedWalk:
+    """The seed's walk over ``lrs`` (ascending, ``lrs[0]`` the start) through the stored
+    ``losses``; a point not stored ends the walk there (it has not been run yet)."""
+    start = losses[lrs[0]]
+    edge = lrs[0]
+    for lr in lrs[1:]:
+        if lr not in losses:
+            return SeedWalk(seed, start, edge, None)
+        if not losses[lr] <= start + within:  # NaN fails too
+            return SeedWalk(seed, start, edge, lr)
+        edge = lr
+    return SeedWalk(seed, start, edge, None)
+
+
+def next_lr(walk: SeedWalk, lrs: list[float]) -> float | None:
+    """The LR the walk needs next; None once it stopped (a point above the band, or the end)."""
+    if walk.failed_at is not None:
+        return None
+    following = [lr for lr in lrs if lr > walk.edge]
+    return following[0] if following else None
+
+
+@dataclass(frozen=True)
+class Usable:
+    """A variant's usable boundary: the median of its seeds' edges, their range, the start
+    (its optimum) and the number of seeds; ``resolved`` false where every seed stopped at one
+    lattice point (the step bounds it)."""
+
+    value: float
+    low: float
+    high: float
+    start: float
+    seeds: int
+
+    @property
+    def octaves(self) -> float:
+        """The usable range's width above the optimum, in octaves."""
+        return math.log2(self.value / self.start)
+
+    @property
+    def resolved(self) -> bool:
+        return self.low < self.high
+
+
+def usable_boundary(walks: list[SeedWalk], start: float) -> Usable | None:
+    """The median over the seeds' edges (in log, on the lattice: the lower middle one for an
+    even count) with their range; None without a seed."""
+    if not walks:
+        return None
+    edges = sorted(w.edge for w in walks)
+    middle = edges[(len(edges) - 1) // 2]
+    return Usable(middle, edges[0], edges[-1], start, len(edges))
+
+
+def usable_ratio(first: list[SeedWalk], second: list[SeedWalk]) -> tuple[float, float, float]:
+    """second's edge over first's per seed both walked: (median, lowest, highest)."""
+    mine = {w.seed: w.edge for w in first}
+    ratios = sorted(w.edge / mine[w.seed] for w in second if w.seed in mine)
+    if not ratios:
+        return math.nan, math.nan, math.nan
+    return statistics.median_low(ratios), ratios[0], ratios[-1]

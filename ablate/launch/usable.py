@@ -1,0 +1,64 @@
+"""The usable stage: each variant's usable-LR boundary walked upwards from its tuned optimum on
+every ``max_lr.seeds`` seed (:mod:`ablate.core.usable`), before the max-LR brackets.
+
+A walk's runs are the variant at a lattice LR (2^(1/4)) with the file's warmup and the full
+budget, the settings the curve chose the optimum at (so on the curve's seeds the start and
+every √2 point are the curve's own runs, reused). All seeds and variants walk together, one
+lattice step per round through the stage's executor; a seed stops at its first point more than
+``max_lr.within`` nats above its loss at the optimum (an unstable run counted as
+min(ℓ, ℓ0), as every stage selects), or at ``max_lr.lr_max``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+from ablate.core.experiment import Experiment
+from ablate.core.plan import RunSpec, with_train
+from ablate.core.usable import next_lr, walk_lrs, walk_seed
+from ablate.launch.execute import Executor
+from ablate.launch.search import trial_value
+
+Walker = tuple[str, int]  # (variant, seed)
+
+
+def usable_spec(experiment: Experiment, variant: str, lr: float, seed: int) -> RunSpec:
+    """A walk's run: the variant at ``lr`` with its file's warmup, at the full budget."""
+    config = with_train(experiment.variants[variant], lr=lr)
+    return RunSpec(experiment.name, variant, seed, config, group="usable")
+
+
+def usable_stage(
+    experiment: Experiment,
+    executor: Executor,
+    optima: dict[str, float],
+    record: Callable[[list[RunSpec]], None],
+    say: Callable[[str], None],
+) -> list[RunSpec]:
+    """Walk every variant of ``optima`` (variant -> its optimum LR) on every max-LR seed;
+    ``record`` gets the stage's runs so far before each round trains. The stage's runs."""
+    cfg = experiment.max_lr
+    assert cfg is not None and cfg.within is not None
+    seeds = cfg.seeds or experiment.seeds
+    lrs = {v: walk_lrs(lr, cfg.lr_max) for v, lr in optima.items()}
+    losses: dict[Walker, dict[float, float]] = {(v, s): {} for v in optima for s in seeds}
+    pending = {(v, s): lrs[v][0] for v, s in losses}
+    planned: list[RunSpec] = []
+    while pending:
+        specs = [usable_spec(experiment, v, lr, s) for (v, s), lr in pending.items()]
+        planned += specs
+        record(planned)
+        found = {summary["run_id"]: summary for summary in executor.run(specs)}
+        for spec in specs:
+            summary = found.get(spec.run_id)
+            value = trial_value(summary) if summary else math.nan
+            losses[(spec.variant, spec.seed)][spec.config.train.lr] = value
+        pending = {}
+        for (variant, seed), points in losses.items():
+            following = next_lr(walk_seed(seed, points, lrs[variant], cfg.within), lrs[variant])
+            if following is not None:
+                pending[(variant, seed)] = following
+        if pending:
+            say(f"usable: {len(pending)} seed walk(s) go on, up to {max(pending.values()):.3g}")
+    return planned

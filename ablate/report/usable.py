@@ -1,0 +1,141 @@
+"""The report's usable-LR boundary: each seed's walk up from its variant's tuned optimum
+(:mod:`ablate.core.usable`), read back from the stored runs of the ``usable`` stage, the
+variant's median edge with the seeds' range, the usable range's width in octaves, and each
+variant's edge over the baseline's per seed. Where every seed stops at one lattice point, the
+edge is known to the lattice's step only, and the text says so.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+
+from ablate.core.stability import clipped_loss
+from ablate.core.usable import PER_OCTAVE, SeedWalk, usable_boundary, usable_ratio, walk_seed
+from ablate.report.load import StoredExperiment
+from ablate.report.section import Section
+from ablate.report.text import sig
+
+
+def usable_runs(stored: StoredExperiment) -> pd.DataFrame:
+    """The ``usable`` stage's stored runs with their selection loss (``value``)."""
+    ids = {r["run_id"] for r in stored.manifest["runs"] if r.get("group") == "usable"}
+    mine = stored.runs[stored.runs["run_id"].isin(ids)]
+    values = [
+        clipped_loss(None if pd.isna(r.final_val_loss) else float(r.final_val_loss), r.initial_loss)
+        for r in mine.itertuples()
+    ]
+    return mine.assign(value=values)
+
+
+def seed_walks(runs: pd.DataFrame, variant: str, within: float) -> list[SeedWalk]:
+    """Every seed's walk of the variant, over the LRs its seeds walked (from the lowest)."""
+    mine = runs[runs["variant"] == variant]
+    lrs = sorted(set(mine["lr"].astype(float)))
+    walks = []
+    for seed, rows in mine.groupby("seed"):
+        points = dict(zip(rows["lr"].astype(float), rows["value"].astype(float), strict=True))
+        if lrs and lrs[0] in points:
+            walks.append(walk_seed(int(seed), points, lrs, within))
+    return walks
+
+
+def usable_table(stored: StoredExperiment) -> pd.DataFrame:
+    """Per variant: the optimum walked from, the median edge and the seeds' range, the width
+    in octaves, and the edge over the baseline's (median and range over seeds)."""
+    within = stored.manifest.get("usable_within")
+    if within is None:
+        return pd.DataFrame()
+    runs = usable_runs(stored)
+    if runs.empty:
+        return pd.DataFrame()
+    variants = [v for v in stored.manifest["variants"] if v in set(runs["variant"])]
+    walks = {v: seed_walks(runs, v, within) for v in variants}
+    rows = []
+    for variant in variants:
+        found = usable_boundary(walks[variant], min(runs.loc[runs["variant"] == variant, "lr"]))
+        if found is None:
+            continue
+        ratio = usable_ratio(walks[variants[0]], walks[variant])
+        rows.append(
+            {
+                "variant": variant,
+                "within": within,
+                "optimum_lr": found.start,
+                "usable_lr": found.value,
+                "usable_low": found.low,
+                "usable_high": found.high,
+                "seeds": found.seeds,
+                "octaves": found.octaves,
+                "resolved": found.resolved,
+                "ratio_to_baseline": ratio[0] if variant != variants[0] else math.nan,
+                "ratio_low": ratio[1] if variant != variants[0] else math.nan,
+                "ratio_high": ratio[2] if variant != variants[0] else math.nan,
+            }
+        )
+    return pd.DataFrame(rows)
+
+
+def edge_text(row: pd.Series) -> str:
+    """``0.00465 (seeds 0.00391–0.00552)``, or the one lattice point every seed stopped at."""
+    if not row["resolved"]:
+        return (
+            f"{sig(row['usable_lr'])} (every seed: known to the lattice's 2^(1/{PER_OCTAVE}) "
+            "step only)"
+        )
+    return f"{sig(row['usable_lr'])} (seeds {sig(row['usable_low'])}–{sig(row['usable_high'])})"
+
+
+def summary_line(table: pd.DataFrame) -> list[str]:
+    """The written summary's usable-LR line (nothing without a walk)."""
+    if table.empty:
+        return []
+    text = "; ".join(
+        f"{r['variant']} {edge_text(r)}, {r['octaves']:.2f} octaves above its optimum "
+        f"{sig(r['optimum_lr'])}"
+        for _, r in table.iterrows()
+    )
+    return [
+        f"- **Usable LR** (the largest LR whose final loss stays within "
+        f"{table['within'].iloc[0]:g} nats of the seed's at the tuned optimum, walked in "
+        f"2^(1/{PER_OCTAVE}) steps; median over seeds): {text}."
+    ]
+
+
+def usable_section(stored: StoredExperiment) -> Section:
+    """Markdown and CSV of the usable-LR boundary (nothing without the stage's runs)."""
+    table = usable_table(stored)
+    if table.empty:
+        return Section()
+    baseline = table["variant"].iloc[0]
+    shown = pd.DataFrame(
+        {
+            "variant": table["variant"],
+            "tuned optimum": table["optimum_lr"].map(sig),
+            "usable LR, median (seeds' range)": [edge_text(r) for _, r in table.iterrows()],
+            "octaves above the optimum": table["octaves"].map(lambda v: f"{v:.2f}"),
+            f"÷ {baseline}'s, per seed: median (range)": [
+                "–"
+                if pd.isna(r["ratio_to_baseline"])
+                else f"{r['ratio_to_baseline']:.3g}× ({r['ratio_low']:.3g}–{r['ratio_high']:.3g})"
+                for _, r in table.iterrows()
+            ],
+            "seeds": table["seeds"],
+        }
+    )
+    lines = [
+        "## Usable learning rate",
+        "",
+        f"The largest LR a practitioner can raise the tuned one to and lose at most "
+        f"{table['within'].iloc[0]:g} nats of final val loss: on each seed, a walk up from the "
+        f"variant's tuned optimum in 2^(1/{PER_OCTAVE}) steps (the file's warmup, the full "
+        "budget), stopped at the first LR more than that above the seed's own loss at the "
+        "optimum. Held to the dense reference (docs/stability-and-search.md), this walk finds "
+        "its usable boundary within one step; the brackets below (a run that learned at all, "
+        "and divergence) answer other questions.",
+        "",
+        shown.to_markdown(index=False),
+        "",
+    ]
+    return Section(lines, {"usable_lr.csv": table})

@@ -1,0 +1,55 @@
+"""The usable-LR walk: up from the optimum in 2^(1/4) steps to the first point above the band,
+an excursion that comes back not walked past, and the median over seeds with its range."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from ablate.core.usable import next_lr, usable_boundary, usable_ratio, walk_lrs, walk_seed
+
+LRS = walk_lrs(2**-8, 2**-5)  # 2^-8 ... 2^-5 in 2^(1/4) steps
+
+
+def _losses(values: list[float]) -> dict[float, float]:
+    return dict(zip(LRS, values, strict=False))
+
+
+def test_the_walk_is_the_quarter_octave_lattice_from_the_start_up_to_lr_max() -> None:
+    assert len(LRS) == 13 and LRS[0] == 2**-8 and LRS[-1] == pytest.approx(2**-5)
+    assert walk_lrs(0.003, 0.01)[0] == pytest.approx(2**-8.5)  # snapped to the lattice
+
+
+def test_the_walk_stops_at_the_first_point_above_the_band_not_after_a_return() -> None:
+    # within 0.1 of 2.30 up to the third step; the fourth excurses; the fifth comes back
+    walk = walk_seed(7, _losses([2.30, 2.31, 2.35, 2.39, 2.55, 2.32]), LRS, 0.1)
+    assert walk.edge == LRS[3] and walk.failed_at == LRS[4] and walk.start_loss == 2.30
+    assert next_lr(walk, LRS) is None  # stopped: nothing more to run
+
+
+def test_a_walk_not_yet_stopped_asks_for_its_next_point() -> None:
+    walk = walk_seed(0, _losses([2.30, 2.32]), LRS, 0.1)
+    assert walk.edge == LRS[1] and walk.failed_at is None and next_lr(walk, LRS) == LRS[2]
+    first = walk_seed(0, _losses([2.30, 2.45]), LRS, 0.1)  # the first step fails
+    assert first.edge == LRS[0] and first.failed_at == LRS[1]
+    nan = walk_seed(0, _losses([2.30, math.nan]), LRS, 0.1)  # no loss fails the band
+    assert nan.failed_at == LRS[1]
+
+
+def test_the_boundary_is_the_median_seed_with_the_range_and_the_width_in_octaves() -> None:
+    walks = [
+        walk_seed(s, _losses([2.3] * (k + 1) + [2.9]), LRS, 0.1) for s, k in enumerate([2, 4, 3])
+    ]
+    found = usable_boundary(walks, LRS[0])
+    assert found.value == LRS[3] and found.low == LRS[2] and found.high == LRS[4]
+    assert found.octaves == pytest.approx(0.75) and found.resolved and found.seeds == 3
+    same = usable_boundary([walks[0], walks[0]], LRS[0])
+    assert not same.resolved  # every seed at one point: the lattice's step bounds it
+
+
+def test_the_ratio_pairs_seeds() -> None:
+    first = [walk_seed(s, _losses([2.3, 2.3, 2.9]), LRS, 0.1) for s in (0, 1)]
+    second = [walk_seed(s, _losses([2.3, 2.3, 2.3, 2.3, 2.9]), LRS, 0.1) for s in (0, 1, 5)]
+    median, low, high = usable_ratio(first, second)
+    assert median == pytest.approx(2**0.5) and low == high == pytest.approx(2**0.5)
