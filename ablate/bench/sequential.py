@@ -10,16 +10,22 @@ from __future__ import annotations
 
 import argparse
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
+import yaml
 
 from ablate.core.experiment import MIN_EFFECT, DecideConfig
 from ablate.core.sequential import ALPHA, look_alpha, looks
+from ablate.report.analysis import t_interval
 from ablate.report.verdict import look_words, sequential_words
 
 RUN_SD = 0.0100  # ln_vs_rms's run noise, 0.0094 [0.0067, 0.0154] (bench.calibration), rounded up
 LLAMA_RUN_SD = 0.0345  # llama_style's, calibrated the same way
 START = 3  # the seeds the default experiment starts from
+FITTED_PAIR = ("layernorm", "rmsnorm")  # the fitted simulator's variants, baseline first
+FITTED_MAX_SEEDS = 9  # ln_vs_rms's decide.max_seeds
+REFERENCE_DESIGN = Path("experiments/reference.yaml")  # the model the fitted simulator draws
 
 
 @dataclass(frozen=True)
@@ -110,11 +116,81 @@ def table(replications: int, seed: int = 0) -> str:
     return "\n".join(lines)
 
 
+def fitted_differences(
+    replications: int, max_seeds: int, seed: int = 0
+) -> tuple[np.ndarray, float]:
+    """Matched differences (replication, seed, 1) of RMSNorm at its optimum minus LayerNorm at
+    its own, drawn from the simulator fitted to the dense reference (its measured valley,
+    excursions and noise that grows above the optimum), and that model's true Δ there."""
+    from ablate.bench import fit_reference as fit
+    from ablate.bench import reference as ref
+    from ablate.core.load import load_experiment
+    from ablate.core.simulate import mean_loss
+    from ablate.core.truth import SimulateConfig
+
+    section = yaml.safe_load(fit.FITTED.read_text(encoding="utf-8"))
+    sim = SimulateConfig(**section)
+    lattice = [float(lr) for lr in next(iter(ref.load_reference().values())).lrs]
+    expected = {v: [mean_loss(sim.truth(v), lr) for lr in lattice] for v in FITTED_PAIR}
+    optima = {v: lattice[int(np.argmin(e))] for v, e in expected.items()}
+    base = load_experiment(REFERENCE_DESIGN).base
+    seeds = range(replications * max_seeds)
+    drawn = {
+        v: fit.simulated_curves(base, section, [optima[v]], seeds, [v], seed)[v].select[0]
+        for v in FITTED_PAIR
+    }
+    first, second = FITTED_PAIR
+    diffs = (drawn[second] - drawn[first]).reshape(replications, max_seeds, 1)
+    return diffs, float(min(expected[second]) - min(expected[first]))
+
+
+@dataclass(frozen=True)
+class Coverage:
+    """Where the sequential design stopped, how often its intervals held the true Δ: the one
+    at its looks' level (1 − α / looks, as the report gives it) and the unadjusted 95%."""
+
+    at_looks: float
+    unadjusted: float
+    different: float
+    mean_seeds: float
+
+
+def stopped_coverage(diffs: np.ndarray, delta: float, counts: list[int]) -> Coverage:
+    """:class:`Coverage` of one comparison's ``diffs`` (replication, seed, 1)."""
+    found, used = sequential_words(diffs, counts, MIN_EFFECT, ALPHA)
+    level = 1 - look_alpha(len(counts), ALPHA)
+    held = {"looks": [], "plain": []}
+    for row, count in zip(diffs[:, :, 0], used, strict=True):
+        for key, at in (("looks", level), ("plain", 0.95)):
+            low, high = t_interval(row[:count], at)
+            held[key].append(low <= delta <= high)
+    return Coverage(
+        float(np.mean(held["looks"])),
+        float(np.mean(held["plain"])),
+        float((found == "different").mean()),
+        float(used.mean()),
+    )
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--replications", type=int, default=20_000)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--fitted", type=int, default=0, help="replications drawn from the fitted simulator"
+    )
     args = parser.parse_args(argv)
+    if args.fitted:
+        counts = looks(START, DecideConfig(max_seeds=FITTED_MAX_SEEDS, step=2))
+        diffs, delta = fitted_differences(args.fitted, FITTED_MAX_SEEDS, args.seed)
+        found = stopped_coverage(diffs, delta, counts)
+        print(
+            f"fitted simulator, {args.fitted} replications, looks at {counts}, true Δ "
+            f"{delta:+.4f}: interval at the looks' level covers {found.at_looks:.1%}, the "
+            f"unadjusted 95% {found.unadjusted:.1%}; different {found.different:.1%}; "
+            f"mean seeds {found.mean_seeds:.1f}"
+        )
+        return
     print(f"{args.replications} replications, α {ALPHA:g}, min_effect {MIN_EFFECT:g}")
     print(table(args.replications, args.seed))
 

@@ -6,7 +6,14 @@ from __future__ import annotations
 
 import pytest
 
-from ablate.bench.sequential import SCENARIOS, Scenario, outcome, table
+from ablate.bench.sequential import (
+    SCENARIOS,
+    Scenario,
+    fitted_differences,
+    outcome,
+    stopped_coverage,
+    table,
+)
 from ablate.core.experiment import MIN_EFFECT
 from ablate.core.sequential import ALPHA
 
@@ -49,3 +56,12 @@ def test_the_table_names_every_scenario() -> None:
     text = table(200)
     assert all(f"`{s.name}`" in text for s in SCENARIOS)
     assert f"{2 * MIN_EFFECT:+g}" in text
+
+
+def test_on_the_fitted_simulator_the_interval_at_the_looks_level_covers_where_95_does_not() -> None:
+    counts = [3, 5, 7, 9]  # ln_vs_rms's looks
+    diffs, delta = fitted_differences(600, 9)
+    assert diffs.shape == (600, 9, 1) and delta == pytest.approx(0.0141, abs=5e-4)
+    found = stopped_coverage(diffs, delta, counts)
+    assert found.at_looks >= 0.93 and found.unadjusted < found.at_looks - 0.04
+    assert 3 <= found.mean_seeds <= 9
