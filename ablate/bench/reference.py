@@ -32,6 +32,7 @@ import pandas as pd
 
 from ablate.core.boundary import bracket_seed
 from ablate.core.stability import clipped_loss
+from ablate.core.usable import walk_seed
 
 REFERENCE_RUNS = Path("reports/reference/runs.csv")
 FINE_PER_OCTAVE = 4  # the reference's lattice through the basin: 2^(1/4)
@@ -141,9 +142,12 @@ def usable_edge(
     where no LR above fails (the lattice's end)."""
     first = int(np.flatnonzero(lrs == start)[0])
     threshold = losses[first] + band
-    if walk:
-        failing = np.flatnonzero(losses[first:] > threshold)
-        return float(lrs[first + failing[0] - 1]) if len(failing) else None
+    if walk:  # the usable stage's own walk, over the reference's lattice
+        lattice = [float(lr) for lr in lrs[first:]]
+        found = walk_seed(
+            0, dict(zip(lattice, losses[first:].tolist(), strict=True)), lattice, band
+        )
+        return found.edge if found.failed_at is not None else None
 
     def passes(lr: float) -> bool:
         return bool(losses[int(np.argmin(np.abs(np.log2(lrs) - math.log2(lr))))] <= threshold)

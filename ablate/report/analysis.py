@@ -93,8 +93,8 @@ def t_interval(values: np.ndarray, level: float) -> tuple[float, float]:
     values = values[np.isfinite(values)]
     if len(values) < 2:
         return float("nan"), float("nan")
-    half = stats.t.ppf(0.5 + level / 2, len(values) - 1) * stats.sem(values)
-    return float(values.mean() - half), float(values.mean() + half)
+    interval = stats.ttest_1samp(values, 0.0).confidence_interval(level)
+    return float(interval.low), float(interval.high)
 
 
 def holm(p_values: list[float]) -> list[float]:
@@ -118,6 +118,15 @@ def holm_rows(p: np.ndarray) -> np.ndarray:
     adjusted = np.empty_like(ranked)
     np.put_along_axis(adjusted, order, ranked, axis=-1)
     return adjusted
+
+
+def selection_values(runs: pd.DataFrame) -> list[float]:
+    """Each run's final val loss as every stage selects on it: min(ℓ, ℓ0), a missing loss
+    counted as ℓ0 (:func:`ablate.core.stability.clipped_loss`)."""
+    return [
+        clipped_loss(None if pd.isna(loss) else float(loss), first)
+        for loss, first in zip(runs["final_val_loss"], runs["initial_loss"], strict=True)
+    ]
 
 
 def column(frame: pd.DataFrame, name: str) -> pd.Series:

@@ -9,8 +9,12 @@ from __future__ import annotations
 
 import pandas as pd
 
-from ablate.core.stability import clipped_loss
-from ablate.report.analysis import sensitivity_table, sweep_frame, sweep_table
+from ablate.report.analysis import (
+    selection_values,
+    sensitivity_table,
+    sweep_frame,
+    sweep_table,
+)
 from ablate.report.boundaries import boundary_table
 from ablate.report.figures import stability_map_figure, sweep_figure
 from ablate.report.load import StoredExperiment, unigram_floor
@@ -123,11 +127,7 @@ def warmup_lines(stored: StoredExperiment) -> list[str]:
         ]
         if runs.empty:
             continue
-        values = [
-            clipped_loss(None if pd.isna(loss) else float(loss), first)
-            for loss, first in zip(runs["final_val_loss"], runs["initial_loss"], strict=True)
-        ]
-        means = runs.assign(value=values).groupby("warmup_steps")["value"].mean()
+        means = runs.assign(value=selection_values(runs)).groupby("warmup_steps")["value"].mean()
         best = int(means.idxmin())
         edge = (
             f" — **at the searched range's edge** ({span[0]}–{span[1]} steps): the optimum may "

@@ -11,8 +11,8 @@ import math
 
 import pandas as pd
 
-from ablate.core.stability import clipped_loss
 from ablate.core.usable import PER_OCTAVE, SeedWalk, usable_boundary, usable_ratio, walk_seed
+from ablate.report.analysis import selection_values
 from ablate.report.load import StoredExperiment
 from ablate.report.section import Section
 from ablate.report.text import sig
@@ -22,11 +22,7 @@ def usable_runs(stored: StoredExperiment) -> pd.DataFrame:
     """The ``usable`` stage's stored runs with their selection loss (``value``)."""
     ids = {r["run_id"] for r in stored.manifest["runs"] if r.get("group") == "usable"}
     mine = stored.runs[stored.runs["run_id"].isin(ids)]
-    values = [
-        clipped_loss(None if pd.isna(r.final_val_loss) else float(r.final_val_loss), r.initial_loss)
-        for r in mine.itertuples()
-    ]
-    return mine.assign(value=values)
+    return mine.assign(value=selection_values(mine))
 
 
 def seed_walks(runs: pd.DataFrame, variant: str, within: float) -> list[SeedWalk]:
