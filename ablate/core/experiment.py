@@ -86,6 +86,12 @@ class SearchConfig(StrictSection):
     warmup_min: int = Field(0, ge=0)
     warmup_max: int = Field(100, ge=0)
     sampler: Literal["tpe", "random"] = "tpe"
+    startup: int | None = Field(
+        None,
+        ge=0,
+        description="TPE's random start-up trials, below n_trials; default half of n_trials, "
+        "at most 10 (Optuna's default)",
+    )
     sampler_seed: int = Field(0, ge=0)
     pruner: Literal["median", "none"] = "median"
     seed: Seed | None = Field(
@@ -100,7 +106,21 @@ class SearchConfig(StrictSection):
         _check_range(self.lr_min, self.lr_max, "search.lr_min/lr_max")
         if self.warmup_min > self.warmup_max:
             raise ValueError("search.warmup_min must be <= search.warmup_max")
+        if self.startup is not None and self.sampler != "tpe":
+            raise ValueError("search.startup applies to sampler tpe only (random is all start-up)")
+        if self.startup is not None and self.startup >= self.n_trials:
+            raise ValueError(
+                f"search.startup ({self.startup}) must be below n_trials ({self.n_trials}): a "
+                "TPE study that stops at its random start-up never searched; for a random "
+                "search on purpose write sampler: random"
+            )
         return self
+
+    def startup_trials(self) -> int:
+        """TPE's random start-up: ``startup``, else half of ``n_trials`` up to 10, so a short
+        study still gets past it (Optuna's own default, 10, would leave a 5-trial study all
+        random)."""
+        return self.startup if self.startup is not None else min(10, self.n_trials // 2)
 
 
 class CurveConfig(StrictSection):

@@ -326,6 +326,7 @@ def plan_manifest(
             if experiment.curve and experiment.curve.warmup_trials
             else None
         ),
+        "search_startup": experiment.search.startup_trials() if experiment.search else None,
         **({"decide": decided} if decided else {}),
         "criterion": criterion_text(experiment.base.train.stability),
         "runs": [

@@ -32,6 +32,7 @@ import warnings
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -89,7 +90,7 @@ class TrialSeededSampler(optuna.samplers.BaseSampler):
     from the storage).
     """
 
-    def __init__(self, make: type[optuna.samplers.BaseSampler], seed: int) -> None:
+    def __init__(self, make: Callable[..., optuna.samplers.BaseSampler], seed: int) -> None:
         self._make = make
         self._seed = seed
         self._inner = make(seed=seed)
@@ -124,11 +125,14 @@ class TrialSeededSampler(optuna.samplers.BaseSampler):
 
 
 def make_sampler(experiment: Experiment) -> optuna.samplers.BaseSampler:
-    """The search's sampler (TPE or random), seeded per trial from ``sampler_seed``."""
+    """The search's sampler (TPE after ``startup_trials`` random ones, or random), seeded per
+    trial from ``sampler_seed``."""
     cfg = experiment.search
     assert cfg is not None
-    kind = {"random": optuna.samplers.RandomSampler, "tpe": optuna.samplers.TPESampler}
-    return TrialSeededSampler(kind[cfg.sampler], cfg.sampler_seed)
+    if cfg.sampler == "random":
+        return TrialSeededSampler(optuna.samplers.RandomSampler, cfg.sampler_seed)
+    tpe = partial(optuna.samplers.TPESampler, n_startup_trials=cfg.startup_trials())
+    return TrialSeededSampler(tpe, cfg.sampler_seed)
 
 
 def make_pruner(experiment: Experiment) -> optuna.pruners.BasePruner:

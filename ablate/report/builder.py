@@ -208,7 +208,7 @@ def report_sections(
         curve_section(stored, variants),
         usable_section(stored),
         max_lr_section(stored.studies or {}, design),
-        search_section(stored.studies or {}, variants),
+        search_section(stored.studies or {}, variants, stored.manifest.get("search_startup")),
     ):
         report.extend(section)
     criterion = (stored.studies or {}).get("criterion") or manifest.get("criterion")

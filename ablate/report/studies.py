@@ -163,14 +163,38 @@ def _span(region: dict | None, key: str, fmt: str) -> str:
     return f"{fmt.format(low)} – {fmt.format(high)}"
 
 
-def search_section(studies: dict, variants: list[str]) -> Section:
-    """Markdown, CSV and figure of the LR x warmup search."""
+SEARCHED = {"lr": "LR", "warmup_steps": "warmup"}
+
+
+def edges_of_best(trials: pd.DataFrame, best: dict | None) -> list[str]:
+    """The searched parameters whose best value is the smallest or the largest any counted
+    trial tried: no trial brackets the optimum on that side, so it may lie beyond."""
+    if not best or trials.empty:
+        return []
+    found = []
+    for key, name in SEARCHED.items():
+        tried = trials[key].dropna()
+        if len(tried) > 1 and best.get(key) is not None:
+            if best[key] <= tried.min():
+                found.append(f"{name} lowest tried")
+            elif best[key] >= tried.max():
+                found.append(f"{name} highest tried")
+    return found
+
+
+def search_section(studies: dict, variants: list[str], startup: int | None = None) -> Section:
+    """Markdown, CSV and figure of the LR x warmup search; ``startup``: TPE's random start-up
+    trials per study (None: not recorded)."""
     found = studies.get("search") or {}
     if not found:
         return Section()
     trials = pd.DataFrame(
         [{"variant": v, **t} for v, r in found.items() for t in r.get("trial_table", [])]
     )
+    edges = {
+        v: edges_of_best(trials[trials["variant"] == v] if len(trials) else trials, r["best"])
+        for v, r in found.items()
+    }
     best = pd.DataFrame(
         [
             {
@@ -179,6 +203,7 @@ def search_section(studies: dict, variants: list[str]) -> Section:
                 "best warmup": (r["best"] or {}).get("warmup_steps"),
                 "best val loss": (r["best"] or {}).get("value"),
                 "trials (complete / pruned)": f"{r['complete']} / {r['pruned']}",
+                "best at the trials' edge": ", ".join(edges[v]) or "no",
                 "stable lr range": _span(r["stable_region"], "lr", "{:.3g}"),
                 "stable warmup range": _span(r["stable_region"], "warmup_steps", "{}"),
             }
@@ -190,6 +215,8 @@ def search_section(studies: dict, variants: list[str]) -> Section:
         "",
         best.to_markdown(index=False, floatfmt=".4g"),
         "",
+        *_startup_lines(startup),
+        *_edge_lines(edges),
     ]
     section = Section(lines, {"search_trials.csv": trials})
     if len(trials):
@@ -203,3 +230,26 @@ def search_section(studies: dict, variants: list[str]) -> Section:
             "",
         ]
     return section
+
+
+def _startup_lines(startup: int | None) -> list[str]:
+    if startup is None:
+        return []
+    return [
+        f"The first {startup} trials of each study were the sampler's random start-up; the "
+        "rest were proposed by TPE from the trials before them.",
+        "",
+    ]
+
+
+def _edge_lines(edges: dict[str, list[str]]) -> list[str]:
+    """A warning for each variant whose best trial no trial brackets on some side."""
+    shown = {v: e for v, e in edges.items() if e}
+    if not shown:
+        return []
+    where = "; ".join(f"{v}: {', '.join(e)}" for v, e in shown.items())
+    return [
+        f"**Best at the edge of what the search tried** ({where}): no trial lies beyond it "
+        "there, so the optimum may; widen that range of `search` or add trials.",
+        "",
+    ]

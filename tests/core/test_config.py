@@ -218,6 +218,18 @@ def test_study_sections_are_typed_and_checked(tmp_path: Path) -> None:
     assert "search.n_trails: unknown key" in msg and "n_trials" in msg
     msg = _error(tmp_path, "sweep: {lr_min: 1.0, lr_max: 0.1}\n")
     assert "sweep.lr_min/lr_max" in msg and "must be below" in msg
+
+
+def test_a_tpe_search_gets_past_its_start_up(tmp_path: Path) -> None:
+    path = tmp_path / "e.yaml"
+    path.write_text("search: {n_trials: 5}\n" + ONE)
+    assert load_experiment(path).search.startup_trials() == 2  # half, not Optuna's 10
+    path.write_text("search: {n_trials: 40}\n" + ONE)
+    assert load_experiment(path).search.startup_trials() == 10
+    msg = _error(tmp_path, "search: {n_trials: 5, startup: 5}\n")
+    assert "search.startup (5) must be below n_trials (5)" in msg and "sampler: random" in msg
+    msg = _error(tmp_path, "search: {n_trials: 5, sampler: random, startup: 2}\n")
+    assert "search.startup applies to sampler tpe only" in msg
     msg = _error(tmp_path, "max_lr: {factor: 1.0}\n")
     assert "max_lr.factor" in msg and "greater than 1" in msg
 

@@ -130,3 +130,14 @@ def test_a_studys_first_trials_are_not_near_duplicates(tmp_path: Path) -> None:
     for i, (lr_a, w_a) in enumerate(points):
         for lr_b, w_b in points[i + 1 :]:
             assert abs(lr_a - lr_b) > 0.01 * span or abs(w_a - w_b) > 2, points
+
+
+def test_a_short_tpe_study_gets_past_its_random_start_up(tmp_path: Path) -> None:
+    from ablate.launch.search import make_sampler
+
+    exp = simulated_experiment(tmp_path, search={"n_trials": 5, "pruner": "none"})
+    sampler = make_sampler(exp)
+    inner = sampler._make(seed=0)
+    assert isinstance(inner, optuna.samplers.TPESampler) and inner._n_startup_trials == 2
+    random = simulated_experiment(tmp_path, search={"n_trials": 5, "sampler": "random"})
+    assert isinstance(make_sampler(random)._make(seed=0), optuna.samplers.RandomSampler)
