@@ -78,8 +78,9 @@ def simulated_lines(experiment: Experiment) -> list[str]:
     truth = (
         "the file's runtime.simulate"
         if simulate
-        else "the simulator's defaults: every variant the same truth (Δ = 0), run noise 0.004;"
-        " state the truth you expect in runtime.simulate"
+        else "the simulator's defaults: every variant the same truth (Δ = 0), iid run noise "
+        f"{experiment.base.runtime.simulate.run_sd:g}, far lighter than real runs "
+        "(docs/simulator.md); state the truth you expect in runtime.simulate"
     )
     quiet = io.StringIO()  # the stages' own lines (the studies print theirs)
     with tempfile.TemporaryDirectory(prefix="ablate-simulate-") as folder, redirect_stdout(quiet):

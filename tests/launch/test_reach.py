@@ -59,7 +59,7 @@ def test_validate_simulate_prints_the_verdicts_and_seeds_and_stores_nothing(
     assert sorted(p.name for p in tmp_path.iterdir()) == ["e.yaml"]  # nothing stored here
     default = write_experiment(tmp_path / "default.yaml", runtime={"backend": "simulate"})
     head = simulated_lines(load_experiment(default))[0]
-    assert "the simulator's defaults: every variant the same truth (Δ = 0)" in head
+    assert "defaults: every variant the same truth (Δ = 0), iid run noise 0.004, far" in head
 
 
 @pytest.mark.usefixtures("unrendered_figures")
