@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import re
+import subprocess
+import sys
 import tomllib
 
 import pytest
@@ -135,3 +137,41 @@ def test_the_dashboard_command_the_docs_give_installs_through_an_extra() -> None
     assert any(requirement.startswith("optuna-dashboard") for requirement in extra)
     text = (DOCS / "stability-and-search.md").read_text(encoding="utf-8")
     assert "pip install -e '.[dashboard]'" in text and ".venv/bin/optuna-dashboard" in text
+
+
+PAGES = ["README.md", *sorted(p.name for p in DOCS.glob("*.md"))]
+# a command's printed output, shown in a code block right below the marker
+OUTPUT = re.compile(r"<!-- output: python -m ([\w.]+)((?: [\w./-]+)*) -->\n```\n(.*?)```", re.S)
+# prose whose every number is one of the named committed files' (comma-separated paths)
+SOURCED = re.compile(r"<!-- numbers from: ([^>]+?) -->(.*?)<!-- end numbers -->", re.S)
+
+
+def _page(page: str) -> str:
+    return (README if page == "README.md" else DOCS / page).read_text(encoding="utf-8")
+
+
+@pytest.mark.parametrize("page", PAGES)
+def test_the_outputs_a_page_shows_are_what_their_commands_print(page: str) -> None:
+    for module, args, shown in OUTPUT.findall(_page(page)):
+        printed = subprocess.run(
+            [sys.executable, "-m", module, *args.split()],
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+        assert printed == shown, f"{page}: python -m {module}{args}"
+
+
+@pytest.mark.parametrize("page", PAGES)
+def test_the_numbers_a_page_quotes_are_in_the_files_it_names(page: str) -> None:
+    for paths, text in SOURCED.findall(_page(page)):
+        named = [REPO / p.strip() for p in paths.split(",")]
+        found = set().union(*(_numbers(p.read_text(encoding="utf-8")) for p in named))
+        missing = sorted(_numbers(re.sub(r"\]\([^)]*\)", "]", text)) - found)  # not link paths
+        assert missing == [], f"{page}, numbers from {paths}: {missing}"
+
+
+def test_the_stability_page_marks_what_it_quotes() -> None:
+    text = _page("stability-and-search.md")
+    assert len(OUTPUT.findall(text)) >= 2 and len(SOURCED.findall(text)) >= 2
