@@ -103,29 +103,54 @@ def valley_loss(truth: TruthConfig, lr: float) -> float:
 
 
 def spike_chance(truth: TruthConfig, lr: float) -> float:
-    """A run's chance at ``lr`` of a loss excursion: ``spike_rate`` times a logistic in log2 LR
-    that is ½ at ``spike_lr``, rising over ``spike_width`` octaves."""
+    """A run's chance at ``lr`` of a loss excursion: from the ``noise`` table where there is
+    one, else ``spike_rate`` times a logistic in log2 LR that is ½ at ``spike_lr``, rising over
+    ``spike_width`` octaves."""
+    if truth.noise is not None:
+        return noise_row(truth, lr)[1]
     if truth.spike_rate == 0:
         return 0.0
     return truth.spike_rate / (1.0 + math.exp(-math.log2(lr / truth.spike_lr) / truth.spike_width))
 
 
+def noise_row(truth: TruthConfig, lr: float) -> tuple[float, float, float]:
+    """(normal sd, excursion chance, excursion mean) of the ``noise`` table at ``lr``, linear
+    in log2 LR between its rows, flat beyond them."""
+    assert truth.noise is not None
+    offset = math.log2(lr / truth.opt_lr)
+    columns = list(zip(*truth.noise, strict=True))
+    sd, chance, size = (float(np.interp(offset, columns[0], c)) for c in columns[1:])
+    return sd, chance, size
+
+
+def spike_size(truth: TruthConfig, lr: float) -> float:
+    """The mean excess of an excursion at ``lr``."""
+    return noise_row(truth, lr)[2] if truth.noise is not None else truth.spike_size
+
+
 def mean_loss(truth: TruthConfig, lr: float) -> float:
     """The expected final loss at ``lr`` inside the stable window, excursions included: the
     valley plus chance × mean excess (what an estimator of the optimum should find)."""
-    return valley_loss(truth, lr) + spike_chance(truth, lr) * truth.spike_size
+    return valley_loss(truth, lr) + spike_chance(truth, lr) * spike_size(truth, lr)
+
+
+def run_sd(sim: SimulateConfig, truth: TruthConfig, lr: float) -> float:
+    """The sd of a run's normal noise at ``lr``: the ``noise`` table's, else ``run_sd_above``
+    above the optimum, else the runtime's ``run_sd``."""
+    if truth.noise is not None:
+        return noise_row(truth, lr)[0]
+    above = truth.run_sd_above is not None and lr > truth.opt_lr
+    return truth.run_sd_above if above else sim.run_sd
 
 
 def run_excess(sim: SimulateConfig, truth: TruthConfig, lr: float, run_id: str) -> float:
-    """The run's own deviation from its seed's valley: normal noise (``run_sd``, or
-    ``run_sd_above`` above the optimum) plus, at the chance :func:`spike_chance`, an
-    exponential excursion of mean ``spike_size``."""
+    """The run's own deviation from its seed's valley: normal noise (:func:`run_sd`) plus, at
+    the chance :func:`spike_chance`, an exponential excursion of mean :func:`spike_size`."""
     rng = _draw(sim.seed, "run", run_id)
-    above = truth.run_sd_above is not None and lr > truth.opt_lr
-    noise = float(rng.normal(0.0, truth.run_sd_above if above else sim.run_sd))
+    noise = float(rng.normal(0.0, run_sd(sim, truth, lr)))
     chance = spike_chance(truth, lr)
     if chance and float(_draw(sim.seed, "spike", run_id).random()) < chance:
-        noise += float(_draw(sim.seed, "spike size", run_id).exponential(truth.spike_size))
+        noise += float(_draw(sim.seed, "spike size", run_id).exponential(spike_size(truth, lr)))
     return noise
 
 

@@ -54,12 +54,30 @@ class TruthConfig(StrictSection):
         0.1, gt=0, le=10, description="mean of an excursion's loss excess (exponential), nats"
     )
 
+    noise: list[tuple[float, float, float, float]] | None = Field(
+        None,
+        description="the run noise as measured, instead of run_sd, run_sd_above and the spike "
+        "keys: (log2(lr / opt_lr), normal sd, excursion chance, excursion mean) rows, linear "
+        "between them, flat beyond the ends",
+    )
+
     @model_validator(mode="after")
     def _shape_is_a_valley(self) -> TruthConfig:
         if self.shape is not None:
             offsets = [x for x, _ in self.shape]
             if len(offsets) < 2 or offsets != sorted(set(offsets)):
                 raise ValueError("shape: at least two points, in increasing log2(lr / opt_lr)")
+        return self
+
+    @model_validator(mode="after")
+    def _noise_is_a_table(self) -> TruthConfig:
+        if self.noise is not None:
+            offsets = [row[0] for row in self.noise]
+            if len(offsets) < 2 or offsets != sorted(set(offsets)):
+                raise ValueError("noise: at least two rows, in increasing log2(lr / opt_lr)")
+            rows = self.noise
+            if any(sd < 0 or not 0 <= chance <= 1 or size <= 0 for _, sd, chance, size in rows):
+                raise ValueError("noise: each row's sd >= 0, chance in [0, 1], mean excess > 0")
         return self
 
     @model_validator(mode="after")
@@ -74,7 +92,15 @@ class TruthConfig(StrictSection):
 
 # Truth keys added after simulated results were stored: left out of a simulated run's identity
 # while at their defaults, so that every earlier simulated run keeps its id and its draws.
-LATER_TRUTH_KEYS = ("shape", "run_sd_above", "spike_rate", "spike_lr", "spike_width", "spike_size")
+LATER_TRUTH_KEYS = (
+    "shape",
+    "run_sd_above",
+    "spike_rate",
+    "spike_lr",
+    "spike_width",
+    "spike_size",
+    "noise",
+)
 
 
 class SimulateConfig(StrictSection):
@@ -100,7 +126,7 @@ class SimulateConfig(StrictSection):
         "kills and schedulers; not part of the run id, since it changes no result",
     )
     default: TruthConfig = Field(default_factory=TruthConfig)
-    variants: dict[str, dict[str, float | list[tuple[float, float]] | None]] = Field(
+    variants: dict[str, dict[str, float | list[tuple[float, ...]] | None]] = Field(
         default_factory=dict, description="variant name -> keys of its truth that differ"
     )
 

@@ -167,3 +167,29 @@ def test_a_measured_shape_and_excursions_make_the_valley_and_its_tail() -> None:
     assert float(np.percentile(above, 99) - np.median(above)) > 0.4  # a heavy upper tail
     with pytest.raises(ValueError, match="increasing"):
         TruthConfig(shape=[(0.0, 0.0), (0.0, 0.1)])
+
+
+def test_a_measured_noise_table_sets_each_lrs_noise_and_excursions() -> None:
+    from ablate.core.simulate import mean_loss, run_excess, run_sd, spike_chance
+    from ablate.core.truth import TruthConfig
+
+    truth = TruthConfig(
+        opt_lr=0.004,
+        best_loss=2.0,
+        shape=[(-1.0, 0.1), (0.0, 0.0), (1.0, 0.3)],
+        noise=[(-1.0, 0.005, 0.0, 0.01), (0.0, 0.02, 0.2, 0.1), (1.0, 0.08, 0.0, 0.16)],
+        spike_rate=0.9,  # the table rules: the logistic keys are not read
+    )
+    sim = SimulateConfig(run_sd=0.5)
+    assert run_sd(sim, truth, 0.002) == pytest.approx(0.005)
+    assert run_sd(sim, truth, 0.004 * 2**0.5) == pytest.approx(0.05)  # halfway in log LR
+    assert spike_chance(truth, 0.004) == pytest.approx(0.2)
+    assert mean_loss(truth, 0.004) == pytest.approx(2.0 + 0.2 * 0.1)
+    at = [run_excess(sim, truth, 0.004, f"r{i}") for i in range(4000)]
+    assert float(np.mean(at)) == pytest.approx(0.02, abs=0.005)
+    calm = [run_excess(sim, truth, 0.001, f"r{i}") for i in range(2000)]
+    assert float(np.std(calm)) == pytest.approx(0.005, rel=0.1)  # flat beyond the first row
+    with pytest.raises(ValueError, match="noise: at least two rows"):
+        TruthConfig(noise=[(0.0, 0.01, 0.0, 0.1)])
+    with pytest.raises(ValueError, match="chance in"):
+        TruthConfig(noise=[(0.0, 0.01, 1.5, 0.1), (1.0, 0.01, 0.0, 0.1)])
