@@ -30,7 +30,7 @@ from __future__ import annotations
 import argparse
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -46,22 +46,11 @@ from ablate.core.simulate import final_loss
 from ablate.core.truth import SimulateConfig
 
 FITTED = Path("reports/reference/fitted_simulate.yaml")
-ROUNDS = 4  # location / mixture fits in turn
-MIN_RUNS = 4  # an LR needs this many finite, not-diverged runs to get a location
+MIN_RUNS = 4  # an LR needs this many finite, not-diverged runs to be fitted
 FALL = 0.02  # nats: a step above the optimum where a seed's loss falls more is non-monotone
-
-
-def unimodal(values: np.ndarray) -> np.ndarray:
-    """The least-squares fit to ``values`` that falls to one lowest point and rises after it."""
-    best, best_sse = values, math.inf
-    for k in range(len(values)):
-        down = optimize.isotonic_regression(values[: k + 1], increasing=False).x
-        up = optimize.isotonic_regression(values[k:], increasing=True).x
-        fit = np.concatenate([down[:-1], [min(down[-1], up[0])], up[1:]])
-        sse = float(((fit - values) ** 2).sum())
-        if sse < best_sse:
-            best, best_sse = fit, sse
-    return best
+PENALTIES = 10.0 ** np.arange(-3.0, 4.01, 0.5)  # the mean curve's smoothing penalties tried
+SD_FLOOR = 0.005  # nats: no LR's mean is weighted as if its runs scattered less than this
+WINDOW = 1  # lattice steps each side whose residuals an LR's noise is fitted on
 
 
 def seed_effects(curves: dict[str, ref.Curves]) -> dict[int, float]:
@@ -79,131 +68,132 @@ def seed_effects(curves: dict[str, ref.Curves]) -> dict[int, float]:
     return {seed: value - centre for seed, value in effects.items()}
 
 
-@dataclass(frozen=True)
-class Mixture:
-    """Run noise and excursions: normal sd below / above the optimum, the logistic chance of an
-    excursion (its top, the log2 LR where it is half that, its width in octaves) and the
-    excursion's mean excess."""
+def second_differences(x: np.ndarray) -> np.ndarray:
+    """The matrix of second divided differences on the points ``x`` (spacing may vary)."""
+    d = np.zeros((len(x) - 2, len(x)))
+    for i in range(len(x) - 2):
+        h1, h2 = x[i + 1] - x[i], x[i + 2] - x[i + 1]
+        d[i, i : i + 3] = 2 / (h1 * (h1 + h2)), -2 / (h1 * h2), 2 / (h2 * (h1 + h2))
+    return d
 
-    sd_below: float
-    sd_above: float
-    rate: float
-    centre: float
-    width: float
+
+def smooth_mean(x: np.ndarray, values: np.ndarray, penalty: float) -> np.ndarray:
+    """The per-LR means of ``values`` (LR × seed, NaN where none) smoothed in log2 LR: weighted
+    least squares (each mean by its runs over their variance) with ``penalty`` on the squared
+    second derivative (a Whittaker smoother)."""
+    n = np.isfinite(values).sum(axis=1)
+    sd = np.maximum(np.nanstd(values, axis=1, ddof=1), SD_FLOOR)
+    weights = n / sd**2
+    d = second_differences(x)
+    return np.linalg.solve(np.diag(weights) + penalty * d.T @ d, weights * np.nanmean(values, 1))
+
+
+def chosen_penalty(x: np.ndarray, values: np.ndarray) -> float:
+    """The smoothing penalty of :data:`PENALTIES` whose curve, fitted without one seed,
+    predicts that seed's losses best (squared error, summed over every seed left out)."""
+    errors = []
+    for penalty in PENALTIES:
+        error = 0.0
+        for j in range(values.shape[1]):
+            fitted = smooth_mean(x, np.delete(values, j, axis=1), penalty)
+            held = values[:, j]
+            finite = np.isfinite(held)
+            error += float(((held[finite] - fitted[finite]) ** 2).sum())
+        errors.append(error)
+    return float(PENALTIES[int(np.argmin(errors))])
+
+
+@dataclass(frozen=True)
+class Noise:
+    """A run's deviation from the mean at one LR: normal ``sd`` plus, at ``chance``, an
+    exponential excess of mean ``size``, shifted by −chance·size so that it averages 0."""
+
+    sd: float
+    chance: float
     size: float
 
-    def chance(self, x: np.ndarray) -> np.ndarray:
-        return self.rate * special.expit((x - self.centre) / self.width)
-
-    def log_density(self, residual: np.ndarray, x: np.ndarray, optimum: float) -> np.ndarray:
-        sd = np.where(x > optimum, self.sd_above, self.sd_below)
-        p = self.chance(x)
-        calm = stats.norm.pdf(residual, scale=sd)
-        spiked = stats.exponnorm.pdf(residual, self.size / sd, scale=sd)
-        return np.log((1 - p) * calm + p * spiked + 1e-300)
+    def log_density(self, residual: np.ndarray) -> np.ndarray:
+        shifted = residual + self.chance * self.size
+        calm = stats.norm.pdf(shifted, scale=self.sd)
+        spiked = stats.exponnorm.pdf(shifted, self.size / self.sd, scale=self.sd)
+        return np.log((1 - self.chance) * calm + self.chance * spiked + 1e-300)
 
 
-MIN_WIDTH = 0.02  # octaves: the excursion chance rises over at least this (a lattice step: 0.25)
+MAX_CHANCE = 0.5  # an excursion is the minority of a window's runs, or it is the mode
+MIN_SIZE, MAX_SIZE = 2.0, 50.0  # an excursion's mean excess, in the window's normal sds
+NO_CHANCE = 0.01  # below this chance a window has no excursions (their size is not identified)
 
 
-def _mixture_of(theta: np.ndarray) -> Mixture:
-    """The mixture of unconstrained parameters: logs of the scales, the logit of the rate, the
-    excess of the width over :data:`MIN_WIDTH` as a log (a sharper rise than the lattice can
-    resolve is not identified: the likelihood is flat there)."""
-    sd_b, sd_a, rate, centre, width, size = theta
-    return Mixture(
-        math.exp(sd_b),
-        math.exp(sd_a),
-        1 / (1 + math.exp(-rate)),
-        centre,
-        MIN_WIDTH + math.exp(width),
-        math.exp(size),
+def _noise_of(theta: np.ndarray) -> Noise:
+    """The :class:`Noise` of unconstrained parameters: log sd, the logit of chance over
+    :data:`MAX_CHANCE`, the log of the excess of size over :data:`MIN_SIZE` sds."""
+    sd = math.exp(theta[0])
+    return Noise(
+        sd, MAX_CHANCE * float(special.expit(theta[1])), sd * (MIN_SIZE + math.exp(theta[2]))
     )
 
 
-def _theta_of(m: Mixture) -> np.ndarray:
-    return np.array(
-        [
-            math.log(m.sd_below),
-            math.log(m.sd_above),
-            math.log(m.rate / (1 - m.rate)),
-            m.centre,
-            math.log(max(m.width - MIN_WIDTH, 1e-9)),
-            math.log(m.size),
-        ]
-    )
-
-
-def fit_mixture(residual: np.ndarray, x: np.ndarray, optimum: float, start: Mixture) -> Mixture:
-    """The mixture of greatest likelihood for residuals at log2 LRs ``x``: Nelder–Mead from
-    ``start`` and from two others (rarer, larger excursions; more, smaller ones), the best."""
+def fit_noise(residual: np.ndarray) -> Noise:
+    """The :class:`Noise` of greatest likelihood for residuals from the mean (L-BFGS-B from
+    rare large, frequent small and no excursions, the best), its excursions bounded (at most
+    :data:`MAX_CHANCE` of the runs, each :data:`MIN_SIZE`–:data:`MAX_SIZE` normal sds) so that
+    a window without them does not fit a chance of 0 with any size; a chance under
+    :data:`NO_CHANCE` is none, of the smallest size."""
 
     def nll(theta: np.ndarray) -> float:
-        return -float(_mixture_of(theta).log_density(residual, x, optimum).sum())
+        return -float(_noise_of(theta).log_density(residual).sum())
 
-    starts = [
-        start,
-        replace(start, rate=0.15, size=0.2),
-        replace(start, rate=0.6, size=0.05),
-    ]
+    sd = max(float(stats.median_abs_deviation(residual, scale="normal")), 1e-4)
+    bounds = [(math.log(1e-4), 0.0), (-12.0, 12.0), (-5.0, math.log(MAX_SIZE - MIN_SIZE))]
+    starts = [(0.2, 8.0), (0.6, 1.0), (0.02, 1.0)]
     found = [
-        optimize.minimize(nll, _theta_of(s), method="Nelder-Mead", options={"maxiter": 4000})
-        for s in starts
+        optimize.minimize(
+            nll,
+            np.array([math.log(sd), special.logit(c / MAX_CHANCE), math.log(z)]),
+            method="L-BFGS-B",
+            bounds=bounds,
+        )
+        for c, z in starts
     ]
-    return _mixture_of(min(found, key=lambda f: f.fun).x)
-
-
-def fit_locations(
-    values: np.ndarray, x: np.ndarray, mixture: Mixture, optimum: float
-) -> np.ndarray:
-    """Per LR (row), the location of greatest likelihood under ``mixture``."""
-    found = []
-    for row, at in zip(values, x, strict=True):
-        finite = row[np.isfinite(row)]
-
-        def nll(mu: float, finite: np.ndarray = finite, at: float = at) -> float:
-            where = np.full(len(finite), at)
-            return -float(mixture.log_density(finite - mu, where, optimum).sum())
-
-        low, high = float(finite.min()) - 0.2, float(np.median(finite))
-        found.append(optimize.minimize_scalar(nll, bounds=(low, high), method="bounded").x)
-    return np.array(found)
+    noise = _noise_of(min(found, key=lambda f: f.fun).x)
+    if noise.chance < NO_CHANCE:
+        return Noise(noise.sd, 0.0, MIN_SIZE * noise.sd)
+    return noise
 
 
 @dataclass(frozen=True)
 class VariantFit:
-    """One norm's fitted valley (LRs, unimodal locations) and mixture."""
+    """One norm's fitted mean curve (its LRs and the expected loss at each, with the penalty
+    that smoothed it) and each LR's noise."""
 
     lrs: np.ndarray
-    locations: np.ndarray
-    mixture: Mixture
+    mean: np.ndarray
+    penalty: float
+    noise: list[Noise]
 
     @property
     def opt_lr(self) -> float:
-        return float(self.lrs[int(np.argmin(self.locations))])
+        return float(self.lrs[int(np.argmin(self.mean))])
 
 
 def fit_variant(curves: ref.Curves, effects: dict[int, float]) -> VariantFit:
-    """A norm's valley and mixture from its runs (seed effects removed; diverged runs are the
-    divergence edge's, not the valley's)."""
+    """A norm's mean curve and noise from its runs (seed effects removed; diverged runs are
+    the divergence edge's, not the valley's): the per-LR means smoothed with the penalty
+    that best predicts a left-out seed, and each LR's noise fitted to the residuals from that
+    curve at it and :data:`WINDOW` lattice steps either side."""
     values = curves.select - np.array([effects[s] for s in curves.seeds])
     values = np.where(curves.diverged, np.nan, values)
     keep = np.isfinite(values).sum(axis=1) >= MIN_RUNS
     values, lrs = values[keep], curves.lrs[keep]
     x = np.log2(lrs)
-    locations = np.nanpercentile(values, 25, axis=1)
-    optimum = float(x[int(np.argmin(locations))])
-    below = values[x < optimum] - locations[x < optimum, None]
-    sd = float(stats.median_abs_deviation(below[np.isfinite(below)], scale="normal"))
-    mixture = Mixture(sd, 2 * sd, 0.3, optimum + 0.5, 0.5, 0.1)
-    for _ in range(ROUNDS):
-        residual = values - locations[:, None]
-        finite = np.isfinite(residual)
-        at = np.broadcast_to(x[:, None], values.shape)
-        mixture = fit_mixture(residual[finite], at[finite], optimum, mixture)
-        locations = unimodal(fit_locations(values, x, mixture, optimum))
-        optimum = float(x[int(np.argmin(locations))])
-    return VariantFit(lrs, locations, mixture)
+    penalty = chosen_penalty(x, values)
+    mean = smooth_mean(x, values, penalty)
+    residual = values - mean[:, None]
+    noise = []
+    for i in range(len(lrs)):
+        near = residual[max(i - WINDOW, 0) : i + WINDOW + 1]
+        noise.append(fit_noise(near[np.isfinite(near)]))
+    return VariantFit(lrs, mean, penalty, noise)
 
 
 ISOLATED = 4.0  # a seed's divergence edge this far below the median is an isolated blow-up
@@ -229,27 +219,32 @@ def divergence_fit(curves: ref.Curves) -> tuple[float, float]:
 
 
 def truth_of(fit: VariantFit, divergence: tuple[float, float]) -> dict[str, Any]:
-    """A variant's ``TruthConfig`` keys from its fit."""
-    best = float(fit.locations.min())
+    """A variant's ``TruthConfig`` keys from its fit: the valley is the mean curve less each
+    LR's mean excursion, so that valley plus excursions averages to the mean curve."""
+    excess = np.array([n.chance * n.size for n in fit.noise])
+    valley = fit.mean - excess
+    at = int(np.argmin(fit.mean))
+    best = float(valley[at])
     offsets = np.log2(fit.lrs / fit.opt_lr)
-    m = fit.mixture
-    shape = [
-        [round(float(o), 6), round(float(v) - best, 6)]
-        for o, v in zip(offsets, fit.locations, strict=True)
-    ]
     values = {
         "opt_lr": fit.opt_lr,
         "best_loss": best,
-        "run_sd_above": m.sd_above,
-        "spike_rate": m.rate,
-        "spike_lr": 2.0**m.centre,
-        "spike_width": m.width,
-        "spike_size": m.size,
         "divergence_lr": divergence[0],
         "boundary_sd": divergence[1],
         "warmup_gain": 0.0,  # the reference has one warmup: no gain is measured
     }
-    return {**{k: float(f"{float(v):.6g}") for k, v in values.items()}, "shape": shape}
+    return {
+        **{k: float(f"{float(v):.6g}") for k, v in values.items()},
+        "shape": [[_r(o), _r(v - best)] for o, v in zip(offsets, valley, strict=True)],
+        "noise": [
+            [_r(o), _r(n.sd), _r(n.chance), _r(n.size)]
+            for o, n in zip(offsets, fit.noise, strict=True)
+        ],
+    }
+
+
+def _r(value: float) -> float:
+    return round(float(value), 6)
 
 
 def unigram_of(runs: Path) -> float:
@@ -259,21 +254,28 @@ def unigram_of(runs: Path) -> float:
 
 def fit_simulate(runs: Path = ref.REFERENCE_RUNS) -> dict[str, Any]:
     """The ``runtime.simulate`` section fitted to a reference's ``runs.csv``."""
+    return fit_with_penalties(runs)[0]
+
+
+def fit_with_penalties(runs: Path) -> tuple[dict[str, Any], dict[str, float]]:
+    """(:func:`fit_simulate`'s section, each variant's chosen smoothing penalty)."""
     curves = ref.load_reference(runs)
     effects = seed_effects(curves)
     fits = {v: fit_variant(c, effects) for v, c in curves.items()}
     truths = {v: truth_of(fits[v], divergence_fit(curves[v])) for v in curves}
     first = next(iter(curves))
-    sd_below = float(np.mean([f.mixture.sd_below for f in fits.values()]))
+    below = [
+        n.sd for f in fits.values() for lr, n in zip(f.lrs, f.noise, strict=True) if lr < f.opt_lr
+    ]
     section = {
         "seed_sd": round(float(np.std(list(effects.values()), ddof=1)), 6),
-        "run_sd": round(sd_below, 6),
+        "run_sd": round(float(np.median(below)), 6),  # below the optima; the tables rule
         "unigram_loss": round(unigram_of(runs), 6),
         "default": truths[first],
         "variants": {v: t for v, t in truths.items() if v != first},
     }
     SimulateConfig(**section)  # a valid section, or this raises
-    return section
+    return section, {v: f.penalty for v, f in fits.items()}
 
 
 def simulated_curves(
@@ -352,9 +354,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("runs", type=Path, nargs="?", default=ref.REFERENCE_RUNS)
     parser.add_argument("--write", type=Path, default=None, help="a YAML file to write it to")
     args = parser.parse_args(argv)
-    section = fit_simulate(args.runs)
+    section, penalties = fit_with_penalties(args.runs)
+    chosen = ", ".join(f"{v} {p:g}" for v, p in penalties.items())
     text = (
         f"# runtime.simulate fitted to {args.runs} by python -m ablate.bench.fit_reference\n"
+        f"# mean curves smoothed with the penalties a left-out seed chose: {chosen}\n"
         + yaml.safe_dump(section, sort_keys=False, width=100)
     )
     print(text)

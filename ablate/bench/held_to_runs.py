@@ -174,7 +174,7 @@ class Replay:
     regrets: dict[str, float]  # variant -> expected loss at the chosen LR over the optimum's
     at_edge: bool
     diffs: np.ndarray  # per A/B seed: second at its chosen LR − first at its own (test split)
-    cross: dict[str, float]  # variant whose chosen LR both ran at -> mean Δ there
+    cross: dict[str, np.ndarray]  # variant whose chosen LR both ran at -> per-seed Δ there
     boundary_errors: dict[str, float]  # variant -> log2(median walked usable edge / truth's)
     bracket_errors: dict[str, float]  # the same, each seed bracketed by factor-2 moves
 
@@ -231,7 +231,7 @@ def replay(
     at = {v: curves[v].nearest(chosen[v].lr) for v in curves}
     diffs = ref.paired_test_delta(curves[first], curves[second], at[first], at[second], draw.ab)
     cross = {
-        v: float(np.mean(ref.paired_test_delta(curves[first], curves[second], lr, lr, draw.ab)))
+        v: ref.paired_test_delta(curves[first], curves[second], lr, lr, draw.ab)
         for v, lr in at.items()
     }
     seeds = boundary_seeds(draw, design)
@@ -280,6 +280,16 @@ def judge(diffs: np.ndarray, truth: float, min_effect: float) -> Judged:
     return Judged(diffs.mean(axis=1), covered, found)
 
 
+def crossover_holds(tuned: Judged, shared: Sequence[Judged]) -> np.ndarray:
+    """Per draw, whether the report states the tuned Δ as *different* without "depends on the
+    LR" (:func:`ablate.report.crossover.crossover_word`): the tuned verdict and both shared
+    settings' are *different*, all with one sign."""
+    signs = [np.sign(j.mean) for j in shared]
+    same = np.all([s == np.sign(tuned.mean) for s in signs], axis=0)
+    different = np.all([j.words == "different" for j in shared], axis=0)
+    return (tuned.words == "different") & different & same
+
+
 def score_rows(
     curves: dict[str, ref.Curves],
     design: Experiment,
@@ -295,9 +305,12 @@ def score_rows(
     rows = []
     for name, (what, estimator) in OPTIMA.items():
         replays = [replay(curves, d, estimator, design, truth, band) for d in draws]
-        judged = judge(
-            np.stack([r.diffs for r in replays]), truth.delta, design.analysis.min_effect
-        )
+        effect = design.analysis.min_effect
+        judged = judge(np.stack([r.diffs for r in replays]), truth.delta, effect)
+        shared = [
+            judge(np.stack([r.cross[v] for r in replays]), truth.delta, effect) for v in curves
+        ]
+        holds = crossover_holds(judged, shared)
         for variant in curves:
             errors = np.array([r.errors[variant] for r in replays])
             bounds = np.array([r.boundary_errors[variant] for r in replays])
@@ -320,7 +333,8 @@ def score_rows(
                     "Δ CI covers": float(judged.covered.mean()),
                     "Δ mean": float(judged.mean.mean()),
                     "different": float(np.mean(judged.words == "different")),
-                    "Δ, both at its LR": float(np.mean([r.cross[variant] for r in replays])),
+                    "different, cross-over holds": float(holds.mean()),
+                    "Δ, both at its LR": float(np.mean([r.cross[variant].mean() for r in replays])),
                     "usable in 2^(1/4)": float(np.mean(np.abs(bounds) <= QUARTER)),
                     "if bracketed": float(np.mean(np.abs(bracketed) <= QUARTER)),
                 }
