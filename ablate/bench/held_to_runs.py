@@ -13,7 +13,8 @@ norm:
 - the **tuned Δ** (second − first norm, on the test split, paired over the A/B seeds) with
   each norm at its chosen LR (snapped to the reference's lattice: within 2^(1/8)), its 95%
   t interval and the report's three-way verdict at ``analysis.min_effect``; and the same at
-  the *other* norm's chosen LR (the cross-over);
+  the *other* norm's chosen LR (the cross-over), and whether the report would state the
+  verdict *different* without "depends on the LR" (:func:`crossover_holds`);
 - the **usable-LR boundary**, walked upwards from the chosen optimum on as many of the draw's
   seeds as ``max_lr.seeds`` has (5: the A/B seeds, then curve seeds, as the protocol's seeds
   0–4 are), its median scored as within one reference step (2^(1/4)) of the reference's.
@@ -21,7 +22,8 @@ norm:
 The tuned runs here keep the curve's warmup (the reference has one warmup): the warmup study
 is not replayed. With ``--simulated N`` the same replay runs on N reference-shaped studies
 drawn from the simulator fitted to the reference (:mod:`ablate.bench.fit_reference`), scored
-against its known truth. Run::
+against its known truth. A last table gives the reference's shape (:func:`shape_rows`), with
+the fitted simulator's beside it. Run::
 
     python -m ablate.bench.held_to_runs [reports/reference/runs.csv] \\
         [--protocol experiments/ln_vs_rms.yaml] [--simulated 20] \\
@@ -429,6 +431,29 @@ def truth_rows(curves: dict[str, ref.Curves], band: float = ref.BAND) -> pd.Data
     return pd.DataFrame(rows)
 
 
+def shape_rows(
+    curves: dict[str, ref.Curves], simulated: Sequence[dict[str, ref.Curves]] = ()
+) -> pd.DataFrame:
+    """The reference's shape (:func:`ablate.bench.fit_reference.shape_statistics`: noise
+    below and above each optimum, the rise past it, non-monotone steps, the paired SD at the
+    optima) with 95% percentile bootstrap intervals over its seeds, and, given studies drawn
+    from the fitted simulator, their mean of each."""
+    found = fit.shape_statistics(curves)
+    intervals = fit.reference_intervals(curves)
+    frame = pd.DataFrame(
+        {
+            "statistic": list(found),
+            "reference": list(found.values()),
+            "2.5%": [intervals[k][0] for k in found],
+            "97.5%": [intervals[k][1] for k in found],
+        }
+    )
+    if simulated:
+        drawn = pd.DataFrame([fit.shape_statistics(s) for s in simulated]).mean()
+        frame[f"fitted simulator ({len(simulated)} studies)"] = [drawn[k] for k in found]
+    return frame
+
+
 def paired_t(diffs: np.ndarray) -> ref.Answer:
     """The mean of matched differences with its 95% Student-t interval. The LRs stay where
     all seeds put them: a bootstrap that re-picked the optimum in each resample would pick
@@ -493,12 +518,19 @@ def main(argv: list[str] | None = None) -> None:
         + "\n\n"
         + scores_markdown(score_rows(curves, design, args.band))
     }
+    drawn: list[dict[str, ref.Curves]] = []
     if args.simulated:
         section = yaml.safe_load(args.fitted.read_text(encoding="utf-8"))
         lattice = [float(lr) for lr in next(iter(curves.values())).lrs]
         base = load_experiment(REFERENCE_DESIGN).base
         rows = simulated_rows(section, design, base, lattice, args.simulated, args.band)
         tables["held-to-simulator"] = scores_markdown(rows)
+        variants = list(design.variants)
+        drawn = [
+            fit.simulated_curves(base, section, lattice, range(8), variants, k)
+            for k in range(args.simulated)
+        ]
+    tables["reference-shape"] = shape_rows(curves, drawn).to_markdown(index=False, floatfmt=".4f")
     for block, text in tables.items():
         print(text, end="\n\n")
         if args.write is not None:
@@ -515,6 +547,7 @@ def report_text(args: argparse.Namespace, tables: dict[str, str]) -> str:
     titles = {
         "held-to-runs": "The reference's answers, and the protocol replayed on it",
         "held-to-simulator": "The protocol replayed on the fitted simulator",
+        "reference-shape": "The reference's shape, and the fitted simulator's",
     }
     parts = [f"# The estimators held to real runs\n\n`{command} --out {args.out}`"]
     parts += [f"## {titles[block]}\n\n{text}" for block, text in tables.items()]

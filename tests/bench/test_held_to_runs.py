@@ -78,3 +78,12 @@ def test_the_committed_tables_are_what_the_harness_gives_on_the_committed_refere
     docs = (REPO / "docs" / "stability-and-search.md").read_text(encoding="utf-8")
     for table in (truth, scores):
         assert table in committed and table in docs
+
+
+def test_the_committed_shape_table_is_the_reference_s() -> None:
+    curves = ref.load_reference(REPO / "reports" / "reference" / "runs.csv")
+    shape = held.shape_rows(curves)
+    committed = (REPO / "reports" / "reference" / "held_to_runs.md").read_text(encoding="utf-8")
+    for row in shape.itertuples():
+        cells = f"| {row.statistic:<28} | {row.reference:11.4f} | {row[3]:6.4f} | {row[4]:7.4f} |"
+        assert cells in committed, cells
