@@ -166,11 +166,13 @@ def build_parser() -> argparse.ArgumentParser:
 
     status = sub.add_parser(
         "status",
-        help="where an experiment's runs stand: per stage done, failed, running, queued "
-        "(with their Slurm jobs)",
+        help="where an experiment's runs stand: per stage done, failed, interrupted, running, "
+        "queued (with their Slurm jobs)",
     )
     status.add_argument(
-        "results", type=Path, help="an experiment's results folder, e.g. results/ln_vs_rms"
+        "results",
+        type=Path,
+        help="an experiment's results folder, e.g. results/ln_vs_rms (or a root holding one)",
     )
 
     report = sub.add_parser("report", help="rebuild tables and figures from stored results")

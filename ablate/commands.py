@@ -237,12 +237,34 @@ def _check_results_folder(results: Path) -> None:
         )
 
 
+def _one_experiment(results: Path) -> Path:
+    """``results`` itself, or where it is a results root (``--results-dir``) holding exactly
+    one experiment's folder, that folder; a root holding several is an error naming them."""
+    from ablate.core import store
+    from ablate.core.folders import ExperimentFolder
+
+    if (
+        not results.is_dir()
+        or store.is_experiment(results)
+        or ExperimentFolder(results).is_scaled()
+    ):
+        return results
+    held = sorted(p for p in results.iterdir() if p.is_dir() and store.is_experiment(p))
+    if len(held) == 1:
+        return held[0]
+    if len(held) > 1:
+        names = ", ".join(str(p) for p in held)
+        raise UsageError(f"{results}: holds {len(held)} experiments; give one of: {names}")
+    return results
+
+
 def cmd_status(args: argparse.Namespace, console: Console) -> int:
     """Print where an experiment's runs stand, per stage (:mod:`ablate.launch.status`)."""
     from ablate.launch.status import status_lines
 
-    _check_results_folder(args.results)
-    for line in status_lines(args.results):
+    results = _one_experiment(args.results)
+    _check_results_folder(results)
+    for line in status_lines(results):
         console.print(line, markup=False, highlight=False, soft_wrap=True)
     return EXIT_OK
 

@@ -2,7 +2,8 @@
 
 Every run the plan names (``experiment.json``), every study run that is stored, and every run
 the Slurm launcher submitted (``.slurm/by-run/``) is one of: **done** (a summary with a final
-status), **failed** (a summary that says so, or a job that ended without one), **running** or
+status), **failed** (a summary that says so, or a job that ended without one), **interrupted**
+(stopped by Ctrl-C or a signal: its summary says so, and a rerun trains it), **running** or
 **queued** (its Slurm job's state from ``squeue``, or a local process that holds it), or **not
 started**. Nothing here writes; it reads the store and asks ``squeue`` only when there are
 jobs to ask about.
@@ -19,7 +20,7 @@ from ablate.core import store
 from ablate.core.folders import ExperimentFolder, RunFolder, read_json
 from ablate.launch.slurm import ACTIVE, Submitted, job_states, submitted_jobs
 
-STATES = ("done", "failed", "running", "queued", "not started")
+STATES = ("done", "failed", "interrupted", "running", "queued", "not started")
 STAGE_ORDER = (
     "main",
     "sweep",
@@ -74,8 +75,10 @@ def _state(run_dir: Path, job_state: str | None) -> str:
         return "done"
     if job_state in ACTIVE:
         return "queued" if job_state == "PENDING" else "running"
+    if summary is not None and summary.get("status") == "interrupted":
+        return "interrupted"
     if summary is not None or job_state is not None:
-        return "failed"  # a failed or interrupted run, or a job that ended without a result
+        return "failed"  # a failed run, or a job that ended without a result
     local = store.pending_state(run_dir)
     return "running" if local.startswith("running") else "not started"
 

@@ -44,7 +44,10 @@ def test_a_removed_summary_is_not_started_and_a_failed_run_is_failed(
     assert states[result.specs[1].run_id] == "failed"
     assert sorted(states.values()).count("done") == 2
     table = status_lines(result.exp_dir)[0]
-    assert "| main    |      2 |        1 |         0 |        0 |             1 |" in table
+    assert (
+        "| main    |      2 |        1 |             0 |         0 |        0 |             1 |"
+        in table
+    )
 
 
 def test_status_of_a_folder_that_is_not_an_experiment_is_one_line_and_exit_2(
@@ -52,3 +55,22 @@ def test_status_of_a_folder_that_is_not_an_experiment_is_one_line_and_exit_2(
 ) -> None:
     assert main(["status", str(tmp_path)]) == 2
     assert capsys.readouterr().err.strip().startswith(f"ablate status: error: {tmp_path}:")
+
+
+def test_an_interrupted_run_is_its_own_state_and_a_root_of_one_experiment_is_read(
+    tmp_path: Path, unrendered_figures: None, capsys
+) -> None:
+    root = tmp_path / "results"
+    result = run_experiment(simulated_experiment(tmp_path), root, tmp_path / "reports")
+    run = ExperimentFolder(result.exp_dir).run(result.specs[0].run_id)
+    write_json_atomic(run.summary, {**read_json(run.summary), "status": "interrupted"})
+    states = {s.run_id: s.state for s in run_states(result.exp_dir)}
+    assert states[result.specs[0].run_id] == "interrupted"
+    assert main(["status", str(root)]) == 0  # the root holds one experiment: that one
+    out = capsys.readouterr().out
+    assert "| main    |      3 |        0 |             1 |         0 |" in out
+    (root / "other").mkdir()
+    (root / "other" / "experiment.json").write_text("{}")
+    assert main(["status", str(root)]) == 2
+    err = capsys.readouterr().err
+    assert "holds 2 experiments; give one of:" in err and str(result.exp_dir) in err
