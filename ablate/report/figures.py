@@ -275,6 +275,10 @@ def throughput_figure(runs: pd.DataFrame, variants: list[str]) -> Drawing | None
     return draw
 
 
+# a sweep point with an unstable seed: a collapsed seed is drawn at its own loss, not at ℓ0
+UNSTABLE_POINT = "a seed unstable (collapsed; or diverged, counted at ℓ0)"
+
+
 def sweep_figure(
     table: pd.DataFrame,
     variants: list[str],
@@ -297,7 +301,7 @@ def sweep_figure(
             bad = mine[mine["unstable"] > mine["unlearned"]]
             early = mine[(mine["unlearned"] > 0) & (mine["unstable"] == mine["unlearned"])]
             for rows, style, what in (
-                (bad, {"color": color, "marker": "x"}, "a seed unstable (diverged: counted at ℓ0)"),
+                (bad, {"color": color, "marker": "x"}, UNSTABLE_POINT),
                 (early, {"facecolors": "white", "edgecolors": color}, "did not learn yet"),
             ):
                 if len(rows):

@@ -63,3 +63,20 @@ def test_whether_a_figure_exists_is_known_before_it_is_drawn(
     assert loss_figure(_metrics(2.4, 1.7).iloc[:0], variants) is None  # no data: no figure
     with pytest.raises(AssertionError, match="drawn before"):
         draw()
+
+
+def test_a_sweep_point_with_a_collapsed_seed_is_not_called_diverged() -> None:
+    table = pd.DataFrame(
+        {
+            "variant": ["layernorm"] * 3,
+            "lr": [1e-3, 1e-2, 1e-1],
+            "loss_mean": [2.3, 2.2, 3.2],
+            "seeds": [2, 2, 2],
+            "unstable": [0, 0, 1],  # a seed collapsed at 0.1: its loss, not ℓ0
+            "unlearned": [0, 0, 0],
+        }
+    )
+    fig = figures.sweep_figure(table, ["layernorm"], (5.5, 3.25), pd.DataFrame())()
+    labels = fig.axes[0].get_legend_handles_labels()[1]
+    assert f"layernorm: {figures.UNSTABLE_POINT}" in labels
+    assert "collapsed" in figures.UNSTABLE_POINT
