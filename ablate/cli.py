@@ -50,12 +50,29 @@ def _add_execution_args(parser: argparse.ArgumentParser) -> None:
         "(default: the file's storage:, else results/<experiment>/optuna.db)",
     )
     _add_backend_arg(parser)
+    _add_setting_args(parser)
     parser.add_argument(
         "--launcher",
         choices=["local", "slurm"],
         default=None,
         help="train here, or submit each stage's runs as Slurm jobs (runtime.slurm; "
         "docs/distributed.md); default: the file's runtime.launcher",
+    )
+
+
+def _add_setting_args(parser: argparse.ArgumentParser) -> None:
+    """--set and --seeds: keys of the experiment file changed for this command."""
+    parser.add_argument(
+        "--set",
+        dest="settings",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="set a dotted key of the file, its value parsed as YAML (train.lr=0.003, "
+        "curve.seeds=[3,4]); repeatable; run ids follow the resulting config",
+    )
+    parser.add_argument(
+        "--seeds", default=None, help="the experiment's seeds, comma-separated (as --set seeds=)"
     )
 
 
@@ -111,6 +128,7 @@ def build_parser() -> argparse.ArgumentParser:
     validate.add_argument("experiment", type=Path, help="experiment YAML file")
     validate.add_argument("--workers", type=int, default=None, help="as for run")
     _add_backend_arg(validate)
+    _add_setting_args(validate)
     validate.add_argument(
         "--results-dir",
         type=Path,

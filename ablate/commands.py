@@ -35,7 +35,7 @@ def cmd_validate(args: argparse.Namespace, console: Console) -> int:
     from ablate.core.load import load_experiment
     from ablate.core.overrides import difference_lines
 
-    experiment = load_experiment(args.experiment, args.backend)
+    experiment = load_experiment(args.experiment, args.backend, settings=settings_of(args))
     console.print(f"[bold]{experiment.name}[/bold]: {experiment.description}".rstrip(": "))
     if experiment.scale is None:
         _print_plan(experiment, args, console)
@@ -56,20 +56,34 @@ def cmd_validate(args: argparse.Namespace, console: Console) -> int:
     _print_more(len(lines) - 1, console)
     _warn_impure(experiment, console)
     if args.simulate:
-        _print_simulated(args.experiment, console)
+        _print_simulated(args.experiment, settings_of(args), console)
     return EXIT_OK
 
 
-def _print_simulated(path: Path, console: Console) -> None:
+def _print_simulated(path: Path, settings: list[str], console: Console) -> None:
     """``validate --simulate``: the summary the design would give on the simulator."""
     from ablate.core.load import load_experiment
     from ablate.launch.reach import simulated_lines
 
-    experiment = load_experiment(path, "simulate")
+    experiment = load_experiment(path, "simulate", settings=settings)
     if experiment.scale is not None:
         raise UsageError(f"{path}: --simulate previews one size; run ablate run --backend simulate")
     for line in simulated_lines(experiment):
         console.print(line, markup=False, highlight=False, soft_wrap=True)
+
+
+def settings_of(args: argparse.Namespace) -> list[str]:
+    """The command line's ``--set KEY=VALUE`` settings, with ``--seeds`` as ``seeds=[...]``."""
+    settings = list(args.settings)
+    if args.seeds is not None:
+        try:
+            seeds = [int(v) for v in args.seeds.split(",") if v.strip()]
+        except ValueError:
+            seeds = []
+        if not seeds:
+            raise UsageError(f"--seeds: {args.seeds!r}: give comma-separated integers, e.g. 0,1,2")
+        settings.append(f"seeds=[{','.join(map(str, seeds))}]")
+    return settings
 
 
 SHOWN_VARIANTS = 50  # validate lists a large grid's first variants and counts the rest
@@ -138,7 +152,7 @@ def cmd_run(args: argparse.Namespace, console: Console) -> int:
 
     _positive(args.workers, "--workers")
     _positive(args.threads, "--threads")
-    experiment = load_experiment(args.experiment, args.backend, args.launcher)
+    experiment = load_experiment(args.experiment, args.backend, args.launcher, settings_of(args))
     _warn_impure(experiment, console)
     if experiment.scale is not None:
         return _run_scaled(args, experiment, console)
@@ -206,7 +220,7 @@ def cmd_search(args: argparse.Namespace, console: Console) -> int:
 
     _positive(args.workers, "--workers")
     _positive(args.threads, "--threads")
-    experiment = load_experiment(args.experiment, args.backend, args.launcher)
+    experiment = load_experiment(args.experiment, args.backend, args.launcher, settings_of(args))
     if experiment.scale is not None:
         raise UsageError(f"{args.experiment}: has a scale: section; run it with ablate run")
     if experiment.search is None and experiment.max_lr is None:

@@ -247,6 +247,28 @@ def test_after_a_config_change_load_results_gives_the_reports_numbers(
     _docs_notebook_snippet_matches_the_report(exp_dir, report_dir, frozenset({"main"}))
 
 
+def test_keys_set_on_the_command_line_train_as_an_edited_file_and_are_recorded(
+    tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    path = write_experiment(tmp_path / "tiny.yaml", runtime={"backend": "simulate"})
+    args = ["--results-dir", str(tmp_path / "results"), "--report-dir", str(tmp_path / "reports")]
+    setting = ["--set", "train.eval_batches=4", "--seeds", "2,3"]
+    assert main(["validate", str(path), *setting]) == 0
+    assert "seeds [2, 3]" in capsys.readouterr().out
+    assert main(["run", str(path), *args, *setting]) == 0
+    manifest = json.loads((tmp_path / "results" / "tiny" / "experiment.json").read_text())
+    assert manifest["command_line"] == {"train.eval_batches": 4, "seeds": [2, 3]}
+    edited = yaml.safe_load(path.read_text())
+    edited["train"]["eval_batches"], edited["seeds"] = 4, [2, 3]
+    path.write_text(yaml.safe_dump(edited))
+    assert main(["validate", str(path), *args[:2]]) == 0  # the edit's runs are those stored
+    assert "4 of 4 planned main, sweep and convert runs; 0 would be trained" in (
+        capsys.readouterr().out
+    )
+    assert main(["run", str(path), "--seeds", "0,x"]) == 2
+    assert "--seeds: '0,x': give comma-separated integers" in capsys.readouterr().err
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("workers", ["1", "2"])
 def test_ctrl_c_marks_the_run_interrupted_and_exits_130(tmp_path: Path, workers: str) -> None:

@@ -375,6 +375,9 @@ class Experiment(BaseModel):
     factors: dict[str, dict[str, Any]] = Field(
         default_factory=dict, description="grid variant -> {factor key: level}"
     )
+    command_line: dict[str, Any] = Field(
+        default_factory=dict, description="dotted key -> the value --set or --seeds gave it"
+    )
 
     def curve_seeds(self) -> list[int]:
         """The curve's seeds: ``curve.seeds``, else the two above the largest of ``seeds``."""

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import copy
 import importlib.util
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -214,16 +215,25 @@ SIMULATED_SUFFIX = "-simulated"  # --backend simulate: the experiment's results 
 
 
 def load_experiment(
-    path: str | Path, backend: str | None = None, launcher: str | None = None
+    path: str | Path,
+    backend: str | None = None,
+    launcher: str | None = None,
+    settings: Sequence[str] = (),
 ) -> Experiment:
     """Read, validate and resolve an experiment file; raise ConfigError on any problem.
 
+    ``settings`` (``--set KEY=VALUE``, ``--seeds``) set dotted keys of the file before anything
+    else reads it, each value parsed as the file's YAML is: the run ids follow the resolved
+    config as for an edit of the file, and the experiment records what was set.
     ``backend`` (``--backend``) replaces the file's ``runtime.backend``; switching a file to the
     simulator also names the experiment ``<name>-simulated``, so its runs, studies and report
     never mix with the trained ones. ``launcher`` (``--launcher``) replaces the file's
     ``runtime.launcher`` (where runs execute changes no run id)."""
     path = Path(path)
     raw = _read_yaml(path)
+    command_line = parse_settings(settings)
+    for dotted, value in command_line.items():
+        set_dotted(raw, dotted, value)
     if isinstance(raw, dict) and (backend or launcher):
         runtime = raw.get("runtime") if isinstance(raw.get("runtime"), dict) else {}
         if backend is not None:
@@ -233,11 +243,46 @@ def load_experiment(
         if launcher is not None:
             runtime = {**runtime, "launcher": launcher}
         raw["runtime"] = runtime
-    return resolve_experiment(raw, path, str(path))
+    where = f"{path} with --set {' '.join(settings)}" if settings else str(path)
+    return resolve_experiment(raw, path, where, command_line)
 
 
-def resolve_experiment(raw: dict[str, Any], path: Path, where: str) -> Experiment:
-    """Validate and resolve a file's top level (``where`` starts every error line)."""
+def parse_settings(settings: Sequence[str]) -> dict[str, Any]:
+    """``KEY=VALUE`` strings as {dotted key: value}, each value parsed as YAML (``0.003``,
+    ``[0, 1]``, ``null``); a malformed one is a one-line error."""
+    found: dict[str, Any] = {}
+    for setting in settings:
+        key, sep, text = setting.partition("=")
+        key = key.strip()
+        if not sep or not key or not all(key.split(".")):
+            raise ConfigError(
+                f"--set {setting!r}: give KEY=VALUE with a dotted key, e.g. train.lr=0.003"
+            )
+        try:
+            found[key] = yaml.safe_load(text)
+        except yaml.YAMLError:
+            raise ConfigError(f"--set {setting!r}: the value is not YAML") from None
+    return found
+
+
+def set_dotted(raw: dict[str, Any], dotted: str, value: Any) -> None:
+    """Set ``dotted`` (``train.lr``) in the file's mapping, creating sections on the way."""
+    node = raw
+    parts = dotted.split(".")
+    for depth, part in enumerate(parts[:-1]):
+        child = node.setdefault(part, {})
+        if not isinstance(child, dict):
+            where = ".".join(parts[: depth + 1])
+            raise ConfigError(f"--set {dotted}: {where} is a value in the file, not a section")
+        node = child
+    node[parts[-1]] = value
+
+
+def resolve_experiment(
+    raw: dict[str, Any], path: Path, where: str, command_line: dict[str, Any] | None = None
+) -> Experiment:
+    """Validate and resolve a file's top level (``where`` starts every error line);
+    ``command_line``: the keys ``--set`` and ``--seeds`` set, recorded with the plan."""
     try:
         top = ExperimentFile.model_validate(raw)
     except ValidationError as exc:
@@ -314,6 +359,7 @@ def resolve_experiment(raw: dict[str, Any], path: Path, where: str) -> Experimen
         storage=top.storage,
         grid=top.grid,
         factors=factors,
+        command_line=command_line or {},
     )
     if top.scale is not None:
         check_scale(experiment, where)
@@ -387,4 +433,4 @@ def size_experiment(experiment: Experiment, index: int, tokens: int | None = Non
     if tokens is not None:
         raw.setdefault("train", {})["tokens"] = tokens
     where = f"{experiment.path}: scale.sizes[{index}] ({size.label()})"
-    return resolve_experiment(raw, Path(experiment.path), where)
+    return resolve_experiment(raw, Path(experiment.path), where, experiment.command_line)

@@ -327,6 +327,7 @@ def plan_manifest(
             else None
         ),
         "search_startup": experiment.search.startup_trials() if experiment.search else None,
+        "command_line": experiment.command_line,  # what --set / --seeds changed in the file
         **({"decide": decided} if decided else {}),
         "criterion": criterion_text(experiment.base.train.stability),
         "runs": [

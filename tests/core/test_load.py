@@ -3,11 +3,12 @@ base and nowhere else, and one-line errors for what cannot be scaled."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import write_experiment
+from conftest import TINY, write_experiment
 
 from ablate.core.config import ConfigError
 from ablate.core.load import load_experiment, size_experiment
@@ -76,3 +77,36 @@ def test_what_cannot_be_scaled_is_one_line(
         load_experiment(write_experiment(tmp_path / "s.yaml", **extra))
     text = str(caught.value)
     assert message in text and "\n" not in text and text.startswith(str(tmp_path / "s.yaml"))
+
+
+def test_settings_on_the_command_line_are_an_edit_of_the_file_and_are_recorded(
+    tmp_path: Path,
+) -> None:
+    from ablate.core.plan import plan_manifest, plan_runs
+
+    path = write_experiment(tmp_path / "e.yaml")
+    set_here = load_experiment(
+        path, settings=["train.lr=0.005", "seeds=[4, 5]", "curve.seeds=[7,8]"]
+    )
+    assert set_here.base.train.lr == 0.005 and set_here.seeds == [4, 5]
+    assert set_here.curve is not None and set_here.curve.seeds == [7, 8]
+    assert set_here.command_line == {"train.lr": 0.005, "seeds": [4, 5], "curve.seeds": [7, 8]}
+    edited = write_experiment(
+        tmp_path / "edited.yaml",
+        seeds=[4, 5],
+        train={**TINY["train"], "lr": 0.005},
+        curve={"seeds": [7, 8]},
+    )
+    same = load_experiment(edited)
+    ids = [s.run_id for s in plan_runs(set_here)]
+    assert ids == [s.run_id for s in plan_runs(same)]  # the run ids follow the config
+    manifest = plan_manifest(set_here, plan_runs(set_here))
+    assert manifest["command_line"] == set_here.command_line
+    for bad, says in (
+        ("train.lr", "give KEY=VALUE"),
+        ("train.lrr=1", "with --set train.lrr=1: train.lrr: unknown key"),
+        ("model.d_model.x=1", "model.d_model is a value in the file, not a section"),
+        ("train.lr=[1", "the value is not YAML"),
+    ):
+        with pytest.raises(ConfigError, match=re.escape(says)):
+            load_experiment(path, settings=[bad])
