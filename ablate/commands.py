@@ -111,10 +111,16 @@ def _print_plan(experiment: Experiment, args: argparse.Namespace, console: Conso
 
     n_runs = len(experiment.seeds) * len(experiment.variants)
     res = resources_for(experiment.base.runtime, n_runs, args.workers)
-    plan = describe_plan(experiment, res.workers, res.threads)
+    stored = None
+    if args.results_dir is not None:
+        from ablate.launch.estimate import stored_counts
+
+        stored = stored_counts(experiment, args.results_dir)
+    plan = describe_plan(experiment, res.workers, res.threads, stored)
     groups = ", ".join(planned_groups(experiment))
+    what = "runs" if stored is None else "runs to train (beyond those stored)"
     console.print(
-        f"seeds {experiment.seeds}; up to {plan.runs} runs ({groups}); "
+        f"seeds {experiment.seeds}; up to {plan.runs} {what} ({groups}); "
         f"{res.workers} worker(s) x {res.threads} thread(s)"
     )
     console.print(

@@ -227,16 +227,15 @@ def test_after_a_config_change_load_results_gives_the_reports_numbers(
     args = ["--results-dir", str(tmp_path / "results"), "--report-dir", str(tmp_path / "reports")]
     assert main(["run", str(path), *args]) == 0
     assert main(["validate", str(path), *args[:2]]) == 0
-    assert "4 of 4 planned main, sweep and convert runs; 0 would be trained" in (
-        capsys.readouterr().out
-    )
+    out = capsys.readouterr().out
+    assert "(stored of planned): main 4 of 4" in out and "up to 0 runs to train" in out
     changed = yaml.safe_load(path.read_text())
     changed["train"]["eval_batches"] = 4  # a new configuration: 4 new runs beside the old 4
     path.write_text(yaml.safe_dump(changed))
     assert main(["validate", str(path), *args[:2]]) == 0
     out = capsys.readouterr().out
-    assert "0 of 4 planned main, sweep and convert runs; 4 would be trained" in out
-    assert "4 of them retrain a stored run that differs only in train.eval_batches" in out
+    assert "(stored of planned): main 0 of 4" in out and "up to 4 runs to train" in out
+    assert "4 planned run(s) retrain a stored run that differs only in train.eval_batches" in out
     assert main(["run", str(path), *args]) == 0
     exp_dir, report_dir = tmp_path / "results" / "tiny", tmp_path / "reports" / "tiny"
     import ablate
@@ -262,9 +261,8 @@ def test_keys_set_on_the_command_line_train_as_an_edited_file_and_are_recorded(
     edited["train"]["eval_batches"], edited["seeds"] = 4, [2, 3]
     path.write_text(yaml.safe_dump(edited))
     assert main(["validate", str(path), *args[:2]]) == 0  # the edit's runs are those stored
-    assert "4 of 4 planned main, sweep and convert runs; 0 would be trained" in (
-        capsys.readouterr().out
-    )
+    out = capsys.readouterr().out
+    assert "(stored of planned): main 4 of 4" in out and "up to 0 runs to train" in out
     assert main(["run", str(path), "--seeds", "0,x"]) == 2
     assert "--seeds: '0,x': give comma-separated integers" in capsys.readouterr().err
 

@@ -399,8 +399,11 @@ def study_runs(
     at_base = {variant: {"lr": config.train.lr, "warmup_steps": config.train.warmup_steps}}
     if (search := experiment.search) is not None:
         runs["search"] = (search.n_trials, (search.tokens or config.train.tokens) // per_step)
-    if experiment.curve is not None:  # at its range: growing at an edge adds more
+    if (curve := experiment.curve) is not None:  # at its range: growing at an edge adds more
         runs["curve"] = _counted([s for s in plan_curve(experiment) if s.variant == variant])
+        if curve.warmup_trials:
+            steps = (curve.tokens or config.train.tokens) // per_step
+            runs["warmup"] = (curve.warmup_trials * len(experiment.curve_seeds()), steps)
     if search is not None or experiment.curve is not None:
         runs["tuned"] = _counted([s for s in plan_tuned(experiment, at_base)])
         runs["crossover"] = runs["tuned"]  # at most: none where both chose the same

@@ -20,6 +20,7 @@ from typing import Any
 
 import pandas as pd
 import torch
+from pydantic import ValidationError
 from torch import nn
 
 from ablate.core.config import ConfigError, DataError, RunConfig
@@ -33,6 +34,7 @@ from ablate.core.plan import (
     planned_groups,
     study_runs,
 )
+from ablate.core.store import read_studies
 from ablate.nn.model import count_parameters, next_token_loss, parameter_groups
 from ablate.nn.sources import ModelSourceError, build_model
 from ablate.training.data import Corpus, batch_offsets, gather_windows, load_corpus
@@ -148,8 +150,16 @@ def step_key(cfg: RunConfig, corpus: Corpus) -> str:
     return f"{cfg.model.model_dump_json()}|{corpus.vocab_size}|{train.batch_size}|{train.precision}"
 
 
-def describe_plan(experiment: Experiment, workers: int, threads: int) -> PlanEstimate:
-    """Per variant: runs by group, steps, parameters, measured step time, estimated time."""
+def describe_plan(
+    experiment: Experiment,
+    workers: int,
+    threads: int,
+    stored: Stored | None = None,
+) -> PlanEstimate:
+    """Per variant: runs by group, steps, parameters, measured step time, estimated time;
+    with ``stored`` (:func:`stored_counts`) only the runs still to train are counted and
+    timed."""
+    held = stored or Stored({}, set())
     corpora = check_inputs(experiment)
     rows = []
     measured: dict[str, tuple[int, float]] = {}  # one build and timing per distinct model
@@ -163,21 +173,25 @@ def describe_plan(experiment: Experiment, workers: int, threads: int) -> PlanEst
                 model = build_model(cfg.model, corpus.vocab_size, seed=0)
                 measured[key] = (count_parameters(model), time_steps(model, cfg, corpus))
             parameters, step_time = measured[key]
-            extra = study_runs(experiment, cfg, name)
+            extra = {
+                group: (held.remaining(name, group, n), steps)
+                for group, (n, steps) in study_runs(experiment, cfg, name).items()
+            }
+            seeds = held.remaining(name, "main", len(experiment.seeds))
             run_time = estimate_run_time(cfg, step_time, len(corpus.val)) + RUN_SETUP_S
             extra_time = sum(n * (steps * step_time + RUN_SETUP_S) for n, steps in extra.values())
             rows.append(
                 {
                     "variant": name,
                     "norm": f"{cfg.model.norm_placement()}-{cfg.model.norm_kind()}",
-                    "seeds": len(experiment.seeds),
+                    "seeds": seeds,
                     "steps": cfg.steps(),
                     "tokens_per_run": cfg.steps() * cfg.tokens_per_step(),
                     "parameters": parameters,
                     "step_time_ms": step_time * 1e3,
                     "est_run_time_s": run_time,
                     **{f"{group}_runs": n for group, (n, _) in extra.items()},
-                    "est_variant_time_s": run_time * len(experiment.seeds) + extra_time,
+                    "est_variant_time_s": run_time * seeds + extra_time,
                 }
             )
     finally:
@@ -187,31 +201,115 @@ def describe_plan(experiment: Experiment, workers: int, threads: int) -> PlanEst
         table[[c for c in table if c.endswith("_runs")]].fillna(0).to_numpy().sum()
     )
     parallel = max(1, min(workers, runs))
-    fixed = fixed_costs(experiment)
+    training = None
+    if stored is not None:  # a pool starts only for a stage with runs left to train
+        left = table[[c for c in table if c.endswith("_runs")]].fillna(0).sum()
+        training = {c.removesuffix("_runs") for c, n in left.items() if n > 0}
+        training |= {"main"} if int(table["seeds"].sum()) else set()
+    fixed = fixed_costs(experiment, training)
     wall = float(table["est_variant_time_s"].sum()) / parallel + fixed
     return PlanEstimate(table, runs, workers, wall, fixed + runs * RUN_SETUP_S / parallel)
 
 
-def fixed_costs(experiment: Experiment) -> float:
-    """Seconds of wall time outside the runs: a pool start per stage, and the experiment's
-    start-up and report."""
-    stages = [group for group in planned_groups(experiment) if group != "sweep"]  # sweep: in main
+def fixed_costs(experiment: Experiment, training: set[str] | None = None) -> float:
+    """Seconds of wall time outside the runs: a pool start per stage (of ``training`` only,
+    when given: the stages with runs left), and the experiment's start-up and report."""
+    stages = [g for g in planned_groups(experiment) if g != "sweep"]  # sweep: in main's pool
+    if training is not None:
+        stages = [g for g in stages if g in training]
     return len(stages) * STAGE_START_S + EXPERIMENT_FIXED_S
 
 
-def stored_lines(experiment: Experiment, results_dir: Path) -> list[str]:
-    """What ``results_dir`` already holds of the plan: the planned main, sweep and convert runs
-    stored and to train, and for each run to train whose stored twin (same variant, seed and
-    stage) differs from it only in some keys, those keys, so that a change that does not
-    alter training (``train.eval_batches``) is seen to retrain N runs. The search, tuned and
-    max-LR runs are chosen as the studies go; the stored ones are reused then."""
+EXACT_GROUPS = ("main", "sweep", "convert")  # planned by id before anything runs
+STUDY_KEYS = {"train.lr", "train.warmup_steps", "train.tokens"}  # what a stage's runs vary
+
+
+@dataclass(frozen=True)
+class Stored:
+    """What a results folder holds of a plan: finished runs per (variant, stage) that the plan
+    would use, and the (variant, stage) pairs whose study has finished (the search, the max-LR
+    brackets), which train nothing more whatever their estimated count."""
+
+    counts: dict[tuple[str, str], int]
+    finished: set[tuple[str, str]]
+
+    def remaining(self, variant: str, group: str, planned: int) -> int:
+        """The runs of ``planned`` still to train."""
+        if (variant, group) in self.finished:
+            return 0
+        return max(planned - self.counts.get((variant, group), 0), 0)
+
+
+def stored_counts(experiment: Experiment, results_dir: Path) -> Stored:
+    """Finished runs ``results_dir`` holds that the plan would use, per (variant, stage): the
+    main, sweep and convert runs by their planned ids; a study stage's (curve, warmup, search,
+    tuned, cross-over, usable, decide, max-LR) where its config differs from its variant's
+    only in LR, warmup and budget, which the stages choose as they go. A search or max-LR
+    study is finished when ``stability.json`` has its result and every run it names is such a
+    run."""
     folder = ExperimentFolder.of(results_dir, experiment.name)
+    counts: dict[tuple[str, str], int] = {}
+    planned = plan_runs(experiment) + plan_sweep(experiment) + plan_convert(experiment)
+    for spec in planned:
+        if folder.run(spec.run_id).is_done():
+            key = (spec.variant, spec.group)
+            counts[key] = counts.get(key, 0) + 1
+    usable_ids = set()
+    for run in folder.runs() if folder.path.is_dir() else []:
+        stored = run.read_config()
+        if not stored or stored.get("group", "main") in EXACT_GROUPS or not run.is_done():
+            continue
+        mine = experiment.variants.get(stored.get("variant", ""))
+        if mine is None:
+            continue
+        try:
+            changed = set(differences(RunConfig.model_validate(stored["config"]), mine))
+        except (KeyError, ValidationError):  # a config no longer valid is no run of this plan
+            continue
+        if changed <= STUDY_KEYS:
+            key = (stored["variant"], stored["group"])
+            counts[key] = counts.get(key, 0) + 1
+            usable_ids.add(run.path.name)
+    return Stored(counts, _finished_studies(folder, usable_ids))
+
+
+def _finished_studies(folder: ExperimentFolder, usable: set[str]) -> set[tuple[str, str]]:
+    """(variant, stage) of the search and max-LR results in ``stability.json`` whose runs are
+    all among ``usable``."""
+    studies = read_studies(folder.path) if folder.path.is_dir() else None
+    finished = set()
+    for group, results in (studies or {}).items():
+        if group not in ("search", "max_lr") or not isinstance(results, dict):
+            continue
+        for variant, result in results.items():
+            ids = result.get("run_ids") or [t.get("run_id") for t in result.get("trial_table", [])]
+            if ids and set(ids) <= usable:
+                finished.add((variant, group))
+    return finished
+
+
+def stored_lines(experiment: Experiment, results_dir: Path) -> list[str]:
+    """What ``results_dir`` already holds of the plan, per stage (stored of planned; a study
+    stage's count is its estimate, the studies choose as they go), and for each planned main,
+    sweep or convert run to train whose stored twin (same variant, seed and stage) differs
+    from it only in some keys, those keys, so that a change that does not alter training
+    (``train.eval_batches``) is seen to retrain N runs."""
+    folder = ExperimentFolder.of(results_dir, experiment.name)
+    counts = stored_counts(experiment, results_dir)
+    planned: dict[str, int] = {"main": len(experiment.seeds) * len(experiment.variants)}
+    for variant, cfg in experiment.variants.items():
+        for group, (n, _) in study_runs(experiment, cfg, variant).items():
+            planned[group] = planned.get(group, 0) + n
+    held = {g: sum(n for (_, group), n in counts.counts.items() if group == g) for g in planned}
+    done = {g for _, g in counts.finished}
+    parts = [
+        f"{g} {held[g]} (finished)" if g in done else f"{g} {min(held[g], n)} of {n}"
+        for g, n in planned.items()
+        if n
+    ]
+    lines = [f"stored in {folder.path}, per stage (stored of planned): {', '.join(parts)}"]
     specs = plan_runs(experiment) + plan_sweep(experiment) + plan_convert(experiment)
     todo = [s for s in specs if not folder.run(s.run_id).is_done()]
-    lines = [
-        f"stored in {folder.path}: {len(specs) - len(todo)} of {len(specs)} planned main, sweep "
-        f"and convert runs; {len(todo)} would be trained"
-    ]
     twins = _stored_twins(folder)
     retrained: dict[tuple[str, ...], int] = {}
     for spec in todo:
@@ -221,7 +319,7 @@ def stored_lines(experiment: Experiment, results_dir: Path) -> list[str]:
             retrained[keys] = retrained.get(keys, 0) + 1
     for keys, count in retrained.items():
         lines.append(
-            f"  {count} of them retrain a stored run that differs only in "
+            f"  {count} planned run(s) retrain a stored run that differs only in "
             f"{', '.join(keys) or 'the runtime'}"
         )
     return lines

@@ -65,3 +65,34 @@ def test_a_final_evaluation_on_the_whole_split_adds_its_batches_forward_only() -
     split = tiny_config(**{"train.final_eval": "split"})
     assert estimate_run_time(windows, 1.0, 6400) == pytest.approx(20 + 3 * 2 / 3)
     assert estimate_run_time(split, 1.0, 6400) == pytest.approx(20 + (3 * 2 + 100) / 3)
+
+
+def test_with_a_store_only_the_runs_left_are_counted_and_timed(
+    tmp_path: Path, unrendered_figures: None
+) -> None:
+    from ablate.launch.estimate import stored_counts, stored_lines
+    from ablate.launch.pipeline import run_experiment
+
+    curve = {"seeds": [3, 4], "lr_min": 1e-3, "lr_max": 4e-3, "warmup_trials": 2}
+    path = write_experiment(
+        tmp_path / "e.yaml",
+        runtime={"backend": "simulate"},
+        curve={**curve, "warmup_startup": 1},
+        max_lr={"factor": 2.0},
+    )
+    experiment = load_experiment(path)
+    fresh = describe_plan(experiment, 1, 1)
+    root = tmp_path / "results"
+    run_experiment(experiment, root, tmp_path / "reports")
+    stored = stored_counts(experiment, root)
+    assert stored.counts[("layernorm", "main")] == 2 and stored.counts[("rmsnorm", "curve")] >= 8
+    assert stored.counts[("layernorm", "warmup")] == 4  # 2 trials on 2 curve seeds
+    assert stored.finished == {(v, "max_lr") for v in ("layernorm", "rmsnorm")}
+    left = describe_plan(experiment, 1, 1, stored)
+    assert fresh.runs > 100 and left.runs == 0  # the max-LR bound is moot once it finished
+    assert left.wall_time_s < fresh.wall_time_s / 10
+    line = stored_lines(experiment, root)[0]
+    assert "main 4 of 4, curve 16 of 16, warmup 8 of 8" in line  # the curve may have grown
+    assert "(finished)" in line
+    moved = load_experiment(path, settings=["train.lr=0.0021"])  # a study key: runs still used
+    assert describe_plan(moved, 1, 1, stored_counts(moved, root)).runs == 4  # main retrains
