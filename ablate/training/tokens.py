@@ -7,8 +7,9 @@ and the unigram floor — comes from one :func:`scan`: :data:`CHUNK` ids at a ti
 reused buffer, so memory stays bounded whatever the size. Spans of up to :data:`EXACT_LIMIT` ids
 are digested and counted exactly (the digest of an in-memory corpus with the same ids); larger
 ones from :data:`SAMPLE_BLOCKS` evenly spaced blocks of :data:`EXACT_LIMIT` ids in all, plus the
-lengths. A scan's result is cached under :func:`cache_dir`, keyed by each file's path, size and
-modification time, so the runs of an experiment scan a file once.
+lengths. A scan's result is cached under :func:`cache_dir`, keyed by each file's path, inode,
+size, modification and status-change times, so the runs of an experiment scan a file once and a
+file rewritten in any way is scanned again.
 """
 
 from __future__ import annotations
@@ -82,10 +83,13 @@ class TokenSpan:
         return np.memmap(self.path, self.dtype, "r", offset=self.offset, shape=(self.length,))
 
     def identity(self) -> list[object]:
-        """What names this span's bytes for the scan cache: file, size, mtime, place, dtype."""
+        """What names this span's bytes for the scan cache: file, inode, size, mtime and
+        ctime, place, dtype. A rewrite in place that keeps the size and sets the mtime back
+        (``os.utime``) still moves the ctime, which nothing but the clock sets."""
         stat = self.path.stat()
         place = [self.offset, self.length, self.dtype.str]
-        return [str(self.path.resolve()), stat.st_size, stat.st_mtime_ns, *place]
+        times = [stat.st_mtime_ns, stat.st_ctime_ns]
+        return [str(self.path.resolve()), stat.st_ino, stat.st_size, *times, *place]
 
 
 class MappedIds:

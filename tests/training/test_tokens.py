@@ -145,6 +145,24 @@ def test_a_scan_is_cached_until_the_file_changes(
     assert scans == [1]  # touched: scanned again
 
 
+def test_a_rewrite_that_keeps_size_and_mtime_is_scanned_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("ABLATE_CACHE", str(tmp_path / "cache"))
+    path = tmp_path / "t.bin"
+    ids = _ids()
+    ids.tofile(path)
+    first = _corpus(path)
+    stat = path.stat()
+    changed = ids.copy()
+    changed[10] = (changed[10] + 1) % 200  # same size, other ids
+    with path.open("r+b") as handle:  # in place: the same inode
+        handle.write(changed.tobytes())
+    os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns))  # the old mtime set back
+    assert path.stat().st_size == stat.st_size and path.stat().st_mtime_ns == stat.st_mtime_ns
+    assert _corpus(path).digest != first.digest
+
+
 @pytest.mark.trains
 def test_a_run_on_a_token_file_equals_the_run_on_the_same_ids_in_memory(tmp_path: Path) -> None:
     from conftest import tiny_config
