@@ -19,7 +19,13 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from ablate.commands import COMMANDS, EXIT_BAD_INPUT, EXIT_INTERRUPTED, UsageError
+from ablate.commands import (
+    COMMANDS,
+    EXIT_BAD_INPUT,
+    EXIT_INTERRUPTED,
+    EXIT_RUN_FAILED,
+    UsageError,
+)
 
 
 def _add_execution_args(parser: argparse.ArgumentParser) -> None:
@@ -284,6 +290,7 @@ def _dispatch(argv: list[str] | None) -> int:
     from rich.console import Console
 
     from ablate.core.config import ConfigError, DataError
+    from ablate.core.store import StoreFault
 
     console = Console(soft_wrap=True)  # long lines stay whole in logs
     try:
@@ -291,6 +298,9 @@ def _dispatch(argv: list[str] | None) -> int:
     except (ConfigError, DataError, UsageError) as exc:
         print(f"ablate {args.command}: error: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
+    except StoreFault as exc:  # the store filled up or turned read-only while runs trained
+        print(f"ablate {args.command}: error: {exc}", file=sys.stderr)
+        return EXIT_RUN_FAILED
     except OSError as exc:  # a read-only or full results folder, a vanished file, ...
         print(f"ablate {args.command}: error: {os_error_line(exc)}", file=sys.stderr)
         return EXIT_BAD_INPUT

@@ -589,3 +589,22 @@ def test_validate_and_run_warn_about_a_variant_that_changes_more_than_the_norm(
         "warning: rmsnorm differs from layernorm beyond the norm (model.d_ff, train.lr): "
         "not a pure norm comparison"
     ) in out
+
+
+def test_a_full_store_is_one_line_on_stderr_and_exit_1(
+    tmp_path: Path, capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import errno
+
+    from ablate.launch import execute as module
+
+    def full(spec, root, **_):  # noqa: ANN001, ANN202 - obtain's signature
+        raise OSError(errno.ENOSPC, "No space left on device", str(root))
+
+    monkeypatch.setattr(module, "obtain", full)
+    path = write_experiment(tmp_path / "tiny.yaml")
+    args = ["--results-dir", str(tmp_path / "r"), "--report-dir", str(tmp_path / "rep")]
+    assert main(["run", str(path), "--workers", "1", *args]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(f"ablate run: error: {tmp_path / 'r'}: a run")
+    assert "No space left on device" in err[0]

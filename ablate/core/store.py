@@ -12,6 +12,7 @@ experiment as one row of a DataFrame, with the per-step metrics and the probes a
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import hashlib
 import json
@@ -259,6 +260,39 @@ def weights_missing(run_dir: Path) -> str | None:
 
 class RunClaimed(RuntimeError):
     """The run is being trained by another live process (another ``ablate run``)."""
+
+
+STORE_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES)
+TORCH_WRITE_FAILED = "inline_container"  # torch.save's zip writer on a short write
+
+
+class StoreFault(RuntimeError):
+    """A write to the results store failed for want of space, quota or permission: the
+    command stops (no further run starts), finished runs are kept, and the run that hit it is
+    not stored as a result."""
+
+
+def store_fault_cause(exc: BaseException) -> str | None:
+    """The cause in words when ``exc`` (or what it was raised from) is a failed write to the
+    store (:data:`STORE_ERRNOS`, or torch's serialiser cut short); None otherwise."""
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, OSError) and seen.errno in STORE_ERRNOS:
+            return f"{os.strerror(seen.errno)} ({seen.filename or 'a file of the store'})"
+        if isinstance(seen, RuntimeError) and TORCH_WRITE_FAILED in str(seen):
+            return f"torch could not finish writing a file, a short write: {seen}".strip()
+        seen = seen.__cause__ or seen.__context__
+    return None
+
+
+def stop_on_store_fault(exc: BaseException, root: Path) -> None:
+    """Raise :class:`StoreFault` naming ``root`` when ``exc`` is a failed write to it."""
+    cause = store_fault_cause(exc)
+    if cause is not None:
+        raise StoreFault(
+            f"{root}: a run could not be stored: {cause}; stopped, no further run starts "
+            "(finished runs are kept: make room and run the command again)"
+        ) from exc
 
 
 def claim_run(exp_dir: Path, run_id: str, take_over: bool = False) -> None:

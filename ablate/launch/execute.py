@@ -194,6 +194,7 @@ def _run_serial(specs: list[RunSpec], root: Path, threads: int, board: ProgressB
                 continue
             except Exception as exc:  # as in the pool: report it, go on with the other runs
                 board.finish(spec, None, f"failed: {exc!r}")
+                store.stop_on_store_fault(exc, root)
                 continue
             board.finish(spec, summary)
             summaries.append(summary)
@@ -223,6 +224,7 @@ def _run_pool(specs: list[RunSpec], root: Path, res: Resources, board: ProgressB
                     raise KeyboardInterrupt
                 elif error is not None:
                     board.finish(spec, None, f"failed: {error!r}")
+                    store.stop_on_store_fault(error, root)  # the pool's workers are stopped
                 elif future.result() is not None:
                     summaries.append(future.result())
                     board.finish(spec, future.result())

@@ -25,6 +25,7 @@ from ablate.core import folders
 from ablate.core.folders import RunFolder
 from ablate.core.plan import RunSpec
 from ablate.core.stability import Stop
+from ablate.core.store import store_fault_cause
 from ablate.nn.model import next_token_loss
 from ablate.training.callbacks import (
     EarlyStop,
@@ -219,6 +220,8 @@ def fit(
     except (KeyboardInterrupt, SystemExit):
         return Outcome("interrupted")
     except Exception as exc:  # a crash inside training is stored as a failed run
+        if store_fault_cause(exc) is not None:
+            raise  # a full or read-only store is no outcome of the run: the command stops
         return Outcome("failed", error=f"{type(exc).__name__}: {exc}")
     for stopper in stoppers:
         if stopper.stop is not None:

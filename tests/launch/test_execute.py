@@ -100,3 +100,49 @@ def test_a_done_runs_claim_left_by_a_dead_process_is_removed_a_live_ones_kept(
     finally:
         live.kill()
         live.wait()
+
+
+def test_a_full_store_stops_the_runs_and_keeps_those_finished(
+    tiny_experiment: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import errno
+
+    from ablate.core import store
+    from ablate.launch import execute as module
+
+    specs = plan_runs(load_experiment(tiny_experiment))
+    tried: list[str] = []
+
+    def obtain(spec: RunSpec, root: Path, **_: object) -> dict:
+        tried.append(spec.run_id)
+        if len(tried) == 2:
+            raise OSError(errno.ENOSPC, "No space left on device", str(root / spec.run_id))
+        return {"run_id": spec.run_id, "status": "finished", "wall_time_s": 1.0}
+
+    monkeypatch.setattr(module, "obtain", obtain)
+    console, out = _console()
+    root = tmp_path / "results"
+    with pytest.raises(store.StoreFault, match=r"No space left on device .*stopped, no further"):
+        execute(specs, root, workers=1, console=console)
+    assert len(tried) == 2  # the third and fourth never started
+    assert "failed: OSError" in out.getvalue()
+
+
+def test_what_counts_as_a_fault_of_the_store() -> None:
+    import errno
+
+    from ablate.core.store import store_fault_cause
+
+    assert "No space left" in store_fault_cause(OSError(errno.ENOSPC, "x", "/r/f"))
+    assert "Read-only" in store_fault_cause(OSError(errno.EROFS, "x"))
+    torch_short = RuntimeError("[enforce fail at inline_container.cc:672] . unexpected pos 58048")
+    assert "short write" in store_fault_cause(torch_short)
+    try:
+        try:
+            raise OSError(errno.EDQUOT, "Disk quota exceeded")
+        except OSError as inner:
+            raise ValueError("wrapped") from inner
+    except ValueError as outer:
+        assert "quota" in store_fault_cause(outer).lower()
+    assert store_fault_cause(OSError(errno.ENOENT, "gone")) is None
+    assert store_fault_cause(RuntimeError("CUDA out of memory")) is None
