@@ -14,10 +14,13 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+import numpy as np
 import pandas as pd
+from scipy import stats
 
 from ablate.core.experiment import MIN_EFFECT
 from ablate.core.sequential import ALPHA, look_alpha
+from ablate.core.simulate import SIMULATED_IMPL
 from ablate.report import boundaries, usable
 from ablate.report.analysis import (
     holm,
@@ -29,7 +32,7 @@ from ablate.report.analysis import (
 from ablate.report.crossover import crossover_table, crossover_word
 from ablate.report.factorial import Design, level_text
 from ablate.report.load import StoredExperiment
-from ablate.report.text import fmt, p_text, signed
+from ablate.report.text import p_text, signed
 from ablate.report.verdict import Verdict, verdict
 
 NOT_QUALITY = "not a quality comparison"
@@ -274,7 +277,6 @@ def summary_lines(
     effects: pd.DataFrame | None = None,
 ) -> list[str]:
     """The written summary: every sentence carries the number behind it."""
-    baseline = table.iloc[0]
     lines = ["## Summary", ""]
     if stored.missing:
         planned = len({r["run_id"] for r in stored.manifest["runs"]})
@@ -300,20 +302,58 @@ def summary_lines(
             f"variants): {noise:.4f}."
         )
     lines.append(f"- Unstable main runs: {unstable_text(table)}.")
-    base_speed = baseline["tokens_per_s_mean"]
-    for _, row in table.iloc[1:].iterrows():
-        if pd.notna(row["tokens_per_s_mean"]) and pd.notna(base_speed) and base_speed > 0:
-            lines.append(
-                f"- Throughput: {row['variant']} {row['tokens_per_s_mean']:,.0f} tokens/s vs "
-                f"{baseline['variant']} {base_speed:,.0f} "
-                f"({row['tokens_per_s_mean'] / base_speed:.3f}×; seed-to-seed std "
-                f"{fmt(row['tokens_per_s_std'], 0)} and {fmt(baseline['tokens_per_s_std'], 0)}), "
-                "measured during training on this machine."
-            )
+    lines += throughput_lines(stored.main, list(table["variant"]))
     design = Design.from_manifest(stored.manifest)
     lines += usable.summary_line(usable.usable_table(stored))
     lines += boundaries.summary_lines(stored.studies or {}, design)
     return lines + [""]
+
+
+LOADED_SPREAD = 0.05  # a seed's speed ratio off the others' by more: the machine was shared
+
+
+def speed_ratio(runs: pd.DataFrame, variant: str, baseline: str) -> tuple[float, float, float]:
+    """(geometric mean, 95% t interval low, high) over matched seeds of the variant's training
+    tokens/s over the baseline's; NaN bounds with fewer than 2 pairs."""
+    speeds = runs.pivot_table(index="seed", columns="variant", values="tokens_per_s")
+    if variant not in speeds or baseline not in speeds:
+        return math.nan, math.nan, math.nan
+    pairs = np.log(speeds[variant] / speeds[baseline]).dropna()
+    centre = float(np.exp(pairs.mean())) if len(pairs) else math.nan
+    if len(pairs) < 2:
+        return centre, math.nan, math.nan
+    interval = stats.ttest_1samp(pairs, 0.0).confidence_interval(0.95)
+    return centre, float(np.exp(interval.low)), float(np.exp(interval.high))
+
+
+def throughput_lines(runs: pd.DataFrame, variants: list[str]) -> list[str]:
+    """Each variant's training tokens/s over the baseline's, paired by seed with a 95%
+    interval; whether the per-seed ratios spread as on a shared machine; none for simulated
+    runs (their speed is the simulator's setting). A speed claim is the benchmark's
+    (``ablate bench``: kernels and steps timed back to back), not these."""
+    if "tokens_per_s" not in runs or runs.empty:
+        return []
+    if (runs.get("norm_impl", pd.Series(dtype=str)) == SIMULATED_IMPL).all():
+        return []
+    finished = runs[runs["status"] == "finished"]
+    lines = []
+    for variant in variants[1:]:
+        centre, low, high = speed_ratio(finished, variant, variants[0])
+        if math.isnan(centre):
+            continue
+        interval = f" [{low:.3f}, {high:.3f}]" if not math.isnan(low) else ""
+        spread = high / low - 1 if not math.isnan(low) else 0.0
+        loaded = (
+            f"; the seeds' ratios spread by {spread:.0%}: the machine was shared or loaded"
+            if spread > 2 * LOADED_SPREAD
+            else ""
+        )
+        lines.append(
+            f"- Training throughput, {variant} / {variants[0]}: {centre:.3f}×{interval} "
+            f"(paired by seed, 95% interval{loaded}); end to end on this machine, not a "
+            "kernel benchmark (`ablate bench` times them back to back)."
+        )
+    return lines
 
 
 def crossover_summary(stored: StoredExperiment, min_effect: float) -> list[str]:

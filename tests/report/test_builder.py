@@ -249,9 +249,10 @@ def _runs(diffs: list[float]) -> pd.DataFrame:
     """Finished runs of ln and rms whose seed i differs by ``diffs[i]`` (rms − ln)."""
     rows = []
     for seed, diff in enumerate(diffs):
-        rows.append({"variant": "ln", "seed": seed, "status": "finished", "final_val_loss": 2.5})
+        common = {"seed": seed, "status": "finished", "norm_impl": "torch"}
+        rows.append({"variant": "ln", **common, "final_val_loss": 2.5, "tokens_per_s": 100.0})
         rows.append(
-            {"variant": "rms", "seed": seed, "status": "finished", "final_val_loss": 2.5 + diff}
+            {"variant": "rms", **common, "final_val_loss": 2.5 + diff, "tokens_per_s": 90.0 + seed}
         )
     return pd.DataFrame(rows)
 
@@ -287,7 +288,8 @@ def test_summary_claims_only_what_the_numbers_support(diffs: list[float], says: 
     text = "\n".join(summary_lines(table, 0.01, stored, None))
     assert says in text and "do not show a difference" not in text
     assert "Unstable main runs: ln 0 diverged of 3, rms 0 diverged of 3." in text
-    assert "rms 90 tokens/s vs ln 100 (0.900×" in text
+    speed = "Training throughput, rms / ln: 0.9"  # 0.90-0.94 per seed, paired by seed
+    assert speed in text and "(paired by seed, 95% interval" in text
     # no spread between seeds: the interval is the lattice's, 4 x 2^(±1/8)
     assert "Max stable LR, rms / ln: 4.00 [3.67, 4.36], paired over 2 seed(s)" in text
     assert "a difference is **shown** (the interval excludes 1)." in text
@@ -573,3 +575,18 @@ def test_a_variant_that_changes_more_than_the_norm_is_flagged(
     head = text.split("## Summary")[0]
     assert "**Not a pure norm comparison:** against layernorm, rmsnorm also changes " in head
     assert "model.d_ff, train.lr" in head
+
+
+def test_a_speed_ratio_says_when_the_seeds_disagree_and_a_simulated_one_is_not_given() -> None:
+    from ablate.report.summary import throughput_lines
+
+    steady = _runs([0.0, 0.0, 0.0])
+    (line,) = throughput_lines(steady, ["ln", "rms"])
+    assert line.startswith("- Training throughput, rms / ln: 0.910× [0.88") and "shared" not in line
+    loaded = steady.assign(
+        tokens_per_s=[100.0, 90.0, 100.0, 60.0, 100.0, 95.0]  # the second seed ran beside others
+    )
+    (line,) = throughput_lines(loaded, ["ln", "rms"])
+    assert "the machine was shared or loaded" in line
+    simulated = steady.assign(norm_impl="simulated")
+    assert throughput_lines(simulated, ["ln", "rms"]) == []
