@@ -309,28 +309,42 @@ def summary_lines(
     return lines + [""]
 
 
-LOADED_SPREAD = 0.05  # a seed's speed ratio off the others' by more: the machine was shared
+LOADED_SPREAD = 0.10  # seeds' speed ratios further apart than this: a shared or loaded machine
 
 
-def speed_ratio(runs: pd.DataFrame, variant: str, baseline: str) -> tuple[float, float, float]:
-    """(geometric mean, 95% t interval low, high) over matched seeds of the variant's training
-    tokens/s over the baseline's; NaN bounds with fewer than 2 pairs."""
+@dataclass(frozen=True)
+class SpeedRatio:
+    """A variant's training tokens/s over the baseline's over matched seeds: the geometric
+    mean, its 95% t interval (NaN with fewer than 2 pairs) and the seeds' spread (largest
+    ratio over smallest, less 1)."""
+
+    centre: float
+    low: float
+    high: float
+    spread: float
+
+
+def speed_ratio(runs: pd.DataFrame, variant: str, baseline: str) -> SpeedRatio | None:
+    """:class:`SpeedRatio` of ``variant`` over ``baseline`` in ``runs``; None without a pair."""
     speeds = runs.pivot_table(index="seed", columns="variant", values="tokens_per_s")
     if variant not in speeds or baseline not in speeds:
-        return math.nan, math.nan, math.nan
+        return None
     pairs = np.log(speeds[variant] / speeds[baseline]).dropna()
-    centre = float(np.exp(pairs.mean())) if len(pairs) else math.nan
-    if len(pairs) < 2:
-        return centre, math.nan, math.nan
-    interval = stats.ttest_1samp(pairs, 0.0).confidence_interval(0.95)
-    return centre, float(np.exp(interval.low)), float(np.exp(interval.high))
+    if pairs.empty:
+        return None
+    low = high = math.nan
+    if len(pairs) >= 2:
+        interval = stats.ttest_1samp(pairs, 0.0).confidence_interval(0.95)
+        low, high = float(np.exp(interval.low)), float(np.exp(interval.high))
+    spread = float(np.exp(pairs.max() - pairs.min()) - 1)
+    return SpeedRatio(float(np.exp(pairs.mean())), low, high, spread)
 
 
 def throughput_lines(runs: pd.DataFrame, variants: list[str]) -> list[str]:
     """Each variant's training tokens/s over the baseline's, paired by seed with a 95%
-    interval; whether the per-seed ratios spread as on a shared machine; none for simulated
-    runs (their speed is the simulator's setting). A speed claim is the benchmark's
-    (``ablate bench``: kernels and steps timed back to back), not these."""
+    interval; whether the seeds' ratios spread as on a shared or loaded machine; none for
+    simulated runs (their speed is the simulator's setting). A speed claim is the
+    benchmark's (``ablate bench``: kernels and steps timed back to back), not these."""
     if "tokens_per_s" not in runs or runs.empty:
         return []
     if (runs.get("norm_impl", pd.Series(dtype=str)) == SIMULATED_IMPL).all():
@@ -338,18 +352,17 @@ def throughput_lines(runs: pd.DataFrame, variants: list[str]) -> list[str]:
     finished = runs[runs["status"] == "finished"]
     lines = []
     for variant in variants[1:]:
-        centre, low, high = speed_ratio(finished, variant, variants[0])
-        if math.isnan(centre):
+        found = speed_ratio(finished, variant, variants[0])
+        if found is None:
             continue
-        interval = f" [{low:.3f}, {high:.3f}]" if not math.isnan(low) else ""
-        spread = high / low - 1 if not math.isnan(low) else 0.0
+        interval = "" if math.isnan(found.low) else f" [{found.low:.3f}, {found.high:.3f}]"
         loaded = (
-            f"; the seeds' ratios spread by {spread:.0%}: the machine was shared or loaded"
-            if spread > 2 * LOADED_SPREAD
+            f"; the seeds' ratios lie {found.spread:.0%} apart: a shared or loaded machine"
+            if found.spread > LOADED_SPREAD
             else ""
         )
         lines.append(
-            f"- Training throughput, {variant} / {variants[0]}: {centre:.3f}×{interval} "
+            f"- Training throughput, {variant} / {variants[0]}: {found.centre:.3f}×{interval} "
             f"(paired by seed, 95% interval{loaded}); end to end on this machine, not a "
             "kernel benchmark (`ablate bench` times them back to back)."
         )
