@@ -1,11 +1,16 @@
 """What the executor shows while runs train: a live line per run, an overall bar, one line per
 finished run in a log; and a bar over a stage's studies (search trials, max-LR probes).
+
+Where the console is not a terminal (a log file, a cluster job, ``nohup``) no bar can redraw,
+so both also print a progress line every :data:`LOG_EVERY_S` seconds: the stage, runs done of
+its total, its share of steps and its remaining time at the pace so far (:class:`Heartbeat`).
 """
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +28,40 @@ from ablate.core import folders
 from ablate.core.folders import ExperimentFolder
 from ablate.core.plan import RunSpec
 from ablate.launch.workers import Message
+
+LOG_EVERY_S = 30.0  # seconds between progress lines where the console is not a terminal
+
+
+class Heartbeat:
+    """Print ``line()`` every ``every`` seconds from a thread, where ``console`` is not a
+    terminal (a live bar shows the same on one); nothing on a terminal."""
+
+    def __init__(self, console: Console, line: Callable[[], str], every: float = LOG_EVERY_S):
+        self.console, self.line, self.every = console, line, every
+        self.done = threading.Event()
+        self.thread = threading.Thread(target=self._beat, daemon=True)
+
+    def __enter__(self) -> Heartbeat:
+        if not self.console.is_terminal:
+            self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.done.set()
+        if self.thread.is_alive():
+            self.thread.join()
+
+    def _beat(self) -> None:
+        while not self.done.wait(self.every):
+            self.console.print(self.line(), markup=False, highlight=False, soft_wrap=True)
+
+
+def remaining_text(elapsed_s: float, share: float) -> str:
+    """The time left at the pace so far, once anything is done."""
+    if share <= 0:
+        return "eta unknown"
+    left = elapsed_s * (1 - share) / share
+    return f"eta {int(left // 60)}m{int(left % 60):02d}s"
 
 
 def _progress(console: Console, *extra: TextColumn, transient: bool) -> Progress:
@@ -51,13 +90,29 @@ class ProgressBoard:
         self.overall = self.progress.add_task(f"{len(specs)} runs", total=total_steps, loss="")
         self.tasks: dict[str, Any] = {}
         self.steps: dict[str, int] = {}
+        self.total_steps, self.finished, self.started_at = total_steps, 0, time.monotonic()
+        self.stages = ", ".join(dict.fromkeys(spec.group for spec in specs))
+        self.heartbeat = Heartbeat(console, self.progress_line)
 
     def __enter__(self) -> ProgressBoard:
         self.progress.start()
+        self.heartbeat.__enter__()
         return self
 
     def __exit__(self, *exc: object) -> None:
+        self.heartbeat.__exit__(*exc)
         self.progress.stop()
+
+    def progress_line(self) -> str:
+        """Where the runs stand, for a log: runs done of all, the steps' share, the time left."""
+        task = self.progress.tasks[self.overall]
+        share = task.completed / self.total_steps if self.total_steps else 1.0
+        elapsed = time.monotonic() - self.started_at
+        return (
+            f"progress ({self.stages}): {self.finished} of {len(self.specs)} runs done, "
+            f"{len(self.tasks)} running, {share:.0%} of their steps, "
+            f"{remaining_text(elapsed, share)}"
+        )
 
     def start(self, spec: RunSpec) -> None:
         """Add a line for a run that has begun (once: a second start of it changes nothing)."""
@@ -91,6 +146,7 @@ class ProgressBoard:
     ) -> None:
         """Drop a run's line and print its outcome (``error`` says why there is no summary)."""
         task = self.tasks.pop(spec.run_id, None)
+        self.finished += 1
         if task is not None:
             self.progress.remove_task(task)
         left = spec.config.steps() - self.steps.pop(spec.run_id, 0)
@@ -110,18 +166,32 @@ class StudyProgress:
         self.seen = ExperimentFolder(exp_dir).summaries()
         self.progress = _progress(console, transient=True)
         self.task = self.progress.add_task(f"{group} runs (at most {total})", total=total)
+        self.total, self.started_at = total, time.monotonic()
         self.done = threading.Event()
         self.watcher = threading.Thread(target=self._watch, daemon=True)
+        self.heartbeat = Heartbeat(console, self.progress_line)
 
     def __enter__(self) -> StudyProgress:
         self.progress.start()
         self.watcher.start()
+        self.heartbeat.__enter__()
         return self
 
     def __exit__(self, *exc: object) -> None:
+        self.heartbeat.__exit__(*exc)
         self.done.set()
         self.watcher.join()
         self.progress.stop()
+
+    def progress_line(self) -> str:
+        """Where the stage's studies stand, for a log (the total is an upper bound)."""
+        done = int(self.progress.tasks[self.task].completed)
+        share = done / self.total if self.total else 1.0
+        elapsed = time.monotonic() - self.started_at
+        return (
+            f"progress ({self.group}): {done} runs stored of at most {self.total}, "
+            f"{remaining_text(elapsed, share)} at most"
+        )
 
     def _watch(self) -> None:
         while not self.done.wait(0.5):

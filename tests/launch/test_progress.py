@@ -29,3 +29,31 @@ def test_a_collapsed_run_is_printed_collapsed_with_its_reason() -> None:
     reason = "collapsed: final val loss 3.2932 is within 0.05 of the unigram floor 3.2465"
     line = outcome_line(spec, _summary(stable=False, unstable_reason=reason), None)
     assert f": collapsed ({reason}), val loss 1.7500" in line and "finished" not in line
+
+
+def test_a_log_gets_a_progress_line_every_interval_and_a_terminal_none() -> None:
+    import io
+    import time
+
+    from rich.console import Console
+
+    from ablate.launch.progress import Heartbeat, ProgressBoard, remaining_text
+
+    log = io.StringIO()
+    console = Console(file=log, force_terminal=False, width=200)
+    specs = [RunSpec("e", "ln", seed, tiny_config()) for seed in range(3)]
+    board = ProgressBoard(console, specs)
+    board.heartbeat.every = 0.05
+    with board:
+        board.start(specs[0])
+        board.update(specs[0].run_id, specs[0].config.steps() // 2, 2.5)
+        time.sleep(0.2)
+    lines = [line for line in log.getvalue().splitlines() if line.startswith("progress")]
+    assert lines and lines[0].startswith("progress (main): 0 of 3 runs done, 1 running, 17% of")
+    assert "eta " in lines[0]
+    assert remaining_text(60.0, 0.25) == "eta 3m00s" and remaining_text(5.0, 0.0) == "eta unknown"
+    terminal = io.StringIO()
+    beat = Heartbeat(Console(file=terminal, force_terminal=True), lambda: "progress x", 0.01)
+    with beat:
+        time.sleep(0.05)
+    assert "progress x" not in terminal.getvalue()
