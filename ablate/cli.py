@@ -47,7 +47,8 @@ def _add_execution_args(parser: argparse.ArgumentParser) -> None:
         "--threads",
         type=int,
         default=None,
-        help="torch threads per worker (default: cores / workers)",
+        help="torch threads per run (default: 1 on CPUs, the cores per GPU on GPUs, whatever "
+        "else runs: the thread count is part of what decides a run's bits)",
     )
     parser.add_argument(
         "--storage",

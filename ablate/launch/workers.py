@@ -53,10 +53,14 @@ def choose_resources(
     gpus: int = 0,
 ) -> Resources:
     """Default: one worker per GPU when runs use GPUs, else one per core (at most one per
-    pending run); the cores are shared among the workers."""
+    pending run). A run's torch threads are the cores per GPU, else 1, whatever the pending
+    runs and workers: the thread count orders the float sums of matmuls and reductions, so a
+    run trained alone (the last of a stage, one resumed after Ctrl-C) must get the threads it
+    would have had beside others, or its bits differ (docs/results.md)."""
     cores = cores or os.cpu_count() or 1
     n = workers or max(1, min(pending, gpus or cores))
-    return Resources(workers=n, threads=threads or max(1, cores // n))
+    per_run = max(1, cores // gpus) if gpus else 1
+    return Resources(workers=n, threads=threads or per_run)
 
 
 def resources_for(

@@ -146,3 +146,21 @@ def test_what_counts_as_a_fault_of_the_store() -> None:
         assert "quota" in store_fault_cause(outer).lower()
     assert store_fault_cause(OSError(errno.ENOENT, "gone")) is None
     assert store_fault_cause(RuntimeError("CUDA out of memory")) is None
+
+
+@pytest.mark.trains
+def test_a_run_retrained_alone_gets_the_threads_and_bits_it_had_beside_others(
+    tiny_experiment: Path, tmp_path: Path
+) -> None:
+    specs = [s for s in plan_runs(load_experiment(tiny_experiment)) if s.variant == "layernorm"]
+    root = tmp_path / "results"
+    console, _ = _console()
+    execute(specs, root, console=console)  # two runs at once
+    victim = _folder(root, specs[0])
+    before = json.loads(victim.summary.read_text())
+    threads = json.loads(victim.env.read_text())["torch_threads"]
+    victim.summary.unlink()  # as after a Ctrl-C: this run alone is left to train
+    execute(specs, root, console=console)
+    after = json.loads(victim.summary.read_text())
+    assert json.loads(victim.env.read_text())["torch_threads"] == threads == 1
+    assert after["final_val_loss"] == before["final_val_loss"]  # bit for bit

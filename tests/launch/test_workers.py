@@ -18,19 +18,20 @@ from conftest import TINY, ablate_process, write_experiment
 
 from ablate.cli import main
 from ablate.core import folders, store
-from ablate.launch.workers import choose_resources, gpu_count
+from ablate.launch.workers import Resources, choose_resources, gpu_count
 
 
-def test_resources_divide_cores_among_workers() -> None:
+def test_a_runs_threads_do_not_depend_on_what_else_is_pending() -> None:
     assert choose_resources(6, cores=2) == choose_resources(6, workers=2, cores=2)
     assert choose_resources(6, cores=2).threads == 1
-    assert choose_resources(1, cores=8).workers == 1 and choose_resources(1, cores=8).threads == 8
-    assert choose_resources(10, workers=3, cores=12).threads == 4
-    assert choose_resources(10, workers=2, threads=5, cores=2).threads == 5
+    # a lone run (the last of a stage, one resumed) gets the thread a run beside others gets
+    assert choose_resources(1, cores=8).workers == 1 and choose_resources(1, cores=8).threads == 1
+    assert choose_resources(10, workers=3, cores=12).threads == 1
+    assert choose_resources(10, workers=2, threads=5, cores=2).threads == 5  # asked for
 
 
 def test_runs_on_gpus_default_to_one_worker_per_gpu() -> None:
-    assert choose_resources(6, cores=16, gpus=1) == choose_resources(6, workers=1, cores=16)
+    assert choose_resources(6, cores=16, gpus=1) == Resources(workers=1, threads=16)
     assert choose_resources(6, cores=16, gpus=4).workers == 4
     assert choose_resources(6, cores=16, gpus=4).threads == 4
     assert gpu_count("cpu") == 0
