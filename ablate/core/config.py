@@ -339,6 +339,17 @@ class TrainConfig(StrictSection):
 LoggerName = Literal["tensorboard", "mlflow", "wandb"]
 
 
+class WandbConfig(StrictSection):
+    """Where the ``wandb`` logger files a run (none of it changes a result)."""
+
+    project: str | None = Field(None, description="W&B project; null: the experiment's name")
+    entity: str | None = Field(None, description="W&B team or user; null: W&B's default")
+    group: str | None = Field(
+        None, description="W&B group of every run of the experiment; null: its name"
+    )
+    tags: list[str] = Field(default_factory=list, description="tags on every run")
+
+
 class RuntimeConfig(StrictSection):
     """Where and how runs execute; does not change results (except accelerator)."""
 
@@ -350,6 +361,7 @@ class RuntimeConfig(StrictSection):
         description="Lightning loggers besides CSV (always on): tensorboard, mlflow, wandb",
     )
     log_every_n_steps: int = Field(10, ge=1, le=100_000, description="logger cadence")
+    wandb: WandbConfig = Field(default_factory=WandbConfig, description="the wandb logger's run")
     save_weights: bool = Field(
         True, description="store each finished main run's final weights (model.pt) for convert:"
     )

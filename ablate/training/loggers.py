@@ -6,7 +6,8 @@ hand them the train loss, learning rate and gradient norm every ``runtime.log_ev
 steps, the val loss at each evaluation and the probes at each probe step (:func:`log_metrics`);
 the run logs its flattened configuration once. Each logger writes under the run's folder
 (``<run>/logs/<logger>/``); MLflow uses ``MLFLOW_TRACKING_URI`` when set, else a file store in the
-experiment's folder (``<experiment>/mlruns``). W&B follows its own environment
+experiment's folder (``<experiment>/mlruns``). W&B files each run under ``runtime.wandb``'s
+project, entity, group and tags (:func:`wandb_settings`) and follows its own environment
 (``WANDB_MODE=offline`` for machines without network).
 """
 
@@ -56,13 +57,22 @@ def _mlflow(spec: RunSpec, run: RunFolder) -> Logger:
 def _wandb(spec: RunSpec, run: RunFolder) -> Logger:
     from lightning.pytorch.loggers import WandbLogger
 
-    return WandbLogger(
-        project=spec.experiment,
-        name=f"{spec.variant}-seed{spec.seed}",
-        group=spec.group,
-        id=spec.run_id,
-        save_dir=str(run.logs),
-    )
+    return WandbLogger(**wandb_settings(spec), save_dir=str(run.logs))
+
+
+def wandb_settings(spec: RunSpec) -> dict[str, Any]:
+    """The W&B run of ``spec`` (``runtime.wandb``): the project and group the file names (by
+    default the experiment's name: one group per experiment), a run named by stage, variant and
+    seed, the stage, variant and seed also as tags, and the run id as W&B's."""
+    cfg = spec.config.runtime.wandb
+    return {
+        "project": cfg.project or spec.experiment,
+        "entity": cfg.entity,
+        "group": cfg.group or spec.experiment,
+        "name": f"{spec.group}-{spec.variant}-seed{spec.seed}",
+        "tags": [*cfg.tags, spec.group, spec.variant, f"seed{spec.seed}"],
+        "id": spec.run_id,
+    }
 
 
 BUILDERS: dict[str, Callable[[RunSpec, RunFolder], Logger]] = {

@@ -75,3 +75,22 @@ def test_flatten_gives_dotted_keys() -> None:
     flat = loggers.flatten({"a": {"b": {"c": 1}}, "d": [1, 2], "e": None})
     assert flat == {"a.b.c": 1, "d": "[1, 2]", "e": "None"}
     assert "train.lr" in loggers.flatten(TINY)
+
+
+def test_a_wandb_run_is_filed_as_the_file_says_and_named_by_stage_variant_seed() -> None:
+    from ablate.core.plan import RunSpec
+    from ablate.training.loggers import wandb_settings
+
+    plain = RunSpec("ln_vs_rms", "rmsnorm", 3, tiny_config(), group="curve")
+    found = wandb_settings(plain)
+    assert found["project"] == found["group"] == "ln_vs_rms" and found["entity"] is None
+    assert found["name"] == "curve-rmsnorm-seed3" and found["id"] == plain.run_id
+    assert found["tags"] == ["curve", "rmsnorm", "seed3"]
+    wandb = {"project": "norms", "entity": "lab", "group": "dec", "tags": ["cpu"]}
+    filed = RunSpec("ln_vs_rms", "rmsnorm", 3, tiny_config(**{"runtime.wandb": wandb}))
+    found = wandb_settings(filed)
+    assert (found["project"], found["entity"], found["group"]) == ("norms", "lab", "dec")
+    assert (
+        found["tags"][0] == "cpu"
+        and filed.run_id == RunSpec("ln_vs_rms", "rmsnorm", 3, tiny_config()).run_id
+    )  # where it is logged changes no run
