@@ -26,6 +26,7 @@ class StoredExperiment:
     tuned: pd.DataFrame  # the tuned A/B: each variant at its best search settings
     crossover: pd.DataFrame  # each variant at the baseline's tuned settings and vice versa
     metrics: pd.DataFrame  # per-step metrics of the main runs
+    tuned_metrics: pd.DataFrame  # per-step metrics of the tuned runs (the leading comparison)
     probes: pd.DataFrame  # probe rows of the main runs
     studies: dict | None  # stability.json, when search or max_lr ran
     missing: list[str]  # planned runs without a result, with their state
@@ -45,14 +46,16 @@ def load_experiment_results(exp_dir: Path) -> StoredExperiment:
     if planned:
         runs = runs[runs["run_id"].isin(planned)]
     main = runs[runs["run_id"].isin(main_ids)] if main_ids else runs
+    tuned = runs[runs["run_id"].isin(_group_ids(manifest, "tuned"))]
     convert = runs[runs["run_id"].isin(_group_ids(manifest, "convert"))]
     return StoredExperiment(
         manifest=manifest,
         runs=runs,
         main=main,
-        tuned=runs[runs["run_id"].isin(_group_ids(manifest, "tuned"))],
+        tuned=tuned,
         crossover=runs[runs["run_id"].isin(_group_ids(manifest, "crossover"))],
-        metrics=store.load_metrics(exp_dir, main),  # only the main runs' curves are drawn
+        metrics=store.load_metrics(exp_dir, main),  # the main and tuned runs' curves are drawn
+        tuned_metrics=store.load_metrics(exp_dir, tuned) if len(tuned) else pd.DataFrame(),
         probes=store.load_probes(exp_dir, main),
         studies=current_studies(store.read_studies(exp_dir), manifest["variants"]),
         missing=missing_runs(exp_dir, manifest, runs),

@@ -58,6 +58,39 @@ def final_eval_note(configs: dict[str, dict]) -> str:
     )
 
 
+def budget_text(runs: pd.DataFrame) -> str:
+    """The runs' budget: tokens per run and its steps (each distinct budget once)."""
+    if runs.empty or "planned_tokens" not in runs or "steps" not in runs:
+        return "budget not recorded"
+    steps = runs.groupby("planned_tokens")["steps"].max()
+    return "; ".join(f"{int(s)} steps, {int(n):,} tokens per run" for n, s in steps.items())
+
+
+def leading_figures(stored: StoredExperiment, variants: list[str]) -> Section:
+    """The tuned runs' loss curves and differences, first, when the report leads with them:
+    each variant at its own (LR, warmup); none without tuned runs."""
+    section = Section()
+    if stored.tuned_metrics.empty:
+        return section
+    label = "tuned runs, each variant at its own (LR, warmup): the leading comparison"
+    section.lines += [f"Of the {label}; {budget_text(stored.tuned)}.", ""]
+    section.figure(
+        "loss_curves_tuned.png",
+        loss_figure(stored.tuned_metrics, variants, unigram_floor(stored.main), label),
+        "Loss against step, tuned runs",
+        "Mean ± std over seeds; train loss smoothed.",
+    )
+    difference = curve_difference(stored.tuned_metrics, variants, variants[0])
+    section.figure(
+        "loss_difference_tuned.png",
+        difference_figure(difference, variants),
+        "Difference from the baseline against step, tuned runs",
+        f"Val loss of each variant at its own settings minus {variants[0]}'s at its own, on the "
+        "same seed, mean and 95% interval over seeds; below zero the variant is ahead.",
+    )
+    return section
+
+
 def main_section(stored: StoredExperiment, table: pd.DataFrame, noise: float) -> Section:
     """Quality, speed and probe tables and their figures (main runs only)."""
     variants = list(table["variant"])
@@ -119,7 +152,9 @@ def main_section(stored: StoredExperiment, table: pd.DataFrame, noise: float) ->
             probes_markdown(per_run, variants),
             "",
         ]
-    section.lines += ["## Figures", "", f"Of the main runs: {label}.", ""]
+    section.lines += ["## Figures", ""]
+    section.extend(leading_figures(stored, variants))
+    section.lines += [f"Of the main runs: {label}; {budget_text(stored.main)}.", ""]
     section.figure(
         "loss_curves.png",
         loss_figure(stored.metrics, variants, unigram_floor(stored.main), f"main runs: {label}"),

@@ -590,3 +590,22 @@ def test_a_speed_ratio_says_when_the_seeds_disagree_and_a_simulated_one_is_not_g
     assert "the seeds' ratios lie 58% apart: a shared or loaded machine" in line
     simulated = steady.assign(norm_impl="simulated")
     assert throughput_lines(simulated, ["ln", "rms"]) == []
+
+
+def test_the_leading_comparisons_curves_come_first_and_every_budget_is_named(
+    tmp_path: Path, unrendered_figures: None
+) -> None:
+    from ablate.core.load import load_experiment
+    from ablate.launch.pipeline import run_experiment
+
+    curve = {"seeds": [3, 4], "lr_min": 1e-3, "lr_max": 4e-3}
+    path = write_experiment(tmp_path / "e.yaml", runtime={"backend": "simulate"}, curve=curve)
+    result = run_experiment(load_experiment(path), tmp_path / "results", tmp_path / "reports")
+    text = (result.report_dir / "report.md").read_text()
+    figures = text.split("## Figures", 1)[1]
+    tuned, main_runs = figures.index("loss_curves_tuned.png"), figures.index("(loss_curves.png)")
+    assert tuned < main_runs and "loss_difference_tuned.png" in figures
+    assert "Of the tuned runs, each variant at its own (LR, warmup): the leading comparison; " in (
+        figures
+    )
+    assert "; 20 steps, " in figures and " tokens per run." in figures
