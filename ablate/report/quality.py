@@ -25,6 +25,7 @@ from ablate.report.figures import (
 from ablate.report.load import StoredExperiment, unigram_floor
 from ablate.report.section import Section
 from ablate.report.text import (
+    budget_text,
     probes_markdown,
     quality_markdown,
     speed_markdown,
@@ -56,14 +57,6 @@ def final_eval_note(configs: dict[str, dict]) -> str:
         "(`train.final_eval: split`); the best val loss is the lowest of the evaluations during "
         "training, on the fixed windows, so it can lie above the final."
     )
-
-
-def budget_text(runs: pd.DataFrame) -> str:
-    """The runs' budget: tokens per run and its steps (each distinct budget once)."""
-    if runs.empty or "planned_tokens" not in runs or "steps" not in runs:
-        return "budget not recorded"
-    steps = runs.groupby("planned_tokens")["steps"].max()
-    return "; ".join(f"{int(s)} steps, {int(n):,} tokens per run" for n, s in steps.items())
 
 
 def leading_figures(stored: StoredExperiment, variants: list[str]) -> Section:

@@ -20,6 +20,7 @@ from ablate.report.figures import stability_map_figure, sweep_figure
 from ablate.report.load import StoredExperiment, unigram_floor
 from ablate.report.optimum import optimum_section
 from ablate.report.section import Section
+from ablate.report.text import budget_text
 
 SWEEP_FIGURE = "lr_sweep.png"
 
@@ -77,12 +78,27 @@ def sweep_section(stored: StoredExperiment, variants: list[str]) -> tuple[Sectio
         *_edge_best_lines(sensitivity),
         f"![learning-rate sweep]({SWEEP_FIGURE})",
         "",
+        *_budget_lines(stored),
     ]
     optima = optimum_section(frame, variants)
     tables = {"sweep_runs.csv": frame, "sweep.csv": table, "lr_sensitivity.csv": sensitivity}
     return Section(
         lines + optima.lines, tables | optima.tables, {SWEEP_FIGURE: figure}
     ), sensitivity
+
+
+def _budget_lines(stored: StoredExperiment) -> list[str]:
+    """The sweep's budget and, where the figure draws max-stable-LR lines, the probes'
+    (often another: a boundary at one budget beside sweep points at another)."""
+    every = stored.stored_runs
+    if "group" not in every:
+        return []
+    sweep = every[every["group"] == "sweep"]
+    text = f"Budgets: the sweep's runs {budget_text(sweep)}"
+    probes = every[every["group"] == "max_lr"]
+    if len(probes):
+        text += f"; the max-stable-LR lines, from the probes' runs, {budget_text(probes)}"
+    return [text + ".", ""]
 
 
 def curve_section(stored: StoredExperiment, variants: list[str]) -> Section:

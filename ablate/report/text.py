@@ -208,3 +208,11 @@ def probes_markdown(per_run: pd.DataFrame, variants: list[str]) -> str:
         }
     )
     return shown.to_markdown(index=False)
+
+
+def budget_text(runs: pd.DataFrame) -> str:
+    """The runs' budget: tokens per run and its steps (each distinct budget once)."""
+    if runs.empty or "planned_tokens" not in runs or "steps" not in runs:
+        return "budget not recorded"
+    steps = runs.groupby("planned_tokens")["steps"].max()
+    return "; ".join(f"{int(s)} steps, {int(n):,} tokens per run" for n, s in steps.items())

@@ -36,3 +36,17 @@ def test_a_ratio_keeps_its_digits_below_a_tenth() -> None:
     assert ratio_text(2.375, 1.13, 4.2) == "2.38 [1.13, 4.20]"
     assert ratio_text(0.0123, 0.00412, 0.0371) == "0.0123 [0.00412, 0.0371]"  # not 0.01 [0, 0.04]
     assert ratio_text(5575.432) == "5575.43"
+
+
+def test_a_budget_is_said_once_per_distinct_budget() -> None:
+    import pandas as pd
+
+    from ablate.report.text import budget_text
+
+    runs = pd.DataFrame(
+        {"planned_tokens": [102400, 102400, 409600], "steps": [100, 37, 400]}  # one diverged
+    )
+    assert budget_text(runs) == (
+        "100 steps, 102,400 tokens per run; 400 steps, 409,600 tokens per run"
+    )
+    assert budget_text(pd.DataFrame()) == "budget not recorded"
