@@ -23,6 +23,7 @@ import torch
 from pydantic import ValidationError
 from torch import nn
 
+from ablate.core import store
 from ablate.core.config import ConfigError, DataError, RunConfig
 from ablate.core.experiment import Experiment
 from ablate.core.folders import ExperimentFolder
@@ -34,7 +35,6 @@ from ablate.core.plan import (
     planned_groups,
     study_runs,
 )
-from ablate.core.store import read_studies
 from ablate.nn.model import count_parameters, next_token_loss, parameter_groups
 from ablate.nn.sources import ModelSourceError, build_model
 from ablate.training.data import Corpus, batch_offsets, gather_windows, load_corpus
@@ -240,24 +240,59 @@ class Stored:
         return max(planned - self.counts.get((variant, group), 0), 0)
 
 
+BEFORE_MAX_LR = ("curve", "warmup", "search", "tuned", "crossover", "usable", "decide")
+
+
 def stored_counts(experiment: Experiment, results_dir: Path) -> Stored:
-    """Finished runs ``results_dir`` holds that the plan would use, per (variant, stage): the
-    main, sweep and convert runs by their planned ids; a study stage's (curve, warmup, search,
-    tuned, cross-over, usable, decide, max-LR) where its config differs from its variant's
-    only in LR, warmup and budget, which the stages choose as they go. A search or max-LR
-    study is finished when ``stability.json`` has its result and every run it names is such a
-    run."""
+    """Finished runs ``results_dir`` holds that the plan would use, per (variant, stage).
+
+    The main, sweep and convert runs count by their planned ids. A study stage's run counts
+    where its config differs from its variant's only in LR, warmup and budget (which the
+    stages choose as they go), under the stage the plan's record (``experiment.json``) gives
+    it (a usable walk reuses curve runs; the tuned runs beyond the file's seeds are
+    ``decide:``'s), else the stage it was trained for. A search or max-LR study is finished
+    when ``stability.json`` has its result and every run it names counts; ``decide:`` when the
+    record says why it stopped; and every stage before a variant's finished max-LR study."""
     folder = ExperimentFolder.of(results_dir, experiment.name)
     counts: dict[tuple[str, str], int] = {}
-    planned = plan_runs(experiment) + plan_sweep(experiment) + plan_convert(experiment)
-    for spec in planned:
+
+    def count(variant: str, group: str) -> None:
+        counts[(variant, group)] = counts.get((variant, group), 0) + 1
+
+    for spec in plan_runs(experiment) + plan_sweep(experiment) + plan_convert(experiment):
         if folder.run(spec.run_id).is_done():
-            key = (spec.variant, spec.group)
-            counts[key] = counts.get(key, 0) + 1
-    usable_ids = set()
+            count(spec.variant, spec.group)
+    ours = _study_runs_of_this_plan(experiment, folder)
+    manifest = store.read_manifest(folder.path) if folder.path.is_dir() else {}
+    recorded: dict[str, dict] = {}  # the first stage that planned a run (a walk reuses the curve's)
+    for entry in manifest.get("runs", []):
+        if entry["run_id"] in ours:
+            recorded.setdefault(entry["run_id"], entry)
+    tuned: dict[str, int] = {}
+    for run_id, variant in ours.items():
+        group = recorded.get(run_id, {}).get("group") or _trained_for(folder, run_id)
+        if group in EXACT_GROUPS:
+            continue
+        if group == "tuned":
+            tuned[variant] = tuned.get(variant, 0) + 1
+            group = "tuned" if tuned[variant] <= len(experiment.seeds) else "decide"
+        count(variant, group)
+    finished = _finished_studies(folder, set(ours))
+    if (manifest.get("decide") or {}).get("stopped"):
+        finished |= {(v, "decide") for v in experiment.variants}
+    for variant, group in list(finished):
+        if group == "max_lr":
+            finished |= {(variant, g) for g in BEFORE_MAX_LR}
+    return Stored(counts, finished)
+
+
+def _study_runs_of_this_plan(experiment: Experiment, folder: ExperimentFolder) -> dict[str, str]:
+    """{run id: variant} of the finished stored runs outside the exact stages whose config
+    differs from their variant's only in :data:`STUDY_KEYS`."""
+    found = {}
     for run in folder.runs() if folder.path.is_dir() else []:
         stored = run.read_config()
-        if not stored or stored.get("group", "main") in EXACT_GROUPS or not run.is_done():
+        if not stored or not run.is_done():
             continue
         mine = experiment.variants.get(stored.get("variant", ""))
         if mine is None:
@@ -267,16 +302,19 @@ def stored_counts(experiment: Experiment, results_dir: Path) -> Stored:
         except (KeyError, ValidationError):  # a config no longer valid is no run of this plan
             continue
         if changed <= STUDY_KEYS:
-            key = (stored["variant"], stored["group"])
-            counts[key] = counts.get(key, 0) + 1
-            usable_ids.add(run.path.name)
-    return Stored(counts, _finished_studies(folder, usable_ids))
+            found[run.path.name] = stored["variant"]
+    return found
+
+
+def _trained_for(folder: ExperimentFolder, run_id: str) -> str:
+    """The stage a stored run was trained for, as its config says."""
+    return str((folder.run(run_id).read_config() or {}).get("group", "main"))
 
 
 def _finished_studies(folder: ExperimentFolder, usable: set[str]) -> set[tuple[str, str]]:
     """(variant, stage) of the search and max-LR results in ``stability.json`` whose runs are
     all among ``usable``."""
-    studies = read_studies(folder.path) if folder.path.is_dir() else None
+    studies = store.read_studies(folder.path) if folder.path.is_dir() else None
     finished = set()
     for group, results in (studies or {}).items():
         if group not in ("search", "max_lr") or not isinstance(results, dict):
