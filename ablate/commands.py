@@ -144,7 +144,7 @@ def _print_plan(experiment: Experiment, args: argparse.Namespace, console: Conso
         from ablate.launch.estimate import stored_lines
         from ablate.launch.reach import reach_lines
 
-        for line in stored_lines(experiment, args.results_dir) + reach_lines(
+        for line in stored_lines(experiment, args.results_dir, stored) + reach_lines(
             experiment, args.results_dir
         ):
             console.print(line, markup=False, highlight=False, soft_wrap=True)

@@ -262,15 +262,15 @@ def stored_counts(experiment: Experiment, results_dir: Path) -> Stored:
     for spec in plan_runs(experiment) + plan_sweep(experiment) + plan_convert(experiment):
         if folder.run(spec.run_id).is_done():
             count(spec.variant, spec.group)
-    ours = _study_runs_of_this_plan(experiment, folder)
+    ours = _study_runs_of_this_plan(experiment, folder)  # run id -> (variant, trained for)
     manifest = store.read_manifest(folder.path) if folder.path.is_dir() else {}
     recorded: dict[str, dict] = {}  # the first stage that planned a run (a walk reuses the curve's)
     for entry in manifest.get("runs", []):
         if entry["run_id"] in ours:
             recorded.setdefault(entry["run_id"], entry)
     tuned: dict[str, int] = {}
-    for run_id, variant in ours.items():
-        group = recorded.get(run_id, {}).get("group") or _trained_for(folder, run_id)
+    for run_id, (variant, trained_for) in ours.items():
+        group = recorded.get(run_id, {}).get("group") or trained_for
         if group in EXACT_GROUPS:
             continue
         if group == "tuned":
@@ -286,9 +286,11 @@ def stored_counts(experiment: Experiment, results_dir: Path) -> Stored:
     return Stored(counts, finished)
 
 
-def _study_runs_of_this_plan(experiment: Experiment, folder: ExperimentFolder) -> dict[str, str]:
-    """{run id: variant} of the finished stored runs outside the exact stages whose config
-    differs from their variant's only in :data:`STUDY_KEYS`."""
+def _study_runs_of_this_plan(
+    experiment: Experiment, folder: ExperimentFolder
+) -> dict[str, tuple[str, str]]:
+    """{run id: (variant, the stage it was trained for)} of the finished stored runs whose
+    config differs from their variant's only in :data:`STUDY_KEYS`."""
     found = {}
     for run in folder.runs() if folder.path.is_dir() else []:
         stored = run.read_config()
@@ -302,13 +304,8 @@ def _study_runs_of_this_plan(experiment: Experiment, folder: ExperimentFolder) -
         except (KeyError, ValidationError):  # a config no longer valid is no run of this plan
             continue
         if changed <= STUDY_KEYS:
-            found[run.path.name] = stored["variant"]
+            found[run.path.name] = (stored["variant"], str(stored.get("group", "main")))
     return found
-
-
-def _trained_for(folder: ExperimentFolder, run_id: str) -> str:
-    """The stage a stored run was trained for, as its config says."""
-    return str((folder.run(run_id).read_config() or {}).get("group", "main"))
 
 
 def _finished_studies(folder: ExperimentFolder, usable: set[str]) -> set[tuple[str, str]]:
@@ -326,14 +323,16 @@ def _finished_studies(folder: ExperimentFolder, usable: set[str]) -> set[tuple[s
     return finished
 
 
-def stored_lines(experiment: Experiment, results_dir: Path) -> list[str]:
+def stored_lines(
+    experiment: Experiment, results_dir: Path, counts: Stored | None = None
+) -> list[str]:
     """What ``results_dir`` already holds of the plan, per stage (stored of planned; a study
     stage's count is its estimate, the studies choose as they go), and for each planned main,
     sweep or convert run to train whose stored twin (same variant, seed and stage) differs
     from it only in some keys, those keys, so that a change that does not alter training
     (``train.eval_batches``) is seen to retrain N runs."""
     folder = ExperimentFolder.of(results_dir, experiment.name)
-    counts = stored_counts(experiment, results_dir)
+    counts = counts or stored_counts(experiment, results_dir)
     planned: dict[str, int] = {"main": len(experiment.seeds) * len(experiment.variants)}
     for variant, cfg in experiment.variants.items():
         for group, (n, _) in study_runs(experiment, cfg, variant).items():

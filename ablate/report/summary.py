@@ -16,7 +16,6 @@ from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
-from scipy import stats
 
 from ablate.core.experiment import MIN_EFFECT
 from ablate.core.sequential import ALPHA, look_alpha
@@ -332,12 +331,9 @@ def speed_ratio(runs: pd.DataFrame, variant: str, baseline: str) -> SpeedRatio |
     pairs = np.log(speeds[variant] / speeds[baseline]).dropna()
     if pairs.empty:
         return None
-    low = high = math.nan
-    if len(pairs) >= 2:
-        interval = stats.ttest_1samp(pairs, 0.0).confidence_interval(0.95)
-        low, high = float(np.exp(interval.low)), float(np.exp(interval.high))
+    low, high = np.exp(t_interval(pairs.to_numpy(), 0.95))
     spread = float(np.exp(pairs.max() - pairs.min()) - 1)
-    return SpeedRatio(float(np.exp(pairs.mean())), low, high, spread)
+    return SpeedRatio(float(np.exp(pairs.mean())), float(low), float(high), spread)
 
 
 def throughput_lines(runs: pd.DataFrame, variants: list[str]) -> list[str]:
