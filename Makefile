@@ -27,7 +27,7 @@ setup: $(VENV)/.installed
 # thousands that nothing imports): it installs without, and one process then imports every
 # ablate module, the test tools and what an SQLite study loads, writing the bytecode of just
 # what they load (also where the environment says PYTHONDONTWRITEBYTECODE), while the C++
-# RMSNorm kernel builds beside it (about 30 s of one core, once per machine; where it cannot
+# norm kernels build beside it (about 30 s of one core, once per machine; where it cannot
 # build, a run says why and uses the reference RMSNorm)
 WARM := import importlib, pkgutil, ablate, optuna, pytest, xdist, importlinter; \
 	[importlib.import_module(m.name) for m in pkgutil.walk_packages(ablate.__path__, "ablate.")]; \

@@ -3,7 +3,7 @@
 Two parts, both printed as tables and written as CSV (plus a figure) to ``--out``:
 
 1. **Kernels.** Every LayerNorm and RMSNorm implementation the project has (``torch``,
-   ``reference``, ``cpp`` for RMSNorm on CPU, and each norm's reference formula under
+   ``reference``, ``cpp`` for both norms on CPU, and each norm's reference formula under
    ``torch.compile`` unless ``--no-compile``) across hidden sizes, token counts and dtypes:
    forward and forward+backward time (``torch.utils.benchmark``'s blocked autorange, median)
    and effective bandwidth = nominal bytes moved / time, where forward moves x in and y out
@@ -47,7 +47,7 @@ from ablate.training.data import load_corpus
 from ablate.training.memory import read_peak_memory, reset_peak_memory
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
-IMPLS = {"layernorm": ("torch", "reference"), "rmsnorm": ("torch", "reference", "cpp")}
+IMPLS = {"layernorm": ("torch", "reference", "cpp"), "rmsnorm": ("torch", "reference", "cpp")}
 Kernel = Callable[[torch.Tensor], torch.Tensor]
 
 

@@ -66,7 +66,7 @@ class NormConfig(StrictSection):
     )
     impl: NormImpl = Field(
         "auto",
-        description="kernel: auto (fastest per device), reference, torch, cpp (RMSNorm, CPU)",
+        description="kernel: auto (per device), reference, torch, cpp (RMSNorm, LayerNorm; CPU)",
     )
 
     def as_used(self) -> dict[str, Any]:
@@ -81,10 +81,10 @@ class NormConfig(StrictSection):
     def _default_bias(self) -> NormConfig:
         if self.bias is None:
             self.bias = self.kind != "rmsnorm"
-        if self.impl == "cpp" and self.kind != "rmsnorm":
+        if self.impl == "cpp" and self.kind not in ("rmsnorm", "layernorm"):
             raise ValueError(
-                f"model.norm.impl: cpp is an RMSNorm kernel; for {self.kind} use auto, torch "
-                "or reference"
+                f"model.norm.impl: cpp is a RMSNorm and LayerNorm kernel; for {self.kind} use "
+                "auto, torch or reference"
             )
         return self
 

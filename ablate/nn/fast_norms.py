@@ -1,10 +1,11 @@
-"""Fast RMSNorm kernels and the choice between implementations, made per device.
+"""ablate's C++ norm kernels (RMSNorm; LayerNorm) and the choice between implementations, per
+device.
 
 On this project's CPU torch builds ``F.rms_norm`` is composed of several ops and is 3–8× slower
 than the fused ``F.layer_norm`` at the same shape, so an A/B of the norms' *speed* would compare
 a fused LayerNorm with an unfused RMSNorm. ablate therefore ships its own RMSNorm kernel for
 CPU: one C++ pass per row forward and backward, fp32 accumulation, rows split across threads,
-its autograd node in C++ too (``csrc/rms_norm.cpp``), compiled on first use with
+its autograd node in C++ too (``csrc/norms.cpp``), compiled on first use with
 ``torch.utils.cpp_extension.load_inline`` (about 25 s, once per machine: cached under
 ``$TORCH_EXTENSIONS_DIR/ablate/``, default ``~/.cache/torch_extensions/ablate/``; later
 processes import the built library directly). Its arithmetic (``csrc/rms_norm_rows.h``) has a
@@ -12,15 +13,23 @@ fixed summation order and is compiled for a fixed x86-64 level (:func:`build_tar
 fast-math, so it gives the same bits on every CPU and at every thread count (tested by
 compiling it for two instruction sets).
 
+The same extension holds a LayerNorm kernel of the same design (``csrc/layer_norm_rows.h``),
+offered as ``impl: cpp`` for LayerNorm: torch's fused CPU LayerNorm sums its weight and bias
+gradients in per-thread buffers, so its bits follow the thread count, and this one's do not. It
+is 1.2-1.5x slower than torch's at the experiments' shapes, so LayerNorm's ``auto`` stays
+``torch`` (the speed comparison keeps the fastest LayerNorm; docs/results.md says what decides
+the bits).
+
 Implementations (``model.norm.impl``):
 
 - ``reference``: the op-by-op formula in :mod:`ablate.nn.norms` (autograd backward);
 - ``torch``: ``F.rms_norm`` (a fused kernel on CUDA in recent torch);
-- ``cpp``: the C++ kernel above (CPU; statistics in fp32);
-- ``auto``: per device, the fastest *measured* one that is available: ``cpp`` on CPU,
-  ``torch`` on CUDA, else ``reference``. The choice is deterministic (a fixed table, not a
-  timing race), so the same spec gives the same numerics; when the C++ build is unavailable
-  (no compiler, no ninja) ``auto`` falls back to ``reference`` and says why once.
+- ``cpp``: the C++ kernels above (CPU; statistics in fp32);
+- ``auto``: per device, the fastest *measured* one that is available: for RMSNorm ``cpp`` on
+  CPU, ``torch`` on CUDA, else ``reference``; for LayerNorm ``torch``. The choice is
+  deterministic (a fixed table, not a timing race), so the same spec gives the same numerics;
+  when the C++ build is unavailable (no compiler, no ninja) ``auto`` falls back to
+  ``reference`` and says why once.
 
 ``python -m ablate.bench.speed`` (``ablate bench``) measures all of them against LayerNorm.
 """
@@ -45,7 +54,7 @@ from ablate.core.numerics import cpu_flags, is_x86_64
 
 IMPLS = ("reference", "torch", "cpp")
 CSRC = Path(__file__).parent / "csrc"
-SOURCES = (CSRC / "rms_norm_rows.h", CSRC / "rms_norm.cpp")
+SOURCES = (CSRC / "rms_norm_rows.h", CSRC / "layer_norm_rows.h", CSRC / "norms.cpp")
 # x86-64 levels from the widest the CPU runs down: all give the same bits (tested); the wider,
 # the faster (bf16 most: 8192 x 1024 rows, v4 0.42x LayerNorm's time, v3 0.55x, v2 0.95x)
 X86_TARGETS = (
@@ -115,7 +124,7 @@ def _build(name: str, folder: Path, source: str, target: str) -> ModuleType:
         return load_inline(
             name=name,
             cpp_sources=[source],
-            functions=["rms_norm", "rms_norm_forward", "rms_norm_backward"],
+            functions=["rms_norm", "rms_norm_forward", "rms_norm_backward", "layer_norm"],
             extra_cflags=compile_flags(target),
             extra_ldflags=["-fopenmp"],
             extra_include_paths=[str(CSRC)],
@@ -135,7 +144,7 @@ def load_kernel(target: str) -> ModuleType:
     exists, else compiled first."""
     texts = [path.read_text(encoding="utf-8") for path in SOURCES]
     key = hashlib.sha256("\n".join([*texts, *compile_flags(target)]).encode()).hexdigest()
-    name = f"ablate_rms_norm_{key[:12]}"  # a new source or target gets a new build
+    name = f"ablate_norms_{key[:12]}"  # a new source or target gets a new build
     folder = build_directory(name)
     return _import_built(name, folder) or _build(name, folder, texts[-1], target)
 
@@ -175,12 +184,26 @@ def rms_norm_cpp(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Ten
     return module.rms_norm(x, weight.to(x.dtype), eps)
 
 
+def layer_norm_cpp(
+    x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, eps: float
+) -> torch.Tensor:
+    """LayerNorm with gain (and bias, if any) through the C++ kernel: statistics in fp32, the
+    same bits at every thread count (torch's CPU LayerNorm sums its weight gradient in
+    per-thread buffers)."""
+    module = _extension()[0]
+    assert module is not None
+    return module.layer_norm(
+        x, weight.to(x.dtype), bias.to(x.dtype) if bias is not None else None, eps
+    )
+
+
 def rms_norm_torch(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
     """RMSNorm with gain through ``F.rms_norm`` (gain cast to the input's dtype)."""
     return F.rms_norm(x, (x.shape[-1],), weight.to(x.dtype), eps)
 
 
-AUTO_ORDER: dict[str, tuple[str, ...]] = {"cpu": ("cpp",), "cuda": ("torch",)}
+AutoOrder = dict[str, tuple[str, ...]]
+AUTO_ORDER: AutoOrder = {"cpu": ("cpp",), "cuda": ("torch",)}
 
 
 def available(impl: str, device: torch.device) -> bool:
@@ -197,8 +220,9 @@ def _warn_fallback(reason: str) -> None:
     )
 
 
-def resolve(impl: str, device: torch.device) -> str:
-    """The implementation ``impl`` means on ``device`` (``auto`` resolved; never unavailable)."""
+def resolve(impl: str, device: torch.device, order: AutoOrder = AUTO_ORDER) -> str:
+    """The implementation ``impl`` means on ``device`` (``auto`` resolved by ``order``, a
+    kind's table of candidates per device; never unavailable)."""
     if impl != "auto":
         if not available(impl, device):
             raise RuntimeError(
@@ -206,7 +230,7 @@ def resolve(impl: str, device: torch.device) -> str:
                 f"{cpp_unavailable_reason() or 'CPU only'}; use auto or reference"
             )
         return impl
-    for candidate in AUTO_ORDER.get(device.type, ()):
+    for candidate in order.get(device.type, ()):
         if available(candidate, device):
             return candidate
     if device.type == "cpu":

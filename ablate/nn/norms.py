@@ -14,8 +14,9 @@ input is reduced in its own dtype op by op (torch's fused CPU LayerNorm would si
 accumulate in fp32, hiding the difference under test).
 
 ``impl`` picks the kernel (see :mod:`ablate.nn.fast_norms`): RMSNorm runs the C++ kernel on CPU
-and ``F.rms_norm`` on CUDA under ``auto``; LayerNorm runs ``F.layer_norm`` (``auto``/``torch``)
-or the op-by-op formula (``reference``). Each layer remembers the implementation its last
+and ``F.rms_norm`` on CUDA under ``auto``; LayerNorm runs ``F.layer_norm`` (``auto``/``torch``),
+ablate's C++ kernel (``cpp``: the same bits at any thread count) or the op-by-op formula
+(``reference``). Each layer remembers the implementation its last
 forward used (``used_impl``), which every run records.
 
 Example::
@@ -37,7 +38,13 @@ import torch.nn.functional as F
 from torch import nn
 
 from ablate.core.config import NormConfig
-from ablate.nn.fast_norms import resolve, rms_norm_cpp, rms_norm_torch
+from ablate.nn.fast_norms import (
+    AutoOrder,
+    layer_norm_cpp,
+    resolve,
+    rms_norm_cpp,
+    rms_norm_torch,
+)
 
 LOW_PRECISION = (torch.bfloat16, torch.float16)
 
@@ -110,6 +117,10 @@ def register(name: str) -> Callable[[type[_Norm]], type[_Norm]]:
     return add
 
 
+# LayerNorm's ``auto``: torch's fused kernel on every device (the C++ one is ``cpp``, opt-in)
+LN_AUTO: AutoOrder = {"cpu": ("torch",), "cuda": ("torch",)}
+
+
 @register("layernorm")
 class LayerNorm(_Norm):
     """y = (x - mean(x)) / sqrt(var(x) + eps) * weight + bias (Ba et al. 2016)."""
@@ -121,9 +132,12 @@ class LayerNorm(_Norm):
         return centered * torch.rsqrt(centered.pow(2).mean(dim=-1, keepdim=True) + self.eps)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if self.impl == "reference" or self.native_reduction(x):
+        impl = "reference" if self.native_reduction(x) else resolve(self.impl, x.device, LN_AUTO)
+        if impl == "reference":
             return super().forward(x)
-        self.used_impl = "torch"  # accumulates in fp32 for bf16/fp16: what fp32_reduction asks
+        self.used_impl = impl  # both accumulate in fp32 for bf16/fp16: what fp32_reduction asks
+        if impl == "cpp":
+            return layer_norm_cpp(x, self.weight, self.bias, self.eps)
         bias = self.bias.to(x.dtype) if self.bias is not None else None
         return F.layer_norm(x, (self.dim,), self.weight.to(x.dtype), bias, self.eps)
 

@@ -21,6 +21,7 @@ def test_kernel_rows_cover_every_implementation() -> None:
     assert set(zip(table["kind"], table["impl"], strict=True)) == {
         ("layernorm", "torch"),
         ("layernorm", "reference"),
+        ("layernorm", "cpp"),
         ("rmsnorm", "torch"),
         ("rmsnorm", "reference"),
         ("rmsnorm", "cpp"),
@@ -28,7 +29,7 @@ def test_kernel_rows_cover_every_implementation() -> None:
     assert table["error"].isna().all() and (table["fwd_bwd_ms"] > 0).all()
     ln = table[(table["kind"] == "layernorm") & (table["impl"] == "torch")].iloc[0]
     assert ln["vs_ln_torch"] == 1.0
-    cpp = table[table["impl"] == "cpp"].iloc[0]
+    cpp = table[(table["kind"] == "rmsnorm") & (table["impl"] == "cpp")].iloc[0]
     assert cpp["vs_ln_torch"] == pytest.approx(cpp["fwd_bwd_ms"] / ln["fwd_bwd_ms"])
     assert cpp["fwd_bwd_gbps"] == pytest.approx(5 * 64 * 32 * 4 / (cpp["fwd_bwd_ms"] / 1e3) / 1e9)
 
@@ -57,7 +58,7 @@ def test_cli_bench_writes_its_files_and_rejects_bad_lists(
     args += ["--min-run-time", "0.01", "--steps", "2", "--repeats", "1", "--threads", "1"]
     assert main([*args, "--experiment", str(experiment), "--out", str(tmp_path / "b")]) == 0
     kernels = pd.read_csv(tmp_path / "b" / "kernels.csv")
-    assert len(kernels) == 10 and set(kernels["dim"]) == {16, 32}
+    assert len(kernels) == 12 and set(kernels["dim"]) == {16, 32}  # 6 impls x 2 dims
     assert (tmp_path / "b" / "kernels.png").stat().st_size > 10_000
     assert len(pd.read_csv(tmp_path / "b" / "steps.csv")) == 2
     assert main(["bench", "--dims", "16,x"]) == 2

@@ -475,3 +475,14 @@ def test_a_curve_is_the_lattice_of_its_range_grown_by_whole_octaves(tmp_path: Pa
     assert exp.curve.lrs(1, 2)[-1] == pytest.approx(2**-3.5)
     msg = _error(tmp_path, "curve: {seeds: [7]}\n")
     assert "curve.seeds" in msg
+
+
+def test_the_cpp_kernel_is_offered_for_rmsnorm_and_layernorm_only() -> None:
+    from pydantic import ValidationError
+
+    from ablate.core.config import NormConfig
+
+    assert NormConfig(kind="layernorm", impl="cpp").impl == "cpp"
+    assert NormConfig(kind="rmsnorm", impl="cpp").impl == "cpp"
+    with pytest.raises(ValidationError, match="cpp is a RMSNorm and LayerNorm kernel; for dyt"):
+        NormConfig(kind="dyt", impl="cpp")

@@ -99,7 +99,7 @@ def test_native_low_precision_reduction_always_uses_the_reference() -> None:
     assert norm.used_impl == "reference"
 
 
-@pytest.mark.parametrize("impl", ["auto", "torch", "reference"])
+@pytest.mark.parametrize("impl", ["auto", "torch", "reference", "cpp"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_layernorm_implementations_equal_torch(impl: str, dtype: torch.dtype) -> None:
     norm = _norm("layernorm", 32, impl=impl)
@@ -110,7 +110,37 @@ def test_layernorm_implementations_equal_torch(impl: str, dtype: torch.dtype) ->
     x, _ = _inputs(dtype, (5, 32))
     expected = torch_norm(x.float())
     assert torch.allclose(norm(x).float(), expected, atol=TOLERANCE[dtype] * 10)
-    assert norm.used_impl == ("reference" if impl == "reference" else "torch")
+    assert norm.used_impl == {"auto": "torch"}.get(impl, impl)  # auto: torch's fused kernel
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("bias", [False, True])
+@pytest.mark.parametrize("shape", [(4, 7, 33), (257, 128)])
+def test_the_cpp_layernorm_and_its_gradients_equal_the_formula(
+    dtype: torch.dtype, bias: bool, shape: tuple[int, ...]
+) -> None:
+    dim = shape[-1]
+    norm = _norm("layernorm", dim, bias=bias, impl="cpp")
+    with torch.no_grad():
+        norm.weight.copy_(1 + 0.3 * torch.randn(dim, generator=torch.Generator().manual_seed(1)))
+        if bias:
+            norm.bias.copy_(0.1 * torch.randn(dim, generator=torch.Generator().manual_seed(2)))
+    x, grad = _inputs(dtype, shape)
+    x = (x + 2).requires_grad_()  # a mean far from zero: the centring matters
+    y = norm(x)
+    assert norm.used_impl == "cpp" and y.dtype == dtype
+    y.backward(grad)
+    x64 = x.detach().double().requires_grad_()
+    w64 = norm.weight.detach().double().requires_grad_()
+    b64 = norm.bias.detach().double().requires_grad_() if bias else None
+    exact = torch.nn.functional.layer_norm(x64, (dim,), w64, b64, 1e-5)
+    exact.backward(grad.double())
+    tol = TOLERANCE[dtype]
+    pairs = [(y, exact), (x.grad, x64.grad), (norm.weight.grad, w64.grad)]
+    if bias:
+        pairs.append((norm.bias.grad, b64.grad))
+    for got, want in pairs:
+        assert (got.double() - want).abs().max().item() <= tol * want.abs().max().item()
 
 
 def test_used_impls_lists_what_the_model_ran() -> None:

@@ -1,6 +1,8 @@
-"""The RMSNorm kernel gives the same bytes whatever instruction set it was compiled for.
+"""The RMSNorm and LayerNorm kernels give the same bytes whatever instruction set they were
+compiled for and at any thread count.
 
-The row arithmetic (``csrc/rms_norm_rows.h``) is compiled here on its own, with ablate's flags,
+The row arithmetic (``csrc/rms_norm_rows.h``, ``csrc/layer_norm_rows.h``) is compiled here on
+its own, with ablate's flags,
 for two x86-64 levels whose machine code differs (SSE only against AVX2 or AVX-512 registers),
 and run on the same inputs; the outputs must be equal to the byte, and equal to what ablate's
 torch extension computes on this machine.
@@ -27,6 +29,7 @@ pytestmark = pytest.mark.skipif(
 )
 
 WRAPPER = """
+#include "layer_norm_rows.h"
 #include "rms_norm_rows.h"
 namespace { inline float same(float v) { return v; } }
 extern "C" void fwd(const float* x, const float* w, float* y, float* r, long n, long d,
@@ -40,6 +43,20 @@ extern "C" void bwd(const float* g, const float* x, const float* w, const float*
     ablate_rms::backward_block(g, x, w, r, dx, partial + b * d, b, n, d, same, same);
   }
   ablate_rms::sum_blocks(partial, dw, blocks, d, 0, d);
+}
+extern "C" void ln_fwd(const float* x, const float* w, const float* b, float* y, float* m,
+                       float* r, long n, long d, float eps) {
+  ablate_ln::forward_rows(x, w, b, y, m, r, 0, n, d, eps, same, same);
+}
+extern "C" void ln_bwd(const float* g, const float* x, const float* w, const float* m,
+                       const float* r, float* dx, float* pw, float* pb, float* dw, float* db,
+                       long n, long d) {
+  const long blocks = ablate_rms::blocks_for(n);
+  for (long k = 0; k < blocks; ++k) {
+    ablate_ln::backward_block(g, x, w, m, r, dx, pw + k * d, pb + k * d, k, n, d, same, same);
+  }
+  ablate_rms::sum_blocks(pw, dw, blocks, d, 0, d);
+  ablate_rms::sum_blocks(pb, db, blocks, d, 0, d);
 }
 """
 
@@ -91,6 +108,26 @@ def _run(library: Path, x: np.ndarray, w: np.ndarray, g: np.ndarray) -> list[np.
     return [y, r, dx, dw]
 
 
+def _run_ln(library: Path, x: np.ndarray, w: np.ndarray, g: np.ndarray) -> list[np.ndarray]:
+    """y, mean, r, dx, dw and db of the compiled LayerNorm rows (bias 0.1 - w / 10)."""
+    lib = ctypes.CDLL(str(library))
+    pointer, size = ctypes.c_void_p, ctypes.c_long
+    lib.ln_fwd.argtypes = [pointer] * 6 + [size, size, ctypes.c_float]
+    lib.ln_bwd.argtypes = [pointer] * 10 + [size, size]
+    n, d = x.shape
+    b = (0.1 - w / 10).astype(np.float32)
+    y, dx = np.empty_like(x), np.empty_like(x)
+    m, r = np.empty(n, np.float32), np.empty(n, np.float32)
+    partial = np.empty((2, (n + 63) // 64, d), np.float32)
+    dw, db = np.empty(d, np.float32), np.empty(d, np.float32)
+    lib.ln_fwd(*map(_pointer, (x, w, b, y, m, r)), n, d, 1e-5)
+    lib.ln_bwd(*map(_pointer, (g, x, w, m, r, dx, partial[0], partial[1], dw, db)), n, d)
+    return [y, m, r, dx, dw, db]
+
+
+RUNNERS = {"rmsnorm": _run, "layernorm": _run_ln}
+
+
 def _inputs(n: int, d: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     rng = np.random.default_rng(d)
     x = (3 * rng.standard_normal((n, d))).astype(np.float32)
@@ -110,17 +147,18 @@ def test_the_two_builds_are_different_machine_code(builds: dict[str, Path]) -> N
     assert narrow.read_bytes() != wide.read_bytes()
 
 
+@pytest.mark.parametrize("kind", RUNNERS)
 @pytest.mark.parametrize("shape", [(3, 33), (130, 128), (70, 1000), (1, 4096)])
 def test_every_output_is_the_same_bytes_for_both_instruction_sets(
-    builds: dict[str, Path], shape: tuple[int, int]
+    builds: dict[str, Path], shape: tuple[int, int], kind: str
 ) -> None:
     inputs = _inputs(*shape)
-    narrow, wide = (_run(library, *inputs) for library in builds.values())
+    narrow, wide = (RUNNERS[kind](library, *inputs) for library in builds.values())
     for a, b in zip(narrow, wide, strict=True):
         assert a.tobytes() == b.tobytes()
 
 
-@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("threads", [1, 2, 4])
 def test_the_extension_computes_the_same_bytes_as_the_rows_alone(
     builds: dict[str, Path], threads: int
 ) -> None:
@@ -138,3 +176,24 @@ def test_the_extension_computes_the_same_bytes_as_the_rows_alone(
     assert y.detach().numpy().tobytes() == expected[0].tobytes()
     assert xt.grad.numpy().tobytes() == expected[2].tobytes()
     assert wt.grad.numpy().tobytes() == expected[3].tobytes()
+
+
+@pytest.mark.parametrize("threads", [1, 2, 4])
+def test_the_layernorm_extension_computes_the_same_bytes_as_the_rows_alone(
+    builds: dict[str, Path], threads: int
+) -> None:
+    x, w, g = _inputs(130, 128)
+    expected = _run_ln(builds["x86-64-v2"], x, w, g)
+    previous = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        xt = torch.from_numpy(x).requires_grad_()
+        wt = torch.from_numpy(w).requires_grad_()
+        bt = torch.from_numpy((0.1 - w / 10).astype(np.float32)).requires_grad_()
+        y = fast_norms.layer_norm_cpp(xt, wt, bt, 1e-5)
+        y.backward(torch.from_numpy(g))
+    finally:
+        torch.set_num_threads(previous)
+    got = [y.detach(), xt.grad, wt.grad, bt.grad]
+    for tensor, want in zip(got, [expected[0], *expected[3:]], strict=True):
+        assert tensor.numpy().tobytes() == want.tobytes()

@@ -1,0 +1,156 @@
+"""A run's bits depend on its spec, not on how it was scheduled: the same run trained at 1, 2 and
+4 torch threads, beside other runs or alone, and resumed after a Ctrl-C, stores the same weights,
+for every norm kind, QK-norm, LLaMA-style blocks and a litgpt model (docs/results.md).
+
+The shapes are large enough that ATen splits the work across threads (1024 rows per norm call):
+at these shapes torch's own CPU LayerNorm stores other weights at each thread count, which is
+why ``model.norm.impl: cpp`` exists for LayerNorm and why a run's thread count is fixed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import signal
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+import yaml
+from conftest import ablate_process
+
+from ablate.cli import main
+from ablate.core.load import build_run_config, load_experiment
+from ablate.core.plan import RunSpec, plan_runs
+from ablate.training.run import execute_run
+
+THREADS = (1, 2, 4)
+STORED = re.compile(r"\]: (finished|collapsed|diverged)")  # a run's line once it is stored
+MODEL = {"d_model": 64, "n_layers": 2, "n_heads": 4, "seq_len": 64}
+TRAIN_EVAL = {
+    "batch_size": 16,
+    "tokens": 16 * 64 * 8,  # 8 steps: the bits diverge at the first step, learning is not needed
+    "lr": 3e-3,
+    "warmup_steps": 2,
+    "eval_interval": 4,
+    "eval_batches": 2,
+}
+VARIANTS: dict[str, dict[str, Any]] = {
+    "layernorm": {"model.norm.kind": "layernorm", "model.norm.impl": "cpp"},
+    "rmsnorm": {"model.norm.kind": "rmsnorm"},
+    "dyt": {"model.norm.kind": "dyt"},
+    "ln_qk": {"model.norm.kind": "layernorm", "model.norm.impl": "cpp", "model.norm.qk_norm": True},
+    "rms_qk": {"model.norm.kind": "rmsnorm", "model.norm.qk_norm": True},
+    "llama": {
+        "model.norm.kind": "rmsnorm",
+        "model.position": "rope",
+        "model.mlp": "swiglu",
+        "model.linear_bias": False,
+    },
+}
+
+
+def _experiment(path: Path, steps: int = 8) -> Path:
+    doc = {
+        "name": "bits",
+        "seeds": [0],
+        "data": {"source": "builtin_text"},
+        "model": MODEL,
+        "train": {**TRAIN_EVAL, "tokens": 16 * 64 * steps},
+        "variants": VARIANTS,
+    }
+    path.write_text(yaml.safe_dump(doc), encoding="utf-8")
+    return path
+
+
+def _weights_digest(run_dir: Path) -> str:
+    weights = torch.load(run_dir / "model.pt", weights_only=True)
+    data = b"".join(name.encode() + t.numpy().tobytes() for name, t in weights.items())
+    return hashlib.sha256(data).hexdigest()
+
+
+@pytest.fixture
+def threads_restored() -> Iterator[None]:
+    before = torch.get_num_threads()
+    yield
+    torch.set_num_threads(before)
+
+
+def _digests_at_each_thread_count(spec: RunSpec, root: Path) -> dict[int, str]:
+    found = {}
+    for threads in THREADS:
+        torch.set_num_threads(threads)
+        summary = execute_run(spec, root / f"threads{threads}")
+        assert summary["status"] == "finished"
+        found[threads] = _weights_digest(root / f"threads{threads}" / spec.experiment / spec.run_id)
+    return found
+
+
+@pytest.mark.trains
+@pytest.mark.usefixtures("threads_restored")
+def test_every_kind_stores_the_same_weights_at_1_2_and_4_threads(tmp_path: Path) -> None:
+    specs = plan_runs(load_experiment(_experiment(tmp_path / "bits.yaml")))
+    for spec in specs:
+        digests = _digests_at_each_thread_count(spec, tmp_path / spec.variant)
+        assert len(set(digests.values())) == 1, f"{spec.variant}: {digests}"
+
+
+@pytest.mark.trains
+@pytest.mark.usefixtures("threads_restored")
+def test_a_litgpt_model_stores_the_same_weights_at_1_2_and_4_threads(tmp_path: Path) -> None:
+    pytest.importorskip("litgpt")
+    litgpt = {"name": "pythia-14m", "n_layer": 2, "n_embd": 64, "n_head": 4}
+    litgpt["norm_class_name"] = "RMSNorm"
+    doc = {
+        "data": {"source": "builtin_text"},
+        "model": {"source": "litgpt", "seq_len": 64, "litgpt": litgpt},
+        "train": TRAIN_EVAL,
+    }
+    # litgpt's RMSNorm is elementwise ops and a per-row mean; its LayerNorm is torch's, whose
+    # bits follow the thread count like ``impl: torch`` (the run's thread count is fixed)
+    spec = RunSpec("bits", "litgpt", 0, build_run_config(doc, "test"))
+    digests = _digests_at_each_thread_count(spec, tmp_path)
+    assert len(set(digests.values())) == 1, digests
+
+
+def _interrupt_after_first_finished(path: Path, root: Path, cwd: Path) -> int:
+    """``ablate run`` with 2 workers, Ctrl-C to its process group once a run has finished;
+    returns the exit code."""
+    args = ("run", str(path), "--workers", "2", "--results-dir", str(root))
+    proc = ablate_process(
+        *args, "--report-dir", str(cwd / "reports"), cwd=cwd, start_new_session=True
+    )
+    assert proc.stdout is not None
+    for line in proc.stdout:
+        if STORED.search(line):
+            os.killpg(proc.pid, signal.SIGINT)
+            break
+    proc.communicate(timeout=120)
+    return proc.returncode
+
+
+@pytest.mark.trains
+@pytest.mark.slow
+@pytest.mark.usefixtures("threads_restored")
+def test_runs_resumed_after_ctrl_c_store_the_weights_of_runs_trained_in_one_go(
+    tmp_path: Path,
+) -> None:
+    path = _experiment(tmp_path / "bits.yaml", steps=32)  # ~1 s a run: Ctrl-C lands mid-stage
+    specs = {s.run_id: s for s in plan_runs(load_experiment(path))}
+    root = tmp_path / "results"
+    code = _interrupt_after_first_finished(path, root, tmp_path)
+    summaries = [json.loads(p.read_text()) for p in (root / "bits").glob("*/summary.json")]
+    finished = {s["run_id"] for s in summaries if s["status"] == "finished"}
+    assert code in (130, -signal.SIGINT) and 0 < len(finished) < len(specs)
+    # the rest train alone or beside one other, in this process, one worker
+    again = ["run", str(path), "--workers", "1", "--results-dir", str(root)]
+    assert main([*again, "--report-dir", str(tmp_path / "reports")]) == 0
+    for run_id, spec in specs.items():
+        torch.set_num_threads(1)
+        execute_run(spec, tmp_path / "one_go")
+        alone = _weights_digest(tmp_path / "one_go" / "bits" / run_id)
+        assert _weights_digest(root / "bits" / run_id) == alone, spec.variant
