@@ -35,6 +35,7 @@ from ablate.core.plan import (
     planned_groups,
     study_runs,
 )
+from ablate.launch.progress import StepsLeft
 from ablate.nn.model import count_parameters, next_token_loss, parameter_groups
 from ablate.nn.sources import ModelSourceError, build_model
 from ablate.training.data import Corpus, batch_offsets, gather_windows, load_corpus
@@ -238,6 +239,21 @@ class Stored:
         if (variant, group) in self.finished:
             return 0
         return max(planned - self.counts.get((variant, group), 0), 0)
+
+
+def steps_to_train(experiment: Experiment, results_dir: Path) -> StepsLeft:
+    """The steps every stage may still train with what ``results_dir`` holds, each stage at
+    its maximum (:func:`study_runs`), and the steps of one run per (variant, stage): what
+    :class:`~ablate.launch.progress.ExperimentPace` counts down."""
+    held = stored_counts(experiment, results_dir)
+    total, steps_of = 0, {}
+    for name, cfg in experiment.variants.items():
+        stages = {"main": (len(experiment.seeds), cfg.steps())}
+        stages.update(study_runs(experiment, cfg, name))
+        for stage, (runs, steps) in stages.items():
+            steps_of[(name, stage)] = steps
+            total += held.remaining(name, stage, runs) * steps
+    return total, steps_of
 
 
 BEFORE_MAX_LR = ("curve", "warmup", "search", "tuned", "crossover", "usable", "decide")

@@ -66,7 +66,7 @@ from ablate.core.stability import (
 from ablate.core.studies import BoundaryResult, MarginBoundary, SearchResult, Studies
 from ablate.launch.backends import check_what_trains, make_executor
 from ablate.launch.execute import Executor, ready_conversions, split_done
-from ablate.launch.progress import StudyProgress
+from ablate.launch.progress import ExperimentPace, StepsLeft, StudyProgress, pacing
 from ablate.launch.workers import Resources, resources_for, sigint_deferred
 
 STAGES = (
@@ -162,6 +162,21 @@ def run_experiment(
         console or Console(stderr=True),
         executor,
     )
+    with pacing(ExperimentPace(ctx.exp_dir, lambda: _steps_to_train(ctx))):
+        return _run_stages(ctx)
+
+
+def _steps_to_train(ctx: Context) -> StepsLeft:
+    """What every stage may still train (the estimate's count, which imports torch: called
+    at the first progress line, once something trains)."""
+    from ablate.launch.estimate import steps_to_train
+
+    return steps_to_train(ctx.experiment, ctx.results_dir)
+
+
+def _run_stages(ctx: Context) -> PipelineResult:
+    """The stages in order, over the context's executor."""
+    experiment = ctx.experiment
     specs = plan_runs(experiment) + plan_sweep(experiment)
     continued = plan_convert(experiment)
     write_manifest(ctx, specs + continued)  # the tuned runs join it once the search chose

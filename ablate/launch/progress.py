@@ -3,14 +3,17 @@ finished run in a log; and a bar over a stage's studies (search trials, max-LR p
 
 Where the console is not a terminal (a log file, a cluster job, ``nohup``) no bar can redraw,
 so both also print a progress line every :data:`LOG_EVERY_S` seconds: the stage, runs done of
-its total, its share of steps and its remaining time at the pace so far (:class:`Heartbeat`).
+its total, its share of steps and its remaining time at the pace so far (:class:`Heartbeat`),
+and, while an experiment runs, the whole experiment's remaining time at most
+(:class:`ExperimentPace`).
 """
 
 from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +33,59 @@ from ablate.core.plan import RunSpec
 from ablate.launch.workers import Message
 
 LOG_EVERY_S = 30.0  # seconds between progress lines where the console is not a terminal
+
+StepsLeft = tuple[int, dict[tuple[str, str], int]]  # steps at most, steps per (variant, stage)
+
+
+class ExperimentPace:
+    """The whole experiment's remaining time, at most: the steps every stage may still train,
+    each at its maximum (``count()``, run once, at the first line: it reads the store), at the
+    pace of the steps the runs stored since the experiment began trained. Read from the
+    store, so runs in workers and Slurm jobs count alike."""
+
+    def __init__(self, exp_dir: Path, count: Callable[[], StepsLeft]) -> None:
+        self.folder, self.count = ExperimentFolder(exp_dir), count
+        self.before = self.folder.summaries() if exp_dir.is_dir() else set()
+        self.started_at = time.monotonic()
+        self.steps_left: int | None = None
+        self.steps_of: dict[tuple[str, str], int] = {}
+        self.counted_from: set[Path] = set()
+        self.read: dict[Path, tuple[str, str, int]] = {}  # summary: variant, stage, steps
+
+    def text(self) -> str:
+        """``experiment: N of at most M steps left to train, eta at most ...``."""
+        if self.steps_left is None:
+            self.steps_left, self.steps_of = self.count()
+            self.counted_from = self.folder.summaries()
+        now = self.folder.summaries()
+        for path in now - self.before - set(self.read):
+            summary = folders.read_json(path) or {}
+            key = (str(summary.get("variant")), str(summary.get("group")))
+            self.read[path] = (*key, int(summary.get("steps") or 0))
+        trained = sum(steps for _, _, steps in self.read.values())
+        done = sum(
+            self.steps_of.get((variant, group), steps)
+            for path, (variant, group, steps) in self.read.items()
+            if path not in self.counted_from
+        )
+        left = max(self.steps_left - done, 0)
+        elapsed = time.monotonic() - self.started_at
+        share = trained / (trained + left) if trained + left else 1.0
+        eta = remaining_text(elapsed, share) + (" at most" if trained else "")
+        return f"experiment: {left:,} steps left at most, {eta}"
+
+
+PACE: list[ExperimentPace] = []  # the experiment now running in this process, if any
+
+
+@contextmanager
+def pacing(pace: ExperimentPace) -> Iterator[None]:
+    """Add ``pace``'s line to every progress line printed while the block runs."""
+    PACE.append(pace)
+    try:
+        yield
+    finally:
+        PACE.remove(pace)
 
 
 class Heartbeat:
@@ -53,7 +109,8 @@ class Heartbeat:
 
     def _beat(self) -> None:
         while not self.done.wait(self.every):
-            self.console.print(self.line(), markup=False, highlight=False, soft_wrap=True)
+            line = "; ".join([self.line(), *(pace.text() for pace in PACE)])
+            self.console.print(line, markup=False, highlight=False, soft_wrap=True)
 
 
 def remaining_text(elapsed_s: float, share: float) -> str:

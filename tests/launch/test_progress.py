@@ -1,8 +1,13 @@
-"""The run lines the terminal prints: a collapsed run is named collapsed, not finished."""
+"""The lines a run prints (a collapsed run is named collapsed, not finished) and the progress
+lines of a log (the stage's, then the whole experiment's time left at most)."""
 
 from __future__ import annotations
 
-from conftest import tiny_config
+import json
+from pathlib import Path
+
+import pytest
+from conftest import tiny_config, write_experiment
 
 from ablate.core.plan import RunSpec
 from ablate.launch.progress import outcome_line
@@ -57,3 +62,48 @@ def test_a_log_gets_a_progress_line_every_interval_and_a_terminal_none() -> None
     with beat:
         time.sleep(0.05)
     assert "progress x" not in terminal.getvalue()
+
+
+def test_the_experiments_line_counts_down_its_steps_at_the_pace_of_stored_runs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from ablate.launch import progress
+
+    def store(run: str, variant: str, group: str, steps: int) -> None:
+        (tmp_path / run).mkdir()
+        summary = {"variant": variant, "group": group, "steps": steps}
+        (tmp_path / run / "summary.json").write_text(json.dumps(summary))
+
+    store("old", "ln", "main", 100)  # stored before the experiment began: neither counts
+    clock = iter([0.0, 50.0, 100.0])
+    monkeypatch.setattr(progress.time, "monotonic", lambda: next(clock))
+    steps_of = {("ln", "main"): 100, ("ln", "max_lr"): 40}
+    pace = progress.ExperimentPace(tmp_path, lambda: (400, steps_of))
+    assert pace.text() == "experiment: 400 steps left at most, eta unknown"  # at 50 s
+    store("a", "ln", "main", 100)
+    store("b", "ln", "max_lr", 10)  # diverged at step 10: 40 planned steps are off the total
+    # at 100 s: 110 steps trained, 260 left at most -> 100 s * 260 / 110
+    assert pace.text() == "experiment: 260 steps left at most, eta 3m56s at most"
+
+
+@pytest.mark.trains
+def test_every_progress_line_of_an_experiment_ends_with_the_experiments(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import io
+
+    from rich.console import Console
+
+    from ablate.launch import progress
+    from ablate.launch.pipeline import run_experiment
+
+    monkeypatch.setattr(progress.Heartbeat.__init__, "__defaults__", (0.05,))
+    path = write_experiment(tmp_path / "e.yaml")
+    log = io.StringIO()
+    console = Console(file=log, force_terminal=False, width=300)
+    root = tmp_path / "results"
+    run_experiment(path, root, tmp_path / "reports", workers=1, console=console)
+    lines = [line for line in log.getvalue().splitlines() if line.startswith("progress")]
+    assert not progress.PACE  # the experiment's line ends with it
+    assert lines and all("; experiment: " in line for line in lines)
+    assert all("steps left at most" in line for line in lines)
