@@ -9,7 +9,11 @@ and a report folder that already hold an experiment byte-for-byte as they were.
 from __future__ import annotations
 
 import errno
+import json
 import os
+import subprocess
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -103,3 +107,61 @@ def test_unwritable_results_folder_is_one_line_and_keeps_stored_results(
     after = snapshot(tmp_path)
     del before["tiny.yaml"], after["tiny.yaml"]
     assert after == before  # no temporary file left, nothing overwritten
+
+
+@contextmanager
+def small_file_system(folder: Path, size: str) -> Iterator[Callable[[str], None]]:
+    """A tmpfs of ``size`` mounted at ``folder`` (root only); yields a function that grows it
+    in place (``mount -o remount``, contents kept). Skips where mounting is not permitted."""
+    folder.mkdir()
+    mounted = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(folder)], capture_output=True
+    )
+    if mounted.returncode != 0:
+        pytest.skip(f"a real full disk needs mount (root): {mounted.stderr.decode().strip()}")
+
+    def grow(to: str) -> None:
+        remount = ["mount", "-o", f"remount,size={to}", str(folder)]
+        subprocess.run(remount, check=True, capture_output=True)
+
+    try:
+        yield grow
+    finally:
+        subprocess.run(["umount", "-l", str(folder)], check=True)
+
+
+def _ablate_run(path: Path, results: Path, reports: Path) -> int:
+    folders = ["--results-dir", str(results), "--report-dir", str(reports)]
+    return main(["run", str(path), "--workers", "1", *folders])
+
+
+def _losses(results: Path) -> dict[str, float]:
+    summaries = [json.loads(p.read_text()) for p in results.glob("tiny/*/summary.json")]
+    return {s["run_id"]: s["final_val_loss"] for s in summaries}
+
+
+@pytest.mark.slow
+def test_a_results_folder_that_fills_up_stops_the_command_and_loses_nothing(
+    tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    path = write_experiment(tmp_path / "tiny.yaml")  # 4 runs of about 80 KiB each
+    assert _ablate_run(path, tmp_path / "roomy", tmp_path / "reports") == 0
+    with small_file_system(tmp_path / "small", "200k") as grow:  # two runs fit, not three
+        results = tmp_path / "small" / "results"
+        capsys.readouterr()
+        assert _ablate_run(path, results, tmp_path / "reports") == 1
+        out, err = capsys.readouterr()
+        error = [line for line in err.splitlines() if "ablate run: error:" in line]
+        assert len(error) == 1 and str(results) in error[0], err
+        assert "could not be stored" in error[0] and "no further run starts" in error[0]
+        assert out.count("started ") == 3  # the fourth never started
+        kept = _losses(results)
+        assert 0 < len(kept) < 4  # finished runs kept; the one that hit the fault is no result
+        assert all(
+            kept[run_id] == loss
+            for run_id, loss in _losses(tmp_path / "roomy").items()
+            if run_id in kept
+        )
+        grow("4m")  # room made: the rerun trains what is missing, with the undisturbed bits
+        assert _ablate_run(path, results, tmp_path / "reports") == 0
+        assert _losses(results) == _losses(tmp_path / "roomy")
