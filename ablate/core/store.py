@@ -18,6 +18,7 @@ import hashlib
 import json
 import os
 import platform
+import shutil
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -285,13 +286,23 @@ def store_fault_cause(exc: BaseException) -> str | None:
     return None
 
 
+def free_space(root: Path) -> str:
+    """What is left on ``root``'s file system, in words (empty where it cannot be read)."""
+    try:
+        free = shutil.disk_usage(root).free
+    except OSError:
+        return ""
+    return f"; {free / 2**20:,.1f} MiB free there now"
+
+
 def stop_on_store_fault(exc: BaseException, root: Path) -> None:
-    """Raise :class:`StoreFault` naming ``root`` when ``exc`` is a failed write to it."""
+    """Raise :class:`StoreFault` naming ``root`` (and the room left on it) when ``exc`` is a
+    failed write to it."""
     cause = store_fault_cause(exc)
     if cause is not None:
         raise StoreFault(
-            f"{root}: a run could not be stored: {cause}; stopped, no further run starts "
-            "(finished runs are kept: make room and run the command again)"
+            f"{root}: a run could not be stored: {cause}{free_space(root)}; stopped, no "
+            "further run starts (finished runs are kept: make room and run the command again)"
         ) from exc
 
 
