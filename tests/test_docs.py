@@ -175,3 +175,73 @@ def test_the_numbers_a_page_quotes_are_in_the_files_it_names(page: str) -> None:
 def test_the_stability_page_marks_what_it_quotes() -> None:
     text = _page("stability-and-search.md")
     assert len(OUTPUT.findall(text)) >= 2 and len(SOURCED.findall(text)) >= 2
+
+
+ARCHITECTURE = DOCS / "architecture.md"
+PACKAGE_ROW = re.compile(r"^\| `ablate\.(\w+)` \|[^|]*\|(.*)\|\s*$", re.M)
+DOTTED = re.compile(
+    r"(?<![\w/.])(?:ablate\.)?(core|nn|training|launch|report|bench)\.(\w+)(?:\.(\w+))?"
+)
+FILE_SUFFIXES = {"md", "html", "csv", "png", "json", "yaml", "py"}
+MODULE_LINES = 400
+
+
+def _top_level_names(cell: str) -> list[str]:
+    """The backticked names of a table cell outside parentheses: the modules a row lists."""
+    names, depth, i = [], 0, 0
+    while i < len(cell):
+        if cell[i] == "`":
+            end = cell.index("`", i + 1)
+            if depth == 0:
+                names.append(cell[i + 1 : end])
+            i = end + 1
+            continue
+        depth += {"(": 1, ")": -1}.get(cell[i], 0)
+        i += 1
+    return names
+
+
+def test_the_architecture_lists_every_module_of_each_package_and_no_other() -> None:
+    import pkgutil
+
+    rows = PACKAGE_ROW.findall(ARCHITECTURE.read_text(encoding="utf-8"))
+    assert {package for package, _ in rows} >= {"core", "nn", "training", "launch", "report"}
+    for package, cell in rows:
+        listed = {
+            part.strip("/ ")
+            for name in _top_level_names(cell)
+            for part in name.split("+")
+            if re.fullmatch(r"\s*\w+/?\s*", part)
+        } - {"csrc"}
+        modules = {m.name for m in pkgutil.iter_modules([str(REPO / "ablate" / package)])}
+        assert listed == modules, f"ablate.{package}: {listed ^ modules}"
+
+
+def test_the_names_the_architecture_quotes_are_defined_where_it_says() -> None:
+    import importlib
+
+    for match in DOTTED.finditer(ARCHITECTURE.read_text(encoding="utf-8")):
+        package, module, name = match.groups()
+        if module in FILE_SUFFIXES or name in FILE_SUFFIXES:
+            continue  # report.md, a file
+        where = f"ablate.{package}.{module}"
+        found = importlib.import_module(where)
+        if name is not None:
+            defined = getattr(found, name, None)
+            assert defined is not None, f"{match.group(0)}: {where} has no {name}"
+            assert getattr(defined, "__module__", where) == where, (
+                f"{match.group(0)}: defined in {defined.__module__}"
+            )
+
+
+def test_the_modules_the_architecture_names_as_large_are_the_large_ones() -> None:
+    text = ARCHITECTURE.read_text(encoding="utf-8")
+    sentence = text[text.index("Module sizes:") :].split("`ablate/cli.py`")[0]
+    named = set(re.findall(r"`(ablate/[\w/]+\.py)`", sentence))
+    sources = (REPO / "ablate").rglob("*.py")
+    large = {
+        str(p.relative_to(REPO))
+        for p in sources
+        if len(p.read_text(encoding="utf-8").splitlines()) > MODULE_LINES
+    }
+    assert named == large, f"over {MODULE_LINES} lines: {sorted(large)}; named: {sorted(named)}"
