@@ -274,6 +274,10 @@ class ExperimentFolder:
         """Where the claim of a run lives (outside the run folder, which a run resets)."""
         return self.path / ".claims" / run_id
 
+    def claim_draft(self, run_id: str) -> Path:
+        """This process's claim of a run, written whole before it is linked into place."""
+        return self.path / f".claim-{os.getpid()}-{run_id}.tmp"
+
     @property
     def claims_lock(self) -> Path:
         """The file locked while a stale claim is judged and replaced (one process at a time)."""

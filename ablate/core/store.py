@@ -209,9 +209,8 @@ def planned_run_ids(exp_dir: Path) -> set[str]:
     return planned
 
 
-def pending_state(run_dir: Path) -> str:
+def pending_state(run: RunFolder) -> str:
     """Why a planned run has no result: running, failed, interrupted or not started."""
-    run = RunFolder(run_dir)
     summary = run.read_any_summary()
     if summary is not None and summary.get("status") not in DONE_STATUSES:
         return str(summary.get("status"))
@@ -247,10 +246,9 @@ def _zombie(pid: int) -> bool:
     return stat.rsplit(")", 1)[-1].split()[:1] == ["Z"]  # the state follows the name's ")"
 
 
-def weights_missing(run_dir: Path) -> str | None:
+def weights_missing(run: RunFolder) -> str | None:
     """Why a run cannot be continued from (``is diverged``, ``has no model.pt ...``), or None
     when it finished with its final weights stored."""
-    run = RunFolder(run_dir)
     summary = run.read_summary()
     if summary is None or summary["status"] != "finished":
         return f"is {summary['status'] if summary else 'not done'}"
@@ -324,7 +322,7 @@ def claim_run(exp_dir: Path, run_id: str, take_over: bool = False) -> None:
     path = ExperimentFolder(exp_dir).claim(run_id)
     path.parent.mkdir(parents=True, exist_ok=True)
     me = {"pid": os.getpid(), "hostname": platform.node()}
-    mine = exp_dir / f".claim-{os.getpid()}-{run_id}.tmp"
+    mine = ExperimentFolder(exp_dir).claim_draft(run_id)
     mine.write_text(json.dumps(me), encoding="utf-8")
     try:
         if _linked(mine, path):

@@ -238,9 +238,9 @@ def ready_conversions(
 
     The rest come with the reason, e.g. ``source run 1a2b... is diverged``.
     """
-    ready, waiting = [], []
+    ready, waiting, folder = [], [], ExperimentFolder(exp_dir)
     for spec in specs:
-        problem = store.weights_missing(exp_dir / str(spec.init_from))
+        problem = store.weights_missing(folder.run(str(spec.init_from)))
         if problem is None:
             ready.append(spec)
         else:

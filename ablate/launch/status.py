@@ -59,18 +59,16 @@ def run_states(exp_dir: Path) -> list[RunState]:
     """Each known run's state (a submitted run's from its job's state in ``squeue``)."""
     jobs = submitted_jobs(exp_dir)
     states = job_states(job.job_id for job in jobs.values())
-    found = []
+    found, folder = [], ExperimentFolder(exp_dir)
     for run_id, group in known_runs(exp_dir, jobs).items():
         job = jobs.get(run_id)
-        job_state = states.get(job.job_id) if job else None
-        found.append(
-            RunState(run_id, group, _state(exp_dir / run_id, job_state), job and job.job_id)
-        )
+        state = _state(folder.run(run_id), states.get(job.job_id) if job else None)
+        found.append(RunState(run_id, group, state, job and job.job_id))
     return found
 
 
-def _state(run_dir: Path, job_state: str | None) -> str:
-    summary = RunFolder(run_dir).read_any_summary()
+def _state(run: RunFolder, job_state: str | None) -> str:
+    summary = run.read_any_summary()
     if summary is not None and summary.get("status") in store.DONE_STATUSES:
         return "done"
     if job_state in ACTIVE:
@@ -79,7 +77,7 @@ def _state(run_dir: Path, job_state: str | None) -> str:
         return "interrupted"
     if summary is not None or job_state is not None:
         return "failed"  # a failed run, or a job that ended without a result
-    local = store.pending_state(run_dir)
+    local = store.pending_state(run)
     return "running" if local.startswith("running") else "not started"
 
 

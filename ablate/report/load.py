@@ -81,6 +81,7 @@ def missing_runs(exp_dir: Path, manifest: dict, runs: pd.DataFrame) -> list[str]
     """'variant seed=N [group lr] (state)' for every planned run without a result, each once."""
     have = set(runs["run_id"]) if len(runs) else set()
     missing: dict[str, str] = {}
+    folder = ExperimentFolder(exp_dir)
     for r in manifest["runs"]:
         if r["run_id"] in have or r["run_id"] in missing:
             continue
@@ -91,7 +92,7 @@ def missing_runs(exp_dir: Path, manifest: dict, runs: pd.DataFrame) -> list[str]
             where = f" ({group})"
         else:
             where = f" ({group}, lr={r['lr']:.3g})"
-        state = store.pending_state(exp_dir / r["run_id"])
+        state = store.pending_state(folder.run(r["run_id"]))
         missing[r["run_id"]] = f"{r['variant']} seed={r['seed']}{where}: {state}"
     return list(missing.values())
 

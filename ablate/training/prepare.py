@@ -75,7 +75,7 @@ def prepare(spec: RunSpec, root: Path | None = None) -> Prepared:
 def load_source(spec: RunSpec, root: Path, vocab_size: int) -> tuple[RunSpec, GPT]:
     """The source run's spec and its final model (``model.pt``), or a clear error."""
     source_dir = ExperimentFolder.of(root, spec.experiment).run(str(spec.init_from))
-    problem = store.weights_missing(source_dir.path)
+    problem = store.weights_missing(source_dir)
     if problem is not None:
         raise ValueError(f"source run {spec.init_from} {problem}: nothing to continue from")
     source_spec = RunSpec.from_json(source_dir.read_config() or {})

@@ -114,3 +114,26 @@ def test_no_module_outside_the_store_spells_a_results_file_name() -> None:
         if set(re.split(r"[/*]", text)) & names
     ]
     assert found == []
+
+
+def _joins_onto_an_experiment_folder(path: Path) -> list[int]:
+    """Lines of ``path`` that join a path onto a bare experiment folder (``exp_dir / ...``)."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    lines = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Div):
+            left = node.left
+            name = left.id if isinstance(left, ast.Name) else getattr(left, "attr", None)
+            if name == "exp_dir":
+                lines.append(node.lineno)
+    return lines
+
+
+def test_no_module_outside_the_store_builds_a_path_in_an_experiment_folder() -> None:
+    found = [
+        f"{path.relative_to(REPO)}:{line}"
+        for path in sorted((REPO / "ablate").rglob("*.py"))
+        if path.name != "folders.py"
+        for line in _joins_onto_an_experiment_folder(path)
+    ]
+    assert found == []  # ExperimentFolder(exp_dir).run(run_id), .claim(...), ...

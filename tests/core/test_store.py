@@ -81,23 +81,19 @@ def test_load_results_gives_runs_metrics_and_probes(tmp_path: Path) -> None:
 
 
 def test_pending_state_of_a_planned_run(tmp_path: Path) -> None:
-    exp = tmp_path / "exp"
-    assert store.pending_state(exp / "never") == "not started"
-    failed = _fake_run(exp, "r1", "failed")
+    exp = folders.ExperimentFolder(tmp_path / "exp")
+    assert store.pending_state(exp.run("never")) == "not started"
+    failed = folders.RunFolder(_fake_run(exp.path, "r1", "failed"))
     assert store.pending_state(failed) == "failed"
-    running = _fake_run(exp, "r2", None)
-    folders.write_json_atomic(
-        folders.RunFolder(running).status, {"status": "running", "pid": os.getpid()}
-    )
+    running = folders.RunFolder(_fake_run(exp.path, "r2", None))
+    folders.write_json_atomic(running.status, {"status": "running", "pid": os.getpid()})
     assert store.pending_state(running) == "running"
     exited = subprocess.Popen(["true"])
     exited.wait()  # reaped: no process has this pid now
-    folders.write_json_atomic(
-        folders.RunFolder(running).status, {"status": "running", "pid": exited.pid}
-    )
+    folders.write_json_atomic(running.status, {"status": "running", "pid": exited.pid})
     assert store.pending_state(running) == "stopped (its process is gone)"
     other = {"status": "running", "pid": 1, "hostname": "elsewhere"}
-    folders.write_json_atomic(folders.RunFolder(running).status, other)
+    folders.write_json_atomic(running.status, other)
     assert store.pending_state(running) == "running on elsewhere"
 
 
