@@ -25,6 +25,7 @@ from rich.console import Console
 from ablate.core import folders, store
 from ablate.core.folders import ExperimentFolder
 from ablate.core.plan import RunSpec
+from ablate.core.record import RunRecord
 from ablate.core.simulate import SIMULATED_IMPL, SimulatedRun, simulate_run, verdict_of
 from ablate.launch.execute import (
     EvalWatch,
@@ -75,53 +76,53 @@ def summary_of(spec: RunSpec, run: SimulatedRun, frame: pd.DataFrame, wall_s: fl
     train_time = float(frame["step_time_s"].sum())
     initial = math.log(sim.vocab_size)
     diverged = run.stop if run.status == "diverged" else None
-    return {
+    return RunRecord(
         **spec.summary_keys(),
-        "status": run.status,
-        "stable": verdict.stable if verdict else None,
-        "unstable_reason": verdict.reason if verdict else None,
-        "unstable_step": verdict.step if verdict else None,
-        "final_val_loss": float(val.iloc[-1]) if len(val) else None,
-        "best_val_loss": float(val.min()) if len(val) else None,
-        "final_test_loss": None,  # the simulator models no test split
-        "best_test_loss": None,
-        "final_train_loss": (
+        status=run.status,
+        stable=verdict.stable if verdict else None,
+        unstable_reason=verdict.reason if verdict else None,
+        unstable_step=verdict.step if verdict else None,
+        final_val_loss=float(val.iloc[-1]) if len(val) else None,
+        best_val_loss=float(val.min()) if len(val) else None,
+        final_test_loss=None,  # the simulator models no test split
+        best_test_loss=None,
+        final_train_loss=(
             float(frame["train_loss"].tail(store.FINAL_TRAIN_WINDOW).mean()) if len(frame) else None
         ),
-        "diverged_step": diverged.step if diverged else None,
-        "diverged_reason": diverged.reason if diverged else None,
-        "stopped_reason": run.stop.reason if run.stop else None,
-        "steps": steps,
-        "planned_steps": cfg.steps(),
-        "tokens": steps * cfg.tokens_per_step(),
-        "planned_tokens": cfg.steps() * cfg.tokens_per_step(),
-        "n_params": simulated_parameters(spec),
-        "vocab_size": sim.vocab_size,
-        "initial_loss": initial,
-        "unigram_loss": sim.unigram_loss,
-        "entropy_floor": None,
-        "tokens_per_byte": None,
-        "divergence_threshold": run.threshold,
-        "norm_kind": cfg.model.norm_kind(),
-        "norm_placement": cfg.model.norm_placement(),
-        "norm_impl": SIMULATED_IMPL,
-        "kernel_target": None,
-        "torch_version": None,
-        "torch_threads": None,
-        "cpu_capability": None,
-        "wall_time_s": wall_s,
-        "train_time_s": train_time,
-        "tokens_per_s": sim.tokens_per_s if steps else None,
-        "step_time_median_s": float(frame["step_time_s"].median()) if len(frame) else None,
-        "peak_memory_mb": None,
-        "memory_kind": None,
-        "probe_steps": 0,
-        "nonfinite_activations": 0,
-        "nonfinite_grads": 0,
-        "init_digest": None,
-        "data_digest": None,
-        "error": None,
-    }
+        diverged_step=diverged.step if diverged else None,
+        diverged_reason=diverged.reason if diverged else None,
+        stopped_reason=run.stop.reason if run.stop else None,
+        steps=steps,
+        planned_steps=cfg.steps(),
+        tokens=steps * cfg.tokens_per_step(),
+        planned_tokens=cfg.steps() * cfg.tokens_per_step(),
+        n_params=simulated_parameters(spec),
+        vocab_size=sim.vocab_size,
+        initial_loss=initial,
+        unigram_loss=sim.unigram_loss,
+        entropy_floor=None,
+        tokens_per_byte=None,
+        divergence_threshold=run.threshold,
+        norm_kind=cfg.model.norm_kind(),
+        norm_placement=cfg.model.norm_placement(),
+        norm_impl=SIMULATED_IMPL,
+        kernel_target=None,
+        torch_version=None,
+        torch_threads=None,
+        cpu_capability=None,
+        wall_time_s=wall_s,
+        train_time_s=train_time,
+        tokens_per_s=sim.tokens_per_s if steps else None,
+        step_time_median_s=float(frame["step_time_s"].median()) if len(frame) else None,
+        peak_memory_mb=None,
+        memory_kind=None,
+        probe_steps=0,
+        nonfinite_activations=0,
+        nonfinite_grads=0,
+        init_digest=None,
+        data_digest=None,
+        error=None,
+    ).to_json()
 
 
 def take_the_pace(spec: RunSpec, steps: int) -> None:

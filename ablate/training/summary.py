@@ -19,6 +19,7 @@ import torch
 
 from ablate.core.numerics import pinned_settings
 from ablate.core.plan import RunSpec
+from ablate.core.record import RunRecord
 from ablate.core.stability import run_verdict
 from ablate.core.store import FINAL_TRAIN_WINDOW
 from ablate.nn.fast_norms import build_target
@@ -61,7 +62,7 @@ def environment(spec: RunSpec) -> dict[str, Any]:
 def what_decides_the_bits(model: torch.nn.Module) -> dict[str, Any]:
     """The summary's record of what fixes a run's arithmetic besides its spec: the torch
     version, its thread count, the CPU capability ATen dispatched to (env.json has the MKL and
-    oneDNN pins too, :mod:`ablate.core.numerics`), and the C++ RMSNorm kernel's build target
+    oneDNN pins too, :mod:`ablate.core.numerics`), and the C++ norm kernels' build target
     when a norm ran it."""
     return {
         "kernel_target": build_target() if "cpp" in used_impls(model) else None,
@@ -129,48 +130,48 @@ def summarize(
     verdict = run_verdict(
         outcome.status, outcome.stop, list(val), spec.config.train.stability, losses, steps_done
     )
-    return {
+    return RunRecord(
         **spec.summary_keys(),
-        "status": outcome.status,
-        "stable": verdict.stable if verdict else None,
-        "unstable_reason": verdict.reason if verdict else None,
-        "unstable_step": verdict.step if verdict else None,
-        "final_val_loss": final_val,
-        "best_val_loss": float(val.min()) if len(val) else None,
-        "final_test_loss": final_loss(test, (final_split or {}).get("test")),
-        "best_test_loss": float(test.min()) if len(test) else None,
-        "final_train_loss": (
+        status=outcome.status,
+        stable=verdict.stable if verdict else None,
+        unstable_reason=verdict.reason if verdict else None,
+        unstable_step=verdict.step if verdict else None,
+        final_val_loss=final_val,
+        best_val_loss=float(val.min()) if len(val) else None,
+        final_test_loss=final_loss(test, (final_split or {}).get("test")),
+        best_test_loss=float(test.min()) if len(test) else None,
+        final_train_loss=(
             float(frame["train_loss"].tail(FINAL_TRAIN_WINDOW).mean()) if len(frame) else None
         ),
-        "diverged_step": diverged.step if diverged else None,
-        "diverged_reason": diverged.reason if diverged else None,
-        "stopped_reason": outcome.stop.reason if outcome.stop else None,
-        "steps": steps_done,
-        "planned_steps": prepared.steps,
-        "tokens": steps_done * tokens_per_step,
-        "planned_tokens": prepared.steps * tokens_per_step,
-        "n_params": count_parameters(prepared.model),
-        "vocab_size": prepared.corpus.vocab_size,
-        "initial_loss": initial_loss,
-        "unigram_loss": prepared.corpus.unigram_loss,
-        "entropy_floor": prepared.corpus.entropy_floor,
-        "tokens_per_byte": prepared.corpus.tokens_per_byte,
-        "divergence_threshold": observed.divergence.threshold,
-        "norm_kind": spec.config.model.norm_kind(),
-        "norm_placement": spec.config.model.norm_placement(),
-        "norm_impl": ",".join(used_impls(prepared.model)) or None,
+        diverged_step=diverged.step if diverged else None,
+        diverged_reason=diverged.reason if diverged else None,
+        stopped_reason=outcome.stop.reason if outcome.stop else None,
+        steps=steps_done,
+        planned_steps=prepared.steps,
+        tokens=steps_done * tokens_per_step,
+        planned_tokens=prepared.steps * tokens_per_step,
+        n_params=count_parameters(prepared.model),
+        vocab_size=prepared.corpus.vocab_size,
+        initial_loss=initial_loss,
+        unigram_loss=prepared.corpus.unigram_loss,
+        entropy_floor=prepared.corpus.entropy_floor,
+        tokens_per_byte=prepared.corpus.tokens_per_byte,
+        divergence_threshold=observed.divergence.threshold,
+        norm_kind=spec.config.model.norm_kind(),
+        norm_placement=spec.config.model.norm_placement(),
+        norm_impl=",".join(used_impls(prepared.model)) or None,
         **what_decides_the_bits(prepared.model),
-        "wall_time_s": wall_time_s,
-        "train_time_s": train_time,
-        "tokens_per_s": steps_done * tokens_per_step / train_time if train_time > 0 else None,
-        "step_time_median_s": float(frame["step_time_s"].median()) if len(frame) else None,
-        "peak_memory_mb": observed.memory.peak_mb,
-        "memory_kind": observed.memory.kind,
-        "probe_steps": observed.probe.probe_steps,
-        "nonfinite_activations": observed.probe.nonfinite["activations"],
-        "nonfinite_grads": observed.probe.nonfinite["grads"],
-        "init_digest": digests[0],
-        "data_digest": digests[1],
-        "error": outcome.error,
-        **(prepared.start or {}),
-    }
+        wall_time_s=wall_time_s,
+        train_time_s=train_time,
+        tokens_per_s=steps_done * tokens_per_step / train_time if train_time > 0 else None,
+        step_time_median_s=float(frame["step_time_s"].median()) if len(frame) else None,
+        peak_memory_mb=observed.memory.peak_mb,
+        memory_kind=observed.memory.kind,
+        probe_steps=observed.probe.probe_steps,
+        nonfinite_activations=observed.probe.nonfinite["activations"],
+        nonfinite_grads=observed.probe.nonfinite["grads"],
+        init_digest=digests[0],
+        data_digest=digests[1],
+        error=outcome.error,
+        extra=prepared.start or {},
+    ).to_json()
