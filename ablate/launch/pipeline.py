@@ -69,18 +69,6 @@ from ablate.launch.execute import Executor, ready_conversions, split_done
 from ablate.launch.progress import ExperimentPace, StepsLeft, StudyProgress, pacing
 from ablate.launch.workers import Resources, resources_for, sigint_deferred
 
-STAGES = (
-    "shared",
-    "search",
-    "curve",
-    "tuned",
-    "decide",
-    "crossover",
-    "usable",
-    "max_lr",
-    "convert",
-    "report",
-)
 SayFn = Callable[[str], None]
 
 
