@@ -101,6 +101,22 @@ def test_every_kind_stores_the_same_weights_at_1_2_and_4_threads(tmp_path: Path)
 
 @pytest.mark.trains
 @pytest.mark.usefixtures("threads_restored")
+def test_at_these_shapes_torchs_layernorm_stores_other_weights_at_other_thread_counts(
+    tmp_path: Path,
+) -> None:
+    # the positive control: the work is split across threads at these shapes, so the equal
+    # digests above are a finding; should this fail, torch's CPU LayerNorm no longer depends
+    # on the thread count, and docs/results.md should say so
+    path = _experiment(tmp_path / "bits.yaml")
+    spec = next(s for s in plan_runs(load_experiment(path)) if s.variant == "layernorm")
+    torch_kernel = spec.config.model_copy(deep=True)
+    torch_kernel.model.norm.impl = "torch"
+    digests = _digests_at_each_thread_count(RunSpec("bits", "ln_torch", 0, torch_kernel), tmp_path)
+    assert len(set(digests.values())) > 1, digests
+
+
+@pytest.mark.trains
+@pytest.mark.usefixtures("threads_restored")
 def test_a_litgpt_model_stores_the_same_weights_at_1_2_and_4_threads(tmp_path: Path) -> None:
     pytest.importorskip("litgpt")
     litgpt = {"name": "pythia-14m", "n_layer": 2, "n_embd": 64, "n_head": 4}
