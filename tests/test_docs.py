@@ -245,3 +245,10 @@ def test_the_modules_the_architecture_names_as_large_are_the_large_ones() -> Non
         if len(p.read_text(encoding="utf-8").splitlines()) > MODULE_LINES
     }
     assert named == large, f"over {MODULE_LINES} lines: {sorted(large)}; named: {sorted(named)}"
+
+
+def test_the_estimators_table_is_the_committed_output_of_its_command() -> None:
+    text = (DOCS / "stability-and-search.md").read_text(encoding="utf-8")
+    block = text.split("<!-- estimators:begin -->\n")[1].split("\n<!-- estimators:end -->")[0]
+    committed = (REPO / "reports" / "reference" / "estimators.md").read_text(encoding="utf-8")
+    assert block == committed.rstrip("\n")
