@@ -53,9 +53,12 @@ class ExperimentPace:
         self.read: dict[Path, tuple[str, str, int]] = {}  # summary: variant, stage, steps
 
     def text(self) -> str:
-        """``experiment: N of at most M steps left to train, eta at most ...``."""
+        """``experiment: S steps left at most, eta XmYYs at most``."""
         if self.steps_left is None:
-            self.steps_left, self.steps_of = self.count()
+            try:
+                self.steps_left, self.steps_of = self.count()
+            except (OSError, ValueError) as exc:  # a store it cannot count: say so, go on
+                return f"experiment: steps left not counted ({type(exc).__name__})"
             self.counted_from = self.folder.summaries()
         now = self.folder.summaries()
         for path in now - self.before - set(self.read):

@@ -107,3 +107,14 @@ def test_every_progress_line_of_an_experiment_ends_with_the_experiments(
     assert not progress.PACE  # the experiment's line ends with it
     assert lines and all("; experiment: " in line for line in lines)
     assert all("steps left at most" in line for line in lines)
+
+
+def test_a_store_the_pace_cannot_count_is_said_not_raised(tmp_path: Path) -> None:
+    from ablate.launch.progress import ExperimentPace
+
+    def broken() -> tuple[int, dict]:
+        raise ValueError("a config that no longer loads")
+
+    assert ExperimentPace(tmp_path, broken).text() == (
+        "experiment: steps left not counted (ValueError)"
+    )
