@@ -90,13 +90,25 @@ def _digests_at_each_thread_count(spec: RunSpec, root: Path) -> dict[int, str]:
     return found
 
 
+@pytest.fixture(scope="module")
+def every_kind(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[int, str]]:
+    """{run id: {threads: weights digest}} of the experiment's runs at 1, 2 and 4 threads."""
+    folder = tmp_path_factory.mktemp("bits")
+    before = torch.get_num_threads()
+    try:
+        specs = plan_runs(load_experiment(_experiment(folder / "bits.yaml")))
+        return {s.run_id: _digests_at_each_thread_count(s, folder / s.variant) for s in specs}
+    finally:
+        torch.set_num_threads(before)
+
+
 @pytest.mark.trains
-@pytest.mark.usefixtures("threads_restored")
-def test_every_kind_stores_the_same_weights_at_1_2_and_4_threads(tmp_path: Path) -> None:
-    specs = plan_runs(load_experiment(_experiment(tmp_path / "bits.yaml")))
-    for spec in specs:
-        digests = _digests_at_each_thread_count(spec, tmp_path / spec.variant)
-        assert len(set(digests.values())) == 1, f"{spec.variant}: {digests}"
+def test_every_kind_stores_the_same_weights_at_1_2_and_4_threads(
+    every_kind: dict[str, dict[int, str]],
+) -> None:
+    assert len(every_kind) == len(VARIANTS)
+    for run_id, digests in every_kind.items():
+        assert len(set(digests.values())) == 1, f"{run_id}: {digests}"
 
 
 @pytest.mark.trains
@@ -134,9 +146,9 @@ def test_a_litgpt_model_stores_the_same_weights_at_1_2_and_4_threads(tmp_path: P
 
 
 def _interrupt_after_first_finished(path: Path, root: Path, cwd: Path) -> int:
-    """``ablate run`` with 2 workers, Ctrl-C to its process group once a run has finished;
-    returns the exit code."""
-    args = ("run", str(path), "--workers", "2", "--results-dir", str(root))
+    """``ablate run`` training in its own process, Ctrl-C to its process group once a run is
+    stored; returns the exit code."""
+    args = ("run", str(path), "--workers", "1", "--results-dir", str(root))
     proc = ablate_process(
         *args, "--report-dir", str(cwd / "reports"), cwd=cwd, start_new_session=True
     )
@@ -151,22 +163,16 @@ def _interrupt_after_first_finished(path: Path, root: Path, cwd: Path) -> int:
 
 @pytest.mark.trains
 @pytest.mark.slow
-@pytest.mark.usefixtures("threads_restored")
 def test_runs_resumed_after_ctrl_c_store_the_weights_of_runs_trained_in_one_go(
-    tmp_path: Path,
+    tmp_path: Path, every_kind: dict[str, dict[int, str]]
 ) -> None:
-    path = _experiment(tmp_path / "bits.yaml", steps=32)  # ~1 s a run: Ctrl-C lands mid-stage
-    specs = {s.run_id: s for s in plan_runs(load_experiment(path))}
+    path = _experiment(tmp_path / "bits.yaml")
     root = tmp_path / "results"
     code = _interrupt_after_first_finished(path, root, tmp_path)
     summaries = [json.loads(p.read_text()) for p in (root / "bits").glob("*/summary.json")]
     finished = {s["run_id"] for s in summaries if s["status"] == "finished"}
-    assert code in (130, -signal.SIGINT) and 0 < len(finished) < len(specs)
-    # the rest train alone or beside one other, in this process, one worker
+    assert code in (130, -signal.SIGINT) and 0 < len(finished) < len(every_kind)
     again = ["run", str(path), "--workers", "1", "--results-dir", str(root)]
     assert main([*again, "--report-dir", str(tmp_path / "reports")]) == 0
-    for run_id, spec in specs.items():
-        torch.set_num_threads(1)
-        execute_run(spec, tmp_path / "one_go")
-        alone = _weights_digest(tmp_path / "one_go" / "bits" / run_id)
-        assert _weights_digest(root / "bits" / run_id) == alone, spec.variant
+    for run_id, digests in every_kind.items():  # each run trained in one go, at 1 thread
+        assert _weights_digest(root / "bits" / run_id) == digests[1], run_id
