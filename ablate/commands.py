@@ -232,10 +232,8 @@ def cmd_search(args: argparse.Namespace, console: Console) -> int:
     if experiment.search is None and experiment.max_lr is None:
         raise UsageError(f"{args.experiment}: has no search: or max_lr: section to run")
     check_what_trains(experiment, args.results_dir)
-    ctx = Context(
-        experiment, args.results_dir, Path("reports"), args.workers, args.threads, args.storage
-    )
-    ctx.console = console
+    places = (args.results_dir, Path("reports"))
+    ctx = Context(experiment, *places, args.workers, args.threads, args.storage, console)
     _print_studies(run_studies_only(ctx), console)
     return EXIT_OK
 

@@ -33,7 +33,7 @@ The CLI parses and prints; everything else is here.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import InitVar, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -83,14 +83,14 @@ class Context:
     threads: int | None = None
     storage: str | None = None
     console: Console = field(default_factory=lambda: Console(stderr=True))
-    executor: Executor | None = None  # default: the one the runtime names
+    given: InitVar[Executor | None] = None  # default: the one the runtime names
+    executor: Executor = field(init=False)
 
-    def __post_init__(self) -> None:
-        if self.executor is None:
-            runtime = self.experiment.base.runtime
-            self.executor = make_executor(
-                runtime, self.results_dir, self.workers, self.threads, self.console
-            )
+    def __post_init__(self, given: Executor | None) -> None:
+        runtime = self.experiment.base.runtime
+        self.executor = given or make_executor(
+            runtime, self.results_dir, self.workers, self.threads, self.console
+        )
 
     @property
     def exp_dir(self) -> Path:
@@ -107,7 +107,6 @@ class Context:
 
     def execute(self, specs: list[RunSpec]) -> list[dict[str, Any]]:
         """Every spec through the executor (skip stored, run the rest)."""
-        assert self.executor is not None
         return self.executor.run(specs)
 
 
@@ -177,7 +176,6 @@ def _run_stages(ctx: Context) -> PipelineResult:
         from ablate.launch.curve import at_curve_optima, curve_stage, tune_warmups
         from ablate.launch.storage import storage_url
 
-        assert ctx.executor is not None
         url = storage_url(experiment, ctx.results_dir, ctx.storage)
         curve, optima = curve_stage(
             experiment, ctx.executor, ctx.exp_dir, specs + continued, url, ctx.say
@@ -203,7 +201,6 @@ def _run_stages(ctx: Context) -> PipelineResult:
     if experiment.max_lr is not None and experiment.max_lr.within is not None and chosen:
         from ablate.launch.usable import usable_stage
 
-        assert ctx.executor is not None
         optima = {v: float(s["lr"]) for v, s in chosen.items()}
         done = list(specs)
         specs += usable_stage(  # stage: usable
@@ -262,7 +259,6 @@ def decide_stage(
     def plan(seeds: list[int]) -> list[RunSpec]:
         return plan_tuned(experiment, chosen, seeds) if chosen else plan_runs(experiment, seeds)
 
-    assert ctx.executor is not None
     return others + decide(experiment, ctx.executor, ctx.exp_dir, others + continued, plan, ctx.say)
 
 
@@ -312,7 +308,6 @@ def _studies(ctx: Context, kind: str, best: dict[str, float] | None = None) -> d
         for variant, config in ctx.experiment.variants.items()
     )
     with StudyProgress(ctx.console, ctx.exp_dir, kind, total) as progress:
-        assert ctx.executor is not None
         found = run_studies(ctx.experiment, ctx.executor, url, res, (kind,), progress.say, best)
         return found[kind]
 
