@@ -83,8 +83,8 @@ class NormConfig(StrictSection):
             self.bias = self.kind != "rmsnorm"
         if self.impl == "cpp" and self.kind not in ("rmsnorm", "layernorm"):
             raise ValueError(
-                f"model.norm.impl: cpp is a RMSNorm and LayerNorm kernel; for {self.kind} use "
-                "auto, torch or reference"
+                f"model.norm.impl: cpp is ablate's RMSNorm and LayerNorm kernel; for {self.kind} "
+                "use auto, torch or reference"
             )
         return self
 

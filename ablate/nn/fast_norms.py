@@ -15,15 +15,15 @@ compiling it for two instruction sets).
 
 The same extension holds a LayerNorm kernel of the same design (``csrc/layer_norm_rows.h``),
 offered as ``impl: cpp`` for LayerNorm: torch's fused CPU LayerNorm sums its weight and bias
-gradients in per-thread buffers, so its bits follow the thread count, and this one's do not. It
-is 1.2-1.5x slower than torch's at the experiments' shapes, so LayerNorm's ``auto`` stays
-``torch`` (the speed comparison keeps the fastest LayerNorm; docs/results.md says what decides
-the bits).
+gradients in per-thread buffers, so its bits follow the thread count, and this one's do not. Its
+forward and backward take 1.1-1.6x torch's time at the experiments' shapes
+(reports/bench/layernorm_cpp/), so LayerNorm's ``auto`` stays ``torch`` (the speed comparison
+keeps the fastest LayerNorm; docs/results.md says what decides the bits).
 
 Implementations (``model.norm.impl``):
 
 - ``reference``: the op-by-op formula in :mod:`ablate.nn.norms` (autograd backward);
-- ``torch``: ``F.rms_norm`` (a fused kernel on CUDA in recent torch);
+- ``torch``: ``F.rms_norm`` (a fused kernel on CUDA in recent torch), ``F.layer_norm``;
 - ``cpp``: the C++ kernels above (CPU; statistics in fp32);
 - ``auto``: per device, the fastest *measured* one that is available: for RMSNorm ``cpp`` on
   CPU, ``torch`` on CUDA, else ``reference``; for LayerNorm ``torch``. The choice is

@@ -484,5 +484,5 @@ def test_the_cpp_kernel_is_offered_for_rmsnorm_and_layernorm_only() -> None:
 
     assert NormConfig(kind="layernorm", impl="cpp").impl == "cpp"
     assert NormConfig(kind="rmsnorm", impl="cpp").impl == "cpp"
-    with pytest.raises(ValidationError, match="cpp is a RMSNorm and LayerNorm kernel; for dyt"):
+    with pytest.raises(ValidationError, match="RMSNorm and LayerNorm kernel; for dyt use auto"):
         NormConfig(kind="dyt", impl="cpp")
