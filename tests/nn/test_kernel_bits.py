@@ -108,14 +108,19 @@ def _run(library: Path, x: np.ndarray, w: np.ndarray, g: np.ndarray) -> list[np.
     return [y, r, dx, dw]
 
 
+def _bias(w: np.ndarray) -> np.ndarray:
+    """The LayerNorm bias of these tests: 0.1 - w / 10."""
+    return (0.1 - w / 10).astype(np.float32)
+
+
 def _run_ln(library: Path, x: np.ndarray, w: np.ndarray, g: np.ndarray) -> list[np.ndarray]:
-    """y, mean, r, dx, dw and db of the compiled LayerNorm rows (bias 0.1 - w / 10)."""
+    """y, mean, r, dx, dw and db of the compiled LayerNorm rows (bias :func:`_bias`)."""
     lib = ctypes.CDLL(str(library))
     pointer, size = ctypes.c_void_p, ctypes.c_long
     lib.ln_fwd.argtypes = [pointer] * 6 + [size, size, ctypes.c_float]
     lib.ln_bwd.argtypes = [pointer] * 10 + [size, size]
     n, d = x.shape
-    b = (0.1 - w / 10).astype(np.float32)
+    b = _bias(w)
     y, dx = np.empty_like(x), np.empty_like(x)
     m, r = np.empty(n, np.float32), np.empty(n, np.float32)
     partial = np.empty((2, (n + 63) // 64, d), np.float32)
@@ -158,42 +163,35 @@ def test_every_output_is_the_same_bytes_for_both_instruction_sets(
         assert a.tobytes() == b.tobytes()
 
 
+def _extension(kind: str, x: np.ndarray, w: np.ndarray, g: np.ndarray) -> list[np.ndarray]:
+    """y and the gradients (dx, dw, and db for LayerNorm) of ablate's torch extension."""
+    xt = torch.from_numpy(x).requires_grad_()
+    params = [torch.from_numpy(w).requires_grad_()]
+    if kind == "layernorm":
+        params.append(torch.from_numpy(_bias(w)).requires_grad_())
+        y = fast_norms.layer_norm_cpp(xt, *params, 1e-5)
+    else:
+        y = fast_norms.rms_norm_cpp(xt, *params, 1e-5)
+    y.backward(torch.from_numpy(g))
+    return [t.numpy() for t in (y.detach(), xt.grad, *(p.grad for p in params))]
+
+
+# where y, dx, dw (and db) sit among each runner's outputs (the rest are saved statistics)
+COMPARED = {"rmsnorm": [0, 2, 3], "layernorm": [0, 3, 4, 5]}
+
+
+@pytest.mark.parametrize("kind", RUNNERS)
 @pytest.mark.parametrize("threads", [1, 2, 4])
 def test_the_extension_computes_the_same_bytes_as_the_rows_alone(
-    builds: dict[str, Path], threads: int
+    builds: dict[str, Path], threads: int, kind: str
 ) -> None:
     x, w, g = _inputs(130, 128)
-    expected = _run(builds["x86-64-v2"], x, w, g)
+    expected = RUNNERS[kind](builds["x86-64-v2"], x, w, g)
     previous = torch.get_num_threads()
     torch.set_num_threads(threads)  # dw is summed over fixed blocks: no thread count changes it
     try:
-        xt = torch.from_numpy(x).requires_grad_()
-        wt = torch.from_numpy(w).requires_grad_()
-        y = fast_norms.rms_norm_cpp(xt, wt, 1e-5)
-        y.backward(torch.from_numpy(g))
+        got = _extension(kind, x, w, g)
     finally:
         torch.set_num_threads(previous)
-    assert y.detach().numpy().tobytes() == expected[0].tobytes()
-    assert xt.grad.numpy().tobytes() == expected[2].tobytes()
-    assert wt.grad.numpy().tobytes() == expected[3].tobytes()
-
-
-@pytest.mark.parametrize("threads", [1, 2, 4])
-def test_the_layernorm_extension_computes_the_same_bytes_as_the_rows_alone(
-    builds: dict[str, Path], threads: int
-) -> None:
-    x, w, g = _inputs(130, 128)
-    expected = _run_ln(builds["x86-64-v2"], x, w, g)
-    previous = torch.get_num_threads()
-    torch.set_num_threads(threads)
-    try:
-        xt = torch.from_numpy(x).requires_grad_()
-        wt = torch.from_numpy(w).requires_grad_()
-        bt = torch.from_numpy((0.1 - w / 10).astype(np.float32)).requires_grad_()
-        y = fast_norms.layer_norm_cpp(xt, wt, bt, 1e-5)
-        y.backward(torch.from_numpy(g))
-    finally:
-        torch.set_num_threads(previous)
-    got = [y.detach(), xt.grad, wt.grad, bt.grad]
-    for tensor, want in zip(got, [expected[0], *expected[3:]], strict=True):
-        assert tensor.numpy().tobytes() == want.tobytes()
+    for array, index in zip(got, COMPARED[kind], strict=True):
+        assert array.tobytes() == expected[index].tobytes()

@@ -18,31 +18,15 @@ using ablate_rms::LANES;
 using ablate_rms::lane_total;
 using ablate_rms::ROWS_PER_BLOCK;
 
-template <typename T, typename ToFloat>
-float row_sum(const T* __restrict__ x, int64_t d, ToFloat f) {
+// term(0) + ... + term(d - 1), element j in lane j % LANES, the lanes added in lane_total's tree.
+template <typename Term>
+float lane_sum(int64_t d, Term term) {
   float acc[LANES] = {};
   int64_t j = 0;
   for (; j + LANES <= d; j += LANES) {
-    for (int64_t k = 0; k < LANES; ++k) acc[k] += f(x[j + k]);
+    for (int64_t k = 0; k < LANES; ++k) acc[k] += term(j + k);
   }
-  for (int64_t k = 0; j < d; ++j, ++k) acc[k] += f(x[j]);
-  return lane_total(acc);
-}
-
-template <typename T, typename ToFloat>
-float squared_deviations(const T* __restrict__ x, float m, int64_t d, ToFloat f) {
-  float acc[LANES] = {};
-  int64_t j = 0;
-  for (; j + LANES <= d; j += LANES) {
-    for (int64_t k = 0; k < LANES; ++k) {
-      const float v = f(x[j + k]) - m;
-      acc[k] += v * v;
-    }
-  }
-  for (int64_t k = 0; j < d; ++j, ++k) {
-    const float v = f(x[j]) - m;
-    acc[k] += v * v;
-  }
+  for (int64_t k = 0; j < d; ++j, ++k) acc[k] += term(j);
   return lane_total(acc);
 }
 
@@ -54,8 +38,12 @@ void forward_rows(const T* __restrict__ x, const T* __restrict__ w, const T* __r
   const float n = static_cast<float>(d);
   for (int64_t i = begin; i < end; ++i) {
     const T* __restrict__ xi = x + i * d;
-    const float m = row_sum(xi, d, f) / n;
-    const float r = 1.f / std::sqrt(squared_deviations(xi, m, d, f) / n + eps);
+    const float m = lane_sum(d, [&](int64_t j) { return f(xi[j]); }) / n;
+    const float var = lane_sum(d, [&](int64_t j) {
+      const float v = f(xi[j]) - m;
+      return v * v;
+    });
+    const float r = 1.f / std::sqrt(var / n + eps);
     mean[i] = m;
     rstd[i] = r;
     T* __restrict__ yi = y + i * d;
