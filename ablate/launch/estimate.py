@@ -174,11 +174,8 @@ def describe_plan(
                 model = build_model(cfg.model, corpus.vocab_size, seed=0)
                 measured[key] = (count_parameters(model), time_steps(model, cfg, corpus))
             parameters, step_time = measured[key]
-            extra = {
-                group: (held.remaining(name, group, n), steps)
-                for group, (n, steps) in study_runs(experiment, cfg, name).items()
-            }
-            seeds = held.remaining(name, "main", len(experiment.seeds))
+            extra = runs_left(experiment, name, cfg, held)
+            seeds = extra.pop("main")[0]
             run_time = estimate_run_time(cfg, step_time, len(corpus.val)) + RUN_SETUP_S
             extra_time = sum(n * (steps * step_time + RUN_SETUP_S) for n, steps in extra.values())
             rows.append(
@@ -248,12 +245,22 @@ def steps_to_train(experiment: Experiment, results_dir: Path) -> StepsLeft:
     held = stored_counts(experiment, results_dir)
     total, steps_of = 0, {}
     for name, cfg in experiment.variants.items():
-        stages = {"main": (len(experiment.seeds), cfg.steps())}
-        stages.update(study_runs(experiment, cfg, name))
-        for stage, (runs, steps) in stages.items():
+        for stage, (runs, steps) in runs_left(experiment, name, cfg, held).items():
             steps_of[(name, stage)] = steps
-            total += held.remaining(name, stage, runs) * steps
+            total += runs * steps
     return total, steps_of
+
+
+def runs_left(
+    experiment: Experiment, variant: str, cfg: RunConfig, held: Stored
+) -> dict[str, tuple[int, int]]:
+    """Per stage of one variant, main first: (runs still to train given ``held``, steps per
+    run); each study stage at its maximum (:func:`study_runs`)."""
+    stages = {"main": (len(experiment.seeds), cfg.steps())}
+    stages.update(study_runs(experiment, cfg, variant))
+    return {
+        stage: (held.remaining(variant, stage, n), steps) for stage, (n, steps) in stages.items()
+    }
 
 
 BEFORE_MAX_LR = ("curve", "warmup", "search", "tuned", "crossover", "usable", "decide")
