@@ -1,0 +1,193 @@
+"""How closely any estimator can locate the LR optimum on the simulator fitted to the dense
+reference: the bar "within 2^(1/4) of the truth's optimum" against the number of curve seeds.
+
+The fitted simulator's truth is each norm's lowest *expected* loss on the reference's 2^(1/4)
+lattice, excursions included (:func:`ablate.bench.held_to_runs.simulated_truth`). Two things
+decide whether seeds can find it: how far the lattice points next to it lie above it, and how
+much of that gap is carried by rare, large excursions, which a few seeds mostly miss (their
+sample mean is typically below the expectation). :func:`truth_rows` tabulates both.
+:func:`bound_rows` then draws large reference-shaped studies (:data:`SEEDS_PER_STUDY` seeds,
+every lattice LR) and, for each number of curve seeds, random subsets of them, and scores two
+choices against the truth:
+
+- **every lattice point**: the argmin of the seed-mean loss over the whole 2^(1/4) lattice, as
+  if every point were run on every curve seed (4× the curve stage's runs, no smoothing): what
+  the data alone say;
+- **the curve stage**: ``smoothed_argmin`` on the protocol's √2 grid
+  (:func:`ablate.bench.held_to_runs.smoothed_argmin`), the estimator the reports use.
+
+Run::
+
+    python -m ablate.bench.optimum_bound [--studies 8] [--draws 100] \\
+        [--seeds 4 8 16 32] [--out reports/reference/optimum_bound.md]
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import yaml
+
+from ablate.bench import fit_reference as fit
+from ablate.bench import held_to_runs as held
+from ablate.bench import reference as ref
+from ablate.core.experiment import Experiment
+from ablate.core.load import load_experiment
+from ablate.core.simulate import mean_loss, noise_row, valley_loss
+from ablate.core.truth import SimulateConfig, TruthConfig
+
+SEEDS_PER_STUDY = 64  # seeds of each simulated study that curve seeds are drawn from
+NEAR = 0.5  # octaves either side of each optimum that the truth table shows
+BAR = 0.9  # the share of draws within 2^(1/4) that the estimators are held to
+
+
+def truth_rows(
+    section: dict[str, Any], lattice: Sequence[float], optima: dict[str, float]
+) -> pd.DataFrame:
+    """Per norm, the lattice LRs within :data:`NEAR` octaves of its true optimum: the
+    expected loss above the optimum's, the part of it excursions carry, and their chance and
+    mean size there."""
+    sim = SimulateConfig(**section)
+    rows = []
+    for variant, best in optima.items():
+        truth = sim.truth(variant)
+
+        def excursions(lr: float, truth: TruthConfig = truth) -> float:
+            return mean_loss(truth, lr) - valley_loss(truth, lr)
+
+        for lr in lattice:
+            offset = math.log2(lr / best)
+            if abs(offset) > NEAR + 1e-9:
+                continue
+            _, chance, size = noise_row(truth, lr)
+            rows.append(
+                {
+                    "variant": variant,
+                    "log2(LR / optimum)": f"{offset:+.2f}",
+                    "LR": lr,
+                    "expected loss above the optimum's": mean_loss(truth, lr)
+                    - mean_loss(truth, best),
+                    "of it, excursions": excursions(lr) - excursions(best),
+                    "excursion chance": chance,
+                    "excursion mean": size,
+                }
+            )
+    return pd.DataFrame(rows)
+
+
+def lattice_argmin(curves: ref.Curves, seeds: Sequence[int]) -> float:
+    """The LR of the lowest seed-mean loss over every point of ``curves``' lattice."""
+    return ref.mean_argmin(curves, seeds, [float(lr) for lr in curves.lrs])
+
+
+def curve_stage(curves: ref.Curves, seeds: Sequence[int], design: Experiment) -> float:
+    """The curve stage's choice: ``smoothed_argmin`` on the protocol's grid for these seeds."""
+    grid = held.protocol_grid(curves, seeds, design)
+    return held.smoothed_argmin(curves, seeds, grid).lr
+
+
+def within_quarter(lr: float, optimum: float) -> bool:
+    """Whether ``lr`` lies within 2^(1/4) of ``optimum``."""
+    return abs(math.log2(lr / optimum)) <= held.QUARTER
+
+
+def bound_rows(
+    studies: Sequence[dict[str, ref.Curves]],
+    optima: dict[str, float],
+    design: Experiment,
+    seed_counts: Sequence[int],
+    draws: int,
+) -> pd.DataFrame:
+    """Per norm and number of curve seeds, the share of ``draws`` random seed subsets per
+    study (all of ``studies``) whose choice lies within 2^(1/4) of ``optima``: the lattice-wide
+    argmin and the curve stage's."""
+    rng = np.random.default_rng(0)
+    rows = []
+    for variant, optimum in optima.items():
+        for n in seed_counts:
+            lattice_hits, stage_hits = [], []
+            for study in studies:
+                curves = study[variant]
+                for _ in range(draws):
+                    seeds = [int(s) for s in rng.choice(curves.seeds, n, replace=False)]
+                    lattice_hits.append(within_quarter(lattice_argmin(curves, seeds), optimum))
+                    stage_hits.append(within_quarter(curve_stage(curves, seeds, design), optimum))
+            rows.append(
+                {
+                    "variant": variant,
+                    "curve seeds": n,
+                    "every lattice point": float(np.mean(lattice_hits)),
+                    "the curve stage": float(np.mean(stage_hits)),
+                    "draws": len(lattice_hits),
+                }
+            )
+    return pd.DataFrame(rows)
+
+
+def markdown(truth: pd.DataFrame, bound: pd.DataFrame) -> tuple[str, str]:
+    """The two tables as markdown: LRs to 3 significant digits, nats and shares fixed."""
+    shown = truth.copy()
+    shown["LR"] = shown["LR"].map(lambda x: f"{x:.3g}")
+    for column in ("expected loss above the optimum's", "of it, excursions", "excursion mean"):
+        shown[column] = shown[column].map(lambda x: f"{x:.4f}")
+    shown["excursion chance"] = shown["excursion chance"].map(lambda x: f"{x:.1%}")
+    scored = bound.copy()
+    for column in ("every lattice point", "the curve stage"):
+        scored[column] = scored[column].map(lambda x: f"{x:.1%}")
+    return (
+        shown.to_markdown(index=False, disable_numparse=True),
+        scored.to_markdown(index=False, disable_numparse=True),
+    )
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Draw the studies, score both choices per number of curve seeds, print (or write) the
+    tables."""
+    parser = argparse.ArgumentParser(prog="python -m ablate.bench.optimum_bound")
+    parser.add_argument("--fitted", type=Path, default=fit.FITTED, help="its runtime.simulate")
+    parser.add_argument("--protocol", type=Path, default=held.PROTOCOL, help="its curve:")
+    parser.add_argument("--studies", type=int, default=8, help="simulated studies")
+    parser.add_argument("--draws", type=int, default=100, help="seed subsets per study")
+    parser.add_argument("--seeds", type=int, nargs="+", default=[4, 8, 16, 32])
+    parser.add_argument("--out", type=Path, default=None, help="a markdown file for the tables")
+    args = parser.parse_args(argv)
+    if max(args.seeds) > SEEDS_PER_STUDY or min(args.seeds) < 1:
+        parser.error(f"--seeds: each between 1 and {SEEDS_PER_STUDY}")
+    section = yaml.safe_load(args.fitted.read_text(encoding="utf-8"))
+    design = load_experiment(args.protocol)
+    base = load_experiment(held.REFERENCE_DESIGN).base
+    lattice = [float(lr) for lr in next(iter(ref.load_reference().values())).lrs]
+    variants = list(design.variants)
+    truth = held.simulated_truth(section, base, lattice, variants, ref.BAND)
+    studies = [
+        fit.simulated_curves(base, section, lattice, range(SEEDS_PER_STUDY), variants, 1000 + k)
+        for k in range(args.studies)
+    ]
+    near, scored = markdown(
+        truth_rows(section, lattice, truth.optima),
+        bound_rows(studies, truth.optima, design, args.seeds, args.draws),
+    )
+    command = (
+        f"python -m ablate.bench.optimum_bound --studies {args.studies} --draws {args.draws} "
+        f"--seeds {' '.join(map(str, args.seeds))}"
+    )
+    text = (
+        f"# How closely the optimum can be located on the fitted simulator\n\n`{command}`\n\n"
+        f"## The truth around each optimum\n\n{near}\n\n"
+        f"## Within 2^(1/4) of the truth, by curve seeds\n\n"
+        f"Curve seeds drawn from studies of {SEEDS_PER_STUDY} seeds. The bar the estimators "
+        f"are held to: within 2^(1/4) in at least {BAR:.0%} of draws.\n\n{scored}\n"
+    )
+    print(text)
+    if args.out is not None:
+        args.out.write_text(text, encoding="utf-8")
+
+
+if __name__ == "__main__":
+    main()

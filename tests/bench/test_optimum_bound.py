@@ -1,0 +1,59 @@
+"""How closely the optimum can be located: the truth table around each fitted optimum, and
+both choices scored on a hand-built reference whose optimum is known."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+from conftest import REPO
+from test_reference import OPT, write_runs
+
+from ablate.bench import fit_reference as fit
+from ablate.bench import optimum_bound as bound
+from ablate.bench import reference as ref
+from ablate.core.load import load_experiment
+from ablate.core.simulate import noise_row
+from ablate.core.truth import SimulateConfig
+
+
+def test_the_truth_table_shows_each_optimum_lowest_with_its_excursions_share() -> None:
+    section = yaml.safe_load((REPO / fit.FITTED).read_text())
+    sim = SimulateConfig(**section)
+    lattice = [sim.truth("rmsnorm").opt_lr * 2.0 ** (k / 4) for k in range(-4, 5)]
+    optima = {"rmsnorm": lattice[4]}
+    rows = bound.truth_rows(section, lattice, optima).set_index("log2(LR / optimum)")
+    assert list(rows.index) == ["-0.50", "-0.25", "+0.00", "+0.25", "+0.50"]  # NEAR octaves
+    assert rows.loc["+0.00", "expected loss above the optimum's"] == 0.0
+    above = rows["expected loss above the optimum's"].drop("+0.00")
+    assert (above > 0).all()  # the fitted truth's optimum is the lowest lattice point
+    _, chance, size = noise_row(sim.truth("rmsnorm"), lattice[5])
+    _, at_opt_chance, at_opt_size = noise_row(sim.truth("rmsnorm"), lattice[4])
+    assert rows.loc["+0.25", "of it, excursions"] == pytest.approx(
+        chance * size - at_opt_chance * at_opt_size
+    )
+
+
+def test_every_lattice_point_finds_a_noiseless_optimum_the_running_mean_steps_off(
+    tmp_path: Path,
+) -> None:
+    doc = yaml.safe_load((REPO / "experiments" / "ln_vs_rms.yaml").read_text())
+    doc["curve"] = {"lr_min": 1.0e-3, "lr_max": 7.9e-3, "extend": 1, "seeds": [3, 4, 5, 6]}
+    (tmp_path / "protocol.yaml").write_text(yaml.safe_dump(doc))
+    design = load_experiment(tmp_path / "protocol.yaml")
+    study = ref.load_reference(write_runs(tmp_path / "runs.csv"))
+    assert bound.lattice_argmin(study["layernorm"], (0, 5)) == OPT
+    scored = bound.bound_rows([study], {"layernorm": OPT}, design, [2, 4], draws=3)
+    assert scored["draws"].tolist() == [3, 3]
+    assert scored["every lattice point"].tolist() == [1.0, 1.0]
+    # a cliff right above the optimum: the one-octave running mean picks the √2 point below
+    assert scored["the curve stage"].tolist() == [0.0, 0.0]
+    assert bound.curve_stage(study["layernorm"], (0, 1), design) == OPT / 2**0.5
+
+
+def test_seed_counts_beyond_a_study_are_refused(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as stopped:
+        bound.main(["--seeds", "4", str(bound.SEEDS_PER_STUDY + 1)])
+    assert stopped.value.code == 2
+    assert "--seeds: each between 1 and 64" in capsys.readouterr().err
