@@ -17,10 +17,11 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from ablate.core.cluster import SlurmConfig
+from ablate.core.norm_kinds import KINDS, with_kernel
 from ablate.core.section import SEED_LIMIT, StrictSection
 from ablate.core.truth import SimulateConfig
 
-NormKind = Literal["layernorm", "rmsnorm", "dyt"]  # the names registered in ablate.nn.norms
+NormKind = Literal[tuple(KINDS)]  # type: ignore[valid-type]  # the kinds of ablate.core.norm_kinds
 Placement = Literal["pre", "post", "sandwich", "deepnorm", "none"]
 Precision = Literal["32", "bf16-mixed", "bf16-true", "16-mixed", "16-true"]
 NormImpl = Literal["auto", "reference", "torch", "cpp"]
@@ -38,10 +39,6 @@ class DataError(ValueError):
     :mod:`ablate.training.data`; here so that catching it does not load torch)."""
 
 
-# keys of model.norm a kind never reads: DyT has no statistics (no eps), only DyT has an alpha
-UNUSED_BY_KIND = {"dyt": ("eps",), "layernorm": ("alpha_init",), "rmsnorm": ("alpha_init",)}
-
-
 class NormConfig(StrictSection):
     """Which normalization, where it sits, and its numerics.
 
@@ -55,7 +52,7 @@ class NormConfig(StrictSection):
     placement: Placement = "pre"
     eps: float = Field(1e-5, gt=0, lt=1)
     bias: bool | None = Field(
-        None, description="learnable bias; default: true for layernorm and dyt, false for rmsnorm"
+        None, description="learnable bias; default: the kind's (ablate.core.norm_kinds)"
     )
     qk_norm: bool = Field(
         False, description="also normalize attention queries and keys per head (same kind)"
@@ -73,18 +70,18 @@ class NormConfig(StrictSection):
         """This section as JSON with the keys its kind does not read at their defaults: two
         norms that compute the same are the same run and no difference between variants."""
         dump = self.model_dump(mode="json")
-        for key in UNUSED_BY_KIND.get(self.kind, ()):
+        for key in KINDS[self.kind].unused():
             dump[key] = type(self).model_fields[key].default
         return dump
 
     @model_validator(mode="after")
     def _default_bias(self) -> NormConfig:
         if self.bias is None:
-            self.bias = self.kind != "rmsnorm"
-        if self.impl == "cpp" and self.kind not in ("rmsnorm", "layernorm"):
+            self.bias = KINDS[self.kind].bias
+        if self.impl == "cpp" and "cpp" not in KINDS[self.kind].kernels:
             raise ValueError(
-                f"model.norm.impl: cpp is ablate's RMSNorm and LayerNorm kernel; for {self.kind} "
-                "use auto, torch or reference"
+                f"model.norm.impl: cpp is ablate's kernel for {', '.join(with_kernel('cpp'))}; "
+                f"for {self.kind} use auto, torch or reference"
             )
         return self
 

@@ -21,6 +21,7 @@ from pydantic import ValidationError
 
 from ablate.core.config import NAME_PATTERN, SEED_LIMIT, ConfigError, RunConfig
 from ablate.core.experiment import ConvertConfig, ConvertPlan, Experiment, ExperimentFile
+from ablate.core.norm_kinds import KIND_KEYS
 from ablate.core.overrides import (
     apply_overrides,
     expand_grid,
@@ -153,7 +154,7 @@ def _variant_config(
     return config
 
 
-CONVERTIBLE = {"kind", "bias", "eps", "fp32_reduction", "impl", "alpha_init"}
+CONVERTIBLE = {"kind", "bias", "fp32_reduction", "impl", *KIND_KEYS}
 
 
 def _convert_plan(

@@ -16,8 +16,8 @@ The mapping, norm by norm (the source and target have the same placement, so the
   bias term. Elsewhere (the final norm feeds the bias-free LM head; Post-Norm, DeepNorm and
   Sandwich output norms feed the residual stream; QK-norms feed the dot product) it is dropped.
   With ``bias: drop`` it is always dropped;
-- DyT's ``alpha`` has no counterpart in the other kinds: a DyT target starts at its
-  ``alpha_init``, a DyT source's alpha is dropped.
+- a kind's own scalars (DyT's ``alpha``) have no counterpart in the other kinds: a target
+  starts them at their init key (``alpha_init``), a source's that the target lacks are dropped.
 
 Example::
 
@@ -103,7 +103,8 @@ def _map_norm(
     bias: str,
     report: dict[str, list[str]],
 ) -> None:
-    """Gain copied; bias copied, folded into ``consumer`` or dropped; alpha dropped."""
+    """Gain copied; bias copied, folded into ``consumer`` or dropped; scalars the target
+    lacks dropped."""
     tgt.weight.copy_(src.weight)
     report["copied"].append(f"{name}.weight")
     if src.bias is not None:
@@ -115,5 +116,12 @@ def _map_norm(
             report["folded"].append(f"{name}.bias")
         else:
             report["dropped"].append(f"{name}.bias")
-    if hasattr(src, "alpha") and not hasattr(tgt, "alpha"):
-        report["dropped"].append(f"{name}.alpha")
+    for scalar in scalars_of(src):
+        if scalar not in scalars_of(tgt):
+            report["dropped"].append(f"{name}.{scalar}")
+
+
+def scalars_of(norm: nn.Module) -> list[str]:
+    """A norm's learnable scalars (its kind's, e.g. DyT's ``alpha``): its parameters beside the
+    gain and bias."""
+    return [p for p, _ in norm.named_parameters(recurse=False) if p not in ("weight", "bias")]

@@ -1,11 +1,11 @@
-"""Normalization layers and their registry: LayerNorm, RMSNorm, DyT; bias, eps, fp32 reduction.
+"""Normalization layers: one :class:`Norm` module that computes any kind of
+:mod:`ablate.core.norm_kinds` (LayerNorm, RMSNorm, DyT); bias, eps, fp32 reduction, kernels.
 
 Every layer shares one shape: a learnable gain ``weight`` (ones at init) and an optional ``bias``
 (zeros at init), so parameters keep the same names across norm kinds and the model can initialize
-every shared parameter identically; a kind may own more (DyT's scalar ``alpha``), and
-:meth:`_Norm.reset_parameters` sets them all. Adding a norm is one class with the
-``@register("name")`` line here, plus its name in :data:`ablate.core.config.NormKind` (the config
-stays torch-free; a test checks the two lists agree).
+every shared parameter identically; a kind may own learnable scalars (DyT's ``alpha``), each
+started from a key of ``model.norm``, and :meth:`Norm.reset_parameters` sets them all. The kind's
+entry in :data:`ablate.core.norm_kinds.KINDS` is all a kind is: adding one needs nothing here.
 
 When ``fp32_reduction`` is set and the input is bf16/fp16, the statistics (mean, variance or
 mean square) are computed in fp32 and the normalized value is cast back before the affine step,
@@ -13,11 +13,12 @@ the practice the sources recommend for low precision. With ``fp32_reduction`` of
 input is reduced in its own dtype op by op (torch's fused CPU LayerNorm would silently
 accumulate in fp32, hiding the difference under test).
 
-``impl`` picks the kernel (see :mod:`ablate.nn.fast_norms`): RMSNorm runs the C++ kernel on CPU
-and ``F.rms_norm`` on CUDA under ``auto``; LayerNorm runs ``F.layer_norm`` (``auto``/``torch``),
-ablate's C++ kernel (``cpp``: the same bits at any thread count) or the op-by-op formula
-(``reference``). Each layer remembers the implementation its last
-forward used (``used_impl``), which every run records.
+``impl`` picks the kernel for kinds that have one (see :mod:`ablate.nn.fast_norms`): RMSNorm
+runs the C++ kernel on CPU and ``F.rms_norm`` on CUDA under ``auto``; LayerNorm runs
+``F.layer_norm`` (``auto``/``torch``), ablate's C++ kernel (``cpp``: the same bits at any thread
+count) or the op-by-op formula (``reference``); a kind without kernels (DyT) always runs its
+formula. Each layer remembers the implementation its last forward used (``used_impl``), which
+every run records.
 
 Example::
 
@@ -30,15 +31,16 @@ Example::
 
 from __future__ import annotations
 
-import inspect
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from ablate.core.config import NormConfig
+from ablate.core.norm_kinds import KINDS
 from ablate.nn.fast_norms import (
+    AUTO_ORDER,
     AutoOrder,
     layer_norm_cpp,
     resolve,
@@ -49,15 +51,22 @@ from ablate.nn.fast_norms import (
 LOW_PRECISION = (torch.bfloat16, torch.float16)
 
 
-class _Norm(nn.Module):
-    """Shared parameters and affine step of every norm over the last dimension."""
-
-    default_bias = False  # the kind's usual choice when the config leaves ``bias`` unset
+class Norm(nn.Module):
+    """A norm of one kind over the last dimension: its formula, gain, bias and scalars."""
 
     def __init__(
-        self, dim: int, eps: float, bias: bool, fp32_reduction: bool, impl: str = "auto"
+        self,
+        kind: str,
+        dim: int,
+        eps: float,
+        bias: bool,
+        fp32_reduction: bool,
+        impl: str = "auto",
+        inits: Mapping[str, float] | None = None,
     ) -> None:
         super().__init__()
+        self.kind = kind
+        self.spec = KINDS[kind]
         self.dim = dim
         self.eps = eps
         self.fp32_reduction = fp32_reduction
@@ -65,145 +74,94 @@ class _Norm(nn.Module):
         self.used_impl: str | None = None
         self.weight = nn.Parameter(torch.ones(dim))
         self.bias = nn.Parameter(torch.zeros(dim)) if bias else None
+        given = inits or {}
+        self.inits = {name: float(given[key]) for name, key in self.spec.scalars.items()}
+        for name, value in self.inits.items():
+            self.register_parameter(name, nn.Parameter(torch.full((), value)))
 
     @torch.no_grad()
     def reset_parameters(self) -> None:
-        """Gain one, bias zero (the state at construction)."""
+        """Gain one, bias zero, scalars at their inits (the state at construction)."""
         self.weight.fill_(1.0)
         if self.bias is not None:
             self.bias.zero_()
+        for name, value in self.inits.items():
+            getattr(self, name).fill_(value)
 
     def native_reduction(self, x: torch.Tensor) -> bool:
         """True when a low-precision input must be reduced in its own dtype, op by op."""
         return x.dtype in LOW_PRECISION and not self.fp32_reduction
-
-    def normalize(self, x: torch.Tensor) -> torch.Tensor:
-        """The normalized input before gain and bias, in ``x``'s dtype."""
-        raise NotImplementedError
 
     def affine(self, y: torch.Tensor) -> torch.Tensor:
         """``y`` plus the bias, if any."""
         return y + self.bias.to(y.dtype) if self.bias is not None else y
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        self.used_impl = "reference"
-        return self.reference(x)
+        kernels = KERNELS.get(self.kind, {})
+        if not kernels or self.native_reduction(x):
+            impl = "reference"
+        else:
+            impl = resolve(self.impl, x.device, AUTO_ORDERS.get(self.kind, AUTO_ORDER))
+        self.used_impl = impl  # the kernels accumulate in fp32 for bf16/fp16: fp32_reduction
+        return kernels[impl](self, x) if impl != "reference" else self.reference(x)
 
     def reference(self, x: torch.Tensor) -> torch.Tensor:
         """The formula op by op: normalize (in fp32 if asked), gain, bias."""
         if self.fp32_reduction and x.dtype in LOW_PRECISION:
-            y = self.normalize(x.float()).to(x.dtype)
+            y = self.spec.formula(x.float(), self).to(x.dtype)
         else:
-            y = self.normalize(x)
+            y = self.spec.formula(x, self)
         return self.affine(y * self.weight.to(y.dtype))
 
     def extra_repr(self) -> str:
         return (
-            f"{self.dim}, eps={self.eps}, bias={self.bias is not None}, "
+            f"{self.kind}, {self.dim}, eps={self.eps}, bias={self.bias is not None}, "
             f"fp32_reduction={self.fp32_reduction}, impl={self.impl}"
         )
 
 
-NORMS: dict[str, type[_Norm]] = {}
+Kernel = Callable[[Norm, torch.Tensor], torch.Tensor]
 
 
-def register(name: str) -> Callable[[type[_Norm]], type[_Norm]]:
-    """Class decorator: make a norm buildable as ``model.norm.kind: name``."""
-
-    def add(cls: type[_Norm]) -> type[_Norm]:
-        NORMS[name] = cls
-        return cls
-
-    return add
+def _layer_norm_torch(norm: Norm, x: torch.Tensor) -> torch.Tensor:
+    bias = norm.bias.to(x.dtype) if norm.bias is not None else None
+    return F.layer_norm(x, (norm.dim,), norm.weight.to(x.dtype), bias, norm.eps)
 
 
-# LayerNorm's ``auto``: torch's fused kernel on every device (the C++ one is ``cpp``, opt-in)
-LN_AUTO: AutoOrder = {"cpu": ("torch",), "cuda": ("torch",)}
+def _layer_norm_cpp(norm: Norm, x: torch.Tensor) -> torch.Tensor:
+    return layer_norm_cpp(x, norm.weight, norm.bias, norm.eps)
 
 
-@register("layernorm")
-class LayerNorm(_Norm):
-    """y = (x - mean(x)) / sqrt(var(x) + eps) * weight + bias (Ba et al. 2016)."""
-
-    default_bias = True
-
-    def normalize(self, x: torch.Tensor) -> torch.Tensor:
-        centered = x - x.mean(dim=-1, keepdim=True)
-        return centered * torch.rsqrt(centered.pow(2).mean(dim=-1, keepdim=True) + self.eps)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        impl = "reference" if self.native_reduction(x) else resolve(self.impl, x.device, LN_AUTO)
-        if impl == "reference":
-            return super().forward(x)
-        self.used_impl = impl  # both accumulate in fp32 for bf16/fp16: what fp32_reduction asks
-        if impl == "cpp":
-            return layer_norm_cpp(x, self.weight, self.bias, self.eps)
-        bias = self.bias.to(x.dtype) if self.bias is not None else None
-        return F.layer_norm(x, (self.dim,), self.weight.to(x.dtype), bias, self.eps)
+def _rms_norm_torch(norm: Norm, x: torch.Tensor) -> torch.Tensor:
+    return norm.affine(rms_norm_torch(x, norm.weight, norm.eps))
 
 
-@register("rmsnorm")
-class RMSNorm(_Norm):
-    """y = x / sqrt(mean(x^2) + eps) * weight (+ bias) (Zhang & Sennrich 2019)."""
-
-    def normalize(self, x: torch.Tensor) -> torch.Tensor:
-        return x * torch.rsqrt(x.pow(2).mean(dim=-1, keepdim=True) + self.eps)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        impl = "reference" if self.native_reduction(x) else resolve(self.impl, x.device)
-        if impl == "reference":
-            return super().forward(x)
-        self.used_impl = impl
-        kernel = rms_norm_cpp if impl == "cpp" else rms_norm_torch
-        return self.affine(kernel(x, self.weight, self.eps))
+def _rms_norm_cpp(norm: Norm, x: torch.Tensor) -> torch.Tensor:
+    return norm.affine(rms_norm_cpp(x, norm.weight, norm.eps))
 
 
-@register("dyt")
-class DyT(_Norm):
-    """Dynamic Tanh, y = tanh(alpha * x) * weight + bias (Zhu et al. 2025): no statistics at all.
-
-    ``alpha`` is one learnable scalar, ``alpha_init`` at the start (0.5, the paper's default);
-    ``eps`` is unused. With ``fp32_reduction`` a bf16/fp16 input is squashed in fp32.
-    """
-
-    default_bias = True
-
-    def __init__(
-        self,
-        dim: int,
-        eps: float,
-        bias: bool,
-        fp32_reduction: bool,
-        impl: str = "auto",
-        alpha_init: float = 0.5,
-    ) -> None:
-        super().__init__(dim, eps, bias, fp32_reduction, impl)
-        self.alpha_init = alpha_init
-        self.alpha = nn.Parameter(torch.full((), alpha_init))
-
-    @torch.no_grad()
-    def reset_parameters(self) -> None:
-        super().reset_parameters()
-        self.alpha.fill_(self.alpha_init)
-
-    def normalize(self, x: torch.Tensor) -> torch.Tensor:
-        return torch.tanh(self.alpha.to(x.dtype) * x)
+# the kernels of the kinds that have them (a kind's ``kernels``; a test holds the two equal)
+KERNELS: dict[str, dict[str, Kernel]] = {
+    "layernorm": {"torch": _layer_norm_torch, "cpp": _layer_norm_cpp},
+    "rmsnorm": {"torch": _rms_norm_torch, "cpp": _rms_norm_cpp},
+}
+# ``auto`` per kind where it is not fast_norms' AUTO_ORDER: LayerNorm's is torch's fused kernel
+# on every device (the C++ one is ``cpp``, opt-in)
+AUTO_ORDERS: dict[str, AutoOrder] = {"layernorm": {"cpu": ("torch",), "cuda": ("torch",)}}
 
 
-def build_norm(cfg: NormConfig, dim: int) -> _Norm:
+def build_norm(cfg: NormConfig, dim: int) -> Norm:
     """The norm ``cfg`` describes, over ``dim`` features (its section of the config: kind, eps,
-    bias, fp32 reduction, kernel; DyT's ``alpha_init``)."""
-    cls = NORMS[cfg.kind]
-    extra = (
-        {"alpha_init": cfg.alpha_init} if "alpha_init" in inspect.signature(cls).parameters else {}
-    )
-    return cls(
+    bias, fp32 reduction, kernel, and the keys its kind's scalars start from)."""
+    scalars = KINDS[cfg.kind].scalars.values()
+    return Norm(
+        cfg.kind,
         dim,
         eps=cfg.eps,
         bias=bool(cfg.bias),
         fp32_reduction=cfg.fp32_reduction,
         impl=cfg.impl,
-        **extra,
+        inits={key: getattr(cfg, key) for key in scalars},
     )
 
 
@@ -216,7 +174,7 @@ def used_impls(model: nn.Module) -> list[str]:
 
 def impl_of(module: nn.Module) -> str | None:
     """What computed this norm: ablate's chosen kernel, or a foreign class's package.name."""
-    if isinstance(module, _Norm):
+    if isinstance(module, Norm):
         return module.used_impl
     return f"{type(module).__module__.split('.')[0]}.{type(module).__name__}"
 
@@ -227,6 +185,6 @@ FOREIGN_NORMS = (nn.LayerNorm, nn.RMSNorm, nn.GroupNorm)
 def is_norm(module: nn.Module) -> bool:
     """True for any normalization layer: this registry's, torch's (LayerNorm, RMSNorm,
     GroupNorm) and another library's whose class name ends in ``Norm`` (litgpt's RMSNorm)."""
-    if isinstance(module, (_Norm, *FOREIGN_NORMS)):
+    if isinstance(module, (Norm, *FOREIGN_NORMS)):
         return True
     return type(module).__name__.endswith("Norm")

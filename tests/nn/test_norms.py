@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from ablate.core.config import NormConfig
-from ablate.nn.norms import LayerNorm, RMSNorm, build_norm
+from ablate.nn.norms import KERNELS, build_norm
 
 
 def _norm(kind: str, dim: int, **settings: object) -> torch.nn.Module:
@@ -28,7 +28,7 @@ def _randomize(norm: torch.nn.Module, seed: int = 1) -> None:
 
 
 def test_layernorm_equals_torch_layernorm_values_and_grads() -> None:
-    ours, ref = LayerNorm(32, eps=1e-5, bias=True, fp32_reduction=True), torch.nn.LayerNorm(32)
+    ours, ref = _norm("layernorm", 32, eps=1e-5, bias=True), torch.nn.LayerNorm(32)
     _randomize(ours)
     ref.load_state_dict(ours.state_dict())
     x1, x2 = _x().requires_grad_(), _x().requires_grad_()
@@ -42,7 +42,7 @@ def test_layernorm_equals_torch_layernorm_values_and_grads() -> None:
 
 def test_rmsnorm_equals_torch_rmsnorm() -> None:
     ours, ref = (
-        RMSNorm(32, eps=1e-6, bias=False, fp32_reduction=True),
+        _norm("rmsnorm", 32, eps=1e-6, bias=False),
         torch.nn.RMSNorm(32, eps=1e-6),
     )
     _randomize(ours)
@@ -62,15 +62,15 @@ def test_layernorm_without_bias_has_no_bias_parameter() -> None:
 
 def test_worked_example_from_the_sources() -> None:
     x = torch.tensor([[1.0, 2.0]])
-    ln = LayerNorm(2, eps=0.0, bias=True, fp32_reduction=True)(x)
-    rms = RMSNorm(2, eps=0.0, bias=False, fp32_reduction=True)(x)
+    ln = _norm("layernorm", 2, eps=1e-12, bias=True)(x)
+    rms = _norm("rmsnorm", 2, eps=1e-12, bias=False)(x)
     assert torch.allclose(ln, torch.tensor([[-1.0, 1.0]]), atol=1e-6)
     assert torch.allclose(rms, torch.tensor([[1 / math.sqrt(2.5), 2 / math.sqrt(2.5)]]), atol=1e-6)
     assert [round(v, 3) for v in rms[0].tolist()] == [0.632, 1.265]
 
 
 def test_rmsnorm_output_has_unit_mean_square_before_gain() -> None:
-    y = RMSNorm(64, eps=1e-8, bias=False, fp32_reduction=True)(_x((10, 64)))
+    y = _norm("rmsnorm", 64, eps=1e-8, bias=False)(_x((10, 64)))
     assert torch.allclose(y.pow(2).mean(-1), torch.ones(10), atol=1e-5)
 
 
@@ -111,8 +111,11 @@ def test_fp32_reduction_under_bf16_is_closer_to_fp32(kind: str) -> None:
 
 
 def test_unknown_kind_names_the_allowed_ones() -> None:
-    with pytest.raises(ValueError, match="'layernorm', 'rmsnorm' or 'dyt'"):
+    from ablate.core.norm_kinds import KINDS
+
+    with pytest.raises(ValueError, match="'layernorm', 'rmsnorm'") as caught:
         _norm("batchnorm", 4)
+    assert all(f"'{kind}'" in str(caught.value) for kind in KINDS)
 
 
 def test_dyt_is_tanh_of_alpha_x_times_gain_plus_bias() -> None:
@@ -150,16 +153,20 @@ def test_layernorm_and_rmsnorm_follow_their_formula_with_and_without_bias(
     assert torch.allclose(norm(x.float()).double(), y, atol=2e-5, rtol=0)
 
 
-def test_registry_and_config_list_the_same_kinds_with_their_bias_defaults() -> None:
+def test_every_kind_builds_with_its_bias_default_scalars_and_kernels() -> None:
     from typing import get_args
 
-    from ablate.core.config import NormConfig, NormKind
-    from ablate.nn.norms import NORMS
+    from ablate.core.config import NormKind
+    from ablate.core.norm_kinds import KINDS
 
-    assert set(get_args(NormKind)) == set(NORMS)
-    for kind in NORMS:
-        built = _norm(kind, 4)
-        assert NormConfig(kind=kind).bias == (built.bias is not None) == NORMS[kind].default_bias
+    assert get_args(NormKind) == tuple(KINDS)
+    for name, kind in KINDS.items():
+        built = _norm(name, 4)
+        assert NormConfig(kind=name).bias == (built.bias is not None) == kind.bias
+        owned = [n for n, _ in built.named_parameters() if n not in ("weight", "bias")]
+        assert owned == list(kind.scalars)
+        assert tuple(KERNELS.get(name, {})) == kind.kernels  # each declared kernel exists
+        assert set(kind.reads) | set(kind.unused()) == {"eps", "alpha_init"}
 
 
 def _rms_error(scale: float, eps: float, fp32_reduction: bool) -> float:

@@ -128,8 +128,8 @@ def test_a_factory_model_takes_ablates_norms(repo_cwd: None) -> None:
     ln = build_model(factory_cfg("layernorm"), 50, seed=0)
     rms = build_model(factory_cfg("rmsnorm"), 50, seed=0)
     assert type(ln).__name__ == "ParallelDecoder"
-    kinds = {type(m).__name__ for m in rms.modules() if is_norm(m)}
-    assert kinds == {"RMSNorm"} and type(rms.norm).__module__ == "ablate.nn.norms"
+    kinds = {m.kind for m in rms.modules() if is_norm(m)}
+    assert kinds == {"rmsnorm"} and type(rms.norm).__module__ == "ablate.nn.norms"
     assert shared_init_digest(ln) == shared_init_digest(rms)
     assert count_parameters(ln) - count_parameters(rms) == 3 * 32  # LayerNorm's three biases
     assert ln(torch.zeros(2, 16, dtype=torch.long)).shape == (2, 16, 50)
