@@ -26,6 +26,7 @@ from ablate.commands import (
     EXIT_RUN_FAILED,
     UsageError,
 )
+from ablate.core.launchers import launcher_names
 
 
 def _add_execution_args(parser: argparse.ArgumentParser) -> None:
@@ -60,10 +61,11 @@ def _add_execution_args(parser: argparse.ArgumentParser) -> None:
     _add_setting_args(parser)
     parser.add_argument(
         "--launcher",
-        choices=["local", "slurm"],
+        choices=launcher_names(),
         default=None,
-        help="train here, or submit each stage's runs as Slurm jobs (runtime.slurm; "
-        "docs/distributed.md); default: the file's runtime.launcher",
+        help="where runs execute: here (local), as Slurm jobs (slurm: runtime.slurm, "
+        "docs/distributed.md), or a launcher another package registers; default: the "
+        "file's runtime.launcher",
     )
 
 

@@ -107,7 +107,7 @@ def _print_plan(experiment: Experiment, args: argparse.Namespace, console: Conso
     """The runs, the per-variant estimate table and the wall time of one experiment; the time."""
     from ablate.core.plan import planned_groups
     from ablate.launch.estimate import describe_plan
-    from ablate.launch.workers import resources_for
+    from ablate.launch.launchers import resources_for
 
     n_runs = len(experiment.seeds) * len(experiment.variants)
     res = resources_for(experiment.base.runtime, n_runs, args.workers)

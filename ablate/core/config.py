@@ -14,9 +14,11 @@ from __future__ import annotations
 import re
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from ablate.core.cluster import SlurmConfig
+from ablate.core.launchers import DEFAULT as DEFAULT_LAUNCHER
+from ablate.core.launchers import launcher_names
 from ablate.core.norm_kinds import KINDS, with_kernel
 from ablate.core.section import SEED_LIMIT, StrictSection
 from ablate.core.truth import SimulateConfig
@@ -385,12 +387,21 @@ class RuntimeConfig(StrictSection):
         description="train: real runs; simulate: the known-truth simulator (docs/simulator.md)",
     )
     simulate: SimulateConfig = Field(default_factory=SimulateConfig)
-    launcher: Literal["local", "slurm"] = Field(
-        "local",
+    launcher: str = Field(
+        DEFAULT_LAUNCHER,
         description="local: runs train on this machine; slurm: each stage's runs are Slurm "
-        "jobs (runtime.slurm, docs/distributed.md)",
+        "jobs (runtime.slurm, docs/distributed.md); or a launcher another package registers",
     )
     slurm: SlurmConfig = Field(default_factory=SlurmConfig)
+
+    @field_validator("launcher")
+    @classmethod
+    def _registered_launcher(cls, name: str) -> str:
+        names = launcher_names()
+        if name not in names:
+            allowed = ", ".join(repr(n) for n in names)
+            raise ValueError(f"runtime.launcher: got {name!r}; input should be one of {allowed}")
+        return name
 
     def processes(self) -> int:
         """Processes that train one run together (the DDP world size)."""

@@ -1,6 +1,7 @@
 """Which executor an experiment's ``runtime`` names, and what must be checked before it runs:
-the local trainer or the simulator (``runtime.backend``), here or as Slurm jobs
-(``runtime.launcher``)."""
+the local trainer or the simulator (``runtime.backend``, :func:`backend_executor`), here or
+wherever its launcher sends runs (``runtime.launcher``, :mod:`ablate.launch.launchers`: this
+module's :data:`LOCAL` runs them on this machine)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,8 @@ from rich.console import Console
 from ablate.core.config import RuntimeConfig
 from ablate.core.experiment import Experiment
 from ablate.launch.execute import Executor, LocalExecutor
+from ablate.launch.launchers import Job, launcher
+from ablate.launch.workers import Resources
 
 
 def make_executor(
@@ -20,25 +23,53 @@ def make_executor(
     threads: int | None = None,
     console: Console | None = None,
 ) -> Executor:
-    """The executor of ``runtime.backend`` and ``runtime.launcher``: the local trainer or the
-    simulator (:mod:`ablate.launch.simulator`), here or in Slurm jobs
-    (:mod:`ablate.launch.slurm`: each task trains with one worker of
-    ``runtime.slurm.cpus_per_task`` threads, at the results folder's absolute path)."""
-    slurm = runtime.launcher == "slurm"
-    root = results_dir.resolve() if slurm else results_dir
+    """The executor of ``runtime.backend`` through ``runtime.launcher``'s launcher."""
+    return launcher(runtime.launcher).executor(runtime, results_dir, workers, threads, console)
+
+
+def backend_executor(
+    runtime: RuntimeConfig,
+    root: Path,
+    workers: int | None = None,
+    threads: int | None = None,
+    console: Console | None = None,
+) -> Executor:
+    """The executor of ``runtime.backend`` on this machine: the local trainer (a pool of
+    ``workers`` processes of ``threads`` threads) or the simulator
+    (:mod:`ablate.launch.simulator`)."""
     if runtime.backend == "simulate":
         from ablate.launch.simulator import SimulatedExecutor
 
-        executor: Executor = SimulatedExecutor(root, None if slurm else console)
-    elif slurm:
-        executor = LocalExecutor(root, 1, runtime.slurm.cpus_per_task)
-    else:
-        executor = LocalExecutor(results_dir, workers, threads, console)
-    if not slurm:
-        return executor
-    from ablate.launch.slurm import SlurmExecutor
+        return SimulatedExecutor(root, console)
+    return LocalExecutor(root, workers, threads, console)
 
-    return SlurmExecutor(results_dir, executor, runtime.slurm, console)
+
+class LocalLauncher:
+    """``runtime.launcher: local``: the backend's executor, here."""
+
+    label = "local"
+
+    def executor(
+        self,
+        runtime: RuntimeConfig,
+        results_dir: Path,
+        workers: int | None,
+        threads: int | None,
+        console: Console | None,
+    ) -> Executor:
+        """The backend's executor on this machine."""
+        return backend_executor(runtime, results_dir, workers, threads, console)
+
+    def resources(self, runtime: RuntimeConfig, jobs: int) -> Resources | None:
+        """None: the machine decides."""
+        return None
+
+    def jobs(self, exp_dir: Path) -> dict[str, Job]:
+        """None: a local run's process holds its claim (``ablate status`` reads that)."""
+        return {}
+
+
+LOCAL = LocalLauncher()
 
 
 def check_what_trains(experiment: Experiment, results_dir: Path) -> None:

@@ -4,7 +4,7 @@ stage is given, and this module's :class:`LocalExecutor` is the one that trains 
 A stage (:mod:`ablate.launch.pipeline`, the studies) only decides which RunSpecs it needs and
 hands them to its executor: ``obtain`` one (a search trial, a max-LR probe) or ``run`` many (an
 A/B). The local executor checks the store for finished runs, picks a worker count for the
-machine (:func:`ablate.launch.workers.resources_for`), and trains each pending spec through
+machine (:func:`ablate.launch.workers.local_resources`), and trains each pending spec through
 :func:`obtain`, the claim / train / reuse path, in this process when there is one worker and in
 the worker pool otherwise (:mod:`ablate.launch.workers`); workers report steps through a
 queue and the ``ablate`` process draws them (:mod:`ablate.launch.progress`). Other backends (the
@@ -33,8 +33,8 @@ from ablate.launch.workers import (
     Resources,
     drain,
     in_worker,
+    local_resources,
     pool_context,
-    resources_for,
     sigint_deferred,
     torch_threads,
     worker_message,
@@ -299,7 +299,7 @@ def execute(
     summaries = done
     if not pending:
         return summaries
-    res = resources_for(pending[0].config.runtime, len(pending), workers, threads)
+    res = local_resources(pending[0].config.runtime, len(pending), workers, threads)
     console.print(
         f"running {len(pending)} runs with {res.workers} worker(s) x {res.threads} thread(s)"
     )

@@ -66,8 +66,9 @@ from ablate.core.stability import (
 from ablate.core.studies import BoundaryResult, MarginBoundary, SearchResult, Studies
 from ablate.launch.backends import check_what_trains, make_executor
 from ablate.launch.execute import Executor, ready_conversions, split_done
+from ablate.launch.launchers import resources_for
 from ablate.launch.progress import ExperimentPace, StepsLeft, StudyProgress, pacing
-from ablate.launch.workers import Resources, resources_for, sigint_deferred
+from ablate.launch.workers import Resources, sigint_deferred
 
 SayFn = Callable[[str], None]
 

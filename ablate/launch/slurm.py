@@ -40,9 +40,10 @@ from typing import Any, ClassVar
 from rich.console import Console
 
 from ablate.core.cluster import SlurmConfig
-from ablate.core.config import ConfigError
+from ablate.core.config import ConfigError, RuntimeConfig
 from ablate.core.folders import ExperimentFolder, read_json, write_json_atomic
 from ablate.core.plan import RunSpec
+from ablate.launch.backends import backend_executor
 from ablate.launch.execute import (
     EvalWatch,
     Executor,
@@ -52,8 +53,10 @@ from ablate.launch.execute import (
     say_done,
     split_done,
 )
+from ablate.launch.launchers import Job
 from ablate.launch.progress import ProgressBoard
 from ablate.launch.search import RunFailedError
+from ablate.launch.workers import Resources
 
 ACTIVE = frozenset(
     {"PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "REQUEUED", "REQUEUE_HOLD"}
@@ -396,3 +399,49 @@ def sbatch_error(exc: Exception) -> str:
     """sbatch's own error line out of submitit's exception text."""
     lines = [line.strip() for line in str(exc).splitlines() if "error" in line.lower()]
     return lines[-1] if lines else last_line(str(exc))
+
+
+class SlurmLauncher:
+    """``runtime.launcher: slurm``: each stage's runs as Slurm jobs (this module)."""
+
+    label = "Slurm job"
+
+    def executor(
+        self,
+        runtime: RuntimeConfig,
+        results_dir: Path,
+        workers: int | None,
+        threads: int | None,
+        console: Console | None,
+    ) -> Executor:
+        """A :class:`SlurmExecutor` whose tasks run the backend's executor with one worker of
+        ``runtime.slurm.cpus_per_task`` threads, at the results folder's absolute path (the
+        command line's workers and threads are this machine's: not the tasks')."""
+        task = backend_executor(runtime, results_dir.resolve(), 1, runtime.slurm.cpus_per_task)
+        return SlurmExecutor(results_dir, task, runtime.slurm, console)
+
+    def resources(self, runtime: RuntimeConfig, jobs: int) -> Resources:
+        """Every study at once (each waits on its trials' jobs), up to the array's
+        parallelism, with one thread."""
+        return Resources(max(1, min(jobs, runtime.slurm.array_parallelism)), 1)
+
+    def jobs(self, exp_dir: Path) -> dict[str, Job]:
+        """Each run's last recorded job with its state from ``squeue``."""
+        submitted = submitted_jobs(exp_dir)
+        states = job_states(job.job_id for job in submitted.values())
+        return {
+            run_id: Job(job.job_id, job.group, _word(states.get(job.job_id)))
+            for run_id, job in submitted.items()
+        }
+
+
+def _word(state: str | None) -> str | None:
+    """A Slurm state as a launcher's job state: queued, running, ended (None: not read)."""
+    if state is None:
+        return None
+    if state in ACTIVE:
+        return "queued" if state == "PENDING" else "running"
+    return "ended"
+
+
+SLURM = SlurmLauncher()

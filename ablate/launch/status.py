@@ -1,12 +1,12 @@
 """``ablate status``: where an experiment's runs stand, per stage, at a glance.
 
 Every run the plan names (``experiment.json``), every study run that is stored, and every run
-the Slurm launcher submitted (``.slurm/by-run/``) is one of: **done** (a summary with a final
-status), **failed** (a summary that says so, or a job that ended without one), **interrupted**
-(stopped by Ctrl-C or a signal: its summary says so, and a rerun trains it), **running** or
-**queued** (its Slurm job's state from ``squeue``, or a local process that holds it), or **not
-started**. Nothing here writes; it reads the store and asks ``squeue`` only when there are
-jobs to ask about.
+a launcher submitted as a job (the Slurm launcher's ``.slurm/by-run/``) is one of: **done** (a
+summary with a final status), **failed** (a summary that says so, or a job that ended without
+one), **interrupted** (stopped by Ctrl-C or a signal: its summary says so, and a rerun trains
+it), **running** or **queued** (its job's state as its launcher reads it, or a local process
+that holds it), or **not started**. Nothing here writes; it reads the store and asks each
+registered launcher (:mod:`ablate.launch.launchers`) for its jobs.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import pandas as pd
 
 from ablate.core import store
 from ablate.core.folders import ExperimentFolder, RunFolder, read_json
-from ablate.launch.slurm import ACTIVE, Submitted, job_states, submitted_jobs
+from ablate.launch.launchers import Job, every_launcher
 
 STATES = ("done", "failed", "interrupted", "running", "queued", "not started")
 STAGE_ORDER = (
@@ -44,7 +44,7 @@ class RunState:
     job: str | None = None
 
 
-def known_runs(exp_dir: Path, jobs: dict[str, Submitted]) -> dict[str, str]:
+def known_runs(exp_dir: Path, jobs: dict[str, Job]) -> dict[str, str]:
     """Every run the experiment knows of (planned, stored, submitted), by run id: its stage."""
     runs = {run["run_id"]: run["group"] for run in store.read_manifest(exp_dir).get("runs", [])}
     for run in ExperimentFolder(exp_dir).runs():
@@ -55,14 +55,27 @@ def known_runs(exp_dir: Path, jobs: dict[str, Submitted]) -> dict[str, str]:
     return runs
 
 
-def run_states(exp_dir: Path) -> list[RunState]:
-    """Each known run's state (a submitted run's from its job's state in ``squeue``)."""
-    jobs = submitted_jobs(exp_dir)
-    states = job_states(job.job_id for job in jobs.values())
+def submitted(exp_dir: Path) -> tuple[dict[str, Job], str]:
+    """Every registered launcher's jobs for the experiment's runs, by run id, and the label of
+    the launcher that has some (``Slurm job``)."""
+    jobs: dict[str, Job] = {}
+    label = "job"
+    for each in every_launcher().values():
+        found = each.jobs(exp_dir)
+        if found:
+            jobs.update(found)
+            label = each.label
+    return jobs, label
+
+
+def run_states(exp_dir: Path, jobs: dict[str, Job] | None = None) -> list[RunState]:
+    """Each known run's state (a submitted run's from its job's state; ``jobs``: as
+    :func:`submitted` gives them, read here when not given)."""
+    jobs = submitted(exp_dir)[0] if jobs is None else jobs
     found, folder = [], ExperimentFolder(exp_dir)
     for run_id, group in known_runs(exp_dir, jobs).items():
         job = jobs.get(run_id)
-        state = _state(folder.run(run_id), states.get(job.job_id) if job else None)
+        state = _state(folder.run(run_id), job.state if job else None)
         found.append(RunState(run_id, group, state, job and job.job_id))
     return found
 
@@ -71,8 +84,8 @@ def _state(run: RunFolder, job_state: str | None) -> str:
     summary = run.read_any_summary()
     if summary is not None and summary.get("status") in store.DONE_STATUSES:
         return "done"
-    if job_state in ACTIVE:
-        return "queued" if job_state == "PENDING" else "running"
+    if job_state in ("queued", "running"):
+        return job_state
     if summary is not None and summary.get("status") == "interrupted":
         return "interrupted"
     if summary is not None or job_state is not None:
@@ -82,7 +95,7 @@ def _state(run: RunFolder, job_state: str | None) -> str:
 
 
 def status_table(states: list[RunState]) -> pd.DataFrame:
-    """Runs per stage in each state, and the Slurm jobs of those running or queued."""
+    """Runs per stage in each state, and the jobs of those running or queued."""
     frame = pd.DataFrame([vars(s) for s in states], columns=["run_id", "group", "state", "job"])
     table = pd.crosstab(frame["group"], frame["state"]).reindex(columns=list(STATES), fill_value=0)
     live = frame[frame["state"].isin(["running", "queued"]) & frame["job"].notna()]
@@ -96,15 +109,16 @@ def status_table(states: list[RunState]) -> pd.DataFrame:
 
 def status_lines(exp_dir: Path) -> list[str]:
     """The table, and what a controller is waiting for."""
-    states = run_states(exp_dir)
+    jobs, label = submitted(exp_dir)
+    states = run_states(exp_dir, jobs)
     if not states:
         return [f"{exp_dir}: no planned or stored runs"]
     table = status_table(states)
     lines = [table.to_markdown(index=False)]
     waiting = table[(table["running"] + table["queued"]) > 0]
     for row in waiting.itertuples():
-        jobs = f" (Slurm job {row.jobs})" if row.jobs else ""
-        lines.append(f"waiting for {row.stage}: {row.running} running, {row.queued} queued{jobs}")
+        held = f" ({label} {row.jobs})" if row.jobs else ""
+        lines.append(f"waiting for {row.stage}: {row.running} running, {row.queued} queued{held}")
     if waiting.empty:
         lines.append("nothing is running or queued")
     return lines

@@ -63,15 +63,14 @@ def choose_resources(
     return Resources(workers=n, threads=threads or per_run)
 
 
-def resources_for(
+def local_resources(
     runtime: RuntimeConfig, jobs: int, workers: int | None = None, threads: int | None = None
 ) -> Resources:
-    """The one choice of workers x threads for ``jobs`` runs or studies at once: the command
+    """Workers x threads on this machine for ``jobs`` runs or studies at once: the command
     line's ``workers`` / ``threads``, else the file's ``runtime``, else chosen for the machine
     (:func:`choose_resources`); one of each for the simulator, whose runs take milliseconds.
-    Under Slurm every study runs at once (each waits on its trials' jobs) with one thread."""
-    if runtime.launcher == "slurm":
-        return Resources(max(1, min(jobs, runtime.slurm.array_parallelism)), 1)
+    A launcher that runs them elsewhere chooses its own
+    (:func:`ablate.launch.launchers.resources_for`)."""
     if runtime.backend == "simulate":
         return Resources(1, 1)
     return choose_resources(

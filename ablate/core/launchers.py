@@ -1,0 +1,26 @@
+"""The launchers' names (``runtime.launcher``): where runs execute. Each launcher, ablate's own
+(``local``, ``slurm``) and any another installed package adds, is registered as an entry point
+of the group :data:`GROUP` naming the object that implements it
+(:class:`ablate.launch.launchers.Launcher`); here the names are read from the installed
+metadata, nothing is imported, so the config that checks them stays light. ``local`` is always
+there: it is the default, and a checkout run without installing still has it.
+"""
+
+from __future__ import annotations
+
+import functools
+from importlib.metadata import EntryPoint, entry_points
+
+GROUP = "ablate.launchers"
+DEFAULT = "local"
+
+
+@functools.cache
+def registered() -> dict[str, EntryPoint]:
+    """Every installed launcher's entry point, by name."""
+    return {point.name: point for point in entry_points(group=GROUP)}
+
+
+def launcher_names() -> list[str]:
+    """The launchers ``runtime.launcher`` may name: ``local`` first, then the rest sorted."""
+    return [DEFAULT, *sorted(set(registered()) - {DEFAULT})]
