@@ -21,7 +21,23 @@ from ablate.core.boundary import lattice_index
 from ablate.core.experiment import Experiment
 from ablate.core.optimum import Curve, Optimum, edge_sides, variant_optimum
 from ablate.core.plan import RunSpec, plan_curve, plan_manifest, with_train
+from ablate.launch.context import Context
 from ablate.launch.execute import Executor
+
+
+def run(ctx: Context) -> None:
+    """The stage: every variant's curve (:func:`curve_stage`), its optimum and the warmup study
+    there (:func:`tune_warmups`); the plan gains the curve's runs and the tuned A/B's settings
+    at the optima (:func:`at_curve_optima`)."""
+    from ablate.launch.storage import storage_url
+
+    experiment, plan = ctx.experiment, ctx.plan
+    url = storage_url(experiment, ctx.results_dir, ctx.storage)
+    planned = plan.specs + plan.continued
+    curve, optima = curve_stage(experiment, ctx.executor, ctx.exp_dir, planned, url, ctx.say)
+    plan.specs += curve
+    warmups = tune_warmups(experiment, optima, ctx.executor, url, ctx.say)
+    plan.chosen = at_curve_optima(experiment, plan.chosen, optima, warmups)
 
 
 def curve_stage(

@@ -17,13 +17,32 @@ from typing import Any
 
 from ablate.core import store
 from ablate.core.experiment import Experiment
-from ablate.core.plan import RunSpec, plan_manifest
+from ablate.core.plan import RunSpec, plan_manifest, plan_runs, plan_tuned
 from ablate.core.sequential import decide_seeds, look_alpha, looks
+from ablate.launch.context import Context
 from ablate.launch.execute import Executor
 from ablate.report.load import load_experiment_results
 from ablate.report.summary import NOT_QUALITY, leading_verdicts
 
 DECIDED = ("different", "equivalent", NOT_QUALITY)  # more seeds would not change these
+
+
+def run(ctx: Context) -> None:
+    """The stage: seeds added to the leading comparison, the tuned one if any, until it is
+    decided (:func:`decide_stage`); the plan holds every seed it took, and its record."""
+    experiment, plan = ctx.experiment, ctx.plan
+    chosen = plan.chosen
+    leading = "tuned" if chosen else "main"
+    others = [s for s in plan.specs if s.group != leading]
+
+    def planned(seeds: list[int]) -> list[RunSpec]:
+        return plan_tuned(experiment, chosen, seeds) if chosen else plan_runs(experiment, seeds)
+
+    context = others + plan.continued
+    plan.specs = others + decide_stage(
+        experiment, ctx.executor, ctx.exp_dir, context, planned, ctx.say
+    )
+    plan.decided = store.read_manifest(ctx.exp_dir).get("decide")
 
 
 def decide_stage(

@@ -24,16 +24,20 @@ Stages, in order (each one only those the file configures):
 6. **convert** — continued training of the finished source runs, as stored and norm-swapped;
 7. **report** — rebuilt from the store (skipped when it is up to date).
 
-A stage only decides which RunSpecs it needs; every run of every stage goes through the one
-executor the context carries (:class:`ablate.launch.execute.Executor`: the local trainer or
-the simulator, here or as Slurm jobs: :mod:`ablate.launch.backends`), handed to every stage.
-The CLI parses and prints; everything else is here.
+:data:`STAGES` is that list, in order, each a :class:`ablate.launch.context.Stage`: when it is
+wanted and what it runs, given one :class:`ablate.launch.context.Context` (the experiment, the
+executor, the results folder and the plan so far, which each stage updates). A stage only
+decides which RunSpecs it needs; every run of every stage goes through the one executor the
+context carries (:class:`ablate.launch.execute.Executor`: the local trainer or the simulator,
+here or wherever the launcher sends runs: :mod:`ablate.launch.launchers`). The CLI parses and
+prints; everything else is here.
 """
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable
-from dataclasses import InitVar, dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -43,14 +47,12 @@ from rich.console import Console
 from ablate.core import store
 from ablate.core.boundary import edge_of_points, variant_boundary
 from ablate.core.experiment import Experiment
-from ablate.core.folders import ExperimentFolder
 from ablate.core.load import load_experiment
 from ablate.core.plan import (
     RunSpec,
     max_lr_family,
     plan_convert,
     plan_crossover,
-    plan_manifest,
     plan_runs,
     plan_sweep,
     plan_tuned,
@@ -64,52 +66,11 @@ from ablate.core.stability import (
     verdict_at_margin,
 )
 from ablate.core.studies import BoundaryResult, MarginBoundary, SearchResult, Studies
-from ablate.launch.backends import check_what_trains, make_executor
+from ablate.launch.backends import check_what_trains
+from ablate.launch.context import Context, Stage
 from ablate.launch.execute import Executor, ready_conversions, split_done
-from ablate.launch.launchers import resources_for
 from ablate.launch.progress import ExperimentPace, StepsLeft, StudyProgress, pacing
-from ablate.launch.workers import Resources, sigint_deferred
-
-SayFn = Callable[[str], None]
-
-
-@dataclass
-class Context:
-    """Where an experiment's runs and report go, and how many processes train them."""
-
-    experiment: Experiment
-    results_dir: Path
-    report_dir: Path
-    workers: int | None = None
-    threads: int | None = None
-    storage: str | None = None
-    console: Console = field(default_factory=lambda: Console(stderr=True))
-    given: InitVar[Executor | None] = None  # default: the one the runtime names
-    executor: Executor = field(init=False)
-
-    def __post_init__(self, given: Executor | None) -> None:
-        runtime = self.experiment.base.runtime
-        self.executor = given or make_executor(
-            runtime, self.results_dir, self.workers, self.threads, self.console
-        )
-
-    @property
-    def exp_dir(self) -> Path:
-        """The experiment's results folder."""
-        return ExperimentFolder.of(self.results_dir, self.experiment.name).path
-
-    def say(self, text: str) -> None:
-        """Print one plain line."""
-        self.console.print(text, markup=False, highlight=False, soft_wrap=True)
-
-    def resources(self, jobs: int) -> Resources:
-        """Workers and threads for ``jobs`` studies at once (:func:`resources_for`)."""
-        return resources_for(self.experiment.base.runtime, jobs, self.workers, self.threads)
-
-    def execute(self, specs: list[RunSpec]) -> list[dict[str, Any]]:
-        """Every spec through the executor (skip stored, run the rest)."""
-        return self.executor.run(specs)
-
+from ablate.launch.workers import sigint_deferred
 
 @dataclass
 class PipelineResult:
@@ -163,66 +124,123 @@ def _steps_to_train(ctx: Context) -> StepsLeft:
 
 
 def _run_stages(ctx: Context) -> PipelineResult:
-    """The stages in order, over the context's executor."""
-    experiment = ctx.experiment
-    specs = plan_runs(experiment) + plan_sweep(experiment)
-    continued = plan_convert(experiment)
-    write_manifest(ctx, specs + continued)  # the tuned runs join it once the search chose
-    ctx.execute(specs)  # stage: shared
-    studies = Studies()
-    if experiment.search is not None:
-        studies.search = search_stage(ctx)
-    chosen = studies.best_settings()
-    if experiment.curve is not None:
-        from ablate.launch.curve import at_curve_optima, curve_stage, tune_warmups
-        from ablate.launch.storage import storage_url
-
-        url = storage_url(experiment, ctx.results_dir, ctx.storage)
-        curve, optima = curve_stage(
-            experiment, ctx.executor, ctx.exp_dir, specs + continued, url, ctx.say
-        )
-        specs += curve
-        warmups = tune_warmups(experiment, optima, ctx.executor, url, ctx.say)
-        chosen = at_curve_optima(experiment, chosen, optima, warmups)
-    if chosen:
-        tuned = plan_tuned(experiment, chosen)
-        specs += tuned
-        write_manifest(ctx, specs + continued)
-        ctx.execute(tuned)  # stage: tuned
-    decided = None  # what decide: did, kept in every later plan
-    if experiment.decide is not None:
-        specs = decide_stage(ctx, specs, continued, chosen)
-        decided = store.read_manifest(ctx.exp_dir).get("decide")
-    if chosen:  # stage: crossover, on the seeds the tuned A/B ended with
-        seeds = sorted({s.seed for s in specs if s.group == "tuned"})
-        crossover = plan_crossover(experiment, chosen, seeds)
-        specs += crossover
-        write_manifest(ctx, specs + continued, decided)
-        ctx.execute(crossover)
-    if experiment.max_lr is not None and experiment.max_lr.within is not None and chosen:
-        from ablate.launch.usable import usable_stage
-
-        optima = {v: float(s["lr"]) for v, s in chosen.items()}
-        done = list(specs)
-        specs += usable_stage(  # stage: usable
-            experiment,
-            ctx.executor,
-            optima,
-            lambda walked: write_manifest(ctx, done + walked + continued, decided),
-            ctx.say,
-        )
-    if experiment.max_lr is not None:
-        studies.max_lr = max_lr_stage(ctx, studies.best_lrs())
-    if experiment.search is not None or experiment.max_lr is not None:
-        write_studies(ctx, studies)
-    if continued:  # stage: convert, after the shared A/B that holds its sources
-        ctx.execute(ready_convert(ctx, continued))
-        specs += continued
-    rebuilt = report_stage(ctx)
-    _, missing = split_done(specs, ctx.results_dir)  # as stored now, by any process
+    """Every stage of :data:`STAGES` that has work, in order, over the context's executor."""
+    for stage in STAGES:
+        if stage.wanted(ctx):
+            stage.run(ctx)
+    plan = ctx.plan
+    _, missing = split_done(plan.specs, ctx.results_dir)  # as stored now, by any process
     return PipelineResult(
-        experiment, ctx.exp_dir, report_path(ctx), specs, studies, missing, rebuilt
+        ctx.experiment,
+        ctx.exp_dir,
+        report_path(ctx),
+        plan.specs,
+        plan.studies,
+        missing,
+        plan.rebuilt,
     )
+
+
+def shared(ctx: Context) -> None:
+    """The shared-LR A/B and the LR sweep; the plan starts with them and the convert runs."""
+    plan = ctx.plan
+    plan.specs = plan_runs(ctx.experiment) + plan_sweep(ctx.experiment)
+    plan.continued = plan_convert(ctx.experiment)
+    ctx.write_manifest()  # the tuned runs join it once the search chose
+    ctx.execute(plan.specs)
+
+
+def search(ctx: Context) -> None:
+    """Every variant's LR x warmup study; its best settings are the tuned A/B's."""
+    ctx.plan.studies.search = search_stage(ctx)
+    ctx.plan.chosen = ctx.plan.studies.best_settings()
+
+
+def tuned(ctx: Context) -> None:
+    """Every variant at its chosen (LR, warmup) on the experiment's seeds."""
+    runs = plan_tuned(ctx.experiment, ctx.plan.chosen)
+    ctx.plan.specs += runs
+    ctx.write_manifest()
+    ctx.execute(runs)
+
+
+def crossover(ctx: Context) -> None:
+    """On the seeds the tuned A/B ended with, each variant at the other's chosen setting."""
+    plan = ctx.plan
+    seeds = sorted({s.seed for s in plan.specs if s.group == "tuned"})
+    runs = plan_crossover(ctx.experiment, plan.chosen, seeds)
+    plan.specs += runs
+    ctx.write_manifest()
+    ctx.execute(runs)
+
+
+def max_lr(ctx: Context) -> None:
+    """Every variant's max stable LR, started where the search found its best."""
+    studies = ctx.plan.studies
+    studies.max_lr = max_lr_stage(ctx, studies.best_lrs())
+
+
+def record_studies(ctx: Context) -> None:
+    """``stability.json``: the studies' results as they last."""
+    write_studies(ctx, ctx.plan.studies)
+
+
+def convert(ctx: Context) -> None:
+    """Continued training of the finished source runs; the convert runs join the plan."""
+    ctx.execute(ready_convert(ctx, ctx.plan.continued))
+    ctx.plan.specs += ctx.plan.continued
+
+
+def report(ctx: Context) -> None:
+    """The report, rebuilt unless it is up to date."""
+    ctx.plan.rebuilt = report_stage(ctx)
+
+
+def stage_module(name: str) -> Callable[[Context], None]:
+    """A stage module's ``run``, imported when the stage runs (decide's loads the report's
+    statistics: a file without ``decide:`` never does)."""
+
+    def run(ctx: Context) -> None:
+        importlib.import_module(f"ablate.launch.{name}").run(ctx)
+
+    return run
+
+
+def _configured(section: str) -> Callable[[Context], bool]:
+    """Wanted where the experiment has ``section``."""
+    return lambda ctx: getattr(ctx.experiment, section) is not None
+
+
+def _chose(ctx: Context) -> bool:
+    """Wanted where a search or curve chose a setting for the tuned A/B."""
+    return bool(ctx.plan.chosen)
+
+
+def _walks(ctx: Context) -> bool:
+    """Wanted with ``max_lr.within`` and a tuned optimum to walk from."""
+    cfg = ctx.experiment.max_lr
+    return cfg is not None and cfg.within is not None and _chose(ctx)
+
+
+def _has_studies(ctx: Context) -> bool:
+    """Wanted where a search or max-LR study ran."""
+    return ctx.experiment.search is not None or ctx.experiment.max_lr is not None
+
+
+# the pipeline, in order: a stage runs where it is wanted at that point of the plan
+STAGES: tuple[Stage, ...] = (
+    Stage("shared", lambda ctx: True, shared),
+    Stage("search", _configured("search"), search),
+    Stage("curve", _configured("curve"), stage_module("curve")),
+    Stage("tuned", _chose, tuned),
+    Stage("decide", _configured("decide"), stage_module("decide")),
+    Stage("crossover", _chose, crossover),
+    Stage("usable", _walks, stage_module("usable")),
+    Stage("max_lr", _configured("max_lr"), max_lr),
+    Stage("studies", _has_studies, record_studies),
+    Stage("convert", lambda ctx: bool(ctx.plan.continued), convert),
+    Stage("report", lambda ctx: True, report),
+)
 
 
 def studies_configured(experiment: Experiment) -> bool:
@@ -237,30 +255,6 @@ def _check_storage(experiment: Experiment, root: Path, storage: str | None) -> N
         from ablate.launch.storage import check_storage_opens
 
         check_storage_opens(experiment, root, storage)
-
-
-def write_manifest(
-    ctx: Context, specs: list[RunSpec], decided: dict[str, Any] | None = None
-) -> None:
-    """The plan as the report reads it (``experiment.json``), with ``decide:``'s record."""
-    store.write_manifest(ctx.exp_dir, plan_manifest(ctx.experiment, specs, decided))
-
-
-def decide_stage(
-    ctx: Context, specs: list[RunSpec], continued: list[RunSpec], chosen: dict[str, Any]
-) -> list[RunSpec]:
-    """Seeds added to the leading comparison, the tuned one if any, until it is decided
-    (:mod:`ablate.launch.decide`); the plan with every seed it took."""
-    from ablate.launch.decide import decide_stage as decide
-
-    experiment = ctx.experiment
-    leading = "tuned" if chosen else "main"
-    others = [s for s in specs if s.group != leading]
-
-    def plan(seeds: list[int]) -> list[RunSpec]:
-        return plan_tuned(experiment, chosen, seeds) if chosen else plan_runs(experiment, seeds)
-
-    return others + decide(experiment, ctx.executor, ctx.exp_dir, others + continued, plan, ctx.say)
 
 
 def search_stage(ctx: Context) -> dict[str, SearchResult]:

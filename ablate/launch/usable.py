@@ -17,10 +17,26 @@ from collections.abc import Callable
 from ablate.core.experiment import Experiment
 from ablate.core.plan import RunSpec, with_train
 from ablate.core.usable import next_lr, walk_lrs, walk_seed
+from ablate.launch.context import Context
 from ablate.launch.execute import Executor
 from ablate.launch.search import trial_value
 
 Walker = tuple[str, int]  # (variant, seed)
+
+
+def run(ctx: Context) -> None:
+    """The stage: every variant's usable-LR walk from its tuned optimum
+    (:func:`usable_stage`); the plan gains the walks' runs, recorded before each round."""
+    plan = ctx.plan
+    optima = {variant: float(setting["lr"]) for variant, setting in plan.chosen.items()}
+    done = list(plan.specs)
+    plan.specs += usable_stage(
+        ctx.experiment,
+        ctx.executor,
+        optima,
+        lambda walked: ctx.write_manifest(done + walked + plan.continued),
+        ctx.say,
+    )
 
 
 def usable_spec(experiment: Experiment, variant: str, lr: float, seed: int) -> RunSpec:

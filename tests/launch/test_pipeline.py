@@ -229,3 +229,46 @@ def test_the_quality_boundary_moves_with_the_collapse_margin(tmp_path: Path) -> 
     }
     assert brackets == {0.05: (0.08, 0.16), 0.1: (0.04, 0.08), 0.3: (0.02, 0.04)}
     assert found[0.05].boundary.value > found[0.3].boundary.value
+
+
+def test_a_new_stage_is_one_entry_that_sees_the_plan_and_adds_to_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from ablate.core.plan import RunSpec, with_train
+    from ablate.launch import pipeline
+    from ablate.launch.context import Stage
+
+    seen: dict[str, object] = {}
+
+    def extra_lr(ctx: Context) -> None:  # a stage: one run per variant at twice the base LR
+        seen["groups"] = sorted({s.group for s in ctx.plan.specs})
+        runs = [
+            RunSpec(ctx.experiment.name, v, 0, with_train(c, lr=2 * c.train.lr), group="extra")
+            for v, c in ctx.experiment.variants.items()
+        ]
+        ctx.plan.specs += runs
+        ctx.write_manifest()
+        seen["stored"] = len(ctx.execute(runs))
+
+    at = [s.name for s in pipeline.STAGES].index("report")
+    stages = (
+        *pipeline.STAGES[:at],
+        Stage("extra", lambda ctx: True, extra_lr),
+        pipeline.STAGES[at],
+    )
+    monkeypatch.setattr(pipeline, "STAGES", stages)
+    result = run_experiment(simulated_experiment(tmp_path), tmp_path / "r", tmp_path / "rep")
+    assert seen == {"groups": ["main"], "stored": 2}  # it ran after the A/B, before the report
+    assert sorted(s.group for s in result.specs) == ["extra", "extra"] + ["main"] * 4
+    manifest = json.loads((result.exp_dir / "experiment.json").read_text())
+    assert sorted(r["group"] for r in manifest["runs"]) == ["extra", "extra"] + ["main"] * 4
+    assert result.report_rebuilt and not result.missing
+
+
+def test_the_stages_run_in_the_documented_order() -> None:
+    from ablate.launch.pipeline import STAGES
+
+    assert [s.name for s in STAGES] == [
+        "shared", "search", "curve", "tuned", "decide", "crossover", "usable", "max_lr",
+        "studies", "convert", "report",
+    ]  # fmt: skip
