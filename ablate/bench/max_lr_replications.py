@@ -106,9 +106,7 @@ def _brackets(
 
         def every_seed_stable(lr: float, variant: str = variant) -> bool:
             return all(
-                executor.obtain(probe_spec(design, variant, lr, seed), say=lambda _: None).get(
-                    "stable"
-                )
+                executor.obtain(probe_spec(design, variant, lr, seed), say=lambda _: None).stable
                 for seed in cfg.seeds or design.seeds
             )
 

@@ -33,7 +33,7 @@ def train_time(spec: RunSpec) -> tuple[float, float, pd.DataFrame]:
         summary = execute_run(spec, Path(root))
         run = ExperimentFolder.of(Path(root), spec.experiment).run(spec.run_id)
         metrics = pd.read_csv(run.metrics)
-    return summary["train_time_s"], summary["final_train_loss"], metrics
+    return summary.train_time_s, summary.final_train_loss, metrics
 
 
 def within_run_overhead(metrics: pd.DataFrame, spec: RunSpec) -> tuple[float, int]:

@@ -48,6 +48,8 @@ from typing import Any
 
 import pandas as pd
 
+from ablate.core.record import RunRecord
+
 DONE_STATUSES = ("finished", "diverged", "pruned")
 REPORT_BUILT = ".built.json"  # in a report folder, written last: the files that build wrote
 # the columns of a run's metrics.csv (before val_loss joins them) and probes.csv
@@ -196,6 +198,11 @@ class RunFolder:
         if summary is None or summary.get("status") not in DONE_STATUSES:
             return None
         return summary
+
+    def read_record(self) -> RunRecord | None:
+        """The run's record if it is complete (finished, diverged or pruned), else None."""
+        summary = self.read_summary()
+        return RunRecord.from_json(summary) if summary is not None else None
 
     def is_done(self) -> bool:
         """True when the run finished, diverged or was pruned; anything else is redone."""

@@ -3,7 +3,9 @@
 Both writers, a trained run's (:func:`ablate.training.summary.summarize`) and a simulated
 run's (:func:`ablate.launch.simulator.summary_of`), build a :class:`RunRecord`, so a key one
 of them forgets or misspells is an error where it is written, not a hole in a report;
-:data:`ablate.core.store.SUMMARY_KEYS` is its field names. docs/results.md describes each.
+:data:`ablate.core.store.SUMMARY_KEYS` is its field names. docs/results.md describes each. Every
+executor returns records, and a stored run is read back as one
+(:meth:`ablate.core.folders.RunFolder.read_record`).
 """
 
 from __future__ import annotations
@@ -77,6 +79,13 @@ class RunRecord:
         after them."""
         recorded = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "extra"}
         return {**recorded, **self.extra}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> RunRecord:
+        """The record ``summary.json`` holds: a key an older version did not write reads as
+        None, a key that is no field (a continued run's source) goes to ``extra``."""
+        known = {name: data.get(name) for name in RECORD_KEYS}
+        return cls(**known, extra={k: v for k, v in data.items() if k not in known})
 
 
 RECORD_KEYS = tuple(f.name for f in fields(RunRecord) if f.name != "extra")

@@ -19,6 +19,7 @@ from ablate.core import store
 from ablate.core.experiment import Experiment
 from ablate.core.folders import ExperimentFolder
 from ablate.core.plan import RunSpec, plan_manifest
+from ablate.core.record import RunRecord
 from ablate.core.studies import Studies
 from ablate.launch.backends import make_executor
 from ablate.launch.execute import Executor
@@ -80,7 +81,7 @@ class Context:
         """Workers and threads for ``jobs`` studies at once (:func:`resources_for`)."""
         return resources_for(self.experiment.base.runtime, jobs, self.workers, self.threads)
 
-    def execute(self, specs: list[RunSpec]) -> list[dict[str, Any]]:
+    def execute(self, specs: list[RunSpec]) -> list[RunRecord]:
         """Every spec through the executor (skip stored, run the rest)."""
         return self.executor.run(specs)
 

@@ -21,6 +21,7 @@ from ablate.core.boundary import lattice_index
 from ablate.core.experiment import Experiment
 from ablate.core.optimum import Curve, Optimum, edge_sides, variant_optimum
 from ablate.core.plan import RunSpec, plan_curve, plan_manifest, with_train
+from ablate.core.record import RunRecord
 from ablate.launch.context import Context
 from ablate.launch.execute import Executor
 
@@ -60,7 +61,7 @@ def curve_stage(
         specs = plan_curve(experiment, (grown[0], grown[1]))
         store.write_manifest(exp_dir, plan_manifest(experiment, planned + specs))
         ran = executor.run(specs)
-        summaries = {s["run_id"]: s for s in ran}
+        summaries = {s.run_id: s for s in ran}
         curves = {v: curve_of(specs, summaries, v) for v in experiment.variants}
         grid = cfg.lrs(grown[0], grown[1])
         sides = set().union(*(edge_sides(c, grid) for c in curves.values()))
@@ -74,7 +75,7 @@ def curve_stage(
 
 
 def record_curves(
-    experiment: Experiment, specs: list[RunSpec], summaries: list[dict[str, Any]], url: str
+    experiment: Experiment, specs: list[RunSpec], summaries: list[RunRecord], url: str
 ) -> None:
     """Each variant's curve as its Optuna study ``<experiment>.<variant>.curve`` (in the
     dashboard beside the warmup and max-LR studies): one trial per lattice LR, its value the
@@ -90,7 +91,7 @@ def record_curves(
     assert cfg is not None
     widest = cfg.lrs(cfg.extend, cfg.extend)
     space = {"lr": FloatDistribution(widest[0], widest[-1], log=True)}
-    by_id = {s["run_id"]: s for s in summaries}
+    by_id = {s.run_id: s for s in summaries}
     for variant in experiment.variants:
         study = open_study(experiment, variant, "curve", url)
         held = {
@@ -116,14 +117,16 @@ def record_curves(
             )
 
 
-def curve_of(specs: list[RunSpec], summaries: dict[str, dict], variant: str) -> dict[int, Curve]:
+def curve_of(
+    specs: list[RunSpec], summaries: dict[str, RunRecord], variant: str
+) -> dict[int, Curve]:
     """``{seed: [(lr, final val loss)]}`` of the variant's stable curve runs."""
     found: dict[int, list[tuple[float, float]]] = {}
     for spec in specs:
         summary = summaries.get(spec.run_id)
-        if spec.variant == variant and summary and summary.get("stable"):
+        if spec.variant == variant and summary and summary.stable:
             found.setdefault(spec.seed, []).append(
-                (spec.config.train.lr, float(summary["final_val_loss"]))
+                (spec.config.train.lr, float(summary.final_val_loss))
             )
     return found
 

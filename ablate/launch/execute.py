@@ -27,6 +27,7 @@ from rich.console import Console
 from ablate.core import store
 from ablate.core.folders import ExperimentFolder
 from ablate.core.plan import RunSpec
+from ablate.core.record import RunRecord
 from ablate.launch.progress import ProgressBoard
 from ablate.launch.workers import (
     TRAINING_IMPORTS,
@@ -69,27 +70,27 @@ class Executor(Protocol):
         wait: bool = False,
         say: SayFn = print,
         progress: ProgressFn | None = None,
-    ) -> dict[str, Any]:
-        """The stored summary of ``spec``, or run it now and store it (see :func:`obtain`);
+    ) -> RunRecord:
+        """The stored record of ``spec``, or run it now and store it (see :func:`obtain`);
         ``progress`` sees (step, train loss) as it trains, where the executor reports steps."""
 
-    def run(self, specs: list[RunSpec]) -> list[dict[str, Any]]:
-        """Every spec not yet done; the summaries of all of them (stored and new)."""
+    def run(self, specs: list[RunSpec]) -> list[RunRecord]:
+        """Every spec not yet done; the records of all of them (stored and new)."""
 
 
-def split_done(specs: list[RunSpec], root: Path) -> tuple[list[dict], list[RunSpec]]:
-    """(summaries of runs already done, specs still to run); specs with equal ids are one run.
+def split_done(specs: list[RunSpec], root: Path) -> tuple[list[RunRecord], list[RunSpec]]:
+    """(records of runs already done, specs still to run); specs with equal ids are one run.
     A done run's claim left by a process killed before it released it is removed."""
-    done: list[dict] = []
+    done: list[RunRecord] = []
     pending: list[RunSpec] = []
     for spec in {s.run_id: s for s in specs}.values():
         folder = ExperimentFolder.of(root, spec.experiment)
-        summary = folder.run(spec.run_id).read_summary()
-        if summary is None:
+        record = folder.run(spec.run_id).read_record()
+        if record is None:
             pending.append(spec)
         else:
             store.drop_stale_claim(folder.path, spec.run_id)
-            done.append(summary)
+            done.append(record)
     return done, pending
 
 
@@ -107,13 +108,13 @@ POLL_S = 1.0  # how often a process waiting for another's run looks again
 
 
 def obtain_with(
-    attempt: Callable[[], dict[str, Any]],
+    attempt: Callable[[], RunRecord],
     spec: RunSpec,
     root: Path,
     wait: bool = False,
     say: SayFn = print,
-) -> dict[str, Any]:
-    """The stored summary of ``spec``, else ``attempt()`` (claim it, run it, store it): the
+) -> RunRecord:
+    """The stored record of ``spec``, else ``attempt()`` (claim it, run it, store it): the
     reuse and waiting rules every executor shares.
 
     A run that another live process is running, or has finished since the caller planned it,
@@ -122,7 +123,7 @@ def obtain_with(
     """
     announced = False
     folder = ExperimentFolder.of(root, spec.experiment).run(spec.run_id)
-    while (summary := folder.read_summary()) is None:
+    while (record := folder.read_record()) is None:
         try:
             return attempt()
         except store.RunClaimed as claimed:
@@ -134,7 +135,7 @@ def obtain_with(
             time.sleep(POLL_S)
     if not wait:
         raise store.RunClaimed(f"run {spec.run_id} was finished meanwhile by another process")
-    return summary
+    return record
 
 
 def obtain(
@@ -145,8 +146,8 @@ def obtain(
     take_over: bool = False,
     wait: bool = False,
     say: SayFn = print,
-) -> dict[str, Any]:
-    """The stored summary of ``spec`` if it is done, else train it here and store it: the one
+) -> RunRecord:
+    """The stored record of ``spec`` if it is done, else train it here and store it: the one
     claim / train / reuse path of every locally trained run of every stage (main, sweep, tuned,
     search trial, max-LR probe, convert).
 
@@ -165,7 +166,7 @@ def obtain(
     )
 
 
-def _worker_run(spec_json: dict[str, Any], root: str) -> dict[str, Any] | None:
+def _worker_run(spec_json: dict[str, Any], root: str) -> RunRecord | None:
     spec = RunSpec.from_json(spec_json)
     worker_message(("start", spec.run_id, 0, 0.0))
 
@@ -175,7 +176,9 @@ def _worker_run(spec_json: dict[str, Any], root: str) -> dict[str, Any] | None:
     return obtain(spec, Path(root), progress=report)
 
 
-def _run_serial(specs: list[RunSpec], root: Path, threads: int, board: ProgressBoard) -> list[dict]:
+def _run_serial(
+    specs: list[RunSpec], root: Path, threads: int, board: ProgressBoard
+) -> list[RunRecord]:
     summaries = []
     with torch_threads(threads):
         for spec in specs:
@@ -201,8 +204,10 @@ def _run_serial(specs: list[RunSpec], root: Path, threads: int, board: ProgressB
     return summaries
 
 
-def _run_pool(specs: list[RunSpec], root: Path, res: Resources, board: ProgressBoard) -> list[dict]:
-    summaries: list[dict] = []
+def _run_pool(
+    specs: list[RunSpec], root: Path, res: Resources, board: ProgressBoard
+) -> list[RunRecord]:
+    summaries: list[RunRecord] = []
     messages = pool_context().Queue()
     with worker_pool(res, messages, TRAINING_IMPORTS) as pool:
         with sigint_deferred():
@@ -274,13 +279,13 @@ class LocalExecutor:
         wait: bool = False,
         say: SayFn = print,
         progress: ProgressFn | None = None,
-    ) -> dict[str, Any]:
+    ) -> RunRecord:
         """Reuse or train one run here (:func:`obtain`), with ``threads`` torch threads when
         they are set (a Slurm task's ``cpus_per_task``; a study worker has set its own)."""
         with torch_threads(self.threads) if self.threads else nullcontext():
             return obtain(spec, self.root, progress, watch, take_over, wait, say)
 
-    def run(self, specs: list[RunSpec]) -> list[dict[str, Any]]:
+    def run(self, specs: list[RunSpec]) -> list[RunRecord]:
         """Every pending spec through the pool (:func:`execute`)."""
         return execute(specs, self.root, self.workers, self.threads, self.console)
 
@@ -291,8 +296,8 @@ def execute(
     workers: int | None = None,
     threads: int | None = None,
     console: Console | None = None,
-) -> list[dict[str, Any]]:
-    """Run every spec that is not already done; return all summaries (stored and new)."""
+) -> list[RunRecord]:
+    """Run every spec that is not already done; return all records (stored and new)."""
     console = console or Console(stderr=True)
     done, pending = split_done(specs, root)
     say_done(console, len(done), len(pending), root)

@@ -23,7 +23,6 @@ import statistics
 import warnings
 from collections.abc import Callable
 from dataclasses import replace
-from typing import Any
 
 import numpy as np
 import optuna
@@ -40,6 +39,7 @@ from ablate.core.boundary import (
 )
 from ablate.core.experiment import Experiment
 from ablate.core.plan import RunSpec, max_lr_family, with_train
+from ablate.core.record import RunRecord
 from ablate.core.studies import BoundaryResult, Probe
 from ablate.launch.execute import Executor
 from ablate.launch.search import PrintFn
@@ -56,12 +56,12 @@ def probe_spec(experiment: Experiment, variant: str, lr: float, seed: int) -> Ru
     return RunSpec(experiment.name, variant, seed, config, group="max_lr")
 
 
-def probe_of_run(lr: float, seed: int, summary: dict[str, Any]) -> Probe:
+def probe_of_run(lr: float, seed: int, record: RunRecord) -> Probe:
     """A probe's verdicts from its run's summary: stable by the criterion; diverged when the
     divergence rule stopped it or it has no finite final val loss."""
-    final = summary.get("final_val_loss")
-    diverged = summary.get("status") == "diverged" or final is None or not math.isfinite(final)
-    return Probe(lr, seed, bool(summary.get("stable")), diverged, summary.get("unstable_reason"))
+    final = record.final_val_loss
+    diverged = record.status == "diverged" or final is None or not math.isfinite(final)
+    return Probe(lr, seed, bool(record.stable), diverged, record.unstable_reason)
 
 
 def stored_probes(study: optuna.Study, family: str, per_octave: int) -> dict[ProbeKey, Probe]:

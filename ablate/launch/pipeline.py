@@ -72,6 +72,7 @@ from ablate.launch.execute import Executor, ready_conversions, split_done
 from ablate.launch.progress import ExperimentPace, StepsLeft, StudyProgress, pacing
 from ablate.launch.workers import sigint_deferred
 
+
 @dataclass
 class PipelineResult:
     """What :func:`run_experiment` did: the planned runs, the studies, the report."""

@@ -30,6 +30,7 @@ from rich.progress import (
 from ablate.core import folders
 from ablate.core.folders import ExperimentFolder
 from ablate.core.plan import RunSpec
+from ablate.core.record import RunRecord
 from ablate.launch.workers import Message
 
 LOG_EVERY_S = 30.0  # seconds between progress lines where the console is not a terminal
@@ -201,10 +202,8 @@ class ProgressBoard:
         self.progress.update(self.tasks[run_id], completed=step, loss=f"loss {loss:.3f}")
         self.progress.advance(self.overall, delta)
 
-    def finish(
-        self, spec: RunSpec, summary: dict[str, Any] | None, error: str | None = None
-    ) -> None:
-        """Drop a run's line and print its outcome (``error`` says why there is no summary)."""
+    def finish(self, spec: RunSpec, record: RunRecord | None, error: str | None = None) -> None:
+        """Drop a run's line and print its outcome (``error`` says why there is no record)."""
         task = self.tasks.pop(spec.run_id, None)
         self.finished += 1
         if task is not None:
@@ -212,7 +211,7 @@ class ProgressBoard:
         left = spec.config.steps() - self.steps.pop(spec.run_id, 0)
         self.progress.advance(self.overall, left)
         self.console.print(
-            outcome_line(spec, summary, error), markup=False, highlight=False, soft_wrap=True
+            outcome_line(spec, record, error), markup=False, highlight=False, soft_wrap=True
         )
 
 
@@ -282,21 +281,21 @@ def run_label(spec: RunSpec) -> str:
     return f"{label} {spec.group} lr={train.lr:.3g} warmup={train.warmup_steps}"
 
 
-def outcome_line(spec: RunSpec, summary: dict[str, Any] | None, error: str | None) -> str:
+def outcome_line(spec: RunSpec, record: RunRecord | None, error: str | None) -> str:
     """One line saying how a run ended."""
     head = f"{run_label(spec)} [{spec.run_id}]"
-    if summary is None:
+    if record is None:
         return f"{head}: {error}"
-    status = summary["status"]
-    val = summary.get("final_val_loss")
+    status = record.status
+    val = record.final_val_loss
     val_text = f"val loss {val:.4f}" if val is not None else "no val loss"
     extra = (
-        f" at step {summary['diverged_step']} ({summary['diverged_reason']})"
+        f" at step {record.diverged_step} ({record.diverged_reason})"
         if status == "diverged"
         else ""
     )
     if status == "failed":
-        extra = f": {summary.get('error')}"
-    if status == "finished" and summary.get("stable") is False:  # trained, learned nothing
-        status, extra = "collapsed", f" ({summary.get('unstable_reason')})"
-    return f"{head}: {status}{extra}, {val_text}, {summary['wall_time_s']:.1f}s"
+        extra = f": {record.error}"
+    if status == "finished" and record.stable is False:  # trained, learned nothing
+        status, extra = "collapsed", f" ({record.unstable_reason})"
+    return f"{head}: {status}{extra}, {val_text}, {record.wall_time_s:.1f}s"

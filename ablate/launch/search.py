@@ -42,6 +42,7 @@ from optuna.trial import FrozenTrial, TrialState
 
 from ablate.core.experiment import Experiment
 from ablate.core.plan import RunSpec, with_train
+from ablate.core.record import RunRecord
 from ablate.core.stability import clipped_loss
 from ablate.core.studies import SearchResult
 from ablate.launch.execute import POLL_S, Executor
@@ -57,19 +58,19 @@ class RunFailedError(RuntimeError):
     """A trial's run raised an exception (stored as ``failed``); Optuna marks the trial FAIL."""
 
 
-def trial_value(summary: dict[str, Any]) -> float:
+def trial_value(record: RunRecord) -> float:
     """The objective: final val loss, an unstable run counted as min(loss, ℓ0)."""
-    loss = summary["final_val_loss"]
-    if summary.get("stable") is False:
-        return clipped_loss(loss, summary["initial_loss"])
-    return loss if loss is not None else summary["initial_loss"]
+    loss = record.final_val_loss
+    if record.stable is False:
+        return clipped_loss(loss, record.initial_loss)
+    return loss if loss is not None else record.initial_loss
 
 
-def _describe(summary: dict[str, Any]) -> str:
-    loss = summary.get("final_val_loss")
+def _describe(record: RunRecord) -> str:
+    loss = record.final_val_loss
     loss_text = f"val {loss:.4f}" if loss is not None else "no val loss"
-    stable = {True: "stable", False: "unstable", None: "unjudged"}[summary.get("stable")]
-    return f"{loss_text}, {summary['status']}, {stable}"
+    stable = {True: "stable", False: "unstable", None: "unjudged"}[record.stable]
+    return f"{loss_text}, {record.status}, {stable}"
 
 
 def trial_seed(seed: int, number: int) -> int:
@@ -211,15 +212,15 @@ def run_search(
         retry = "run_id" in trial.user_attrs  # copied from a trial whose worker died
         trial.set_user_attr("run_id", spec.run_id)
         watch = pruning_watch(trial, url, config.steps())
-        summary = executor.obtain(spec, watch=watch, take_over=retry, wait=True, say=say)
-        trial.set_user_attr("stable", summary.get("stable"))
-        trial.set_user_attr("status", summary["status"])
-        say(f"search {variant} #{trial.number}: lr={lr:.3g} warmup={warmup}: {_describe(summary)}")
-        if summary["status"] == "pruned":
-            raise optuna.TrialPruned(summary["stopped_reason"])
-        if summary["status"] == "failed":  # a crash is not a result: the trial fails
-            raise RunFailedError(summary["error"])
-        return trial_value(summary)
+        record = executor.obtain(spec, watch=watch, take_over=retry, wait=True, say=say)
+        trial.set_user_attr("stable", record.stable)
+        trial.set_user_attr("status", record.status)
+        say(f"search {variant} #{trial.number}: lr={lr:.3g} warmup={warmup}: {_describe(record)}")
+        if record.status == "pruned":
+            raise optuna.TrialPruned(record.stopped_reason)
+        if record.status == "failed":  # a crash is not a result: the trial fails
+            raise RunFailedError(record.error)
+        return trial_value(record)
 
     deadline = time.monotonic() + (cfg.timeout_s or math.inf)
     watch = not url.startswith("journal:")  # RDB storages have a heartbeat

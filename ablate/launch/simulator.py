@@ -66,8 +66,8 @@ def metrics_of(spec: RunSpec, run: SimulatedRun) -> pd.DataFrame:
     return pd.DataFrame(columns, columns=[*folders.METRIC_COLUMNS, "val_loss"])
 
 
-def summary_of(spec: RunSpec, run: SimulatedRun, frame: pd.DataFrame, wall_s: float) -> dict:
-    """The run's summary: every key a trained run's has, from the simulation."""
+def summary_of(spec: RunSpec, run: SimulatedRun, frame: pd.DataFrame, wall_s: float) -> RunRecord:
+    """The run's record: every key a trained run's has, from the simulation."""
     cfg = spec.config
     sim = cfg.runtime.simulate
     verdict = verdict_of(cfg, run)
@@ -122,7 +122,7 @@ def summary_of(spec: RunSpec, run: SimulatedRun, frame: pd.DataFrame, wall_s: fl
         init_digest=None,
         data_digest=None,
         error=None,
-    ).to_json()
+    )
 
 
 def take_the_pace(spec: RunSpec, steps: int) -> None:
@@ -135,8 +135,8 @@ def take_the_pace(spec: RunSpec, steps: int) -> None:
 
 def simulate_and_store(
     spec: RunSpec, root: Path, watch: EvalWatch | None = None, take_over: bool = False
-) -> dict[str, Any]:
-    """Claim the run, simulate it, write its folder as a trained run would; its summary."""
+) -> RunRecord:
+    """Claim the run, simulate it, write its folder as a trained run would; its record."""
     start = time.perf_counter()
     exp_dir = ExperimentFolder.of(root, spec.experiment).path
     store.claim_run(exp_dir, spec.run_id, take_over)
@@ -155,7 +155,7 @@ def simulate_and_store(
         folders.write_frame_atomic(folder.metrics, frame)
         folders.write_frame_atomic(folder.probes, pd.DataFrame(columns=folders.PROBE_COLUMNS))
         summary = summary_of(spec, run, frame, time.perf_counter() - start)
-        folders.write_json_atomic(folder.summary, summary)
+        folders.write_json_atomic(folder.summary, summary.to_json())
         return summary
     finally:
         store.release_run(exp_dir, spec.run_id)
@@ -183,14 +183,14 @@ class SimulatedExecutor:
         wait: bool = False,
         say: SayFn = print,
         progress: ProgressFn | None = None,
-    ) -> dict[str, Any]:
-        """The stored summary of ``spec``, else simulate and store it (a simulated run
+    ) -> RunRecord:
+        """The stored record of ``spec``, else simulate and store it (a simulated run
         reports no steps: ``progress`` is not called)."""
         attempt = lambda: simulate_and_store(spec, self.root, watch, take_over)  # noqa: E731
         return obtain_with(attempt, spec, self.root, wait, say)
 
-    def run(self, specs: list[RunSpec]) -> list[dict[str, Any]]:
-        """Every spec not yet stored, simulated; the summaries of all."""
+    def run(self, specs: list[RunSpec]) -> list[RunRecord]:
+        """Every spec not yet stored, simulated; the records of all."""
         done, pending = split_done(specs, self.root)
         if self.console is not None:
             say_done(self.console, len(done), len(pending), self.root)

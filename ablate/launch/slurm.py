@@ -43,6 +43,7 @@ from ablate.core.cluster import SlurmConfig
 from ablate.core.config import ConfigError, RuntimeConfig
 from ablate.core.folders import ExperimentFolder, read_json, write_json_atomic
 from ablate.core.plan import RunSpec
+from ablate.core.record import RunRecord
 from ablate.launch.backends import backend_executor
 from ablate.launch.execute import (
     EvalWatch,
@@ -74,7 +75,7 @@ class SlurmError(RunFailedError):
 TERMINATED = 128 + signal.SIGTERM  # the exit status of a task that Slurm stopped
 
 
-def run_task(task: Executor, spec_json: dict[str, Any], take_over: bool, watch: Any) -> dict:
+def run_task(task: Executor, spec_json: dict[str, Any], take_over: bool, watch: Any) -> RunRecord:
     """What one Slurm task does: obtain its run through ``task`` (claim, train, store).
 
     SIGTERM (scancel, preemption, the time limit) stops the run as Ctrl-C stops a local one,
@@ -242,11 +243,11 @@ class SlurmExecutor:
         wait: bool = False,
         say: SayFn = print,
         progress: ProgressFn | None = None,
-    ) -> dict[str, Any]:
-        """The stored summary of ``spec``, else one job that obtains it, waited for (its
+    ) -> RunRecord:
+        """The stored record of ``spec``, else one job that obtains it, waited for (its
         steps go to the run's progress file, not to ``progress``)."""
 
-        def attempt() -> dict[str, Any]:
+        def attempt() -> RunRecord:
             outcomes = self._through_jobs([spec], watch, take_over, say)
             kind, value = outcomes[spec.run_id]
             if kind != "done":
@@ -255,8 +256,8 @@ class SlurmExecutor:
 
         return obtain_with(attempt, spec, self.root, wait, say)
 
-    def run(self, specs: list[RunSpec]) -> list[dict[str, Any]]:
-        """Every pending spec as a task of one job array; the summaries of all."""
+    def run(self, specs: list[RunSpec]) -> list[RunRecord]:
+        """Every pending spec as a task of one job array; the records of all."""
         console = self.console or Console(stderr=True)
         done, pending = split_done(specs, self.root)
         say_done(console, len(done), len(pending), self.root)

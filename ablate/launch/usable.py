@@ -65,7 +65,7 @@ def usable_stage(
         specs = [usable_spec(experiment, v, lr, s) for (v, s), lr in pending.items()]
         planned += specs
         record(planned)
-        found = {summary["run_id"]: summary for summary in executor.run(specs)}
+        found = {record.run_id: record for record in executor.run(specs)}
         for spec in specs:
             summary = found.get(spec.run_id)
             value = trial_value(summary) if summary else math.nan

@@ -20,7 +20,6 @@ import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
 
 import lightning as L
 import pandas as pd
@@ -30,6 +29,7 @@ from torch import nn
 from ablate.core import folders, store
 from ablate.core.folders import ExperimentFolder
 from ablate.core.plan import RunSpec
+from ablate.core.record import RunRecord
 from ablate.nn.model import (
     parameter_digests,
     shared_init_digest,
@@ -70,8 +70,8 @@ def execute_run(
     progress: ProgressFn | None = None,
     stoppers: Sequence[EarlyStop] = (),
     take_over: bool = False,
-) -> dict[str, Any]:
-    """Train ``spec`` into ``root/<experiment>/<run_id>/`` and return its summary.
+) -> RunRecord:
+    """Train ``spec`` into ``root/<experiment>/<run_id>/`` and return its record.
 
     ``stoppers`` are extra early-stop callbacks (the search's pruner); divergence is built in.
     The run is claimed first (:func:`ablate.core.store.claim_run`, ``take_over`` passed on): a run
@@ -91,7 +91,7 @@ def _train_and_store(
     root: Path,
     progress: ProgressFn | None,
     stoppers: Sequence[EarlyStop],
-) -> dict[str, Any]:
+) -> RunRecord:
     """The body of :func:`execute_run`, under the run's claim."""
     start = time.perf_counter()
     run = ExperimentFolder.of(root, spec.experiment).run(spec.run_id)
@@ -147,7 +147,7 @@ def _train_and_store(
         if outcome.status == "finished" and cfg.runtime.save_weights:
             if spec.group in WEIGHTS_GROUPS:
                 save_weights(prepared.model, run.weights)
-        folders.write_json_atomic(run.summary, summary)
+        folders.write_json_atomic(run.summary, summary.to_json())
         run.status.unlink(missing_ok=True)
     if outcome.status == "interrupted" or caught:
         if on_interrupt is not None:

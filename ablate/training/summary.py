@@ -113,8 +113,8 @@ def summarize(
     wall_time_s: float,
     digests: tuple[str, str],
     final_split: dict[str, float] | None = None,
-) -> dict[str, Any]:
-    """The run's summary: the keys of :data:`ablate.core.store.SUMMARY_KEYS` (docs/results.md).
+) -> RunRecord:
+    """The run's record: the keys of :data:`ablate.core.store.SUMMARY_KEYS` (docs/results.md).
     Its final val (test) loss is ``final_split["val"]`` (``["test"]``) where the run was
     evaluated on the whole split at the end (``train.final_eval: split``), else the last
     evaluation's (metrics.csv's last); the test losses are None without a test split."""
@@ -174,4 +174,4 @@ def summarize(
         data_digest=digests[1],
         error=outcome.error,
         extra=prepared.start or {},
-    ).to_json()
+    )

@@ -4,6 +4,7 @@ follow them; a writer that leaves one out fails where it builds the record."""
 from __future__ import annotations
 
 from dataclasses import fields
+from pathlib import Path
 
 import pytest
 
@@ -33,3 +34,20 @@ def test_a_missing_or_misspelled_key_fails_where_the_record_is_built() -> None:
         RunRecord(**values)
     with pytest.raises(TypeError, match="token_per_s"):
         RunRecord(**_values(), token_per_s=1.0)
+
+
+def test_a_stored_summary_reads_back_as_the_record_it_was(tmp_path: Path) -> None:
+    from ablate.core.folders import ExperimentFolder, write_json_atomic
+
+    record = RunRecord(
+        **{**_values(), "run_id": "r1", "status": "finished", "steps": 20},
+        extra={"source_run_id": "abc"},
+    )
+    run = ExperimentFolder(tmp_path / "e").run("r1")
+    run.path.mkdir(parents=True)
+    write_json_atomic(run.summary, record.to_json())
+    assert run.read_record() == record == RunRecord.from_json(record.to_json())
+    older = {k: v for k, v in record.to_json().items() if k != "final_test_loss"}
+    assert RunRecord.from_json(older).final_test_loss is None  # a key an older version lacked
+    write_json_atomic(run.summary, {**record.to_json(), "status": "failed"})
+    assert run.read_record() is None  # not done: no record to reuse

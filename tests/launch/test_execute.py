@@ -14,6 +14,7 @@ from rich.console import Console
 from ablate.core.folders import ExperimentFolder, RunFolder
 from ablate.core.load import load_experiment
 from ablate.core.plan import RunSpec, plan_runs
+from ablate.core.record import RunRecord
 from ablate.launch.execute import execute
 
 
@@ -34,7 +35,7 @@ def test_rerun_skips_finished_runs_and_redoes_incomplete_ones(
     root = tmp_path / "results"
     console, _ = _console()
     first = execute(specs, root, workers=1, console=console)
-    assert sorted(s["run_id"] for s in first) == sorted(s.run_id for s in specs)
+    assert sorted(s.run_id for s in first) == sorted(s.run_id for s in specs)
     stamps = {s.run_id: _folder(root, s).summary.read_text() for s in specs}
 
     # simulate a run killed mid-way: its summary is gone, a half-written metrics file remains
@@ -68,8 +69,8 @@ def test_process_pool_gives_the_same_results_as_serial(
     console, _ = _console()
     serial = execute(specs, tmp_path / "a", workers=1, threads=1, console=console)
     pooled = execute(specs, tmp_path / "b", workers=2, threads=1, console=console)
-    by_id = {s["run_id"]: s["final_val_loss"] for s in serial}
-    assert {s["run_id"]: s["final_val_loss"] for s in pooled} == by_id
+    by_id = {s.run_id: s.final_val_loss for s in serial}
+    assert {s.run_id: s.final_val_loss for s in pooled} == by_id
 
 
 def test_a_done_runs_claim_left_by_a_dead_process_is_removed_a_live_ones_kept(
@@ -113,11 +114,13 @@ def test_a_full_store_stops_the_runs_and_keeps_those_finished(
     specs = plan_runs(load_experiment(tiny_experiment))
     tried: list[str] = []
 
-    def obtain(spec: RunSpec, root: Path, **_: object) -> dict:
+    def obtain(spec: RunSpec, root: Path, **_: object) -> RunRecord:
         tried.append(spec.run_id)
         if len(tried) == 2:
             raise OSError(errno.ENOSPC, "No space left on device", str(root / spec.run_id))
-        return {"run_id": spec.run_id, "status": "finished", "wall_time_s": 1.0}
+        return RunRecord.from_json(
+            {"run_id": spec.run_id, "status": "finished", "wall_time_s": 1.0}
+        )
 
     monkeypatch.setattr(module, "obtain", obtain)
     console, out = _console()

@@ -49,20 +49,20 @@ def _executor(specs: list[RunSpec], root: Path) -> Executor:
 def test_every_run_is_stored_once_and_what_is_stored_is_returned(tmp_path: Path, name: str) -> None:
     specs, root = _specs(tmp_path, name)
     summaries = _executor(specs, root).run(specs + specs[:1])  # a repeated spec is one run
-    assert sorted(s["run_id"] for s in summaries) == sorted(s.run_id for s in specs)
+    assert sorted(s.run_id for s in summaries) == sorted(s.run_id for s in specs)
     folder = ExperimentFolder.of(root, "tiny")
     for summary in summaries:
-        assert summary == folder.run(summary["run_id"]).read_summary()
-        assert summary["status"] == "finished"
+        assert summary == folder.run(summary.run_id).read_record()
+        assert summary.status == "finished"
 
 
 def test_a_second_call_and_obtain_reuse_the_stored_runs(tmp_path: Path, name: str) -> None:
     specs, root = _specs(tmp_path, name)
     executor = _executor(specs, root)
-    first = {s["run_id"]: s for s in executor.run(specs)}
+    first = {s.run_id: s for s in executor.run(specs)}
     folder = ExperimentFolder.of(root, "tiny")
     written = {run_id: folder.run(run_id).summary.stat().st_mtime_ns for run_id in first}
-    again = {s["run_id"]: s for s in executor.run(specs)}
+    again = {s.run_id: s for s in executor.run(specs)}
     assert again == first
     assert executor.obtain(specs[0], wait=True) == first[specs[0].run_id]
     assert {r: folder.run(r).summary.stat().st_mtime_ns for r in first} == written

@@ -10,17 +10,15 @@ import pytest
 from conftest import tiny_config, write_experiment
 
 from ablate.core.plan import RunSpec
+from ablate.core.record import RunRecord
 from ablate.launch.progress import outcome_line
 
 
-def _summary(**fields: object) -> dict[str, object]:
-    return {
-        "status": "finished",
-        "stable": True,
-        "final_val_loss": 1.75,
-        "wall_time_s": 3.0,
-        **fields,
-    }
+def _summary(**fields: object) -> RunRecord:
+    """A finished run's record with these fields (the others None)."""
+    return RunRecord.from_json(
+        {"status": "finished", "stable": True, "final_val_loss": 1.75, "wall_time_s": 3.0, **fields}
+    )
 
 
 def test_a_run_that_learned_is_finished() -> None:

@@ -149,7 +149,7 @@ def test_a_run_claimed_by_a_live_process_is_waited_for(tmp_path: Path) -> None:
     assert said == [
         f"waiting: run {spec.run_id} is being trained by pid {holder.pid} on {platform.node()}"
     ]
-    assert summary["status"] == "finished" and summary["run_id"] == spec.run_id
+    assert summary.status == "finished" and summary.run_id == spec.run_id
     assert not claim.exists()
 
 

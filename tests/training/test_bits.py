@@ -85,7 +85,7 @@ def _digests_at_each_thread_count(spec: RunSpec, root: Path) -> dict[int, str]:
     for threads in THREADS:
         torch.set_num_threads(threads)
         summary = execute_run(spec, root / f"threads{threads}")
-        assert summary["status"] == "finished"
+        assert summary.status == "finished"
         found[threads] = _weights_digest(root / f"threads{threads}" / spec.experiment / spec.run_id)
     return found
 

@@ -74,8 +74,8 @@ def test_a_run_on_bpe_tokens_records_its_vocabulary_and_compression(tmp_path: Pa
 
     config = tiny_config(**{"data.tokenizer": "bpe", "data.bpe_vocab_size": 512})
     summary = execute_run(RunSpec("e", "bpe", 0, config), tmp_path)
-    assert summary["status"] == "finished" and summary["vocab_size"] == 512
-    assert summary["initial_loss"] == pytest.approx(math.log(512))
-    assert 0.3 < summary["tokens_per_byte"] < 0.7  # English prose: ~2-3 bytes per id
-    assert summary["unigram_loss"] < summary["initial_loss"]
-    assert summary["final_val_loss"] < summary["initial_loss"]
+    assert summary.status == "finished" and summary.vocab_size == 512
+    assert summary.initial_loss == pytest.approx(math.log(512))
+    assert 0.3 < summary.tokens_per_byte < 0.7  # English prose: ~2-3 bytes per id
+    assert summary.unigram_loss < summary.initial_loss
+    assert summary.final_val_loss < summary.initial_loss

@@ -90,7 +90,7 @@ def test_pruner_stops_a_poor_trial_as_a_stored_result(tmp_path: Path) -> None:
     spec = RunSpec("tiny", "layernorm", 0, tiny_config(), group="search")
     watch = pruning_watch(trial, "in-memory", spec.config.steps())
     summary = execute_run(spec, tmp_path, stoppers=[EvalStop(watch)])
-    assert summary["status"] == "pruned" and summary["steps"] == 10
-    assert summary["stopped_reason"] == "pruned by Optuna at step 10"
-    assert summary["stable"] is None and summary["diverged_step"] is None
+    assert summary.status == "pruned" and summary.steps == 10
+    assert summary.stopped_reason == "pruned by Optuna at step 10"
+    assert summary.stable is None and summary.diverged_step is None
     assert RunFolder(tmp_path / "tiny" / spec.run_id).is_done()  # a result: reused, not retrained

@@ -114,7 +114,7 @@ def test_probes_do_not_change_training(tmp_path: Path) -> None:
         metrics = pd.read_csv(tmp_path / "p" / spec.run_id / "metrics.csv")
         losses[interval] = metrics["train_loss"].tolist()
         probes = pd.read_csv(tmp_path / "p" / spec.run_id / "probes.csv")
-        assert summary["probe_steps"] == (20 if interval else 0) == probes["step"].nunique()
+        assert summary.probe_steps == (20 if interval else 0) == probes["step"].nunique()
     assert losses[0] == losses[1]  # bitwise: the hooks only read
 
 

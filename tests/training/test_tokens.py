@@ -179,6 +179,6 @@ def test_a_run_on_a_token_file_equals_the_run_on_the_same_ids_in_memory(tmp_path
     )
     in_memory = execute_run(RunSpec("e", "a", 0, tiny_config()), tmp_path / "a")
     from_file = execute_run(RunSpec("e", "a", 0, mapped), tmp_path / "b")
-    assert from_file["status"] == in_memory["status"] == "finished"
+    assert from_file.status == in_memory.status == "finished"
     for key in ("final_val_loss", "final_train_loss", "data_digest", "init_digest", "unigram_loss"):
-        assert from_file[key] == in_memory[key], key
+        assert getattr(from_file, key) == getattr(in_memory, key), key
