@@ -33,8 +33,10 @@ from ablate.core.folders import (
     ExperimentFolder,
     RunFolder,
     read_json,
+    write_json_atomic,
     write_json_if_changed,
 )
+from ablate.core.plan import RunSpec
 from ablate.core.record import RECORD_KEYS
 
 FINAL_TRAIN_WINDOW = 10  # a summary's final_train_loss is the mean over this many last steps
@@ -342,6 +344,25 @@ def release_run(exp_dir: Path, run_id: str) -> None:
     holder = read_json(path) or {}
     if holder.get("pid") == os.getpid() and holder.get("hostname") == platform.node():
         path.unlink(missing_ok=True)
+
+
+@contextmanager
+def claimed_run(root: Path, spec: RunSpec, take_over: bool = False) -> Iterator[RunFolder]:
+    """The one claim / reset / release sequence of every executor that stores a run: claim it
+    (:class:`RunClaimed` where another live process holds it, ``take_over`` passed on), refuse
+    one that another process finished after this one planned it, empty its folder and write
+    its config; the folder to write the rest into; the claim released however that ends."""
+    folder = ExperimentFolder.of(root, spec.experiment)
+    claim_run(folder.path, spec.run_id, take_over)
+    try:
+        run = folder.run(spec.run_id)
+        if run.is_done():
+            raise RunClaimed(f"run {spec.run_id} was finished meanwhile by another process")
+        run.reset()
+        write_json_atomic(run.config, spec.to_json())
+        yield run
+    finally:
+        release_run(folder.path, spec.run_id)
 
 
 def write_manifest(exp_dir: Path, manifest: dict[str, Any]) -> None:

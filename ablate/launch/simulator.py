@@ -23,7 +23,6 @@ import pandas as pd
 from rich.console import Console
 
 from ablate.core import folders, store
-from ablate.core.folders import ExperimentFolder
 from ablate.core.plan import RunSpec
 from ablate.core.record import RunRecord
 from ablate.core.simulate import SIMULATED_IMPL, SimulatedRun, simulate_run, verdict_of
@@ -138,14 +137,7 @@ def simulate_and_store(
 ) -> RunRecord:
     """Claim the run, simulate it, write its folder as a trained run would; its record."""
     start = time.perf_counter()
-    exp_dir = ExperimentFolder.of(root, spec.experiment).path
-    store.claim_run(exp_dir, spec.run_id, take_over)
-    try:
-        folder = ExperimentFolder.of(root, spec.experiment).run(spec.run_id)
-        if folder.is_done():
-            raise store.RunClaimed(f"run {spec.run_id} was finished meanwhile by another process")
-        folder.reset()
-        folders.write_json_atomic(folder.config, spec.to_json())
+    with store.claimed_run(root, spec, take_over) as folder:
         folders.write_json_atomic(
             folder.env, {"backend": "simulate", "hostname": platform.node(), "pid": os.getpid()}
         )
@@ -157,8 +149,6 @@ def simulate_and_store(
         summary = summary_of(spec, run, frame, time.perf_counter() - start)
         folders.write_json_atomic(folder.summary, summary.to_json())
         return summary
-    finally:
-        store.release_run(exp_dir, spec.run_id)
 
 
 @dataclass

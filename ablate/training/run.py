@@ -27,7 +27,7 @@ import torch
 from torch import nn
 
 from ablate.core import folders, store
-from ablate.core.folders import ExperimentFolder
+from ablate.core.folders import RunFolder
 from ablate.core.plan import RunSpec
 from ablate.core.record import RunRecord
 from ablate.nn.model import (
@@ -78,27 +78,19 @@ def execute_run(
     another live process is training raises :class:`ablate.core.store.RunClaimed`, and one that
     finished meanwhile is not trained again.
     """
-    exp_dir = ExperimentFolder.of(root, spec.experiment).path
-    store.claim_run(exp_dir, spec.run_id, take_over)  # RunClaimed: another process trains it
-    try:
-        return _train_and_store(spec, root, progress, stoppers)
-    finally:
-        store.release_run(exp_dir, spec.run_id)
+    with store.claimed_run(root, spec, take_over) as run:  # RunClaimed: another process has it
+        return _train_and_store(spec, root, run, progress, stoppers)
 
 
 def _train_and_store(
     spec: RunSpec,
     root: Path,
+    run: RunFolder,
     progress: ProgressFn | None,
     stoppers: Sequence[EarlyStop],
 ) -> RunRecord:
-    """The body of :func:`execute_run`, under the run's claim."""
+    """The body of :func:`execute_run`, under the run's claim, into its emptied folder."""
     start = time.perf_counter()
-    run = ExperimentFolder.of(root, spec.experiment).run(spec.run_id)
-    if run.is_done():  # another process finished it after this one planned it
-        raise store.RunClaimed(f"run {spec.run_id} was finished meanwhile by another process")
-    run.reset()
-    folders.write_json_atomic(run.config, spec.to_json())
     folders.write_json_atomic(
         run.status,
         {"status": "running", "pid": os.getpid(), "hostname": platform.node()},

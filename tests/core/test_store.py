@@ -218,3 +218,28 @@ def test_a_killed_process_not_yet_reaped_holds_nothing(tmp_path: Path) -> None:
     finally:
         child.kill()
         child.wait()
+
+
+def test_a_claimed_run_starts_empty_with_its_config_and_is_released_however_it_ends(
+    tmp_path: Path,
+) -> None:
+    from conftest import tiny_config
+
+    from ablate.core.plan import RunSpec
+
+    spec = RunSpec("e", "a", 0, tiny_config())
+    run = folders.ExperimentFolder.of(tmp_path, "e").run(spec.run_id)
+    run.path.mkdir(parents=True)
+    run.metrics.write_text("left by a killed run\n")
+    with pytest.raises(RuntimeError, match="boom"), store.claimed_run(tmp_path, spec) as held:
+        assert held == run and not run.metrics.exists()  # emptied
+        assert json.loads(run.config.read_text()) == spec.to_json()
+        claim = folders.ExperimentFolder.of(tmp_path, "e").claim(spec.run_id)
+        assert json.loads(claim.read_text())["pid"] == os.getpid()
+        raise RuntimeError("boom")
+    assert not claim.exists()
+    with store.claimed_run(tmp_path, spec):  # released: this process claims it again
+        folders.write_json_atomic(run.summary, {"status": "finished"})
+    with pytest.raises(store.RunClaimed, match="finished meanwhile"):
+        with store.claimed_run(tmp_path, spec):
+            pass
