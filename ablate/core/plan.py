@@ -159,9 +159,14 @@ class RunSpec:
 
 
 def with_train(config: RunConfig, **fields: Any) -> RunConfig:
-    """A validated copy of ``config`` with some ``train`` fields replaced (None: keep)."""
-    train = {**config.train.model_dump(), **{k: v for k, v in fields.items() if v is not None}}
-    return RunConfig.model_validate({**config.model_dump(), "train": train})
+    """A copy of ``config`` with some ``train`` fields replaced (None: keep). Not validated
+    again: the values come from sections validated at load (a search's range, a lattice, a
+    stored optimum); a name that is no ``train`` key is a programming error (TypeError)."""
+    changed = {k: v for k, v in fields.items() if v is not None}
+    unknown = sorted(set(changed) - set(type(config.train).model_fields))
+    if unknown:
+        raise TypeError(f"with_train: no train key {', '.join(unknown)}")
+    return config.model_copy(update={"train": config.train.model_copy(update=changed)})
 
 
 def plan_runs(experiment: Experiment, seeds: list[int] | None = None) -> list[RunSpec]:

@@ -166,8 +166,7 @@ def obtain(
     )
 
 
-def _worker_run(spec_json: dict[str, Any], root: str) -> RunRecord | None:
-    spec = RunSpec.from_json(spec_json)
+def _worker_run(spec: RunSpec, root: str) -> RunRecord | None:
     worker_message(("start", spec.run_id, 0, 0.0))
 
     def report(step: int, loss: float) -> None:  # the display may be gone; training goes on
@@ -212,7 +211,7 @@ def _run_pool(
     with worker_pool(res, messages, TRAINING_IMPORTS) as pool:
         with sigint_deferred():
             futures: dict[Future, RunSpec] = {
-                pool.submit(in_worker, _worker_run, s.to_json(), str(root)): s for s in specs
+                pool.submit(in_worker, _worker_run, s, str(root)): s for s in specs
             }
         pending = set(futures)
         while pending:

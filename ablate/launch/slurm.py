@@ -75,13 +75,12 @@ class SlurmError(RunFailedError):
 TERMINATED = 128 + signal.SIGTERM  # the exit status of a task that Slurm stopped
 
 
-def run_task(task: Executor, spec_json: dict[str, Any], take_over: bool, watch: Any) -> RunRecord:
+def run_task(task: Executor, spec: RunSpec, take_over: bool, watch: Any) -> RunRecord:
     """What one Slurm task does: obtain its run through ``task`` (claim, train, store).
 
     SIGTERM (scancel, preemption, the time limit) stops the run as Ctrl-C stops a local one,
     and the task exits at once without a result (submitit's own handler would let it run on
     until Slurm kills it), so the controller resubmits the run."""
-    spec = RunSpec.from_json(spec_json)
     signal.signal(signal.SIGTERM, _stop)
     report = ProgressFile(ExperimentFolder.of(task.root, spec.experiment).run(spec.run_id).progress)
     try:
@@ -351,7 +350,7 @@ class SlurmExecutor:
             jobs = executor.map_array(
                 run_task,
                 [self.task] * n,
-                [spec.to_json() for spec in specs],
+                specs,
                 [take_over] * n,
                 [watch] * n,
             )
