@@ -24,7 +24,7 @@ def test_the_truth_table_shows_each_optimum_lowest_with_its_excursions_share() -
     lattice = [sim.truth("rmsnorm").opt_lr * 2.0 ** (k / 4) for k in range(-4, 5)]
     optima = {"rmsnorm": lattice[4]}
     rows = bound.truth_rows(section, lattice, optima).set_index("log2(LR / optimum)")
-    assert list(rows.index) == ["-0.50", "-0.25", "+0.00", "+0.25", "+0.50"]  # NEAR octaves
+    assert list(rows.index) == [f"{k / 4:+.2f}" for k in range(-4, 5)]  # NEAR octaves
     assert rows.loc["+0.00", "expected loss above the optimum's"] == 0.0
     above = rows["expected loss above the optimum's"].drop("+0.00")
     assert (above > 0).all()  # the fitted truth's optimum is the lowest lattice point
@@ -33,6 +33,8 @@ def test_the_truth_table_shows_each_optimum_lowest_with_its_excursions_share() -
     assert rows.loc["+0.25", "of it, excursions"] == pytest.approx(
         chance * size - at_opt_chance * at_opt_size
     )
+    parts = rows["of it, the valley"] + rows["of it, excursions"]
+    assert parts.to_numpy() == pytest.approx(rows["expected loss above the optimum's"].to_numpy())
 
 
 def test_every_lattice_point_finds_a_noiseless_optimum_the_running_mean_steps_off(
@@ -45,7 +47,7 @@ def test_every_lattice_point_finds_a_noiseless_optimum_the_running_mean_steps_of
     study = ref.load_reference(write_runs(tmp_path / "runs.csv"))
     assert bound.lattice_argmin(study["layernorm"], (0, 5)) == OPT
     scored = bound.bound_rows([study], {"layernorm": OPT}, design, [2, 4], draws=3)
-    assert scored["draws"].tolist() == [3, 3]
+    assert scored["draws"].tolist() == [3, 3] and scored["its SE"].isna().all()  # 1 study
     assert scored["every lattice point"].tolist() == [1.0, 1.0]
     # a cliff right above the optimum: the one-octave running mean picks the √2 point below
     assert scored["the curve stage"].tolist() == [0.0, 0.0]
