@@ -13,12 +13,14 @@ from importlib.metadata import EntryPoint, entry_points
 
 GROUP = "ablate.launchers"
 DEFAULT = "local"
+# the default's entry point, for a checkout whose metadata lacks it (pyproject.toml names it too)
+LOCAL = EntryPoint(DEFAULT, "ablate.launch.backends:LOCAL", GROUP)
 
 
 @functools.cache
 def registered() -> dict[str, EntryPoint]:
-    """Every installed launcher's entry point, by name."""
-    return {point.name: point for point in entry_points(group=GROUP)}
+    """Every installed launcher's entry point, by name (``local`` at least)."""
+    return {DEFAULT: LOCAL, **{point.name: point for point in entry_points(group=GROUP)}}
 
 
 def launcher_names() -> list[str]:

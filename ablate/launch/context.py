@@ -1,9 +1,9 @@
 """What every stage of the pipeline is given: one :class:`Context` (the experiment, its results
 folder, the executor, the plan so far) and one shape (:class:`Stage`: ``wanted(ctx)``,
-``run(ctx)``). :data:`ablate.launch.pipeline.STAGES` lists the stages in the order they run;
-a stage module (:mod:`ablate.launch.curve`, :mod:`ablate.launch.decide`,
-:mod:`ablate.launch.usable`) has its ``wanted`` and ``run``, and a new stage is one such module
-and its entry there.
+``run(ctx)``). :data:`ablate.launch.pipeline.STAGES` lists the stages in the order they run,
+each with when it is wanted; a stage module (:mod:`ablate.launch.curve`,
+:mod:`ablate.launch.decide`, :mod:`ablate.launch.usable`) has its ``run``, and a new stage is
+one such module and its entry there.
 """
 
 from __future__ import annotations
