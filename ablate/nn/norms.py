@@ -5,7 +5,8 @@ Every layer shares one shape: a learnable gain ``weight`` (ones at init) and an 
 (zeros at init), so parameters keep the same names across norm kinds and the model can initialize
 every shared parameter identically; a kind may own learnable scalars (DyT's ``alpha``), each
 started from a key of ``model.norm``, and :meth:`Norm.reset_parameters` sets them all. The kind's
-entry in :data:`ablate.core.norm_kinds.KINDS` is all a kind is: adding one needs nothing here.
+entry in :data:`ablate.core.norm_kinds.KINDS` is all a kind is: adding one needs nothing here
+unless it has a fast kernel (:data:`KERNELS`).
 
 When ``fp32_reduction`` is set and the input is bf16/fp16, the statistics (mean, variance or
 mean square) are computed in fp32 and the normalized value is cast back before the affine step,
