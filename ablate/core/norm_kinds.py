@@ -23,7 +23,6 @@ from typing import Any
 Formula = Callable[[Any, Any], Any]  # (input tensor, layer) -> normalized tensor
 
 KIND_KEYS = ("eps", "alpha_init")  # keys of model.norm that only some kinds read
-KERNEL_IMPLS = ("torch", "cpp")  # the implementations a kind may have besides the formula
 
 
 @dataclass(frozen=True)
@@ -37,7 +36,7 @@ class Kind:
     reads: tuple[str, ...] = ("eps",)  # of KIND_KEYS
     bias: bool = True  # the bias default where the config leaves model.norm.bias unset
     scalars: Mapping[str, str] = field(default_factory=dict)  # scalar -> key of its init value
-    kernels: tuple[str, ...] = ()  # of KERNEL_IMPLS: ablate.nn.fast_norms has these for it
+    kernels: tuple[str, ...] = ()  # torch, cpp: ablate.nn.norms.KERNELS has these for it
 
     def unused(self) -> tuple[str, ...]:
         """The keys of :data:`KIND_KEYS` this kind does not read."""
