@@ -336,10 +336,13 @@ def postgres() -> Iterator[PostgresServer]:
         shutil.rmtree(root, ignore_errors=True)
 
 
-def stored_max_lr(variant: str, edges: dict[int, float], **checked: Any) -> dict[str, Any]:
-    """A variant's ``stability.json`` max-LR entry as the stage stores it, for seeds whose
-    true edges are ``edges`` (stable at and below), bracketed on the default lattice; keys of
-    ``checked`` (monotone, checked_runs, contradictions) as the check against the store sets."""
+def max_lr_result(variant: str, edges: dict[int, float], **checked: Any) -> Any:
+    """A variant's max-LR result as the stage returns it (and the report reads it back), for
+    seeds whose true edges are ``edges`` (stable at and below), bracketed on the default
+    lattice; ``checked`` sets fields as the check against the store does (monotone,
+    checked_runs, contradictions, margins) or the probes."""
+    from dataclasses import replace
+
     from ablate.core.boundary import bracket_seed, variant_boundary
     from ablate.core.studies import BoundaryResult
 
@@ -359,4 +362,4 @@ def stored_max_lr(variant: str, edges: dict[int, float], **checked: Any) -> dict
         probes=[],
         run_ids=[],
     )
-    return {**result.stored(), **checked}
+    return replace(result, **checked)

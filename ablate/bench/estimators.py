@@ -80,7 +80,7 @@ def _searched(design: Experiment, replication: int, folder: Path) -> tuple[float
     study = run_search(truth, variant, SimulatedExecutor(folder), url, say=lambda _: None)
     best = search_summary(study).best
     own = truth.variants[variant].runtime.simulate.truth(variant)
-    return (best["lr"] if best else math.nan), own
+    return (best.lr if best else math.nan), own
 
 
 def search_best_lr(design: Experiment, replication: int, folder: Path) -> Outcome:

@@ -21,6 +21,7 @@ from ablate.core.experiment import Experiment, SweepConfig
 from ablate.core.folders import ExperimentFolder
 from ablate.core.load import load_experiment
 from ablate.core.plan import RunSpec, plan_lr_grid
+from ablate.core.record import RunRecord
 from ablate.launch.execute import execute
 
 
@@ -34,9 +35,9 @@ def grid_specs(experiment: Experiment, points: int) -> list[RunSpec]:
     return plan_lr_grid(experiment, grid, "grid")
 
 
-def grid_stability(summaries: list[dict]) -> pd.Series:
-    """Per grid LR (sorted): stable for every seed of ``summaries``."""
-    frame = pd.DataFrame(summaries)
+def grid_stability(records: list[RunRecord]) -> pd.Series:
+    """Per grid LR (sorted): stable for every seed of ``records``."""
+    frame = pd.DataFrame({"lr": [r.lr for r in records], "stable": [r.stable for r in records]})
     return frame.groupby("lr")["stable"].agg(lambda s: bool(s.fillna(False).all())).sort_index()
 
 
@@ -79,20 +80,18 @@ def main(argv: list[str] | None = None) -> None:
     experiment = load_experiment(args.experiment)
     if experiment.max_lr is None:
         parser.error(f"{args.experiment} has no max_lr: section")
-    studies = store.read_studies(ExperimentFolder.of(args.results_dir, experiment.name).path)
-    if not studies or not studies.get("max_lr"):
+    found = store.read_studies(ExperimentFolder.of(args.results_dir, experiment.name).path).max_lr
+    if not found:
         parser.error(f"no max-LR boundaries stored: run `ablate run {args.experiment}` first")
-    found = studies["max_lr"]
     specs = grid_specs(experiment, args.points)
-    summaries = execute(specs, args.results_dir, args.workers)
-    by_id = {s["run_id"]: s for s in summaries}
+    by_id = {r.run_id: r for r in execute(specs, args.results_dir, args.workers)}
     print(
         f"{'variant':<12} {'seed':>4} {'grid [stable, unstable]':<26} {'runs':>5}   "
         f"{'bracket [stable, unstable]':<26}  agree"
     )
     for variant in experiment.variants:
-        for bound in found[variant]["seed_bounds"]:
-            seed = bound["seed"]
+        for bound in found[variant].seed_bounds:
+            seed = bound.seed
             mine = [
                 by_id[s.run_id]
                 for s in specs
@@ -100,7 +99,7 @@ def main(argv: list[str] | None = None) -> None:
             ]
             stable = grid_stability(mine)
             grid = list(grid_boundary(stable))
-            bracket = [bound["last_stable"], bound["first_unstable"]]
+            bracket = [bound.last_stable, bound.first_unstable]
             agree = "yes" if overlaps(grid, bracket) else "NO"
             print(
                 f"{variant:<12} {seed:>4} {_interval(grid):<26} {len(mine):>5}   "
@@ -109,7 +108,7 @@ def main(argv: list[str] | None = None) -> None:
             )
             marks = " ".join(f"{lr:.3g}{'' if ok else 'x'}" for lr, ok in stable.items())
             print(f"  grid: {marks}")
-        print(f"  {variant}: {found[variant]['runs_total']} probe runs in all")
+        print(f"  {variant}: {found[variant].runs_total} probe runs in all")
 
 
 if __name__ == "__main__":

@@ -38,6 +38,7 @@ from ablate.core.folders import (
 )
 from ablate.core.plan import RunSpec
 from ablate.core.record import RECORD_KEYS
+from ablate.core.studies import StoredStudies
 
 FINAL_TRAIN_WINDOW = 10  # a summary's final_train_loss is the mean over this many last steps
 SUMMARY_KEYS = RECORD_KEYS  # every run's summary.json has these keys (a convert run has a few more)
@@ -152,11 +153,8 @@ def planned_run_ids(exp_dir: Path) -> set[str]:
     """The runs the experiment's plan holds: the manifest's (main, sweep, tuned, convert) and
     the studies' (the search trials, the max-LR probes' runs)."""
     planned = {r["run_id"] for r in read_manifest(exp_dir)["runs"]}
-    studies = read_studies(exp_dir) or {}
-    for found in (studies.get("search") or {}).values():
-        planned |= {row["run_id"] for row in found.get("trial_table", []) if row.get("run_id")}
-    for found in (studies.get("max_lr") or {}).values():
-        planned |= set(found.get("run_ids", []))
+    for ids in read_studies(exp_dir).run_ids().values():
+        planned |= set(ids)
     return planned
 
 
@@ -427,9 +425,9 @@ def read_manifest(exp_dir: Path) -> dict[str, Any]:
     }
 
 
-def read_studies(exp_dir: Path) -> dict[str, Any] | None:
-    """The search and max-LR studies' results (``stability.json``), when studies ran."""
-    return read_json(ExperimentFolder(exp_dir).stability)
+def read_studies(exp_dir: Path) -> StoredStudies:
+    """The search and max-LR studies' results (``stability.json``; none where no study ran)."""
+    return StoredStudies.from_stored(read_json(ExperimentFolder(exp_dir).stability))
 
 
 def write_studies(exp_dir: Path, studies: dict[str, Any]) -> None:

@@ -2,10 +2,13 @@
 contract, defined once (as :data:`ablate.core.store.SUMMARY_KEYS` is for a run's summary).
 
 ``stability.json`` has the keys :data:`STABILITY_KEYS`; its ``search`` maps each variant to a
-:class:`SearchResult` stored with :data:`SEARCH_KEYS`, its ``max_lr`` each variant to a
-:class:`BoundaryResult` stored with :data:`BOUNDARY_KEYS` (each probe with :data:`PROBE_KEYS`,
-each seed's bracket with :data:`SEED_BOUNDARY_KEYS`, each boundary with :data:`INTERVAL_KEYS`,
-each collapse margin's with :data:`MARGIN_KEYS`).
+:class:`SearchResult` stored with :data:`SEARCH_KEYS` (each trial with :data:`TRIAL_KEYS`, the
+best with :data:`BEST_KEYS`), its ``max_lr`` each variant to a :class:`BoundaryResult` stored
+with :data:`BOUNDARY_KEYS` (each probe with :data:`PROBE_KEYS`, each seed's bracket with
+:data:`SEED_BOUNDARY_KEYS`, each boundary with :data:`INTERVAL_KEYS`, each collapse margin's
+with :data:`MARGIN_KEYS`, each run held against it with :data:`OBSERVATION_KEYS`).
+Every result is written by its ``stored()`` and read back by its ``from_stored()``, so the
+report and the stages read the same types the stages wrote (:class:`StoredStudies`: the file).
 What only one process saw — which probes it found stored, how many runs it trained itself — is
 kept on the objects and never stored, so a rerun that trains nothing stores the same file.
 """
@@ -16,6 +19,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ablate.core.boundary import Interval, SeedBoundary
+from ablate.core.stability import Observation
 
 STABILITY_KEYS = ("experiment", "storage", "criterion", "search_seed", "search", "max_lr")
 SEARCH_KEYS = (
@@ -28,6 +32,9 @@ SEARCH_KEYS = (
     "best",
     "stable_region",
 )
+TRIAL_KEYS = ("lr", "number", "run_id", "stable", "state", "value", "warmup_steps")
+BEST_KEYS = ("lr", "run_id", "value", "warmup_steps")
+OBSERVATION_KEYS = ("diverged", "group", "lr", "run_id", "seed", "stable")
 PROBE_KEYS = ("lr", "seed", "stable", "diverged", "reason")
 SEED_BOUNDARY_KEYS = ("seed", "last_stable", "first_unstable", "estimate")
 INTERVAL_KEYS = ("value", "low", "high", "seeds")
@@ -52,23 +59,92 @@ BOUNDARY_KEYS = (
 )
 
 
+def _stored(found: Any, keys: tuple[str, ...]) -> dict[str, Any]:
+    """``found``'s ``keys`` as ``stability.json`` holds them."""
+    return {key: getattr(found, key) for key in keys}
+
+
+@dataclass(frozen=True)
+class Trial:
+    """One counted trial of a search: its number and Optuna state, its settings, its value
+    (None where pruned or non-finite), whether its run was stable, and the run."""
+
+    number: int
+    state: str
+    value: float | None
+    lr: float | None
+    warmup_steps: int | None
+    stable: bool | None
+    run_id: str | None
+
+    def stored(self) -> dict[str, Any]:
+        """As ``stability.json`` holds it (:data:`TRIAL_KEYS`)."""
+        return _stored(self, TRIAL_KEYS)
+
+    @classmethod
+    def from_stored(cls, stored: dict[str, Any]) -> Trial:
+        """A trial read back from ``stability.json``."""
+        return cls(**{key: stored.get(key) for key in TRIAL_KEYS})
+
+
+@dataclass(frozen=True)
+class BestTrial:
+    """A search's best stable trial: the settings the tuned stage trains at, its value."""
+
+    lr: float
+    warmup_steps: int
+    value: float
+    run_id: str | None
+
+    def stored(self) -> dict[str, Any]:
+        """As ``stability.json`` holds it (:data:`BEST_KEYS`)."""
+        return _stored(self, BEST_KEYS)
+
+    @classmethod
+    def from_stored(cls, stored: dict[str, Any] | None) -> BestTrial | None:
+        """The best trial read back from ``stability.json`` (None stays None)."""
+        return cls(**{key: stored.get(key) for key in BEST_KEYS}) if stored else None
+
+
 @dataclass
 class SearchResult:
-    """One variant's LR x warmup study: every counted trial, the best stable one (``lr``,
-    ``warmup_steps``, ``value``, ``run_id``) and the stable region's ranges."""
+    """One variant's LR x warmup study: every counted trial, the best stable one and the
+    stable region's ranges (``{"lr": [low, high], "warmup_steps": [low, high]}``)."""
 
     study: str
-    trial_table: list[dict[str, Any]]
+    trial_table: list[Trial]
     trials: int
     complete: int
     pruned: int
     stable: int
-    best: dict[str, Any] | None
+    best: BestTrial | None
     stable_region: dict[str, list[float]] | None
+
+    @property
+    def run_ids(self) -> list[str]:
+        """The runs its trials trained."""
+        return [t.run_id for t in self.trial_table if t.run_id]
 
     def stored(self) -> dict[str, Any]:
         """As ``stability.json`` holds it."""
-        return {key: getattr(self, key) for key in SEARCH_KEYS}
+        stored = _stored(self, SEARCH_KEYS)
+        stored["trial_table"] = [t.stored() for t in self.trial_table]
+        stored["best"] = self.best and self.best.stored()
+        return stored
+
+    @classmethod
+    def from_stored(cls, stored: dict[str, Any]) -> SearchResult:
+        """A search read back from ``stability.json``."""
+        return cls(
+            study=stored["study"],
+            trial_table=[Trial.from_stored(t) for t in stored.get("trial_table", [])],
+            trials=stored["trials"],
+            complete=stored["complete"],
+            pruned=stored["pruned"],
+            stable=stored["stable"],
+            best=BestTrial.from_stored(stored.get("best")),
+            stable_region=stored.get("stable_region"),
+        )
 
 
 @dataclass
@@ -86,12 +162,17 @@ class Probe:
 
     def stored(self) -> dict[str, Any]:
         """As ``stability.json`` holds it."""
-        return {key: getattr(self, key) for key in PROBE_KEYS}
+        return _stored(self, PROBE_KEYS)
+
+    @classmethod
+    def from_stored(cls, stored: dict[str, Any]) -> Probe:
+        """A probe read back from ``stability.json``: run by an earlier process (reused)."""
+        return cls(**{key: stored.get(key) for key in PROBE_KEYS}, reused=True)
 
 
 def stored_seed_boundary(bound: SeedBoundary) -> dict[str, Any]:
     """One seed's bracket as ``stability.json`` holds it (its probes are the variant's)."""
-    return {key: getattr(bound, key) for key in SEED_BOUNDARY_KEYS}
+    return _stored(bound, SEED_BOUNDARY_KEYS)
 
 
 def seed_boundary_of(stored: dict[str, Any]) -> SeedBoundary:
@@ -111,7 +192,12 @@ def interval_of(stored: dict[str, Any] | None) -> Interval | None:
 
 def stored_interval(found: Interval | None) -> dict[str, Any] | None:
     """An interval as ``stability.json`` holds it."""
-    return found and {key: getattr(found, key) for key in INTERVAL_KEYS}
+    return found and _stored(found, INTERVAL_KEYS)
+
+
+def observation_of(stored: dict[str, Any]) -> Observation:
+    """A run held against a boundary, read back from ``stability.json``."""
+    return Observation(**{key: stored[key] for key in OBSERVATION_KEYS})
 
 
 @dataclass(frozen=True)
@@ -131,6 +217,11 @@ class MarginBoundary:
             "boundary": stored_interval(self.boundary),
         }
         return {key: values[key] for key in MARGIN_KEYS}
+
+    @classmethod
+    def from_stored(cls, stored: dict[str, Any]) -> MarginBoundary:
+        """A margin's boundary read back from ``stability.json``."""
+        return cls(stored["margin"], seed_bounds_of(stored), interval_of(stored.get("boundary")))
 
 
 @dataclass
@@ -156,8 +247,8 @@ class BoundaryResult:
     margins: list[MarginBoundary] = field(default_factory=list)
     checked_runs: int | None = None
     monotone: bool | None = None
-    contradictions: list[dict[str, Any]] = field(default_factory=list)
-    below_window: list[dict[str, Any]] = field(default_factory=list)  # did not learn yet
+    contradictions: list[Observation] = field(default_factory=list)
+    below_window: list[Observation] = field(default_factory=list)  # did not learn yet
 
     @property
     def runs_total(self) -> int:
@@ -172,7 +263,7 @@ class BoundaryResult:
     def checked(
         self,
         checked_runs: int,
-        found: tuple[list[dict[str, Any]], list[dict[str, Any]]],
+        found: tuple[list[Observation], list[Observation]],
         margins: list[MarginBoundary],
     ) -> BoundaryResult:
         """This boundary held against ``checked_runs`` stored runs: ``found`` the runs that
@@ -197,7 +288,34 @@ class BoundaryResult:
         stored["divergence_bounds"] = [stored_seed_boundary(b) for b in self.divergence_bounds]
         stored["divergence"] = stored_interval(self.divergence)
         stored["margins"] = [m.stored() for m in self.margins]
+        stored["contradictions"] = [_stored(o, OBSERVATION_KEYS) for o in self.contradictions]
+        stored["below_window"] = [_stored(o, OBSERVATION_KEYS) for o in self.below_window]
         return stored
+
+    @classmethod
+    def from_stored(cls, stored: dict[str, Any]) -> BoundaryResult:
+        """A boundary read back from ``stability.json``; a key an older ablate did not store
+        reads as unchecked (None) or empty."""
+        return cls(
+            variant=stored["variant"],
+            study=stored["study"],
+            seeds=stored["seeds"],
+            per_octave=stored["per_octave"],
+            seed_bounds=seed_bounds_of(stored),
+            boundary=interval_of(stored.get("boundary")),
+            divergence_bounds=[seed_boundary_of(b) for b in stored.get("divergence_bounds", [])],
+            divergence=interval_of(stored.get("divergence")),
+            probes=[Probe.from_stored(p) for p in stored.get("probes", [])],
+            run_ids=stored.get("run_ids", []),
+            margins=[MarginBoundary.from_stored(m) for m in stored.get("margins", [])],
+            checked_runs=stored.get("checked_runs"),
+            monotone=stored.get("monotone"),
+            contradictions=[observation_of(o) for o in stored.get("contradictions") or []],
+            below_window=[observation_of(o) for o in stored.get("below_window") or []],
+        )
+
+
+StudyResult = SearchResult | BoundaryResult
 
 
 @dataclass
@@ -210,7 +328,7 @@ class Studies:
     def best_settings(self) -> dict[str, dict[str, Any]]:
         """``{variant: {lr, warmup_steps}}`` of each variant's best stable search trial."""
         return {
-            variant: {"lr": found.best["lr"], "warmup_steps": found.best["warmup_steps"]}
+            variant: {"lr": found.best.lr, "warmup_steps": found.best.warmup_steps}
             for variant, found in self.search.items()
             if found.best
         }
@@ -230,3 +348,53 @@ class Studies:
         missing = set(STABILITY_KEYS) - stored.keys()
         assert not missing, f"stability.json without {sorted(missing)}"
         return stored
+
+
+@dataclass
+class StoredStudies(Studies):
+    """``stability.json`` read back: every result, typed, with the header the run stored (all
+    None, and no results, where no study ran). Max-LR results stored by an ablate older than
+    per-seed brackets (no ``seed_bounds``) are left out: ``ablate run`` brackets them again."""
+
+    experiment: str | None = None
+    storage: str | None = None
+    criterion: str | None = None
+    search_seed: int | None = None
+
+    @classmethod
+    def from_stored(cls, stored: dict[str, Any] | None) -> StoredStudies:
+        """The file's results (``None``: no file, no results)."""
+        if not stored:
+            return cls()
+        return cls(
+            search={
+                v: SearchResult.from_stored(r) for v, r in (stored.get("search") or {}).items()
+            },
+            max_lr={
+                v: BoundaryResult.from_stored(r)
+                for v, r in (stored.get("max_lr") or {}).items()
+                if "seed_bounds" in r
+            },
+            experiment=stored.get("experiment"),
+            storage=stored.get("storage"),
+            criterion=stored.get("criterion"),
+            search_seed=stored.get("search_seed"),
+        )
+
+    def in_order(self, variants: list[str]) -> StoredStudies:
+        """The results in the experiment's variant order (the file sorts its keys; the report's
+        baseline is the first variant); variants not in it last."""
+        rank = {variant: i for i, variant in enumerate(variants)}
+
+        def ordered(found: dict[str, Any]) -> dict[str, Any]:
+            return dict(sorted(found.items(), key=lambda item: rank.get(item[0], len(rank))))
+
+        return replace(self, search=ordered(self.search), max_lr=ordered(self.max_lr))
+
+    def run_ids(self) -> dict[tuple[str, str], list[str]]:
+        """``{(variant, kind): run ids}`` of every stored result: a search's trials', a
+        boundary's probes'."""
+        return {
+            **{(v, "search"): r.run_ids for v, r in self.search.items()},
+            **{(v, "max_lr"): r.run_ids for v, r in self.max_lr.items()},
+        }

@@ -35,6 +35,7 @@ from ablate.core.plan import (
     planned_groups,
     study_runs,
 )
+from ablate.core.studies import StoredStudies
 from ablate.launch.progress import StepsLeft
 from ablate.nn.model import count_parameters, next_token_loss, parameter_groups
 from ablate.nn.sources import ModelSourceError, build_model
@@ -334,16 +335,8 @@ def _study_runs_of_this_plan(
 def _finished_studies(folder: ExperimentFolder, usable: set[str]) -> set[tuple[str, str]]:
     """(variant, stage) of the search and max-LR results in ``stability.json`` whose runs are
     all among ``usable``."""
-    studies = store.read_studies(folder.path) if folder.path.is_dir() else None
-    finished = set()
-    for group, results in (studies or {}).items():
-        if group not in ("search", "max_lr") or not isinstance(results, dict):
-            continue
-        for variant, result in results.items():
-            ids = result.get("run_ids") or [t.get("run_id") for t in result.get("trial_table", [])]
-            if ids and set(ids) <= usable:
-                finished.add((variant, group))
-    return finished
+    studies = store.read_studies(folder.path) if folder.path.is_dir() else StoredStudies()
+    return {study for study, ids in studies.run_ids().items() if ids and set(ids) <= usable}
 
 
 def stored_lines(

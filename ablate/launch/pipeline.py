@@ -39,7 +39,6 @@ import importlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import pandas as pd
 from rich.console import Console
@@ -65,7 +64,13 @@ from ablate.core.stability import (
     criterion_text,
     verdict_at_margin,
 )
-from ablate.core.studies import BoundaryResult, MarginBoundary, SearchResult, Studies
+from ablate.core.studies import (
+    BoundaryResult,
+    MarginBoundary,
+    SearchResult,
+    Studies,
+    StudyResult,
+)
 from ablate.launch.backends import check_what_trains
 from ablate.launch.context import Context, Stage
 from ablate.launch.execute import Executor, ready_conversions, split_done
@@ -288,7 +293,9 @@ def stored_stable_starts(experiment: Experiment, runs: pd.DataFrame) -> dict[str
     return starts
 
 
-def _studies(ctx: Context, kind: str, best: dict[str, float] | None = None) -> dict[str, Any]:
+def _studies(
+    ctx: Context, kind: str, best: dict[str, float] | None = None
+) -> dict[str, StudyResult]:
     """Every variant's study of ``kind`` (Optuna is imported only here: a file without
     studies never loads it); ``{variant: result}``."""
     from ablate.launch.storage import storage_label, storage_url
@@ -334,10 +341,9 @@ def check_boundaries(
     for variant, result in found.items():
         family = max_lr_family(experiment, variant)
         seen = observations(runs, variant, family)
-        against = [vars(o) for o in contradictions(result.seed_bounds, seen)]
-        below = [vars(o) for o in below_window(seen)]
+        against = contradictions(result.seed_bounds, seen)
         margins = margin_boundaries(experiment, variant, result.seeds, family_runs(runs, family))
-        checked[variant] = result.checked(len(seen), (against, below), margins)
+        checked[variant] = result.checked(len(seen), (against, below_window(seen)), margins)
     return checked
 
 

@@ -44,7 +44,7 @@ from ablate.core.experiment import Experiment
 from ablate.core.plan import RunSpec, with_train
 from ablate.core.record import RunRecord
 from ablate.core.stability import clipped_loss
-from ablate.core.studies import SearchResult
+from ablate.core.studies import BestTrial, SearchResult, Trial
 from ablate.launch.execute import POLL_S, Executor
 from ablate.launch.storage import open_storage, open_study
 
@@ -298,22 +298,27 @@ def search_summary(study: optuna.Study) -> SearchResult:
     return SearchResult(
         study=study.study_name,
         trial_table=[
-            {
-                "number": t.number,
-                "state": t.state.name,
-                "value": t.value,
-                "lr": t.params.get("lr"),
-                "warmup_steps": t.params.get("warmup_steps"),
-                "stable": t.user_attrs.get("stable"),
-                "run_id": t.user_attrs.get("run_id"),
-            }
+            Trial(
+                number=t.number,
+                state=t.state.name,
+                value=t.value,
+                lr=t.params.get("lr"),
+                warmup_steps=t.params.get("warmup_steps"),
+                stable=t.user_attrs.get("stable"),
+                run_id=t.user_attrs.get("run_id"),
+            )
             for t in study.get_trials(deepcopy=False, states=COUNTED)
         ],
         trials=len(study.trials),
         complete=len(complete),
         pruned=len(study.get_trials(deepcopy=False, states=(TrialState.PRUNED,))),
         stable=len(stable),
-        best={"value": best.value, **best.params, "run_id": best.user_attrs.get("run_id")}
+        best=BestTrial(
+            best.params["lr"],
+            best.params["warmup_steps"],
+            best.value,
+            best.user_attrs.get("run_id"),
+        )
         if best
         else None,
         stable_region=region,

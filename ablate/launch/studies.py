@@ -11,7 +11,7 @@ import os
 from collections.abc import Mapping, Sequence
 
 from ablate.core.experiment import Experiment
-from ablate.core.studies import BoundaryResult, SearchResult
+from ablate.core.studies import BoundaryResult, SearchResult, StudyResult
 from ablate.launch.execute import Executor
 from ablate.launch.max_lr import ProbeNotStored, run_max_lr
 from ablate.launch.search import PrintFn, next_search_step, run_search, search_summary
@@ -19,7 +19,6 @@ from ablate.launch.storage import open_study
 from ablate.launch.workers import Resources, run_parallel, worker_say
 
 KINDS = ("search", "max_lr")  # the two studies of a variant
-StudyResult = SearchResult | BoundaryResult
 
 
 def _job(
@@ -130,7 +129,7 @@ def result_lines(search: dict[str, SearchResult], max_lr: dict[str, BoundaryResu
     for variant, result in search.items():
         best = result.best
         text = (
-            f"lr {best['lr']:.3g}, warmup {best['warmup_steps']}, val loss {best['value']:.4f}"
+            f"lr {best.lr:.3g}, warmup {best.warmup_steps}, val loss {best.value:.4f}"
             if best
             else "no stable trial"
         )

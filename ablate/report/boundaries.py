@@ -24,7 +24,8 @@ from scipy import stats
 
 from ablate.core.boundary import Interval, boundary_ratio, paired_log2_ratios
 from ablate.core.sequential import ALPHA
-from ablate.core.studies import SEED_BOUNDARY_KEYS, interval_of, seed_bounds_of
+from ablate.core.stability import Observation
+from ablate.core.studies import SEED_BOUNDARY_KEYS, BoundaryResult, Studies
 from ablate.report.analysis import holm
 from ablate.report.factorial import Design
 from ablate.report.margins import (
@@ -38,7 +39,6 @@ from ablate.report.margins import (
 from ablate.report.section import Section
 from ablate.report.text import SHOWN_WORDS, interval_text, p_text, ratio_text
 
-Stored = dict[str, Any]  # one variant's max_lr entry of stability.json
 UNRESOLVED = "below the lattice's resolution"
 
 
@@ -50,9 +50,9 @@ def ratio_p(logs: list[float]) -> float:
     return float(stats.ttest_1samp(logs, 0.0).pvalue)
 
 
-def one_bracket(found: Stored) -> bool:
+def one_bracket(found: BoundaryResult) -> bool:
     """Whether every bracketed seed of a variant has the same boundary (one lattice bracket)."""
-    estimates = {b.estimate for b in seed_bounds_of(found) if b.estimate is not None}
+    estimates = {b.estimate for b in found.seed_bounds if b.estimate is not None}
     return len(estimates) == 1
 
 
@@ -69,23 +69,23 @@ def ratio_word(row: Any) -> str:
     return SHOWN_WORDS[bool(held)]
 
 
-def ratio_to(baseline: Stored, found: Stored) -> Interval | None:
+def ratio_to(baseline: BoundaryResult, found: BoundaryResult) -> Interval | None:
     """``found``'s boundary over ``baseline``'s, paired by seed (None: no seed pairs)."""
-    return boundary_ratio(seed_bounds_of(baseline), seed_bounds_of(found))
+    return boundary_ratio(baseline.seed_bounds, found.seed_bounds)
 
 
-def boundary_table(studies: dict) -> pd.DataFrame:
+def boundary_table(studies: Studies) -> pd.DataFrame:
     """Per variant: the boundary and its interval, the ratio to the first variant's with its
     interval and whether it is shown, the seeds bracketed, the runs, the check."""
-    found = studies.get("max_lr") or {}
+    found = studies.max_lr
     rows = []
     baseline = next(iter(found.values()), None)
     for variant, r in found.items():
-        own = interval_of(r.get("boundary"))
+        own = r.boundary
         ratio = ratio_to(baseline, r) if baseline is not None and r is not baseline else None
         logs = (
-            paired_log2_ratios(seed_bounds_of(baseline), seed_bounds_of(r))
-            if ratio is not None
+            paired_log2_ratios(baseline.seed_bounds, r.seed_bounds)
+            if baseline is not None and ratio is not None
             else []
         )
         rows.append(
@@ -95,7 +95,7 @@ def boundary_table(studies: dict) -> pd.DataFrame:
                 "max_stable_lr_low": own and own.low,
                 "max_stable_lr_high": own and own.high,
                 "seeds_bracketed": own.seeds if own else 0,
-                "seeds": len(r["seeds"]),
+                "seeds": len(r.seeds),
                 "ratio_to_baseline": ratio and ratio.value,
                 "ratio_low": ratio and ratio.low,
                 "ratio_high": ratio and ratio.high,
@@ -103,7 +103,7 @@ def boundary_table(studies: dict) -> pd.DataFrame:
                 "ratio_pairs": len(logs),
                 "one_bracket": one_bracket(baseline) and one_bracket(r),
                 "ratio_p": ratio_p(logs),
-                "runs": r["runs_total"],
+                "runs": r.runs_total,
                 "monotone": monotone_text(r),
             }
         )
@@ -114,13 +114,13 @@ def boundary_table(studies: dict) -> pd.DataFrame:
     return table
 
 
-def seed_table(studies: dict) -> pd.DataFrame:
+def seed_table(studies: Studies) -> pd.DataFrame:
     """Every seed's bracket: last stable and first unstable lattice LR and their midpoint."""
     return pd.DataFrame(
         [
-            {"variant": variant, **{key: b[key] for key in SEED_BOUNDARY_KEYS}}
-            for variant, r in (studies.get("max_lr") or {}).items()
-            for b in r.get("seed_bounds", [])
+            {"variant": variant, **{key: getattr(b, key) for key in SEED_BOUNDARY_KEYS}}
+            for variant, r in studies.max_lr.items()
+            for b in r.seed_bounds
         ]
     )
 
@@ -178,20 +178,19 @@ def _shown_text(table: pd.DataFrame) -> list[str]:
     return lines
 
 
-def summary_lines(studies: dict, design: Design | None = None) -> list[str]:
+def summary_lines(studies: Studies, design: Design | None = None) -> list[str]:
     """The written summary's max-LR lines: a variant with no bracket, non-monotone brackets,
     each variant's boundary and each ratio to the baseline with its verdict, and in a grid
     each factor's effect on the boundaries."""
-    found = studies.get("max_lr") or {}
     lines = []
-    for variant, r in found.items():
-        if r.get("boundary") is None:
+    for variant, r in studies.max_lr.items():
+        if r.boundary is None:
             lines.append(f"- {variant}: **no boundary found**: {_unbracketed_text(r)}")
-        if r.get("monotone") is False:
+        if r.monotone is False:
             lines.append(
-                f"- {variant}: **non-monotone**: {len(r['contradictions'])} of "
-                f"{r['checked_runs']} stored runs at the same budget contradict their seed's "
-                f"bracket ({contradiction_text(r['contradictions'])})."
+                f"- {variant}: **non-monotone**: {len(r.contradictions)} of "
+                f"{r.checked_runs} stored runs at the same budget contradict their seed's "
+                f"bracket ({contradiction_text(r.contradictions)})."
             )
     table = boundary_table(studies)
     bracketed = table[table["seeds_bracketed"] > 0] if len(table) else table
@@ -211,12 +210,11 @@ def summary_lines(studies: dict, design: Design | None = None) -> list[str]:
     return lines + _shown_text(table) + margin_lines(margin_table(studies)) + factor_lines(effects)
 
 
-def _unbracketed_text(found: Stored) -> str:
+def _unbracketed_text(found: BoundaryResult) -> str:
     """Why a variant has no boundary: every probe unstable, or every probe stable."""
-    probes = found.get("probes", [])
-    lrs = [p["lr"] for p in probes]
+    lrs = [p.lr for p in found.probes]
     span = f"{min(lrs):.3g} to {max(lrs):.3g}" if lrs else "none"
-    if any(p["stable"] for p in probes):
+    if any(p.stable for p in found.probes):
         return f"every seed was stable up to the range's end ({span} probed)."
     return (
         f"every probe ({span}) was unstable, on every seed; if none diverged, the budget may "
@@ -224,14 +222,14 @@ def _unbracketed_text(found: Stored) -> str:
     )
 
 
-def max_lr_section(studies: dict, design: Design | None = None) -> Section:
+def max_lr_section(studies: Studies, design: Design | None = None) -> Section:
     """Markdown and CSVs of the boundaries, the ratios, every seed's bracket and, in a grid,
     each factor's effect on them."""
     table = boundary_table(studies)
     if table.empty:
         return Section()
     seeds = seed_table(studies)
-    per_octave = next(iter(studies["max_lr"].values()))["per_octave"]
+    per_octave = next(iter(studies.max_lr.values())).per_octave
     lines = [
         "## Maximum stable learning rate",
         "",
@@ -257,11 +255,11 @@ def max_lr_section(studies: dict, design: Design | None = None) -> Section:
         seeds.to_markdown(index=False, floatfmt=".4g"),
         "",
     ]
-    for variant, r in studies["max_lr"].items():
-        if r.get("contradictions"):
+    for variant, r in studies.max_lr.items():
+        if r.contradictions:
             lines += [
                 f"Runs that contradict {variant}'s brackets: "
-                f"{contradiction_text(r['contradictions'])}.",
+                f"{contradiction_text(r.contradictions)}.",
                 "",
             ]
     margins = margin_table(studies)
@@ -298,23 +296,21 @@ def max_lr_section(studies: dict, design: Design | None = None) -> Section:
     return Section(lines, tables)
 
 
-def monotone_text(found: Stored) -> str:
+def monotone_text(found: BoundaryResult) -> str:
     """The check against the store in words."""
-    if found.get("monotone") is None:
+    if found.monotone is None:
         return "not checked"
-    below = len(found.get("below_window") or [])
+    below = len(found.below_window)
     unlearned = f"; {below} below the window did not learn yet" if below else ""
-    if found["monotone"]:
-        return f"yes ({found['checked_runs']} runs{unlearned})"
-    return (
-        f"NO: {len(found['contradictions'])} of {found['checked_runs']} runs contradict{unlearned}"
-    )
+    if found.monotone:
+        return f"yes ({found.checked_runs} runs{unlearned})"
+    return f"NO: {len(found.contradictions)} of {found.checked_runs} runs contradict{unlearned}"
 
 
-def contradiction_text(found: list[dict]) -> str:
+def contradiction_text(found: list[Observation]) -> str:
     """The runs that contradict a bracket, in words."""
     return "; ".join(
-        f"{'stable' if c['stable'] else 'unstable'} {c['group']} run {c['run_id']} "
-        f"seed {c['seed']} at lr {c['lr']:.3g}"
+        f"{'stable' if c.stable else 'unstable'} {c.group} run {c.run_id} "
+        f"seed {c.seed} at lr {c.lr:.3g}"
         for c in found
     )

@@ -155,11 +155,8 @@ def runs_table(stored: StoredExperiment) -> pd.DataFrame:
     ids = set(stored.runs["run_id"])
     if "group" in every:
         ids |= set(every.loc[every["group"] == "warmup", "run_id"])
-    studies = stored.studies or {}
-    for found in (studies.get("search") or {}).values():
-        ids |= {row["run_id"] for row in found.get("trial_table", [])}
-    for found in (studies.get("max_lr") or {}).values():
-        ids |= set(found.get("run_ids", []))
+    for found in stored.studies.run_ids().values():
+        ids |= set(found)
     return every[every["run_id"].isin(ids)]
 
 
@@ -172,7 +169,7 @@ def report_sections(
     table, tuned = quality_tables(stored, variants)
     noise = noise_floor(stored.main)
     sweep, sensitivity = sweep_section(stored, variants)
-    table = attach_studies(table, sensitivity, stored.studies or {})
+    table = attach_studies(table, sensitivity, stored.studies)
     report = Section(
         [
             f"# {manifest['name']}",
@@ -207,11 +204,11 @@ def report_sections(
         sweep,
         curve_section(stored, variants),
         usable_section(stored),
-        max_lr_section(stored.studies or {}, design),
-        search_section(stored.studies or {}, variants, stored.manifest.get("search_startup")),
+        max_lr_section(stored.studies, design),
+        search_section(stored.studies, variants, stored.manifest.get("search_startup")),
     ):
         report.extend(section)
-    criterion = (stored.studies or {}).get("criterion") or manifest.get("criterion")
+    criterion = stored.studies.criterion or manifest.get("criterion")
     if criterion:
         report.lines += ["## Stability criterion", "", f"A run is {criterion}.", ""]
     return report, table, printed_tables(stored, table, tuned)

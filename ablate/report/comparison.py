@@ -30,7 +30,7 @@ def comparison_table(
 ) -> pd.DataFrame:
     """Per variant: Δ at the shared LR and Δ at its tuned settings, the settings, the max
     stable LR (learned at all), the usable LR and the headroom (usable LR / tuned LR)."""
-    studies = stored.studies or {}
+    studies = stored.studies
     found_usable = usable_table(stored)
     usable = (
         dict(zip(found_usable["variant"], found_usable["usable_lr"], strict=True))
@@ -41,11 +41,12 @@ def comparison_table(
     for i, variant in enumerate(table["variant"]):
         shared = stored.main[stored.main["variant"] == variant]
         mine = stored.tuned[stored.tuned["variant"] == variant]
-        best = ((studies.get("search") or {}).get(variant) or {}).get("best") or {}
-        found = ((studies.get("max_lr") or {}).get(variant) or {}).get("boundary") or {}
-        max_lr = found.get("value")
-        tuned_lr = float(mine["lr"].iloc[0]) if len(mine) else best.get("lr")
-        warmup = int(mine["warmup_steps"].iloc[0]) if len(mine) else best.get("warmup_steps")
+        search = studies.search.get(variant)
+        best = search.best if search else None
+        found = studies.max_lr.get(variant)
+        max_lr = found.boundary.value if found and found.boundary else None
+        tuned_lr = float(mine["lr"].iloc[0]) if len(mine) else best and best.lr
+        warmup = int(mine["warmup_steps"].iloc[0]) if len(mine) else best and best.warmup_steps
         rows.append(
             {
                 "variant": variant,
@@ -54,7 +55,7 @@ def comparison_table(
                 "delta_shared": _diff_text(table.iloc[i] if i else None),
                 "tuned_lr": tuned_lr,
                 "tuned_warmup": warmup,
-                "search_best_val_loss": best.get("value"),
+                "search_best_val_loss": best and best.value,
                 "tuned_final_val_loss": tuned.iloc[i]["final_val_loss_mean"],
                 "delta_tuned": _diff_text(tuned.iloc[i] if i else None),
                 "max_stable_lr": max_lr,

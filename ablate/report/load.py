@@ -13,6 +13,7 @@ import pandas as pd
 
 from ablate.core import store
 from ablate.core.folders import ExperimentFolder
+from ablate.core.studies import StoredStudies
 from ablate.report.analysis import column
 
 
@@ -28,7 +29,7 @@ class StoredExperiment:
     metrics: pd.DataFrame  # per-step metrics of the main runs
     tuned_metrics: pd.DataFrame  # per-step metrics of the tuned runs (the leading comparison)
     probes: pd.DataFrame  # probe rows of the main runs
-    studies: dict | None  # stability.json, when search or max_lr ran
+    studies: StoredStudies  # stability.json (no results where no study ran)
     missing: list[str]  # planned runs without a result, with their state
     convert: pd.DataFrame  # the convert: runs (continued and converted)
     convert_metrics: pd.DataFrame  # their per-step metrics
@@ -57,7 +58,7 @@ def load_experiment_results(exp_dir: Path) -> StoredExperiment:
         metrics=store.load_metrics(exp_dir, main),  # the main and tuned runs' curves are drawn
         tuned_metrics=store.load_metrics(exp_dir, tuned) if len(tuned) else pd.DataFrame(),
         probes=store.load_probes(exp_dir, main),
-        studies=current_studies(store.read_studies(exp_dir), manifest["variants"]),
+        studies=store.read_studies(exp_dir).in_order(manifest["variants"]),
         missing=missing_runs(exp_dir, manifest, runs),
         convert=convert,
         convert_metrics=store.load_metrics(exp_dir, convert) if len(convert) else pd.DataFrame(),
@@ -101,20 +102,3 @@ def unigram_floor(runs: pd.DataFrame) -> float | None:
     """The corpus's unigram cross-entropy as the runs recorded it (None before it was)."""
     floor = column(runs, "unigram_loss").dropna()
     return float(floor.iloc[0]) if len(floor) else None
-
-
-def current_studies(studies: dict | None, variants: list[str]) -> dict | None:
-    """``stability.json`` with each kind's results in the experiment's variant order (the file
-    is written with sorted keys, and the report's baseline is the first variant), without
-    max-LR results stored by an ablate older than per-seed brackets (whose ``max_lr`` entries
-    have no ``seed_bounds``): ``ablate run`` brackets those again; the report meanwhile has no
-    max-LR section for them."""
-    if not studies:
-        return studies
-    rank = {variant: i for i, variant in enumerate(variants)}
-
-    def in_order(found: dict) -> dict:
-        return dict(sorted(found.items(), key=lambda item: rank.get(item[0], len(rank))))
-
-    kept = {v: r for v, r in (studies.get("max_lr") or {}).items() if "seed_bounds" in r}
-    return {**studies, "search": in_order(studies.get("search") or {}), "max_lr": in_order(kept)}

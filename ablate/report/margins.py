@@ -10,35 +10,31 @@ from typing import Any
 import pandas as pd
 
 from ablate.core.boundary import Interval, SeedBoundary, boundary_ratio, half_width
-from ablate.core.studies import interval_of, seed_bounds_of
+from ablate.core.studies import BoundaryResult, Studies
 from ablate.report.factorial import METRIC, Design, main_effects
 from ablate.report.text import SHOWN_WORDS, interval_text, ratio_text
 
 NOT_ESTIMABLE = 100.0  # a ratio's interval wider than this factor is no finding
 
-Stored = dict[str, Any]  # one variant's max_lr entry of stability.json
 
-
-def _bounds_of(found: Stored, kind: str) -> tuple[list[SeedBoundary], Interval | None]:
+def _bounds_of(
+    found: BoundaryResult, kind: float | str
+) -> tuple[list[SeedBoundary], Interval | None]:
     """A variant's seed brackets and boundary of ``kind``: "divergence", or a margin's."""
     if kind == "divergence":
-        entry = {
-            "seed_bounds": found.get("divergence_bounds", []),
-            "boundary": found.get("divergence"),
-        }
-    else:
-        entry = next((m for m in found.get("margins", []) if m["margin"] == kind), {})
-    return seed_bounds_of(entry), interval_of(entry.get("boundary"))
+        return found.divergence_bounds, found.divergence
+    margin = next((m for m in found.margins if m.margin == kind), None)
+    return (margin.seed_bounds, margin.boundary) if margin else ([], None)
 
 
-def margin_table(studies: dict) -> pd.DataFrame:
+def margin_table(studies: Studies) -> pd.DataFrame:
     """Per boundary (the quality boundary at every collapse margin, then the divergence
     boundary) and variant: its median with interval and its ratio to the baseline's."""
-    found = studies.get("max_lr") or {}
+    found = studies.max_lr
     if not found:
         return pd.DataFrame()
     baseline = next(iter(found.values()))
-    margins = sorted({m["margin"] for r in found.values() for m in r.get("margins", [])})
+    margins = sorted({m.margin for r in found.values() for m in r.margins})
     rows = []
     for kind in [*margins, "divergence"]:
         base_bounds, _ = _bounds_of(baseline, kind)
@@ -136,30 +132,28 @@ def difference_word(row: Any) -> str:
     return SHOWN_WORDS[bool(row.ratio_shown)] if estimable(row) else "not estimable"
 
 
-def boundary_frame(studies: dict, kind: str) -> pd.DataFrame:
+def boundary_frame(studies: Studies, kind: str) -> pd.DataFrame:
     """One row per (variant, seed) bracketed: log2 of its ``kind`` boundary ("quality" or
     "divergence") in the metric column the factorial statistics read."""
-    key = "seed_bounds" if kind == "quality" else "divergence_bounds"
     rows = [
         {
             "variant": variant,
-            "seed": b["seed"],
+            "seed": b.seed,
             "status": "finished",
-            METRIC: math.log2(b["estimate"]),
+            METRIC: math.log2(b.estimate),
         }
-        for variant, r in (studies.get("max_lr") or {}).items()
-        for b in r.get(key, [])
-        if b.get("estimate")
+        for variant, r in studies.max_lr.items()
+        for b in (r.seed_bounds if kind == "quality" else r.divergence_bounds)
+        if b.estimate
     ]
     return pd.DataFrame(rows, columns=["variant", "seed", "status", METRIC])
 
 
-def factor_effects(studies: dict, design: Design) -> pd.DataFrame:
+def factor_effects(studies: Studies, design: Design) -> pd.DataFrame:
     """Each factor level's main effect on each boundary, as a ratio to the factor's first
     level: per seed the mean over the other factors' cells of the log2 boundaries'
     difference, then a t interval over seeds, widened by both levels' bracket half widths."""
-    found = studies.get("max_lr") or {}
-    widest = max((half_width(seed_bounds_of(r)) for r in found.values()), default=0.0)
+    widest = max((half_width(r.seed_bounds) for r in studies.max_lr.values()), default=0.0)
     rows = []
     for kind in ("quality", "divergence"):
         frame = boundary_frame(studies, kind)

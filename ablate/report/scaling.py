@@ -22,6 +22,7 @@ import numpy as np
 import pandas as pd
 
 from ablate.core.folders import ExperimentFolder
+from ablate.core.studies import Studies
 from ablate.report.analysis import paired_difference, sensitivity_table, sweep_frame, sweep_table
 from ablate.report.boundaries import boundary_table
 from ablate.report.fits import LineFit, PowerLaw, power_law_fit, trend_fit
@@ -39,7 +40,7 @@ QUANTITIES = {
 EXTRAPOLATION_FACTOR = 10  # the max stable LR is extrapolated to 10x the largest size
 
 
-def _boundary(studies: dict, variant: str) -> dict[str, Any]:
+def _boundary(studies: Studies, variant: str) -> dict[str, float | int]:
     """The variant's max stable LR with its interval, its ratio to the baseline with its
     interval (:func:`ablate.report.boundaries.boundary_table`; NaN where absent), how many
     seeds it rests on, and how many stored runs contradict their brackets."""
@@ -49,17 +50,17 @@ def _boundary(studies: dict, variant: str) -> dict[str, Any]:
     keys += ("ratio_to_baseline", "ratio_low", "ratio_high")
     found = {k: (mine[k].iloc[0] if len(mine) else None) for k in keys}
     values = {k: math.nan if v is None or pd.isna(v) else float(v) for k, v in found.items()}
-    against = (studies.get("max_lr") or {}).get(variant) or {}
+    against = studies.max_lr.get(variant)
     seeds = int(mine["seeds_bracketed"].iloc[0]) if len(mine) else 0
     return values | {
         "boundary_seeds": seeds,
-        "max_lr_contradictions": len(against.get("contradictions") or []),
+        "max_lr_contradictions": len(against.contradictions) if against else 0,
     }
 
 
-def _best_lr(studies: dict, variant: str) -> float:
-    best = ((studies.get("search") or {}).get(variant) or {}).get("best")
-    return float(best["lr"]) if best else math.nan
+def _best_lr(studies: Studies, variant: str) -> float:
+    search = studies.search.get(variant)
+    return float(search.best.lr) if search and search.best else math.nan
 
 
 def _sensitivity(stored: StoredExperiment) -> dict[str, tuple[float, bool]]:
@@ -77,7 +78,7 @@ def size_rows(size: dict[str, Any], stored: StoredExperiment, variants: list[str
     sensitivity, and the paired difference to the baseline (first variant)."""
     tuned = len(stored.tuned) > 0
     runs = stored.tuned if tuned else stored.main
-    studies = stored.studies or {}
+    studies = stored.studies
     sensitivity = _sensitivity(stored)
     rows = []
     for variant in variants:

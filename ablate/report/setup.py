@@ -150,13 +150,8 @@ def _stage_text(stored: StoredExperiment) -> str:
         _runs_of(group, (every if group in STUDY_GROUPS else stored.runs).query("group == @group"))
         for group in STAGE_ORDER
     ]
-    studies = stored.studies or {}
-    for variant, found in (studies.get("search") or {}).items():
-        ids = {row["run_id"] for row in found.get("trial_table", [])}
-        parts.append(_runs_of(f"search ({variant})", every[every["run_id"].isin(ids)]))
-    for variant, found in (studies.get("max_lr") or {}).items():
-        ids = set(found.get("run_ids", []))
-        parts.append(_runs_of(f"max_lr ({variant})", every[every["run_id"].isin(ids)]))
+    for (variant, kind), ids in stored.studies.run_ids().items():
+        parts.append(_runs_of(f"{kind} ({variant})", every[every["run_id"].isin(ids)]))
     return ", ".join(part for part in parts if part)
 
 

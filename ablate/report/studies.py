@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import pandas as pd
 
+from ablate.core.studies import BestTrial, Studies
 from ablate.report.analysis import (
     selection_values,
     sensitivity_table,
@@ -25,7 +26,9 @@ from ablate.report.text import budget_text
 SWEEP_FIGURE = "lr_sweep.png"
 
 
-def attach_studies(table: pd.DataFrame, sensitivity: pd.DataFrame, studies: dict) -> pd.DataFrame:
+def attach_studies(
+    table: pd.DataFrame, sensitivity: pd.DataFrame, studies: Studies
+) -> pd.DataFrame:
     """Add the max stable LR (with its interval) and the LR sensitivity to the variant table
     when present."""
     boundaries = boundary_table(studies)
@@ -54,7 +57,7 @@ def sweep_section(stored: StoredExperiment, variants: list[str]) -> tuple[Sectio
     table = sweep_table(frame)
     sensitivity = sensitivity_table(table, frame)
     losses = (float(frame["initial_loss"].iloc[0]), unigram_floor(stored.runs))
-    figure = sweep_figure(table, variants, losses, boundary_table(stored.studies or {}))
+    figure = sweep_figure(table, variants, losses, boundary_table(stored.studies))
     shown = table.assign(
         lr=table["lr"].map(lambda v: f"{v:.3g}"),
         loss=[
@@ -182,7 +185,7 @@ def _span(region: dict | None, key: str, fmt: str) -> str:
 SEARCHED = {"lr": "LR", "warmup_steps": "warmup"}
 
 
-def edges_of_best(trials: pd.DataFrame, best: dict | None) -> list[str]:
+def edges_of_best(trials: pd.DataFrame, best: BestTrial | None) -> list[str]:
     """The searched parameters whose best value is the smallest or the largest any counted
     trial tried: no trial brackets the optimum on that side, so it may lie beyond."""
     if not best or trials.empty:
@@ -190,38 +193,39 @@ def edges_of_best(trials: pd.DataFrame, best: dict | None) -> list[str]:
     found = []
     for key, name in SEARCHED.items():
         tried = trials[key].dropna()
-        if len(tried) > 1 and best.get(key) is not None:
-            if best[key] <= tried.min():
+        value = getattr(best, key)
+        if len(tried) > 1 and value is not None:
+            if value <= tried.min():
                 found.append(f"{name} lowest tried")
-            elif best[key] >= tried.max():
+            elif value >= tried.max():
                 found.append(f"{name} highest tried")
     return found
 
 
-def search_section(studies: dict, variants: list[str], startup: int | None = None) -> Section:
+def search_section(studies: Studies, variants: list[str], startup: int | None = None) -> Section:
     """Markdown, CSV and figure of the LR x warmup search; ``startup``: TPE's random start-up
     trials per study (None: not recorded)."""
-    found = studies.get("search") or {}
+    found = studies.search
     if not found:
         return Section()
     trials = pd.DataFrame(
-        [{"variant": v, **t} for v, r in found.items() for t in r.get("trial_table", [])]
+        [{"variant": v, **t.stored()} for v, r in found.items() for t in r.trial_table]
     )
     edges = {
-        v: edges_of_best(trials[trials["variant"] == v] if len(trials) else trials, r["best"])
+        v: edges_of_best(trials[trials["variant"] == v] if len(trials) else trials, r.best)
         for v, r in found.items()
     }
     best = pd.DataFrame(
         [
             {
                 "variant": v,
-                "best lr": (r["best"] or {}).get("lr"),
-                "best warmup": (r["best"] or {}).get("warmup_steps"),
-                "best val loss": (r["best"] or {}).get("value"),
-                "trials (complete / pruned)": f"{r['complete']} / {r['pruned']}",
+                "best lr": r.best and r.best.lr,
+                "best warmup": r.best and r.best.warmup_steps,
+                "best val loss": r.best and r.best.value,
+                "trials (complete / pruned)": f"{r.complete} / {r.pruned}",
                 "best at the trials' edge": ", ".join(edges[v]) or "no",
-                "stable lr range": _span(r["stable_region"], "lr", "{:.3g}"),
-                "stable warmup range": _span(r["stable_region"], "warmup_steps", "{}"),
+                "stable lr range": _span(r.stable_region, "lr", "{:.3g}"),
+                "stable warmup range": _span(r.stable_region, "warmup_steps", "{}"),
             }
             for v, r in found.items()
         ]

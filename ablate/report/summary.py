@@ -242,7 +242,7 @@ def lead_lines(
     lines = []
     curve_seeds = sorted({r["seed"] for r in stored.manifest["runs"] if r.get("group") == "curve"})
     if tuned is not None:
-        search_seed = (stored.studies or {}).get("search_seed")
+        search_seed = stored.studies.search_seed
         chosen = (
             f"its LR curve's optimum on seeds {curve_seeds}"
             if curve_seeds
@@ -304,7 +304,7 @@ def summary_lines(
     lines += throughput_lines(stored.main, list(table["variant"]))
     design = Design.from_manifest(stored.manifest)
     lines += usable.summary_line(usable.usable_table(stored))
-    lines += boundaries.summary_lines(stored.studies or {}, design)
+    lines += boundaries.summary_lines(stored.studies, design)
     return lines + [""]
 
 

@@ -17,6 +17,7 @@ import pytest
 
 from ablate.core import folders, store
 from ablate.core.folders import RunFolder
+from ablate.core.studies import BestTrial, SearchResult, StoredStudies, Studies
 
 
 def _fake_run(
@@ -147,15 +148,19 @@ def test_claims_of_live_and_remote_holders_are_honoured_dead_ones_taken_over(
 
 
 def test_studies_round_trip_and_an_unchanged_write_keeps_the_time_stamp(tmp_path: Path) -> None:
-    assert store.read_studies(tmp_path) is None
-    studies = {"max_lr": {"a": {"bracket": [0.01, 0.02]}}, "criterion": "stable"}
+    assert store.read_studies(tmp_path) == StoredStudies()  # none ran
+    result = SearchResult("e.a.search", [], 1, 1, 0, 1, BestTrial(0.01, 5, 2.5, "r1"), None)
+    studies = Studies(search={"a": result}).stored(
+        {"experiment": "e", "storage": "s", "criterion": "stable", "search_seed": 0}
+    )
     store.write_studies(tmp_path, studies)
     path = folders.ExperimentFolder(tmp_path).stability
     os.utime(path, (1, 1))
     store.write_studies(tmp_path, studies)
-    assert path.stat().st_mtime == 1 and store.read_studies(tmp_path) == studies
+    read = store.read_studies(tmp_path)
+    assert path.stat().st_mtime == 1 and read.search == {"a": result} and read.criterion == "stable"
     store.write_studies(tmp_path, {**studies, "criterion": "changed"})
-    assert path.stat().st_mtime > 1 and store.read_studies(tmp_path)["criterion"] == "changed"
+    assert path.stat().st_mtime > 1 and store.read_studies(tmp_path).criterion == "changed"
 
 
 def test_an_experiment_folder_is_one_with_a_plan_or_a_run(tmp_path: Path) -> None:

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from conftest import simulated_experiment
 
+from ablate.core import store
 from ablate.core.studies import (
     BOUNDARY_KEYS,
     INTERVAL_KEYS,
@@ -41,6 +42,13 @@ def test_stability_json_holds_the_contracts_keys_and_a_rerun_the_same_bytes(
         assert all(set(b) == set(SEED_BOUNDARY_KEYS) for b in found["seed_bounds"])
         assert found["margins"] and all(set(m) == set(MARGIN_KEYS) for m in found["margins"])
         assert first.max_lr[variant].trained == first.max_lr[variant].runs_total  # all new
+    read = store.read_studies(root / "tiny")  # typed, and written again: the same file
+    assert read.stored({key: stored[key] for key in STABILITY_KEYS[:4]}) == stored
+    for variant in exp.variants:
+        assert read.search[variant].trial_table == first.search[variant].trial_table
+        assert read.search[variant].best == first.search[variant].best is not None
+        assert read.max_lr[variant].boundary == first.max_lr[variant].boundary is not None
+        assert read.max_lr[variant].margins[0].boundary == first.max_lr[variant].margins[0].boundary
     again = run_studies_only(Context(exp, root, tmp_path / "reports"))
     assert all(r.trained == 0 and all(p.reused for p in r.probes) for r in again.max_lr.values())
     assert path.read_bytes() == before  # what only this process saw is not stored

@@ -62,7 +62,7 @@ def test_pipeline_runs_the_tuned_ab_at_the_searchs_best_on_every_final_seed(
     ]
     for s in tuned:
         best = search[s["variant"]].best
-        assert (s["lr"], s["warmup_steps"]) == (best["lr"], best["warmup_steps"])
+        assert (s["lr"], s["warmup_steps"]) == (best.lr, best.warmup_steps)
         assert s["planned_steps"] == 400  # the full budget, not the search's
     assert sorted((s["variant"], s["seed"]) for s in runs if s["group"] == "main") == sorted(
         (s["variant"], s["seed"]) for s in tuned

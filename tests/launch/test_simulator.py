@@ -256,6 +256,6 @@ def test_a_window_narrower_than_a_coarse_move_is_found_from_a_stored_stable_poin
             truth = true_edge(exp.variants[variant], variant, bound.seed)
             assert bound.last_stable <= truth < bound.first_unstable
         assert found.monotone  # the sweep's 1e-3 did not learn yet: below the window, no hole
-        assert {r["lr"] for r in found.below_window} >= {1e-3}
+        assert {r.lr for r in found.below_window} >= {1e-3}
     text = (result.report_dir / "report.md").read_text()
     assert "below the window did not learn yet" in text

@@ -18,11 +18,13 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
-from conftest import TINY, stored_max_lr, write_experiment
+from conftest import TINY, max_lr_result, write_experiment
 from scipy import stats
 
 from ablate.cli import main
 from ablate.core import folders, store
+from ablate.core.stability import Observation
+from ablate.core.studies import Probe, StoredStudies
 from ablate.nn.fast_norms import build_target
 from ablate.report.analysis import holm, mean_difference
 from ablate.report.builder import build_report, markdown_to_html
@@ -263,12 +265,12 @@ class _Stored:
     main = _runs([0.01, -0.02, 0.04])
     tuned = _runs([0.01, -0.02, 0.04])
     crossover = pd.DataFrame()
-    studies = {
-        "max_lr": {
-            "ln": stored_max_lr("ln", {0: 0.1, 1: 0.11}),
-            "rms": stored_max_lr("rms", {0: 0.4, 1: 0.44}),
+    studies = StoredStudies(
+        max_lr={
+            "ln": max_lr_result("ln", {0: 0.1, 1: 0.11}),
+            "rms": max_lr_result("rms", {0: 0.4, 1: 0.44}),
         }
-    }
+    )
 
 
 @pytest.mark.parametrize(
@@ -309,21 +311,19 @@ def test_a_comparison_with_unstable_runs_says_so_instead_of_a_verdict() -> None:
 def test_summary_leads_with_the_tuned_comparison_and_adjusts_for_multiplicity() -> None:
     stored = _Stored()
     stored.manifest = {"runs": [], "seeds": [0, 1]}
-    stored.studies = {
-        "search_seed": 2,
-        "max_lr": {
-            "ln": stored_max_lr(
+    stored.studies = StoredStudies(
+        search_seed=2,
+        max_lr={
+            "ln": max_lr_result(
                 "ln",
                 {0: 1e-7},
-                probes=[{"lr": 1e-4, "stable": False}, {"lr": 3e-3, "stable": False}],
+                probes=[Probe(1e-4, 0, False, False), Probe(3e-3, 0, False, False)],
                 monotone=False,
                 checked_runs=9,
-                contradictions=[
-                    {"run_id": "abc", "lr": 0.01, "stable": True, "group": "sweep", "seed": 0}
-                ],
+                contradictions=[Observation("abc", 0.01, True, "sweep", 0)],
             )
         },
-    }
+    )
     stored.main, stored.tuned = _runs([0.03, 0.031]), _runs([-0.02, -0.021])
     shared = _table(0.03, 0.01, 0.05, 2)
     tuned = _table(-0.02, -0.04, -0.01, 2).assign(paired_t_p=[math.nan, 0.04])

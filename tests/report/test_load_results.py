@@ -1,18 +1,37 @@
-"""Reading stored results for the report: stability.json in the experiment's variant order."""
+"""Reading stored results for the report: stability.json typed, in the experiment's variant
+order."""
 
 from __future__ import annotations
 
-from ablate.report.load import current_studies
+from pathlib import Path
+
+from ablate.core import store
+from ablate.core.folders import write_json_atomic
+from ablate.core.studies import BoundaryResult, SearchResult, StoredStudies
 
 
-def test_studies_come_in_the_experiments_variant_order_not_the_files() -> None:
-    # stability.json is written with sorted keys: "layernorm.post" sorts before the baseline
+def _boundary(variant: str) -> dict:
+    return BoundaryResult(
+        variant, f"e.{variant}.max_lr", [0], 4, [], None, [], None, [], []
+    ).stored()
+
+
+def _search(variant: str) -> dict:
+    return SearchResult(f"e.{variant}.search", [], 0, 0, 0, 0, None, None).stored()
+
+
+def test_studies_come_typed_in_the_experiments_variant_order_not_the_files(tmp_path: Path) -> None:
+    # stability.json is written with sorted keys: "ln.post" sorts before the baseline
+    old = {"variant": "old", "probes": []}  # stored before per-seed brackets: left out
     stored = {
         "experiment": "grid",
-        "max_lr": {"ln.post": {"seed_bounds": []}, "ln.pre": {"seed_bounds": []}, "old": {}},
-        "search": {"ln.post": {}, "ln.pre": {}},
+        "max_lr": {"ln.post": _boundary("ln.post"), "ln.pre": _boundary("ln.pre"), "old": old},
+        "search": {"ln.post": _search("ln.post"), "ln.pre": _search("ln.pre")},
     }
-    found = current_studies(stored, ["ln.pre", "ln.post"])
-    assert found is not None and found["experiment"] == "grid"
-    assert list(found["max_lr"]) == ["ln.pre", "ln.post"]  # the baseline first; "old" dropped
-    assert list(found["search"]) == ["ln.pre", "ln.post"]
+    write_json_atomic(tmp_path / "stability.json", stored)
+    found = store.read_studies(tmp_path).in_order(["ln.pre", "ln.post"])
+    assert found.experiment == "grid" and found.criterion is None
+    assert list(found.max_lr) == ["ln.pre", "ln.post"]  # the baseline first; "old" dropped
+    assert list(found.search) == ["ln.pre", "ln.post"]
+    assert found.max_lr["ln.pre"].monotone is None  # not held against the store
+    assert store.read_studies(tmp_path / "none") == StoredStudies()  # no studies ran

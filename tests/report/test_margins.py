@@ -4,8 +4,9 @@ LR, moved only when its interval over seeds excludes 1."""
 from __future__ import annotations
 
 import pytest
-from conftest import stored_max_lr
+from conftest import max_lr_result
 
+from ablate.core.studies import MarginBoundary, Studies
 from ablate.report.factorial import Design
 from ablate.report.margins import factor_effects, factor_lines
 
@@ -22,9 +23,9 @@ def test_in_a_grid_each_factors_effect_on_the_boundary_is_a_paired_main_effect()
     )
     seeds = {0: 0.1, 1: 0.13, 2: 0.085}  # each seed its own edge, shared by every cell
     jitter = {0: 1.0, 1: 1.06, 2: 0.95}  # and a little that is the cell's own
-    studies = {
-        "max_lr": {
-            name: stored_max_lr(
+    studies = Studies(
+        max_lr={
+            name: max_lr_result(
                 name,
                 {
                     s: e
@@ -35,7 +36,7 @@ def test_in_a_grid_each_factors_effect_on_the_boundary_is_a_paired_main_effect()
             )
             for name, cell in cells.items()
         }
-    }
+    )
     table = factor_effects(studies, design).set_index(["boundary", "factor"])
     kind = table.loc[("quality", "kind")]
     assert kind["ratio"] == pytest.approx(2.0, rel=0.1) and kind["shown"]  # RMS: twice the LR
@@ -48,16 +49,15 @@ def test_in_a_grid_each_factors_effect_on_the_boundary_is_a_paired_main_effect()
     assert "bias false vs true" in text and "a move is **not shown**" in text
 
 
-def _margins(edges_by_margin: dict[float, dict[int, float]]) -> list[dict]:
+def _margins(edges_by_margin: dict[float, dict[int, float]]) -> list[MarginBoundary]:
     from ablate.core.boundary import bracket_seed, variant_boundary
-    from ablate.core.studies import MarginBoundary
 
     found = []
     for margin, edges in edges_by_margin.items():
         bounds = [
             bracket_seed(lambda lr, e=e: lr <= e, s, 1e-3, (1e-6, 100.0)) for s, e in edges.items()
         ]
-        found.append(MarginBoundary(margin, bounds, variant_boundary(bounds)).stored())
+        found.append(MarginBoundary(margin, bounds, variant_boundary(bounds)))
     return found
 
 
@@ -65,11 +65,13 @@ def test_a_ratio_shown_at_one_margin_and_not_another_is_said_to_depend_on_it() -
     from ablate.report.margins import margin_lines, margin_table
 
     seeds = {0: 0.1, 1: 0.12, 2: 0.09}
-    ln = stored_max_lr("ln", seeds)
-    rms = stored_max_lr("rms", {s: 3 * e for s, e in seeds.items()})
-    ln["margins"] = _margins({0.1: seeds, 0.3: seeds})
-    rms["margins"] = _margins(
-        {0.1: {s: 3 * e for s, e in seeds.items()}, 0.3: {0: 0.05, 1: 0.5, 2: 0.09}}
+    ln = max_lr_result("ln", seeds, margins=_margins({0.1: seeds, 0.3: seeds}))
+    rms = max_lr_result(
+        "rms",
+        {s: 3 * e for s, e in seeds.items()},
+        margins=_margins(
+            {0.1: {s: 3 * e for s, e in seeds.items()}, 0.3: {0: 0.05, 1: 0.5, 2: 0.09}}
+        ),
     )
-    lines = margin_lines(margin_table({"max_lr": {"ln": ln, "rms": rms}}))
+    lines = margin_lines(margin_table(Studies(max_lr={"ln": ln, "rms": rms})))
     assert any("rms / ln" in line and "**depends on the margin**" in line for line in lines)

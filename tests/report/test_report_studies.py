@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pandas as pd
 
+from ablate.core.studies import BestTrial, SearchResult, Studies, Trial
 from ablate.report.studies import edges_of_best, search_section
 
 
@@ -14,33 +15,28 @@ def _trials(lrs: list[float], warmups: list[int]) -> pd.DataFrame:
 
 def test_a_best_trial_is_at_an_edge_only_where_no_trial_lies_beyond_it() -> None:
     trials = _trials([1e-3, 3e-3, 1e-2, 2e-2], [10, 55, 30, 0])
-    assert edges_of_best(trials, {"lr": 3e-3, "warmup_steps": 30}) == []
-    assert edges_of_best(trials, {"lr": 3e-3, "warmup_steps": 55}) == ["warmup highest tried"]
-    assert edges_of_best(trials, {"lr": 1e-3, "warmup_steps": 10}) == ["LR lowest tried"]
+    assert edges_of_best(trials, BestTrial(3e-3, 30, 2.0, None)) == []
+    assert edges_of_best(trials, BestTrial(3e-3, 55, 2.0, None)) == ["warmup highest tried"]
+    assert edges_of_best(trials, BestTrial(1e-3, 10, 2.0, None)) == ["LR lowest tried"]
     assert edges_of_best(trials, None) == []
 
 
-def _study(lrs: list[float], warmups: list[int], best: int) -> dict:
+def _study(lrs: list[float], warmups: list[int], best: int) -> SearchResult:
     table = [
-        {"number": i, "state": "COMPLETE", "value": 2.0 + i, "lr": lr, "warmup_steps": w}
+        Trial(i, "COMPLETE", 2.0 + i, lr, w, True, None)
         for i, (lr, w) in enumerate(zip(lrs, warmups, strict=True))
     ]
-    return {
-        "trial_table": table,
-        "complete": len(table),
-        "pruned": 0,
-        "best": {"lr": lrs[best], "warmup_steps": warmups[best], "value": 2.0 + best},
-        "stable_region": None,
-    }
+    top = BestTrial(lrs[best], warmups[best], 2.0 + best, None)
+    return SearchResult("s", table, len(table), len(table), 0, len(table), top, None)
 
 
 def test_the_search_section_says_its_start_up_and_flags_an_edge() -> None:
-    studies = {
-        "search": {
+    studies = Studies(
+        search={
             "layernorm": _study([1e-3, 3e-3, 1e-2], [10, 30, 50], best=1),
             "rmsnorm": _study([1e-3, 3e-3, 1e-2], [10, 30, 50], best=2),
         }
-    }
+    )
     text = "\n".join(search_section(studies, ["layernorm", "rmsnorm"], startup=2).lines)
     assert "The first 2 trials of each study were the sampler's random start-up" in text
     assert "**Best at the edge of what the search tried** (rmsnorm: LR highest tried" in text
