@@ -175,7 +175,9 @@ def cmd_run(args: argparse.Namespace, console: Console) -> int:
     table = (result.report_dir / "variants.md").read_text(encoding="utf-8")
     console.print(table, markup=False, highlight=False, soft_wrap=True)
     state = "" if result.report_rebuilt else " (up to date)"
-    console.print(f"results: {result.exp_dir}\nreport:  {result.report_dir / 'report.md'}{state}")
+    console.print(
+        f"results: {result.folder.path}\nreport:  {result.report_dir / 'report.md'}{state}"
+    )
     if result.missing:
         console.print(
             f"{len(result.missing)} planned run(s) not done (failed, or still trained by "
@@ -248,7 +250,8 @@ def _check_results_folder(results: Path) -> None:
             f"{results}: results folder not found "
             "(give results/<experiment>, as written by ablate run)"
         )
-    if not (store.is_experiment(results) or ExperimentFolder(results).is_scaled()):
+    folder = ExperimentFolder(results)
+    if not (store.is_experiment(folder) or folder.is_scaled()):
         raise UsageError(
             f"{results}: holds no experiment.json and no run folders; "
             "give results/<experiment>, as written by ablate run"
@@ -261,13 +264,12 @@ def _one_experiment(results: Path) -> Path:
     from ablate.core import store
     from ablate.core.folders import ExperimentFolder
 
-    if (
-        not results.is_dir()
-        or store.is_experiment(results)
-        or ExperimentFolder(results).is_scaled()
-    ):
+    folder = ExperimentFolder(results)
+    if not results.is_dir() or store.is_experiment(folder) or folder.is_scaled():
         return results
-    held = sorted(p for p in results.iterdir() if p.is_dir() and store.is_experiment(p))
+    held = sorted(
+        p for p in results.iterdir() if p.is_dir() and store.is_experiment(ExperimentFolder(p))
+    )
     if len(held) == 1:
         return held[0]
     if len(held) > 1:
@@ -278,11 +280,12 @@ def _one_experiment(results: Path) -> Path:
 
 def cmd_status(args: argparse.Namespace, console: Console) -> int:
     """Print where an experiment's runs stand, per stage (:mod:`ablate.launch.status`)."""
+    from ablate.core.folders import ExperimentFolder
     from ablate.launch.status import status_lines
 
     results = _one_experiment(args.results)
     _check_results_folder(results)
-    for line in status_lines(results):
+    for line in status_lines(ExperimentFolder(results)):
         console.print(line, markup=False, highlight=False, soft_wrap=True)
     return EXIT_OK
 
@@ -294,15 +297,16 @@ def cmd_report(args: argparse.Namespace, console: Console) -> int:
     from ablate.report.builder import build_report
 
     _check_results_folder(args.results)
-    if ExperimentFolder(args.results).is_scaled():
+    folder = ExperimentFolder(args.results)
+    if folder.is_scaled():
         from ablate.report.builder import build_scaling_report
 
-        path = build_scaling_report(args.results, args.out or Path("reports") / args.results.name)
+        path = build_scaling_report(folder, args.out or Path("reports") / args.results.name)
         _print_scaling_summary(path, console)
         return EXIT_OK
-    out = args.out or store.remembered_report_dir(args.results)
+    out = args.out or store.remembered_report_dir(folder)
     out = out or Path("reports") / args.results.name
-    report = build_report(args.results, out)
+    report = build_report(folder, out)
     console.print(report.table_markdown, markup=False, highlight=False, soft_wrap=True)
     if report.missing:
         console.print(f"incomplete: {len(report.missing)} planned run(s) have no result yet")

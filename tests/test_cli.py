@@ -18,6 +18,7 @@ import yaml
 from conftest import REPO, ablate_process, write_experiment
 
 from ablate.cli import main
+from ablate.core.folders import ExperimentFolder
 from ablate.core.load import load_experiment
 
 # how long a subprocess may take: generous, so that a machine running something else passes too
@@ -343,7 +344,7 @@ def test_convert_section_end_to_end(tmp_path: Path, capsys: pytest.CaptureFixtur
         by[("convert", v, s)]["run_id"] for v in ("continued", "converted") for s in (0, 1)
     }
     (exp_dir / by[("main", "layernorm", 1)]["run_id"] / "model.pt").unlink()
-    ready, waiting = ready_conversions(specs, exp_dir)
+    ready, waiting = ready_conversions(specs, ExperimentFolder(exp_dir))
     assert [s.seed for s in ready] == [0, 0] and len(waiting) == 2
     assert all("has no model.pt" in why for _, why in waiting)
 

@@ -53,23 +53,23 @@ def paired_sds(runs: pd.DataFrame, windows: pd.Series, first: str, second: str) 
     return pd.DataFrame(rows)
 
 
-def split_evaluated(exp_dir: Path, runs: pd.DataFrame) -> pd.DataFrame:
+def split_evaluated(folder: ExperimentFolder, runs: pd.DataFrame) -> pd.DataFrame:
     """The runs whose stored config evaluates the final val loss on the whole split."""
 
     def on_split(run_id: str) -> bool:
-        stored = ExperimentFolder(exp_dir).run(run_id).read_config()
+        stored = folder.run(run_id).read_config()
         return stored is not None and RunSpec.from_json(stored).config.train.final_eval == "split"
 
     return runs[runs["run_id"].map(on_split)]
 
 
-def eval_noise_table(exp_dir: Path) -> pd.DataFrame:
-    """The paired SDs of ``exp_dir``'s split-evaluated runs (empty when there are none)."""
-    results = load_results(exp_dir)
-    runs = split_evaluated(exp_dir, results.runs)
+def eval_noise_table(folder: ExperimentFolder) -> pd.DataFrame:
+    """The paired SDs of ``folder``'s split-evaluated runs (empty when there are none)."""
+    results = load_results(folder.path)
+    runs = split_evaluated(folder, results.runs)
     if not len(runs):
         return pd.DataFrame()
-    order = [v for v in read_manifest(exp_dir)["variants"] if v in set(runs["variant"])]
+    order = [v for v in read_manifest(folder)["variants"] if v in set(runs["variant"])]
     first, second = order[:2]  # the baseline first, as the report pairs them
     table = paired_sds(runs, windows_final(results.metrics), first, second)
     return table.assign(comparison=f"{second} - {first}")
@@ -82,7 +82,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     if not args.results.is_dir():
         parser.error(f"{args.results}: not a results folder")
-    table = eval_noise_table(args.results)
+    table = eval_noise_table(ExperimentFolder(args.results))
     if table.empty:
         parser.exit(1, f"{args.results}: no run with train.final_eval: split\n")
     print(table.to_markdown(index=False, floatfmt=".4f"))

@@ -80,7 +80,7 @@ def main(argv: list[str] | None = None) -> None:
     experiment = load_experiment(args.experiment)
     if experiment.max_lr is None:
         parser.error(f"{args.experiment} has no max_lr: section")
-    found = store.read_studies(ExperimentFolder.of(args.results_dir, experiment.name).path).max_lr
+    found = store.read_studies(ExperimentFolder.of(args.results_dir, experiment.name)).max_lr
     if not found:
         parser.error(f"no max-LR boundaries stored: run `ablate run {args.experiment}` first")
     specs = grid_specs(experiment, args.points)

@@ -132,6 +132,11 @@ class RunFolder:
         object.__setattr__(self, "path", Path(self.path))  # a str path works too
 
     @property
+    def experiment(self) -> ExperimentFolder:
+        """The experiment's folder this run is in."""
+        return ExperimentFolder(self.path.parent)
+
+    @property
     def run_id(self) -> str:
         return self.path.name
 

@@ -44,16 +44,15 @@ FINAL_TRAIN_WINDOW = 10  # a summary's final_train_loss is the mean over this ma
 SUMMARY_KEYS = RECORD_KEYS  # every run's summary.json has these keys (a convert run has a few more)
 
 
-def is_experiment(exp_dir: Path) -> bool:
-    """Whether ``exp_dir`` holds an experiment's results (its plan or at least one run)."""
-    folder = ExperimentFolder(exp_dir)
+def is_experiment(folder: ExperimentFolder) -> bool:
+    """Whether ``folder`` holds an experiment's results (its plan or at least one run)."""
     return folder.manifest.is_file() or bool(folder.runs())
 
 
-def load_summaries(exp_dir: Path, include_incomplete: bool = False) -> pd.DataFrame:
+def load_summaries(folder: ExperimentFolder, include_incomplete: bool = False) -> pd.DataFrame:
     """One row per run with a summary; by default only finished and diverged runs."""
     rows = []
-    for run in ExperimentFolder(exp_dir).runs():
+    for run in folder.runs():
         summary = run.read_any_summary()
         if summary is None:
             if not include_incomplete:
@@ -77,7 +76,7 @@ RUN_KEYS = {"group": "group", "lr": "peak_lr", "warmup_steps": "warmup_steps"}
 
 
 def load_metrics(
-    exp_dir: Path,
+    folder: ExperimentFolder,
     runs: pd.DataFrame | None = None,
     which: Literal["metrics", "probes"] = "metrics",
 ) -> pd.DataFrame:
@@ -87,9 +86,8 @@ def load_metrics(
     Pass the summaries already loaded to read only those runs' files; ``which="probes"``
     reads the probes instead.
     """
-    runs = load_summaries(exp_dir) if runs is None else runs
+    runs = load_summaries(folder) if runs is None else runs
     frames = []
-    folder = ExperimentFolder(exp_dir)
     for run in runs.itertuples():
         stored = folder.run(run.run_id)
         frame = stored.read_frame(getattr(stored, which))
@@ -107,9 +105,9 @@ def load_metrics(
     return frames[0] if frames else pd.DataFrame()  # no rows, the columns kept (queryable)
 
 
-def load_probes(exp_dir: Path, runs: pd.DataFrame | None = None) -> pd.DataFrame:
+def load_probes(folder: ExperimentFolder, runs: pd.DataFrame | None = None) -> pd.DataFrame:
     """The probes of ``runs`` (default: every done run) as one long frame, with run keys."""
-    return load_metrics(exp_dir, runs, "probes")
+    return load_metrics(folder, runs, "probes")
 
 
 @dataclass(frozen=True)
@@ -140,20 +138,20 @@ def load_results(
     ``group`` says which stage trained a run (main, sweep, search, tuned, max_lr, convert); the
     report's shared-LR tables use the ``main`` runs, its tuned comparison the ``tuned`` ones.
     """
-    exp_dir = Path(exp_dir)
-    runs = load_summaries(exp_dir, include_incomplete)
-    planned = planned_run_ids(exp_dir)  # none: no plan stored
+    folder = ExperimentFolder(Path(exp_dir))
+    runs = load_summaries(folder, include_incomplete)
+    planned = planned_run_ids(folder)  # none: no plan stored
     runs = runs.assign(planned=runs["run_id"].isin(planned) if planned else True)
     if not all_runs:
         runs = runs[runs["planned"]].reset_index(drop=True)
-    return Results(runs, load_metrics(exp_dir, runs), load_probes(exp_dir, runs))
+    return Results(runs, load_metrics(folder, runs), load_probes(folder, runs))
 
 
-def planned_run_ids(exp_dir: Path) -> set[str]:
+def planned_run_ids(folder: ExperimentFolder) -> set[str]:
     """The runs the experiment's plan holds: the manifest's (main, sweep, tuned, convert) and
     the studies' (the search trials, the max-LR probes' runs)."""
-    planned = {r["run_id"] for r in read_manifest(exp_dir)["runs"]}
-    for ids in read_studies(exp_dir).run_ids().values():
+    planned = {r["run_id"] for r in read_manifest(folder)["runs"]}
+    for ids in read_studies(folder).run_ids().values():
         planned |= set(ids)
     return planned
 
@@ -253,7 +251,7 @@ def stop_on_store_fault(exc: BaseException, root: Path) -> None:
         ) from exc
 
 
-def claim_run(exp_dir: Path, run_id: str, take_over: bool = False) -> None:
+def claim_run(folder: ExperimentFolder, run_id: str, take_over: bool = False) -> None:
     """Claim a run for this process, or raise :class:`RunClaimed` naming its holder.
 
     The claim is a file holding the owner's pid and host, written whole to a file of this
@@ -268,15 +266,15 @@ def claim_run(exp_dir: Path, run_id: str, take_over: bool = False) -> None:
     experiment's claims lock: two processes that both found the same dead holder each removed
     "its" claim, the second removing the first's fresh one, and both trained the run.
     """
-    path = ExperimentFolder(exp_dir).claim(run_id)
+    path = folder.claim(run_id)
     path.parent.mkdir(parents=True, exist_ok=True)
     me = {"pid": os.getpid(), "hostname": platform.node()}
-    mine = ExperimentFolder(exp_dir).claim_draft(run_id)
+    mine = folder.claim_draft(run_id)
     mine.write_text(json.dumps(me), encoding="utf-8")
     try:
         if _linked(mine, path):
             return
-        with _locked(ExperimentFolder(exp_dir).claims_lock):
+        with _locked(folder.claims_lock):
             for _ in range(2):
                 if _linked(mine, path):
                     return
@@ -327,18 +325,18 @@ def _holder_dead(holder: dict[str, Any]) -> bool:
     return holder.get("hostname") == platform.node() and not process_alive(holder.get("pid"))
 
 
-def drop_stale_claim(exp_dir: Path, run_id: str) -> None:
+def drop_stale_claim(folder: ExperimentFolder, run_id: str) -> None:
     """Remove a finished run's claim whose holder died after storing the summary and before
     releasing the claim (a SIGKILL between the two); a live holder's claim stays."""
-    path = ExperimentFolder(exp_dir).claim(run_id)
+    path = folder.claim(run_id)
     holder = read_json(path)
     if holder is not None and _holder_dead(holder):
         path.unlink(missing_ok=True)
 
 
-def release_run(exp_dir: Path, run_id: str) -> None:
+def release_run(folder: ExperimentFolder, run_id: str) -> None:
     """Drop this process's claim of a run (no-op when it holds none)."""
-    path = ExperimentFolder(exp_dir).claim(run_id)
+    path = folder.claim(run_id)
     holder = read_json(path) or {}
     if holder.get("pid") == os.getpid() and holder.get("hostname") == platform.node():
         path.unlink(missing_ok=True)
@@ -351,7 +349,7 @@ def claimed_run(root: Path, spec: RunSpec, take_over: bool = False) -> Iterator[
     one that another process finished after this one planned it, empty its folder and write
     its config; the folder to write the rest into; the claim released however that ends."""
     folder = ExperimentFolder.of(root, spec.experiment)
-    claim_run(folder.path, spec.run_id, take_over)
+    claim_run(folder, spec.run_id, take_over)
     try:
         run = folder.run(spec.run_id)
         if run.is_done():
@@ -360,20 +358,19 @@ def claimed_run(root: Path, spec: RunSpec, take_over: bool = False) -> Iterator[
         write_json_atomic(run.config, spec.to_json())
         yield run
     finally:
-        release_run(folder.path, spec.run_id)
+        release_run(folder, spec.run_id)
 
 
-def write_manifest(exp_dir: Path, manifest: dict[str, Any]) -> None:
+def write_manifest(folder: ExperimentFolder, manifest: dict[str, Any]) -> None:
     """Record the current plan (name, variants in order, seeds, run ids) as experiment.json;
     an unchanged plan leaves the file (and its time stamp) alone."""
-    write_json_if_changed(ExperimentFolder(exp_dir).manifest, manifest)
+    write_json_if_changed(folder.manifest, manifest)
 
 
-def results_digest(exp_dir: Path) -> str:
+def results_digest(folder: ExperimentFolder) -> str:
     """16 hex digits of sha256 over every file a report is built from, by content: the plan,
     the studies, the inference table and each run's summary (in run-id order; a summary is
     written last, after the run's metrics and probes)."""
-    folder = ExperimentFolder(exp_dir)
     paths = [folder.manifest, folder.stability, folder.inference]
     paths += sorted(run.summary for run in folder.runs())
     digest = hashlib.sha256()
@@ -384,7 +381,7 @@ def results_digest(exp_dir: Path) -> str:
     return digest.hexdigest()[:16]
 
 
-def report_is_current(exp_dir: Path, report_dir: Path) -> bool:
+def report_is_current(folder: ExperimentFolder, report_dir: Path) -> bool:
     """True when the last build finished (it wrote its list of files last), every file it
     wrote is still there, and it was built from the results as they are now
     (:func:`results_digest`): content, not clocks, so copying or touching files changes
@@ -392,32 +389,30 @@ def report_is_current(exp_dir: Path, report_dir: Path) -> bool:
     built = read_json(report_dir / REPORT_BUILT)
     if not built or not built.get("files"):
         return False
-    if built.get("built_from") != results_digest(exp_dir):
+    if built.get("built_from") != results_digest(folder):
         return False
     return all((report_dir / name).is_file() for name in built["files"])
 
 
-def remember_report_dir(exp_dir: Path, report_dir: Path) -> None:
+def remember_report_dir(folder: ExperimentFolder, report_dir: Path) -> None:
     """Record where the experiment's report was written, for ``ablate report`` to write there."""
-    write_json_if_changed(
-        ExperimentFolder(exp_dir).report_where, {"report_dir": str(report_dir.resolve())}
-    )
+    write_json_if_changed(folder.report_where, {"report_dir": str(report_dir.resolve())})
 
 
-def remembered_report_dir(exp_dir: Path) -> Path | None:
+def remembered_report_dir(folder: ExperimentFolder) -> Path | None:
     """Where ``ablate run`` last wrote this experiment's report, if it did."""
-    where = read_json(ExperimentFolder(exp_dir).report_where)
+    where = read_json(folder.report_where)
     return Path(where["report_dir"]) if where and where.get("report_dir") else None
 
 
-def read_manifest(exp_dir: Path) -> dict[str, Any]:
+def read_manifest(folder: ExperimentFolder) -> dict[str, Any]:
     """The plan stored with an experiment; without one, what the run folders themselves say."""
-    manifest = read_json(ExperimentFolder(exp_dir).manifest)
+    manifest = read_json(folder.manifest)
     if manifest is not None:
         return manifest
-    runs = load_summaries(exp_dir)
+    runs = load_summaries(folder)
     return {
-        "name": exp_dir.name,
+        "name": folder.path.name,
         "description": "",
         "variants": sorted(runs["variant"].unique()) if len(runs) else [],
         "seeds": sorted(int(s) for s in runs["seed"].unique()) if len(runs) else [],
@@ -425,11 +420,11 @@ def read_manifest(exp_dir: Path) -> dict[str, Any]:
     }
 
 
-def read_studies(exp_dir: Path) -> StoredStudies:
+def read_studies(folder: ExperimentFolder) -> StoredStudies:
     """The search and max-LR studies' results (``stability.json``; none where no study ran)."""
-    return StoredStudies.from_stored(read_json(ExperimentFolder(exp_dir).stability))
+    return StoredStudies.from_stored(read_json(folder.stability))
 
 
-def write_studies(exp_dir: Path, studies: dict[str, Any]) -> None:
+def write_studies(folder: ExperimentFolder, studies: dict[str, Any]) -> None:
     """Store the studies' results; unchanged results leave the file (and its time stamp)."""
-    write_json_if_changed(ExperimentFolder(exp_dir).stability, studies)
+    write_json_if_changed(folder.stability, studies)

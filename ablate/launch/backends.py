@@ -11,6 +11,7 @@ from rich.console import Console
 
 from ablate.core.config import RuntimeConfig
 from ablate.core.experiment import Experiment
+from ablate.core.folders import ExperimentFolder
 from ablate.launch.execute import Executor, LocalExecutor
 from ablate.launch.launchers import Job, launcher
 from ablate.launch.workers import Resources
@@ -64,7 +65,7 @@ class LocalLauncher:
         """None: the machine decides."""
         return None
 
-    def jobs(self, exp_dir: Path) -> dict[str, Job]:
+    def jobs(self, folder: ExperimentFolder) -> dict[str, Job]:
         """None: a local run's process holds its claim (``ablate status`` reads that)."""
         return {}
 

@@ -68,11 +68,6 @@ class Context:
         """The experiment's results folder."""
         return ExperimentFolder.of(self.results_dir, self.experiment.name)
 
-    @property
-    def exp_dir(self) -> Path:
-        """The experiment's results folder's path."""
-        return self.folder.path
-
     def say(self, text: str) -> None:
         """Print one plain line."""
         self.console.print(text, markup=False, highlight=False, soft_wrap=True)
@@ -90,7 +85,7 @@ class Context:
         plan's runs and its convert runs), with ``decide:``'s record."""
         planned = specs if specs is not None else self.plan.specs + self.plan.continued
         manifest = plan_manifest(self.experiment, planned, self.plan.decided)
-        store.write_manifest(self.exp_dir, manifest)
+        store.write_manifest(self.folder, manifest)
 
 
 @dataclass(frozen=True)

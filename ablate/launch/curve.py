@@ -13,12 +13,12 @@ from __future__ import annotations
 import statistics
 from collections.abc import Callable
 from functools import partial
-from pathlib import Path
 from typing import Any
 
 from ablate.core import store
 from ablate.core.boundary import lattice_index
 from ablate.core.experiment import Experiment
+from ablate.core.folders import ExperimentFolder
 from ablate.core.optimum import Curve, Optimum, edge_sides, variant_optimum
 from ablate.core.plan import RunSpec, plan_curve, plan_manifest, with_train
 from ablate.core.record import RunRecord
@@ -35,7 +35,7 @@ def run(ctx: Context) -> None:
     experiment, plan = ctx.experiment, ctx.plan
     url = storage_url(experiment, ctx.results_dir, ctx.storage)
     planned = plan.specs + plan.continued
-    curve, optima = curve_stage(experiment, ctx.executor, ctx.exp_dir, planned, url, ctx.say)
+    curve, optima = curve_stage(experiment, ctx.executor, ctx.folder, planned, url, ctx.say)
     plan.specs += curve
     warmups = tune_warmups(experiment, optima, ctx.executor, url, ctx.say)
     plan.chosen = at_curve_optima(experiment, plan.chosen, optima, warmups)
@@ -44,14 +44,14 @@ def run(ctx: Context) -> None:
 def curve_stage(
     experiment: Experiment,
     executor: Executor,
-    exp_dir: Path,
+    folder: ExperimentFolder,
     planned: list[RunSpec],
     url: str,
     say: Callable[[str], None],
 ) -> tuple[list[RunSpec], dict[str, Optimum | None]]:
     """Every variant's LR curve on the curve seeds (:func:`plan_curve`), grown by an octave
     on a side where a curve's lowest point is the grid's end, up to ``curve.extend`` octaves;
-    (the curve runs, each variant's optimum). The plan in ``exp_dir`` (``planned`` runs) gains
+    (the curve runs, each variant's optimum). The plan in ``folder`` (``planned`` runs) gains
     the curve's runs before they train; the curves are recorded in the studies at ``url``
     (:func:`record_curves`)."""
     cfg = experiment.curve
@@ -59,7 +59,7 @@ def curve_stage(
     grown = [0, 0]
     while True:
         specs = plan_curve(experiment, (grown[0], grown[1]))
-        store.write_manifest(exp_dir, plan_manifest(experiment, planned + specs))
+        store.write_manifest(folder, plan_manifest(experiment, planned + specs))
         ran = executor.run(specs)
         summaries = {s.run_id: s for s in ran}
         curves = {v: curve_of(specs, summaries, v) for v in experiment.variants}

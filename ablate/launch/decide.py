@@ -12,11 +12,11 @@ seeds used and why it stopped.
 from __future__ import annotations
 
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 from ablate.core import store
 from ablate.core.experiment import Experiment
+from ablate.core.folders import ExperimentFolder
 from ablate.core.plan import RunSpec, plan_manifest, plan_runs, plan_tuned
 from ablate.core.sequential import decide_seeds, look_alpha, looks
 from ablate.launch.context import Context
@@ -40,15 +40,15 @@ def run(ctx: Context) -> None:
 
     context = others + plan.continued
     plan.specs = others + decide_stage(
-        experiment, ctx.executor, ctx.exp_dir, context, planned, ctx.say
+        experiment, ctx.executor, ctx.folder, context, planned, ctx.say
     )
-    plan.decided = store.read_manifest(ctx.exp_dir).get("decide")
+    plan.decided = store.read_manifest(ctx.folder).get("decide")
 
 
 def decide_stage(
     experiment: Experiment,
     executor: Executor,
-    exp_dir: Path,
+    folder: ExperimentFolder,
     others: list[RunSpec],
     plan_leading: Callable[[list[int]], list[RunSpec]],
     say: Callable[[str], None],
@@ -71,9 +71,9 @@ def decide_stage(
     for look, count in enumerate(counts, 1):
         leading = plan_leading(seeds[:count])
         record["seeds"] = seeds[:count]
-        store.write_manifest(exp_dir, plan_manifest(experiment, others + leading, record))
+        store.write_manifest(folder, plan_manifest(experiment, others + leading, record))
         executor.run(leading)
-        found = leading_verdicts(load_experiment_results(exp_dir))
+        found = leading_verdicts(load_experiment_results(folder))
         words = ", ".join(f"{variant} {word}" for variant, word in found.items())
         say(f"decide: look {look} of {len(counts)}, {count} seeds: {words}")
         if all(word in DECIDED for word in found.values()):
@@ -81,5 +81,5 @@ def decide_stage(
             break
     else:
         record["stopped"] = "maximum"
-    store.write_manifest(exp_dir, plan_manifest(experiment, others + leading, record))
+    store.write_manifest(folder, plan_manifest(experiment, others + leading, record))
     return leading

@@ -287,7 +287,7 @@ def stored_counts(experiment: Experiment, results_dir: Path) -> Stored:
         if folder.run(spec.run_id).is_done():
             count(spec.variant, spec.group)
     ours = _study_runs_of_this_plan(experiment, folder)  # run id -> (variant, trained for)
-    manifest = store.read_manifest(folder.path) if folder.path.is_dir() else {}
+    manifest = store.read_manifest(folder) if folder.path.is_dir() else {}
     recorded: dict[str, dict] = {}  # the first stage that planned a run (a walk reuses the curve's)
     for entry in manifest.get("runs", []):
         if entry["run_id"] in ours:
@@ -335,7 +335,7 @@ def _study_runs_of_this_plan(
 def _finished_studies(folder: ExperimentFolder, usable: set[str]) -> set[tuple[str, str]]:
     """(variant, stage) of the search and max-LR results in ``stability.json`` whose runs are
     all among ``usable``."""
-    studies = store.read_studies(folder.path) if folder.path.is_dir() else StoredStudies()
+    studies = store.read_studies(folder) if folder.path.is_dir() else StoredStudies()
     return {study for study, ids in studies.run_ids().items() if ids and set(ids) <= usable}
 
 

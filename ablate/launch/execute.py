@@ -89,7 +89,7 @@ def split_done(specs: list[RunSpec], root: Path) -> tuple[list[RunRecord], list[
         if record is None:
             pending.append(spec)
         else:
-            store.drop_stale_claim(folder.path, spec.run_id)
+            store.drop_stale_claim(folder, spec.run_id)
             done.append(record)
     return done, pending
 
@@ -236,13 +236,13 @@ def _run_pool(
 
 
 def ready_conversions(
-    specs: list[RunSpec], exp_dir: Path
+    specs: list[RunSpec], folder: ExperimentFolder
 ) -> tuple[list[RunSpec], list[tuple[RunSpec, str]]]:
     """Split convert runs into those whose source finished with stored weights, and the rest.
 
     The rest come with the reason, e.g. ``source run 1a2b... is diverged``.
     """
-    ready, waiting, folder = [], [], ExperimentFolder(exp_dir)
+    ready, waiting = [], []
     for spec in specs:
         problem = store.weights_missing(folder.run(str(spec.init_from)))
         if problem is None:

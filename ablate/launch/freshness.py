@@ -25,11 +25,11 @@ def data_key(data: dict, seq_len: int) -> str:
     return f"{sorted(data.items())}|{seq_len}"
 
 
-def stale_runs(exp_dir: Path, corpora: dict[str, Corpus]) -> list[tuple[str, str, str]]:
+def stale_runs(folder: ExperimentFolder, corpora: dict[str, Corpus]) -> list[tuple[str, str, str]]:
     """(run id, stored digest, digest now) of each finished run whose data section is in
     ``corpora`` (by :func:`data_key`) and whose batches were drawn from other ids."""
     stale = []
-    for run in ExperimentFolder(exp_dir).runs():
+    for run in folder.runs():
         summary, stored = run.read_summary(), run.read_config()
         if not summary or not stored or not summary.get("data_digest"):
             continue
@@ -52,12 +52,12 @@ def check_stored_data(
         data_key(cfg.data.model_dump(mode="json"), cfg.model.seq_len): corpora[name]
         for name, cfg in experiment.variants.items()
     }
-    exp_dir = ExperimentFolder.of(results_dir, experiment.name).path
-    stale = stale_runs(exp_dir, by_key)
+    folder = ExperimentFolder.of(results_dir, experiment.name)
+    stale = stale_runs(folder, by_key)
     if stale:
         run_id, then, now = stale[0]
         raise DataError(
-            f"{experiment.path}: data: {len(stale)} stored run(s) in {exp_dir} trained on other "
-            f"data than the file names now (run {run_id}: data_digest {then}, now {now}); move "
-            "that folder aside, or delete those runs, to train on the new data"
+            f"{experiment.path}: data: {len(stale)} stored run(s) in {folder.path} trained on "
+            f"other data than the file names now (run {run_id}: data_digest {then}, now {now}); "
+            "move that folder aside, or delete those runs, to train on the new data"
         )

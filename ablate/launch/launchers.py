@@ -21,6 +21,7 @@ from typing import Protocol
 from rich.console import Console
 
 from ablate.core.config import RuntimeConfig
+from ablate.core.folders import ExperimentFolder
 from ablate.core.launchers import launcher_names, registered
 from ablate.launch.execute import Executor
 from ablate.launch.workers import Resources, local_resources
@@ -58,7 +59,7 @@ class Launcher(Protocol):
         to let the machine decide (:func:`ablate.launch.workers.choose_resources`)."""
         ...
 
-    def jobs(self, exp_dir: Path) -> dict[str, Job]:
+    def jobs(self, folder: ExperimentFolder) -> dict[str, Job]:
         """The jobs it has submitted for an experiment's runs, by run id (none: empty)."""
         ...
 

@@ -46,6 +46,7 @@ from rich.console import Console
 from ablate.core import store
 from ablate.core.boundary import edge_of_points, variant_boundary
 from ablate.core.experiment import Experiment
+from ablate.core.folders import ExperimentFolder
 from ablate.core.load import load_experiment
 from ablate.core.plan import (
     RunSpec,
@@ -83,7 +84,7 @@ class PipelineResult:
     """What :func:`run_experiment` did: the planned runs, the studies, the report."""
 
     experiment: Experiment
-    exp_dir: Path
+    folder: ExperimentFolder
     report_dir: Path
     specs: list[RunSpec]
     studies: Studies
@@ -117,7 +118,7 @@ def run_experiment(
         console or Console(stderr=True),
         executor,
     )
-    with pacing(ExperimentPace(ctx.exp_dir, lambda: _steps_to_train(ctx))):
+    with pacing(ExperimentPace(ctx.folder, lambda: _steps_to_train(ctx))):
         return _run_stages(ctx)
 
 
@@ -138,7 +139,7 @@ def _run_stages(ctx: Context) -> PipelineResult:
     _, missing = split_done(plan.specs, ctx.results_dir)  # as stored now, by any process
     return PipelineResult(
         ctx.experiment,
-        ctx.exp_dir,
+        ctx.folder,
         report_path(ctx),
         plan.specs,
         plan.studies,
@@ -272,10 +273,10 @@ def max_lr_stage(ctx: Context, best: dict[str, float]) -> dict[str, BoundaryResu
     """Bracket every variant's max stable LR seed by seed and check the brackets against the
     store; each starts at the largest stable LR stored at the probes' budget (inside the
     stable window, however narrow), else at its search's ``best`` LR."""
-    runs = store.load_summaries(ctx.exp_dir)
+    runs = store.load_summaries(ctx.folder)
     starts = {**best, **stored_stable_starts(ctx.experiment, runs)}
     found = _studies(ctx, "max_lr", starts)
-    return check_boundaries(ctx.experiment, found, store.load_summaries(ctx.exp_dir))
+    return check_boundaries(ctx.experiment, found, store.load_summaries(ctx.folder))
 
 
 def stored_stable_starts(experiment: Experiment, runs: pd.DataFrame) -> dict[str, float]:
@@ -310,7 +311,7 @@ def _studies(
         study_runs(ctx.experiment, config, variant)[kind][0]
         for variant, config in ctx.experiment.variants.items()
     )
-    with StudyProgress(ctx.console, ctx.exp_dir, kind, total) as progress:
+    with StudyProgress(ctx.console, ctx.folder, kind, total) as progress:
         found = run_studies(ctx.experiment, ctx.executor, url, res, (kind,), progress.say, best)
         return found[kind]
 
@@ -397,7 +398,7 @@ def write_studies(ctx: Context, studies: Studies) -> None:
         "criterion": criterion_text(ctx.experiment.base.train.stability),
         "search_seed": ctx.experiment.search_seed() if ctx.experiment.search else None,
     }
-    store.write_studies(ctx.exp_dir, studies.stored(header))
+    store.write_studies(ctx.folder, studies.stored(header))
 
 
 def run_studies_only(ctx: Context) -> Studies:
@@ -414,7 +415,7 @@ def run_studies_only(ctx: Context) -> Studies:
 
 def ready_convert(ctx: Context, continued: list[RunSpec]) -> list[RunSpec]:
     """The convert runs whose source finished with stored weights; the others are named."""
-    ready, waiting = ready_conversions(continued, ctx.exp_dir)
+    ready, waiting = ready_conversions(continued, ctx.folder)
     for spec, why in waiting:
         ctx.say(f"convert: {spec.variant} seed={spec.seed} skipped: {why}")
     return ready
@@ -427,13 +428,13 @@ def report_path(ctx: Context) -> Path:
 
 def report_stage(ctx: Context) -> bool:
     """Rebuild the report unless it is up to date; whether it was rebuilt."""
-    store.remember_report_dir(ctx.exp_dir, report_path(ctx))
-    if store.report_is_current(ctx.exp_dir, report_path(ctx)):
+    store.remember_report_dir(ctx.folder, report_path(ctx))
+    if store.report_is_current(ctx.folder, report_path(ctx)):
         return False
     # scipy and matplotlib only when it is rebuilt; Ctrl-C waits for the import: one that landed
     # inside a C extension's start-up (matplotlib's ft2font) aborted Python at exit (SIGABRT)
     with sigint_deferred():
         from ablate.report.builder import build_report
 
-    build_report(ctx.exp_dir, report_path(ctx))
+    build_report(ctx.folder, report_path(ctx))
     return True

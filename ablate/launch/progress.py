@@ -44,9 +44,9 @@ class ExperimentPace:
     pace of the steps the runs stored since the experiment began trained. Read from the
     store, so runs in workers and Slurm jobs count alike."""
 
-    def __init__(self, exp_dir: Path, count: Callable[[], StepsLeft]) -> None:
-        self.folder, self.count = ExperimentFolder(exp_dir), count
-        self.before = self.folder.summaries() if exp_dir.is_dir() else set()
+    def __init__(self, folder: ExperimentFolder, count: Callable[[], StepsLeft]) -> None:
+        self.folder, self.count = folder, count
+        self.before = folder.summaries() if folder.path.is_dir() else set()
         self.started_at = time.monotonic()
         self.steps_left: int | None = None
         self.steps_of: dict[tuple[str, str], int] = {}
@@ -220,9 +220,9 @@ class StudyProgress:
     the store as their summaries appear (in this process or in workers alike); the studies'
     lines print above it. The max-LR total is an upper bound, as the bracket may close early."""
 
-    def __init__(self, console: Console, exp_dir: Path, group: str, total: int) -> None:
-        self.console, self.exp_dir, self.group = console, exp_dir, group
-        self.seen = ExperimentFolder(exp_dir).summaries()
+    def __init__(self, console: Console, folder: ExperimentFolder, group: str, total: int) -> None:
+        self.console, self.folder, self.group = console, folder, group
+        self.seen = folder.summaries()
         self.progress = _progress(console, transient=True)
         self.task = self.progress.add_task(f"{group} runs (at most {total})", total=total)
         self.total, self.started_at = total, time.monotonic()
@@ -259,7 +259,7 @@ class StudyProgress:
     def new_runs(self) -> int:
         """How many runs of the group were stored since the last look."""
         count = 0
-        for path in ExperimentFolder(self.exp_dir).summaries() - self.seen:
+        for path in self.folder.summaries() - self.seen:
             summary = folders.read_json(path)
             if summary is not None:
                 self.seen.add(path)

@@ -35,7 +35,7 @@ from ablate.report.verdict import reach
 def stored_comparison_runs(experiment: Experiment, results_dir: Path) -> tuple[str, pd.DataFrame]:
     """("tuned" or "shared LR", the finished runs of that comparison the store holds)."""
     folder = ExperimentFolder.of(results_dir, experiment.name)
-    runs = store.load_summaries(folder.path) if folder.path.is_dir() else pd.DataFrame()
+    runs = store.load_summaries(folder) if folder.path.is_dir() else pd.DataFrame()
     if runs.empty:
         return "shared LR", runs
     runs = runs[runs["status"] == "finished"]

@@ -136,5 +136,5 @@ def run_scaled(
             storage,
             console,
         )
-    report = build_scaling_report(scale_dir.path, report_dir / experiment.name)
+    report = build_scaling_report(scale_dir, report_dir / experiment.name)
     return ScaleResult(results, report)

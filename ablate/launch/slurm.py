@@ -114,9 +114,9 @@ class ProgressFile:
             self.written = now
 
 
-def reported_step(exp_dir: Path, run_id: str) -> tuple[int, float] | None:
+def reported_step(folder: ExperimentFolder, run_id: str) -> tuple[int, float] | None:
     """The last (step, train loss) a running task reported, if any."""
-    found = read_json(ExperimentFolder(exp_dir).run(run_id).progress)
+    found = read_json(folder.run(run_id).progress)
     return (int(found["step"]), float(found["loss"])) if found else None
 
 
@@ -159,22 +159,20 @@ class Submitted:
         return SlurmJob(folder=self.folder, job_id=self.job_id)
 
 
-def recorded_jobs(exp_dir: Path, run_ids: Iterable[str]) -> dict[str, Submitted]:
+def recorded_jobs(folder: ExperimentFolder, run_ids: Iterable[str]) -> dict[str, Submitted]:
     """The last job submitted for each of these runs, where one was."""
-    folder = ExperimentFolder(exp_dir)
     found = {rid: read_json(folder.slurm_job(rid)) for rid in run_ids}
     return {rid: Submitted(**entry) for rid, entry in found.items() if entry}
 
 
-def submitted_jobs(exp_dir: Path) -> dict[str, Submitted]:
+def submitted_jobs(folder: ExperimentFolder) -> dict[str, Submitted]:
     """Every run's last recorded job."""
-    records = sorted(ExperimentFolder(exp_dir).slurm_jobs.glob("*.json"))
-    return recorded_jobs(exp_dir, (path.stem for path in records))
+    records = sorted(folder.slurm_jobs.glob("*.json"))
+    return recorded_jobs(folder, (path.stem for path in records))
 
 
-def record_jobs(exp_dir: Path, submitted: list[Submitted]) -> None:
+def record_jobs(folder: ExperimentFolder, submitted: list[Submitted]) -> None:
     """Record each run's new job (a file per run, written whole)."""
-    folder = ExperimentFolder(exp_dir)
     for job in submitted:
         path = folder.slurm_job(job.run_id)
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -276,11 +274,11 @@ class SlurmExecutor:
     ) -> dict[str, tuple[str, Any]]:
         """Submit (or adopt) a job per spec and follow them until each is done or failed,
         resubmitting the lost; ``{run_id: (kind, summary or message)}``."""
-        exp_dir = ExperimentFolder.of(self.root, specs[0].experiment).path
+        folder = ExperimentFolder.of(self.root, specs[0].experiment)
         by_id = {spec.run_id: spec for spec in specs}
-        live = self._adopt(exp_dir, specs, say)
+        live = self._adopt(folder, specs, say)
         fresh = [spec for spec in specs if spec.run_id not in live]
-        live.update(self._submit(exp_dir, fresh, 1, take_over, watch, say))
+        live.update(self._submit(folder, fresh, 1, take_over, watch, say))
         outcomes: dict[str, tuple[str, Any]] = {}
         ended_at: dict[str, float] = {}
         while live:
@@ -292,7 +290,7 @@ class SlurmExecutor:
                 if state is None or state in ACTIVE:
                     if state == "RUNNING" and board is not None:
                         board.start(by_id[run_id])
-                        if (step := reported_step(exp_dir, run_id)) is not None:
+                        if (step := reported_step(folder, run_id)) is not None:
                             board.update(run_id, *step)
                     continue
                 kind, value = job_outcome(job, state)
@@ -317,12 +315,14 @@ class SlurmExecutor:
                         None if kind == "done" else f"failed: {value}",
                     )
             for spec, attempt in retry:
-                live.update(self._submit(exp_dir, [spec], attempt, True, watch, say))
+                live.update(self._submit(folder, [spec], attempt, True, watch, say))
         return outcomes
 
-    def _adopt(self, exp_dir: Path, specs: list[RunSpec], say: SayFn) -> dict[str, Submitted]:
+    def _adopt(
+        self, folder: ExperimentFolder, specs: list[RunSpec], say: SayFn
+    ) -> dict[str, Submitted]:
         """The recorded jobs of these specs that are still queued or running."""
-        recorded = list(recorded_jobs(exp_dir, (spec.run_id for spec in specs)).values())
+        recorded = list(recorded_jobs(folder, (spec.run_id for spec in specs)).values())
         states = job_states(job.job_id for job in recorded)
         live = {job.run_id: job for job in recorded if states.get(job.job_id) in ACTIVE}
         if live:
@@ -332,7 +332,7 @@ class SlurmExecutor:
 
     def _submit(
         self,
-        exp_dir: Path,
+        folder: ExperimentFolder,
         specs: list[RunSpec],
         attempt: int,
         take_over: bool,
@@ -344,7 +344,7 @@ class SlurmExecutor:
             return {}
         from submitit.core.utils import FailedJobError  # what a failed sbatch raises
 
-        executor = self._submitit(exp_dir, specs[0].experiment)
+        executor = self._submitit(folder, specs[0].experiment)
         n = len(specs)
         try:
             jobs = executor.map_array(
@@ -358,23 +358,23 @@ class SlurmExecutor:
             raise ConfigError(
                 f"runtime.slurm: sbatch refused the job: {sbatch_error(exc)}"
             ) from None
-        folder = str(executor.folder)
+        logs = str(executor.folder)
         submitted = [
-            Submitted(spec.run_id, job.job_id, attempt, folder, spec.group)
+            Submitted(spec.run_id, job.job_id, attempt, logs, spec.group)
             for spec, job in zip(specs, jobs, strict=True)
         ]
-        record_jobs(exp_dir, submitted)
+        record_jobs(folder, submitted)
         array = submitted[0].job_id.split("_")[0]
         say(f"submitted {n} run(s) to Slurm as job {array}")
         return {job.run_id: job for job in submitted}
 
-    def _submitit(self, exp_dir: Path, experiment: str) -> Any:
+    def _submitit(self, folder: ExperimentFolder, experiment: str) -> Any:
         """A submitit executor with this section's sbatch parameters."""
         import submitit
 
         cfg = self.config
-        folder = Path(cfg.log_dir) if cfg.log_dir else ExperimentFolder(exp_dir).slurm_logs
-        executor = submitit.SlurmExecutor(folder=folder / "%j", max_num_timeout=0)
+        logs = Path(cfg.log_dir) if cfg.log_dir else folder.slurm_logs
+        executor = submitit.SlurmExecutor(folder=logs / "%j", max_num_timeout=0)
         optional = {
             "partition": cfg.partition,
             "account": cfg.account,
@@ -425,9 +425,9 @@ class SlurmLauncher:
         parallelism, with one thread."""
         return Resources(max(1, min(jobs, runtime.slurm.array_parallelism)), 1)
 
-    def jobs(self, exp_dir: Path) -> dict[str, Job]:
+    def jobs(self, folder: ExperimentFolder) -> dict[str, Job]:
         """Each run's last recorded job with its state from ``squeue``."""
-        submitted = submitted_jobs(exp_dir)
+        submitted = submitted_jobs(folder)
         states = job_states(job.job_id for job in submitted.values())
         return {
             run_id: Job(job.job_id, job.group, _word(states.get(job.job_id)))

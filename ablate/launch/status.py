@@ -12,7 +12,6 @@ registered launcher (:mod:`ablate.launch.launchers`) for its jobs.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
 
 import pandas as pd
 
@@ -44,10 +43,10 @@ class RunState:
     job: str | None = None
 
 
-def known_runs(exp_dir: Path, jobs: dict[str, Job]) -> dict[str, str]:
+def known_runs(folder: ExperimentFolder, jobs: dict[str, Job]) -> dict[str, str]:
     """Every run the experiment knows of (planned, stored, submitted), by run id: its stage."""
-    runs = {run["run_id"]: run["group"] for run in store.read_manifest(exp_dir).get("runs", [])}
-    for run in ExperimentFolder(exp_dir).runs():
+    runs = {run["run_id"]: run["group"] for run in store.read_manifest(folder).get("runs", [])}
+    for run in folder.runs():
         config = read_json(run.config) or {}
         runs.setdefault(run.path.name, str(config.get("group", "?")))
     for run_id, job in jobs.items():
@@ -55,25 +54,25 @@ def known_runs(exp_dir: Path, jobs: dict[str, Job]) -> dict[str, str]:
     return runs
 
 
-def submitted(exp_dir: Path) -> tuple[dict[str, Job], str]:
+def submitted(folder: ExperimentFolder) -> tuple[dict[str, Job], str]:
     """Every registered launcher's jobs for the experiment's runs, by run id, and the label of
     the launcher that has some (``Slurm job``)."""
     jobs: dict[str, Job] = {}
     label = "job"
     for each in every_launcher().values():
-        found = each.jobs(exp_dir)
+        found = each.jobs(folder)
         if found:
             jobs.update(found)
             label = each.label
     return jobs, label
 
 
-def run_states(exp_dir: Path, jobs: dict[str, Job] | None = None) -> list[RunState]:
+def run_states(folder: ExperimentFolder, jobs: dict[str, Job] | None = None) -> list[RunState]:
     """Each known run's state (a submitted run's from its job's state; ``jobs``: as
     :func:`submitted` gives them, read here when not given)."""
-    jobs = submitted(exp_dir)[0] if jobs is None else jobs
-    found, folder = [], ExperimentFolder(exp_dir)
-    for run_id, group in known_runs(exp_dir, jobs).items():
+    jobs = submitted(folder)[0] if jobs is None else jobs
+    found = []
+    for run_id, group in known_runs(folder, jobs).items():
         job = jobs.get(run_id)
         state = _state(folder.run(run_id), job.state if job else None)
         found.append(RunState(run_id, group, state, job and job.job_id))
@@ -107,12 +106,12 @@ def status_table(states: list[RunState]) -> pd.DataFrame:
     return table.loc[order].rename_axis("stage").reset_index()
 
 
-def status_lines(exp_dir: Path) -> list[str]:
+def status_lines(folder: ExperimentFolder) -> list[str]:
     """The table, and what a controller is waiting for."""
-    jobs, label = submitted(exp_dir)
-    states = run_states(exp_dir, jobs)
+    jobs, label = submitted(folder)
+    states = run_states(folder, jobs)
     if not states:
-        return [f"{exp_dir}: no planned or stored runs"]
+        return [f"{folder.path}: no planned or stored runs"]
     table = status_table(states)
     lines = [table.to_markdown(index=False)]
     waiting = table[(table["running"] + table["queued"]) > 0]

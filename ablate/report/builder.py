@@ -231,10 +231,10 @@ def printed_tables(
     return "\n".join(parts) + "\n"
 
 
-def build_report(exp_dir: Path, report_dir: Path) -> Report:
+def build_report(folder: ExperimentFolder, report_dir: Path) -> Report:
     """Rebuild every table and figure of an experiment from its stored results."""
-    built_from = store.results_digest(exp_dir)  # before reading: a result stored meanwhile
-    stored = load_experiment_results(exp_dir)  # leaves this build not current
+    built_from = store.results_digest(folder)  # before reading: a result stored meanwhile
+    stored = load_experiment_results(folder)  # leaves this build not current
     variants = stored.manifest["variants"] or sorted(stored.main["variant"].unique())
     started = start_build(report_dir)
     report, table, printed = report_sections(stored, variants)
@@ -256,13 +256,13 @@ def build_report(exp_dir: Path, report_dir: Path) -> Report:
     )
 
 
-def build_scaling_report(scale_dir: Path, report_dir: Path) -> Path:
+def build_scaling_report(scaled: ExperimentFolder, report_dir: Path) -> Path:
     """Write the scaling report (Markdown, HTML, CSVs, figures); the Markdown's path."""
-    listing = ExperimentFolder(scale_dir).scale
+    listing = scaled.scale
     manifest = folders.read_json(listing)
     if manifest is None:
         raise FileNotFoundError(f"{listing}: not found")
-    section = scaling_section(manifest, scale_dir)
+    section = scaling_section(manifest, scaled)
     report_dir.mkdir(parents=True, exist_ok=True)
     write_section(section, report_dir)
     text = "\n".join(section.lines)

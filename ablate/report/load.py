@@ -7,7 +7,6 @@ the state of every planned run that has no result, so a partial experiment repor
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
 
 import pandas as pd
 
@@ -38,10 +37,10 @@ class StoredExperiment:
     stored_runs: pd.DataFrame  # every finished run in the folder, planned or not (studies' too)
 
 
-def load_experiment_results(exp_dir: Path) -> StoredExperiment:
+def load_experiment_results(folder: ExperimentFolder) -> StoredExperiment:
     """Read the manifest, the planned runs' summaries, metrics and probes, and stability.json."""
-    manifest = store.read_manifest(exp_dir)
-    runs = stored_runs = store.load_summaries(exp_dir)
+    manifest = store.read_manifest(folder)
+    runs = stored_runs = store.load_summaries(folder)
     planned = {r["run_id"] for r in manifest["runs"]}
     main_ids = {r["run_id"] for r in manifest["runs"] if r.get("group", "main") == "main"}
     if planned:
@@ -55,21 +54,20 @@ def load_experiment_results(exp_dir: Path) -> StoredExperiment:
         main=main,
         tuned=tuned,
         crossover=runs[runs["run_id"].isin(_group_ids(manifest, "crossover"))],
-        metrics=store.load_metrics(exp_dir, main),  # the main and tuned runs' curves are drawn
-        tuned_metrics=store.load_metrics(exp_dir, tuned) if len(tuned) else pd.DataFrame(),
-        probes=store.load_probes(exp_dir, main),
-        studies=store.read_studies(exp_dir).in_order(manifest["variants"]),
-        missing=missing_runs(exp_dir, manifest, runs),
+        metrics=store.load_metrics(folder, main),  # the main and tuned runs' curves are drawn
+        tuned_metrics=store.load_metrics(folder, tuned) if len(tuned) else pd.DataFrame(),
+        probes=store.load_probes(folder, main),
+        studies=store.read_studies(folder).in_order(manifest["variants"]),
+        missing=missing_runs(folder, manifest, runs),
         convert=convert,
-        convert_metrics=store.load_metrics(exp_dir, convert) if len(convert) else pd.DataFrame(),
-        inference=ExperimentFolder(exp_dir).read_inference(),
-        configs=_configs(exp_dir, main),
+        convert_metrics=store.load_metrics(folder, convert) if len(convert) else pd.DataFrame(),
+        inference=folder.read_inference(),
+        configs=_configs(folder, main),
         stored_runs=stored_runs,
     )
 
 
-def _configs(exp_dir: Path, runs: pd.DataFrame) -> dict[str, dict]:
-    folder = ExperimentFolder(exp_dir)
+def _configs(folder: ExperimentFolder, runs: pd.DataFrame) -> dict[str, dict]:
     found = {rid: folder.run(rid).read_config() for rid in runs["run_id"]} if len(runs) else {}
     return {rid: config for rid, config in found.items() if config is not None}
 
@@ -78,11 +76,10 @@ def _group_ids(manifest: dict, group: str) -> set[str]:
     return {r["run_id"] for r in manifest["runs"] if r.get("group") == group}
 
 
-def missing_runs(exp_dir: Path, manifest: dict, runs: pd.DataFrame) -> list[str]:
+def missing_runs(folder: ExperimentFolder, manifest: dict, runs: pd.DataFrame) -> list[str]:
     """'variant seed=N [group lr] (state)' for every planned run without a result, each once."""
     have = set(runs["run_id"]) if len(runs) else set()
     missing: dict[str, str] = {}
-    folder = ExperimentFolder(exp_dir)
     for r in manifest["runs"]:
         if r["run_id"] in have or r["run_id"] in missing:
             continue

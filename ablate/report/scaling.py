@@ -15,7 +15,6 @@ the largest size, labelled as an extrapolation, and says what the design cannot 
 from __future__ import annotations
 
 import math
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -110,15 +109,15 @@ def size_rows(size: dict[str, Any], stored: StoredExperiment, variants: list[str
     return rows
 
 
-def scaling_table(manifest: dict, root: Path) -> tuple[pd.DataFrame, list[str]]:
+def scaling_table(manifest: dict, scaled: ExperimentFolder) -> tuple[pd.DataFrame, list[str]]:
     """Every size's rows (sizes in the file's order), and the sizes with nothing stored yet."""
     rows, missing = [], []
     for size in manifest["sizes"]:
-        exp_dir = root / size["experiment"]
-        if not ExperimentFolder(exp_dir).manifest.is_file():
+        folder = ExperimentFolder.of(scaled.path, size["experiment"])
+        if not folder.manifest.is_file():
             missing.append(size["label"])
             continue
-        rows += size_rows(size, load_experiment_results(exp_dir), manifest["variants"])
+        rows += size_rows(size, load_experiment_results(folder), manifest["variants"])
     return pd.DataFrame(rows), missing
 
 
@@ -321,10 +320,10 @@ def _shown(table: pd.DataFrame) -> pd.DataFrame:
     return shown
 
 
-def scaling_section(manifest: dict, root: Path) -> Section:
+def scaling_section(manifest: dict, scaled: ExperimentFolder) -> Section:
     """The whole scaling report: sizes, summary, table, fits, figures."""
     variants = manifest["variants"]
-    table, missing = scaling_table(manifest, root)
+    table, missing = scaling_table(manifest, scaled)
     budget = manifest.get("tokens_per_parameter")
     rule = f"{budget:g} tokens per parameter" if budget else "the same token budget"
     section = Section(

@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from ablate.core.folders import ExperimentFolder, RunFolder
+from ablate.core.folders import RunFolder
 
 if TYPE_CHECKING:
     import lightning as L
@@ -44,7 +44,7 @@ def _mlflow(spec: RunSpec, run: RunFolder) -> Logger:
 
     from lightning.pytorch.loggers import MLFlowLogger
 
-    default = f"file:{ExperimentFolder(run.path.parent).mlruns}"
+    default = f"file:{run.experiment.mlruns}"
     tracking = os.environ.get("MLFLOW_TRACKING_URI") or default
     return MLFlowLogger(
         experiment_name=spec.experiment,

@@ -13,6 +13,7 @@ from conftest import REPO, write_experiment
 from ablate.bench.eval_noise import eval_noise_table, paired_sds, windows_final
 from ablate.bench.eval_noise import main as eval_noise_main
 from ablate.cli import main
+from ablate.core.folders import ExperimentFolder
 
 
 def test_windows_final_is_each_runs_last_evaluated_step() -> None:
@@ -62,7 +63,7 @@ def test_a_results_folder_without_split_runs_says_so(
     monkeypatch.chdir(tmp_path)  # its report goes to tmp_path/reports
     path = write_experiment(tmp_path / "e.yaml", runtime={"backend": "simulate"})
     assert main(["run", str(path)]) == 0
-    assert eval_noise_table(tmp_path / "results" / "tiny").empty
+    assert eval_noise_table(ExperimentFolder(tmp_path / "results" / "tiny")).empty
     with pytest.raises(SystemExit) as exit_:
         eval_noise_main([str(tmp_path / "results" / "tiny")])
     assert exit_.value.code == 1

@@ -40,6 +40,7 @@ def test_overlap_of_boundary_intervals() -> None:
     assert overlaps([1.0, None], [2.0, 3.0]) and not overlaps([None, 0.1], [0.2, 0.3])
 
 
+@pytest.mark.trains
 def test_the_check_prints_each_seeds_grid_beside_its_stored_bracket(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -50,7 +51,7 @@ def test_the_check_prints_each_seeds_grid_beside_its_stored_bracket(
     studies = Studies(max_lr={v: max_lr_result(v, e) for v, e in edges.items()})
     folder = ExperimentFolder.of(root, "tiny")
     folder.path.mkdir(parents=True)
-    store.write_studies(folder.path, studies.stored(dict.fromkeys(STABILITY_KEYS[:4])))
+    store.write_studies(folder, studies.stored(dict.fromkeys(STABILITY_KEYS[:4])))
     main([str(path), "--points", "2", "--results-dir", str(root), "--workers", "1"])
     out = capsys.readouterr().out.splitlines()
     rows = {line.split()[0]: line for line in out if line.startswith(("layernorm ", "rmsnorm "))}

@@ -137,3 +137,44 @@ def test_no_module_outside_the_store_builds_a_path_in_an_experiment_folder() -> 
         for line in _joins_onto_an_experiment_folder(path)
     ]
     assert found == []  # ExperimentFolder(exp_dir).run(run_id), .claim(...), ...
+
+
+CALLERS_WITH_A_PATH = {  # the command line and the notebook's entry: they make the folder object
+    "ablate/commands.py",
+    "ablate/core/folders.py",
+    "ablate/core/store.py:load_results",
+    "ablate/bench/eval_noise.py:main",
+}
+
+
+def _folders_made_from_paths(path: Path) -> list[str]:
+    """Where ``path`` makes an ``ExperimentFolder`` from a path (``ExperimentFolder(p)``, not a
+    root and a name) or takes an ``exp_dir`` parameter, as ``file:function:line``."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    where = str(path.relative_to(REPO))
+    found = []
+    for function in ast.walk(tree):
+        if not isinstance(function, ast.FunctionDef | ast.AsyncFunctionDef):
+            continue
+        params = function.args.args + function.args.kwonlyargs
+        made = [
+            node.lineno
+            for node in ast.walk(function)
+            if isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Name)
+            and node.func.id == "ExperimentFolder"
+        ]
+        made += [function.lineno for p in params if p.arg == "exp_dir"]
+        found += [f"{where}:{function.name}:{line}" for line in made]
+    return found
+
+
+def test_code_below_the_command_line_is_given_the_folder_object_not_a_path() -> None:
+    found = [
+        place
+        for path in sorted((REPO / "ablate").rglob("*.py"))
+        for place in _folders_made_from_paths(path)
+        if str(path.relative_to(REPO)) not in CALLERS_WITH_A_PATH
+        and place.rsplit(":", 1)[0] not in CALLERS_WITH_A_PATH
+    ]
+    assert found == []  # take an ExperimentFolder (ctx.folder in a stage), or RunFolder.experiment

@@ -16,7 +16,7 @@ import pandas as pd
 import pytest
 
 from ablate.core import folders, store
-from ablate.core.folders import RunFolder
+from ablate.core.folders import ExperimentFolder, RunFolder
 from ablate.core.studies import BestTrial, SearchResult, StoredStudies, Studies
 
 
@@ -50,17 +50,17 @@ def test_only_finished_and_diverged_runs_count(tmp_path: Path) -> None:
     crashed = _fake_run(exp, "r4", None, seed=3)  # killed before its summary
     assert RunFolder(done).is_done() and RunFolder(diverged).is_done()
     assert not RunFolder(interrupted).is_done() and not RunFolder(crashed).is_done()
-    assert list(store.load_summaries(exp)["run_id"]) == ["r1", "r2"]
-    everything = store.load_summaries(exp, include_incomplete=True)
+    assert list(store.load_summaries(ExperimentFolder(exp))["run_id"]) == ["r1", "r2"]
+    everything = store.load_summaries(ExperimentFolder(exp), include_incomplete=True)
     assert list(everything["status"]) == ["finished", "diverged", "interrupted", "incomplete"]
-    metrics = store.load_metrics(exp)
+    metrics = store.load_metrics(ExperimentFolder(exp))
     assert list(metrics["run_id"]) == ["r1", "r1", "r2", "r2"] and "variant" in metrics
 
 
 def test_empty_experiment_gives_an_empty_frame_with_the_contract_columns(tmp_path: Path) -> None:
-    frame = store.load_summaries(tmp_path / "nothing")
+    frame = store.load_summaries(ExperimentFolder(tmp_path / "nothing"))
     assert frame.empty and list(frame.columns) == list(store.SUMMARY_KEYS)
-    assert store.read_manifest(tmp_path / "nothing")["variants"] == []
+    assert store.read_manifest(ExperimentFolder(tmp_path / "nothing"))["variants"] == []
 
 
 def test_load_results_gives_runs_metrics_and_probes(tmp_path: Path) -> None:
@@ -82,7 +82,7 @@ def test_load_results_gives_runs_metrics_and_probes(tmp_path: Path) -> None:
 
 
 def test_pending_state_of_a_planned_run(tmp_path: Path) -> None:
-    exp = folders.ExperimentFolder(tmp_path / "exp")
+    exp = ExperimentFolder(tmp_path / "exp")
     assert store.pending_state(exp.run("never")) == "not started"
     failed = folders.RunFolder(_fake_run(exp.path, "r1", "failed"))
     assert store.pending_state(failed) == "failed"
@@ -99,7 +99,7 @@ def test_pending_state_of_a_planned_run(tmp_path: Path) -> None:
 
 
 def _claim_by(exp_dir: Path, run_id: str, pid: int, hostname: str) -> None:
-    path = folders.ExperimentFolder(exp_dir).claim(run_id)
+    path = ExperimentFolder(exp_dir).claim(run_id)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps({"pid": pid, "hostname": hostname}))
 
@@ -107,76 +107,78 @@ def _claim_by(exp_dir: Path, run_id: str, pid: int, hostname: str) -> None:
 def test_a_claim_is_never_seen_without_its_owner_and_an_ownerless_one_is_stale(
     tmp_path: Path,
 ) -> None:
+    exp = ExperimentFolder(tmp_path)
     # an older ablate created the claim empty and then wrote it: a SIGKILL between the two
     # left an empty claim that every later process honoured ("pid None on an unknown host")
-    empty = folders.ExperimentFolder(tmp_path).claim("killed")
+    empty = exp.claim("killed")
     empty.parent.mkdir(parents=True)
     empty.write_text("")
-    store.claim_run(tmp_path, "killed")
+    store.claim_run(exp, "killed")
     me = {"pid": os.getpid(), "hostname": platform.node()}
     assert json.loads(empty.read_text()) == me
-    store.claim_run(tmp_path, "fresh")  # written whole, then linked: no half-written claim
-    assert json.loads(folders.ExperimentFolder(tmp_path).claim("fresh").read_text()) == me
+    store.claim_run(exp, "fresh")  # written whole, then linked: no half-written claim
+    assert json.loads(exp.claim("fresh").read_text()) == me
     assert not list(tmp_path.glob(".claim-*.tmp"))  # this process's own copy is gone
 
 
 def test_claims_of_live_and_remote_holders_are_honoured_dead_ones_taken_over(
     tmp_path: Path,
 ) -> None:
+    exp = ExperimentFolder(tmp_path)
     me = {"pid": os.getpid(), "hostname": platform.node()}
     sleeper = subprocess.Popen(["sleep", "30"])
     try:
         _claim_by(tmp_path, "live", sleeper.pid, me["hostname"])
         with pytest.raises(store.RunClaimed, match=f"pid {sleeper.pid} on {me['hostname']}"):
-            store.claim_run(tmp_path, "live")
+            store.claim_run(exp, "live")
     finally:
         sleeper.kill()
         sleeper.wait()
-    store.claim_run(tmp_path, "live")  # its holder is dead now
-    assert json.loads(folders.ExperimentFolder(tmp_path).claim("live").read_text()) == me
+    store.claim_run(exp, "live")  # its holder is dead now
+    assert json.loads(exp.claim("live").read_text()) == me
     _claim_by(tmp_path, "remote", 1, "elsewhere")
     with pytest.raises(store.RunClaimed, match="on elsewhere"):
-        store.claim_run(tmp_path, "remote")
-    store.claim_run(tmp_path, "remote", take_over=True)  # Optuna found its worker dead
-    assert json.loads(folders.ExperimentFolder(tmp_path).claim("remote").read_text()) == me
+        store.claim_run(exp, "remote")
+    store.claim_run(exp, "remote", take_over=True)  # Optuna found its worker dead
+    assert json.loads(exp.claim("remote").read_text()) == me
     _claim_by(tmp_path, "other", 1, "elsewhere")
-    store.release_run(tmp_path, "other")  # not ours: stays
-    store.release_run(tmp_path, "live")
-    assert sorted(
-        p.name for p in folders.ExperimentFolder(tmp_path).claim("x").parent.iterdir()
-    ) == ["other", "remote"]
+    store.release_run(exp, "other")  # not ours: stays
+    store.release_run(exp, "live")
+    assert sorted(p.name for p in exp.claim("x").parent.iterdir()) == ["other", "remote"]
 
 
 def test_studies_round_trip_and_an_unchanged_write_keeps_the_time_stamp(tmp_path: Path) -> None:
-    assert store.read_studies(tmp_path) == StoredStudies()  # none ran
+    exp = ExperimentFolder(tmp_path)
+    assert store.read_studies(exp) == StoredStudies()  # none ran
     result = SearchResult("e.a.search", [], 1, 1, 0, 1, BestTrial(0.01, 5, 2.5, "r1"), None)
     studies = Studies(search={"a": result}).stored(
         {"experiment": "e", "storage": "s", "criterion": "stable", "search_seed": 0}
     )
-    store.write_studies(tmp_path, studies)
-    path = folders.ExperimentFolder(tmp_path).stability
+    store.write_studies(exp, studies)
+    path = exp.stability
     os.utime(path, (1, 1))
-    store.write_studies(tmp_path, studies)
-    read = store.read_studies(tmp_path)
+    store.write_studies(exp, studies)
+    read = store.read_studies(exp)
     assert path.stat().st_mtime == 1 and read.search == {"a": result} and read.criterion == "stable"
-    store.write_studies(tmp_path, {**studies, "criterion": "changed"})
-    assert path.stat().st_mtime > 1 and store.read_studies(tmp_path).criterion == "changed"
+    store.write_studies(exp, {**studies, "criterion": "changed"})
+    assert path.stat().st_mtime > 1 and store.read_studies(exp).criterion == "changed"
 
 
 def test_an_experiment_folder_is_one_with_a_plan_or_a_run(tmp_path: Path) -> None:
-    assert not store.is_experiment(tmp_path)
+    exp = ExperimentFolder(tmp_path)
+    assert not store.is_experiment(exp)
     _fake_run(tmp_path, "r1", None)
-    assert store.is_experiment(tmp_path)
+    assert store.is_experiment(exp)
     (tmp_path / "r1" / "config.json").unlink()
-    assert not store.is_experiment(tmp_path)
-    store.write_manifest(tmp_path, {"name": "x", "variants": [], "seeds": [0], "runs": []})
-    assert store.is_experiment(tmp_path) and store.read_manifest(tmp_path)["name"] == "x"
+    assert not store.is_experiment(exp)
+    store.write_manifest(exp, {"name": "x", "variants": [], "seeds": [0], "runs": []})
+    assert store.is_experiment(exp) and store.read_manifest(exp)["name"] == "x"
 
 
 def _claim_after(root: str, barrier: Any, take_over: bool, out: Any, done: Any) -> None:
     barrier.wait()  # every claimer at once
     try:
-        store.claim_run(Path(root), "run", take_over)
+        store.claim_run(ExperimentFolder(Path(root)), "run", take_over)
         out.put(os.getpid())
     except store.RunClaimed:
         out.put(None)
@@ -206,7 +208,7 @@ def test_processes_racing_for_a_dead_holders_claim_leave_it_to_exactly_one(
         for racer in racers:
             racer.join()
         assert len(owners) == 1, f"round {round_}: {len(owners)} processes hold the claim"
-        holder = json.loads(folders.ExperimentFolder(root).claim("run").read_text())
+        holder = json.loads(ExperimentFolder(root).claim("run").read_text())
         assert holder["pid"] == owners[0]
 
 
@@ -218,7 +220,7 @@ def test_a_killed_process_not_yet_reaped_holds_nothing(tmp_path: Path) -> None:
         deadline = time.monotonic() + 5
         while store.process_alive(child.pid) and time.monotonic() < deadline:
             time.sleep(0.01)  # a zombie until waited for: dead for the claim
-        store.claim_run(tmp_path, "run")
+        store.claim_run(ExperimentFolder(tmp_path), "run")
         assert child.poll() == -signal.SIGKILL  # reaped only now
     finally:
         child.kill()

@@ -9,6 +9,7 @@ from pathlib import Path
 from conftest import simulated_experiment
 
 from ablate.core import store
+from ablate.core.folders import ExperimentFolder
 from ablate.core.studies import (
     BOUNDARY_KEYS,
     INTERVAL_KEYS,
@@ -42,7 +43,9 @@ def test_stability_json_holds_the_contracts_keys_and_a_rerun_the_same_bytes(
         assert all(set(b) == set(SEED_BOUNDARY_KEYS) for b in found["seed_bounds"])
         assert found["margins"] and all(set(m) == set(MARGIN_KEYS) for m in found["margins"])
         assert first.max_lr[variant].trained == first.max_lr[variant].runs_total  # all new
-    read = store.read_studies(root / "tiny")  # typed, and written again: the same file
+    read = store.read_studies(
+        ExperimentFolder(root / "tiny")
+    )  # typed, and written again: the same file
     assert read.stored({key: stored[key] for key in STABILITY_KEYS[:4]}) == stored
     for variant in exp.variants:
         assert read.search[variant].trial_table == first.search[variant].trial_table

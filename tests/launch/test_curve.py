@@ -33,7 +33,7 @@ def test_each_variant_is_tuned_at_its_own_curves_optimum_on_other_seeds(tmp_path
     optima = {"layernorm": 0.004, "rmsnorm": 0.009}
     path = _experiment(tmp_path, optima)
     result = run_experiment(path, tmp_path / "results", tmp_path / "reports")
-    runs = store.load_summaries(result.exp_dir)
+    runs = store.load_summaries(result.folder)
     curve = runs[runs["group"] == "curve"]
     assert set(curve["seed"]) == {2, 3}  # the two above the final seeds [0, 1]
     tuned = runs[runs["group"] == "tuned"]
@@ -46,7 +46,7 @@ def test_each_variant_is_tuned_at_its_own_curves_optimum_on_other_seeds(tmp_path
     assert "rmsnorm / layernorm:" in text and "they **differ**" in text
     assert "its LR curve's optimum on seeds [2, 3]" in text
     again = run_experiment(path, tmp_path / "results", tmp_path / "reports")
-    assert len(store.load_summaries(again.exp_dir)) == len(runs)  # nothing trained again
+    assert len(store.load_summaries(again.folder)) == len(runs)  # nothing trained again
     url = f"journal:{tmp_path / 'studies.log'}"
     for variant in optima:  # each curve is a study, one trial per LR, recorded once
         trials = study_trials(url, f"tiny.{variant}.curve")
@@ -62,11 +62,11 @@ def test_each_variant_is_tuned_at_its_own_curves_optimum_on_other_seeds(tmp_path
 def test_a_curve_lowest_at_its_edge_grows_the_grid_there(tmp_path: Path) -> None:
     path = _experiment(tmp_path, {"layernorm": 0.06, "rmsnorm": 0.06}, extend=2)
     result = run_experiment(path, tmp_path / "results", tmp_path / "reports")
-    curve = store.load_summaries(result.exp_dir).query("group == 'curve'")
+    curve = store.load_summaries(result.folder).query("group == 'curve'")
     exp = load_experiment(path)
     assert curve["lr"].max() == pytest.approx(exp.curve.lrs(0, 2)[-1])  # grown two octaves up
     assert curve["lr"].min() == pytest.approx(exp.curve.lrs()[0])  # not below
-    tuned = store.load_summaries(result.exp_dir).query("group == 'tuned'")
+    tuned = store.load_summaries(result.folder).query("group == 'tuned'")
     assert (abs((tuned["lr"] / 0.06).map(math.log2)) < 0.25).all()
 
 
@@ -76,7 +76,7 @@ def test_each_variants_warmup_is_tuned_by_its_own_study_at_its_optimum(tmp_path:
         tmp_path, {"layernorm": 0.004, "rmsnorm": 0.009}, warmup_trials=5, warmup_startup=2
     )
     result = run_experiment(path, tmp_path / "results", tmp_path / "reports")
-    runs = store.load_summaries(result.exp_dir)
+    runs = store.load_summaries(result.folder)
     url = f"journal:{tmp_path / 'studies.log'}"
     tuned = runs[runs["group"] == "tuned"]
     for variant in ("layernorm", "rmsnorm"):
@@ -102,7 +102,7 @@ def test_each_variants_warmup_is_tuned_by_its_own_study_at_its_optimum(tmp_path:
         assert line.startswith("5 warmups tried (") and "best " in line
     before = len(runs)
     run_experiment(path, tmp_path / "results", tmp_path / "reports")
-    assert len(store.load_summaries(result.exp_dir)) == before  # the studies continue, done
+    assert len(store.load_summaries(result.folder)) == before  # the studies continue, done
 
 
 def test_a_warmup_study_must_get_past_its_random_start_up(tmp_path: Path) -> None:
@@ -120,7 +120,7 @@ def test_each_variant_also_runs_at_the_others_settings_and_the_report_says_so(
     optima = {"layernorm": 0.004, "rmsnorm": 0.016}  # two octaves apart: the settings differ
     path = _experiment(tmp_path, optima)
     result = run_experiment(path, tmp_path / "results", tmp_path / "reports")
-    runs = store.load_summaries(result.exp_dir)
+    runs = store.load_summaries(result.folder)
     tuned, cross = (runs[runs["group"] == g] for g in ("tuned", "crossover"))
     settings = {r.variant: (r.lr, r.warmup_steps) for r in tuned.itertuples()}
     assert len(cross) == 4 and sorted(cross["seed"]) == [0, 0, 1, 1]  # the tuned seeds
@@ -145,10 +145,10 @@ def test_the_usable_lr_is_walked_up_from_each_optimum_and_leads_the_stability_se
     doc["max_lr"] = {"seeds": [0, 1], "within": 0.05, "lr_max": 10.0}
     path.write_text(yaml.safe_dump(doc))
     result = run_experiment(path, tmp_path / "results", tmp_path / "reports")
-    runs = store.load_summaries(result.exp_dir).set_index("run_id")
+    runs = store.load_summaries(result.folder).set_index("run_id")
     tuned = runs[runs["group"] == "tuned"]
     table = pd.read_csv(result.report_dir / "usable_lr.csv").set_index("variant")
-    planned = pd.DataFrame(store.read_manifest(result.exp_dir)["runs"])
+    planned = pd.DataFrame(store.read_manifest(result.folder)["runs"])
     for variant in ("layernorm", "rmsnorm"):
         walked = planned[(planned["group"] == "usable") & (planned["variant"] == variant)]
         optimum = tuned.loc[tuned["variant"] == variant, "lr"].iloc[0]

@@ -82,10 +82,10 @@ def test_status_hears_of_the_launcher_s_jobs_and_the_runs_are_done(
     specs, root = _specs(tmp_path, name)
     _executor(specs, root).run(specs)
     exp_dir = ExperimentFolder.of(root, "tiny").path
-    jobs = launcher(name).jobs(exp_dir)
+    jobs = launcher(name).jobs(ExperimentFolder(exp_dir))
     assert set(jobs) <= {s.run_id for s in specs}
     assert all(job.state in (None, "queued", "running", "ended") for job in jobs.values())
-    assert {s.state for s in run_states(exp_dir)} == {"done"}
+    assert {s.state for s in run_states(ExperimentFolder(exp_dir))} == {"done"}
 
 
 def test_each_launcher_says_how_many_go_at_once(tmp_path: Path, name: str) -> None:

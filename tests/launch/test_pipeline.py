@@ -36,8 +36,8 @@ def _smoke_like(tmp_path: Path, **extra: object) -> Path:
     return path
 
 
-def _summaries(exp_dir: Path) -> list[dict]:
-    return [json.loads(p.read_text()) for p in sorted(exp_dir.glob("*/summary.json"))]
+def _summaries(folder: ExperimentFolder) -> list[dict]:
+    return [json.loads(p.read_text()) for p in sorted(folder.path.glob("*/summary.json"))]
 
 
 SIMULATED = {"backend": "simulate"}  # orchestration: no model needs to train
@@ -50,7 +50,7 @@ def test_pipeline_runs_the_tuned_ab_at_the_searchs_best_on_every_final_seed(
     path = _smoke_like(tmp_path, runtime=SIMULATED)
     result = run_experiment(path, tmp_path / "results", tmp_path / "reports")
     assert result.missing == [] and result.report_rebuilt
-    runs = _summaries(result.exp_dir)
+    runs = _summaries(result.folder)
     search = result.studies.search
     assert [s["seed"] for s in runs if s["group"] == "search"] == [2] * 4  # max(seeds) + 1
     tuned = [s for s in runs if s["group"] == "tuned"]
@@ -71,7 +71,7 @@ def test_pipeline_runs_the_tuned_ab_at_the_searchs_best_on_every_final_seed(
     assert "## Shared LR and tuned settings" in report
     assert (result.report_dir / "comparison.csv").exists()
     again = run_experiment(result.experiment, tmp_path / "results", tmp_path / "reports")
-    assert not again.report_rebuilt and _summaries(result.exp_dir) == runs  # nothing retrained
+    assert not again.report_rebuilt and _summaries(result.folder) == runs  # nothing retrained
 
 
 def _tiny_with_search(tmp_path: Path, n_trials: int) -> Path:
@@ -115,14 +115,14 @@ def test_a_search_trial_and_a_main_run_are_one_run_whichever_comes_first(
     _enqueue_base(first, root, "layernorm")
     experiment = load_experiment(first)
     run_studies_only(Context(experiment, root, tmp_path / "reports", workers=1, threads=1))
-    by_id = {s["run_id"]: s for s in _summaries(root / "tiny")}
+    by_id = {s["run_id"]: s for s in _summaries(ExperimentFolder(root / "tiny"))}
     trial_run = next(s for s in by_id.values() if s["variant"] == "layernorm")
     assert trial_run["group"] == "search" and trial_run["lr"] == TINY["train"]["lr"]
 
     more = _tiny_with_search(tmp_path, n_trials=2)  # n_trials is not part of any run's id
     _enqueue_base(more, root, "rmsnorm")
     result = run_experiment(more, root, tmp_path / "reports", workers=1, threads=1)
-    after = {s["run_id"]: s for s in _summaries(root / "tiny")}
+    after = {s["run_id"]: s for s in _summaries(ExperimentFolder(root / "tiny"))}
     main = {s.variant: s.run_id for s in result.specs if s.group == "main"}
     assert main["layernorm"] == trial_run["run_id"]  # the main run is the trial's run ...
     assert after[main["layernorm"]] == trial_run  # ... reused, not trained again
@@ -157,7 +157,7 @@ def _lands_in_the_report(tmp_path: Path, path: Path, norm_impls: dict[str, str])
     """Every run trains, matched seeds share their non-norm weights across the variants, the
     probes ran, and the report compares the variants."""
     result = run_experiment(path, tmp_path / "results", tmp_path / "reports", workers=1)
-    summaries = _summaries(result.exp_dir)
+    summaries = _summaries(result.folder)
     assert len(summaries) == 4 and {s["status"] for s in summaries} == {"finished"}
     assert {s["variant"]: s["norm_impl"] for s in summaries} == norm_impls
     for seed in (0, 1):
@@ -260,7 +260,7 @@ def test_a_new_stage_is_one_entry_that_sees_the_plan_and_adds_to_it(
     result = run_experiment(simulated_experiment(tmp_path), tmp_path / "r", tmp_path / "rep")
     assert seen == {"groups": ["main"], "stored": 2}  # it ran after the A/B, before the report
     assert sorted(s.group for s in result.specs) == ["extra", "extra"] + ["main"] * 4
-    manifest = json.loads((result.exp_dir / "experiment.json").read_text())
+    manifest = json.loads(result.folder.manifest.read_text())
     assert sorted(r["group"] for r in manifest["runs"]) == ["extra", "extra"] + ["main"] * 4
     assert result.report_rebuilt and not result.missing
 

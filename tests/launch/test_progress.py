@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 from conftest import tiny_config, write_experiment
 
+from ablate.core.folders import ExperimentFolder
 from ablate.core.plan import RunSpec
 from ablate.core.record import RunRecord
 from ablate.launch.progress import outcome_line
@@ -76,7 +77,7 @@ def test_the_experiments_line_counts_down_its_steps_at_the_pace_of_stored_runs(
     clock = iter([0.0, 50.0, 100.0])
     monkeypatch.setattr(progress.time, "monotonic", lambda: next(clock))
     steps_of = {("ln", "main"): 100, ("ln", "max_lr"): 40}
-    pace = progress.ExperimentPace(tmp_path, lambda: (400, steps_of))
+    pace = progress.ExperimentPace(ExperimentFolder(tmp_path), lambda: (400, steps_of))
     assert pace.text() == "experiment: 400 steps left at most, eta unknown"  # at 50 s
     store("a", "ln", "main", 100)
     store("b", "ln", "max_lr", 10)  # diverged at step 10: 40 planned steps are off the total
@@ -113,6 +114,6 @@ def test_a_store_the_pace_cannot_count_is_said_not_raised(tmp_path: Path) -> Non
     def broken() -> tuple[int, dict]:
         raise ValueError("a config that no longer loads")
 
-    assert ExperimentPace(tmp_path, broken).text() == (
+    assert ExperimentPace(ExperimentFolder(tmp_path), broken).text() == (
         "experiment: steps left not counted (ValueError)"
     )

@@ -10,6 +10,7 @@ from statsmodels.stats.power import TTestPower
 
 from ablate.cli import main
 from ablate.core import store
+from ablate.core.folders import ExperimentFolder
 from ablate.core.load import load_experiment
 from ablate.launch.pipeline import run_experiment
 from ablate.launch.reach import reach_lines, simulated_lines
@@ -22,7 +23,7 @@ def test_the_stored_pairs_size_what_min_effect_needs(tmp_path: Path) -> None:
     (empty,) = reach_lines(exp, root)[1:]
     assert empty == "  rmsnorm − layernorm: 0 stored pair(s), nothing to size it from yet"
     run_experiment(exp, results_dir=root, report_dir=tmp_path / "reports")
-    runs = store.load_summaries(root / "tiny")
+    runs = store.load_summaries(ExperimentFolder(root / "tiny"))
     table = runs.pivot_table(index="seed", columns="variant", values="final_val_loss")
     diffs = table["rmsnorm"] - table["layernorm"]
     sd = float(diffs.std(ddof=1))
@@ -70,6 +71,8 @@ def test_with_decide_the_plan_says_how_far_seeds_may_go(tmp_path: Path) -> None:
     assert "0 stored pair(s)" in line
     run_experiment(exp, results_dir=tmp_path / "results", report_dir=tmp_path / "reports")
     (line,) = reach_lines(exp, tmp_path / "results")[1:]
-    used = len(store.read_manifest(tmp_path / "results" / "tiny")["decide"]["seeds"])
+    used = len(
+        store.read_manifest(ExperimentFolder(tmp_path / "results" / "tiny"))["decide"]["seeds"]
+    )
     assert used > 3 and f"over {used} stored pairs" in line  # the added seeds' pairs count
     assert line.endswith("(the file plans 3, up to 7 with decide:)")

@@ -110,12 +110,12 @@ def test_ln_vs_rms_on_the_simulator_finds_the_truth_at_every_stage(
             assert bound.last_stable <= truth < bound.first_unstable
             assert bound.first_unstable / bound.last_stable == pytest.approx(2 ** (1 / 8))
         assert boundaries[variant].monotone
-    runs = store.load_summaries(result.exp_dir)
+    runs = store.load_summaries(result.folder)
     tuned = runs[runs["group"] == "tuned"]
     for variant in exp.variants:  # tuned at its curve's optimum: within 2^(1/4) of the truth
         lrs = set(tuned.loc[tuned["variant"] == variant, "lr"])
         assert len(lrs) == 1 and abs(math.log2(lrs.pop() / sim.truth(variant).opt_lr)) < 0.25
-    decided = store.read_manifest(result.exp_dir)["decide"]  # the file's decide: section
+    decided = store.read_manifest(result.folder)["decide"]  # the file's decide: section
     assert decided["stopped"] == "decided" and decided["seeds"][:3] == [0, 1, 2]
     assert sorted(tuned["seed"]) == sorted(2 * decided["seeds"])  # every seed it took, matched
     main = runs[runs["group"] == "main"].pivot(
@@ -134,8 +134,8 @@ def test_a_stage_runs_on_any_executor_it_is_given(
 ) -> None:
     _, result, recorder = ln_vs_rms_recorded
     seen = {s.run_id for s in recorder.seen}
-    stored = {p.parent.name for p in result.exp_dir.glob("*/summary.json")}
-    assert seen == stored and len(stored) == len(runs := store.load_summaries(result.exp_dir))
+    stored = {p.parent.name for p in result.folder.path.glob("*/summary.json")}
+    assert seen == stored and len(stored) == len(runs := store.load_summaries(result.folder))
     groups = {s.group for s in recorder.seen}
     stages = {"main", "curve", "warmup", "tuned", "crossover", "usable", "max_lr"}
     assert groups == stages and set(runs["group"]) <= stages  # a walk may reuse a curve run
@@ -152,7 +152,9 @@ def test_a_simulated_run_is_stored_as_a_trained_one_and_reused(tmp_path: Path) -
     assert folder.metrics.is_file() and folder.probes.is_file() and folder.config.is_file()
     again = executor.run([spec])
     assert again == [summary]
-    assert store.load_metrics(tmp_path / exp.name)["val_loss"].notna().sum() == 4  # 256 / 64
+    assert (
+        store.load_metrics(ExperimentFolder(tmp_path / exp.name))["val_loss"].notna().sum() == 4
+    )  # 256 / 64
 
 
 @pytest.mark.usefixtures("unrendered_figures")
@@ -193,7 +195,7 @@ def test_a_simulated_experiment_reads_no_data_and_builds_no_model(tmp_path: Path
     short = {"source": "text_file", "path": str(tmp_path / "short.txt")}
     exp = simulated_ln_vs_rms(tmp_path, data=short, curve=None, max_lr=None, decide=None)
     result = run_experiment(exp, tmp_path / "results", tmp_path / "reports")
-    assert not result.missing and len(store.load_summaries(result.exp_dir)) == 6
+    assert not result.missing and len(store.load_summaries(result.folder)) == 6
     exp.base.runtime.backend = "train"  # the same file, trained: its corpus is refused
     with pytest.raises(DataError, match="too few for model.seq_len"):
         run_experiment(exp, tmp_path / "trained", tmp_path / "reports")

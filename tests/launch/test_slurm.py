@@ -54,7 +54,7 @@ def jobs_of(path: Path, name: str = "tiny") -> dict[str, dict[str, Any]]:
 
 def final_losses(results: Path, name: str = "tiny") -> dict[str, float]:
     """Every stored run's final val loss, by run id."""
-    runs = load_summaries(results / name)
+    runs = load_summaries(ExperimentFolder.of(results, name))
     return dict(zip(runs["run_id"], runs["final_val_loss"], strict=True))
 
 
@@ -114,7 +114,7 @@ def test_a_job_cancelled_mid_run_is_resubmitted_and_nothing_is_lost_or_twice(
     assert f"job {victim} cancelled: resubmitting run" in out
     jobs = jobs_of(path)
     assert sorted(job["attempt"] for job in jobs.values()) == [1, 2]
-    runs = load_summaries(tmp_path / "results" / "tiny")
+    runs = load_summaries(ExperimentFolder(tmp_path / "results" / "tiny"))
     assert len(runs) == 2 and set(runs["status"]) == {"finished"}  # each run stored once
 
 
@@ -136,7 +136,7 @@ def test_a_restarted_controller_follows_its_queued_jobs_instead_of_submitting_th
     assert "following" in again.stdout and "already queued or running" in again.stdout
     assert "submitted" not in again.stdout  # nothing went to Slurm twice
     assert jobs_of(path) == submitted
-    assert len(load_summaries(tmp_path / "results" / "tiny")) == 4
+    assert len(load_summaries(ExperimentFolder(tmp_path / "results" / "tiny"))) == 4
 
 
 def test_a_partition_sbatch_refuses_is_one_line_and_exit_2(tmp_path: Path) -> None:
@@ -195,9 +195,9 @@ def test_trained_runs_through_slurm_equal_local_runs_bit_for_bit(tmp_path: Path)
     )
     assert run_ablate(local, "--workers", "1", timeout=300).returncode == 0
     assert final_losses(tmp_path / "results") == final_losses(local_dir / "results")
-    trained = load_summaries(tmp_path / "results" / "tiny")
+    trained = load_summaries(ExperimentFolder(tmp_path / "results" / "tiny"))
     assert set(trained["torch_threads"]) == {1}  # the task's cpus_per_task, not the node's
     exp_dir = tmp_path / "results" / "tiny"
     for run_id in trained["run_id"]:  # each task reported its steps for the display
-        step, loss = reported_step(exp_dir, run_id)
+        step, loss = reported_step(ExperimentFolder(exp_dir), run_id)
         assert 1 <= step <= trained.set_index("run_id").loc[run_id, "steps"] and loss > 0

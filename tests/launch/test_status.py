@@ -8,7 +8,7 @@ from pathlib import Path
 from conftest import simulated_experiment
 
 from ablate.cli import main
-from ablate.core.folders import ExperimentFolder, read_json, write_json_atomic
+from ablate.core.folders import read_json, write_json_atomic
 from ablate.launch.pipeline import run_experiment
 from ablate.launch.status import run_states, status_lines
 
@@ -20,12 +20,12 @@ def test_every_planned_and_trial_run_is_counted_in_its_stage(
 ) -> None:
     experiment = simulated_experiment(tmp_path, search=SEARCH)
     result = run_experiment(experiment, tmp_path / "results", tmp_path / "reports")
-    states = run_states(result.exp_dir)
+    states = run_states(result.folder)
     by_group = {g: [s.state for s in states if s.group == g] for g in {s.group for s in states}}
     assert by_group["main"] == ["done"] * 4
     assert by_group["search"] == ["done"] * 6  # 3 trials per variant, stored as runs
     assert by_group["tuned"] == ["done"] * 4
-    assert status_lines(result.exp_dir)[-1] == "nothing is running or queued"
+    assert status_lines(result.folder)[-1] == "nothing is running or queued"
 
 
 def test_a_removed_summary_is_not_started_and_a_failed_run_is_failed(
@@ -34,16 +34,16 @@ def test_a_removed_summary_is_not_started_and_a_failed_run_is_failed(
     result = run_experiment(
         simulated_experiment(tmp_path), tmp_path / "results", tmp_path / "reports"
     )
-    folder = ExperimentFolder(result.exp_dir)
+    folder = result.folder
     first, second = (folder.run(spec.run_id) for spec in result.specs[:2])
     first.summary.unlink()
     failed = {**read_json(second.summary), "status": "failed", "error": "boom"}
     write_json_atomic(second.summary, failed)
-    states = {s.run_id: s.state for s in run_states(result.exp_dir)}
+    states = {s.run_id: s.state for s in run_states(result.folder)}
     assert states[result.specs[0].run_id] == "not started"
     assert states[result.specs[1].run_id] == "failed"
     assert sorted(states.values()).count("done") == 2
-    table = status_lines(result.exp_dir)[0]
+    table = status_lines(result.folder)[0]
     assert (
         "| main    |      2 |        1 |             0 |         0 |        0 |             1 |"
         in table
@@ -62,9 +62,9 @@ def test_an_interrupted_run_is_its_own_state_and_a_root_of_one_experiment_is_rea
 ) -> None:
     root = tmp_path / "results"
     result = run_experiment(simulated_experiment(tmp_path), root, tmp_path / "reports")
-    run = ExperimentFolder(result.exp_dir).run(result.specs[0].run_id)
+    run = result.folder.run(result.specs[0].run_id)
     write_json_atomic(run.summary, {**read_json(run.summary), "status": "interrupted"})
-    states = {s.run_id: s.state for s in run_states(result.exp_dir)}
+    states = {s.run_id: s.state for s in run_states(result.folder)}
     assert states[result.specs[0].run_id] == "interrupted"
     assert main(["status", str(root)]) == 0  # the root holds one experiment: that one
     out = capsys.readouterr().out
@@ -73,4 +73,4 @@ def test_an_interrupted_run_is_its_own_state_and_a_root_of_one_experiment_is_rea
     (root / "other" / "experiment.json").write_text("{}")
     assert main(["status", str(root)]) == 2
     err = capsys.readouterr().err
-    assert "holds 2 experiments; give one of:" in err and str(result.exp_dir) in err
+    assert "holds 2 experiments; give one of:" in err and str(result.folder.path) in err

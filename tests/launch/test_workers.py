@@ -18,6 +18,7 @@ from conftest import TINY, ablate_process, write_experiment
 
 from ablate.cli import main
 from ablate.core import folders, store
+from ablate.core.folders import ExperimentFolder
 from ablate.launch.workers import Resources, choose_resources, gpu_count
 
 
@@ -233,10 +234,10 @@ def test_ctrl_c_while_the_report_is_rebuilt_keeps_results_and_no_half_report_is_
         result = _interrupt_at(moment, *args, cwd=tmp_path)
         if result is not None and result[0] == 0:  # it was exiting when Ctrl-C came: done
             assert "report:" in result[2]
-            assert store.report_is_current(root / "tiny", reports / "tiny")
+            assert store.report_is_current(ExperimentFolder(root / "tiny"), reports / "tiny")
         elif result is not None:
             _assert_clean_interrupt(result, moment)
             _assert_built_last(reports / "tiny")
         assert {p: p.read_bytes() for p in root.rglob("*") if p.is_file()} == results
     assert main(list(args)) == 0
-    assert store.report_is_current(root / "tiny", reports / "tiny")
+    assert store.report_is_current(ExperimentFolder(root / "tiny"), reports / "tiny")

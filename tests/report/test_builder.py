@@ -23,6 +23,7 @@ from scipy import stats
 
 from ablate.cli import main
 from ablate.core import folders, store
+from ablate.core.folders import ExperimentFolder
 from ablate.core.stability import Observation
 from ablate.core.studies import Probe, StoredStudies
 from ablate.nn.fast_norms import build_target
@@ -74,7 +75,7 @@ def _raw_runs(exp_dir: Path) -> pd.DataFrame:
 
 @pytest.mark.trains
 def test_every_table_number_recomputed_from_raw_metrics(finished: Path, tmp_path: Path) -> None:
-    report = build_report(finished, tmp_path / "rep")
+    report = build_report(ExperimentFolder(finished), tmp_path / "rep")
     table = pd.read_csv(tmp_path / "rep" / "variants.csv").set_index("variant")
     raw = _raw_runs(finished)
     assert len(raw) == 6
@@ -123,7 +124,7 @@ def test_every_table_number_recomputed_from_raw_metrics(finished: Path, tmp_path
 
 @pytest.mark.trains
 def test_every_figure_and_format_for_a_finished_experiment(finished: Path, tmp_path: Path) -> None:
-    report = build_report(finished, tmp_path / "rep")
+    report = build_report(ExperimentFolder(finished), tmp_path / "rep")
     names = {p.name for p in report.figures}
     expected = {"loss_curves.png", "loss_difference.png", "loss_time.png", "throughput.png"}
     expected |= {"probes.png", "logits.png"}
@@ -147,7 +148,7 @@ def test_every_figure_and_format_for_a_finished_experiment(finished: Path, tmp_p
 def _partial_copy(finished: Path, dest: Path) -> Path:
     """The finished store with one run running, one failed and one never started."""
     shutil.copytree(finished, dest)
-    manifest = store.read_manifest(dest)
+    manifest = store.read_manifest(ExperimentFolder(dest))
     rms = [r for r in manifest["runs"] if r["group"] == "main" and r["variant"] == "rmsnorm"]
     running, failed, gone = (dest / r["run_id"] for r in rms)
     (running / "summary.json").unlink()
@@ -161,7 +162,7 @@ def _partial_copy(finished: Path, dest: Path) -> Path:
 @pytest.mark.trains
 def test_partial_experiment_says_what_is_missing(finished: Path, tmp_path: Path) -> None:
     exp = _partial_copy(finished, tmp_path / "tiny")
-    report = build_report(exp, tmp_path / "rep")
+    report = build_report(ExperimentFolder(exp), tmp_path / "rep")
     states = sorted(m.split(": ")[1] for m in report.missing)
     assert states == ["failed", "not started", "running"]
     assert all(m.startswith("rmsnorm seed=") for m in report.missing)
@@ -191,7 +192,7 @@ def test_an_experiment_whose_runs_all_failed_is_reported_not_crashed(
         for name in ("metrics.csv", "probes.csv"):
             header = (summary_path.parent / name).read_text().splitlines()[0]
             (summary_path.parent / name).write_text(header + "\n")
-    report = build_report(exp, tmp_path / "rep")
+    report = build_report(ExperimentFolder(exp), tmp_path / "rep")
     assert len(report.missing) == 6 and all(m.endswith(": failed") for m in report.missing)
     text = report.markdown.read_text()
     assert "Partial results:** 6 of 6 planned runs have no result yet" in text
@@ -215,7 +216,7 @@ def test_stale_figures_are_removed(finished: Path, tmp_path: Path) -> None:
     out = tmp_path / "rep"
     out.mkdir()
     (out / "stability_map.png").write_bytes(b"old")  # this experiment has no search
-    built = build_report(finished, out)
+    built = build_report(ExperimentFolder(finished), out)
     assert not (out / "stability_map.png").exists()
     assert set(built.figures) == set(out.glob("*.png"))  # exactly the sections' figures
     (out / "search_trials.csv").write_text("a table of a search since removed from the file")
@@ -223,7 +224,9 @@ def test_stale_figures_are_removed(finished: Path, tmp_path: Path) -> None:
     listed = json.loads((out / ".built.json").read_text())
     listed["files"].append("search_trials.csv")
     (out / ".built.json").write_text(json.dumps(listed))
-    build_report(finished, out)  # the last build's files it does not write again are gone
+    build_report(
+        ExperimentFolder(finished), out
+    )  # the last build's files it does not write again are gone
     assert not (out / "search_trials.csv").exists() and (out / "notes.txt").is_file()
 
 
@@ -360,17 +363,17 @@ def test_report_is_current_until_a_result_changes_by_content(
 ) -> None:
     exp = tmp_path / "tiny"
     shutil.copytree(finished, exp)
-    assert not store.report_is_current(exp, tmp_path / "rep")  # no report yet
-    build_report(exp, tmp_path / "rep")
-    assert store.report_is_current(exp, tmp_path / "rep")
+    assert not store.report_is_current(ExperimentFolder(exp), tmp_path / "rep")  # no report yet
+    build_report(ExperimentFolder(exp), tmp_path / "rep")
+    assert store.report_is_current(ExperimentFolder(exp), tmp_path / "rep")
     summary = next(exp.glob("*/summary.json"))
     later = (tmp_path / "rep" / "report.md").stat().st_mtime + 5
     os.utime(summary, (later, later))  # newer, the same bytes: by content, still current
     manifest = exp / "experiment.json"
     manifest.write_text(manifest.read_text())  # rewritten unchanged
-    assert store.report_is_current(exp, tmp_path / "rep")
+    assert store.report_is_current(ExperimentFolder(exp), tmp_path / "rep")
     summary.write_text(summary.read_text().replace('"seed": ', '"seed":  '))  # new bytes
-    assert not store.report_is_current(exp, tmp_path / "rep")
+    assert not store.report_is_current(ExperimentFolder(exp), tmp_path / "rep")
 
 
 @pytest.mark.trains
@@ -379,11 +382,13 @@ def test_ablate_report_writes_where_the_run_put_the_report(
 ) -> None:
     exp = tmp_path / "tiny"
     shutil.copytree(finished, exp)
-    assert store.remembered_report_dir(exp) == (finished.parent.parent / "reports" / "tiny")
-    store.remember_report_dir(exp, tmp_path / "elsewhere")
+    assert store.remembered_report_dir(ExperimentFolder(exp)) == (
+        finished.parent.parent / "reports" / "tiny"
+    )
+    store.remember_report_dir(ExperimentFolder(exp), tmp_path / "elsewhere")
     monkeypatch.chdir(tmp_path)
     assert main(["report", str(exp)]) == 0
-    assert store.report_is_current(exp, tmp_path / "elsewhere")
+    assert store.report_is_current(ExperimentFolder(exp), tmp_path / "elsewhere")
     assert not (tmp_path / "reports").exists()  # not the ./reports default
     assert main(["report", str(exp), "--out", str(tmp_path / "given")]) == 0
     assert (tmp_path / "given" / "report.md").is_file()  # --out still wins
@@ -393,17 +398,17 @@ def test_ablate_report_writes_where_the_run_put_the_report(
 def test_a_report_missing_any_of_its_files_is_rebuilt(finished: Path, tmp_path: Path) -> None:
     exp, rep = tmp_path / "tiny", tmp_path / "rep"
     shutil.copytree(finished, exp)
-    build_report(exp, rep)
+    build_report(ExperimentFolder(exp), rep)
     built = json.loads((rep / ".built.json").read_text())["files"]
     assert {"report.md", "report.html", "variants.md", "variants.csv", "loss_curves.png"} <= set(
         built
     )
     (rep / "report.html").unlink()  # e.g. Ctrl-C between report.md and report.html
-    assert not store.report_is_current(exp, rep)
-    build_report(exp, rep)
-    assert store.report_is_current(exp, rep) and (rep / "report.html").exists()
+    assert not store.report_is_current(ExperimentFolder(exp), rep)
+    build_report(ExperimentFolder(exp), rep)
+    assert store.report_is_current(ExperimentFolder(exp), rep) and (rep / "report.html").exists()
     (rep / ".built.json").unlink()  # a build that never finished
-    assert not store.report_is_current(exp, rep)
+    assert not store.report_is_current(ExperimentFolder(exp), rep)
 
 
 @pytest.mark.slow
@@ -531,7 +536,7 @@ def test_a_stored_inference_table_adds_the_inference_section(
         }
     )
     folders.write_frame_atomic(folders.ExperimentFolder(exp).inference, table)
-    report = build_report(exp, tmp_path / "rep")
+    report = build_report(ExperimentFolder(exp), tmp_path / "rep")
     text = report.markdown.read_text()
     assert "## Inference" in text and "rmsnorm/layernorm TPOT 0.950" in text
     assert (tmp_path / "rep" / "inference.csv").is_file()
@@ -539,7 +544,7 @@ def test_a_stored_inference_table_adds_the_inference_section(
 
 @pytest.mark.trains
 def test_the_setup_section_says_what_was_trained(finished: Path, tmp_path: Path) -> None:
-    report = build_report(finished, tmp_path / "rep")
+    report = build_report(ExperimentFolder(finished), tmp_path / "rep")
     text = report.markdown.read_text()
     setup = text.split("## Set-up")[1].split("\n## ")[0]
     assert "ablate's GPT: 1 block, d_model 16, 2 heads, MLP gelu (d_ff 64)" in setup
@@ -571,7 +576,7 @@ def test_a_variant_that_changes_more_than_the_norm_is_flagged(
             stored["config"]["model"]["d_ff"] = 32
             stored["config"]["train"]["lr"] = 0.01
             path.write_text(json.dumps(stored))
-    text = build_report(copy, tmp_path / "rep").markdown.read_text()
+    text = build_report(ExperimentFolder(copy), tmp_path / "rep").markdown.read_text()
     head = text.split("## Summary")[0]
     assert "**Not a pure norm comparison:** against layernorm, rmsnorm also changes " in head
     assert "model.d_ff, train.lr" in head

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from ablate.core import store
-from ablate.core.folders import write_json_atomic
+from ablate.core.folders import ExperimentFolder, write_json_atomic
 from ablate.core.studies import BoundaryResult, SearchResult, StoredStudies
 
 
@@ -29,9 +29,11 @@ def test_studies_come_typed_in_the_experiments_variant_order_not_the_files(tmp_p
         "search": {"ln.post": _search("ln.post"), "ln.pre": _search("ln.pre")},
     }
     write_json_atomic(tmp_path / "stability.json", stored)
-    found = store.read_studies(tmp_path).in_order(["ln.pre", "ln.post"])
+    found = store.read_studies(ExperimentFolder(tmp_path)).in_order(["ln.pre", "ln.post"])
     assert found.experiment == "grid" and found.criterion is None
     assert list(found.max_lr) == ["ln.pre", "ln.post"]  # the baseline first; "old" dropped
     assert list(found.search) == ["ln.pre", "ln.post"]
     assert found.max_lr["ln.pre"].monotone is None  # not held against the store
-    assert store.read_studies(tmp_path / "none") == StoredStudies()  # no studies ran
+    assert (
+        store.read_studies(ExperimentFolder(tmp_path / "none")) == StoredStudies()
+    )  # no studies ran
