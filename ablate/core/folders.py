@@ -193,25 +193,19 @@ class RunFolder:
     def read_config(self) -> dict[str, Any] | None:
         return read_json(self.config)
 
-    def read_any_summary(self) -> dict[str, Any] | None:
-        """The summary whatever its status (failed and interrupted runs have one too)."""
-        return read_json(self.summary)
-
-    def read_summary(self) -> dict[str, Any] | None:
-        """The run's summary if it is complete (finished, diverged or pruned), else None."""
-        summary = self.read_any_summary()
-        if summary is None or summary.get("status") not in DONE_STATUSES:
-            return None
-        return summary
+    def read_any_record(self) -> RunRecord | None:
+        """The run's record whatever its status (failed and interrupted runs store one too)."""
+        summary = read_json(self.summary)
+        return RunRecord.from_json(summary) if summary is not None else None
 
     def read_record(self) -> RunRecord | None:
         """The run's record if it is complete (finished, diverged or pruned), else None."""
-        summary = self.read_summary()
-        return RunRecord.from_json(summary) if summary is not None else None
+        record = self.read_any_record()
+        return record if record is not None and record.status in DONE_STATUSES else None
 
     def is_done(self) -> bool:
         """True when the run finished, diverged or was pruned; anything else is redone."""
-        return self.read_summary() is not None
+        return self.read_record() is not None
 
     def reset(self) -> None:
         """Empty an incomplete run's folder (left by a crash, interruption or failure)."""

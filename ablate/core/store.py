@@ -53,7 +53,7 @@ def load_summaries(folder: ExperimentFolder, include_incomplete: bool = False) -
     """One row per run with a summary; by default only finished and diverged runs."""
     rows = []
     for run in folder.runs():
-        summary = run.read_any_summary()
+        summary = read_json(run.summary)  # as stored: an older run's missing keys stay missing
         if summary is None:
             if not include_incomplete:
                 continue
@@ -158,9 +158,9 @@ def planned_run_ids(folder: ExperimentFolder) -> set[str]:
 
 def pending_state(run: RunFolder) -> str:
     """Why a planned run has no result: running, failed, interrupted or not started."""
-    summary = run.read_any_summary()
-    if summary is not None and summary.get("status") not in DONE_STATUSES:
-        return str(summary.get("status"))
+    record = run.read_any_record()
+    if record is not None and record.status not in DONE_STATUSES:
+        return str(record.status)
     status = read_json(run.status)
     if status is not None and status.get("status") == "running":
         host = status.get("hostname")
@@ -196,9 +196,9 @@ def _zombie(pid: int) -> bool:
 def weights_missing(run: RunFolder) -> str | None:
     """Why a run cannot be continued from (``is diverged``, ``has no model.pt ...``), or None
     when it finished with its final weights stored."""
-    summary = run.read_summary()
-    if summary is None or summary["status"] != "finished":
-        return f"is {summary['status'] if summary else 'not done'}"
+    record = run.read_record()
+    if record is None or record.status != "finished":
+        return f"is {record.status if record else 'not done'}"
     if not run.weights.is_file():
         return f"has no {run.weights.name} (runtime.save_weights was off when it ran)"
     return None

@@ -30,16 +30,16 @@ def stale_runs(folder: ExperimentFolder, corpora: dict[str, Corpus]) -> list[tup
     ``corpora`` (by :func:`data_key`) and whose batches were drawn from other ids."""
     stale = []
     for run in folder.runs():
-        summary, stored = run.read_summary(), run.read_config()
-        if not summary or not stored or not summary.get("data_digest"):
+        record, stored = run.read_record(), run.read_config()
+        if not record or not stored or not record.data_digest:
             continue
         spec = RunSpec.from_json(stored)
         corpus = corpora.get(data_key(stored["config"]["data"], spec.config.model.seq_len))
         if corpus is None:
             continue
         now = expected_data_digest(spec, corpus)
-        if now != summary["data_digest"]:
-            stale.append((spec.run_id, summary["data_digest"], now))
+        if now != record.data_digest:
+            stale.append((spec.run_id, record.data_digest, now))
     return stale
 
 

@@ -80,14 +80,14 @@ def run_states(folder: ExperimentFolder, jobs: dict[str, Job] | None = None) -> 
 
 
 def _state(run: RunFolder, job_state: str | None) -> str:
-    summary = run.read_any_summary()
-    if summary is not None and summary.get("status") in store.DONE_STATUSES:
+    record = run.read_any_record()
+    if record is not None and record.status in store.DONE_STATUSES:
         return "done"
     if job_state in ("queued", "running"):
         return job_state
-    if summary is not None and summary.get("status") == "interrupted":
+    if record is not None and record.status == "interrupted":
         return "interrupted"
-    if summary is not None or job_state is not None:
+    if record is not None or job_state is not None:
         return "failed"  # a failed run, or a job that ended without a result
     local = store.pending_state(run)
     return "running" if local.startswith("running") else "not started"

@@ -41,12 +41,14 @@ def test_a_run_is_done_only_with_a_final_status(tmp_path: Path) -> None:
     assert run.path == tmp_path / "exp" / "r1" and not run.is_run() and not run.is_done()
     folders.write_json_atomic(run.config, {"variant": "a"})
     folders.write_json_atomic(run.summary, {"status": "interrupted"})
-    assert (
-        run.is_run() and not run.is_done() and run.read_any_summary() == {"status": "interrupted"}
-    )
+    interrupted = run.read_any_record()
+    assert run.is_run() and not run.is_done() and run.read_record() is None
+    assert interrupted is not None and interrupted.status == "interrupted"
+    assert interrupted.final_val_loss is None  # a key it did not store reads as None
     for status in ("finished", "diverged", "pruned"):
-        folders.write_json_atomic(run.summary, {"status": status})
-        assert run.read_summary() == {"status": status}
+        folders.write_json_atomic(run.summary, {"status": status, "source_run": "r0"})
+        done = run.read_record()
+        assert done is not None and done.status == status and done.extra == {"source_run": "r0"}
     assert ExperimentFolder(tmp_path / "exp").runs() == [run]
     assert ExperimentFolder(tmp_path / "exp").summaries() == {run.summary}
 
