@@ -18,7 +18,7 @@ from pydantic_core import PydanticUndefined
 from ablate.core import store
 from ablate.core.config import RunConfig
 from ablate.core.experiment import ExperimentFile
-from ablate.core.overrides import model_in
+from ablate.core.schema import model_in
 
 README = REPO / "README.md"
 DOCS = REPO / "docs"

@@ -6,7 +6,7 @@ An experiment file is YAML with a *base* (``data``, ``model``, ``train``, ``runt
 (``model.norm.kind: rmsnorm``) applied to the base before validation, so any field can be
 ablated; the file's other sections and the resolved experiment are in
 :mod:`ablate.core.experiment`. Every problem raises :class:`ConfigError` with one line that names
-the file, the key and what is allowed (:mod:`ablate.core.overrides` words those lines).
+the file, the key and what is allowed (:mod:`ablate.core.load` raises and words those lines).
 """
 
 from __future__ import annotations

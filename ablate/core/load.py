@@ -1,9 +1,14 @@
 """Reading an experiment file: YAML, variants merged into the base, environment checks,
-convert, scale.
+convert, scale; every check of the file and its one-line :class:`ConfigError`.
 
 :func:`load_experiment` reads the YAML (a key given twice is an error), validates the base and
-every variant (:mod:`ablate.core.overrides`), checks what the file needs from the machine (data
+every variant (:func:`apply_overrides` sets a variant's keys and refuses an unknown one,
+:func:`expand_grid` names a grid's cells), checks what the file needs from the machine (data
 files, logger packages, a token budget that buys a step) and resolves the ``convert:`` section.
+What this reads is typed from here on: a run carries its ``RunConfig`` to the optimizer
+without another validation. The few checks of the machine that need a package core must not
+load (the model builds, the study storage opens, sbatch accepts the job) raise the same
+one-line error where they meet it.
 A ``scale:`` section is checked by resolving every size: :func:`size_experiment` derives a
 size's experiment from the file as read, with the size's model keys in its base.
 """
@@ -12,6 +17,8 @@ from __future__ import annotations
 
 import copy
 import importlib.util
+import itertools
+import math
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -22,13 +29,8 @@ from pydantic import ValidationError
 from ablate.core.config import NAME_PATTERN, SEED_LIMIT, ConfigError, RunConfig
 from ablate.core.experiment import ConvertConfig, ConvertPlan, Experiment, ExperimentFile
 from ablate.core.norm_kinds import KIND_KEYS
-from ablate.core.overrides import (
-    apply_overrides,
-    expand_grid,
-    flatten_overrides,
-    format_validation,
-    run_fingerprint,
-)
+from ablate.core.overrides import flatten_overrides, level_name, run_fingerprint
+from ablate.core.schema import allowed_keys, has_key, section_model, value_prefix
 
 # logger name -> the packages that provide it (any one of them will do)
 LOGGER_PACKAGES: dict[str, tuple[str, ...]] = {
@@ -61,6 +63,93 @@ class _UniqueKeyLoader(yaml.SafeLoader):
                 )
             seen.add(key)
         return super().construct_mapping(node, deep=deep)
+
+
+def _describe_error(error: dict[str, Any]) -> str:
+    """One readable clause for one pydantic error, naming the key and what is allowed."""
+    loc = [str(p) for p in error["loc"]]
+    key = ".".join(loc) or "(top level)"
+    if error["type"] == "extra_forbidden":
+        parent = loc[:-1]
+        owner = (section_model(parent) if parent else None) or section_model(parent, ExperimentFile)
+        allowed = allowed_keys(owner) if owner is not None else "see docs/experiments.md"
+        return f"{key}: unknown key; allowed: {allowed}"
+    message = error["msg"].removeprefix("Value error, ")
+    if error["type"] == "value_error":
+        return message
+    value = error.get("input")
+    got = f"got {value!r}; " if value is not None and not isinstance(value, dict) else ""
+    return f"{key}: {got}{message[0].lower()}{message[1:]}"
+
+
+def format_validation(exc: ValidationError, where: str) -> ConfigError:
+    """A pydantic error as the one line of a config error: its first problem, and how many
+    more there are."""
+    errors = exc.errors()
+    first = _describe_error(errors[0])
+    more = f" (and {len(errors) - 1} more problem(s))" if len(errors) > 1 else ""
+    return ConfigError(f"{where}: {first}{more}")
+
+
+def apply_overrides(base: dict[str, Any], overrides: dict[str, Any], where: str) -> dict[str, Any]:
+    """Return a copy of ``base`` with each key of ``overrides`` set, nested mappings merged key
+    by key (:func:`flatten_overrides`); unknown keys fail."""
+    result = copy.deepcopy(base)
+    for dotted, value in flatten_overrides(overrides).items():
+        parts = str(dotted).split(".")
+        owner = section_model(parts[:-1])
+        value_at = value_prefix(parts)
+        if value_at:
+            raise ConfigError(
+                f"{where}: override key {dotted!r} does not exist; {value_at} is a value, "
+                "not a section"
+            )
+        if owner is None or not has_key(owner, parts[-1]):
+            section = ".".join(parts[:-1])
+            allowed = allowed_keys(owner) if owner is not None else allowed_keys(RunConfig)
+            raise ConfigError(
+                f"{where}: override key {dotted!r} does not exist; "
+                f"allowed under {section or '(top level)'}: {allowed}"
+            )
+        node = result
+        for part in parts[:-1]:
+            child = node.setdefault(part, {})
+            if not isinstance(child, dict):
+                raise ConfigError(f"{where}: {'.'.join(parts[:-1])}: must be a mapping")
+            node = child
+        node[parts[-1]] = value
+    return result
+
+
+MAX_GRID_CELLS = 10_000  # a grid beyond this is refused (docs/experiments.md)
+
+
+def expand_grid(grid: dict[str, list[Any]], where: str) -> dict[str, dict[str, Any]]:
+    """Every combination of the grid's levels as ``{variant name: {dotted key: level}}``.
+
+    Names join the levels' names with ``.`` in the order the keys are written
+    (``layernorm.post``); the first combination is the report's baseline.
+    """
+    cells = math.prod(len(levels) for levels in grid.values()) if grid else 0
+    if cells > MAX_GRID_CELLS:
+        raise ConfigError(
+            f"{where}: grid: {cells:,} combinations; at most {MAX_GRID_CELLS:,} (each is a "
+            "variant, trained once per seed): split it into several files"
+        )
+    for key, levels in grid.items():
+        if not levels:
+            raise ConfigError(f"{where}: grid.{key}: give a non-empty list of levels")
+        names = [level_name(key, v) for v in levels]
+        if len(set(names)) != len(names):
+            raise ConfigError(f"{where}: grid.{key}: levels {levels} repeat; give distinct values")
+    combos = itertools.product(*grid.values()) if grid else []
+    keys = list(grid)
+    return {
+        ".".join(level_name(k, v) for k, v in zip(keys, combo, strict=True)): dict(
+            zip(keys, combo, strict=True)
+        )
+        for combo in combos
+    }
 
 
 def _read_yaml(path: Path) -> dict[str, Any]:

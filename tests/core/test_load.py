@@ -3,12 +3,13 @@ base and nowhere else, and one-line errors for what cannot be scaled."""
 
 from __future__ import annotations
 
+import ast
 import re
 from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import TINY, write_experiment
+from conftest import REPO, TINY, write_experiment
 
 from ablate.core.config import ConfigError
 from ablate.core.load import load_experiment, size_experiment
@@ -110,3 +111,33 @@ def test_settings_on_the_command_line_are_an_edit_of_the_file_and_are_recorded(
     ):
         with pytest.raises(ConfigError, match=re.escape(says)):
             load_experiment(path, settings=[bad])
+
+
+# the checks of the machine core cannot make: the model builds (torch), the study storage opens
+# (Optuna), sbatch accepts the job (Slurm); every other config error is the loader's
+MACHINE_CHECKS = {
+    "ablate/launch/estimate.py:check_models",
+    "ablate/launch/storage.py:check_storage_opens",
+    "ablate/launch/slurm.py:_submit",
+}
+
+
+def _config_errors_made(path: Path) -> set[str]:
+    """``file:function`` of every function of ``path`` that makes a ``ConfigError``."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    where = str(path.relative_to(REPO))
+    return {
+        f"{where}:{function.name}"
+        for function in ast.walk(tree)
+        if isinstance(function, ast.FunctionDef)
+        for node in ast.walk(function)
+        if isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Name)
+        and node.func.id == "ConfigError"
+    }
+
+
+def test_every_config_error_is_made_by_the_loader_or_a_check_of_the_machine() -> None:
+    made = set().union(*(_config_errors_made(p) for p in (REPO / "ablate").rglob("*.py")))
+    loader = {place for place in made if place.startswith("ablate/core/load.py:")}
+    assert len(loader) > 10 and made - loader == MACHINE_CHECKS
