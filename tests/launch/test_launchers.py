@@ -3,7 +3,9 @@ one suite over its storages: each launcher's executor stores every run once, ret
 stored, reuses it on a second call and on ``obtain``, travels to a worker process, and tells
 ``ablate status`` of its jobs; a launcher that needs a service gets it from its fixture
 (``slurm``: the single-node cluster, skipped where Slurm is missing unless CI requires it).
-Runs are simulated (milliseconds each): what is under test is where they execute."""
+Runs are simulated (milliseconds each) under every launcher, and trained by the local backend
+under the local one, so the trainer's executor meets the same contract (Slurm's trained runs
+equal local ones bit for bit in tests/launch/test_slurm.py)."""
 
 from __future__ import annotations
 
@@ -27,17 +29,28 @@ SERVICES = {"slurm": "slurm_cluster"}  # a launcher's fixture, where it needs on
 POLL = {"poll_s": 0.2, "result_wait_s": 1.0, "cpus_per_task": 1}
 
 
-@pytest.fixture(params=launcher_names())
-def name(request: pytest.FixtureRequest) -> str:
-    """Each registered launcher's name, its service started where it needs one."""
-    if request.param in SERVICES:
-        request.getfixturevalue(SERVICES[request.param])
-    return str(request.param)
+CASES = [(name, "simulate") for name in launcher_names()] + [("local", "train")]
 
 
-def _specs(tmp_path: Path, name: str) -> tuple[list[RunSpec], Path]:
-    """The tiny simulated experiment's 4 runs under launcher ``name``, and its results root."""
-    runtime: dict[str, Any] = {"backend": "simulate", "launcher": name, "slurm": POLL}
+@pytest.fixture(
+    params=[
+        pytest.param(case, id="-".join(case), marks=[pytest.mark.trains] * (case[1] == "train"))
+        for case in CASES
+    ]
+)
+def case(request: pytest.FixtureRequest) -> tuple[str, str]:
+    """(launcher, backend): each registered launcher simulating, and the local one training;
+    the launcher's service started where it needs one."""
+    name, backend = request.param
+    if name in SERVICES:
+        request.getfixturevalue(SERVICES[name])
+    return str(name), str(backend)
+
+
+def _specs(tmp_path: Path, case: tuple[str, str]) -> tuple[list[RunSpec], Path]:
+    """The tiny experiment's 4 runs under this launcher and backend, and its results root."""
+    name, backend = case
+    runtime: dict[str, Any] = {"backend": backend, "launcher": name, "slurm": POLL}
     experiment = load_experiment(write_experiment(tmp_path / "e.yaml", runtime=runtime))
     return plan_runs(experiment), tmp_path / "results"
 
@@ -46,8 +59,10 @@ def _executor(specs: list[RunSpec], root: Path) -> Executor:
     return make_executor(specs[0].config.runtime, root, workers=1, threads=1)
 
 
-def test_every_run_is_stored_once_and_what_is_stored_is_returned(tmp_path: Path, name: str) -> None:
-    specs, root = _specs(tmp_path, name)
+def test_every_run_is_stored_once_and_what_is_stored_is_returned(
+    tmp_path: Path, case: tuple[str, str]
+) -> None:
+    specs, root = _specs(tmp_path, case)
     summaries = _executor(specs, root).run(specs + specs[:1])  # a repeated spec is one run
     assert sorted(s.run_id for s in summaries) == sorted(s.run_id for s in specs)
     folder = ExperimentFolder.of(root, "tiny")
@@ -56,8 +71,10 @@ def test_every_run_is_stored_once_and_what_is_stored_is_returned(tmp_path: Path,
         assert summary.status == "finished"
 
 
-def test_a_second_call_and_obtain_reuse_the_stored_runs(tmp_path: Path, name: str) -> None:
-    specs, root = _specs(tmp_path, name)
+def test_a_second_call_and_obtain_reuse_the_stored_runs(
+    tmp_path: Path, case: tuple[str, str]
+) -> None:
+    specs, root = _specs(tmp_path, case)
     executor = _executor(specs, root)
     first = {s.run_id: s for s in executor.run(specs)}
     folder = ExperimentFolder.of(root, "tiny")
@@ -68,8 +85,10 @@ def test_a_second_call_and_obtain_reuse_the_stored_runs(tmp_path: Path, name: st
     assert {r: folder.run(r).summary.stat().st_mtime_ns for r in first} == written
 
 
-def test_the_executor_travels_to_a_worker_without_its_terminal(tmp_path: Path, name: str) -> None:
-    specs, root = _specs(tmp_path, name)
+def test_the_executor_travels_to_a_worker_without_its_terminal(
+    tmp_path: Path, case: tuple[str, str]
+) -> None:
+    specs, root = _specs(tmp_path, case)
     executor = _executor(specs, root)
     copy = pickle.loads(pickle.dumps(executor))
     assert copy.root == executor.root and type(copy) is type(executor)
@@ -77,23 +96,23 @@ def test_the_executor_travels_to_a_worker_without_its_terminal(tmp_path: Path, n
 
 
 def test_status_hears_of_the_launcher_s_jobs_and_the_runs_are_done(
-    tmp_path: Path, name: str
+    tmp_path: Path, case: tuple[str, str]
 ) -> None:
-    specs, root = _specs(tmp_path, name)
+    specs, root = _specs(tmp_path, case)
     _executor(specs, root).run(specs)
-    exp_dir = ExperimentFolder.of(root, "tiny").path
-    jobs = launcher(name).jobs(ExperimentFolder(exp_dir))
+    folder = ExperimentFolder.of(root, "tiny")
+    jobs = launcher(case[0]).jobs(folder)
     assert set(jobs) <= {s.run_id for s in specs}
     assert all(job.state in (None, "queued", "running", "ended") for job in jobs.values())
-    assert {s.state for s in run_states(ExperimentFolder(exp_dir))} == {"done"}
+    assert {s.state for s in run_states(folder)} == {"done"}
 
 
-def test_each_launcher_says_how_many_go_at_once(tmp_path: Path, name: str) -> None:
-    specs, _ = _specs(tmp_path, name)
+def test_each_launcher_says_how_many_go_at_once(tmp_path: Path, case: tuple[str, str]) -> None:
+    specs, _ = _specs(tmp_path, case)
     runtime = specs[0].config.runtime
     chosen = resources_for(runtime, 3)
     assert 1 <= chosen.workers <= 3 and chosen.threads >= 1
-    assert launcher(name).resources(runtime, 3) in (None, chosen)
+    assert launcher(case[0]).resources(runtime, 3) in (None, chosen)
 
 
 def test_the_config_and_the_registry_know_the_same_launchers(tmp_path: Path) -> None:
