@@ -223,21 +223,26 @@ def plan_curve(experiment: Experiment, grown: tuple[int, int] = (0, 0)) -> list[
     )
 
 
+@dataclass(frozen=True)
+class Settings:
+    """A variant's chosen training settings: the LR and warmup its tuned runs train at."""
+
+    lr: float
+    warmup_steps: int
+
+    def applied(self, config: RunConfig) -> RunConfig:
+        """``config`` at these settings (:func:`with_train`)."""
+        return with_train(config, lr=self.lr, warmup_steps=self.warmup_steps)
+
+
 def plan_tuned(
-    experiment: Experiment, best: dict[str, dict[str, Any]], seeds: list[int] | None = None
+    experiment: Experiment, best: dict[str, Settings], seeds: list[int] | None = None
 ) -> list[RunSpec]:
-    """The tuned A/B: every variant with a search result at its own best ``lr`` and
-    ``warmup_steps`` (``best[variant]``), on ``seeds`` (default the experiment's) at the full
-    budget; seed-major like :func:`plan_runs`, so each seed's initial weights and batches are
-    matched as there."""
+    """The tuned A/B: every variant with chosen settings at its own (``best[variant]``), on
+    ``seeds`` (default the experiment's) at the full budget; seed-major like
+    :func:`plan_runs`, so each seed's initial weights and batches are matched as there."""
     return [
-        RunSpec(
-            experiment.name,
-            variant,
-            seed,
-            with_train(config, lr=best[variant]["lr"], warmup_steps=best[variant]["warmup_steps"]),
-            group="tuned",
-        )
+        RunSpec(experiment.name, variant, seed, best[variant].applied(config), group="tuned")
         for seed in seeds or experiment.seeds
         for variant, config in experiment.variants.items()
         if best.get(variant)
@@ -245,10 +250,10 @@ def plan_tuned(
 
 
 def plan_crossover(
-    experiment: Experiment, best: dict[str, dict[str, Any]], seeds: list[int]
+    experiment: Experiment, best: dict[str, Settings], seeds: list[int]
 ) -> list[RunSpec]:
-    """The cross-over of the tuned A/B: each variant at the baseline's tuned ``lr`` and
-    ``warmup_steps`` and the baseline at each variant's, on ``seeds`` (the tuned A/B's), so
+    """The cross-over of the tuned A/B: each variant at the baseline's tuned settings and the
+    baseline at each variant's, on ``seeds`` (the tuned A/B's), so
     every comparison is also made at one shared setting; none where the two settings are the
     same (that run is the tuned one)."""
     baseline = next(iter(experiment.variants))
@@ -260,11 +265,7 @@ def plan_crossover(
             if variant == baseline or not other or not mine or other == mine:
                 continue
             for who, settings in ((variant, mine), (baseline, other)):
-                trained = with_train(
-                    experiment.variants[who],
-                    lr=settings["lr"],
-                    warmup_steps=settings["warmup_steps"],
-                )
+                trained = settings.applied(experiment.variants[who])
                 specs.append(RunSpec(experiment.name, who, seed, trained, group="crossover"))
     return specs
 
@@ -401,7 +402,7 @@ def study_runs(
     per_step = config.tokens_per_step()
     if experiment.sweep is not None:
         runs["sweep"] = _counted([s for s in plan_sweep(experiment) if s.variant == variant])
-    at_base = {variant: {"lr": config.train.lr, "warmup_steps": config.train.warmup_steps}}
+    at_base = {variant: Settings(config.train.lr, config.train.warmup_steps)}
     if (search := experiment.search) is not None:
         runs["search"] = (search.n_trials, (search.tokens or config.train.tokens) // per_step)
     if (curve := experiment.curve) is not None:  # at its range: growing at an edge adds more

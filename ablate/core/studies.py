@@ -19,6 +19,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ablate.core.boundary import Interval, SeedBoundary
+from ablate.core.plan import Settings
 from ablate.core.stability import Observation
 
 STABILITY_KEYS = ("experiment", "storage", "criterion", "search_seed", "search", "max_lr")
@@ -325,17 +326,17 @@ class Studies:
     search: dict[str, SearchResult] = field(default_factory=dict)
     max_lr: dict[str, BoundaryResult] = field(default_factory=dict)
 
-    def best_settings(self) -> dict[str, dict[str, Any]]:
-        """``{variant: {lr, warmup_steps}}`` of each variant's best stable search trial."""
+    def best_settings(self) -> dict[str, Settings]:
+        """Each variant's best stable search trial's settings."""
         return {
-            variant: {"lr": found.best.lr, "warmup_steps": found.best.warmup_steps}
+            variant: Settings(found.best.lr, found.best.warmup_steps)
             for variant, found in self.search.items()
             if found.best
         }
 
     def best_lrs(self) -> dict[str, float]:
         """``{variant: lr}`` of each best stable search trial: where its bracketing starts."""
-        return {variant: best["lr"] for variant, best in self.best_settings().items()}
+        return {variant: best.lr for variant, best in self.best_settings().items()}
 
     def stored(self, header: dict[str, Any]) -> dict[str, Any]:
         """``stability.json``: ``header`` (experiment, storage, criterion, search seed) and
@@ -392,8 +393,7 @@ class StoredStudies(Studies):
         return replace(self, search=ordered(self.search), max_lr=ordered(self.max_lr))
 
     def run_ids(self) -> dict[tuple[str, str], list[str]]:
-        """``{(variant, kind): run ids}`` of every stored result: a search's trials', a
-        boundary's probes'."""
+        """``{(variant, kind): run ids}``: a search's trials' runs, a boundary's probes'."""
         return {
             **{(v, "search"): r.run_ids for v, r in self.search.items()},
             **{(v, "max_lr"): r.run_ids for v, r in self.max_lr.items()},

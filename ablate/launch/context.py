@@ -18,7 +18,7 @@ from rich.console import Console
 from ablate.core import store
 from ablate.core.experiment import Experiment
 from ablate.core.folders import ExperimentFolder
-from ablate.core.plan import RunSpec, plan_manifest
+from ablate.core.plan import RunSpec, Settings, plan_manifest
 from ablate.core.record import RunRecord
 from ablate.core.studies import Studies
 from ablate.launch.backends import make_executor
@@ -36,7 +36,7 @@ class Plan:
     specs: list[RunSpec] = field(default_factory=list)
     continued: list[RunSpec] = field(default_factory=list)
     studies: Studies = field(default_factory=Studies)
-    chosen: dict[str, dict[str, Any]] = field(default_factory=dict)
+    chosen: dict[str, Settings] = field(default_factory=dict)
     decided: dict[str, Any] | None = None
     rebuilt: bool = False
 

@@ -13,14 +13,13 @@ from __future__ import annotations
 import statistics
 from collections.abc import Callable
 from functools import partial
-from typing import Any
 
 from ablate.core import store
 from ablate.core.boundary import lattice_index
 from ablate.core.experiment import Experiment
 from ablate.core.folders import ExperimentFolder
 from ablate.core.optimum import Curve, Optimum, edge_sides, variant_optimum
-from ablate.core.plan import RunSpec, plan_curve, plan_manifest, with_train
+from ablate.core.plan import RunSpec, Settings, plan_curve, plan_manifest, with_train
 from ablate.core.record import RunRecord
 from ablate.launch.context import Context
 from ablate.launch.execute import Executor
@@ -133,10 +132,10 @@ def curve_of(
 
 def at_curve_optima(
     experiment: Experiment,
-    chosen: dict[str, dict[str, Any]],
+    chosen: dict[str, Settings],
     optima: dict[str, Optimum | None],
     warmups: dict[str, int] | None = None,
-) -> dict[str, dict[str, Any]]:
+) -> dict[str, Settings]:
     """The tuned A/B's settings: each variant at its curve's optimum LR, with its warmup
     study's best (``warmups``), else the search's best warmup, else the file's."""
     warmups = warmups or {}
@@ -144,10 +143,11 @@ def at_curve_optima(
     for variant, found in optima.items():
         if found is None:
             continue
-        fallback = chosen.get(variant, {}).get(
-            "warmup_steps", experiment.variants[variant].train.warmup_steps
+        searched = chosen.get(variant)
+        fallback = (
+            searched.warmup_steps if searched else experiment.variants[variant].train.warmup_steps
         )
-        settings[variant] = {"lr": found.lr, "warmup_steps": warmups.get(variant, fallback)}
+        settings[variant] = Settings(found.lr, warmups.get(variant, fallback))
     return settings
 
 

@@ -28,7 +28,7 @@ def run(ctx: Context) -> None:
     """The stage: every variant's usable-LR walk from its tuned optimum
     (:func:`usable_stage`); the plan gains the walks' runs, recorded before each round."""
     plan = ctx.plan
-    optima = {variant: float(setting["lr"]) for variant, setting in plan.chosen.items()}
+    optima = {variant: setting.lr for variant, setting in plan.chosen.items()}
     done = list(plan.specs)
     plan.specs += usable_stage(
         ctx.experiment,
