@@ -203,6 +203,15 @@ class RunFolder:
         record = self.read_any_record()
         return record if record is not None and record.status in DONE_STATUSES else None
 
+    def write_record(self, record: RunRecord) -> RunRecord:
+        """Store the run's record as ``summary.json`` (whole, and last of the run's files: a
+        run with one is stored); the record as stored, which every later read returns (a
+        non-finite float reads back as None)."""
+        write_json_atomic(self.summary, record.to_json())
+        stored = self.read_any_record()
+        assert stored is not None, f"{self.summary}: written and not there"
+        return stored
+
     def is_done(self) -> bool:
         """True when the run finished, diverged or was pruned; anything else is redone."""
         return self.read_record() is not None
@@ -317,9 +326,9 @@ class ExperimentFolder:
             if p.is_dir() and RunFolder(p).is_run()
         ]
 
-    def summaries(self) -> set[Path]:
-        """The summary files present now (finished or not), to count runs as they land."""
-        return set(self.path.glob("*/summary.json"))
+    def summarized(self) -> set[RunFolder]:
+        """The runs whose summary is present now (finished or not), to count runs as they land."""
+        return {RunFolder(path.parent) for path in self.path.glob("*/summary.json")}
 
 
 def retry_claims(database: Path) -> Path:

@@ -73,19 +73,29 @@ class RunRecord:
     data_digest: str | None
     error: str | None
     extra: Mapping[str, Any] = field(default_factory=dict)
+    stored_keys: tuple[str, ...] = field(default=(), compare=False, repr=False)
 
     def to_json(self) -> dict[str, Any]:
         """The record as ``summary.json`` stores it: every field in order, ``extra``'s keys
         after them."""
-        recorded = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "extra"}
+        recorded = {name: getattr(self, name) for name in RECORD_KEYS}
         return {**recorded, **self.extra}
+
+    def to_row(self) -> dict[str, Any]:
+        """The record as a row of the runs table: the keys its file held, in the file's order
+        (a key an older ablate did not write stays out of the row, as it was out of the
+        file); a record not read from a file: :meth:`to_json`."""
+        every = self.to_json()
+        return {key: every[key] for key in self.stored_keys} if self.stored_keys else every
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> RunRecord:
         """The record ``summary.json`` holds: a key an older version did not write reads as
-        None, a key that is no field (a continued run's source) goes to ``extra``."""
+        None, a key that is no field (a continued run's source) goes to ``extra``;
+        ``stored_keys`` says which keys the file held."""
         known = {name: data.get(name) for name in RECORD_KEYS}
-        return cls(**known, extra={k: v for k, v in data.items() if k not in known})
+        extra = {k: v for k, v in data.items() if k not in known}
+        return cls(**known, extra=extra, stored_keys=tuple(data))
 
 
-RECORD_KEYS = tuple(f.name for f in fields(RunRecord) if f.name != "extra")
+RECORD_KEYS = tuple(f.name for f in fields(RunRecord) if f.name not in ("extra", "stored_keys"))

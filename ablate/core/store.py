@@ -53,20 +53,21 @@ def load_summaries(folder: ExperimentFolder, include_incomplete: bool = False) -
     """One row per run with a summary; by default only finished and diverged runs."""
     rows = []
     for run in folder.runs():
-        summary = read_json(run.summary)  # as stored: an older run's missing keys stay missing
-        if summary is None:
+        record = run.read_any_record()
+        if record is None:
             if not include_incomplete:
                 continue
-            config = run.read_config() or {}
-            summary = {
-                "run_id": run.run_id,
-                "variant": config.get("variant"),
-                "seed": config.get("seed"),
-                "status": "incomplete",
-            }
-        elif summary.get("status") not in DONE_STATUSES and not include_incomplete:
-            continue
-        rows.append(summary)
+            config = run.read_config() or {}  # no record yet: what its plan says
+            rows.append(
+                {
+                    "run_id": run.run_id,
+                    "variant": config.get("variant"),
+                    "seed": config.get("seed"),
+                    "status": "incomplete",
+                }
+            )
+        elif record.status in DONE_STATUSES or include_incomplete:
+            rows.append(record.to_row())  # the keys its file held: older runs' stay out
     return pd.DataFrame(rows) if rows else pd.DataFrame(columns=list(SUMMARY_KEYS))
 
 

@@ -14,7 +14,6 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from pathlib import Path
 from typing import Any
 
 from rich.console import Console
@@ -27,8 +26,7 @@ from rich.progress import (
     TimeRemainingColumn,
 )
 
-from ablate.core import folders
-from ablate.core.folders import ExperimentFolder
+from ablate.core.folders import ExperimentFolder, RunFolder
 from ablate.core.plan import RunSpec
 from ablate.core.record import RunRecord
 from ablate.launch.workers import Message
@@ -46,12 +44,12 @@ class ExperimentPace:
 
     def __init__(self, folder: ExperimentFolder, count: Callable[[], StepsLeft]) -> None:
         self.folder, self.count = folder, count
-        self.before = folder.summaries() if folder.path.is_dir() else set()
+        self.before = folder.summarized() if folder.path.is_dir() else set()
         self.started_at = time.monotonic()
         self.steps_left: int | None = None
         self.steps_of: dict[tuple[str, str], int] = {}
-        self.counted_from: set[Path] = set()
-        self.read: dict[Path, tuple[str, str, int]] = {}  # summary: variant, stage, steps
+        self.counted_from: set[RunFolder] = set()
+        self.read: dict[RunFolder, tuple[str, str, int]] = {}  # run: variant, stage, steps
 
     def text(self) -> str:
         """``experiment: S steps left at most, eta XmYYs at most``."""
@@ -60,17 +58,17 @@ class ExperimentPace:
                 self.steps_left, self.steps_of = self.count()
             except (OSError, ValueError) as exc:  # a store it cannot count: say so, go on
                 return f"experiment: steps left not counted ({type(exc).__name__})"
-            self.counted_from = self.folder.summaries()
-        now = self.folder.summaries()
-        for path in now - self.before - set(self.read):
-            summary = folders.read_json(path) or {}
-            key = (str(summary.get("variant")), str(summary.get("group")))
-            self.read[path] = (*key, int(summary.get("steps") or 0))
+            self.counted_from = self.folder.summarized()
+        now = self.folder.summarized()
+        for run in now - self.before - set(self.read):
+            record = run.read_any_record()
+            if record is not None:
+                self.read[run] = (record.variant, record.group, int(record.steps or 0))
         trained = sum(steps for _, _, steps in self.read.values())
         done = sum(
             self.steps_of.get((variant, group), steps)
-            for path, (variant, group, steps) in self.read.items()
-            if path not in self.counted_from
+            for run, (variant, group, steps) in self.read.items()
+            if run not in self.counted_from
         )
         left = max(self.steps_left - done, 0)
         elapsed = time.monotonic() - self.started_at
@@ -222,7 +220,7 @@ class StudyProgress:
 
     def __init__(self, console: Console, folder: ExperimentFolder, group: str, total: int) -> None:
         self.console, self.folder, self.group = console, folder, group
-        self.seen = folder.summaries()
+        self.seen = folder.summarized()
         self.progress = _progress(console, transient=True)
         self.task = self.progress.add_task(f"{group} runs (at most {total})", total=total)
         self.total, self.started_at = total, time.monotonic()
@@ -259,11 +257,11 @@ class StudyProgress:
     def new_runs(self) -> int:
         """How many runs of the group were stored since the last look."""
         count = 0
-        for path in self.folder.summaries() - self.seen:
-            summary = folders.read_json(path)
-            if summary is not None:
-                self.seen.add(path)
-                count += summary.get("group") == self.group
+        for run in self.folder.summarized() - self.seen:
+            record = run.read_any_record()
+            if record is not None:
+                self.seen.add(run)
+                count += record.group == self.group
         return count
 
     def say(self, text: str) -> None:

@@ -146,9 +146,7 @@ def simulate_and_store(
         take_the_pace(spec, int(frame["step"].max()) if len(frame) else 0)
         folders.write_frame_atomic(folder.metrics, frame)
         folders.write_frame_atomic(folder.probes, pd.DataFrame(columns=folders.PROBE_COLUMNS))
-        summary = summary_of(spec, run, frame, time.perf_counter() - start)
-        folders.write_json_atomic(folder.summary, summary.to_json())
-        return summary
+        return folder.write_record(summary_of(spec, run, frame, time.perf_counter() - start))
 
 
 @dataclass

@@ -5,8 +5,7 @@ mapped onto the new model and the loss before and right after the swap.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from pathlib import Path
+from dataclasses import asdict, dataclass
 from typing import Any
 
 import torch
@@ -37,18 +36,19 @@ class Prepared:
     train_offsets: torch.Tensor
     val_offsets: torch.Tensor
     steps: int
-    start: dict[str, Any] | None = None  # continued training: the source and the swap
+    start: SourceStart | None = None  # continued training: the source and the swap
     final_offsets: torch.Tensor | None = None  # the final evaluation's, when not val_offsets
     test_offsets: torch.Tensor | None = None  # the test split's windows, where there is one
     final_test_offsets: torch.Tensor | None = None  # the final evaluation's on test
 
 
-def prepare(spec: RunSpec, root: Path | None = None) -> Prepared:
+def prepare(spec: RunSpec, experiment: ExperimentFolder | None = None) -> Prepared:
     """Corpus, batch order, validation windows and the initialized model of a run.
 
     A continued-training run (``spec.init_from``) starts from the source run's stored weights
-    under ``root``, mapped by :func:`ablate.nn.convert.convert_weights`, and draws its batches from
-    a generator of its own (the source's batches are not repeated in order).
+    in ``experiment`` (the folder its own run is in), mapped by
+    :func:`ablate.nn.convert.convert_weights`, and draws its batches from a generator of its
+    own (the source's batches are not repeated in order).
     """
     cfg = spec.config
     seq_len, batch = cfg.model.seq_len, cfg.train.batch_size
@@ -66,15 +66,17 @@ def prepare(spec: RunSpec, root: Path | None = None) -> Prepared:
         if cfg.train.final_eval == "split":
             prepared.final_test_offsets = split_offsets(n_test, seq_len, batch)
     if spec.init_from is not None:
-        if root is None:
-            raise ValueError("a continued-training run needs the results root of its source")
-        prepared.start = start_from_source(spec, prepared, root)
+        if experiment is None:
+            raise ValueError("a continued-training run needs the results folder of its source")
+        prepared.start = start_from_source(spec, prepared, experiment)
     return prepared
 
 
-def load_source(spec: RunSpec, root: Path, vocab_size: int) -> tuple[RunSpec, GPT]:
+def load_source(
+    spec: RunSpec, experiment: ExperimentFolder, vocab_size: int
+) -> tuple[RunSpec, GPT]:
     """The source run's spec and its final model (``model.pt``), or a clear error."""
-    source_dir = ExperimentFolder.of(root, spec.experiment).run(str(spec.init_from))
+    source_dir = experiment.run(str(spec.init_from))
     problem = store.weights_missing(source_dir)
     if problem is not None:
         raise ValueError(f"source run {spec.init_from} {problem}: nothing to continue from")
@@ -84,19 +86,39 @@ def load_source(spec: RunSpec, root: Path, vocab_size: int) -> tuple[RunSpec, GP
     return source_spec, source
 
 
-def start_from_source(spec: RunSpec, prepared: Prepared, root: Path) -> dict[str, Any]:
+@dataclass(frozen=True)
+class SourceStart:
+    """Where a continued run started: its source run and variant, the val loss of the source
+    model and of this run's right after the swap, the parameters folded and dropped (by name); a
+    continued run's record stores these beside its own keys (:meth:`as_extra`)."""
+
+    source_run_id: str
+    source_variant: str
+    loss_before_swap: float
+    loss_after_swap: float
+    params_folded: list[str]
+    params_dropped: list[str]
+
+    def as_extra(self) -> dict[str, Any]:
+        """As the record's ``extra`` keys."""
+        return asdict(self)
+
+
+def start_from_source(
+    spec: RunSpec, prepared: Prepared, experiment: ExperimentFolder
+) -> SourceStart:
     """Load, map and measure: the val loss of the source model and right after the swap."""
-    source_spec, source = load_source(spec, root, prepared.corpus.vocab_size)
+    source_spec, source = load_source(spec, experiment, prepared.corpus.vocab_size)
     assert isinstance(prepared.model, GPT), "conversion maps ablate's own model only"
     mapping = convert_weights(source, prepared.model, spec.bias_mapping or "fold")
     seq_len = spec.config.model.seq_len
-    return {
-        "source_run_id": spec.init_from,
-        "source_variant": source_spec.variant,
-        "loss_before_swap": evaluate(source, prepared.corpus.val, prepared.val_offsets, seq_len),
-        "loss_after_swap": evaluate(
+    return SourceStart(
+        source_run_id=str(spec.init_from),
+        source_variant=source_spec.variant,
+        loss_before_swap=evaluate(source, prepared.corpus.val, prepared.val_offsets, seq_len),
+        loss_after_swap=evaluate(
             prepared.model, prepared.corpus.val, prepared.val_offsets, seq_len
         ),
-        "params_folded": mapping["folded"],
-        "params_dropped": mapping["dropped"],
-    }
+        params_folded=mapping["folded"],
+        params_dropped=mapping["dropped"],
+    )

@@ -71,7 +71,8 @@ def execute_run(
     stoppers: Sequence[EarlyStop] = (),
     take_over: bool = False,
 ) -> RunRecord:
-    """Train ``spec`` into ``root/<experiment>/<run_id>/`` and return its record.
+    """Train ``spec`` into its folder under ``root`` (``<experiment>/<run_id>/``) and return its
+    record.
 
     ``stoppers`` are extra early-stop callbacks (the search's pruner); divergence is built in.
     The run is claimed first (:func:`ablate.core.store.claim_run`, ``take_over`` passed on): a run
@@ -79,12 +80,11 @@ def execute_run(
     finished meanwhile is not trained again.
     """
     with store.claimed_run(root, spec, take_over) as run:  # RunClaimed: another process has it
-        return _train_and_store(spec, root, run, progress, stoppers)
+        return _train_and_store(spec, run, progress, stoppers)
 
 
 def _train_and_store(
     spec: RunSpec,
-    root: Path,
     run: RunFolder,
     progress: ProgressFn | None,
     stoppers: Sequence[EarlyStop],
@@ -96,7 +96,7 @@ def _train_and_store(
         {"status": "running", "pid": os.getpid(), "hostname": platform.node()},
     )
     torch.manual_seed(spec.seed)
-    prepared = prepare(spec, root)
+    prepared = prepare(spec, run.experiment)
     folders.write_json_atomic(run.env, environment(spec))
     folders.write_json_atomic(run.init_params, parameter_digests(prepared.model))
     digests = (
@@ -139,7 +139,7 @@ def _train_and_store(
         if outcome.status == "finished" and cfg.runtime.save_weights:
             if spec.group in WEIGHTS_GROUPS:
                 save_weights(prepared.model, run.weights)
-        folders.write_json_atomic(run.summary, summary.to_json())
+        summary = run.write_record(summary)
         run.status.unlink(missing_ok=True)
     if outcome.status == "interrupted" or caught:
         if on_interrupt is not None:

@@ -173,5 +173,5 @@ def summarize(
         init_digest=digests[0],
         data_digest=digests[1],
         error=outcome.error,
-        extra=prepared.start or {},
+        extra=prepared.start.as_extra() if prepared.start else {},
     )

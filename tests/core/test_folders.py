@@ -6,6 +6,7 @@ import ast
 import json
 import math
 import re
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -13,6 +14,7 @@ from conftest import REPO
 
 from ablate.core import folders
 from ablate.core.folders import ExperimentFolder, RunFolder
+from ablate.core.record import RunRecord
 
 
 def test_atomic_json_leaves_no_temporary_and_maps_nan_to_null(tmp_path: Path) -> None:
@@ -50,7 +52,18 @@ def test_a_run_is_done_only_with_a_final_status(tmp_path: Path) -> None:
         done = run.read_record()
         assert done is not None and done.status == status and done.extra == {"source_run": "r0"}
     assert ExperimentFolder(tmp_path / "exp").runs() == [run]
-    assert ExperimentFolder(tmp_path / "exp").summaries() == {run.summary}
+    assert ExperimentFolder(tmp_path / "exp").summarized() == {run}
+
+
+def test_a_record_is_returned_as_it_is_stored(tmp_path: Path) -> None:
+    run = ExperimentFolder.of(tmp_path, "exp").run("r1")
+    run.path.mkdir(parents=True)
+    diverged = replace(
+        RunRecord.from_json({"run_id": "r1"}), status="diverged", final_train_loss=math.nan
+    )
+    stored = run.write_record(diverged)
+    assert stored.final_train_loss is None  # NaN is stored as null: the same for every reader
+    assert stored == run.read_record() and stored.status == "diverged"
 
 
 def test_reset_clears_a_half_written_run(tmp_path: Path) -> None:

@@ -17,7 +17,7 @@ def _values() -> dict[str, object]:
 
 
 def test_the_summary_keys_are_the_records_fields_in_order() -> None:
-    assert SUMMARY_KEYS == RECORD_KEYS == tuple(f.name for f in fields(RunRecord))[:-1]
+    assert SUMMARY_KEYS == RECORD_KEYS == tuple(f.name for f in fields(RunRecord))[:-2]
     assert RECORD_KEYS[:3] == ("experiment", "run_id", "family") and RECORD_KEYS[-1] == "error"
 
 
@@ -51,3 +51,13 @@ def test_a_stored_summary_reads_back_as_the_record_it_was(tmp_path: Path) -> Non
     assert RunRecord.from_json(older).final_test_loss is None  # a key an older version lacked
     write_json_atomic(run.summary, {**record.to_json(), "status": "failed"})
     assert run.read_record() is None  # not done: no record to reuse
+
+
+def test_a_row_holds_the_keys_its_file_held_in_the_files_order() -> None:
+    older = {"status": "finished", "run_id": "r1", "source_run_id": "r0"}  # no final_val_loss
+    record = RunRecord.from_json(older)
+    assert record.final_val_loss is None and record.extra == {"source_run_id": "r0"}
+    assert record.to_row() == older and list(record.to_row()) == list(older)
+    assert record == RunRecord.from_json({**older, "final_val_loss": None})  # keys: no identity
+    fresh = RunRecord(**_values())
+    assert fresh.to_row() == fresh.to_json()  # not read from a file: every key
