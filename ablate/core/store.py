@@ -426,6 +426,6 @@ def read_studies(folder: ExperimentFolder) -> StoredStudies:
     return StoredStudies.from_stored(read_json(folder.stability))
 
 
-def write_studies(folder: ExperimentFolder, studies: dict[str, Any]) -> None:
+def write_studies(folder: ExperimentFolder, studies: StoredStudies) -> None:
     """Store the studies' results; unchanged results leave the file (and its time stamp)."""
-    write_json_if_changed(folder.stability, studies)
+    write_json_if_changed(folder.stability, studies.stored())

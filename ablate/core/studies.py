@@ -338,18 +338,6 @@ class Studies:
         """``{variant: lr}`` of each best stable search trial: where its bracketing starts."""
         return {variant: best.lr for variant, best in self.best_settings().items()}
 
-    def stored(self, header: dict[str, Any]) -> dict[str, Any]:
-        """``stability.json``: ``header`` (experiment, storage, criterion, search seed) and
-        every result."""
-        stored = {
-            **header,
-            "search": {v: r.stored() for v, r in self.search.items()},
-            "max_lr": {v: r.stored() for v, r in self.max_lr.items()},
-        }
-        missing = set(STABILITY_KEYS) - stored.keys()
-        assert not missing, f"stability.json without {sorted(missing)}"
-        return stored
-
 
 @dataclass
 class StoredStudies(Studies):
@@ -361,6 +349,14 @@ class StoredStudies(Studies):
     storage: str | None = None
     criterion: str | None = None
     search_seed: int | None = None
+
+    def stored(self) -> dict[str, Any]:
+        """``stability.json`` (:data:`STABILITY_KEYS`): the header and every result."""
+        values = {
+            "search": {v: r.stored() for v, r in self.search.items()},
+            "max_lr": {v: r.stored() for v, r in self.max_lr.items()},
+        }
+        return {key: values.get(key, getattr(self, key, None)) for key in STABILITY_KEYS}
 
     @classmethod
     def from_stored(cls, stored: dict[str, Any] | None) -> StoredStudies:

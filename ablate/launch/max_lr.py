@@ -74,8 +74,7 @@ def stored_probes(study: optuna.Study, family: str, per_octave: int) -> dict[Pro
             continue
         index = lattice_index(lr, per_octave)
         if math.isclose(lr, lattice_lr(index, per_octave), rel_tol=1e-12):
-            verdicts = attrs["stable"], attrs["diverged"], attrs.get("reason")
-            probe = Probe(lr, attrs["seed"], *verdicts, reused=True)
+            probe = Probe.from_stored({**attrs, "lr": lr})  # as run_probe stored it
             found[(index, probe.seed)] = probe
     return found
 

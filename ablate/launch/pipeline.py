@@ -69,6 +69,7 @@ from ablate.core.studies import (
     BoundaryResult,
     MarginBoundary,
     SearchResult,
+    StoredStudies,
     Studies,
     StudyResult,
 )
@@ -392,13 +393,15 @@ def write_studies(ctx: Context, studies: Studies) -> None:
     from ablate.launch.storage import storage_label, storage_url
 
     url = storage_url(ctx.experiment, ctx.results_dir, ctx.storage)
-    header = {
-        "experiment": ctx.experiment.name,
-        "storage": storage_label(url),
-        "criterion": criterion_text(ctx.experiment.base.train.stability),
-        "search_seed": ctx.experiment.search_seed() if ctx.experiment.search else None,
-    }
-    store.write_studies(ctx.folder, studies.stored(header))
+    stored = StoredStudies(
+        search=studies.search,
+        max_lr=studies.max_lr,
+        experiment=ctx.experiment.name,
+        storage=storage_label(url),
+        criterion=criterion_text(ctx.experiment.base.train.stability),
+        search_seed=ctx.experiment.search_seed() if ctx.experiment.search else None,
+    )
+    store.write_studies(ctx.folder, stored)
 
 
 def run_studies_only(ctx: Context) -> Studies:

@@ -12,7 +12,7 @@ from ablate.bench.grid_check import grid_boundary, grid_specs, main, overlaps, s
 from ablate.core import store
 from ablate.core.folders import ExperimentFolder
 from ablate.core.load import load_experiment
-from ablate.core.studies import STABILITY_KEYS, Studies
+from ablate.core.studies import StoredStudies
 
 
 def test_grid_specs_cover_variants_points_and_seeds(tmp_path: Path) -> None:
@@ -48,10 +48,10 @@ def test_the_check_prints_each_seeds_grid_beside_its_stored_bracket(
     path = write_experiment(tmp_path / "e.yaml", **{**LENIENT, **sections})
     root = tmp_path / "results"
     edges = {"layernorm": {0: 0.01}, "rmsnorm": {0: 1e4}}  # rmsnorm: stable past the range
-    studies = Studies(max_lr={v: max_lr_result(v, e) for v, e in edges.items()})
+    studies = StoredStudies(max_lr={v: max_lr_result(v, e) for v, e in edges.items()})
     folder = ExperimentFolder.of(root, "tiny")
     folder.path.mkdir(parents=True)
-    store.write_studies(folder, studies.stored(dict.fromkeys(STABILITY_KEYS[:4])))
+    store.write_studies(folder, studies)
     main([str(path), "--points", "2", "--results-dir", str(root), "--workers", "1"])
     out = capsys.readouterr().out.splitlines()
     rows = {line.split()[0]: line for line in out if line.startswith(("layernorm ", "rmsnorm "))}

@@ -9,6 +9,7 @@ import platform
 import signal
 import subprocess
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +18,7 @@ import pytest
 
 from ablate.core import folders, store
 from ablate.core.folders import ExperimentFolder, RunFolder
-from ablate.core.studies import BestTrial, SearchResult, StoredStudies, Studies
+from ablate.core.studies import BestTrial, SearchResult, StoredStudies
 
 
 def _fake_run(
@@ -151,8 +152,8 @@ def test_studies_round_trip_and_an_unchanged_write_keeps_the_time_stamp(tmp_path
     exp = ExperimentFolder(tmp_path)
     assert store.read_studies(exp) == StoredStudies()  # none ran
     result = SearchResult("e.a.search", [], 1, 1, 0, 1, BestTrial(0.01, 5, 2.5, "r1"), None)
-    studies = Studies(search={"a": result}).stored(
-        {"experiment": "e", "storage": "s", "criterion": "stable", "search_seed": 0}
+    studies = StoredStudies(
+        search={"a": result}, experiment="e", storage="s", criterion="stable", search_seed=0
     )
     store.write_studies(exp, studies)
     path = exp.stability
@@ -160,7 +161,7 @@ def test_studies_round_trip_and_an_unchanged_write_keeps_the_time_stamp(tmp_path
     store.write_studies(exp, studies)
     read = store.read_studies(exp)
     assert path.stat().st_mtime == 1 and read.search == {"a": result} and read.criterion == "stable"
-    store.write_studies(exp, {**studies, "criterion": "changed"})
+    store.write_studies(exp, replace(studies, criterion="changed"))
     assert path.stat().st_mtime > 1 and store.read_studies(exp).criterion == "changed"
 
 
