@@ -19,7 +19,9 @@ from typing import Any
 class RunRecord:
     """One run's outcome: which run it is, how it ended, its losses, its budget, what decided
     its bits, its speed and memory, its probes' counts; ``extra`` holds the keys a continued
-    run adds (its source), stored beside the others."""
+    run adds (its source), stored beside the others; ``stored_keys``, the keys its file held
+    where it was read from one (a key an older ablate did not write reads as None, whatever
+    the field's type)."""
 
     experiment: str
     run_id: str

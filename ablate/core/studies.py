@@ -352,11 +352,12 @@ class StoredStudies(Studies):
 
     def stored(self) -> dict[str, Any]:
         """``stability.json`` (:data:`STABILITY_KEYS`): the header and every result."""
-        values = {
+        header = {key: getattr(self, key) for key in STABILITY_KEYS[:4]}
+        return {
+            **header,
             "search": {v: r.stored() for v, r in self.search.items()},
             "max_lr": {v: r.stored() for v, r in self.max_lr.items()},
         }
-        return {key: values.get(key, getattr(self, key, None)) for key in STABILITY_KEYS}
 
     @classmethod
     def from_stored(cls, stored: dict[str, Any] | None) -> StoredStudies:
