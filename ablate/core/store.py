@@ -139,7 +139,7 @@ def load_results(
     ``group`` says which stage trained a run (main, sweep, search, tuned, max_lr, convert); the
     report's shared-LR tables use the ``main`` runs, its tuned comparison the ``tuned`` ones.
     """
-    folder = ExperimentFolder(Path(exp_dir))
+    folder = ExperimentFolder(exp_dir)  # a str path works too
     runs = load_summaries(folder, include_incomplete)
     planned = planned_run_ids(folder)  # none: no plan stored
     runs = runs.assign(planned=runs["run_id"].isin(planned) if planned else True)
