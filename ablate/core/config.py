@@ -393,6 +393,19 @@ class RuntimeConfig(StrictSection):
         "jobs (runtime.slurm, docs/distributed.md); or a launcher another package registers",
     )
     slurm: SlurmConfig = Field(default_factory=SlurmConfig)
+    checkpoint_minutes: float = Field(
+        5.0,
+        ge=0,
+        le=10_000,
+        description="save a resumable checkpoint of a training run this often (0: never); a "
+        "run cut by Ctrl-C, scancel, preemption or a time limit resumes from it, bitwise equal",
+    )
+    checkpoint_steps: int = Field(
+        0,
+        ge=0,
+        le=100_000_000,
+        description="save the checkpoint every this many optimizer steps instead (0: by time)",
+    )
 
     @field_validator("launcher")
     @classmethod

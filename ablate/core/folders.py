@@ -22,6 +22,9 @@ Layout (``root`` defaults to ``results/``)::
         probes.csv        long rows (step, quantity, site, layer, value) at each probe step
         logs/             Lightning loggers' files (csv/, tensorboard/, wandb/)
         model.pt          final weights of a finished main or convert run (runtime.save_weights)
+        checkpoint.ckpt   a run in progress or cut: its last resumable state (weights, optimizer,
+                          schedule, step, RNG, what the callbacks recorded); deleted once the
+                          run is stored with any status but interrupted
         summary.json      written last: its presence with a final status marks the run done
         status.json       {"status": "running", ...} while the run is in progress
         progress.json     {"step", "loss"}: a Slurm task's last reported step (the controller
@@ -216,11 +219,21 @@ class RunFolder:
         """True when the run finished, diverged or was pruned; anything else is redone."""
         return self.read_record() is not None
 
+    @property
+    def checkpoint(self) -> Path:
+        """The last resumable checkpoint of a run in progress or cut (deleted once stored)."""
+        return self.path / "checkpoint.ckpt"
+
     def reset(self) -> None:
-        """Empty an incomplete run's folder (left by a crash, interruption or failure)."""
-        if self.path.exists():
+        """Empty an incomplete run's folder (left by a crash, interruption or failure), all but
+        a cut run's checkpoint, which the run resumes from."""
+        if self.checkpoint.is_file():
+            for entry in self.path.iterdir():
+                if entry != self.checkpoint:
+                    shutil.rmtree(entry) if entry.is_dir() else entry.unlink()
+        elif self.path.exists():
             shutil.rmtree(self.path)
-        self.path.mkdir(parents=True)
+        self.path.mkdir(parents=True, exist_ok=True)
 
     def read_frame(self, which: Path) -> pd.DataFrame | None:
         """The CSV at ``which`` (:attr:`metrics` or :attr:`probes`), None when absent or empty."""

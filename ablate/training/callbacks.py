@@ -5,6 +5,10 @@ norm, step time, elapsed time) and one per evaluation (val loss) in memory; the 
 once at the end, so recording costs a few float conversions per step. :class:`PeakMemory`
 records the peak memory of the training loop (:mod:`ablate.training.memory`).
 
+:class:`Checkpointer` saves the run's resumable state every ``runtime.checkpoint_minutes`` (or
+``checkpoint_steps``), and the recording callbacks are :class:`Resumable`: the checkpoint holds
+what they recorded, so a cut run resumed from it stores the same rows as an uninterrupted one.
+
 An :class:`EarlyStop` ends a run before its budget with a :class:`~ablate.core.stability.Stop`
 (step and reason) and names the run's status: :class:`DivergenceMonitor` applies the stability
 criterion's divergence rule (``diverged``: a result, not a crash); an
@@ -15,9 +19,11 @@ prunes (``pruned``).
 from __future__ import annotations
 
 import math
+import os
 import time
 from collections.abc import Callable
-from typing import Any
+from pathlib import Path
+from typing import Any, ClassVar
 
 import lightning as L
 import torch
@@ -31,10 +37,75 @@ from ablate.training.task import LanguageModelTask
 ProgressFn = Callable[[int, float], None]
 
 
-class EarlyStop(L.Callback):
+class Resumable(L.Callback):
+    """A callback whose attributes named in ``resumed`` a checkpoint holds: Lightning saves
+    :meth:`state_dict` under the callback's class name and hands it to :meth:`load_state_dict`
+    when a run resumes from the checkpoint."""
+
+    resumed: ClassVar[tuple[str, ...]] = ()
+
+    def state_dict(self) -> dict[str, Any]:
+        return {name: getattr(self, name) for name in self.resumed}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        for name in self.resumed:
+            setattr(self, name, state_dict[name])
+
+
+class Checkpointer(Resumable):
+    """Saves the run's resumable state to ``path`` before an optimizer step (after the last
+    step's evaluation), every ``every_steps`` steps, or else every ``every_s`` seconds (0:
+    never): weights, optimizer, schedule, step, loss scaler, RNG
+    (:class:`ablate.training.task.LanguageModelTask`) and the :class:`Resumable` callbacks'
+    records. Written to a temporary name and renamed: a cut during a save leaves the previous
+    checkpoint. ``wall_s`` is the run's wall time before this process (restored on resume);
+    ``resumed_from`` the step it resumed at (None: it started at step 0)."""
+
+    resumed = ("wall_s",)
+
+    def __init__(self, path: Path, every_steps: int, every_s: float, started: float) -> None:
+        self.path = path
+        self.every_steps = every_steps
+        self.every_s = every_s
+        self.started = started  # time.perf_counter() when this process began the run
+        self.wall_s = 0.0
+        self.resumed_from: int | None = None
+        self._last = time.monotonic()
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"wall_s": self.wall_s + time.perf_counter() - self.started}
+
+    def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self._last = time.monotonic()
+        if trainer.global_step > 0:
+            self.resumed_from = trainer.global_step
+
+    def on_train_batch_start(
+        self, trainer: L.Trainer, pl_module: L.LightningModule, batch, batch_idx: int
+    ) -> None:
+        step = trainer.global_step
+        if step == 0 or step == self.resumed_from or not self._due(trainer, step):
+            return
+        partial = self.path.with_name(f".{self.path.name}.partial")
+        trainer.save_checkpoint(partial)
+        if trainer.is_global_zero:
+            os.replace(partial, self.path)
+        trainer.strategy.barrier()
+        self._last = time.monotonic()
+
+    def _due(self, trainer: L.Trainer, step: int) -> bool:
+        """Whether to save before ``step + 1``; under DDP rank 0's clock decides for all."""
+        if self.every_steps:
+            return step % self.every_steps == 0
+        due = bool(self.every_s) and time.monotonic() - self._last >= self.every_s
+        return trainer.strategy.broadcast(due, src=0) if trainer.world_size > 1 else due
+
+
+class EarlyStop(Resumable):
     """A callback that may end training early; ``status`` names the run's outcome if it does."""
 
     status = "stopped"
+    resumed: ClassVar[tuple[str, ...]] = ("stop",)
 
     def __init__(self) -> None:
         self.stop: Stop | None = None
@@ -67,8 +138,11 @@ class EvalStop(EarlyStop):
             self.request_stop(trainer, Stop(step, f"pruned by Optuna at step {step}"))
 
 
-class MetricsRecorder(L.Callback):
-    """Collects per-step and per-evaluation metrics; reports progress every ``every_s`` seconds."""
+class MetricsRecorder(Resumable):
+    """Collects per-step and per-evaluation metrics; reports progress every ``every_s`` seconds.
+    A resumed run's elapsed times go on from the checkpoint's last step."""
+
+    resumed = ("steps", "evals")
 
     def __init__(
         self,
@@ -97,7 +171,7 @@ class MetricsRecorder(L.Callback):
         self.__dict__.update(state, progress=None)
 
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        self._start = time.perf_counter()
+        self._start = time.perf_counter() - (self.steps[-1]["elapsed_s"] if self.steps else 0.0)
 
     def on_train_batch_start(
         self, trainer: L.Trainer, pl_module: L.LightningModule, batch, batch_idx: int
@@ -146,8 +220,11 @@ class MetricsRecorder(L.Callback):
                 log_metrics(trainer, {k.replace("_", "/"): v for k, v in losses.items()}, step)
 
 
-class PeakMemory(L.Callback):
-    """Peak memory of the training loop in MiB, and what was measured (``kind``)."""
+class PeakMemory(Resumable):
+    """Peak memory of the training loop in MiB, and what was measured (``kind``); a resumed
+    run's is the larger of its checkpoint's and its own."""
+
+    resumed = ("peak_mb", "kind")
 
     def __init__(self) -> None:
         self.peak_mb: float | None = None
@@ -161,7 +238,10 @@ class PeakMemory(L.Callback):
 
     def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         if self._started:
+            before = self.peak_mb
             self.peak_mb, self.kind = read_peak_memory(self._device)
+            if before is not None and self.peak_mb is not None:
+                self.peak_mb = max(before, self.peak_mb)
 
 
 class DivergenceMonitor(EarlyStop):
@@ -169,6 +249,7 @@ class DivergenceMonitor(EarlyStop):
     a run that diverged."""
 
     status = "diverged"
+    resumed = ("stop", "rule")
 
     def __init__(self, criterion: StabilityConfig, initial_loss: float, warmup_steps: int) -> None:
         super().__init__()

@@ -22,6 +22,7 @@ from torch import nn
 
 from ablate.nn.anatomy import Removable, blocks_of, embeddings_of, hook_attention
 from ablate.nn.norms import is_norm
+from ablate.training.callbacks import Resumable
 from ablate.training.loggers import log_metrics
 from ablate.training.task import LanguageModelTask
 
@@ -65,7 +66,7 @@ def max_causal_logit(q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
     return best
 
 
-class ModelProbe(L.Callback):
+class ModelProbe(Resumable):
     """Looks inside the model at the first step, every ``interval`` steps and the last step.
 
     Quantities: ``resid_rms`` (block output), ``norm_in_rms`` and ``norm_rms`` (each norm's
@@ -74,6 +75,8 @@ class ModelProbe(L.Callback):
     ``logit_std`` and ``logsumexp_mean`` (the model's output logits), ``nonfinite_activations``
     and ``nonfinite_grads`` (counts at the probe step).
     """
+
+    resumed = ("rows", "probe_steps", "nonfinite")
 
     def __init__(self, interval: int, attention: bool = True) -> None:
         self.interval = interval

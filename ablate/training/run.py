@@ -6,7 +6,10 @@ folder (:class:`ablate.core.folders.RunFolder`) and returns the summary
 inside training is stored as ``failed`` with the error; Ctrl-C stores ``interrupted`` and
 re-raises; a search's pruner stops a trial as ``pruned``. The stability verdict
 (:mod:`ablate.core.stability`) is recorded with every run, and so are the probes, the peak
-memory and the Lightning loggers' files.
+memory and the Lightning loggers' files. A run cut by Ctrl-C or SIGTERM keeps its last
+checkpoint (``runtime.checkpoint_minutes``): trained again, it resumes there and stores what the
+uninterrupted run would have, plus ``resumed_from_step``; once stored otherwise, the checkpoint
+is deleted.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ import threading
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import replace
 from pathlib import Path
 
 import lightning as L
@@ -35,6 +39,7 @@ from ablate.nn.model import (
     shared_init_digest,
 )
 from ablate.training.callbacks import (
+    Checkpointer,
     DivergenceMonitor,
     EarlyStop,
     MetricsRecorder,
@@ -115,7 +120,9 @@ def _train_and_store(
     observed = Observed(
         ModelProbe(cfg.train.probes.interval, cfg.train.probes.attention), PeakMemory(), monitor
     )
-    observers = [recorder, observed.probe, observed.memory, *all_stoppers]
+    every = cfg.runtime.checkpoint_steps, cfg.runtime.checkpoint_minutes * 60
+    checkpointer = Checkpointer(run.checkpoint, *every, start)
+    observers = [recorder, observed.probe, observed.memory, checkpointer, *all_stoppers]
     handback = RankZeroHandBack(observers, run.handback)
     trainer = build_trainer(spec, prepared.steps, [*observers, handback], run)
     task = LanguageModelTask(prepared.model, cfg.train, prepared.steps)
@@ -127,20 +134,26 @@ def _train_and_store(
         prepared.test_offsets,
     )
     on_interrupt = signal.getsignal(signal.SIGINT)  # Lightning ignores Ctrl-C once it got one
-    outcome = fit(trainer, task, data, recorder, all_stoppers, handback)
+    resume = run.checkpoint if run.checkpoint.is_file() else None
+    outcome = fit(trainer, task, data, recorder, all_stoppers, handback, resume)
     with ctrl_c_held() as caught:  # the stop of a pool sends a second Ctrl-C: store first
         final = final_split_losses(trainer, prepared, outcome.status, cfg.model.seq_len)
         frame = metrics_frame(recorder)
         folders.write_frame_atomic(run.metrics, frame)
         probes = pd.DataFrame(observed.probe.rows, columns=folders.PROBE_COLUMNS)
         folders.write_frame_atomic(run.probes, probes)
-        elapsed = time.perf_counter() - start
+        elapsed = checkpointer.wall_s + time.perf_counter() - start
         summary = summarize(spec, prepared, frame, outcome, observed, elapsed, digests, final)
+        if checkpointer.resumed_from is not None:
+            resumed = {"resumed_from_step": checkpointer.resumed_from}
+            summary = replace(summary, extra={**summary.extra, **resumed})
         if outcome.status == "finished" and cfg.runtime.save_weights:
             if spec.group in WEIGHTS_GROUPS:
                 save_weights(prepared.model, run.weights)
         summary = run.write_record(summary)
         run.status.unlink(missing_ok=True)
+        if outcome.status != "interrupted":  # a cut run resumes from it; any other is stored
+            run.checkpoint.unlink(missing_ok=True)
     if outcome.status == "interrupted" or caught:
         if on_interrupt is not None:
             signal.signal(signal.SIGINT, on_interrupt)

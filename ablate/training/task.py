@@ -4,12 +4,15 @@ evaluation on val and, where the data hold one, test) and the DataModule that fe
 The module owns the optimization of one run. It records the gradient norm it clips with (so the
 metrics carry it at no extra cost), skips the optimizer step for a non-finite loss, and exposes
 the last validation loss; the callbacks in :mod:`ablate.training.probes` read these to log
-and to stop diverged runs. :class:`RunData` hands each DDP process its share of every batch.
+and to stop diverged runs. A checkpoint holds the RNG state with the weights (dropout draws
+from it). :class:`RunData` hands each DDP process its share of every batch, from the step a run
+resumed at (:class:`TrainBatches`).
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
 
 import lightning as L
 import torch
@@ -89,6 +92,17 @@ class LanguageModelTask(L.LightningModule):
         self.last_val_loss = self._sums[0] / max(1, self._counts[0])
         self.last_test_loss = self._sums[1] / self._counts[1] if self._counts[1] else None
 
+    def on_save_checkpoint(self, checkpoint: dict) -> None:
+        """The RNG state too (dropout's; under DDP rank 0's, which saves)."""
+        checkpoint["rng_state"] = torch.get_rng_state()
+        if torch.cuda.is_available():
+            checkpoint["cuda_rng_state"] = torch.cuda.get_rng_state_all()
+
+    def on_load_checkpoint(self, checkpoint: dict) -> None:
+        torch.set_rng_state(checkpoint["rng_state"])
+        if "cuda_rng_state" in checkpoint and torch.cuda.is_available():
+            torch.cuda.set_rng_state_all(checkpoint["cuda_rng_state"])
+
     def configure_optimizers(self) -> dict:
         cfg = self.cfg
         optimizer = torch.optim.AdamW(
@@ -131,17 +145,55 @@ class RunData(L.LightningDataModule):
         self.test_offsets = test_offsets
         self.seq_len = seq_len
 
-    def train_dataloader(self) -> DataLoader:
+    def train_dataloader(self) -> TrainBatches:
+        """This process's share of every batch, from the step the Trainer starts at (a run
+        resumed from a checkpoint: its restored step)."""
         rank, world = self.trainer.global_rank, self.trainer.world_size
         share = self.train_offsets.tensor_split(world, dim=1)[rank]
-        return DataLoader(WindowBatches(self.corpus.train, share, self.seq_len), batch_size=None)
+        batches = WindowBatches(self.corpus.train, share, self.seq_len)
+        return TrainBatches(batches, self.trainer.global_step)
 
     def val_dataloader(self) -> list[DataLoader]:
-        """The val split's windows, then the test split's where there is one."""
+        """The val split's windows, then the test split's where there is one. Their iterators
+        take no seed from the global RNG, which only dropout draws from, so that a run resumed
+        from a checkpoint draws what the uninterrupted run drew (Lightning starts the val
+        loaders at different moments of the two)."""
         splits = [(self.corpus.val, self.val_offsets)]
         if self.corpus.test is not None and self.test_offsets is not None:
             splits.append((self.corpus.test, self.test_offsets))
-        return [
-            DataLoader(WindowBatches(ids, offsets, self.seq_len), batch_size=None)
+        return [  # a generator of their own: starting them draws nothing from the global RNG
+            DataLoader(
+                WindowBatches(ids, offsets, self.seq_len),
+                batch_size=None,
+                generator=torch.Generator(),
+            )
             for ids, offsets in splits
         ]
+
+
+class TrainBatches:
+    """The run's train batches in order from batch ``start``, iterated in this process.
+
+    Its length is the whole run's: Lightning counts a resumed run's restored steps as already
+    fetched, so a run resumed at step k is fed batches k, k+1, ... exactly as the uninterrupted
+    run was. It is no DataLoader, so starting it draws nothing from the global RNG (a
+    DataLoader's iterator draws a seed), and a resumed run's RNG stream is the uninterrupted
+    one's. Its position is the Trainer's restored step, so it has no state of its own to save;
+    ``state_dict`` and ``load_state_dict`` tell Lightning it resumes.
+    """
+
+    def __init__(self, batches: WindowBatches, start: int) -> None:
+        self.batches = batches
+        self.start = start
+
+    def __len__(self) -> int:
+        return len(self.batches)
+
+    def __iter__(self) -> Iterator[torch.Tensor]:
+        return (self.batches[i] for i in range(self.start, len(self.batches)))
+
+    def state_dict(self) -> dict[str, int]:
+        return {}
+
+    def load_state_dict(self, state_dict: dict[str, int]) -> None:
+        """Nothing to load: the position is the Trainer's step."""

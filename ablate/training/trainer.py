@@ -65,7 +65,8 @@ def precision_arguments(precision: str, accelerator: str) -> dict[str, Any]:
 def build_trainer(
     spec: RunSpec, steps: int, callbacks: list[L.Callback], run: RunFolder
 ) -> L.Trainer:
-    """A quiet Trainer: no checkpoints, progress bar or summary; ablate records itself.
+    """A quiet Trainer: no progress bar, summary or Lightning checkpoints (ablate records itself
+    and saves its own resumable checkpoint: :class:`ablate.training.callbacks.Checkpointer`).
 
     The loggers (CSV and those named in ``runtime.loggers``) get the run's configuration now and
     its metrics from the callbacks (:mod:`ablate.training.loggers`).
@@ -210,10 +211,12 @@ def fit(
     recorder: MetricsRecorder,
     stoppers: list[EarlyStop],
     handback: RankZeroHandBack,
+    resume: Path | None = None,
 ) -> Outcome:
-    """Train, evaluate the last step, and say how it ended; exceptions become outcomes."""
+    """Train (from the checkpoint ``resume``, where a cut run left one), evaluate the last step,
+    and say how it ended; exceptions become outcomes."""
     try:
-        trainer.fit(task, datamodule=data)
+        trainer.fit(task, datamodule=data, ckpt_path=resume, weights_only=False)
         spawned = handback.restore()
         if not recorder.evals or recorder.evals[-1]["step"] != recorder.steps[-1]["step"]:
             evaluate_last_step(trainer, task, data, recorder, spawned)  # always the last step

@@ -74,6 +74,16 @@ def test_reset_clears_a_half_written_run(tmp_path: Path) -> None:
     assert run.path.is_dir() and list(run.path.iterdir()) == []
 
 
+def test_reset_keeps_only_a_cut_runs_checkpoint(tmp_path: Path) -> None:
+    run = RunFolder(tmp_path / "r")
+    folders.write_json_atomic(run.config, {})
+    (run.logs / "csv").mkdir(parents=True)
+    run.checkpoint.write_bytes(b"state")
+    run.reset()
+    assert list(run.path.iterdir()) == [run.checkpoint]
+    assert run.checkpoint.read_bytes() == b"state"
+
+
 def test_an_empty_or_missing_frame_reads_as_none(tmp_path: Path) -> None:
     run = RunFolder(tmp_path)
     assert run.read_frame(run.metrics) is None

@@ -12,13 +12,18 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pandas as pd
 import pytest
 import yaml
-from conftest import ablate_process, study_trials, write_experiment
+from conftest import TINY, ablate_process, study_trials, write_experiment
 
 from ablate.core.folders import ExperimentFolder
+from ablate.core.load import load_experiment
+from ablate.core.plan import plan_runs
 from ablate.core.store import load_summaries
 from ablate.launch.slurm import reported_step
+from ablate.launch.workers import torch_threads
+from ablate.training.run import execute_run
 
 pytestmark = [pytest.mark.usefixtures("slurm_cluster"), pytest.mark.slow]
 POLL = {"poll_s": 0.2, "result_wait_s": 1.0}  # the test cluster's jobs end in about a second
@@ -201,3 +206,47 @@ def test_trained_runs_through_slurm_equal_local_runs_bit_for_bit(tmp_path: Path)
     for run_id in trained["run_id"]:  # each task reported its steps for the display
         step, loss = reported_step(ExperimentFolder(exp_dir), run_id)
         assert 1 <= step <= trained.set_index("run_id").loc[run_id, "steps"] and loss > 0
+
+
+@pytest.mark.trains
+def test_a_cancelled_trained_run_resumes_from_its_checkpoint_bit_for_bit(tmp_path: Path) -> None:
+    """scancel (SIGTERM) cuts a trained run after a checkpoint; the resubmitted task resumes it
+    there, and it stores what the run trained whole here stores."""
+    steps, every = 1000, 200  # about 2.5 s of training, a checkpoint every 0.5 s
+    runtime = {
+        "launcher": "slurm",
+        "threads": 1,
+        "checkpoint_steps": every,
+        "slurm": {**POLL, "cpus_per_task": 1},
+    }
+    train = {**TINY["train"], "tokens": 4 * 16 * steps, "eval_interval": 500}
+    variants = {"layernorm": {"model.norm.kind": "layernorm"}}
+    path = write_experiment(
+        tmp_path / "e.yaml", seeds=[0], runtime=runtime, train=train, variants=variants
+    )
+    controller = ablate_process("run", str(path), cwd=tmp_path)
+    folder = ExperimentFolder.of(tmp_path / "results", "tiny")
+    run = wait_for(
+        lambda: next((r for r in folder.runs() if r.checkpoint.exists()), None),
+        timeout=120,
+        what="a checkpoint",
+    )
+    subprocess.run(["scancel", wait_for(running_tasks, what="the running task")[0]], check=True)
+    out, _ = controller.communicate(timeout=240)
+    assert controller.returncode == 0, out
+    assert "cancelled: resubmitting run" in out
+    record = run.read_record()
+    assert record is not None and record.status == "finished"
+    resumed = record.extra["resumed_from_step"]
+    assert resumed % every == 0 and every <= resumed < steps
+    assert not run.checkpoint.exists()
+    spec = plan_runs(load_experiment(path))[0]
+    with torch_threads(1):  # the task's cpus_per_task
+        whole = execute_run(spec, tmp_path / "whole")
+    assert whole.run_id == record.run_id
+    assert whole.final_val_loss == record.final_val_loss
+    assert whole.final_train_loss == record.final_train_loss
+    expected = pd.read_csv(ExperimentFolder.of(tmp_path / "whole", "tiny").run(spec.run_id).metrics)
+    stored = pd.read_csv(run.metrics)
+    for column in ("step", "train_loss", "grad_norm", "val_loss"):
+        assert stored[column].equals(expected[column]), column

@@ -47,7 +47,7 @@ def test_ddp_processes_split_every_batch_into_equal_shares(world: int) -> None:
     shares = []
     for rank in range(world):
         data = RunData(corpus, offsets, val_offsets, 16)
-        data.trainer = SimpleNamespace(global_rank=rank, world_size=world)
+        data.trainer = SimpleNamespace(global_rank=rank, world_size=world, global_step=0)
         shares.append(list(data.train_dataloader()))
     for step, batch in enumerate(whole):
         parts = [share[step] for share in shares]
@@ -55,3 +55,19 @@ def test_ddp_processes_split_every_batch_into_equal_shares(world: int) -> None:
         assert torch.equal(torch.cat(parts), batch)  # rank r holds rows r*B/W .. (r+1)*B/W
     (val,) = RunData(corpus, offsets, val_offsets, 16).val_dataloader()
     assert [b.shape for b in val] == [(8, 17), (8, 17)]  # every process: all val windows
+
+
+def test_a_resumed_run_is_fed_the_batches_after_its_step() -> None:
+    corpus = load_corpus(DataConfig(), 16)
+    offsets = batch_offsets(len(corpus.train), 16, 8, 5, seed=0)
+    data = RunData(corpus, offsets, eval_offsets(len(corpus.val), 16, 8, 2), 16)
+    data.trainer = SimpleNamespace(global_rank=0, world_size=1, global_step=3)
+    batches = data.train_dataloader()
+    assert len(batches) == 5  # the whole run's: Lightning counts 3 as fetched
+    rng = torch.get_rng_state()
+    fed = list(batches)
+    assert torch.equal(torch.get_rng_state(), rng)  # starting it drew nothing
+    assert len(fed) == 2
+    assert all(
+        torch.equal(b, gather_windows(corpus.train, offsets[3 + i], 16)) for i, b in enumerate(fed)
+    )
