@@ -10,8 +10,8 @@ from ablate.core.section import StrictSection
 
 
 class SlurmConfig(StrictSection):
-    """Each stage's pending runs as one Slurm job array, one run per array task
-    (docs/distributed.md)."""
+    """Each stage's pending runs as one Slurm job array whose tasks each train several runs
+    one after another (docs/distributed.md)."""
 
     partition: str | None = Field(None, description="sbatch --partition; default: the cluster's")
     account: str | None = Field(None, description="sbatch --account")
@@ -24,6 +24,13 @@ class SlurmConfig(StrictSection):
     mem_gb: float | None = Field(None, gt=0, le=65_536, description="memory of each task, GB")
     array_parallelism: int = Field(
         64, ge=1, le=100_000, description="tasks of one array that run at once (--array=...%N)"
+    )
+    runs_per_task: int = Field(
+        16,
+        ge=1,
+        le=100_000,
+        description="most runs one task trains, one after another in one process; a stage's "
+        "runs are spread over as many tasks as array_parallelism runs at once, then packed",
     )
     sbatch: dict[str, str] = Field(
         default_factory=dict,

@@ -1,22 +1,30 @@
 """The Slurm launcher (``runtime.launcher: slurm``): an :class:`Executor` whose runs are Slurm
 jobs, submitted through submitit, into the shared results folder.
 
-A stage's pending runs go out as one job array, one run per task; a search trial or a max-LR
-probe (``obtain``) is one job, waited for. Each task claims and trains (or simulates) its run
-through the same executor path as a local run (:class:`ablate.launch.execute.LocalExecutor`
-with one worker and ``runtime.slurm.cpus_per_task`` threads, or the simulator), so what it
-stores is what a local run stores, and a search trial's evaluations reach its Optuna trial
-through the experiment's storage (:class:`ablate.launch.search.PruningWatch`).
+A stage's pending runs go out as one job array (:func:`pack`): as many tasks as the array runs
+at once (``runtime.slurm.array_parallelism``), each training its share of the runs one after
+another in one process, at most ``runs_per_task`` of them (more tasks where there are more
+runs), so the seconds a task spends starting Python and importing torch are paid once per task,
+not per run, and a stage of hundreds of runs is a few dozen jobs of the queue; a search trial
+or a max-LR probe (``obtain``) is one job, waited for. Each task claims and trains (or
+simulates) each of its runs through the same executor path as a local run
+(:class:`ablate.launch.execute.LocalExecutor` with one worker and
+``runtime.slurm.cpus_per_task`` threads, or the simulator), so what it stores is what a local
+run stores, and a search trial's evaluations reach its Optuna trial through the experiment's
+storage (:class:`ablate.launch.search.PruningWatch`).
 
 Job state is read with ``squeue`` (``sacct`` needs accounting, which many clusters and the
-test cluster lack; submitit's own polling uses it). A task's outcome is decided by the store
-and submitit's result file, in this order:
+test cluster lack; submitit's own polling uses it). A run's outcome is decided by the store and
+its task's result file, in this order:
 
-- its run's summary (returned by the task): done;
-- the task raised: failed once, its last line in the controller's output, not retried;
+- its summary, stored (by a task still running its other runs, or one cut after it) or
+  returned by the task: done;
+- its training raised on the node (outside the run: a data file missing there), or the whole
+  task raised: failed once, the exception's last line in the controller's output, not retried;
 - the job ended without a result as ``CANCELLED``, ``PREEMPTED``, ``TIMEOUT``, ``NODE_FAIL``,
   ``BOOT_FAIL``, ``DEADLINE`` or left the queue: resubmitted (``runtime.slurm.retries`` times),
-  the new task taking over the dead one's claim;
+  the new task taking over the dead one's claim and resuming the run from its checkpoint
+  (:mod:`ablate.training.run`); runs the task had stored are not resubmitted;
 - it ended ``FAILED`` or ``OUT_OF_MEMORY`` without a result (a setup line that failed, a node
   that cannot run the job): failed once, with the end of its log.
 
@@ -44,6 +52,7 @@ from ablate.core.config import ConfigError, RuntimeConfig
 from ablate.core.folders import ExperimentFolder, read_json, write_json_atomic
 from ablate.core.plan import RunSpec
 from ablate.core.record import RunRecord
+from ablate.core.store import store_fault_cause
 from ablate.launch.backends import backend_executor
 from ablate.launch.execute import (
     EvalWatch,
@@ -75,21 +84,39 @@ class SlurmError(RunFailedError):
 TERMINATED = 128 + signal.SIGTERM  # the exit status of a task that Slurm stopped
 
 
-def run_task(task: Executor, spec: RunSpec, take_over: bool, watch: Any) -> RunRecord:
-    """What one Slurm task does: obtain its run through ``task`` (claim, train, store).
+Outcome = tuple[str, Any]  # ("done", RunRecord), ("retry", why) or ("failed", message)
 
-    SIGTERM (scancel, preemption, the time limit) stops the run as Ctrl-C stops a local one,
-    and the task exits at once without a result (submitit's own handler would let it run on
-    until Slurm kills it), so the controller resubmits the run."""
+
+def run_task(
+    task: Executor, specs: list[RunSpec], take_over: bool, watch: Any
+) -> dict[str, Outcome]:
+    """What one Slurm task does: obtain its runs through ``task`` one after another (claim,
+    train, store); each run's ``("done", record)``, or ``("failed", line)`` where obtaining it
+    raised (the task goes on with the next run; a store that cannot be written stops it).
+
+    SIGTERM (scancel, preemption, the time limit) stops the run in progress as Ctrl-C stops a
+    local one (it keeps its checkpoint), and the task exits at once without a result
+    (submitit's own handler would let it run on until Slurm kills it), so the controller
+    resubmits the runs it had not stored."""
     signal.signal(signal.SIGTERM, _stop)
-    report = ProgressFile(ExperimentFolder.of(task.root, spec.experiment).run(spec.run_id).progress)
-    try:
-        return task.obtain(
-            spec, watch=watch, take_over=take_over, wait=True, say=print, progress=report
-        )
-    except KeyboardInterrupt:
-        print(f"run {spec.run_id}: stopped by Slurm; the controller resubmits it", flush=True)
-        os._exit(TERMINATED)
+    outcomes: dict[str, Outcome] = {}
+    for spec in specs:
+        folder = ExperimentFolder.of(task.root, spec.experiment)
+        report = ProgressFile(folder.run(spec.run_id).progress)
+        try:
+            record = task.obtain(
+                spec, watch=watch, take_over=take_over, wait=True, say=print, progress=report
+            )
+        except KeyboardInterrupt:
+            print(f"run {spec.run_id}: stopped by Slurm; the controller resubmits it", flush=True)
+            os._exit(TERMINATED)
+        except Exception as exc:
+            if store_fault_cause(exc) is not None:
+                raise
+            outcomes[spec.run_id] = ("failed", last_line(f"{type(exc).__name__}: {exc}"))
+            continue
+        outcomes[spec.run_id] = ("done", record)
+    return outcomes
 
 
 def _stop(signum: int, frame: object) -> None:
@@ -179,15 +206,23 @@ def record_jobs(folder: ExperimentFolder, submitted: list[Submitted]) -> None:
         write_json_atomic(path, vars(job))
 
 
-def job_outcome(submitted: Submitted, state: str) -> tuple[str, Any]:
-    """What became of an ended job: ``("done", summary)``, ``("retry", why)`` or
-    ``("failed", message)``; ``("wait", None)`` while its result may still be on its way."""
+def job_outcome(submitted: Submitted, state: str, folder: ExperimentFolder) -> Outcome:
+    """What became of a run whose task ended: ``("done", record)``, ``("retry", why)`` or
+    ``("failed", message)``."""
     job = submitted.job()
     if job.paths.result_pickle.exists():
         try:
-            return "done", job.result()
+            kind, value = job.result()[submitted.run_id]
         except Exception as exc:  # submitit's FailedJobError: the task's traceback inside
             return "failed", f"job {submitted.job_id} raised: {raised_line(exc)}"
+        return (
+            (kind, value)
+            if kind == "done"
+            else ("failed", f"job {submitted.job_id} raised: {value}")
+        )
+    record = folder.run(submitted.run_id).read_record()
+    if record is not None:  # stored before its task was cut
+        return "done", record
     if state in RETRIED or state == GONE:
         return "retry", f"job {submitted.job_id} {state.lower()}"
     return "failed", f"job {submitted.job_id} {state.lower()}: {log_tail(job)}"
@@ -218,7 +253,8 @@ def log_tail(job: Any) -> str:
 
 @dataclass
 class SlurmExecutor:
-    """Each run a Slurm task; ``task`` is what the task runs its spec with."""
+    """Runs as Slurm tasks, several to a task (:func:`pack`); ``task`` is what a task runs
+    its specs with."""
 
     imports: ClassVar[tuple[str, ...]] = ()  # its study workers train nothing themselves
     root: Path
@@ -271,29 +307,30 @@ class SlurmExecutor:
         take_over: bool,
         say: SayFn,
         board: ProgressBoard | None = None,
-    ) -> dict[str, tuple[str, Any]]:
-        """Submit (or adopt) a job per spec and follow them until each is done or failed,
-        resubmitting the lost; ``{run_id: (kind, summary or message)}``."""
+    ) -> dict[str, Outcome]:
+        """Submit (or adopt) the specs' tasks and follow them until each run is done or
+        failed, resubmitting the lost; ``{run_id: (kind, record or message)}``."""
         folder = ExperimentFolder.of(self.root, specs[0].experiment)
         by_id = {spec.run_id: spec for spec in specs}
         live = self._adopt(folder, specs, say)
         fresh = [spec for spec in specs if spec.run_id not in live]
         live.update(self._submit(folder, fresh, 1, take_over, watch, say))
-        outcomes: dict[str, tuple[str, Any]] = {}
+        outcomes: dict[str, Outcome] = {}
         ended_at: dict[str, float] = {}
         while live:
             time.sleep(self.config.poll_s)
             states = job_states(job.job_id for job in live.values())
-            retry: list[tuple[RunSpec, int]] = []
+            retry: dict[int, list[RunSpec]] = {}
             for run_id, job in list(live.items()):
                 state = states.get(job.job_id)
-                if state is None or state in ACTIVE:
+                stored = folder.run(run_id).read_record()
+                if (state is None or state in ACTIVE) and stored is None:
                     if state == "RUNNING" and board is not None:
-                        board.start(by_id[run_id])
                         if (step := reported_step(folder, run_id)) is not None:
+                            board.start(by_id[run_id])  # a packed task's run that began
                             board.update(run_id, *step)
                     continue
-                kind, value = job_outcome(job, state)
+                kind, value = ("done", stored) if stored else job_outcome(job, state, folder)
                 if (
                     kind == "failed"
                     and time.monotonic() - ended_at.setdefault(run_id, time.monotonic())
@@ -303,7 +340,7 @@ class SlurmExecutor:
                 del live[run_id]
                 if kind == "retry" and job.attempt <= self.config.retries:
                     say(f"{value}: resubmitting run {run_id} (retry {job.attempt})")
-                    retry.append((by_id[run_id], job.attempt + 1))
+                    retry.setdefault(job.attempt + 1, []).append(by_id[run_id])
                     continue
                 if kind == "retry":
                     kind, value = "failed", f"{value}, after {job.attempt} attempts"
@@ -314,8 +351,8 @@ class SlurmExecutor:
                         value if kind == "done" else None,
                         None if kind == "done" else f"failed: {value}",
                     )
-            for spec, attempt in retry:
-                live.update(self._submit(folder, [spec], attempt, True, watch, say))
+            for attempt, lost in retry.items():
+                live.update(self._submit(folder, lost, attempt, True, watch, say))
         return outcomes
 
     def _adopt(
@@ -339,18 +376,20 @@ class SlurmExecutor:
         watch: EvalWatch | None,
         say: SayFn,
     ) -> dict[str, Submitted]:
-        """One job array (one job for one spec) of ``specs``, each recorded."""
+        """One job array (one job for one task) of ``specs`` packed into tasks (:func:`pack`),
+        each run's task recorded."""
         if not specs:
             return {}
         from submitit.core.utils import FailedJobError  # what a failed sbatch raises
 
         executor = self._submitit(folder, specs[0].experiment)
-        n = len(specs)
+        tasks = pack(specs, self.config.array_parallelism, self.config.runs_per_task)
+        n = len(tasks)
         try:
             jobs = executor.map_array(
                 run_task,
                 [self.task] * n,
-                specs,
+                tasks,
                 [take_over] * n,
                 [watch] * n,
             )
@@ -361,11 +400,12 @@ class SlurmExecutor:
         logs = str(executor.folder)
         submitted = [
             Submitted(spec.run_id, job.job_id, attempt, logs, spec.group)
-            for spec, job in zip(specs, jobs, strict=True)
+            for task, job in zip(tasks, jobs, strict=True)
+            for spec in task
         ]
         record_jobs(folder, submitted)
         array = submitted[0].job_id.split("_")[0]
-        say(f"submitted {n} run(s) to Slurm as job {array}")
+        say(f"submitted {len(specs)} run(s) to Slurm as job {array} ({n} task(s))")
         return {job.run_id: job for job in submitted}
 
     def _submitit(self, folder: ExperimentFolder, experiment: str) -> Any:
@@ -393,6 +433,18 @@ class SlurmExecutor:
             **{key: value for key, value in optional.items() if value is not None},
         )
         return executor
+
+
+def pack(specs: list[RunSpec], parallel: int, most: int) -> list[list[RunSpec]]:
+    """``specs`` as the tasks of one array: as many tasks as run at once (``parallel``, or one
+    per spec where there are fewer), more where a task would hold over ``most`` runs; runs in
+    order, the tasks' sizes differing by one at most. Packing never costs parallelism: a
+    stage with fewer runs than free slots still trains every run at once."""
+    n = len(specs)
+    tasks = min(n, max(parallel, math.ceil(n / most)))
+    size, extra = divmod(n, tasks)
+    bounds = [i * size + min(i, extra) for i in range(tasks + 1)]
+    return [specs[bounds[i] : bounds[i + 1]] for i in range(tasks)]
 
 
 def sbatch_error(exc: Exception) -> str:

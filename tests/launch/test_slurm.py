@@ -123,6 +123,36 @@ def test_a_job_cancelled_mid_run_is_resubmitted_and_nothing_is_lost_or_twice(
     assert len(runs) == 2 and set(runs["status"]) == {"finished"}  # each run stored once
 
 
+def test_a_packed_task_cancelled_mid_way_loses_only_its_unfinished_runs(tmp_path: Path) -> None:
+    """One task trains all four runs of the main stage (array_parallelism 1); cancelled during
+    its second run, it is resubmitted for the three it had not stored, and the first is kept
+    as it was, not trained again."""
+    path = simulated_file(tmp_path, {"array_parallelism": 1}, pace_s=2.0)
+    controller = ablate_process("run", str(path), cwd=tmp_path)
+    folder = ExperimentFolder.of(tmp_path / "results", "tiny")
+    first = wait_for(
+        lambda: [run for run in folder.runs() if run.read_record() is not None],
+        what="the task's first stored run",
+    )[0]
+    stored = first.summary.read_bytes()
+    wait_for(
+        lambda: [r for r in folder.runs() if r != first and r.is_run() and not r.read_record()],
+        what="the second run",
+    )
+    subprocess.run(["scancel", wait_for(running_tasks, what="the task")[0]], check=True)
+    out, _ = controller.communicate(timeout=120)
+    assert controller.returncode == 0, out
+    assert "submitted 4 run(s) to Slurm as job" in out and "(1 task(s))" in out
+    assert out.count("cancelled: resubmitting run") == 3, out
+    assert "submitted 3 run(s)" in out  # the lost ones, again as one array
+    jobs = jobs_of(path)
+    assert jobs[first.run_id]["attempt"] == 1
+    assert sorted(job["attempt"] for job in jobs.values()) == [1, 2, 2, 2]
+    assert first.summary.read_bytes() == stored  # kept, not trained twice
+    runs = load_summaries(folder)
+    assert len(runs) == 4 and set(runs["status"]) == {"finished"}
+
+
 def test_a_restarted_controller_follows_its_queued_jobs_instead_of_submitting_them_again(
     tmp_path: Path,
 ) -> None:
