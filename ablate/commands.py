@@ -7,6 +7,7 @@ dispatches). A command returns its exit code: 0 success, 1 some run failed; bad 
 from __future__ import annotations
 
 import argparse
+import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -15,6 +16,8 @@ if TYPE_CHECKING:
 
     from ablate.core.experiment import Experiment
     from ablate.core.studies import Studies
+    from ablate.launch.estimate import PlanEstimate
+    from ablate.launch.expect import Design
 
 
 EXIT_OK, EXIT_RUN_FAILED, EXIT_BAD_INPUT, EXIT_INTERRUPTED = 0, 1, 2, 130
@@ -37,8 +40,10 @@ def cmd_validate(args: argparse.Namespace, console: Console) -> int:
 
     experiment = load_experiment(args.experiment, args.backend, settings=settings_of(args))
     console.print(f"[bold]{experiment.name}[/bold]: {experiment.description}".rstrip(": "))
+    design = None
     if experiment.scale is None:
-        _print_plan(experiment, args, console)
+        design = _simulated_design(args.experiment, settings_of(args))
+        _print_plan(experiment, args, console, design)
     else:
         from ablate.launch.scale import resolve_sizes
 
@@ -49,27 +54,30 @@ def cmd_validate(args: argparse.Namespace, console: Console) -> int:
                 f"{size.tokens:,} tokens per run"
             )
             total += _print_plan(size.experiment, args, console)
-        console.print(f"estimated wall time, all sizes: {total / 60:.1f} min")
+        console.print(f"at most, all sizes: {total / 60:.1f} min")
     lines = difference_lines(experiment)
     for line in lines[: SHOWN_VARIANTS + 1]:  # the heading, then a line per variant
         console.print(line, markup=False, highlight=False, soft_wrap=True)
     _print_more(len(lines) - 1, console)
     _warn_impure(experiment, console)
     if args.simulate:
-        _print_simulated(args.experiment, settings_of(args), console)
+        from ablate.launch.expect import simulated_lines
+
+        if design is None:
+            where = f"{args.experiment}: --simulate previews one size"
+            raise UsageError(f"{where}; run ablate run --backend simulate")
+        for line in simulated_lines(design):
+            console.print(line, markup=False, highlight=False, soft_wrap=True)
     return EXIT_OK
 
 
-def _print_simulated(path: Path, settings: list[str], console: Console) -> None:
-    """``validate --simulate``: the summary the design would give on the simulator."""
+def _simulated_design(path: Path, settings: list[str]) -> Design:
+    """The file's design run on the simulator (:mod:`ablate.launch.expect`): the run counts the
+    estimate expects and the summary ``--simulate`` prints."""
     from ablate.core.load import load_experiment
-    from ablate.launch.reach import simulated_lines
+    from ablate.launch.expect import simulate_design
 
-    experiment = load_experiment(path, "simulate", settings=settings)
-    if experiment.scale is not None:
-        raise UsageError(f"{path}: --simulate previews one size; run ablate run --backend simulate")
-    for line in simulated_lines(experiment):
-        console.print(line, markup=False, highlight=False, soft_wrap=True)
+    return simulate_design(load_experiment(path, "simulate", settings=settings))
 
 
 def settings_of(args: argparse.Namespace) -> list[str]:
@@ -103,8 +111,15 @@ def _warn_impure(experiment: Experiment, console: Console) -> None:
         console.print(line, markup=False, highlight=False, soft_wrap=True)
 
 
-def _print_plan(experiment: Experiment, args: argparse.Namespace, console: Console) -> float:
-    """The runs, the per-variant estimate table and the wall time of one experiment; the time."""
+def _print_plan(
+    experiment: Experiment,
+    args: argparse.Namespace,
+    console: Console,
+    design: Design | None = None,
+) -> float:
+    """The runs, the per-variant estimate table and the wall time of one experiment (expected,
+    where ``design`` gives the run counts the protocol reaches on the simulator, and at most);
+    the time at most."""
     from ablate.core.plan import planned_groups
     from ablate.launch.estimate import describe_plan
     from ablate.launch.launchers import resources_for
@@ -116,7 +131,8 @@ def _print_plan(experiment: Experiment, args: argparse.Namespace, console: Conso
         from ablate.launch.estimate import stored_counts
 
         stored = stored_counts(experiment, args.results_dir)
-    plan = describe_plan(experiment, res.workers, res.threads, stored)
+    expected = design.counts if design is not None else None
+    plan = describe_plan(experiment, res.workers, res.threads, stored, expected)
     groups = ", ".join(planned_groups(experiment))
     what = "runs" if stored is None else "runs to train (beyond those stored)"
     console.print(
@@ -130,11 +146,8 @@ def _print_plan(experiment: Experiment, args: argparse.Namespace, console: Conso
         soft_wrap=True,
     )
     _print_more(len(plan.table), console)
-    console.print(
-        f"estimated wall time: {plan.wall_time_s / 60:.1f} min (measured step time x steps, "
-        f"plus evaluation; of which {plan.fixed_s:.0f} s fixed costs: run set-up, pool starts, "
-        "start-up and report)"
-    )
+    for line in estimate_lines(plan, experiment, design):
+        console.print(line, markup=False, highlight=False, soft_wrap=True)
     if experiment.base.runtime.backend == "simulate":
         console.print(
             "backend simulate: no run trains (each is drawn in milliseconds); the estimate is "
@@ -149,6 +162,46 @@ def _print_plan(experiment: Experiment, args: argparse.Namespace, console: Conso
         ):
             console.print(line, markup=False, highlight=False, soft_wrap=True)
     return plan.wall_time_s
+
+
+BUSY_LOAD = 0.5  # a 1-minute load average above which the timed steps shared the machine
+
+
+def estimate_lines(plan: PlanEstimate, experiment: Experiment, design: Design | None) -> list[str]:
+    """The wall time expected and at most, the Slurm tasks and hours where runs go there, and
+    a warning where the steps were timed on a busy machine."""
+    lines = []
+    if plan.expected_wall_time_s is not None:
+        lines.append(
+            f"expected wall time: {plan.expected_wall_time_s / 60:.1f} min ({plan.expected_runs} "
+            "runs: the counts this design reaches on the simulator, each stage's studies and "
+            "brackets stopping where they stop there; --simulate shows its verdicts)"
+        )
+    lines.append(
+        f"at most: {plan.wall_time_s / 60:.1f} min ({plan.runs} runs: every stage at its cap; "
+        f"measured step time x steps, plus evaluation; of which {plan.fixed_s:.0f} s fixed "
+        "costs: run set-up, pool starts, start-up and report)"
+    )
+    runtime = experiment.base.runtime
+    if runtime.launcher == "slurm" and design is not None:
+        slurm = runtime.slurm
+        hours = (plan.train_s + design.tasks * TASK_START_S) / 3600
+        gpus = f", {hours * slurm.gpus_per_task:.2f} GPU-hours" if slurm.gpus_per_task else ""
+        lines.append(
+            f"through Slurm, expected: {design.tasks} tasks in {design.submissions} submissions "
+            f"(runs_per_task {slurm.runs_per_task}, array_parallelism "
+            f"{slurm.array_parallelism}); {hours * slurm.cpus_per_task:.2f} core-hours{gpus} "
+            f"(each task's start about {TASK_START_S:.0f} s)"
+        )
+    if plan.load > BUSY_LOAD:
+        lines.append(
+            f"the steps were timed on a busy machine (1-minute load {plan.load:.1f} on "
+            f"{os.cpu_count()} cores): the times may be high; validate again when it is idle"
+        )
+    return lines
+
+
+TASK_START_S = 8.0  # a Slurm task's Python start and torch / Lightning import (test cluster)
 
 
 def cmd_run(args: argparse.Namespace, console: Console) -> int:

@@ -32,7 +32,8 @@ def test_validate_prints_the_plan_with_cost(
     assert main(["validate", str(tiny_experiment)]) == 0
     out = capsys.readouterr().out
     assert "4 runs" in out and "layernorm" in out and "rmsnorm" in out
-    assert "estimated wall time" in out and "step_time_ms" in out and "parameters" in out
+    assert "expected wall time: " in out and "(4 runs: the counts this design" in out
+    assert "at most: " in out and "step_time_ms" in out and "parameters" in out
     assert "up to 4 runs (main);" in out  # only the stages the file has
     assert "  layernorm: nothing (the base itself)" in out
     assert (
@@ -51,7 +52,8 @@ def test_validate_estimates_every_size_of_a_scale_section(
     out = capsys.readouterr().out
     assert "size d16: 7,664 parameters, 1,280 tokens per run" in out
     assert "size d32: 21,472 parameters, 1,280 tokens per run" in out
-    assert out.count("estimated wall time:") == 2 and "estimated wall time, all sizes:" in out
+    assert out.count("at most:") == 2 and "at most, all sizes:" in out
+    assert "expected wall time" not in out  # the simulator previews one size
 
 
 def test_a_scale_folder_reports_its_sizes_and_search_refuses_a_scale_file(

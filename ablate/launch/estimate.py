@@ -5,14 +5,18 @@ missing or bad data file, or a model its source cannot build (an unknown litgpt 
 factory that does not import or returns the wrong shape), fails with one line before anything is
 written. :func:`describe_plan` builds each variant's model once, times a few real optimizer
 steps at the thread count the executor will use, and turns that into an estimate of every run's
-time and of the whole experiment's wall time; the sweep, search and max-LR runs are counted too
-(the max-LR count is an upper bound). Fixed costs are added as measured on a 2-core CPU: each
-run's set-up (model, Trainer, files), each stage's pool start (workers forked from a server that
-imported torch and Lightning at the first), and the start-up and report of the experiment.
+time and of the whole experiment's wall time: at most (every study stage at its cap) and, given
+the run counts the design reaches on the simulator (:mod:`ablate.launch.expect`), expected.
+Fixed costs are added as measured on a 2-core CPU: each run's set-up (model, Trainer, files),
+each stage's pool start (workers forked from a server that imported torch and Lightning at the
+first), and the start-up and report of the experiment. A step's time is the fastest of a few
+(other work on the machine slows some of them); the machine's load while they were timed is
+kept, so the estimate can say when it was busy.
 """
 
 from __future__ import annotations
 
+import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -41,7 +45,7 @@ from ablate.nn.model import count_parameters, next_token_loss, parameter_groups
 from ablate.nn.sources import ModelSourceError, build_model
 from ablate.training.data import Corpus, batch_offsets, gather_windows, load_corpus
 
-TIMED_STEPS = 3
+TIMED_STEPS = 5
 RUN_SETUP_S = 0.5  # per run: building the model and the Trainer, writing the run's files
 STAGE_START_S = 4.0  # per stage: starting the pool (or importing Lightning in this process)
 EXPERIMENT_FIXED_S = 6.0  # start-up (imports, corpora, plan) and writing the report
@@ -49,13 +53,21 @@ EXPERIMENT_FIXED_S = 6.0  # start-up (imports, corpora, plan) and writing the re
 
 @dataclass(frozen=True)
 class PlanEstimate:
-    """One row per variant, and the experiment's estimated wall time with ``workers`` workers."""
+    """One row per variant, and the experiment's estimated wall time with ``workers`` workers:
+    at most (``runs``: every stage at its cap) and, where the expected counts were given,
+    expected (``expected_runs``); ``train_s`` the expected (else maximal) seconds of training
+    summed over runs, for core-hours; ``load`` the machine's 1-minute load average when the
+    steps were timed."""
 
     table: pd.DataFrame
     runs: int
     workers: int
     wall_time_s: float
     fixed_s: float  # the part of wall_time_s that is not training steps
+    expected_runs: int | None
+    expected_wall_time_s: float | None
+    train_s: float
+    load: float
 
 
 CPU = torch.device("cpu")
@@ -108,7 +120,8 @@ def time_steps(
     device: torch.device = CPU,
 ) -> float:
     """Seconds per step (forward, backward, AdamW) of ``model`` (trained in place, on
-    ``device``): median of ``steps`` after a warm-up. ``*-true`` casts the model to its dtype,
+    ``device``): the fastest of ``steps`` after a warm-up (another process on the machine
+    slows some of them; none makes one faster). ``*-true`` casts the model to its dtype,
     ``*-mixed`` autocasts to it."""
     precision = cfg.train.precision
     dtype = torch.float16 if precision.startswith("16") else torch.bfloat16
@@ -131,7 +144,7 @@ def time_steps(
         optimizer.zero_grad(set_to_none=True)
         sync()
         times.append(time.perf_counter() - start)
-    return float(torch.tensor(times[1:]).median())
+    return min(times[1:])
 
 
 def estimate_run_time(cfg: RunConfig, step_time_s: float, val_tokens: int = 0) -> float:
@@ -157,14 +170,18 @@ def describe_plan(
     workers: int,
     threads: int,
     stored: Stored | None = None,
+    expected: Stored | None = None,
 ) -> PlanEstimate:
-    """Per variant: runs by group, steps, parameters, measured step time, estimated time;
-    with ``stored`` (:func:`stored_counts`) only the runs still to train are counted and
-    timed."""
+    """Per variant: runs by group (at most), steps, parameters, measured step time, estimated
+    time; with ``stored`` (:func:`stored_counts`) only the runs still to train are counted and
+    timed; with ``expected`` (the runs the design trains on the simulator, counted as a store's)
+    the expected wall time beside the maximal one."""
     held = stored or Stored({}, set())
     corpora = check_inputs(experiment)
     rows = []
+    likely_runs, likely_s = 0, 0.0
     measured: dict[str, tuple[int, float]] = {}  # one build and timing per distinct model
+    load = os.getloadavg()[0]
     before = torch.get_num_threads()
     torch.set_num_threads(threads)
     try:
@@ -178,7 +195,14 @@ def describe_plan(
             extra = runs_left(experiment, name, cfg, held)
             seeds = extra.pop("main")[0]
             run_time = estimate_run_time(cfg, step_time, len(corpus.val)) + RUN_SETUP_S
-            extra_time = sum(n * (steps * step_time + RUN_SETUP_S) for n, steps in extra.values())
+            extra_time = stages_time(extra, step_time)
+            if expected is not None:
+                likely = {
+                    stage: (held.remaining(name, stage, expected.counts.get((name, stage), 0)), s)
+                    for stage, (_, s) in extra.items()
+                }
+                likely_runs += seeds + sum(n for n, _ in likely.values())
+                likely_s += run_time * seeds + stages_time(likely, step_time)
             rows.append(
                 {
                     "variant": name,
@@ -206,8 +230,27 @@ def describe_plan(
         training = {c.removesuffix("_runs") for c, n in left.items() if n > 0}
         training |= {"main"} if int(table["seeds"].sum()) else set()
     fixed = fixed_costs(experiment, training)
-    wall = float(table["est_variant_time_s"].sum()) / parallel + fixed
-    return PlanEstimate(table, runs, workers, wall, fixed + runs * RUN_SETUP_S / parallel)
+    most_s = float(table["est_variant_time_s"].sum())
+    wall = most_s / parallel + fixed
+    likely_wall = None
+    if expected is not None:
+        likely_wall = likely_s / max(1, min(workers, likely_runs)) + fixed
+    return PlanEstimate(
+        table,
+        runs,
+        workers,
+        wall,
+        fixed + runs * RUN_SETUP_S / parallel,
+        likely_runs if expected is not None else None,
+        likely_wall,
+        likely_s if expected is not None else most_s,
+        load,
+    )
+
+
+def stages_time(stages: dict[str, tuple[int, int]], step_time_s: float) -> float:
+    """Seconds of the study stages' runs: {stage: (runs, steps per run)} at ``step_time_s``."""
+    return sum(n * (steps * step_time_s + RUN_SETUP_S) for n, steps in stages.values())
 
 
 def fixed_costs(experiment: Experiment, training: set[str] | None = None) -> float:

@@ -7,27 +7,20 @@ that ``analysis.min_effect`` needs (:func:`ablate.report.verdict.reach`), agains
 file plans. With fewer than two stored pairs there is nothing to size it from, and it says so.
 
 ``ablate validate FILE --simulate`` runs the file's whole design on the simulator instead
-(:func:`simulated_lines`), in a folder it then removes: the written summary that design would
-give, with its verdicts and, under ``decide:``, the seeds it would take, at the truth the
-file's ``runtime.simulate`` states.
+(:func:`ablate.launch.expect.simulated_lines`).
 """
 
 from __future__ import annotations
 
-import io
-import tempfile
-from contextlib import redirect_stdout
 from pathlib import Path
 
 import pandas as pd
-from rich.console import Console
 
 from ablate.core import store
 from ablate.core.experiment import Experiment
 from ablate.core.folders import ExperimentFolder
 from ablate.core.plan import plan_runs
 from ablate.core.sequential import decide_seeds
-from ablate.launch.pipeline import run_experiment
 from ablate.report.analysis import matched_differences
 from ablate.report.verdict import reach
 
@@ -68,30 +61,3 @@ def reach_lines(experiment: Experiment, results_dir: Path) -> list[str]:
             f"{found.mde:.4f} at 80% power; {found.needed_text(m)} (the file plans {planned})"
         )
     return lines
-
-
-def simulated_lines(experiment: Experiment) -> list[str]:
-    """The report summary ``experiment`` (loaded with backend simulate) would give: its whole
-    pipeline on the simulator, its studies in a journal file, all in a temporary folder."""
-    assert experiment.base.runtime.backend == "simulate"
-    simulate = experiment.file.get("runtime", {}).get("simulate")
-    truth = (
-        "the file's runtime.simulate"
-        if simulate
-        else "the simulator's defaults: every variant the same truth (Δ = 0), iid run noise "
-        f"{experiment.base.runtime.simulate.run_sd:g}, far lighter than real runs "
-        "(docs/simulator.md); state the truth you expect in runtime.simulate"
-    )
-    quiet = io.StringIO()  # the stages' own lines (the studies print theirs)
-    with tempfile.TemporaryDirectory(prefix="ablate-simulate-") as folder, redirect_stdout(quiet):
-        root = Path(folder)
-        result = run_experiment(
-            experiment,
-            root / "results",
-            root / "reports",
-            storage=f"journal:{root / 'studies.log'}",
-            console=Console(file=quiet),
-        )
-        report = (result.report_dir / "report.md").read_text(encoding="utf-8")
-    summary = report.split("## Summary\n", 1)[1].split("\n## ", 1)[0].strip()
-    return [f"on the simulator ({truth}), this design would report:", *summary.splitlines()]

@@ -12,8 +12,9 @@ from ablate.cli import main
 from ablate.core import store
 from ablate.core.folders import ExperimentFolder
 from ablate.core.load import load_experiment
+from ablate.launch.expect import simulate_design, simulated_lines
 from ablate.launch.pipeline import run_experiment
-from ablate.launch.reach import reach_lines, simulated_lines
+from ablate.launch.reach import reach_lines
 
 
 @pytest.mark.usefixtures("unrendered_figures")
@@ -59,7 +60,7 @@ def test_validate_simulate_prints_the_verdicts_and_seeds_and_stores_nothing(
     assert "max_lr" not in out and "running" not in out  # the stages' own lines stay quiet
     assert sorted(p.name for p in tmp_path.iterdir()) == ["e.yaml"]  # nothing stored here
     default = write_experiment(tmp_path / "default.yaml", runtime={"backend": "simulate"})
-    head = simulated_lines(load_experiment(default))[0]
+    head = simulated_lines(simulate_design(load_experiment(default)))[0]
     assert "defaults: every variant the same truth (Δ = 0), iid run noise 0.004, far" in head
 
 

@@ -1,0 +1,124 @@
+"""What a plan is expected to cost, not at most: its whole protocol run on the simulator, counted.
+
+A study stage's run count is not known before it runs (a bracket stops where its seeds' edges
+are, ``decide:`` where its verdicts are reached), so the estimate's maximum prices every stage
+at its cap. :func:`simulate_design` runs the file's design on the simulator (at the truth its
+``runtime.simulate`` states, else the simulator's defaults) in a folder it then removes, its
+studies in a journal file there, through
+a :class:`CountingExecutor` that records what each stage asked for: the runs per variant and
+stage it trained (:class:`ablate.launch.estimate.Stored`, as a results folder's would be
+counted), and how the Slurm launcher would have sent them (one array per stage call with
+pending runs, packed into tasks as :func:`ablate.launch.slurm.pack` packs them; one job per
+search trial or max-LR probe). The same run gives ``validate --simulate`` the written summary
+that design would give (:func:`simulated_lines`), with its verdicts and, under ``decide:``, the
+seeds it would take.
+"""
+
+from __future__ import annotations
+
+import io
+import tempfile
+from contextlib import redirect_stdout
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import ClassVar
+
+from rich.console import Console
+
+from ablate.core.cluster import SlurmConfig
+from ablate.core.experiment import Experiment
+from ablate.core.plan import RunSpec
+from ablate.core.record import RunRecord
+from ablate.launch.estimate import Stored, stored_counts
+from ablate.launch.execute import EvalWatch, ProgressFn, SayFn, split_done
+from ablate.launch.pipeline import run_experiment
+from ablate.launch.simulator import SimulatedExecutor
+from ablate.launch.slurm import pack
+
+
+@dataclass
+class CountingExecutor:
+    """The simulator, counting the Slurm submissions and tasks each stage's calls would be."""
+
+    imports: ClassVar[tuple[str, ...]] = ()
+    root: Path
+    slurm: SlurmConfig
+    submissions: int = 0
+    tasks: int = 0
+    inner: SimulatedExecutor = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.inner = SimulatedExecutor(self.root)
+
+    def prepare(self) -> None:
+        """Nothing to load."""
+
+    def obtain(
+        self,
+        spec: RunSpec,
+        watch: EvalWatch | None = None,
+        take_over: bool = False,
+        wait: bool = False,
+        say: SayFn = print,
+        progress: ProgressFn | None = None,
+    ) -> RunRecord:
+        """One job of one task where the run is not stored yet."""
+        _, pending = split_done([spec], self.root)
+        self.submissions += len(pending)
+        self.tasks += len(pending)
+        return self.inner.obtain(spec, watch, take_over, wait, say, progress)
+
+    def run(self, specs: list[RunSpec]) -> list[RunRecord]:
+        """One array of the pending specs, packed into tasks."""
+        _, pending = split_done(specs, self.root)
+        if pending:
+            self.submissions += 1
+            self.tasks += len(pack(pending, self.slurm.array_parallelism, self.slurm.runs_per_task))
+        return self.inner.run(specs)
+
+
+@dataclass(frozen=True)
+class Design:
+    """What the design did on the simulator: its report's summary lines, the runs it trained
+    per (variant, stage), and the Slurm submissions and tasks they would have been."""
+
+    truth: str
+    summary: list[str]
+    counts: Stored
+    submissions: int
+    tasks: int
+
+
+def simulate_design(experiment: Experiment) -> Design:
+    """Run ``experiment`` (loaded with backend simulate) through every stage on the simulator
+    in a temporary folder, its studies in a journal file; what it did."""
+    assert experiment.base.runtime.backend == "simulate"
+    simulate = experiment.file.get("runtime", {}).get("simulate")
+    truth = (
+        "the file's runtime.simulate"
+        if simulate
+        else "the simulator's defaults: every variant the same truth (Δ = 0), iid run noise "
+        f"{experiment.base.runtime.simulate.run_sd:g}, far lighter than real runs "
+        "(docs/simulator.md); state the truth you expect in runtime.simulate"
+    )
+    quiet = io.StringIO()  # the stages' own lines (the studies print theirs)
+    with tempfile.TemporaryDirectory(prefix="ablate-simulate-") as folder, redirect_stdout(quiet):
+        root = Path(folder)
+        counter = CountingExecutor(root / "results", experiment.base.runtime.slurm)
+        result = run_experiment(
+            experiment,
+            root / "results",
+            root / "reports",
+            storage=f"journal:{root / 'studies.log'}",
+            console=Console(file=quiet),
+            executor=counter,
+        )
+        report = (result.report_dir / "report.md").read_text(encoding="utf-8")
+        counts = stored_counts(experiment, root / "results")
+    summary = report.split("## Summary\n", 1)[1].split("\n## ", 1)[0].strip()
+    return Design(truth, summary.splitlines(), counts, counter.submissions, counter.tasks)
+
+
+def simulated_lines(design: Design) -> list[str]:
+    """``validate --simulate``: the report summary the design gave on the simulator."""
+    return [f"on the simulator ({design.truth}), this design would report:", *design.summary]
