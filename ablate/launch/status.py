@@ -5,8 +5,10 @@ a launcher submitted as a job (the Slurm launcher's ``.slurm/by-run/``) is one o
 summary with a final status), **failed** (a summary that says so, or a job that ended without
 one), **interrupted** (stopped by Ctrl-C or a signal: its summary says so, and a rerun trains
 it), **running** or **queued** (its job's state as its launcher reads it, or a local process
-that holds it), or **not started**. Nothing here writes; it reads the store and asks each
-registered launcher (:mod:`ablate.launch.launchers`) for its jobs.
+that holds it; a run of a task that trains several in turn is running only while it is claimed,
+and queued while its task trains the others), or **not started**. Nothing here writes; it
+reads the store and asks each registered launcher (:mod:`ablate.launch.launchers`) for its
+jobs. Where a stage waits on jobs it says how many of their tasks are training.
 """
 
 from __future__ import annotations
@@ -83,6 +85,8 @@ def _state(run: RunFolder, job_state: str | None) -> str:
     record = run.read_any_record()
     if record is not None and record.status in store.DONE_STATUSES:
         return "done"
+    if job_state == "running" and not run.experiment.claim(run.run_id).exists():
+        job_state = "queued"  # its task trains another of its runs first
     if job_state in ("queued", "running"):
         return job_state
     if record is not None and record.status == "interrupted":
@@ -116,7 +120,8 @@ def status_lines(folder: ExperimentFolder) -> list[str]:
     lines = [table.to_markdown(index=False)]
     waiting = table[(table["running"] + table["queued"]) > 0]
     for row in waiting.itertuples():
-        held = f" ({label} {row.jobs})" if row.jobs else ""
+        tasks = {s.job for s in states if s.group == row.stage and s.state == "running" and s.job}
+        held = f" ({label} {row.jobs}; {len(tasks)} task(s) training)" if row.jobs else ""
         lines.append(f"waiting for {row.stage}: {row.running} running, {row.queued} queued{held}")
     if waiting.empty:
         lines.append("nothing is running or queued")

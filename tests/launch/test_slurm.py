@@ -22,6 +22,7 @@ from ablate.core.load import load_experiment
 from ablate.core.plan import plan_runs
 from ablate.core.store import load_summaries
 from ablate.launch.slurm import reported_step
+from ablate.launch.status import status_lines
 from ablate.launch.workers import torch_threads
 from ablate.training.run import execute_run
 
@@ -139,6 +140,9 @@ def test_a_packed_task_cancelled_mid_way_loses_only_its_unfinished_runs(tmp_path
         lambda: [r for r in folder.runs() if r != first and r.is_run() and not r.read_record()],
         what="the second run",
     )
+    status = status_lines(folder)  # one task: the run it trains, the two it has not begun
+    assert "waiting for main: 1 running, 2 queued (Slurm job " in status[-1], status
+    assert status[-1].endswith("; 1 task(s) training)"), status
     subprocess.run(["scancel", wait_for(running_tasks, what="the task")[0]], check=True)
     out, _ = controller.communicate(timeout=120)
     assert controller.returncode == 0, out
@@ -165,7 +169,7 @@ def test_a_restarted_controller_follows_its_queued_jobs_instead_of_submitting_th
     submitted = jobs_of(path)
     status = ablate_process("status", "results/tiny", cwd=tmp_path).communicate(timeout=60)[0]
     array = next(iter(submitted.values()))["job_id"].split("_")[0]
-    assert "waiting for main: " in status and f"(Slurm job {array})" in status, status
+    assert "waiting for main: " in status and f"(Slurm job {array}; " in status, status
     again = run_ablate(path)
     assert again.returncode == 0, again.stdout
     assert "following" in again.stdout and "already queued or running" in again.stdout
