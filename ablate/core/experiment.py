@@ -93,6 +93,13 @@ class SearchConfig(StrictSection):
         "at most 10 (Optuna's default)",
     )
     sampler_seed: int = Field(0, ge=0)
+    parallel_trials: int = Field(
+        1,
+        ge=1,
+        le=256,
+        description="trials a study runs at once: each round asks this many (TPE with a "
+        "constant liar), trains them together and tells them all before the next",
+    )
     pruner: Literal["median", "none"] = "median"
     seed: Seed | None = Field(
         None,

@@ -77,6 +77,35 @@ class Executor(Protocol):
     def run(self, specs: list[RunSpec]) -> list[RunRecord]:
         """Every spec not yet done; the records of all of them (stored and new)."""
 
+    def obtain_all(self, requests: list[Request], say: SayFn = print) -> list[Obtained]:
+        """Each request as :meth:`obtain` (waiting for a run another process holds), all at
+        once: a search's parallel trials; what each gave, its exception where it raised."""
+
+
+@dataclass(frozen=True)
+class Request:
+    """One run a study asks for: its spec, the watcher of its evaluations (a trial's pruner)
+    and whether it takes over a dead worker's claim."""
+
+    spec: RunSpec
+    watch: EvalWatch | None = None
+    take_over: bool = False
+
+
+Obtained = RunRecord | Exception  # what obtaining one request gave
+
+
+def obtain_each(executor: Executor, requests: list[Request], say: SayFn) -> list[Obtained]:
+    """Each request through ``executor.obtain``, one after another: ``obtain_all`` of an
+    executor whose runs take no time here (the simulator)."""
+    found: list[Obtained] = []
+    for request in requests:
+        try:
+            found.append(executor.obtain(request.spec, request.watch, request.take_over, True, say))
+        except Exception as exc:
+            found.append(exc)
+    return found
+
 
 def split_done(specs: list[RunSpec], root: Path) -> tuple[list[RunRecord], list[RunSpec]]:
     """(records of runs already done, specs still to run); specs with equal ids are one run.
@@ -287,6 +316,31 @@ class LocalExecutor:
     def run(self, specs: list[RunSpec]) -> list[RunRecord]:
         """Every pending spec through the pool (:func:`execute`)."""
         return execute(specs, self.root, self.workers, self.threads, self.console)
+
+    def obtain_all(self, requests: list[Request], say: SayFn = print) -> list[Obtained]:
+        """One request here; several in a pool of as many workers (forked from the server
+        that imported the trainer), each with this process's torch threads: a study's
+        parallel trials train side by side, and each run's bits are what they are alone."""
+        if len(requests) == 1:
+            return obtain_each(self, requests, say)
+        import torch
+
+        threads = self.threads or torch.get_num_threads()
+        found: list[Obtained] = []
+        with worker_pool(Resources(len(requests), threads)) as pool:
+            with sigint_deferred():
+                futures = [pool.submit(in_worker, _trial_run, r, str(self.root)) for r in requests]
+            for future in futures:
+                error = future.exception()
+                if isinstance(error, KeyboardInterrupt):
+                    raise KeyboardInterrupt
+                found.append(future.result() if error is None else error)
+        return found
+
+
+def _trial_run(request: Request, root: str) -> RunRecord:
+    """A pool worker's part of :meth:`LocalExecutor.obtain_all`."""
+    return obtain(request.spec, Path(root), None, request.watch, request.take_over, wait=True)
 
 
 def execute(

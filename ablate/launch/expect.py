@@ -30,7 +30,7 @@ from ablate.core.experiment import Experiment
 from ablate.core.plan import RunSpec
 from ablate.core.record import RunRecord
 from ablate.launch.estimate import Stored, stored_counts
-from ablate.launch.execute import EvalWatch, ProgressFn, SayFn, split_done
+from ablate.launch.execute import EvalWatch, Obtained, ProgressFn, Request, SayFn, split_done
 from ablate.launch.pipeline import run_experiment
 from ablate.launch.simulator import SimulatedExecutor
 from ablate.launch.slurm import pack
@@ -67,6 +67,14 @@ class CountingExecutor:
         self.submissions += len(pending)
         self.tasks += len(pending)
         return self.inner.obtain(spec, watch, take_over, wait, say, progress)
+
+    def obtain_all(self, requests: list[Request], say: SayFn = print) -> list[Obtained]:
+        """One array of the requests not stored yet (a search round's trials)."""
+        _, pending = split_done([r.spec for r in requests], self.root)
+        if pending:
+            self.submissions += 1
+            self.tasks += len(pack(pending, self.slurm.array_parallelism, self.slurm.runs_per_task))
+        return self.inner.obtain_all(requests, say)
 
     def run(self, specs: list[RunSpec]) -> list[RunRecord]:
         """One array of the pending specs, packed into tasks."""

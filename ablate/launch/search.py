@@ -30,7 +30,8 @@ import math
 import time
 import warnings
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
@@ -45,7 +46,7 @@ from ablate.core.plan import RunSpec, with_train
 from ablate.core.record import RunRecord
 from ablate.core.stability import clipped_loss
 from ablate.core.studies import BestTrial, SearchResult, Trial
-from ablate.launch.execute import POLL_S, Executor
+from ablate.launch.execute import POLL_S, Executor, Request
 from ablate.launch.storage import open_storage, open_study
 
 PrintFn = Callable[[str], None]
@@ -132,7 +133,11 @@ def make_sampler(experiment: Experiment) -> optuna.samplers.BaseSampler:
     assert cfg is not None
     if cfg.sampler == "random":
         return TrialSeededSampler(optuna.samplers.RandomSampler, cfg.sampler_seed)
-    tpe = partial(optuna.samplers.TPESampler, n_startup_trials=cfg.startup_trials())
+    tpe = partial(
+        optuna.samplers.TPESampler,
+        n_startup_trials=cfg.startup_trials(),
+        constant_liar=cfg.parallel_trials > 1,  # a round's later trials avoid its earlier ones
+    )
     return TrialSeededSampler(tpe, cfg.sampler_seed)
 
 
@@ -204,23 +209,32 @@ def run_search(
     base = experiment.variants[variant]
     seed = experiment.search_seed()
 
-    def objective(trial: optuna.Trial) -> float:
+    def propose(trial: optuna.Trial) -> Request:
+        """The trial's point and the run that scores it."""
         lr = trial.suggest_float("lr", cfg.lr_min, cfg.lr_max, log=True)
         warmup = trial.suggest_int("warmup_steps", cfg.warmup_min, cfg.warmup_max)
         config = with_train(base, lr=lr, warmup_steps=warmup, tokens=cfg.tokens)
         spec = RunSpec(experiment.name, variant, seed, config, group="search")
         retry = "run_id" in trial.user_attrs  # copied from a trial whose worker died
         trial.set_user_attr("run_id", spec.run_id)
-        watch = pruning_watch(trial, url, config.steps())
-        record = executor.obtain(spec, watch=watch, take_over=retry, wait=True, say=say)
+        return Request(spec, pruning_watch(trial, url, config.steps()), retry)
+
+    def score(trial: optuna.Trial, record: RunRecord) -> float:
+        """The trial's value from its run (pruned or failed: raised, as Optuna asks)."""
         trial.set_user_attr("stable", record.stable)
         trial.set_user_attr("status", record.status)
-        say(f"search {variant} #{trial.number}: lr={lr:.3g} warmup={warmup}: {_describe(record)}")
+        point = f"lr={trial.params['lr']:.3g} warmup={trial.params['warmup_steps']}"
+        say(f"search {variant} #{trial.number}: {point}: {_describe(record)}")
         if record.status == "pruned":
             raise optuna.TrialPruned(record.stopped_reason)
         if record.status == "failed":  # a crash is not a result: the trial fails
             raise RunFailedError(record.error)
         return trial_value(record)
+
+    def objective(trial: optuna.Trial) -> float:
+        request = propose(trial)
+        record = executor.obtain(request.spec, request.watch, request.take_over, True, say)
+        return score(trial, record)
 
     deadline = time.monotonic() + (cfg.timeout_s or math.inf)
     watch = not url.startswith("journal:")  # RDB storages have a heartbeat
@@ -232,8 +246,68 @@ def run_search(
         if step == "wait":
             time.sleep(POLL_S)
             continue
-        optimize_one(study, objective)
+        if cfg.parallel_trials == 1:
+            optimize_one(study, objective)
+            continue
+        wanted = trials_to_start(study, cfg.n_trials, cfg.parallel_trials, watch)
+        run_round(study, wanted, propose, score, executor, say)
     return study
+
+
+def trials_to_start(study: optuna.Study, n_trials: int, parallel: int, watch_running: bool) -> int:
+    """How many trials a round starts: its retries (WAITING) and the trials still missing
+    from ``n_trials``, ``parallel`` at most, one at least (the caller saw a trial to start)."""
+    states = Counter(t.state for t in study.get_trials(deepcopy=False))
+    counted = sum(states[s] for s in COUNTED)
+    running = states[TrialState.RUNNING] if watch_running else 0
+    missing = n_trials - counted - running
+    return max(1, min(parallel, max(missing, states[TrialState.WAITING])))
+
+
+def run_round(
+    study: optuna.Study,
+    size: int,
+    propose: Callable[[optuna.Trial], Request],
+    score: Callable[[optuna.Trial, RunRecord], float],
+    executor: Executor,
+    say: PrintFn,
+) -> None:
+    """One round of a search with parallel trials: ``size`` trials asked and given their
+    points one after another (each trial's sampler is seeded by its number, and the constant
+    liar sees the round's earlier points), their runs obtained all at once
+    (:meth:`Executor.obtain_all`), then every trial told. The same study, the same
+    ``parallel_trials`` and the same results give the same trials."""
+    trials, requests = [], []
+    for _ in range(size):
+        trials.append(study.ask())
+        requests.append(propose(trials[-1]))
+    with heartbeats(study, trials):
+        obtained = executor.obtain_all(requests, say)
+    for trial, found in zip(trials, obtained, strict=True):
+        try:
+            if isinstance(found, Exception):
+                raise found
+            study.tell(trial, score(trial, found))
+        except optuna.TrialPruned:
+            study.tell(trial, state=TrialState.PRUNED)
+        except RunFailedError:
+            study.tell(trial, state=TrialState.FAIL)
+        except Exception:
+            study.tell(trial, state=TrialState.FAIL)
+            raise
+
+
+@contextmanager
+def heartbeats(study: optuna.Study, trials: list[optuna.Trial]) -> Iterator[None]:
+    """Each trial's heartbeat while its run is obtained (RDB storages; nothing on a journal),
+    as ``study.optimize`` keeps one for a trial of its own."""
+    from optuna.storages._heartbeat import get_heartbeat_thread
+
+    threads = [get_heartbeat_thread(trial._trial_id, study._storage) for trial in trials]
+    with ExitStack() as stack:
+        for thread in threads:
+            stack.enter_context(thread)
+        yield
 
 
 ALREADY_TOLD = "Cannot tell a "  # Optuna's refusal to tell a trial that is already finished

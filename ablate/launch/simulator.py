@@ -28,8 +28,11 @@ from ablate.core.record import RunRecord
 from ablate.core.simulate import SIMULATED_IMPL, SimulatedRun, simulate_run, verdict_of
 from ablate.launch.execute import (
     EvalWatch,
+    Obtained,
     ProgressFn,
+    Request,
     SayFn,
+    obtain_each,
     obtain_with,
     say_done,
     split_done,
@@ -176,6 +179,10 @@ class SimulatedExecutor:
         reports no steps: ``progress`` is not called)."""
         attempt = lambda: simulate_and_store(spec, self.root, watch, take_over)  # noqa: E731
         return obtain_with(attempt, spec, self.root, wait, say)
+
+    def obtain_all(self, requests: list[Request], say: SayFn = print) -> list[Obtained]:
+        """Each request in turn (a simulated run takes milliseconds)."""
+        return obtain_each(self, requests, say)
 
     def run(self, specs: list[RunSpec]) -> list[RunRecord]:
         """Every spec not yet stored, simulated; the records of all."""

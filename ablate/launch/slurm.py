@@ -41,9 +41,9 @@ import signal
 import subprocess
 import time
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypeVar
 
 from rich.console import Console
 
@@ -57,7 +57,9 @@ from ablate.launch.backends import backend_executor
 from ablate.launch.execute import (
     EvalWatch,
     Executor,
+    Obtained,
     ProgressFn,
+    Request,
     SayFn,
     obtain_with,
     say_done,
@@ -73,6 +75,7 @@ ACTIVE = frozenset(
     | {"REQUEUE_FED", "RESIZING", "SUSPENDED", "STAGE_OUT", "SIGNALING", "RESV_DEL_HOLD"}
 )
 RETRIED = frozenset({"CANCELLED", "PREEMPTED", "TIMEOUT", "NODE_FAIL", "BOOT_FAIL", "DEADLINE"})
+T = TypeVar("T")
 GONE = "GONE"  # squeue no longer lists the job (it ended more than MinJobAge ago)
 
 
@@ -87,9 +90,7 @@ TERMINATED = 128 + signal.SIGTERM  # the exit status of a task that Slurm stoppe
 Outcome = tuple[str, Any]  # ("done", RunRecord), ("retry", why) or ("failed", message)
 
 
-def run_task(
-    task: Executor, specs: list[RunSpec], take_over: bool, watch: Any
-) -> dict[str, Outcome]:
+def run_task(task: Executor, requests: list[Request]) -> dict[str, Outcome]:
     """What one Slurm task does: obtain its runs through ``task`` one after another (claim,
     train, store); each run's ``("done", record)``, or ``("failed", line)`` where obtaining it
     raised (the task goes on with the next run; a store that cannot be written stops it).
@@ -100,12 +101,13 @@ def run_task(
     resubmits the runs it had not stored."""
     signal.signal(signal.SIGTERM, _stop)
     outcomes: dict[str, Outcome] = {}
-    for spec in specs:
+    for request in requests:
+        spec = request.spec
         folder = ExperimentFolder.of(task.root, spec.experiment)
         report = ProgressFile(folder.run(spec.run_id).progress)
         try:
             record = task.obtain(
-                spec, watch=watch, take_over=take_over, wait=True, say=print, progress=report
+                spec, request.watch, request.take_over, wait=True, say=print, progress=report
             )
         except KeyboardInterrupt:
             print(f"run {spec.run_id}: stopped by Slurm; the controller resubmits it", flush=True)
@@ -281,13 +283,33 @@ class SlurmExecutor:
         steps go to the run's progress file, not to ``progress``)."""
 
         def attempt() -> RunRecord:
-            outcomes = self._through_jobs([spec], watch, take_over, say)
+            outcomes = self._through_jobs([Request(spec, watch, take_over)], say)
             kind, value = outcomes[spec.run_id]
             if kind != "done":
                 raise SlurmError(f"run {spec.run_id}: {value}")
             return value
 
         return obtain_with(attempt, spec, self.root, wait, say)
+
+    def obtain_all(self, requests: list[Request], say: SayFn = print) -> list[Obtained]:
+        """The stored records of the requests' runs, the others as one job array (a task
+        each, up to the array's parallelism), waited for."""
+        found: dict[str, Obtained] = {}
+        pending = []
+        for request in requests:
+            record = (
+                ExperimentFolder.of(self.root, request.spec.experiment)
+                .run(request.spec.run_id)
+                .read_record()
+            )
+            if record is None:
+                pending.append(request)
+            else:
+                found[request.spec.run_id] = record
+        if pending:
+            for run_id, (kind, value) in self._through_jobs(pending, say).items():
+                found[run_id] = value if kind == "done" else SlurmError(f"run {run_id}: {value}")
+        return [found[request.spec.run_id] for request in requests]
 
     def run(self, specs: list[RunSpec]) -> list[RunRecord]:
         """Every pending spec as a task of one job array; the records of all."""
@@ -297,37 +319,35 @@ class SlurmExecutor:
         if not pending:
             return done
         with ProgressBoard(console, pending) as board:
-            outcomes = self._through_jobs(pending, None, False, console.print, board)
+            requests = [Request(spec) for spec in pending]
+            outcomes = self._through_jobs(requests, console.print, board)
         return done + [value for kind, value in outcomes.values() if kind == "done"]
 
     def _through_jobs(
-        self,
-        specs: list[RunSpec],
-        watch: EvalWatch | None,
-        take_over: bool,
-        say: SayFn,
-        board: ProgressBoard | None = None,
+        self, requests: list[Request], say: SayFn, board: ProgressBoard | None = None
     ) -> dict[str, Outcome]:
-        """Submit (or adopt) the specs' tasks and follow them until each run is done or
-        failed, resubmitting the lost; ``{run_id: (kind, record or message)}``."""
+        """Submit (or adopt) the requests' tasks and follow them until each run is done or
+        failed, resubmitting the lost (taking over their claims); ``{run_id: (kind, record or
+        message)}``."""
+        specs = [request.spec for request in requests]
         folder = ExperimentFolder.of(self.root, specs[0].experiment)
-        by_id = {spec.run_id: spec for spec in specs}
+        by_id = {request.spec.run_id: request for request in requests}
         live = self._adopt(folder, specs, say)
-        fresh = [spec for spec in specs if spec.run_id not in live]
-        live.update(self._submit(folder, fresh, 1, take_over, watch, say))
+        fresh = [request for request in requests if request.spec.run_id not in live]
+        live.update(self._submit(folder, fresh, 1, say))
         outcomes: dict[str, Outcome] = {}
         ended_at: dict[str, float] = {}
         while live:
             time.sleep(self.config.poll_s)
             states = job_states(job.job_id for job in live.values())
-            retry: dict[int, list[RunSpec]] = {}
+            retry: dict[int, list[Request]] = {}
             for run_id, job in list(live.items()):
                 state = states.get(job.job_id)
                 stored = folder.run(run_id).read_record()
                 if (state is None or state in ACTIVE) and stored is None:
                     if state == "RUNNING" and board is not None:
                         if (step := reported_step(folder, run_id)) is not None:
-                            board.start(by_id[run_id])  # a packed task's run that began
+                            board.start(by_id[run_id].spec)  # a packed task's run that began
                             board.update(run_id, *step)
                     continue
                 kind, value = ("done", stored) if stored else job_outcome(job, state, folder)
@@ -340,19 +360,20 @@ class SlurmExecutor:
                 del live[run_id]
                 if kind == "retry" and job.attempt <= self.config.retries:
                     say(f"{value}: resubmitting run {run_id} (retry {job.attempt})")
-                    retry.setdefault(job.attempt + 1, []).append(by_id[run_id])
+                    lost = replace(by_id[run_id], take_over=True)
+                    retry.setdefault(job.attempt + 1, []).append(lost)
                     continue
                 if kind == "retry":
                     kind, value = "failed", f"{value}, after {job.attempt} attempts"
                 outcomes[run_id] = (kind, value)
                 if board is not None:
                     board.finish(
-                        by_id[run_id],
+                        by_id[run_id].spec,
                         value if kind == "done" else None,
                         None if kind == "done" else f"failed: {value}",
                     )
             for attempt, lost in retry.items():
-                live.update(self._submit(folder, lost, attempt, True, watch, say))
+                live.update(self._submit(folder, lost, attempt, say))
         return outcomes
 
     def _adopt(
@@ -368,44 +389,32 @@ class SlurmExecutor:
         return live
 
     def _submit(
-        self,
-        folder: ExperimentFolder,
-        specs: list[RunSpec],
-        attempt: int,
-        take_over: bool,
-        watch: EvalWatch | None,
-        say: SayFn,
+        self, folder: ExperimentFolder, requests: list[Request], attempt: int, say: SayFn
     ) -> dict[str, Submitted]:
-        """One job array (one job for one task) of ``specs`` packed into tasks (:func:`pack`),
-        each run's task recorded."""
-        if not specs:
+        """One job array (one job for one task) of ``requests`` packed into tasks
+        (:func:`pack`), each run's task recorded."""
+        if not requests:
             return {}
         from submitit.core.utils import FailedJobError  # what a failed sbatch raises
 
-        executor = self._submitit(folder, specs[0].experiment)
-        tasks = pack(specs, self.config.array_parallelism, self.config.runs_per_task)
+        executor = self._submitit(folder, requests[0].spec.experiment)
+        tasks = pack(requests, self.config.array_parallelism, self.config.runs_per_task)
         n = len(tasks)
         try:
-            jobs = executor.map_array(
-                run_task,
-                [self.task] * n,
-                tasks,
-                [take_over] * n,
-                [watch] * n,
-            )
+            jobs = executor.map_array(run_task, [self.task] * n, tasks)
         except FailedJobError as exc:  # sbatch refused: bad partition, account, limits
             raise ConfigError(
                 f"runtime.slurm: sbatch refused the job: {sbatch_error(exc)}"
             ) from None
         logs = str(executor.folder)
         submitted = [
-            Submitted(spec.run_id, job.job_id, attempt, logs, spec.group)
+            Submitted(request.spec.run_id, job.job_id, attempt, logs, request.spec.group)
             for task, job in zip(tasks, jobs, strict=True)
-            for spec in task
+            for request in task
         ]
         record_jobs(folder, submitted)
         array = submitted[0].job_id.split("_")[0]
-        say(f"submitted {len(specs)} run(s) to Slurm as job {array} ({n} task(s))")
+        say(f"submitted {len(requests)} run(s) to Slurm as job {array} ({n} task(s))")
         return {job.run_id: job for job in submitted}
 
     def _submitit(self, folder: ExperimentFolder, experiment: str) -> Any:
@@ -435,11 +444,12 @@ class SlurmExecutor:
         return executor
 
 
-def pack(specs: list[RunSpec], parallel: int, most: int) -> list[list[RunSpec]]:
-    """``specs`` as the tasks of one array: as many tasks as run at once (``parallel``, or one
-    per spec where there are fewer), more where a task would hold over ``most`` runs; runs in
-    order, the tasks' sizes differing by one at most. Packing never costs parallelism: a
-    stage with fewer runs than free slots still trains every run at once."""
+def pack(specs: list[T], parallel: int, most: int) -> list[list[T]]:
+    """``specs`` (runs, or requests for runs) as the tasks of one array: as many tasks as run
+    at once (``parallel``, or one per spec where there are fewer), more where a task would hold
+    over ``most`` runs; runs in order, the tasks' sizes differing by one at most. Packing never
+    costs parallelism: a stage with fewer runs than free slots still trains every run at
+    once."""
     n = len(specs)
     tasks = min(n, max(parallel, math.ceil(n / most)))
     size, extra = divmod(n, tasks)

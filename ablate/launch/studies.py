@@ -92,10 +92,14 @@ def run_studies(
 ) -> dict[str, dict[str, StudyResult]]:
     """Every variant's study of ``kinds`` (those configured): ``{kind: {variant: result}}``,
     variants in the experiment's order. Studies whose storage holds all of their result are
-    read here; the others run ``res.workers`` at a time in the executor's pool. A max-LR
+    read here; the others run ``res.workers`` at a time in the executor's pool (one at a time,
+    here, where searches run parallel trials that train here: their rounds use the pool). A max-LR
     study starts from the variant's ``best_lrs`` entry (the search stage's). Their lines go to
     ``say``."""
     best = dict(best_lrs or {})
+    search = experiment.search
+    if search is not None and search.parallel_trials > 1 and executor.imports:
+        res = Resources(1, res.threads)  # each round's trials fill the pool: studies take turns
     jobs = study_jobs(experiment, kinds, rotate=os.getpid())
     for kind, variant in jobs:  # create storage and studies once, before workers race to
         open_study(experiment, variant, kind, url)

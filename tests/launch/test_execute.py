@@ -167,3 +167,22 @@ def test_a_run_retrained_alone_gets_the_threads_and_bits_it_had_beside_others(
     after = json.loads(victim.summary.read_text())
     assert json.loads(victim.env.read_text())["torch_threads"] == threads == 1
     assert after["final_val_loss"] == before["final_val_loss"]  # bit for bit
+
+
+@pytest.mark.trains
+def test_obtain_all_trains_a_rounds_runs_side_by_side_with_their_bits_alone(
+    tmp_path: Path,
+) -> None:
+    from conftest import tiny_config
+
+    from ablate.launch.execute import LocalExecutor, Request
+    from ablate.launch.workers import torch_threads
+    from ablate.training.run import execute_run
+
+    specs = [RunSpec("tiny", "layernorm", seed, tiny_config(), group="search") for seed in (0, 1)]
+    found = LocalExecutor(tmp_path / "pool", threads=1).obtain_all([Request(s) for s in specs])
+    assert all(isinstance(record, RunRecord) for record in found)
+    with torch_threads(1):
+        alone = [execute_run(spec, tmp_path / "alone") for spec in specs]
+    assert [r.final_val_loss for r in found] == [r.final_val_loss for r in alone]
+    assert [r.run_id for r in found] == [s.run_id for s in specs]

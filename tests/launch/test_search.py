@@ -141,3 +141,42 @@ def test_a_short_tpe_study_gets_past_its_random_start_up(tmp_path: Path) -> None
     assert isinstance(inner, optuna.samplers.TPESampler) and inner._n_startup_trials == 2
     random = simulated_experiment(tmp_path, search={"n_trials": 5, "sampler": "random"})
     assert isinstance(make_sampler(random)._make(seed=0), optuna.samplers.RandomSampler)
+
+
+def _trials(tmp_path: Path, parallel: int) -> list[tuple[int, dict, float]]:
+    """The rmsnorm study of an 8-trial TPE search (4 random start-up trials) run with
+    ``parallel`` trials at once, in a folder of its own: (number, params, value) per trial."""
+    search = {"n_trials": 8, "startup": 4, "parallel_trials": parallel, "pruner": "none"}
+    tmp_path.mkdir()
+    exp = simulated_experiment(tmp_path, search=search)
+    root = tmp_path / "results"
+    said: list[str] = []
+    study = run_search(exp, "rmsnorm", SimulatedExecutor(root), storage_url(exp, root), said.append)
+    assert all(t.state == TrialState.COMPLETE for t in study.trials) and len(said) == 8
+    return [(t.number, t.params, t.value) for t in study.trials]
+
+
+def test_parallel_trials_repeat_exactly(tmp_path: Path) -> None:
+    """k trials a round: the same file, k and results give the same trials. What k changes:
+    after the random start-up, a round's later trials are proposed without the results of its
+    earlier ones (TPE's constant liar counts them at the worst value so far), where one at a
+    time every trial sees every result before it; the random start-up is the same."""
+    two = _trials(tmp_path / "a", 2)
+    assert _trials(tmp_path / "b", 2) == two
+    one = _trials(tmp_path / "c", 1)
+    assert [t[1] for t in two[:4]] == [t[1] for t in one[:4]]
+
+
+def test_a_round_of_parallel_trials_asks_for_their_runs_at_once(tmp_path: Path) -> None:
+    rounds: list[int] = []
+
+    class Rounds(SimulatedExecutor):
+        def obtain_all(self, requests, say=print):  # type: ignore[no-untyped-def]
+            rounds.append(len(requests))
+            return super().obtain_all(requests, say)
+
+    search = {"n_trials": 5, "parallel_trials": 2, "pruner": "none"}
+    exp = simulated_experiment(tmp_path, search=search)
+    root = tmp_path / "results"
+    run_search(exp, "layernorm", Rounds(root), storage_url(exp, root), say=lambda _: None)
+    assert rounds == [2, 2, 1]  # the last round only what n_trials still misses

@@ -67,7 +67,7 @@ def final_losses(results: Path, name: str = "tiny") -> dict[str, float]:
 def test_a_simulated_experiment_through_slurm_stores_what_the_local_run_stores(
     tmp_path: Path,
 ) -> None:
-    search = {"n_trials": 2, "lr_min": 1e-3, "lr_max": 0.1, "warmup_max": 10}
+    search = {"n_trials": 2, "lr_min": 1e-3, "lr_max": 0.1, "warmup_max": 10, "parallel_trials": 2}
     journal = f"journal:{tmp_path / 'studies.log'}"  # the storage that works on NFS too
     path = simulated_file(tmp_path, search=search, storage=journal)
     done = run_ablate(path)
@@ -82,6 +82,7 @@ def test_a_simulated_experiment_through_slurm_stores_what_the_local_run_stores(
     assert set(jobs) == set(slurm_losses)  # every run was a job of its own
     assert all(job["attempt"] == 1 for job in jobs.values())
     assert "submitted 4 run(s) to Slurm as job" in done.stdout  # main A/B: one array of 4
+    assert done.stdout.count("submitted 2 run(s) to Slurm as job") == 2  # a round per search
     for trial in study_trials(journal, "tiny.layernorm.search"):  # reported from each job
         assert trial.state.name == "COMPLETE" and trial.intermediate_values
 
