@@ -10,8 +10,8 @@ from ablate.core.section import StrictSection
 
 
 class SlurmConfig(StrictSection):
-    """Each stage's pending runs as one Slurm job array whose tasks each train several runs
-    one after another (docs/distributed.md)."""
+    """The runs queued for Slurm tasks that each train several, one after another
+    (docs/distributed.md)."""
 
     partition: str | None = Field(None, description="sbatch --partition; default: the cluster's")
     account: str | None = Field(None, description="sbatch --account")
@@ -29,8 +29,15 @@ class SlurmConfig(StrictSection):
         16,
         ge=1,
         le=100_000,
-        description="most runs one task trains, one after another in one process; a stage's "
-        "runs are spread over as many tasks as array_parallelism runs at once, then packed",
+        description="most runs one task takes from the queue and trains, one after another in "
+        "one process, before it ends and a fresh task takes its place",
+    )
+    task_idle_s: float = Field(
+        60.0,
+        ge=0,
+        le=86_400,
+        description="how long a task with nothing queued waits for the controller's next run "
+        "(the next trial, probe or stage) before it ends",
     )
     sbatch: dict[str, str] = Field(
         default_factory=dict,

@@ -14,6 +14,8 @@ Layout (``root`` defaults to ``results/``)::
     root/<experiment>/.claims.lock     locked while a process replaces a stale claim
     root/<experiment>/.slurm/by-run/<run-id>.json  the Slurm job of the run: job id, attempt
     root/<experiment>/.slurm/submitit/<job-id>/  submitit's job scripts, pickles and logs
+    root/<experiment>/.slurm/queue/    the runs queued for the Slurm tasks, and what the tasks
+                                       say of themselves (ablate.launch.slurm_queue)
     root/<experiment>/<run-id>/
         config.json       the resolved run: experiment, variant, seed, run_id, config
         env.json          python, torch, lightning, device, precision, threads, git commit
@@ -325,6 +327,11 @@ class ExperimentFolder:
     def slurm_logs(self) -> Path:
         """Where submitit writes each Slurm job's script, pickles and log by default."""
         return self.path / ".slurm" / "submitit"
+
+    @property
+    def slurm_queue(self) -> Path:
+        """The queue of runs between the Slurm controller and its tasks."""
+        return self.path / ".slurm" / "queue"
 
     def run(self, run_id: str) -> RunFolder:
         return RunFolder(self.path / run_id)

@@ -4,19 +4,19 @@ A study stage's run count is not known before it runs (a bracket stops where its
 are, ``decide:`` where its verdicts are reached), so the estimate's maximum prices every stage
 at its cap. :func:`simulate_design` runs the file's design on the simulator (at the truth its
 ``runtime.simulate`` states, else the simulator's defaults) in a folder it then removes, its
-studies in a journal file there, through
-a :class:`CountingExecutor` that records what each stage asked for: the runs per variant and
-stage it trained (:class:`ablate.launch.estimate.Stored`, as a results folder's would be
-counted), and how the Slurm launcher would have sent them (one array per stage call with
-pending runs, packed into tasks as :func:`ablate.launch.slurm.pack` packs them; one job per
-search trial or max-LR probe). The same run gives ``validate --simulate`` the written summary
-that design would give (:func:`simulated_lines`), with its verdicts and, under ``decide:``, the
-seeds it would take.
+studies in a journal file there, through a :class:`CountingExecutor` that records what each
+stage asked for: the runs per variant and stage it trained
+(:class:`ablate.launch.estimate.Stored`, as a results folder's would be counted), and how many
+tasks and submissions the Slurm launcher would have needed for them
+(:meth:`CountingExecutor.queue`: its queue's model). The same run gives ``validate
+--simulate`` the written summary that design would give (:func:`simulated_lines`), with its
+verdicts and, under ``decide:``, the seeds it would take.
 """
 
 from __future__ import annotations
 
 import io
+import math
 import tempfile
 from contextlib import redirect_stdout
 from dataclasses import dataclass, field
@@ -33,7 +33,6 @@ from ablate.launch.estimate import Stored, stored_counts
 from ablate.launch.execute import EvalWatch, Obtained, ProgressFn, Request, SayFn, split_done
 from ablate.launch.pipeline import run_experiment
 from ablate.launch.simulator import SimulatedExecutor
-from ablate.launch.slurm import pack
 
 
 @dataclass
@@ -45,6 +44,8 @@ class CountingExecutor:
     slurm: SlurmConfig
     submissions: int = 0
     tasks: int = 0
+    alive: int = 0  # tasks serving the queue
+    left: int = 0  # runs they may still take (runs_per_task each)
     inner: SimulatedExecutor = field(init=False)
 
     def __post_init__(self) -> None:
@@ -64,25 +65,44 @@ class CountingExecutor:
     ) -> RunRecord:
         """One job of one task where the run is not stored yet."""
         _, pending = split_done([spec], self.root)
-        self.submissions += len(pending)
-        self.tasks += len(pending)
+        self.queue(len(pending))
         return self.inner.obtain(spec, watch, take_over, wait, say, progress)
 
     def obtain_all(self, requests: list[Request], say: SayFn = print) -> list[Obtained]:
-        """One array of the requests not stored yet (a search round's trials)."""
+        """The requests not stored yet, queued at once (a search round's trials)."""
         _, pending = split_done([r.spec for r in requests], self.root)
-        if pending:
-            self.submissions += 1
-            self.tasks += len(pack(pending, self.slurm.array_parallelism, self.slurm.runs_per_task))
+        self.queue(len(pending))
         return self.inner.obtain_all(requests, say)
 
     def run(self, specs: list[RunSpec]) -> list[RunRecord]:
-        """One array of the pending specs, packed into tasks."""
+        """The pending specs, queued at once."""
         _, pending = split_done(specs, self.root)
-        if pending:
-            self.submissions += 1
-            self.tasks += len(pack(pending, self.slurm.array_parallelism, self.slurm.runs_per_task))
+        self.queue(len(pending))
         return self.inner.run(specs)
+
+    def queue(self, runs: int) -> None:
+        """Count what ``runs`` queued at once cost: one submission of the tasks they need
+        beyond those serving the queue (one per run, up to ``array_parallelism``), and one
+        for each fresh task that replaces one that took ``runs_per_task`` runs. Tasks are
+        taken to wait between calls (``task_idle_s`` is longer than the controller's step
+        from one call to the next; with 0 they end whenever the queue is empty)."""
+        if not runs:
+            return
+        most = self.slurm.runs_per_task
+        new = max(0, min(self.slurm.array_parallelism, runs) - self.alive)
+        if new:
+            self.submissions += 1
+            self.tasks += new
+            self.alive += new
+            self.left += new * most
+        if runs > self.left:
+            fresh = math.ceil((runs - self.left) / most)
+            self.submissions += fresh
+            self.tasks += fresh
+            self.left += fresh * most
+        self.left -= runs
+        if self.slurm.task_idle_s == 0:
+            self.alive = self.left = 0
 
 
 @dataclass(frozen=True)

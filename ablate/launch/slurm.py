@@ -1,41 +1,53 @@
-"""The Slurm launcher (``runtime.launcher: slurm``): an :class:`Executor` whose runs are Slurm
-jobs, submitted through submitit, into the shared results folder.
+"""The Slurm launcher (``runtime.launcher: slurm``): an :class:`Executor` whose runs are trained
+by Slurm tasks, submitted through submitit, into the shared results folder.
 
-A stage's pending runs go out as one job array (:func:`pack`): as many tasks as the array runs
-at once (``runtime.slurm.array_parallelism``), each training its share of the runs one after
-another in one process, at most ``runs_per_task`` of them (more tasks where there are more
-runs), so the seconds a task spends starting Python and importing torch are paid once per task,
-not per run, and a stage of hundreds of runs is a few dozen jobs of the queue; a search trial
-or a max-LR probe (``obtain``) is one job, waited for. Each task claims and trains (or
-simulates) each of its runs through the same executor path as a local run
-(:class:`ablate.launch.execute.LocalExecutor` with one worker and
-``runtime.slurm.cpus_per_task`` threads, or the simulator), so what it stores is what a local
-run stores, and a search trial's evaluations reach its Optuna trial through the experiment's
-storage (:class:`ablate.launch.search.PruningWatch`).
+The controller does not give each task its runs: it queues them (:mod:`ablate.launch.slurm_queue`,
+files in ``<results>/<experiment>/.slurm/queue/``) and keeps enough tasks to serve the queue, as
+one job array per submission, at most ``runtime.slurm.array_parallelism`` at once. Each task
+(:func:`serve`) takes the oldest queued run, trains it, takes the next, and so on: up to
+``runs_per_task`` runs, then it ends and a fresh task takes its place; with nothing queued it
+waits ``task_idle_s`` for the controller's next run (the next search trial, max-LR probe or
+stage) before it ends, and ends at once when the queue is empty and no controller waits on it
+(the controller says so when its process ends, Ctrl-C included). So the seconds a task spends
+starting Python and importing torch are paid once per task, not once per run or per search
+round, and a whole experiment is a few submissions. Tasks that are submitted and still pending
+when fewer runs are queued than tasks are free are cancelled.
 
-Job state is read with ``squeue`` (``sacct`` needs accounting, which many clusters and the
-test cluster lack; submitit's own polling uses it). A run's outcome is decided by the store and
-its task's result file, in this order:
+Each task claims and trains (or simulates) each run through the same executor path as a local
+run (:class:`ablate.launch.execute.LocalExecutor` with one worker and
+``runtime.slurm.cpus_per_task`` threads, or the simulator), so what it stores is what a local run
+stores, and a search trial's evaluations reach its Optuna trial through the experiment's storage
+(:class:`ablate.launch.search.PruningWatch`).
 
-- its summary, stored (by a task still running its other runs, or one cut after it) or
-  returned by the task: done;
+Job state is read with ``squeue`` every ``poll_s`` (``sacct`` needs accounting, which many
+clusters and the test cluster lack; submitit's own polling uses it); the store and the queue,
+which are files, are read more often. A task that takes a run records itself as the run's job.
+A run's outcome is decided by the store, the queue and its task, in this order:
+
+- its summary, stored: done;
 - its training raised on the node (outside the run: a data file missing there), or the whole
   task raised: failed once, the exception's last line in the controller's output, not retried;
-- the job ended without a result as ``CANCELLED``, ``PREEMPTED``, ``TIMEOUT``, ``NODE_FAIL``,
-  ``BOOT_FAIL``, ``DEADLINE`` or left the queue: resubmitted (``runtime.slurm.retries`` times),
-  the new task taking over the dead one's claim and resuming the run from its checkpoint
-  (:mod:`ablate.training.run`); runs the task had stored are not resubmitted;
-- it ended ``FAILED`` or ``OUT_OF_MEMORY`` without a result (a setup line that failed, a node
-  that cannot run the job): failed once, with the end of its log.
+- its task ended without storing it as ``CANCELLED``, ``PREEMPTED``, ``TIMEOUT``, ``NODE_FAIL``,
+  ``BOOT_FAIL``, ``DEADLINE`` or left the queue: queued again (``runtime.slurm.retries`` times),
+  the task that takes it taking over the dead one's claim and resuming the run from its
+  checkpoint (:mod:`ablate.training.run`); the task's other runs, stored or never taken, are
+  not touched;
+- its task ended ``FAILED`` or ``OUT_OF_MEMORY`` (a setup line that failed, a node that cannot
+  run the job): failed once, with the end of its log; a task that failed before it took a run
+  fails the runs still queued in the same way.
 
-Every submission is recorded in ``<results>/<experiment>/.slurm/by-run/<run-id>.json``: a
-controller started again adopts the jobs of its pending runs that are still queued or running
-instead of submitting them twice. Stopping the controller (Ctrl-C) leaves its jobs running.
+Every task that takes a run records itself in
+``<results>/<experiment>/.slurm/by-run/<run-id>.json``: a controller started again follows the
+runs whose tasks still train them, and the tasks still serving the queue, instead of
+submitting them twice. Stopping the controller (Ctrl-C) leaves its
+tasks running: they train what is queued, then end.
 """
 
 from __future__ import annotations
 
+import atexit
 import math
+import multiprocessing
 import os
 import signal
 import subprocess
@@ -43,7 +55,7 @@ import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, ClassVar, TypeVar
+from typing import Any, ClassVar
 
 from rich.console import Console
 
@@ -68,6 +80,7 @@ from ablate.launch.execute import (
 from ablate.launch.launchers import Job
 from ablate.launch.progress import ProgressBoard
 from ablate.launch.search import RunFailedError
+from ablate.launch.slurm_queue import Queued, RunQueue, wait_for_run
 from ablate.launch.workers import Resources
 
 ACTIVE = frozenset(
@@ -75,7 +88,6 @@ ACTIVE = frozenset(
     | {"REQUEUE_FED", "RESIZING", "SUSPENDED", "STAGE_OUT", "SIGNALING", "RESV_DEL_HOLD"}
 )
 RETRIED = frozenset({"CANCELLED", "PREEMPTED", "TIMEOUT", "NODE_FAIL", "BOOT_FAIL", "DEADLINE"})
-T = TypeVar("T")
 GONE = "GONE"  # squeue no longer lists the job (it ended more than MinJobAge ago)
 
 
@@ -90,35 +102,58 @@ TERMINATED = 128 + signal.SIGTERM  # the exit status of a task that Slurm stoppe
 Outcome = tuple[str, Any]  # ("done", RunRecord), ("retry", why) or ("failed", message)
 
 
-def run_task(task: Executor, requests: list[Request]) -> dict[str, Outcome]:
-    """What one Slurm task does: obtain its runs through ``task`` one after another (claim,
-    train, store); each run's ``("done", record)``, or ``("failed", line)`` where obtaining it
-    raised (the task goes on with the next run; a store that cannot be written stops it).
+def serve(
+    task: Executor, queue_path: str, logs: str, most: int, idle_s: float
+) -> dict[str, Outcome]:
+    """What each Slurm task does: take runs from the queue at ``queue_path`` one after another
+    and obtain each through ``task`` (claim, train, store), recording itself as each one's job
+    (its submitit folder ``logs``), until it has obtained ``most`` or finds none
+    (:func:`ablate.launch.slurm_queue.wait_for_run`); each run's ``("done", record)``, or
+    ``("failed", line)`` where obtaining it raised (written to the queue at once, and the task
+    goes on; a store that cannot be written stops it).
 
     SIGTERM (scancel, preemption, the time limit) stops the run in progress as Ctrl-C stops a
     local one (it keeps its checkpoint), and the task exits at once without a result
     (submitit's own handler would let it run on until Slurm kills it), so the controller
-    resubmits the runs it had not stored."""
+    queues that run again."""
+    import submitit
+
     signal.signal(signal.SIGTERM, _stop)
+    me = str(submitit.JobEnvironment().job_id)
+    queue = RunQueue(Path(queue_path))
+    queue.hello(me)
     outcomes: dict[str, Outcome] = {}
-    for request in requests:
-        spec = request.spec
-        folder = ExperimentFolder.of(task.root, spec.experiment)
-        report = ProgressFile(folder.run(spec.run_id).progress)
-        try:
-            record = task.obtain(
-                spec, request.watch, request.take_over, wait=True, say=print, progress=report
-            )
-        except KeyboardInterrupt:
-            print(f"run {spec.run_id}: stopped by Slurm; the controller resubmits it", flush=True)
-            os._exit(TERMINATED)
-        except Exception as exc:
-            if store_fault_cause(exc) is not None:
-                raise
-            outcomes[spec.run_id] = ("failed", last_line(f"{type(exc).__name__}: {exc}"))
-            continue
-        outcomes[spec.run_id] = ("done", record)
+    try:
+        while len(outcomes) < most and (queued := wait_for_run(queue, me, idle_s)) is not None:
+            queue.set_busy(me, True)
+            spec = queued.request.spec
+            folder = ExperimentFolder.of(task.root, spec.experiment)
+            record_jobs(folder, [Submitted(spec.run_id, me, queued.attempt, logs, spec.group)])
+            queue.taken_file(spec.run_id, me).unlink(missing_ok=True)
+            outcome = outcomes[spec.run_id] = obtain_here(task, queued.request, folder)
+            if outcome[0] == "failed":
+                queue.fail(spec.run_id, f"job {me} raised: {outcome[1]}")
+            queue.set_busy(me, False)
+    except KeyboardInterrupt:
+        print(f"task {me}: stopped by Slurm; the controller queues its run again", flush=True)
+        os._exit(TERMINATED)
     return outcomes
+
+
+def obtain_here(task: Executor, request: Request, folder: ExperimentFolder) -> Outcome:
+    """One run obtained in a task: ``("done", record)`` or ``("failed", line)``; a store
+    fault (and an interrupt) goes up."""
+    spec = request.spec
+    report = ProgressFile(folder.run(spec.run_id).progress)
+    try:
+        record = task.obtain(
+            spec, request.watch, request.take_over, wait=True, say=print, progress=report
+        )
+    except Exception as exc:
+        if store_fault_cause(exc) is not None:
+            raise
+        return "failed", last_line(f"{type(exc).__name__}: {exc}")
+    return "done", record
 
 
 def _stop(signum: int, frame: object) -> None:
@@ -172,8 +207,8 @@ def job_states(job_ids: Iterable[str]) -> dict[str, str]:
 
 @dataclass
 class Submitted:
-    """One run's job: its id, its attempt (1 = first submission), submitit's folder and the
-    run's stage (group)."""
+    """One run's task: its job id, the run's attempt (1 = first queued), submitit's folder
+    and the run's stage (group)."""
 
     run_id: str
     job_id: str
@@ -189,7 +224,7 @@ class Submitted:
 
 
 def recorded_jobs(folder: ExperimentFolder, run_ids: Iterable[str]) -> dict[str, Submitted]:
-    """The last job submitted for each of these runs, where one was."""
+    """The task that last took each of these runs, where one did."""
     found = {rid: read_json(folder.slurm_job(rid)) for rid in run_ids}
     return {rid: Submitted(**entry) for rid, entry in found.items() if entry}
 
@@ -201,7 +236,7 @@ def submitted_jobs(folder: ExperimentFolder) -> dict[str, Submitted]:
 
 
 def record_jobs(folder: ExperimentFolder, submitted: list[Submitted]) -> None:
-    """Record each run's new job (a file per run, written whole)."""
+    """Record each run's task (a file per run, written whole)."""
     for job in submitted:
         path = folder.slurm_job(job.run_id)
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -214,14 +249,14 @@ def job_outcome(submitted: Submitted, state: str, folder: ExperimentFolder) -> O
     job = submitted.job()
     if job.paths.result_pickle.exists():
         try:
-            kind, value = job.result()[submitted.run_id]
+            result = job.result()
         except Exception as exc:  # submitit's FailedJobError: the task's traceback inside
             return "failed", f"job {submitted.job_id} raised: {raised_line(exc)}"
-        return (
-            (kind, value)
-            if kind == "done"
-            else ("failed", f"job {submitted.job_id} raised: {value}")
-        )
+        if submitted.run_id in result:
+            kind, value = result[submitted.run_id]
+            return (
+                (kind, value) if kind == "done" else ("failed", f"job {job.job_id} raised: {value}")
+            )
     record = folder.run(submitted.run_id).read_record()
     if record is not None:  # stored before its task was cut
         return "done", record
@@ -255,8 +290,8 @@ def log_tail(job: Any) -> str:
 
 @dataclass
 class SlurmExecutor:
-    """Runs as Slurm tasks, several to a task (:func:`pack`); ``task`` is what a task runs
-    its specs with."""
+    """Runs queued for Slurm tasks that each train several (:func:`serve`); ``task`` is what
+    a task runs them with."""
 
     imports: ClassVar[tuple[str, ...]] = ()  # its study workers train nothing themselves
     root: Path
@@ -279,7 +314,7 @@ class SlurmExecutor:
         say: SayFn = print,
         progress: ProgressFn | None = None,
     ) -> RunRecord:
-        """The stored record of ``spec``, else one job that obtains it, waited for (its
+        """The stored record of ``spec``, else queued for the tasks and waited for (its
         steps go to the run's progress file, not to ``progress``)."""
 
         def attempt() -> RunRecord:
@@ -292,8 +327,8 @@ class SlurmExecutor:
         return obtain_with(attempt, spec, self.root, wait, say)
 
     def obtain_all(self, requests: list[Request], say: SayFn = print) -> list[Obtained]:
-        """The stored records of the requests' runs, the others as one job array (a task
-        each, up to the array's parallelism), waited for."""
+        """The stored records of the requests' runs, the others queued together for the
+        queue's tasks, waited for."""
         found: dict[str, Obtained] = {}
         pending = []
         for request in requests:
@@ -312,7 +347,7 @@ class SlurmExecutor:
         return [found[request.spec.run_id] for request in requests]
 
     def run(self, specs: list[RunSpec]) -> list[RunRecord]:
-        """Every pending spec as a task of one job array; the records of all."""
+        """Every pending spec through the queue; the records of all."""
         console = self.console or Console(stderr=True)
         done, pending = split_done(specs, self.root)
         say_done(console, len(done), len(pending), self.root)
@@ -326,55 +361,162 @@ class SlurmExecutor:
     def _through_jobs(
         self, requests: list[Request], say: SayFn, board: ProgressBoard | None = None
     ) -> dict[str, Outcome]:
-        """Submit (or adopt) the requests' tasks and follow them until each run is done or
-        failed, resubmitting the lost (taking over their claims); ``{run_id: (kind, record or
-        message)}``."""
+        """Queue the requests' runs (following those a task of an earlier controller still
+        trains), keep tasks serving the queue, and follow each run until it is done or
+        failed, queueing the lost again (taking over their claims); ``{run_id: (kind, record
+        or message)}``."""
         specs = [request.spec for request in requests]
         folder = ExperimentFolder.of(self.root, specs[0].experiment)
+        queue = open_queue(folder)
         by_id = {request.spec.run_id: request for request in requests}
         live = self._adopt(folder, specs, say)
-        fresh = [request for request in requests if request.spec.run_id not in live]
-        live.update(self._submit(folder, fresh, 1, say))
+        waiting: dict[str, int] = {}  # queued, not yet taken: the attempt
+        for run_id, request in by_id.items():
+            if run_id not in live:
+                put(folder, queue, Queued(request), waiting)
         outcomes: dict[str, Outcome] = {}
         ended_at: dict[str, float] = {}
-        while live:
-            time.sleep(self.config.poll_s)
-            states = job_states(job.job_id for job in live.values())
-            retry: dict[int, list[Request]] = {}
+        states: dict[str, str] = {}
+        read_at = -math.inf
+        while live or waiting:
+            if time.monotonic() - read_at >= self.config.poll_s:
+                queue.open()
+                states, setup_failed = self._staff(folder, queue, say)
+                states |= job_states(j.job_id for j in live.values() if j.job_id not in states)
+                read_at = time.monotonic()
+                for run_id in list(waiting) if setup_failed else []:
+                    del waiting[run_id]
+                    self._finish(outcomes, board, by_id[run_id], "failed", setup_failed)
+            for run_id, attempt in list(waiting.items()):
+                kind, value = self._queued_outcome(folder, queue, run_id, attempt, states)
+                if kind == "taken":
+                    live[run_id] = value
+                    del waiting[run_id]
+                elif kind != "waiting":
+                    del waiting[run_id]
+                    self._finish(outcomes, board, by_id[run_id], kind, value)
             for run_id, job in list(live.items()):
-                state = states.get(job.job_id)
-                stored = folder.run(run_id).read_record()
-                if (state is None or state in ACTIVE) and stored is None:
-                    if state == "RUNNING" and board is not None:
+                found = self._live_outcome(folder, queue, job, states.get(job.job_id), ended_at)
+                if found is None:
+                    if board is not None and states.get(job.job_id) == "RUNNING":
                         if (step := reported_step(folder, run_id)) is not None:
-                            board.start(by_id[run_id].spec)  # a packed task's run that began
+                            board.start(by_id[run_id].spec)
                             board.update(run_id, *step)
                     continue
-                kind, value = ("done", stored) if stored else job_outcome(job, state, folder)
-                if (
-                    kind == "failed"
-                    and time.monotonic() - ended_at.setdefault(run_id, time.monotonic())
-                    < self.config.result_wait_s
-                ):
-                    continue  # its result file may not have reached this node yet
+                kind, value = found
                 del live[run_id]
                 if kind == "retry" and job.attempt <= self.config.retries:
-                    say(f"{value}: resubmitting run {run_id} (retry {job.attempt})")
+                    say(f"{value}: queueing run {run_id} again (retry {job.attempt})")
                     lost = replace(by_id[run_id], take_over=True)
-                    retry.setdefault(job.attempt + 1, []).append(lost)
+                    put(folder, queue, Queued(lost, job.attempt + 1), waiting)
                     continue
                 if kind == "retry":
                     kind, value = "failed", f"{value}, after {job.attempt} attempts"
-                outcomes[run_id] = (kind, value)
-                if board is not None:
-                    board.finish(
-                        by_id[run_id].spec,
-                        value if kind == "done" else None,
-                        None if kind == "done" else f"failed: {value}",
-                    )
-            for attempt, lost in retry.items():
-                live.update(self._submit(folder, lost, attempt, say))
+                self._finish(outcomes, board, by_id[run_id], kind, value)
+            if live or waiting:
+                time.sleep(min(self.config.poll_s, STORE_POLL_S))
         return outcomes
+
+    def _live_outcome(
+        self,
+        folder: ExperimentFolder,
+        queue: RunQueue,
+        job: Submitted,
+        state: str | None,
+        ended_at: dict[str, float],
+    ) -> Outcome | None:
+        """What became of a run a task took: None while it trains, else ``("done", record)``,
+        ``("retry", why)`` or ``("failed", line)`` (a task that ended without a result is
+        given ``result_wait_s`` for it to appear first: ``ended_at`` holds when it ended)."""
+        stored = folder.run(job.run_id).read_record()
+        if stored is not None:
+            return "done", stored
+        failure = queue.failure(job.run_id)
+        if failure is not None:
+            return "failed", failure
+        if state is None or state in ACTIVE:
+            return None
+        kind, value = job_outcome(job, state, folder)
+        waited = time.monotonic() - ended_at.setdefault(job.run_id, time.monotonic())
+        if kind == "failed" and waited < self.config.result_wait_s:
+            return None  # its result file may not have reached this node yet
+        return kind, value
+
+    @staticmethod
+    def _finish(
+        outcomes: dict[str, Outcome],
+        board: ProgressBoard | None,
+        request: Request,
+        kind: str,
+        value: Any,
+    ) -> None:
+        """Settle one run's outcome (and its line on the board)."""
+        outcomes[request.spec.run_id] = (kind, value)
+        if board is not None:
+            board.finish(
+                request.spec,
+                value if kind == "done" else None,
+                None if kind == "done" else f"failed: {value}",
+            )
+
+    def _queued_outcome(
+        self,
+        folder: ExperimentFolder,
+        queue: RunQueue,
+        run_id: str,
+        attempt: int,
+        states: dict[str, str],
+    ) -> tuple[str, Any]:
+        """What became of a queued run: ``("waiting", None)``, ``("taken", Submitted)``,
+        ``("done", record)`` (another controller's task trained it) or ``("failed", line)``."""
+        record = folder.run(run_id).read_record()
+        if record is not None:
+            return "done", record
+        job = recorded_jobs(folder, [run_id]).get(run_id)
+        if job is not None:
+            return "taken", job
+        taker = queue.taken_by(run_id)
+        if taker is not None and states.get(taker, "RUNNING") not in ACTIVE:
+            group = queue_group(folder, run_id)
+            logs = str(task_logs(folder, self.config))
+            return "taken", Submitted(run_id, taker, attempt, logs, group)
+        return "waiting", None
+
+    def _staff(
+        self, folder: ExperimentFolder, queue: RunQueue, say: SayFn
+    ) -> tuple[dict[str, str], str | None]:
+        """Keep as many tasks as there are queued runs beyond the free ones (up to the
+        array's parallelism), cancelling pending tasks no run needs; the tasks' states, and
+        the line of a task that failed before it served (its setup) where no other started."""
+        with queue.lock():
+            jobs = queue.workers()
+            states = job_states(jobs)
+            alive = [job for job in jobs if states.get(job, "PENDING") in ACTIVE]
+            failed = [j for j in jobs if states.get(j) in SETUP_FAILED and not queue.started(j)]
+            if failed and not any(queue.started(job) for job in alive):
+                job = failed[0]
+                line = f"job {job} {states[job].lower()}: {log_tail(self._job(folder, job))}"
+                return states, line
+            free = [job for job in alive if not queue.is_busy(job)]
+            wanted = len(queue.waiting())
+            if wanted > len(free):
+                count = min(wanted - len(free), self.config.array_parallelism - len(alive))
+                if count > 0:
+                    alive += self._submit(folder, queue, count, wanted, say)
+            elif len(free) > wanted:
+                idle = [job for job in free if states.get(job) == "PENDING"]
+                spare = idle[: len(free) - wanted]
+                if spare:
+                    subprocess.run(["scancel", *spare], capture_output=True)
+                    alive = [job for job in alive if job not in spare]
+            queue.set_workers(alive)
+        return states, None
+
+    def _job(self, folder: ExperimentFolder, job_id: str) -> Any:
+        """The submitit job of one of this experiment's tasks (for its log)."""
+        from submitit import SlurmJob
+
+        return SlurmJob(folder=task_logs(folder, self.config), job_id=job_id)
 
     def _adopt(
         self, folder: ExperimentFolder, specs: list[RunSpec], say: SayFn
@@ -385,45 +527,41 @@ class SlurmExecutor:
         live = {job.run_id: job for job in recorded if states.get(job.job_id) in ACTIVE}
         if live:
             ids = ", ".join(sorted({job.job_id.split("_")[0] for job in live.values()}))
-            say(f"following {len(live)} jobs already queued or running (job {ids})")
+            say(f"following {len(live)} runs a task of job {ids} trains")
         return live
 
     def _submit(
-        self, folder: ExperimentFolder, requests: list[Request], attempt: int, say: SayFn
-    ) -> dict[str, Submitted]:
-        """One job array (one job for one task) of ``requests`` packed into tasks
-        (:func:`pack`), each run's task recorded."""
-        if not requests:
-            return {}
+        self, folder: ExperimentFolder, queue: RunQueue, count: int, wanted: int, say: SayFn
+    ) -> list[str]:
+        """``count`` more tasks to serve the queue, as one job array; their job ids."""
         from submitit.core.utils import FailedJobError  # what a failed sbatch raises
 
-        executor = self._submitit(folder, requests[0].spec.experiment)
-        tasks = pack(requests, self.config.array_parallelism, self.config.runs_per_task)
-        n = len(tasks)
+        executor = self._submitit(folder, folder.path.name)
+        where, logs = str(queue.path.resolve()), str(executor.folder)
+        most, idle_s = self.config.runs_per_task, self.config.task_idle_s
         try:
-            jobs = executor.map_array(run_task, [self.task] * n, tasks)
+            jobs = executor.map_array(
+                serve,
+                [self.task] * count,
+                [where] * count,
+                [logs] * count,
+                [most] * count,
+                [idle_s] * count,
+            )
         except FailedJobError as exc:  # sbatch refused: bad partition, account, limits
             raise ConfigError(
                 f"runtime.slurm: sbatch refused the job: {sbatch_error(exc)}"
             ) from None
-        logs = str(executor.folder)
-        submitted = [
-            Submitted(request.spec.run_id, job.job_id, attempt, logs, request.spec.group)
-            for task, job in zip(tasks, jobs, strict=True)
-            for request in task
-        ]
-        record_jobs(folder, submitted)
-        array = submitted[0].job_id.split("_")[0]
-        say(f"submitted {len(requests)} run(s) to Slurm as job {array} ({n} task(s))")
-        return {job.run_id: job for job in submitted}
+        array = jobs[0].job_id.split("_")[0]
+        say(f"submitted {count} task(s) to Slurm as job {array} for {wanted} queued run(s)")
+        return [job.job_id for job in jobs]
 
     def _submitit(self, folder: ExperimentFolder, experiment: str) -> Any:
         """A submitit executor with this section's sbatch parameters."""
         import submitit
 
         cfg = self.config
-        logs = Path(cfg.log_dir) if cfg.log_dir else folder.slurm_logs
-        executor = submitit.SlurmExecutor(folder=logs / "%j", max_num_timeout=0)
+        executor = submitit.SlurmExecutor(folder=task_logs(folder, cfg), max_num_timeout=0)
         optional = {
             "partition": cfg.partition,
             "account": cfg.account,
@@ -444,17 +582,40 @@ class SlurmExecutor:
         return executor
 
 
-def pack(specs: list[T], parallel: int, most: int) -> list[list[T]]:
-    """``specs`` (runs, or requests for runs) as the tasks of one array: as many tasks as run
-    at once (``parallel``, or one per spec where there are fewer), more where a task would hold
-    over ``most`` runs; runs in order, the tasks' sizes differing by one at most. Packing never
-    costs parallelism: a stage with fewer runs than free slots still trains every run at
-    once."""
-    n = len(specs)
-    tasks = min(n, max(parallel, math.ceil(n / most)))
-    size, extra = divmod(n, tasks)
-    bounds = [i * size + min(i, extra) for i in range(tasks + 1)]
-    return [specs[bounds[i] : bounds[i + 1]] for i in range(tasks)]
+STORE_POLL_S = 0.25  # how often the controller reads the store and the queue (files)
+SETUP_FAILED = frozenset({"FAILED", "OUT_OF_MEMORY"})
+_CLOSE_AT_EXIT: set[Path] = set()
+
+
+def open_queue(folder: ExperimentFolder) -> RunQueue:
+    """The experiment's queue, said to have a controller waiting on it; the process that
+    started ablate (not a study's worker) says at its exit that none waits any more, so the
+    tasks leave once the queue is empty."""
+    queue = RunQueue(folder.slurm_queue)
+    queue.open()
+    if multiprocessing.parent_process() is None and queue.path not in _CLOSE_AT_EXIT:
+        _CLOSE_AT_EXIT.add(queue.path)
+        atexit.register(queue.close)
+    return queue
+
+
+def put(folder: ExperimentFolder, queue: RunQueue, queued: Queued, waiting: dict[str, int]) -> None:
+    """Queue a run, forgetting its last task (the one that takes it records itself)."""
+    run_id = queued.request.spec.run_id
+    folder.slurm_job(run_id).unlink(missing_ok=True)
+    queue.put(queued)
+    waiting[run_id] = queued.attempt
+
+
+def queue_group(folder: ExperimentFolder, run_id: str) -> str:
+    """A run's stage as its folder's config says (``?`` before it is written)."""
+    return str((read_json(folder.run(run_id).config) or {}).get("group", "?"))
+
+
+def task_logs(folder: ExperimentFolder, config: SlurmConfig) -> Path:
+    """Where submitit keeps each task's script, pickles and log (``%j``: the job id)."""
+    logs = Path(config.log_dir) if config.log_dir else folder.slurm_logs
+    return logs / "%j"
 
 
 def sbatch_error(exc: Exception) -> str:
@@ -488,13 +649,21 @@ class SlurmLauncher:
         return Resources(max(1, min(jobs, runtime.slurm.array_parallelism)), 1)
 
     def jobs(self, folder: ExperimentFolder) -> dict[str, Job]:
-        """Each run's last recorded job with its state from ``squeue``."""
+        """Each run's last recorded job with its state from ``squeue``, and each queued run
+        as queued for the queue's newest task (while there is none, it is not started)."""
         submitted = submitted_jobs(folder)
         states = job_states(job.job_id for job in submitted.values())
-        return {
+        found = {
             run_id: Job(job.job_id, job.group, _word(states.get(job.job_id)))
             for run_id, job in submitted.items()
         }
+        queue = RunQueue(folder.slurm_queue)
+        tasks = queue.workers()
+        for run_id in queue.waiting() if tasks else []:
+            queued = queue.read(run_id)
+            if queued is not None:
+                found[run_id] = Job(tasks[-1], queued.request.spec.group, "queued")
+        return found
 
 
 def _word(state: str | None) -> str | None:

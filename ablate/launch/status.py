@@ -1,12 +1,12 @@
 """``ablate status``: where an experiment's runs stand, per stage, at a glance.
 
 Every run the plan names (``experiment.json``), every study run that is stored, and every run
-a launcher submitted as a job (the Slurm launcher's ``.slurm/by-run/``) is one of: **done** (a
-summary with a final status), **failed** (a summary that says so, or a job that ended without
-one), **interrupted** (stopped by Ctrl-C or a signal: its summary says so, and a rerun trains
-it), **running** or **queued** (its job's state as its launcher reads it, or a local process
-that holds it; a run of a task that trains several in turn is running only while it is claimed,
-and queued while its task trains the others), or **not started**. Nothing here writes; it
+a launcher holds as a job (the Slurm launcher's ``.slurm/by-run/`` and its queue) is one of:
+**done** (a summary with a final status), **failed** (a summary that says so, or a job that
+ended without one), **interrupted** (stopped by Ctrl-C or a signal: its summary says so, and a
+rerun trains it), **running** or **queued** (its job's state as its launcher reads it, or a
+local process that holds it; a run of a task that trains several in turn is running only while
+it is claimed), or **not started**. Nothing here writes; it
 reads the store and asks each registered launcher (:mod:`ablate.launch.launchers`) for its
 jobs. Where a stage waits on jobs it says how many of their tasks are training.
 """

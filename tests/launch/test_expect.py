@@ -16,18 +16,23 @@ SEARCH = {"n_trials": 3, "lr_min": 1e-3, "lr_max": 0.1, "warmup_max": 10}
 MAX_LR = {"factor": 4.0, "lr_max": 10.0}
 
 
-def test_a_stage_call_with_runs_to_train_is_one_array_packed_into_tasks(tmp_path: Path) -> None:
-    experiment = simulated_experiment(tmp_path, seeds=[0, 1, 2])
-    specs = plan_runs(experiment)  # 2 variants x 3 seeds
-    counter = CountingExecutor(tmp_path / "results", SlurmConfig(array_parallelism=4))
-    counter.run(specs)
-    assert (counter.submissions, counter.tasks) == (1, 4)  # 6 runs over 4 slots
-    counter.run(specs)  # all stored: nothing is submitted
+def test_queued_runs_are_served_by_the_tasks_already_running(tmp_path: Path) -> None:
+    experiment = simulated_experiment(tmp_path, seeds=[0, 1, 2, 3, 4, 5])
+    specs = plan_runs(experiment)  # 2 variants x 6 seeds
+    slurm = SlurmConfig(array_parallelism=4, runs_per_task=2)
+    counter = CountingExecutor(tmp_path / "results", slurm)
+    counter.run(specs[:6])
+    assert (counter.submissions, counter.tasks) == (1, 4)  # 6 runs over 4 slots, 2 a task
+    counter.run(specs[:6])  # all stored: nothing is submitted
     assert (counter.submissions, counter.tasks) == (1, 4)
-    extra = plan_runs(experiment, seeds=[3])[0]
-    counter.obtain(extra, wait=True)  # a trial or probe: a job of its own
-    counter.obtain(extra, wait=True)  # stored now
-    assert (counter.submissions, counter.tasks) == (2, 5)
+    counter.obtain(specs[6], wait=True)  # a trial or probe: a task still serving takes it
+    assert (counter.submissions, counter.tasks) == (1, 4)
+    counter.run(specs[7:])  # 5 more: one task's last run, then fresh tasks for 4
+    assert (counter.submissions, counter.tasks) == (3, 6)
+    idle = CountingExecutor(tmp_path / "idle", SlurmConfig(array_parallelism=4, task_idle_s=0))
+    idle.run(specs[:2])
+    idle.obtain(specs[2], wait=True)  # tasks that do not wait: a submission per call
+    assert (idle.submissions, idle.tasks) == (2, 3)
 
 
 @pytest.mark.usefixtures("unrendered_figures")
@@ -40,9 +45,9 @@ def test_the_design_counts_each_stage_within_its_cap(tmp_path: Path) -> None:
         probes = design.counts.counts[(variant, "max_lr")]
         assert 2 <= probes <= study_runs(experiment, cfg, variant)["max_lr"][0]
     counts = design.counts.counts
-    assert design.tasks == sum(counts.values())  # 64 slots: a task per run of every array
-    obtained = sum(n for (_, stage), n in counts.items() if stage in ("search", "max_lr"))
-    assert obtained + 2 <= design.submissions < design.tasks  # main's and tuned's arrays
+    widest = max(2 * SEARCH["n_trials"], 4)  # the main A/B's 4 runs, or the 6 trials at once
+    assert 4 <= design.tasks <= widest  # the tasks serve every stage: none for a probe
+    assert design.submissions <= design.tasks < sum(counts.values())
     assert "Max stable LR" in "\n".join(design.summary)
     assert not (tmp_path / "results").exists()  # it ran in a folder of its own
 

@@ -6,6 +6,7 @@ bad input that fails once with its line. Skipped where Slurm is missing, unless
 from __future__ import annotations
 
 import json
+import re
 import signal
 import subprocess
 import time
@@ -79,10 +80,12 @@ def test_a_simulated_experiment_through_slurm_stores_what_the_local_run_stores(
     slurm_losses = final_losses(tmp_path / "results")
     assert slurm_losses == final_losses(local_dir / "results")  # same run ids, same bits
     jobs = jobs_of(path)
-    assert set(jobs) == set(slurm_losses)  # every run was a job of its own
+    assert set(jobs) == set(slurm_losses)  # every run was taken by a task, once
     assert all(job["attempt"] == 1 for job in jobs.values())
-    assert "submitted 4 run(s) to Slurm as job" in done.stdout  # main A/B: one array of 4
-    assert done.stdout.count("submitted 2 run(s) to Slurm as job") == 2  # a round per search
+    first = re.search(r"submitted 4 task\(s\) to Slurm as job (\d+) for 4 queued", done.stdout)
+    assert first is not None, done.stdout  # main A/B: a task a run
+    arrays = {job["job_id"].split("_")[0] for job in jobs.values()}
+    assert arrays == {first[1]}, done.stdout  # and its tasks served the searches too
     for trial in study_trials(journal, "tiny.layernorm.search"):  # reported from each job
         assert trial.state.name == "COMPLETE" and trial.intermediate_values
 
@@ -118,17 +121,17 @@ def test_a_job_cancelled_mid_run_is_resubmitted_and_nothing_is_lost_or_twice(
     subprocess.run(["scancel", victim], check=True)
     out, _ = controller.communicate(timeout=120)
     assert controller.returncode == 0, out
-    assert f"job {victim} cancelled: resubmitting run" in out
+    assert f"job {victim} cancelled: queueing run" in out
     jobs = jobs_of(path)
     assert sorted(job["attempt"] for job in jobs.values()) == [1, 2]
     runs = load_summaries(ExperimentFolder(tmp_path / "results" / "tiny"))
     assert len(runs) == 2 and set(runs["status"]) == {"finished"}  # each run stored once
 
 
-def test_a_packed_task_cancelled_mid_way_loses_only_its_unfinished_runs(tmp_path: Path) -> None:
+def test_a_task_cancelled_mid_way_loses_only_the_run_it_was_training(tmp_path: Path) -> None:
     """One task trains all four runs of the main stage (array_parallelism 1); cancelled during
-    its second run, it is resubmitted for the three it had not stored, and the first is kept
-    as it was, not trained again."""
+    its second run, only that run is queued again, the first is kept as it was, not trained
+    again, and a fresh task takes the three still queued."""
     path = simulated_file(tmp_path, {"array_parallelism": 1}, pace_s=2.0)
     controller = ablate_process("run", str(path), cwd=tmp_path)
     folder = ExperimentFolder.of(tmp_path / "results", "tiny")
@@ -147,12 +150,12 @@ def test_a_packed_task_cancelled_mid_way_loses_only_its_unfinished_runs(tmp_path
     subprocess.run(["scancel", wait_for(running_tasks, what="the task")[0]], check=True)
     out, _ = controller.communicate(timeout=120)
     assert controller.returncode == 0, out
-    assert "submitted 4 run(s) to Slurm as job" in out and "(1 task(s))" in out
-    assert out.count("cancelled: resubmitting run") == 3, out
-    assert "submitted 3 run(s)" in out  # the lost ones, again as one array
+    assert "submitted 1 task(s) to Slurm as job" in out
+    assert out.count("cancelled: queueing run") == 1, out
+    assert out.count("submitted 1 task(s)") == 2, out  # a fresh task for the rest
     jobs = jobs_of(path)
     assert jobs[first.run_id]["attempt"] == 1
-    assert sorted(job["attempt"] for job in jobs.values()) == [1, 2, 2, 2]
+    assert sorted(job["attempt"] for job in jobs.values()) == [1, 1, 1, 2]
     assert first.summary.read_bytes() == stored  # kept, not trained twice
     runs = load_summaries(folder)
     assert len(runs) == 4 and set(runs["status"]) == {"finished"}
@@ -161,21 +164,23 @@ def test_a_packed_task_cancelled_mid_way_loses_only_its_unfinished_runs(tmp_path
 def test_a_restarted_controller_follows_its_queued_jobs_instead_of_submitting_them_again(
     tmp_path: Path,
 ) -> None:
-    path = simulated_file(tmp_path, pace_s=3.0)
+    path = simulated_file(tmp_path, pace_s=5.0)
     first = ablate_process("run", str(path), cwd=tmp_path)
-    wait_for(lambda: len(jobs_of(path)) == 4, what="the first controller's submission")
+    wait_for(lambda: len(jobs_of(path)) == 2, timeout=90, what="two runs taken by tasks")
     first.send_signal(signal.SIGINT)
     out, _ = first.communicate(timeout=60)
     assert first.returncode == 130, out
-    submitted = jobs_of(path)
+    array = next(iter(jobs_of(path).values()))["job_id"].split("_")[0]
     status = ablate_process("status", "results/tiny", cwd=tmp_path).communicate(timeout=60)[0]
-    array = next(iter(submitted.values()))["job_id"].split("_")[0]
-    assert "waiting for main: " in status and f"(Slurm job {array}; " in status, status
+    assert "waiting for main: 2 running, 2 queued" in status, status
+    assert f"(Slurm job {array}; 2 task(s) training)" in status, status
     again = run_ablate(path)
     assert again.returncode == 0, again.stdout
-    assert "following" in again.stdout and "already queued or running" in again.stdout
-    assert "submitted" not in again.stdout  # nothing went to Slurm twice
-    assert jobs_of(path) == submitted
+    assert f"a task of job {array} trains" in again.stdout, again.stdout
+    assert "submitted" not in again.stdout  # its tasks went on: nothing went to Slurm twice
+    jobs = jobs_of(path)
+    assert {job["job_id"].split("_")[0] for job in jobs.values()} == {array}
+    assert all(job["attempt"] == 1 for job in jobs.values())
     assert len(load_summaries(ExperimentFolder(tmp_path / "results" / "tiny"))) == 4
 
 
@@ -196,7 +201,7 @@ def test_a_job_whose_setup_fails_fails_once_with_its_line(tmp_path: Path) -> Non
     assert failed.returncode == 1, failed.stdout
     lines = [line for line in failed.stdout.splitlines() if "module: no such module" in line]
     assert len(lines) == 4, failed.stdout  # one line per run, none resubmitted
-    assert "resubmitting" not in failed.stdout
+    assert "queueing run" not in failed.stdout
     assert all(job["attempt"] == 1 for job in jobs_of(path).values())
 
 
@@ -217,7 +222,7 @@ def test_a_task_that_raises_on_its_node_fails_once_with_its_exception_line(
     assert failed.returncode == 1, failed.stdout
     lines = [line for line in failed.stdout.splitlines() if " raised: " in line]
     assert len(lines) == 2 and all("corpus.txt" in line for line in lines), failed.stdout
-    assert "resubmitting" not in failed.stdout
+    assert "queueing run" not in failed.stdout
     assert all(job["attempt"] == 1 for job in jobs_of(path).values())
 
 
@@ -269,7 +274,7 @@ def test_a_cancelled_trained_run_resumes_from_its_checkpoint_bit_for_bit(tmp_pat
     subprocess.run(["scancel", wait_for(running_tasks, what="the running task")[0]], check=True)
     out, _ = controller.communicate(timeout=240)
     assert controller.returncode == 0, out
-    assert "cancelled: resubmitting run" in out
+    assert "cancelled: queueing run" in out
     record = run.read_record()
     assert record is not None and record.status == "finished"
     resumed = record.extra["resumed_from_step"]

@@ -1,0 +1,200 @@
+"""The queue between the Slurm controller and its tasks: files in the experiment's
+``.slurm/queue/`` on the shared file system (:meth:`ExperimentFolder.slurm_queue`).
+
+The controller puts each run it wants as ``<run-id>.pkl`` (the request and its attempt); a
+task takes one by renaming it to ``<run-id>.<job-id>.taken`` (a rename is atomic: one task
+gets it), records itself as the run's job (``.slurm/by-run/``) and drops the ``.taken`` file.
+A task says it started (``started/<job-id>``) and marks itself busy while it trains
+(``busy/<job-id>``), so the controller knows how many of its tasks are free and which failed
+before they served; a run that raised on a node is written to ``failed/<run-id>.txt`` at
+once (the task goes on with the next). ``controller`` exists while a controller waits on the
+queue: without it, a task leaves as soon as the queue is empty; with it, after
+``runtime.slurm.task_idle_s`` with nothing to train. ``workers.json`` lists the tasks
+submitted to serve the queue, and ``.lock`` is held while one process decides how many more
+to submit.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import pickle
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+from ablate.core.folders import read_json, write_atomic, write_json_atomic, write_text_atomic
+from ablate.launch.execute import Request
+
+SUFFIX = ".pkl"
+TAKEN = ".taken"
+
+
+@dataclass(frozen=True)
+class Queued:
+    """A run in the queue: the request and which attempt this is (1: the first)."""
+
+    request: Request
+    attempt: int = 1
+
+
+@dataclass(frozen=True)
+class RunQueue:
+    """One experiment's queue folder (this module's docstring)."""
+
+    path: Path
+
+    def put(self, queued: Queued) -> None:
+        """Queue a run (again): written whole, its earlier failure forgotten."""
+        run_id = queued.request.spec.run_id
+        self.path.mkdir(parents=True, exist_ok=True)
+        self.failed_file(run_id).unlink(missing_ok=True)
+        data = pickle.dumps(queued)
+        write_atomic(self.path / f"{run_id}{SUFFIX}", lambda tmp: tmp.write_bytes(data))
+
+    def waiting(self) -> list[str]:
+        """The run ids queued and not taken, oldest first."""
+        if not self.path.is_dir():
+            return []
+        found = []
+        for entry in os.scandir(self.path):
+            if entry.name.endswith(SUFFIX):
+                try:
+                    found.append((entry.stat().st_mtime_ns, entry.name.removesuffix(SUFFIX)))
+                except FileNotFoundError:  # taken meanwhile
+                    continue
+        return [run_id for _, run_id in sorted(found)]
+
+    def read(self, run_id: str) -> Queued | None:
+        """A waiting run's entry, None once it is taken."""
+        try:
+            return pickle.loads((self.path / f"{run_id}{SUFFIX}").read_bytes())
+        except FileNotFoundError:
+            return None
+
+    def take(self, job_id: str) -> Queued | None:
+        """The oldest waiting run for task ``job_id``, None when there is none; the task owns
+        it once it is renamed to its ``.taken`` name."""
+        for run_id in self.waiting():
+            taken = self.taken_file(run_id, job_id)
+            try:
+                os.rename(self.path / f"{run_id}{SUFFIX}", taken)
+            except FileNotFoundError:  # another task was faster
+                continue
+            return pickle.loads(taken.read_bytes())
+        return None
+
+    def taken_file(self, run_id: str, job_id: str) -> Path:
+        """A run's entry while task ``job_id`` records itself as its job."""
+        return self.path / f"{run_id}.{job_id}{TAKEN}"
+
+    def taken_by(self, run_id: str) -> str | None:
+        """The task that took a run and has not yet recorded itself, if any."""
+        for path in self.path.glob(f"{run_id}.*{TAKEN}"):
+            return path.name.removesuffix(TAKEN).split(".", 1)[1]
+        return None
+
+    def failed_file(self, run_id: str) -> Path:
+        """Where a task writes the line of a run that raised on its node."""
+        return self.path / "failed" / f"{run_id}.txt"
+
+    def fail(self, run_id: str, line: str) -> None:
+        """Record that a run raised (``line`` says how)."""
+        self.failed_file(run_id).parent.mkdir(parents=True, exist_ok=True)
+        write_text_atomic(self.failed_file(run_id), line)
+
+    def failure(self, run_id: str) -> str | None:
+        """The line of a run that raised on a node, if it did."""
+        try:
+            return self.failed_file(run_id).read_text(encoding="utf-8")
+        except FileNotFoundError:
+            return None
+
+    def busy_file(self, job_id: str) -> Path:
+        """Present while task ``job_id`` trains a run."""
+        return self.path / "busy" / job_id
+
+    def set_busy(self, job_id: str, busy: bool) -> None:
+        """Mark task ``job_id`` training (or free)."""
+        path = self.busy_file(job_id)
+        if busy:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.touch()
+        else:
+            path.unlink(missing_ok=True)
+
+    def is_busy(self, job_id: str) -> bool:
+        """Whether task ``job_id`` is training a run."""
+        return self.busy_file(job_id).exists()
+
+    def hello(self, job_id: str) -> None:
+        """Say task ``job_id`` started (a task that fails before this failed in its setup)."""
+        path = self.path / "started" / job_id
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.touch()
+
+    def started(self, job_id: str) -> bool:
+        """Whether task ``job_id`` ever started serving the queue."""
+        return (self.path / "started" / job_id).exists()
+
+    @property
+    def controller_file(self) -> Path:
+        """Present while a controller waits on this queue."""
+        return self.path / "controller"
+
+    def open(self) -> None:
+        """Say a controller waits on the queue (its tasks stay for the next run)."""
+        self.path.mkdir(parents=True, exist_ok=True)
+        self.controller_file.touch()
+
+    def close(self) -> None:
+        """Say no controller waits: tasks leave once the queue is empty."""
+        self.controller_file.unlink(missing_ok=True)
+
+    def is_open(self) -> bool:
+        """Whether a controller waits on the queue."""
+        return self.controller_file.exists()
+
+    @property
+    def workers_file(self) -> Path:
+        """The tasks submitted to serve the queue."""
+        return self.path / "workers.json"
+
+    def workers(self) -> list[str]:
+        """The job ids of the tasks submitted to serve the queue (some may have ended)."""
+        return list((read_json(self.workers_file) or {}).get("jobs", []))
+
+    def set_workers(self, job_ids: list[str]) -> None:
+        """Replace the list of tasks serving the queue."""
+        self.path.mkdir(parents=True, exist_ok=True)
+        write_json_atomic(self.workers_file, {"jobs": job_ids})
+
+    @contextmanager
+    def lock(self) -> Iterator[None]:
+        """Hold the queue's lock (one process decides the tasks at a time)."""
+        self.path.mkdir(parents=True, exist_ok=True)
+        with open(self.path / ".lock", "a") as handle:
+            fcntl.flock(handle, fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+QUEUE_POLL_S = 0.25  # how often a free task looks for a run: the next trial comes at once
+SLOW_POLL_S = 2.0  # ... and once it has waited BACK_OFF_S: a stage's tasks spare the file server
+BACK_OFF_S = 10.0
+
+
+def wait_for_run(queue: RunQueue, job_id: str, idle_s: float) -> Queued | None:
+    """The next run for task ``job_id``: looked for until one is queued, None once the
+    queue is empty and either no controller waits on it or ``idle_s`` passed."""
+    since = time.monotonic()
+    while (found := queue.take(job_id)) is None:
+        waited = time.monotonic() - since
+        if not queue.is_open() or waited >= idle_s:
+            return None
+        time.sleep(QUEUE_POLL_S if waited < BACK_OFF_S else SLOW_POLL_S)
+    return found

@@ -1,0 +1,70 @@
+"""The queue between the Slurm controller and its tasks, as files (no cluster needed; the tasks
+that serve it are tested on one in test_slurm.py)."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from conftest import tiny_config
+
+from ablate.core.plan import RunSpec
+from ablate.launch.execute import Request
+from ablate.launch.slurm_queue import Queued, RunQueue, wait_for_run
+
+
+def _queued(seed: int, attempt: int = 1) -> Queued:
+    return Queued(Request(RunSpec("tiny", "layernorm", seed, tiny_config())), attempt)
+
+
+def test_tasks_take_the_oldest_run_once_each(tmp_path: Path) -> None:
+    queue = RunQueue(tmp_path / "queue")
+    first, second = _queued(0), _queued(1, attempt=2)
+    queue.put(first)
+    time.sleep(0.01)  # the order is the files' times
+    queue.put(second)
+    assert queue.waiting() == [first.request.spec.run_id, second.request.spec.run_id]
+    taken = queue.take("7_0")
+    assert taken == first
+    assert queue.taken_by(first.request.spec.run_id) == "7_0"  # until it records itself
+    assert queue.take("7_1") == second and second.attempt == 2
+    assert queue.take("7_0") is None and queue.waiting() == []
+
+
+def test_a_failure_is_read_until_the_run_is_queued_again(tmp_path: Path) -> None:
+    queue = RunQueue(tmp_path / "queue")
+    queued = _queued(0)
+    run_id = queued.request.spec.run_id
+    assert queue.failure(run_id) is None
+    queue.fail(run_id, "job 7_0 raised: FileNotFoundError: corpus.txt")
+    assert queue.failure(run_id) == "job 7_0 raised: FileNotFoundError: corpus.txt"
+    queue.put(queued)
+    assert queue.failure(run_id) is None
+
+
+def test_tasks_say_whether_they_started_and_train(tmp_path: Path) -> None:
+    queue = RunQueue(tmp_path / "queue")
+    assert not queue.started("7_0") and not queue.is_busy("7_0")
+    queue.hello("7_0")
+    queue.set_busy("7_0", True)
+    assert queue.started("7_0") and queue.is_busy("7_0")
+    queue.set_busy("7_0", False)
+    assert not queue.is_busy("7_0")
+    queue.set_workers(["7_0", "7_1"])
+    assert queue.workers() == ["7_0", "7_1"]
+
+
+def test_a_free_task_waits_while_a_controller_does_and_leaves_when_it_is_gone(
+    tmp_path: Path,
+) -> None:
+    queue = RunQueue(tmp_path / "queue")
+    queue.open()
+    started = time.monotonic()
+    assert wait_for_run(queue, "7_0", idle_s=0.6) is None  # nothing came: idle for 0.6 s
+    assert time.monotonic() - started >= 0.6
+    queue.put(_queued(0))
+    assert wait_for_run(queue, "7_0", idle_s=0.6) == _queued(0)  # a queued run: at once
+    queue.close()
+    started = time.monotonic()
+    assert wait_for_run(queue, "7_0", idle_s=60.0) is None  # no controller: it leaves at once
+    assert time.monotonic() - started < 1.0
