@@ -318,10 +318,12 @@ class LocalExecutor:
         return execute(specs, self.root, self.workers, self.threads, self.console)
 
     def obtain_all(self, requests: list[Request], say: SayFn = print) -> list[Obtained]:
-        """One request here; several in a pool of as many workers (forked from the server
-        that imported the trainer), each with this process's torch threads: a study's
-        parallel trials train side by side, and each run's bits are what they are alone."""
-        if len(requests) == 1:
+        """One request, or every request where ``workers`` is 1, here, one after another;
+        several in a pool of as many workers (forked from the server that imported the
+        trainer), each with this process's torch threads: a study's parallel trials train
+        side by side, and each run's bits are what they are alone."""
+        if len(requests) == 1 or self.workers == 1:
+            self.prepare()
             return obtain_each(self, requests, say)
         import torch
 

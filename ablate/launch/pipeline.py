@@ -304,7 +304,9 @@ def _studies(
     from ablate.launch.studies import run_studies, study_jobs
 
     url = storage_url(ctx.experiment, ctx.results_dir, ctx.storage)
-    res = ctx.resources(len(study_jobs(ctx.experiment, (kind,))))
+    search = ctx.experiment.search
+    at_once = search.parallel_trials if kind == "search" and search is not None else 1
+    res = ctx.resources(len(study_jobs(ctx.experiment, (kind,))) * at_once)  # runs at once
     ctx.say(
         f"{kind} studies in {storage_label(url)}: {res.workers} worker(s) x {res.threads} thread(s)"
     )

@@ -1,11 +1,10 @@
 """The LR x warmup search of one variant: an Optuna study whose trials are ordinary runs.
 
-The studies live in one Optuna storage (:mod:`ablate.launch.storage`). Every trial is also an
-ordinary run in the results store (``group`` search or max_lr), obtained from the executor the
-stage is given (:class:`ablate.launch.execute.Executor`), so reports read one place, a trial
-whose run is already stored (by a trial, or by a stage of ``ablate run``) reuses it, and a run
-another process is training is waited for, not trained twice. The studies themselves run in the
-executor's process pool (:func:`ablate.launch.workers.run_parallel`).
+The studies live in one Optuna storage (:mod:`ablate.launch.storage`) and run in the executor's
+pool (:func:`ablate.launch.workers.run_parallel`). Every trial is also an ordinary run in the
+results store (``group`` search or max_lr), obtained from the stage's executor, so reports read
+one place, a trial whose run is stored (by a trial, or a stage of ``ablate run``) reuses it,
+and a run another process is training is waited for, not trained twice.
 
 Many processes (on many machines, with the results folder on a shared file system) may work on
 one storage. On an RDB storage every search trial sends a heartbeat (``runtime.heartbeat_s``);
@@ -50,7 +49,6 @@ from ablate.launch.execute import POLL_S, Executor, Request
 from ablate.launch.storage import open_storage, open_study
 
 PrintFn = Callable[[str], None]
-
 
 COUNTED = (TrialState.COMPLETE, TrialState.PRUNED)
 
@@ -195,9 +193,10 @@ def run_search(
 ) -> optuna.Study:
     """Continue the variant's search study until it holds ``n_trials`` counted trials, each
     trial's run obtained from ``executor``."""
-    executor.prepare()  # before a trial's heartbeat starts
     cfg = experiment.search
     assert cfg is not None
+    if cfg.parallel_trials == 1:  # before a trial's heartbeat starts (a round's pool imports)
+        executor.prepare()
     study = open_study(
         experiment,
         variant,
@@ -278,9 +277,11 @@ def run_round(
     (:meth:`Executor.obtain_all`), then every trial told. The same study, the same
     ``parallel_trials`` and the same results give the same trials."""
     trials, requests = [], []
-    for _ in range(size):
-        trials.append(study.ask())
-        requests.append(propose(trials[-1]))
+    with warnings.catch_warnings():  # heartbeats are kept below, as study.optimize keeps one
+        warnings.filterwarnings("ignore", "Heartbeat of storage", UserWarning)
+        for _ in range(size):
+            trials.append(study.ask())
+            requests.append(propose(trials[-1]))
     with heartbeats(study, trials):
         obtained = executor.obtain_all(requests, say)
     for trial, found in zip(trials, obtained, strict=True):

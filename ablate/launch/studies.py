@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 
 from ablate.core.experiment import Experiment
 from ablate.core.studies import BoundaryResult, SearchResult, StudyResult
-from ablate.launch.execute import Executor
+from ablate.launch.execute import Executor, LocalExecutor
 from ablate.launch.max_lr import ProbeNotStored, run_max_lr
 from ablate.launch.search import PrintFn, next_search_step, run_search, search_summary
 from ablate.launch.storage import open_study
@@ -92,14 +93,14 @@ def run_studies(
 ) -> dict[str, dict[str, StudyResult]]:
     """Every variant's study of ``kinds`` (those configured): ``{kind: {variant: result}}``,
     variants in the experiment's order. Studies whose storage holds all of their result are
-    read here; the others run ``res.workers`` at a time in the executor's pool (one at a time,
-    here, where searches run parallel trials that train here: their rounds use the pool). A max-LR
+    read here; the others run ``res.workers`` at a time in the executor's pool. Where searches
+    run parallel trials that train here (``res``: the workers for every study's trials at
+    once), studies too few to fill the workers take turns here, each round's trials filling
+    the pool, and enough to fill them run side by side, each round's trials training one after
+    another in its study's worker (the trials are the same either way). A max-LR
     study starts from the variant's ``best_lrs`` entry (the search stage's). Their lines go to
     ``say``."""
     best = dict(best_lrs or {})
-    search = experiment.search
-    if search is not None and search.parallel_trials > 1 and executor.imports:
-        res = Resources(1, res.threads)  # each round's trials fill the pool: studies take turns
     jobs = study_jobs(experiment, kinds, rotate=os.getpid())
     for kind, variant in jobs:  # create storage and studies once, before workers race to
         open_study(experiment, variant, kind, url)
@@ -107,6 +108,12 @@ def run_studies(
         (k, v): stored_result(k, experiment, v, executor, url, best.get(v), say) for k, v in jobs
     }
     pending = [job for job, result in found.items() if result is None]
+    search = experiment.search
+    if search is not None and search.parallel_trials > 1 and isinstance(executor, LocalExecutor):
+        if len(pending) < res.workers:
+            res = Resources(1, res.threads)
+        else:
+            executor = replace(executor, workers=1)
     jobs_left = [(k, experiment, v, executor, url, best.get(v)) for k, v in pending]
     results = run_parallel(_job, jobs_left, res, say, executor.imports)
     found.update(zip(pending, results, strict=True))

@@ -186,3 +186,23 @@ def test_obtain_all_trains_a_rounds_runs_side_by_side_with_their_bits_alone(
         alone = [execute_run(spec, tmp_path / "alone") for spec in specs]
     assert [r.final_val_loss for r in found] == [r.final_val_loss for r in alone]
     assert [r.run_id for r in found] == [s.run_id for s in specs]
+
+
+@pytest.mark.trains
+def test_obtain_all_of_one_worker_trains_a_round_here_one_after_another(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A study beside others that fill the cores (``workers`` 1) starts no pool of its own."""
+    from conftest import tiny_config
+
+    from ablate.launch import execute
+    from ablate.launch.execute import LocalExecutor, Request
+
+    def no_pool(*args: object, **kwargs: object) -> None:
+        raise AssertionError("a pool was started")
+
+    monkeypatch.setattr(execute, "worker_pool", no_pool)
+    specs = [RunSpec("tiny", "layernorm", seed, tiny_config(), group="search") for seed in (0, 1)]
+    found = LocalExecutor(tmp_path, workers=1, threads=1).obtain_all([Request(s) for s in specs])
+    assert [r.run_id for r in found] == [s.run_id for s in specs]
+    assert all(isinstance(r, RunRecord) and r.status == "finished" for r in found)

@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import optuna
 import pytest
-from conftest import simulated_experiment, study_trials
+from conftest import simulated_experiment, study_trials, write_experiment
 from optuna.trial import TrialState
 
 from ablate.core.stability import criterion_text
@@ -180,3 +180,30 @@ def test_a_round_of_parallel_trials_asks_for_their_runs_at_once(tmp_path: Path) 
     root = tmp_path / "results"
     run_search(exp, "layernorm", Rounds(root), storage_url(exp, root), say=lambda _: None)
     assert rounds == [2, 2, 1]  # the last round only what n_trials still misses
+
+
+@pytest.mark.parametrize(("workers", "turns"), [(4, True), (2, False)])
+def test_searches_with_parallel_trials_take_turns_only_while_too_few_to_fill_the_workers(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, workers: int, turns: bool
+) -> None:
+    """Two studies of 2 trials at once: with workers for 4 runs they take turns, each round
+    filling a pool; with 2 they fill the workers side by side, each round's trials one after
+    another in its study's worker."""
+    from ablate.core.load import load_experiment
+    from ablate.launch import studies
+    from ablate.launch.execute import LocalExecutor
+    from ablate.launch.workers import Resources
+
+    search = {"n_trials": 2, "parallel_trials": 2, "pruner": "none"}
+    exp = load_experiment(write_experiment(tmp_path / "e.yaml", search=search))
+    seen: list[tuple[int, int | None]] = []
+
+    def record(job, jobs, res, say, imports):  # type: ignore[no-untyped-def]
+        seen.extend((res.workers, args[3].workers) for args in jobs)
+        return [None] * len(jobs)
+
+    monkeypatch.setattr(studies, "run_parallel", record)
+    executor = LocalExecutor(tmp_path / "results")
+    url = storage_url(exp, tmp_path / "results")
+    studies.run_studies(exp, executor, url, Resources(workers, 1), ("search",))
+    assert seen == ([(1, None)] * 2 if turns else [(2, 1)] * 2)
