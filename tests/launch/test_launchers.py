@@ -26,7 +26,9 @@ from ablate.launch.launchers import every_launcher, launcher, resources_for
 from ablate.launch.status import run_states
 
 SERVICES = {"slurm": "slurm_cluster"}  # a launcher's fixture, where it needs one
-POLL = {"poll_s": 0.2, "result_wait_s": 1.0, "cpus_per_task": 1}
+# the executors live in this process, which does not end between tests: their tasks would wait
+# task_idle_s for more runs, holding the test cluster's cores from the next test's
+POLL = {"poll_s": 0.2, "result_wait_s": 1.0, "cpus_per_task": 1, "task_idle_s": 0}
 
 
 CASES = [(name, "simulate") for name in launcher_names()] + [("local", "train")]
