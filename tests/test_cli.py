@@ -295,6 +295,40 @@ def test_ctrl_c_marks_the_run_interrupted_and_exits_130(tmp_path: Path, workers:
 
 
 @pytest.mark.slow
+def test_ctrl_c_during_a_round_of_parallel_trials_exits_130_and_fails_the_round(
+    tmp_path: Path,
+) -> None:
+    """Both trials of a round train in the pool when Ctrl-C comes: the runs are stored as
+    interrupted and the trials failed, as study.optimize fails its one, so a rerun does not
+    wait for their heartbeats to go stale before it searches on."""
+    import optuna
+
+    steps = 20000
+    search = {"n_trials": 2, "parallel_trials": 2, "pruner": "none", "lr_min": 1e-3}
+    path = write_experiment(
+        tmp_path / "e.yaml",
+        train={"batch_size": 4, "tokens": 4 * 16 * steps, "eval_interval": steps // 2},
+        variants={"layernorm": {"model.norm.kind": "layernorm"}},
+        search={**search, "lr_max": 1e-2, "warmup_max": 5},
+    )
+    exp_dir = tmp_path / "results" / "tiny"
+    proc = ablate_process("search", str(path), cwd=tmp_path, start_new_session=True)
+    _wait_until(
+        lambda: len(list(exp_dir.glob("*/logs/csv/hparams.yaml"))) == 2,
+        "both trials to train",
+    )
+    time.sleep(1.0)
+    os.killpg(proc.pid, signal.SIGINT)
+    out, _ = proc.communicate(timeout=PATIENCE_S)
+    assert proc.returncode == 130, out
+    summaries = [json.loads(p.read_text()) for p in exp_dir.glob("*/summary.json")]
+    assert [s["status"] for s in summaries] == ["interrupted"] * 2, out
+    storage = f"sqlite:///{exp_dir / 'optuna.db'}"
+    study = optuna.load_study(study_name="tiny.layernorm.search", storage=storage)
+    assert [t.state.name for t in study.trials] == ["FAIL", "FAIL"]
+
+
+@pytest.mark.slow
 def test_convert_section_end_to_end(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     import pandas as pd
 

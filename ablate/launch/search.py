@@ -283,7 +283,12 @@ def run_round(
             trials.append(study.ask())
             requests.append(propose(trials[-1]))
     with heartbeats(study, trials):
-        obtained = executor.obtain_all(requests, say)
+        try:
+            obtained = executor.obtain_all(requests, say)
+        except KeyboardInterrupt:  # failed, as study.optimize fails its trial: none waits
+            for trial in trials:
+                study.tell(trial, state=TrialState.FAIL)
+            raise
     for trial, found in zip(trials, obtained, strict=True):
         try:
             if isinstance(found, Exception):
