@@ -509,6 +509,7 @@ class SlurmExecutor:
                 if spare:
                     subprocess.run(["scancel", *spare], capture_output=True)
                     alive = [job for job in alive if job not in spare]
+                    say(f"cancelled {len(spare)} pending task(s) no queued run needs")
             queue.set_workers(alive)
         return states, None
 
