@@ -63,7 +63,7 @@ class CountingExecutor:
         say: SayFn = print,
         progress: ProgressFn | None = None,
     ) -> RunRecord:
-        """One job of one task where the run is not stored yet."""
+        """The run, queued where it is not stored yet (a trial or probe)."""
         _, pending = split_done([spec], self.root)
         self.queue(len(pending))
         return self.inner.obtain(spec, watch, take_over, wait, say, progress)
