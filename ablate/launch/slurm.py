@@ -387,7 +387,10 @@ class SlurmExecutor:
                 for run_id in list(waiting) if setup_failed else []:
                     del waiting[run_id]
                     self._finish(outcomes, board, by_id[run_id], "failed", setup_failed)
+            queued = set(queue.waiting())  # one listing: those still in it need no reading
             for run_id, attempt in list(waiting.items()):
+                if run_id in queued:
+                    continue
                 kind, value = self._queued_outcome(folder, queue, run_id, attempt, states)
                 if kind == "taken":
                     live[run_id] = value
