@@ -46,7 +46,8 @@ from ablate.core.config import ModelConfig
 from ablate.core.experiment import Experiment
 from ablate.core.folders import INFERENCE_TABLE, ExperimentFolder
 from ablate.core.plan import plan_runs
-from ablate.nn.model import GPT, KVCache, build_gpt, next_token_loss
+from ablate.nn.attention import KVCache
+from ablate.nn.model import GPT, build_gpt, next_token_loss
 from ablate.nn.norms import is_norm
 from ablate.report.inference import inference_summary
 from ablate.training.data import Corpus, eval_offsets, gather_windows, load_corpus

@@ -24,7 +24,9 @@ from ablate.core.section import SEED_LIMIT, StrictSection
 from ablate.core.truth import SimulateConfig
 
 NormKind = Literal[tuple(KINDS)]  # type: ignore[valid-type]  # the kinds of ablate.core.norm_kinds
-Placement = Literal["pre", "post", "sandwich", "deepnorm", "none"]
+Placement = Literal["pre", "post", "sandwich", "deepnorm", "reordered", "none"]
+SITES = ("attn", "mlp", "final")  # where a norm sits, for per-site keys (alpha_init_<site>)
+DEPTH_SCALED = ("pre", "sandwich")  # placements whose norms feed the sublayer: depth_scale
 Precision = Literal["32", "bf16-mixed", "bf16-true", "16-mixed", "16-true"]
 NormImpl = Literal["auto", "reference", "torch", "cpp"]
 
@@ -46,8 +48,10 @@ class NormConfig(StrictSection):
 
     Placements (see :class:`ablate.nn.model.Block`): ``pre`` x + f(norm(x)); ``post``
     norm(x + f(x)); ``sandwich`` (Sandwich-LN / Peri-LN) x + norm(f(norm(x))); ``deepnorm``
-    norm(alpha x + f(x)) with DeepNet's alpha and beta; ``none``: no norm anywhere (a baseline;
-    ``kind`` is then unused).
+    norm(alpha x + f(x)) with DeepNet's alpha and beta; ``reordered`` (OLMo 2) x + norm(f(x));
+    ``none``: no norm anywhere (a baseline; ``kind`` is then unused). ``mix_post_layers`` makes
+    the first layers of a Pre-Norm model Post-Norm (Mix-LN), and ``depth_scale`` scales each
+    input norm's output by 1/sqrt(layer) (LayerNorm Scaling).
     """
 
     kind: NormKind = "layernorm"
@@ -60,6 +64,34 @@ class NormConfig(StrictSection):
         False, description="also normalize attention queries and keys per head (same kind)"
     )
     alpha_init: float = Field(0.5, gt=0, le=100, description="dyt: initial alpha of tanh(alpha x)")
+    alpha_init_attn: float | None = Field(
+        None,
+        gt=0,
+        le=100,
+        description="dyt: alpha_init of the attention sublayer's norms (q/k norms included); "
+        "null: alpha_init",
+    )
+    alpha_init_mlp: float | None = Field(
+        None,
+        gt=0,
+        le=100,
+        description="dyt: alpha_init of the MLP sublayer's norms; null: alpha_init",
+    )
+    alpha_init_final: float | None = Field(
+        None, gt=0, le=100, description="dyt: alpha_init of the final norm; null: alpha_init"
+    )
+    mix_post_layers: int = Field(
+        0,
+        ge=0,
+        le=127,
+        description="Mix-LN: the first this many layers Post-Norm, the rest Pre-Norm "
+        "(placement pre; fewer than model.n_layers)",
+    )
+    depth_scale: bool = Field(
+        False,
+        description="LayerNorm Scaling: each input norm's output times 1/sqrt(its layer, from 1) "
+        "(placements pre and sandwich; the final norm unscaled)",
+    )
     fp32_reduction: bool = Field(
         True, description="compute the statistics in fp32 when the input is bf16/fp16"
     )
@@ -67,6 +99,16 @@ class NormConfig(StrictSection):
         "auto",
         description="kernel: auto (per device), reference, torch, cpp (RMSNorm, LayerNorm; CPU)",
     )
+
+    def init_of(self, key: str, site: str | None) -> float:
+        """The init value of a scalar at ``site`` (attn, mlp, final): ``<key>_<site>`` where
+        set, else ``key`` (``alpha_init``)."""
+        specific = getattr(self, f"{key}_{site}", None) if site else None
+        return float(specific if specific is not None else getattr(self, key))
+
+    def placement_of(self, layer: int) -> str:
+        """The placement of block ``layer`` (0-based): Post-Norm in Mix-LN's first layers."""
+        return "post" if layer < self.mix_post_layers else self.placement
 
     def as_used(self) -> dict[str, Any]:
         """This section as JSON with the keys its kind does not read at their defaults: two
@@ -84,6 +126,20 @@ class NormConfig(StrictSection):
             raise ValueError(
                 f"model.norm.impl: cpp is ablate's kernel for {', '.join(with_kernel('cpp'))}; "
                 f"for {self.kind} use auto, torch or reference"
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _placement_keys(self) -> NormConfig:
+        if self.mix_post_layers and self.placement != "pre":
+            raise ValueError(
+                "model.norm.mix_post_layers: Mix-LN puts Post-Norm before Pre-Norm layers; it "
+                f"needs placement pre, not {self.placement}"
+            )
+        if self.depth_scale and self.placement not in DEPTH_SCALED:
+            raise ValueError(
+                "model.norm.depth_scale: scales the norm before each sublayer; placement "
+                f"{self.placement} has none (allowed: {', '.join(DEPTH_SCALED)})"
             )
         return self
 
@@ -157,6 +213,8 @@ ABLATE_MODEL_KEYS = (
     "mlp",
     "position",
     "linear_bias",
+    "softcap_attn",
+    "softcap_output",
     "norm",
 )
 
@@ -209,6 +267,18 @@ class ModelConfig(StrictSection):
         "learned", description="learned absolute embeddings, or rotary on queries and keys"
     )
     linear_bias: bool = Field(True, description="biases in the attention and MLP linear layers")
+    softcap_attn: float | None = Field(
+        None,
+        gt=0,
+        le=1e4,
+        description="soft-cap the attention logits: c tanh(s / c) (Gemma 2: 50); null: none",
+    )
+    softcap_output: float | None = Field(
+        None,
+        gt=0,
+        le=1e4,
+        description="soft-cap the output logits: c tanh(z / c) (Gemma 2: 30); null: none",
+    )
     norm: NormConfig = Field(default_factory=NormConfig)
     source: ModelSource = Field(
         "ablate", description="ablate's model, a litgpt config, or a python factory"
@@ -262,6 +332,11 @@ class ModelConfig(StrictSection):
             raise ValueError(
                 f"model.d_model ({self.d_model}) must be divisible by model.n_heads "
                 f"({self.n_heads})"
+            )
+        if self.norm.mix_post_layers >= self.n_layers:
+            raise ValueError(
+                f"model.norm.mix_post_layers ({self.norm.mix_post_layers}) must be below "
+                f"model.n_layers ({self.n_layers}); all layers Post-Norm is placement post"
             )
         if self.position == "rope" and (self.d_model // self.n_heads) % 2:
             raise ValueError(
@@ -323,6 +398,13 @@ class TrainConfig(StrictSection):
         1e-8, gt=0, le=1, description="AdamW's eps (1e-8 is 0 in fp16: 16-true needs ~1e-4)"
     )
     grad_clip: float | None = Field(1.0, gt=0, description="max grad norm; null disables")
+    z_loss: float = Field(
+        0.0,
+        ge=0,
+        le=1,
+        description="coefficient of the auxiliary loss mean(logsumexp(logits)^2) added to the "
+        "training objective (PaLM: 1e-4); the logged losses stay cross-entropy; 0: none",
+    )
     precision: Precision = "32"
     eval_interval: int = Field(25, ge=1, description="optimizer steps between evaluations")
     eval_batches: int = Field(8, ge=1, le=10_000)

@@ -22,7 +22,8 @@ from typing import Any
 
 Formula = Callable[[Any, Any], Any]  # (input tensor, layer) -> normalized tensor
 
-KIND_KEYS = ("eps", "alpha_init")  # keys of model.norm that only some kinds read
+# keys of model.norm that only some kinds read (a scalar's init key, its per-site keys after it)
+KIND_KEYS = ("eps", "alpha_init", "alpha_init_attn", "alpha_init_mlp", "alpha_init_final")
 
 
 @dataclass(frozen=True)
@@ -35,7 +36,8 @@ class Kind:
     cite: str
     reads: tuple[str, ...] = ("eps",)  # of KIND_KEYS
     bias: bool = True  # the bias default where the config leaves model.norm.bias unset
-    scalars: Mapping[str, str] = field(default_factory=dict)  # scalar -> key of its init value
+    # scalar -> key of its init value (per site: the key's _attn, _mlp, _final where set)
+    scalars: Mapping[str, str] = field(default_factory=dict)
     kernels: tuple[str, ...] = ()  # torch, cpp: ablate.nn.norms.KERNELS has these for it
 
     def unused(self) -> tuple[str, ...]:
@@ -82,7 +84,7 @@ KINDS: dict[str, Kind] = {
             dyt,
             "tanh(α·x) · g (+ b)",
             "Zhu et al. 2025",
-            reads=("alpha_init",),
+            reads=("alpha_init", "alpha_init_attn", "alpha_init_mlp", "alpha_init_final"),
             scalars={"alpha": "alpha_init"},
         ),
     )

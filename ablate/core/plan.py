@@ -36,8 +36,16 @@ LATER_KEYS: dict[tuple[str, str], Any] = {
     ("model", "source"): "ablate",
     ("model", "litgpt"): None,
     ("model", "factory"): None,
+    ("model", "softcap_attn"): None,
+    ("model", "softcap_output"): None,
+    ("model.norm", "alpha_init_attn"): None,
+    ("model.norm", "alpha_init_mlp"): None,
+    ("model.norm", "alpha_init_final"): None,
+    ("model.norm", "mix_post_layers"): 0,
+    ("model.norm", "depth_scale"): False,
     ("train", "adam_eps"): 1e-8,
     ("train", "final_eval"): "windows",
+    ("train", "z_loss"): 0.0,
 }
 
 
@@ -52,8 +60,10 @@ def _section(name: str, values: dict[str, Any]) -> dict[str, Any]:
 
 def model_as_used(cfg: RunConfig) -> dict[str, Any]:
     """The model section as hashed: the norm's unused keys at their defaults
-    (:meth:`ablate.core.config.NormConfig.as_used`)."""
-    return {**cfg.model.model_dump(mode="json"), "norm": cfg.model.norm.as_used()}
+    (:meth:`ablate.core.config.NormConfig.as_used`), its :data:`LATER_KEYS` at their defaults
+    left out."""
+    norm = _section("model.norm", cfg.model.norm.as_used())
+    return {**cfg.model.model_dump(mode="json"), "norm": norm}
 
 
 def _digest(identity: dict[str, Any]) -> str:

@@ -51,16 +51,23 @@ def norm_modules(model: nn.Module) -> dict[str, nn.Module]:
     return {name: m for name, m in model.named_modules() if is_norm(m)}
 
 
-def consumer_of(model: GPT, norm_name: str) -> nn.Linear | None:
-    """The linear layer (with a bias) that ``norm_name``'s output feeds directly, if any."""
-    placement = model.cfg.norm.placement
-    if placement not in ("pre", "sandwich") or not norm_name.startswith("blocks."):
+Consumer = tuple[nn.Linear, float]  # a linear layer and the scale of the norm output it reads
+
+
+def consumer_of(model: GPT, norm_name: str) -> Consumer | None:
+    """The linear layer (with a bias) that ``norm_name``'s output feeds directly, if any, and
+    the factor (LayerNorm Scaling's) on the way."""
+    if not norm_name.startswith("blocks."):
         return None
     block_name, _, local = norm_name.partition(".")[2].partition(".")
     block = model.blocks[int(block_name)]
+    if block.placement not in ("pre", "sandwich"):
+        return None
     consumers = {"norm_attn": block.attn.qkv, "norm_mlp": block.mlp.fc}
     linear = consumers.get(local)
-    return linear if linear is not None and linear.bias is not None else None
+    if linear is None or linear.bias is None:
+        return None
+    return linear, block.input_scale
 
 
 @torch.no_grad()
@@ -99,7 +106,7 @@ def _map_norm(
     name: str,
     src: nn.Module,
     tgt: nn.Module,
-    consumer: nn.Linear | None,
+    consumer: Consumer | None,
     bias: str,
     report: dict[str, list[str]],
 ) -> None:
@@ -112,7 +119,8 @@ def _map_norm(
             tgt.bias.copy_(src.bias)
             report["copied"].append(f"{name}.bias")
         elif bias == "fold" and consumer is not None:
-            consumer.bias.add_(consumer.weight.float() @ src.bias.float())
+            linear, scale = consumer
+            linear.bias.add_(linear.weight.float() @ (scale * src.bias.float()))
             report["folded"].append(f"{name}.bias")
         else:
             report["dropped"].append(f"{name}.bias")

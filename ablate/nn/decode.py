@@ -1,5 +1,5 @@
 """Decoding with ablate's model: prefill a prompt, then one token at a time, with or without
-a KV cache (:class:`ablate.nn.model.KVCache`).
+a KV cache (:class:`ablate.nn.attention.KVCache`).
 
 Without the cache every step runs the model over the whole sequence so far and keeps the last
 position's logits; with it the prompt is run once (prefill) and each further step runs only the
@@ -15,7 +15,8 @@ from dataclasses import dataclass
 
 import torch
 
-from ablate.nn.model import GPT, KVCache
+from ablate.nn.attention import KVCache
+from ablate.nn.model import GPT
 
 
 @dataclass

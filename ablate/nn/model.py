@@ -1,12 +1,15 @@
 """A small decoder whose norm kind and placement are parameters, and its fair init.
 
 The block is GPT-2-style by default (learned positions, GELU MLP, biases in every linear layer)
-and LLaMA-style by three keys, each ablatable on its own: ``position: rope`` (:class:`Rotary`),
-``mlp: swiglu`` (:class:`MLP`, same parameter count) and ``linear_bias: false``.
+and LLaMA-style by three keys, each ablatable on its own: ``position: rope``
+(:class:`~ablate.nn.attention.Rotary`), ``mlp: swiglu`` (:class:`MLP`, same parameter count) and
+``linear_bias: false``.
 
-Placements: Pre-Norm, Post-Norm, Sandwich (Peri-LN), DeepNorm and none (see :class:`Block`);
-any norm kind of :mod:`ablate.nn.norms` fits any placement, and ``qk_norm`` adds per-head norms on
-queries and keys.
+Placements: Pre-Norm, Post-Norm, Sandwich (Peri-LN), DeepNorm, reordered (OLMo 2) and none (see
+:class:`Block`), Mix-LN's Post-then-Pre layers and LayerNorm Scaling's 1/sqrt(layer); any norm
+kind of :mod:`ablate.nn.norms` fits any placement, and ``qk_norm`` adds per-head norms on queries
+and keys. ``softcap_attn`` and ``softcap_output`` soft-cap the attention and output logits
+(Gemma 2).
 
 Everything but the normalization is fixed by :class:`~ablate.core.config.ModelConfig`. Parameters
 are initialized *by name*: each one draws from its own generator seeded from ``(seed, name)``, so
@@ -27,16 +30,23 @@ import torch.nn.functional as F
 from torch import nn
 
 from ablate.core.config import ModelConfig
+from ablate.nn.attention import CausalSelfAttention, KVCache, softcap
 from ablate.nn.norms import build_norm, is_norm
 
-FINAL_NORM_PLACEMENTS = ("pre", "sandwich")
+FINAL_NORM_PLACEMENTS = ("pre", "sandwich", "reordered")
 DEEPNORM_SCALED = ("attn.proj.weight", "mlp.fc.weight", "mlp.proj.weight")
-ROPE_BASE = 10000.0  # rotary frequencies: base ** (-2i / d_head), as in LLaMA
 
 
-def make_norm(cfg: ModelConfig, dim: int | None = None) -> nn.Module:
-    """The configured norm over ``dim`` features (default d_model)."""
-    return build_norm(cfg.norm, dim or cfg.d_model)
+def make_norm(cfg: ModelConfig, site: str, dim: int | None = None) -> nn.Module:
+    """The configured norm at ``site`` (attn, mlp, final) over ``dim`` features (default
+    d_model)."""
+    return build_norm(cfg.norm, dim or cfg.d_model, site)
+
+
+def depth_scale(layer: int) -> float:
+    """LayerNorm Scaling's factor of block ``layer`` (0-based): 1/sqrt(layer + 1) (Sun et al.
+    2025, "The Curse of Depth")."""
+    return 1.0 / math.sqrt(layer + 1)
 
 
 def deepnorm_alpha(n_layers: int) -> float:
@@ -47,106 +57,6 @@ def deepnorm_alpha(n_layers: int) -> float:
 def deepnorm_beta(n_layers: int) -> float:
     """DeepNet's init gain of the value, output and MLP matrices: beta = (8N)^(-1/4)."""
     return (8 * n_layers) ** -0.25
-
-
-class Rotary(nn.Module):
-    """Rotary position embedding (Su et al. 2021; LLaMA's rotate-half form): feature pairs
-    (i, i + d/2) of each head are rotated by position x frequency, frequencies
-    ``ROPE_BASE ** (-2i / d)``, so q.k depends on positions only through their difference.
-    The angles are buffers, not parameters (nothing to initialize or store)."""
-
-    def __init__(self, head_dim: int, max_len: int) -> None:
-        super().__init__()
-        freqs = ROPE_BASE ** (-torch.arange(0, head_dim, 2, dtype=torch.float64) / head_dim)
-        angles = torch.outer(torch.arange(max_len, dtype=torch.float64), freqs)  # (T, d/2)
-        self.register_buffer("cos", angles.cos().float(), persistent=False)
-        self.register_buffer("sin", angles.sin().float(), persistent=False)
-
-    def forward(self, x: torch.Tensor, start: int = 0) -> torch.Tensor:
-        """``x`` (B, H, T, d_head) rotated at positions ``start`` .. ``start`` + T - 1."""
-        t, half = x.shape[-2], x.shape[-1] // 2
-        cos, sin = self.cos[start : start + t].to(x.dtype), self.sin[start : start + t].to(x.dtype)
-        first, second = x[..., :half], x[..., half:]
-        return torch.cat((first * cos - second * sin, first * sin + second * cos), dim=-1)
-
-
-class KVCache:
-    """Every layer's keys and values for decoding, (layers, B, H, capacity, d_head), filled up
-    to ``length`` positions (the same for every layer). :meth:`GPT.forward` with a cache
-    attends to what it holds and appends the new positions."""
-
-    def __init__(
-        self, cfg: ModelConfig, batch: int, device: torch.device, dtype: torch.dtype
-    ) -> None:
-        shape = (cfg.n_layers, batch, cfg.n_heads, cfg.seq_len, cfg.d_model // cfg.n_heads)
-        self.keys = torch.zeros(shape, device=device, dtype=dtype)
-        self.values = torch.zeros(shape, device=device, dtype=dtype)
-        self.length = 0
-
-    def extend(
-        self, layer: int, k: torch.Tensor, v: torch.Tensor
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Store ``layer``'s new keys and values after the cached ones; all of them."""
-        end = self.length + k.shape[2]
-        if end > self.keys.shape[3]:
-            raise ValueError(f"decoding past model.seq_len ({self.keys.shape[3]} positions)")
-        self.keys[layer, :, :, self.length : end] = k
-        self.values[layer, :, :, self.length : end] = v
-        return self.keys[layer, :, :, :end], self.values[layer, :, :, :end]
-
-
-class CausalSelfAttention(nn.Module):
-    """Multi-head causal self-attention through ``scaled_dot_product_attention``.
-
-    With ``model.norm.qk_norm`` the queries and keys are normalized per head (``q_norm``,
-    ``k_norm``, over d_head features) before the dot product (Wortsman et al. 2023); with
-    ``model.position: rope`` they are then rotated by position (:class:`Rotary`).
-    """
-
-    def __init__(self, cfg: ModelConfig) -> None:
-        super().__init__()
-        self.n_heads = cfg.n_heads
-        self.qkv = nn.Linear(cfg.d_model, 3 * cfg.d_model, bias=cfg.linear_bias)
-        self.proj = nn.Linear(cfg.d_model, cfg.d_model, bias=cfg.linear_bias)
-        self.dropout = cfg.dropout
-        head = cfg.d_model // cfg.n_heads
-        self.q_norm = make_norm(cfg, head) if cfg.norm.qk_norm else None
-        self.k_norm = make_norm(cfg, head) if cfg.norm.qk_norm else None
-        self.rotary = Rotary(head, cfg.seq_len) if cfg.position == "rope" else None
-
-    def heads(
-        self, x: torch.Tensor, start: int = 0
-    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """Queries, keys (normalized under qk_norm, rotated under rope at positions from
-        ``start``) and values, each (B, H, T, d_head): what the dot product sees."""
-        b, t, d = x.shape
-        q, k, v = self.qkv(x).split(d, dim=2)  # 3 x (B, T, D)
-        q, k, v = (z.view(b, t, self.n_heads, d // self.n_heads).transpose(1, 2) for z in (q, k, v))
-        if self.q_norm is not None and self.k_norm is not None:
-            q, k = self.q_norm(q), self.k_norm(k)
-        if self.rotary is not None:
-            q, k = self.rotary(q, start), self.rotary(k, start)
-        return q, k, v
-
-    def forward(
-        self, x: torch.Tensor, cache: KVCache | None = None, layer: int = 0
-    ) -> torch.Tensor:
-        """Attention over ``x`` (B, T, D); with a ``cache``, ``x`` holds the positions after the
-        cached ones, which are attended to as well."""
-        b, t, d = x.shape
-        start = cache.length if cache is not None else 0
-        q, k, v = self.heads(x, start)
-        mask = None
-        if cache is not None:
-            k, v = cache.extend(layer, k, v)
-            if start and t > 1:  # a chunk after cached positions: each sees those and its past
-                mask = torch.ones(t, start + t, dtype=torch.bool, device=x.device).tril(start)
-        dropout = self.dropout if self.training else 0.0
-        causal = start == 0 and t > 1
-        y = F.scaled_dot_product_attention(
-            q, k, v, attn_mask=mask, dropout_p=dropout, is_causal=causal
-        )
-        return self.proj(y.transpose(1, 2).reshape(b, t, d))  # (B, T, D)
 
 
 def swiglu_hidden(d_ff: int) -> int:
@@ -177,24 +87,28 @@ class MLP(nn.Module):
 
 
 class Block(nn.Module):
-    """One transformer block; the placement decides where its norms sit.
+    """One transformer block, the ``layer``-th (0-based); the placement decides where its norms
+    sit.
 
     ``pre``: x + f(norm(x)); ``post``: norm(x + f(x)); ``sandwich``: x + norm_out(f(norm(x)));
-    ``deepnorm``: norm(alpha * x + f(x)); ``none``: x + f(x). ``f`` is attention, then the MLP.
+    ``deepnorm``: norm(alpha * x + f(x)); ``reordered``: x + norm(f(x)); ``none``: x + f(x).
+    ``f`` is attention, then the MLP. Under Mix-LN (``mix_post_layers``) the first layers are
+    ``post``; under ``depth_scale`` the norm before ``f`` is scaled by 1/sqrt(layer + 1).
     """
 
-    def __init__(self, cfg: ModelConfig) -> None:
+    def __init__(self, cfg: ModelConfig, layer: int = 0) -> None:
         super().__init__()
-        self.placement = cfg.norm.placement
+        self.placement = cfg.norm.placement_of(layer)
         has_norm = self.placement != "none"
-        self.norm_attn = make_norm(cfg) if has_norm else None
+        self.norm_attn = make_norm(cfg, "attn") if has_norm else None
         self.attn = CausalSelfAttention(cfg)
-        self.norm_attn_out = make_norm(cfg) if self.placement == "sandwich" else None
-        self.norm_mlp = make_norm(cfg) if has_norm else None
+        self.norm_attn_out = make_norm(cfg, "attn") if self.placement == "sandwich" else None
+        self.norm_mlp = make_norm(cfg, "mlp") if has_norm else None
         self.mlp = MLP(cfg)
-        self.norm_mlp_out = make_norm(cfg) if self.placement == "sandwich" else None
+        self.norm_mlp_out = make_norm(cfg, "mlp") if self.placement == "sandwich" else None
         self.drop = nn.Dropout(cfg.dropout)
         self.alpha = deepnorm_alpha(cfg.n_layers) if self.placement == "deepnorm" else 1.0
+        self.input_scale = depth_scale(layer) if cfg.norm.depth_scale else 1.0
 
     def forward(
         self, x: torch.Tensor, cache: KVCache | None = None, layer: int = 0
@@ -216,19 +130,27 @@ class Block(nn.Module):
         if norm is None:  # placement none
             return x + f(x)
         if self.placement == "pre":
-            return x + f(norm(x))
+            return x + f(self.scaled(norm(x)))
         if self.placement == "sandwich":
             assert norm_out is not None
-            return x + norm_out(f(norm(x)))
+            return x + norm_out(f(self.scaled(norm(x))))
+        if self.placement == "reordered":
+            return x + norm(f(x))
         return norm(self.alpha * x + f(x))  # post (alpha 1) and deepnorm
+
+    def scaled(self, h: torch.Tensor) -> torch.Tensor:
+        """An input norm's output under LayerNorm Scaling (``h`` itself without it)."""
+        return h * self.input_scale if self.input_scale != 1.0 else h
 
 
 class GPT(nn.Module):
     """Token (+ learned position) embeddings, ``n_layers`` blocks, a final norm where needed, LM
-    head; under ``position: rope`` positions enter in each attention instead.
+    head (its logits soft-capped under ``softcap_output``); under ``position: rope`` positions
+    enter in each attention instead.
 
-    Pre-Norm and Sandwich end with a final norm on the residual stream; Post-Norm and DeepNorm
-    blocks already end in a norm, and the no-norm baseline has none.
+    Pre-Norm (Mix-LN's too), Sandwich and reordered end with a final norm on the residual
+    stream; Post-Norm and DeepNorm blocks already end in a norm, and the no-norm baseline has
+    none.
     """
 
     def __init__(self, cfg: ModelConfig, vocab_size: int) -> None:
@@ -239,9 +161,9 @@ class GPT(nn.Module):
         learned = cfg.position == "learned"
         self.pos_emb = nn.Embedding(cfg.seq_len, cfg.d_model) if learned else None
         self.drop = nn.Dropout(cfg.dropout)
-        self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layers))
+        self.blocks = nn.ModuleList(Block(cfg, i) for i in range(cfg.n_layers))
         final = cfg.norm.placement in FINAL_NORM_PLACEMENTS
-        self.norm_f = make_norm(cfg) if final else nn.Identity()
+        self.norm_f = make_norm(cfg, "final") if final else nn.Identity()
         self.head = nn.Linear(cfg.d_model, vocab_size, bias=False)
         if cfg.tie_weights:
             self.head.weight = self.tok_emb.weight
@@ -259,14 +181,26 @@ class GPT(nn.Module):
             x = block(x, cache, i)
         if cache is not None:
             cache.length += idx.shape[1]
-        return self.head(self.norm_f(x))
+        return softcap(self.head(self.norm_f(x)), self.cfg.softcap_output)
 
 
 def next_token_loss(model: nn.Module, batch: torch.Tensor) -> torch.Tensor:
     """Mean next-token cross-entropy of any model (ids (B, T) -> logits (B, T, V)) over a
     batch of (B, T+1) token ids."""
-    logits = model(batch[:, :-1])
-    return F.cross_entropy(logits.flatten(0, 1).float(), batch[:, 1:].flatten())
+    return next_token_objective(model, batch)[1]
+
+
+def next_token_objective(
+    model: nn.Module, batch: torch.Tensor, z_loss: float = 0.0
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The training objective and the cross-entropy of :func:`next_token_loss`: the two are
+    one tensor without ``z_loss``; with it the objective adds ``z_loss`` * mean(log² Z), Z
+    each position's softmax normalizer (PaLM's z-loss, which keeps log Z near 0)."""
+    logits = model(batch[:, :-1]).flatten(0, 1).float()
+    loss = F.cross_entropy(logits, batch[:, 1:].flatten())
+    if not z_loss:
+        return loss, loss
+    return loss + z_loss * torch.logsumexp(logits, dim=-1).pow(2).mean(), loss
 
 
 def name_seed(seed: int, name: str) -> int:

@@ -151,9 +151,10 @@ KERNELS: dict[str, dict[str, Kernel]] = {
 AUTO_ORDERS: dict[str, AutoOrder] = {"layernorm": {"cpu": ("torch",), "cuda": ("torch",)}}
 
 
-def build_norm(cfg: NormConfig, dim: int) -> Norm:
+def build_norm(cfg: NormConfig, dim: int, site: str | None = None) -> Norm:
     """The norm ``cfg`` describes, over ``dim`` features (its section of the config: kind, eps,
-    bias, fp32 reduction, kernel, and the keys its kind's scalars start from)."""
+    bias, fp32 reduction, kernel, and the keys its kind's scalars start from, at ``site``:
+    attn, mlp or final; :meth:`NormConfig.init_of`)."""
     scalars = KINDS[cfg.kind].scalars.values()
     return Norm(
         cfg.kind,
@@ -162,7 +163,7 @@ def build_norm(cfg: NormConfig, dim: int) -> Norm:
         bias=bool(cfg.bias),
         fp32_reduction=cfg.fp32_reduction,
         impl=cfg.impl,
-        inits={key: getattr(cfg, key) for key in scalars},
+        inits={key: cfg.init_of(key, site) for key in scalars},
     )
 
 

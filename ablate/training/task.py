@@ -1,4 +1,4 @@
-"""The LightningModule (AdamW groups, warmup + cosine/constant schedule, loss, clipping,
+"""The LightningModule (AdamW groups, warmup + cosine/constant schedule, loss and z-loss, clipping,
 evaluation on val and, where the data hold one, test) and the DataModule that feeds it.
 
 The module owns the optimization of one run. It records the gradient norm it clips with (so the
@@ -20,7 +20,7 @@ from torch import nn
 from torch.utils.data import DataLoader
 
 from ablate.core.config import TrainConfig
-from ablate.nn.model import next_token_loss, parameter_groups
+from ablate.nn.model import next_token_loss, next_token_objective, parameter_groups
 from ablate.training.data import Corpus, WindowBatches
 
 
@@ -58,12 +58,12 @@ class LanguageModelTask(L.LightningModule):
             torch.set_num_threads(max(1, self.threads // self.trainer.num_devices))
 
     def training_step(self, batch: torch.Tensor, batch_idx: int) -> torch.Tensor | None:
-        loss = next_token_loss(self.model, batch)
-        self.last_loss = self.global_mean(loss.detach())
+        objective, loss = next_token_objective(self.model, batch, self.cfg.z_loss)
+        self.last_loss = self.global_mean(loss.detach())  # cross-entropy, z-loss or not
         self.last_grad_norm = None
         if not torch.isfinite(self.last_loss):
             return None  # skip the update (every process alike); the divergence monitor stops
-        return loss
+        return objective
 
     def global_mean(self, value: torch.Tensor) -> torch.Tensor:
         """``value`` averaged over the DDP processes: the loss of the whole global batch."""

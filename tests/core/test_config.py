@@ -167,7 +167,7 @@ def test_variant_errors_name_the_variant(tmp_path: Path) -> None:
     assert (
         "variants.v1" in msg
         and "model.norm.placement" in msg
-        and "'pre', 'post', 'sandwich', 'deepnorm' or 'none'" in msg
+        and "'pre', 'post', 'sandwich', 'deepnorm', 'reordered' or 'none'" in msg
     )
     msg = _error(tmp_path, "variants:\n  a: {train.lr: 0.01}\n  b: {train.lr: 0.01}\n")
     assert "same run as variants.a" in msg
@@ -486,3 +486,31 @@ def test_the_cpp_kernel_is_offered_for_rmsnorm_and_layernorm_only() -> None:
     assert NormConfig(kind="rmsnorm", impl="cpp").impl == "cpp"
     with pytest.raises(ValidationError, match="kernel for layernorm, rmsnorm; for dyt use auto"):
         NormConfig(kind="dyt", impl="cpp")
+
+
+@pytest.mark.parametrize(
+    ("model", "fragment"),
+    [
+        (
+            {"norm": {"placement": "sandwich", "mix_post_layers": 1}},
+            "model.norm.mix_post_layers: Mix-LN puts Post-Norm before Pre-Norm layers; it needs "
+            "placement pre, not sandwich",
+        ),
+        (
+            {"n_layers": 2, "norm": {"mix_post_layers": 2}},
+            "model.norm.mix_post_layers (2) must be below model.n_layers (2)",
+        ),
+        (
+            {"norm": {"placement": "post", "depth_scale": True}},
+            "placement post has none (allowed: pre, sandwich)",
+        ),
+        ({"softcap_output": 0}, "model.softcap_output"),
+        ({**LITGPT, "softcap_attn": 50.0}, "model.softcap_attn: ablate's model only"),
+    ],
+)
+def test_recent_placement_and_capping_keys_are_checked(
+    tmp_path: Path, model: dict, fragment: str
+) -> None:
+    with pytest.raises(ConfigError) as caught:
+        load_experiment(_sourced(tmp_path, model))
+    assert fragment in str(caught.value) and "\n" not in str(caught.value)

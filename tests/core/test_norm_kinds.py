@@ -15,7 +15,8 @@ def test_each_kind_reads_or_leaves_every_kind_key_and_its_scalars_start_from_one
         assert set(kind.reads) <= set(KIND_KEYS) and set(kind.unused()).isdisjoint(kind.reads)
         assert set(kind.scalars.values()) <= set(kind.reads)
         assert set(kind.kernels) <= {"torch", "cpp"}
-    assert KINDS["dyt"].unused() == ("eps",) and KINDS["rmsnorm"].unused() == ("alpha_init",)
+    alpha = ("alpha_init", "alpha_init_attn", "alpha_init_mlp", "alpha_init_final")
+    assert KINDS["dyt"].unused() == ("eps",) and KINDS["rmsnorm"].unused() == alpha
     assert with_kernel("cpp") == ["layernorm", "rmsnorm"]
 
 

@@ -128,3 +128,27 @@ def test_decide_plans_at_most_its_added_seeds_and_is_a_stage(tmp_path: Path) -> 
     manifest = plan_manifest(experiment, plan_runs(experiment), {"seeds": [0, 1, 2]})
     assert manifest["decide"] == {"seeds": [0, 1, 2]}
     assert "decide" not in plan_manifest(experiment, plan_runs(experiment))  # unchanged bytes
+
+
+def test_recent_keys_count_in_the_run_id_only_away_from_their_defaults() -> None:
+    base = RunSpec("e", "v", 0, tiny_config()).run_id
+    defaults = {
+        "model.norm.mix_post_layers": 0,
+        "model.norm.depth_scale": False,
+        "model.norm.alpha_init_attn": None,
+        "model.softcap_attn": None,
+        "model.softcap_output": None,
+        "train.z_loss": 0.0,
+    }
+    assert RunSpec("e", "v", 0, tiny_config(**defaults)).run_id == base
+    changed = {
+        "model.norm.depth_scale": True,
+        "model.norm.placement": "reordered",
+        "model.softcap_output": 30.0,
+        "train.z_loss": 1e-4,
+    }
+    ids = {RunSpec("e", "v", 0, tiny_config(**{k: v})).run_id for k, v in changed.items()}
+    assert len(ids) == len(changed) and base not in ids
+    dyt = tiny_config(**{"model.norm.kind": "dyt"})
+    dyt_attn = tiny_config(**{"model.norm.kind": "dyt", "model.norm.alpha_init_attn": 0.8})
+    assert RunSpec("e", "v", 0, dyt).run_id != RunSpec("e", "v", 0, dyt_attn).run_id

@@ -8,8 +8,9 @@ import pytest
 import torch
 
 from ablate.core.config import ModelConfig, NormConfig
+from ablate.nn.attention import KVCache
 from ablate.nn.decode import generate
-from ablate.nn.model import KVCache, build_gpt
+from ablate.nn.model import build_gpt
 
 KINDS = ["layernorm", "rmsnorm", "dyt"]
 PLACEMENTS = ["pre", "post", "sandwich", "deepnorm", "none"]

@@ -8,7 +8,6 @@ import torch
 
 from ablate.core.config import ModelConfig, NormConfig
 from ablate.nn.model import (
-    Rotary,
     build_gpt,
     count_parameters,
     next_token_loss,
@@ -240,25 +239,6 @@ def test_swiglu_is_silu_gate_times_up() -> None:
     up = x @ mlp.fc.weight[hidden:].T + mlp.fc.bias[hidden:]
     expected = (gate * torch.sigmoid(gate) * up) @ mlp.proj.weight.T + mlp.proj.bias
     assert torch.allclose(mlp(x), expected, atol=1e-5)
-
-
-def test_rope_scores_depend_only_on_the_relative_position() -> None:
-    rotary = Rotary(head_dim=8, max_len=40)
-    g = torch.Generator().manual_seed(0)
-    q, k = torch.randn(8, generator=g), torch.randn(8, generator=g)
-
-    def score(m: int, n: int) -> float:
-        x = torch.zeros(1, 1, 40, 8)
-        x[0, 0, m], x[0, 0, n] = q, k
-        r = rotary(x)[0, 0]
-        return float(r[m] @ r[n])
-
-    assert score(5, 2) == pytest.approx(score(25, 22), abs=1e-4)  # same offset, shifted
-    assert score(5, 2) == pytest.approx(score(33, 30), abs=1e-4)
-    assert abs(score(5, 2) - score(5, 3)) > 1e-3  # another offset, another score
-    x = torch.randn(1, 2, 40, 8, generator=g)
-    assert torch.equal(rotary(x)[..., 0, :], x[..., 0, :])  # position 0: no rotation
-    assert torch.allclose(rotary(x).norm(dim=-1), x.norm(dim=-1), atol=1e-5)  # a rotation
 
 
 @pytest.mark.parametrize("choice", [{}, {"mlp": "swiglu"}, {"position": "rope"}, LLAMA])

@@ -10,6 +10,8 @@ import torch
 from ablate.core.config import NormConfig
 from ablate.nn.norms import KERNELS, build_norm
 
+ALPHA_KEYS = ("alpha_init", "alpha_init_attn", "alpha_init_mlp", "alpha_init_final")
+
 
 def _norm(kind: str, dim: int, **settings: object) -> torch.nn.Module:
     """The norm of ``kind`` with these ``model.norm`` settings, as the model builds it."""
@@ -166,7 +168,7 @@ def test_every_kind_builds_with_its_bias_default_scalars_and_kernels() -> None:
         owned = [n for n, _ in built.named_parameters() if n not in ("weight", "bias")]
         assert owned == list(kind.scalars)
         assert tuple(KERNELS.get(name, {})) == kind.kernels  # each declared kernel exists
-        assert set(kind.reads) | set(kind.unused()) == {"eps", "alpha_init"}
+        assert set(kind.reads) | set(kind.unused()) == {"eps", *ALPHA_KEYS}
 
 
 def _rms_error(scale: float, eps: float, fp32_reduction: bool) -> float:
