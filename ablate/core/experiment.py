@@ -297,6 +297,7 @@ class ConvertPlan(BaseModel):
 
 
 MIN_EFFECT = 0.02  # nats: about RMSNorm's lead over LayerNorm at T5 scale (Narang et al., 2021)
+SPIKE_WINDOW = 50  # steps: a spike is judged against their median
 
 
 class AnalysisConfig(StrictSection):
@@ -308,6 +309,16 @@ class AnalysisConfig(StrictSection):
         description="the smallest |Δ| final val loss (nats) of interest: a comparison is "
         "equivalent within ±min_effect, or told how many seeds detecting it needs; default "
         "0.02, about RMSNorm's lead over LayerNorm at T5 scale (Narang et al., 2021)",
+    )
+    spike_factor: float | None = Field(
+        None,
+        gt=1,
+        le=1e6,
+        description="count gradient-norm spikes in the main runs: steps whose grad norm exceeds "
+        "this many times the median of the spike_window steps before; null: not counted",
+    )
+    spike_window: int = Field(
+        SPIKE_WINDOW, ge=5, le=100_000, description="steps whose median a spike is measured against"
     )
 
 

@@ -336,6 +336,8 @@ def plan_manifest(
         ),
         "seeds": experiment.seeds,
         "min_effect": experiment.analysis.min_effect,
+        "spike_factor": experiment.analysis.spike_factor,
+        "spike_window": experiment.analysis.spike_window,
         "usable_within": experiment.max_lr.within if experiment.max_lr else None,
         "warmup_range": (
             [experiment.curve.warmup_min, experiment.curve.warmup_max]

@@ -37,12 +37,14 @@ import markdown
 import pandas as pd
 
 from ablate.core import folders, store
+from ablate.core.experiment import SPIKE_WINDOW
 from ablate.core.folders import ExperimentFolder
 from ablate.report.analysis import noise_floor
 from ablate.report.boundaries import max_lr_section
 from ablate.report.comparison import comparison_section
 from ablate.report.convert import convert_section
 from ablate.report.crossover import crossover_section
+from ablate.report.depth import depth_section
 from ablate.report.factorial import Design
 from ablate.report.figures import save_figure
 from ablate.report.inference import inference_section
@@ -199,6 +201,13 @@ def report_sections(
         report.extend(crossover_section(stored))
     for section in (
         main_section(stored, table, noise),
+        depth_section(
+            stored.probes,
+            stored.metrics,
+            variants,
+            manifest.get("spike_factor"),
+            manifest.get("spike_window", SPIKE_WINDOW),  # a manifest from before it was kept
+        ),
         inference_section(stored.inference, variants, manifest.get("source") or "FILE"),
         convert_section(stored),
         sweep,

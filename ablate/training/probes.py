@@ -1,12 +1,12 @@
 """The model probes: a look inside the model every ``train.probes.interval`` steps.
 
 :class:`ModelProbe` (a Lightning callback) records, at the first step, every interval and the
-last step: per-layer RMS of the residual stream and of every norm's input and output, per-layer
-gradient norm before clipping, each layer's largest attention logit, output-logit statistics and
-non-finite counts, as long rows (step, quantity, site, layer, value). Forward hooks exist only
-during a probe step, so the other steps run the bare model. The sites are found the same way in
-a model of any source (:mod:`ablate.nn.anatomy`); the attention logit only where the model
-exposes its queries and keys.
+last step: per-layer RMS of the residual stream and its feature kurtosis (outlier features), of
+every norm's input and output, per-layer gradient norm before clipping, each layer's largest
+attention logit, output-logit statistics and non-finite counts, as long rows (step, quantity,
+site, layer, value). Forward hooks exist only during a probe step, so the other steps run the
+bare model. The sites are found the same way in a model of any source (:mod:`ablate.nn.anatomy`);
+the attention logit only where the model exposes its queries and keys.
 """
 
 from __future__ import annotations
@@ -43,6 +43,14 @@ def _rms(x: torch.Tensor) -> torch.Tensor:
     return x.detach().float().pow(2).mean().sqrt()
 
 
+def feature_kurtosis(x: torch.Tensor) -> torch.Tensor:
+    """Kurtosis of the features' RMS: mean(s⁴) / mean(s²)², s_j the RMS of feature j (the last
+    dimension) over every other position (He et al. 2024, "Understanding and Minimising Outlier
+    Features"). 1 when all features are alike; it grows as a few features carry the signal."""
+    s2 = x.detach().float().flatten(0, -2).pow(2).mean(dim=0)
+    return s2.pow(2).mean() / s2.mean().pow(2)
+
+
 def _nonfinite(x: torch.Tensor) -> torch.Tensor:
     return (~torch.isfinite(x.detach())).sum()
 
@@ -69,7 +77,8 @@ def max_causal_logit(q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
 class ModelProbe(Resumable):
     """Looks inside the model at the first step, every ``interval`` steps and the last step.
 
-    Quantities: ``resid_rms`` (block output), ``norm_in_rms`` and ``norm_rms`` (each norm's
+    Quantities: ``resid_rms`` and ``resid_kurtosis`` (block output, :func:`feature_kurtosis`),
+    ``norm_in_rms`` and ``norm_rms`` (each norm's
     input and output), ``grad_norm`` (each block's and the embeddings' gradient before
     clipping), ``attn_logit_max`` (each block whose attention exposes q and k), ``logit_max_abs``,
     ``logit_std`` and ``logsumexp_mean`` (the model's output logits), ``nonfinite_activations``
@@ -105,7 +114,7 @@ class ModelProbe(Resumable):
         self._step = step
         prefix, blocks = blocks_of(model)
         for i, block in enumerate(blocks):
-            self._hook(block, partial(self._activation, "resid_rms", f"{prefix}.{i}", i))
+            self._hook(block, partial(self._block, f"{prefix}.{i}", i))
             attention = partial(self._attention, f"{prefix}.{i}.attn", i)
             handle = hook_attention(block, attention) if self.attention else None
             if handle is not None:
@@ -115,6 +124,11 @@ class ModelProbe(Resumable):
                 layer = layer_of(name, len(blocks), prefix)
                 self._handles.append(module.register_forward_hook(partial(self._norm, name, layer)))
         self._hook(model, self._logits)
+
+    def _block(self, site: str, layer: int, out: object) -> None:
+        self._activation("resid_rms", site, layer, out)
+        if isinstance(out, torch.Tensor):
+            self._add("resid_kurtosis", site, layer, feature_kurtosis(out))
 
     def _activation(self, quantity: str, site: str, layer: int, out: object) -> None:
         if isinstance(out, torch.Tensor):

@@ -72,6 +72,10 @@ def test_probe_values_equal_direct_computation() -> None:
             assert _value(probe.rows, "resid_rms", f"blocks.{i}") == pytest.approx(
                 float(x.pow(2).mean().sqrt()), rel=1e-5
             )
+            s2 = x.pow(2).mean(dim=(0, 1))  # each feature's mean square over all positions
+            assert _value(probe.rows, "resid_kurtosis", f"blocks.{i}") == pytest.approx(
+                float(s2.pow(2).mean() / s2.mean().pow(2)), rel=1e-5
+            )
             grads = torch.cat([p.grad.flatten() for p in block.parameters()])
             assert _value(probe.rows, "grad_norm", f"blocks.{i}") == pytest.approx(
                 float(grads.norm()), rel=1e-5
@@ -85,6 +89,17 @@ def test_probe_values_equal_direct_computation() -> None:
         )
     assert all(r[4] == 0 for r in probe.rows if r[1].startswith("nonfinite"))
     assert probe.probe_steps == 1 and probe.nonfinite == {"activations": 0, "grads": 0}
+
+
+def test_feature_kurtosis_is_one_for_alike_features_and_grows_with_an_outlier() -> None:
+    from ablate.training.probes import feature_kurtosis
+
+    g = torch.Generator().manual_seed(0)
+    signs = torch.randint(0, 2, (4, 32, 64), generator=g).float() * 2 - 1
+    assert float(feature_kurtosis(signs)) == pytest.approx(1.0)  # every feature's RMS is 1
+    outlier = signs.clone()
+    outlier[..., 0] *= 10.0  # one feature of 64 with 10x the RMS: (1e4 + 63)/64 / ((163)/64)^2
+    assert float(feature_kurtosis(outlier)) == pytest.approx((1e4 + 63) * 64 / 163**2)
 
 
 def test_non_finite_values_are_counted() -> None:
