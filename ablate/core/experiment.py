@@ -13,6 +13,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from ablate.core.claims import ClaimConfig
 from ablate.core.config import RunConfig, Seed, StrictSection
 
 
@@ -358,6 +359,9 @@ class ExperimentFile(StrictSection):
     scale: ScaleConfig | None = None
     analysis: AnalysisConfig = Field(default_factory=AnalysisConfig)
     decide: DecideConfig | None = None
+    claims: list[ClaimConfig] = Field(
+        default_factory=list, description="published claims the main runs test"
+    )
     storage: str | None = Field(
         None, description="Optuna storage URL; default sqlite in the results folder"
     )
@@ -385,6 +389,7 @@ class Experiment(BaseModel):
     scale: ScaleConfig | None = None
     analysis: AnalysisConfig = Field(default_factory=AnalysisConfig)
     decide: DecideConfig | None = None
+    claims: list[ClaimConfig] = Field(default_factory=list)
     file: dict[str, Any] = Field(
         default_factory=dict, description="the file's top level as read (sizes derive from it)"
     )

@@ -26,6 +26,7 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
+from ablate.core.claims import LOSSES
 from ablate.core.config import NAME_PATTERN, SEED_LIMIT, ConfigError, RunConfig
 from ablate.core.experiment import ConvertConfig, ConvertPlan, Experiment, ExperimentFile
 from ablate.core.norm_kinds import KIND_KEYS
@@ -445,6 +446,7 @@ def resolve_experiment(
         scale=top.scale,
         analysis=top.analysis,
         decide=top.decide,
+        claims=top.claims,
         file=raw,
         storage=top.storage,
         grid=top.grid,
@@ -455,7 +457,40 @@ def resolve_experiment(
         check_scale(experiment, where)
     if top.decide is not None:
         check_decide(experiment, where)
+    check_claims(experiment, where)
     return experiment
+
+
+def check_claims(experiment: Experiment, where: str) -> None:
+    """Each claim names two variants the file has and a quantity the runs will record, or one
+    line."""
+    names = list(experiment.variants)
+    for i, claim in enumerate(experiment.claims):
+        at = f"{where}: claims.{i}"
+        for key, name in (("variant", claim.variant), ("baseline", claim.against(names))):
+            if name not in experiment.variants:
+                raise ConfigError(
+                    f"{at}.{key}: {name!r} is not a variant; allowed: {', '.join(names)}"
+                )
+        if claim.variant == claim.against(names):
+            raise ConfigError(f"{at}: variant and baseline are both {claim.variant!r}")
+        if claim.metric == "grad_spikes" and not experiment.analysis.spike_factor:
+            raise ConfigError(
+                f"{at}.metric: grad_spikes needs analysis.spike_factor (what a spike is)"
+            )
+        probed = experiment.variants[claim.variant].train.probes.interval
+        if claim.metric not in LOSSES and not probed:
+            raise ConfigError(
+                f"{at}.metric: {claim.metric} is a probe quantity; train.probes.interval is 0"
+            )
+        tunes = experiment.search is not None or experiment.curve is not None
+        if claim.runs == "tuned" and (claim.metric not in LOSSES or not tunes):
+            raise ConfigError(
+                f"{at}.runs: tuned reads the tuned A/B's losses: it needs a curve: or search: "
+                f"section and a metric of {', '.join(LOSSES)}"
+            )
+        if claim.metric == "final_test_loss" and not experiment.base.data.test_fraction:
+            raise ConfigError(f"{at}.metric: final_test_loss needs data.test_fraction")
 
 
 SIZE_KEYS = ("model.d_model", "model.n_layers", "model.n_heads")

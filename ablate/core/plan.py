@@ -317,6 +317,15 @@ def plan_convert(experiment: Experiment) -> list[RunSpec]:
     return specs
 
 
+def claims_manifest(experiment: Experiment) -> list[dict[str, Any]]:
+    """The file's claims as the report reads them, each with its baseline resolved."""
+    names = list(experiment.variants)
+    return [
+        {**claim.model_dump(mode="json"), "baseline": claim.against(names)}
+        for claim in experiment.claims
+    ]
+
+
 def plan_manifest(
     experiment: Experiment, specs: list[RunSpec], decided: dict[str, Any] | None = None
 ) -> dict[str, Any]:
@@ -347,6 +356,7 @@ def plan_manifest(
         "search_startup": experiment.search.startup_trials() if experiment.search else None,
         "command_line": experiment.command_line,  # what --set / --seeds changed in the file
         **({"decide": decided} if decided else {}),
+        **({"claims": claims_manifest(experiment)} if experiment.claims else {}),
         "criterion": criterion_text(experiment.base.train.stability),
         "runs": [
             {

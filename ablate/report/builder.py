@@ -41,6 +41,7 @@ from ablate.core.experiment import SPIKE_WINDOW
 from ablate.core.folders import ExperimentFolder
 from ablate.report.analysis import noise_floor
 from ablate.report.boundaries import max_lr_section
+from ablate.report.claims import claims_section
 from ablate.report.comparison import comparison_section
 from ablate.report.convert import convert_section
 from ablate.report.crossover import crossover_section
@@ -185,10 +186,14 @@ def report_sections(
         {"variants.csv": table, "runs.csv": runs_table(stored)},
     )
     design = Design.from_manifest(manifest)
+    # a manifest from before the spike keys were kept has neither: none counted
+    spikes = (manifest.get("spike_factor"), manifest.get("spike_window", SPIKE_WINDOW))
     factors, effects = factors_section(stored.main, design) if design else (Section(), None)
     report.lines += simulated_flag(stored) + impurity_flag(stored, variants)
     report.lines += summary_lines(table, noise, stored, tuned, effects)
     report.extend(setup_section(stored, variants))
+    claims = manifest.get("claims", [])
+    report.extend(claims_section(claims, stored, *spikes))
     if stored.missing:
         report.lines += [
             f"**Incomplete:** {len(stored.missing)} planned run(s) have no result yet: "
@@ -201,13 +206,7 @@ def report_sections(
         report.extend(crossover_section(stored))
     for section in (
         main_section(stored, table, noise),
-        depth_section(
-            stored.probes,
-            stored.metrics,
-            variants,
-            manifest.get("spike_factor"),
-            manifest.get("spike_window", SPIKE_WINDOW),  # a manifest from before it was kept
-        ),
+        depth_section(stored.probes, stored.metrics, variants, *spikes),
         inference_section(stored.inference, variants, manifest.get("source") or "FILE"),
         convert_section(stored),
         sweep,
