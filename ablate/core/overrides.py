@@ -55,9 +55,10 @@ def flat_config(config: RunConfig) -> dict[str, Any]:
     return flatten(dump)
 
 
-# what a norm comparison may change: the norm's own keys (ablate's, and litgpt's norm class);
-# runtime keys change where and how fast a run goes, not what it computes
-NORM_KEYS = ("model.norm.", "model.litgpt.norm_class_name")
+# what a norm comparison may change: the norm's own keys (ablate's, and litgpt's norm class) and
+# the stabilisers compared with norms (z-loss, logit soft-capping); runtime keys change where
+# and how fast a run goes, not what it computes
+NORM_KEYS = ("model.norm.", "model.litgpt.norm_class_name", "train.z_loss", "model.softcap_")
 NOT_COMPUTED = ("runtime.",)
 
 

@@ -41,7 +41,7 @@ from ablate.core.plan import (
 )
 from ablate.core.studies import StoredStudies
 from ablate.launch.progress import StepsLeft
-from ablate.nn.model import count_parameters, next_token_loss, parameter_groups
+from ablate.nn.model import count_parameters, next_token_objective, parameter_groups
 from ablate.nn.sources import ModelSourceError, build_model
 from ablate.training.data import Corpus, batch_offsets, gather_windows, load_corpus
 
@@ -119,7 +119,8 @@ def time_steps(
     steps: int = TIMED_STEPS,
     device: torch.device = CPU,
 ) -> float:
-    """Seconds per step (forward, backward, AdamW) of ``model`` (trained in place, on
+    """Seconds per step (forward, backward of the objective, z-loss included, AdamW) of
+    ``model`` (trained in place, on
     ``device``): the fastest of ``steps`` after a warm-up (another process on the machine
     slows some of them; none makes one faster). ``*-true`` casts the model to its dtype,
     ``*-mixed`` autocasts to it."""
@@ -138,8 +139,8 @@ def time_steps(
         sync()
         start = time.perf_counter()
         with autocast:
-            loss = next_token_loss(model, tokens)
-        loss.backward()
+            objective, _ = next_token_objective(model, tokens, cfg.train.z_loss)
+        objective.backward()
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
         sync()

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import REPO, write_experiment
+from conftest import REPO, tiny_config, write_experiment
 
 from ablate.core.config import ConfigError
 from ablate.core.load import load_experiment
@@ -514,3 +514,12 @@ def test_recent_placement_and_capping_keys_are_checked(
     with pytest.raises(ConfigError) as caught:
         load_experiment(_sourced(tmp_path, model))
     assert fragment in str(caught.value) and "\n" not in str(caught.value)
+
+
+def test_stabilisers_compare_with_norms_and_other_keys_do_not() -> None:
+    from ablate.core.overrides import beyond_the_norm
+
+    base = flat_config(tiny_config())
+    for key, value in (("train.z_loss", 1e-4), ("model.softcap_attn", 50.0)):
+        assert beyond_the_norm(base, flat_config(tiny_config(**{key: value}))) == []
+    assert beyond_the_norm(base, flat_config(tiny_config(**{"train.lr": 1e-2}))) == ["train.lr"]
