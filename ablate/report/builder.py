@@ -206,7 +206,7 @@ def report_sections(
         report.extend(crossover_section(stored))
     for section in (
         main_section(stored, table, noise),
-        depth_section(stored.probes, stored.metrics, variants, *spikes),
+        depth_section(stored.main, stored.probes, stored.metrics, variants, *spikes),
         inference_section(stored.inference, variants, manifest.get("source") or "FILE"),
         convert_section(stored),
         sweep,

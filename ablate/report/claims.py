@@ -7,8 +7,9 @@ as variant − baseline, ratios (probe quantities) as variant / baseline on the 
 verdict is *agrees* when the 95% interval lies wholly on the predicted side of no effect,
 *disagrees* when it lies wholly on the other, and otherwise *inconclusive with n seeds*, with
 the pairs a paired t-test would need to detect the measured effect at 80% power
-(:func:`ablate.report.verdict.reach`). Only seeds both variants finished are paired; the runs
-that diverged are counted beside it.
+(:func:`ablate.report.verdict.reach`). Only seeds both variants finished are paired; where a
+compared run diverged there is *no verdict* (as the report's comparisons), its effect over the
+survivors shown.
 """
 
 from __future__ import annotations
@@ -122,11 +123,14 @@ def claim_row(claim: dict[str, Any], values: pd.DataFrame) -> dict[str, Any]:
         "ci_high": scale(paired.ci_high) if math.isfinite(paired.ci_high) else math.nan,
         "p_value": paired.p_value,
     }
-    row["verdict"], row["more_seeds"] = judge(claim["direction"], paired, diffs.to_numpy())
     both = values[values["variant"].isin([variant, baseline])]
     row["not_finished"] = int(both["status"].ne("finished").sum())
     learned = finished["stable"].ne(False) if "stable" in finished else True
     row["collapsed"] = int((finished["run_id"].isin(both["run_id"]) & ~learned).sum())
+    if row["not_finished"]:  # as the report's comparisons: no verdict over the survivors
+        row["verdict"], row["more_seeds"] = "no verdict", None
+    else:
+        row["verdict"], row["more_seeds"] = judge(claim["direction"], paired, diffs.to_numpy())
     return row
 
 
@@ -150,8 +154,9 @@ def judge(direction: str, paired: PairedDifference, diffs: np.ndarray) -> tuple[
 
 
 def verdict_text(row: dict[str, Any] | pd.Series) -> str:
-    """The verdict in words, e.g. ``inconclusive with 6 seeds (about 9 more would decide)``,
-    and how many of the compared runs did not learn (collapsed), where any did."""
+    """The verdict in words, e.g. ``inconclusive with 6 seeds (about 9 more would detect the
+    measured effect)``, and how many of the compared runs did not learn (collapsed), where any
+    did."""
     collapsed = int(row.get("collapsed", 0) or 0)
     note = f"; {collapsed} of the runs did not learn" if collapsed else ""
     return decision_text(row) + note
@@ -159,13 +164,20 @@ def verdict_text(row: dict[str, Any] | pd.Series) -> str:
 
 def decision_text(row: dict[str, Any] | pd.Series) -> str:
     """:func:`verdict_text` without the note on collapsed runs."""
+    if row["verdict"] == "no verdict":
+        lost = int(row["not_finished"])
+        return f"no verdict: {lost} of the compared runs diverged (the rest are paired)"
     if row["verdict"] != "inconclusive":
         return str(row["verdict"])
     more = row["more_seeds"]
+    against = (row["effect"] > (1 if METRICS[row["metric"]][0] == "ratio" else 0)) == (
+        row["direction"] == "lower"
+    )
     reach_text = (
         "beyond what more seeds can reach"
         if more is None or (isinstance(more, float) and math.isnan(more))
-        else f"about {int(more)} more would decide"
+        else f"about {int(more)} more would detect the measured effect"
+        + (", which runs against the claim" if against else "")
     )
     return f"inconclusive with {int(row['pairs'])} seeds ({reach_text})"
 
@@ -180,8 +192,9 @@ def effect_text(row: dict[str, Any] | pd.Series) -> str:
     return f"{row['effect']:+.4g} [{row['ci_low']:+.4g}, {row['ci_high']:+.4g}]"
 
 
-def claims_markdown(frame: pd.DataFrame) -> str:
-    """The claims table as the report and the literature summary print it."""
+def claims_markdown(frame: pd.DataFrame, extra: dict[str, list[str]] | None = None) -> str:
+    """The claims table as the report and the literature summary print it (``extra``: more
+    columns, by heading)."""
 
     def cell(text: str) -> str:  # a pipe in a claim's words would end its Markdown cell
         return str(text).replace("|", "\\|")
@@ -200,6 +213,7 @@ def claims_markdown(frame: pd.DataFrame) -> str:
             ],
             "measured (95% CI)": [effect_text(r) for _, r in frame.iterrows()],
             "verdict": [verdict_text(r) for _, r in frame.iterrows()],
+            **(extra or {}),
         }
     )
     return shown.to_markdown(index=False)
@@ -238,8 +252,10 @@ def claims_section(
             "run's last probe step. *agrees*: the 95% paired t interval lies wholly on the "
             "predicted side of no effect; *disagrees*: wholly on the other side; otherwise "
             "inconclusive, with the seeds a paired t-test would need to detect the measured "
-            "effect at 80% power; runs that finished without learning (collapsed) are paired "
-            "like the rest, and counted. Intervals are not adjusted across claims "
+            "effect at 80% power (the measured effect, not ±min_effect as above); runs that "
+            "finished without learning (collapsed) are paired like the rest and counted; where "
+            "a compared run diverged there is no verdict, as in the comparisons above. "
+            "Intervals are not adjusted across claims "
             "(reports/literature/ gives Holm-adjusted p-values over all of them)."
             + (
                 f" Only seeds both variants finished are paired; {not_finished} run(s) of a "

@@ -36,7 +36,8 @@ def run_spikes(grad_norms: pd.Series, factor: float, window: int) -> tuple[int, 
 
 
 def grad_spikes(metrics: pd.DataFrame, factor: float, window: int) -> pd.DataFrame:
-    """Per run (run id, variant, seed): :func:`run_spikes` of its training steps."""
+    """Per run (run id, variant, seed): :func:`run_spikes` of its training steps (spikes NaN
+    where no step had a full window before it)."""
     columns = ["run_id", "variant", "seed", "spikes", "steps_judged", "largest_ratio"]
     if metrics.empty or "grad_norm" not in metrics:
         return pd.DataFrame(columns=columns)
@@ -44,7 +45,9 @@ def grad_spikes(metrics: pd.DataFrame, factor: float, window: int) -> pd.DataFra
     for (run_id, variant, seed), run in metrics.groupby(["run_id", "variant", "seed"], sort=False):
         steps = run.dropna(subset=["train_loss"]).sort_values("step")
         rows.append((run_id, variant, seed, *run_spikes(steps["grad_norm"], factor, window)))
-    return pd.DataFrame(rows, columns=columns)
+    frame = pd.DataFrame(rows, columns=columns)
+    frame["spikes"] = frame["spikes"].where(frame["steps_judged"] > 0)  # none judged: unknown
+    return frame
 
 
 def depth_profile(probes: pd.DataFrame) -> pd.DataFrame:
@@ -88,7 +91,7 @@ def depth_markdown(profile: pd.DataFrame, spikes: pd.DataFrame | None, variants:
                 f"{sig(peak['resid_kurtosis_min'])}–{sig(peak['resid_kurtosis_max'])})"
             )
         if spikes is not None:
-            counts = spikes.loc[spikes["variant"] == variant, "spikes"]
+            counts = spikes.loc[spikes["variant"] == variant, "spikes"].dropna()
             row["grad-norm spikes per run"] = (
                 f"{counts.mean():.1f} ({int(counts.min())}–{int(counts.max())}, {len(counts)} runs)"
                 if len(counts)
@@ -132,14 +135,20 @@ def depth_figure(profile: pd.DataFrame, variants: list[str]) -> Drawing | None:
 
 
 def depth_section(
+    main: pd.DataFrame,
     probes: pd.DataFrame,
     metrics: pd.DataFrame,
     variants: list[str],
     spike_factor: float | None,
     spike_window: int,
 ) -> Section:
-    """The residual stream over depth and the gradient-norm spikes of the main runs, where the
-    runs recorded the kurtosis or ``spike_factor`` is set; else nothing."""
+    """The residual stream over depth and the gradient-norm spikes of the ``main`` runs that
+    finished (a diverged run's last probe is at another step), where the runs recorded the
+    kurtosis or ``spike_factor`` is set; else nothing."""
+    if len(main) and "status" in main:
+        finished = set(main.loc[main["status"] == "finished", "run_id"])
+        probes = probes[probes["run_id"].isin(finished)] if len(probes) else probes
+        metrics = metrics[metrics["run_id"].isin(finished)] if len(metrics) else metrics
     has_kurtosis = not probes.empty and (probes["quantity"] == "resid_kurtosis").any()
     profile = depth_profile(probes) if has_kurtosis else pd.DataFrame()
     spikes = grad_spikes(metrics, spike_factor, spike_window) if spike_factor else None
@@ -153,9 +162,10 @@ def depth_section(
     section.lines += [depth_markdown(profile, spikes, variants), ""]
     if len(profile):
         section.lines += [
-            "At each main run's last probe step, mean over seeds (the kurtosis's range over "
-            "seeds in brackets). Feature kurtosis is mean(s⁴)/mean(s²)² over the features' RMS "
-            "s: 1 when every feature carries alike, large when a few outlier features dominate.",
+            "At each finished main run's last probe step, mean over seeds (the kurtosis's range "
+            "over seeds in brackets). Feature kurtosis is mean(s⁴)/mean(s²)² over the features' "
+            "RMS s: 1 when every feature carries alike, large when a few outlier features "
+            "dominate.",
             "",
         ]
     if spikes is not None:

@@ -39,7 +39,8 @@ def gather(folder: Path) -> pd.DataFrame:
 
 def summary_markdown(frame: pd.DataFrame) -> str:
     """The suite's table with each claim's report linked, and how to read it."""
-    table = claims_markdown(frame)
+    holm_text = [f"{p:.2g}" if pd.notna(p) else "–" for p in frame["holm_p"]]
+    table = claims_markdown(frame, {"p, Holm over all claims": holm_text})
     links = ", ".join(f"[{name}]({name}/report.md)" for name in dict.fromkeys(frame["report"]))
     survives = frame[frame["verdict"].isin(["agrees", "disagrees"])]
     fragile = survives[survives["holm_p"] >= 0.05]
@@ -68,8 +69,10 @@ def summary_markdown(frame: pd.DataFrame) -> str:
             "",
             "*agrees* / *disagrees*: the 95% paired t interval over seeds lies wholly on the "
             "predicted / the other side of no effect; *inconclusive*: it holds no effect, with "
-            "the seeds that would detect the measured effect at 80% power. Holm-adjusted "
-            "p-values over every claim are in summary.csv (`holm_p`)." + fragile_text,
+            "the seeds that would detect the measured effect at 80% power; *no verdict*: a "
+            "compared run diverged. The last column adjusts each claim's paired t-test p by "
+            "Holm over every claim of the suite (a report adjusts over its own comparisons "
+            "only)." + fragile_text,
             "",
             f"Reports: {links}.",
             "",

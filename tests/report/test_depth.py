@@ -39,6 +39,7 @@ def test_spikes_are_counted_per_run_on_training_steps_only() -> None:
     assert list(found["spikes"]) == [0, 0, 1, 1]
     assert list(found["steps_judged"]) == [20] * 4
     assert grad_spikes(pd.DataFrame(), 3.0, 10).empty
+    assert grad_spikes(_metrics(), 3.0, window=40)["spikes"].isna().all()  # 30 steps: none judged
 
 
 def _probes(kurtosis: bool = True) -> pd.DataFrame:
@@ -79,10 +80,15 @@ def test_the_profile_is_each_runs_last_probe_step_averaged_over_seeds() -> None:
     assert set(profile["seeds"]) == {2}
 
 
+MAIN = pd.DataFrame(
+    {"run_id": ["a0", "a1", "b0", "b1"], "status": ["finished"] * 4, "variant": list("aabb")}
+)
+
+
 def test_the_section_appears_with_kurtosis_rows_or_a_spike_factor_only() -> None:
-    old = depth_section(_probes(kurtosis=False), _metrics(), ["a", "b"], None, 10)
+    old = depth_section(MAIN, _probes(kurtosis=False), _metrics(), ["a", "b"], None, 10)
     assert old.lines == [] and old.tables == {} and old.figures == {}
-    both = depth_section(_probes(), _metrics(), ["a", "b"], 3.0, 10)
+    both = depth_section(MAIN, _probes(), _metrics(), ["a", "b"], 3.0, 10)
     assert set(both.tables) == {"depth.csv", "grad_spikes.csv"} and set(both.figures) == {
         "depth.png"
     }
@@ -93,5 +99,12 @@ def test_the_section_appears_with_kurtosis_rows_or_a_spike_factor_only() -> None
     assert "3.5 (block 2; seeds 3–4)" in rows["a"]  # kurtosis 1 + layer + seed at layer 2
     assert "0.0 (0–0, 2 runs)" in rows["a"] and "1.0 (1–1, 2 runs)" in rows["b"]
     assert "exceeds 3× the median of the 10 steps before it" in text
-    spikes_only = depth_section(pd.DataFrame(), _metrics(), ["a", "b"], 3.0, 10)
+    spikes_only = depth_section(MAIN, pd.DataFrame(), _metrics(), ["a", "b"], 3.0, 10)
     assert set(spikes_only.tables) == {"grad_spikes.csv"} and not spikes_only.figures
+
+
+def test_a_run_that_did_not_finish_is_left_out_of_the_depth_section() -> None:
+    main = MAIN.assign(status=["finished", "diverged", "finished", "finished"])
+    section = depth_section(main, _probes(), _metrics(), ["a", "b"], 3.0, 10)
+    assert "a1" not in set(section.tables["grad_spikes.csv"]["run_id"])
+    assert set(section.tables["depth.csv"].query("variant == 'a'")["seeds"]) == {1}

@@ -54,10 +54,12 @@ def test_a_ratio_is_averaged_on_the_log_scale_and_reported_as_a_ratio() -> None:
 
 def test_an_unclear_effect_is_inconclusive_with_the_seeds_that_would_decide_it() -> None:
     row = claim_row(_claim(), _values(-0.01, 0.02))
-    assert row["verdict"] == "inconclusive" and row["more_seeds"] >= 1
+    assert row["verdict"] == "inconclusive" and row["more_seeds"] >= 1 and row["effect"] < 0
+    more = f"about {row['more_seeds']} more would detect the measured effect"
+    assert verdict_text(row) == f"inconclusive with 6 seeds ({more})"
+    against = claim_row({**_claim(), "direction": "higher"}, _values(-0.01, 0.02))
     assert (
-        verdict_text(row)
-        == f"inconclusive with 6 seeds (about {row['more_seeds']} more would decide)"
+        verdict_text(against) == f"inconclusive with 6 seeds ({more}, which runs against the claim)"
     )
     zero = mean_difference(pd.Series([0.1, -0.1, 0.0]))
     assert judge("lower", zero, np.array([0.1, -0.1, 0.0])) == ("inconclusive", None)
@@ -69,7 +71,13 @@ def test_only_seeds_both_finished_are_paired_and_the_rest_are_counted() -> None:
     values.loc[values["run_id"].isin(["a1", "b2"]), "stable"] = False  # collapsed: still paired
     row = claim_row(_claim(), values)
     assert row["pairs"] == 5 and row["not_finished"] == 1 and row["collapsed"] == 2
-    assert verdict_text(row) == "agrees; 2 of the runs did not learn"
+    assert row["ci_high"] < 0 and row["verdict"] == "no verdict"  # as the report's comparisons
+    assert verdict_text(row) == (
+        "no verdict: 1 of the compared runs diverged (the rest are paired); "
+        "2 of the runs did not learn"
+    )
+    values.loc[values["run_id"] == "b0", "status"] = "finished"
+    assert verdict_text(claim_row(_claim(), values)) == "agrees; 2 of the runs did not learn"
 
 
 def test_probe_values_read_each_runs_last_probe_step() -> None:
