@@ -261,3 +261,21 @@ def test_the_estimators_table_is_the_committed_output_of_its_command() -> None:
     block = text.split("<!-- estimators:begin -->\n")[1].split("\n<!-- estimators:end -->")[0]
     committed = (REPO / "reports" / "reference" / "estimators.md").read_text(encoding="utf-8")
     assert block == committed.rstrip("\n")
+
+
+def test_norms_md_documents_the_placement_keys_and_the_stabilisers() -> None:
+    """The keys of the 2024–26 design space are explained in norms.md as well as listed in
+    experiments.md (the table test above)."""
+    text = (DOCS / "norms.md").read_text(encoding="utf-8")
+    keys = [
+        "`reordered`",
+        "`model.norm.mix_post_layers",
+        "`model.norm.depth_scale",
+        "`model.norm.alpha_init_attn`",
+        "`alpha_init_mlp`",
+        "`alpha_init_final`",
+        "`train.z_loss",
+        "`model.softcap_attn",
+        "`model.softcap_output",
+    ]
+    assert [key for key in keys if key not in text] == []

@@ -12,7 +12,7 @@ from ablate.core.config import ConfigError
 from ablate.core.load import load_experiment
 from ablate.core.overrides import differences, flat_config, unexplained_differences
 
-SHIPPED = sorted((REPO / "experiments").glob("*.yaml"))
+SHIPPED = sorted((REPO / "experiments").rglob("*.yaml"))
 
 
 @pytest.mark.parametrize("path", SHIPPED, ids=[p.name for p in SHIPPED])
