@@ -52,6 +52,7 @@ CLAIM_COLUMNS = [
     "verdict",
     "more_seeds",
     "not_finished",
+    "lost",
     "collapsed",
 ]
 
@@ -125,6 +126,11 @@ def claim_row(claim: dict[str, Any], values: pd.DataFrame) -> dict[str, Any]:
     }
     both = values[values["variant"].isin([variant, baseline])]
     row["not_finished"] = int(both["status"].ne("finished").sum())
+    row["lost"] = ", ".join(  # who lost runs: "capped 0 of 8, uncapped 1 of 8"
+        f"{name} {int(mine['status'].ne('finished').sum())} of {len(mine)}"
+        for name in (variant, baseline)
+        for mine in [both[both["variant"] == name]]
+    )
     learned = finished["stable"].ne(False) if "stable" in finished else True
     row["collapsed"] = int((finished["run_id"].isin(both["run_id"]) & ~learned).sum())
     if row["not_finished"]:  # as the report's comparisons: no verdict over the survivors
@@ -165,8 +171,7 @@ def verdict_text(row: dict[str, Any] | pd.Series) -> str:
 def decision_text(row: dict[str, Any] | pd.Series) -> str:
     """:func:`verdict_text` without the note on collapsed runs."""
     if row["verdict"] == "no verdict":
-        lost = int(row["not_finished"])
-        return f"no verdict: {lost} of the compared runs diverged (the rest are paired)"
+        return f"no verdict: runs diverged ({row['lost']}; the rest are paired)"
     if row["verdict"] != "inconclusive":
         return str(row["verdict"])
     more = row["more_seeds"]

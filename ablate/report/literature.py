@@ -43,14 +43,16 @@ def summary_markdown(frame: pd.DataFrame) -> str:
     table = claims_markdown(frame, {"p, Holm over all claims": holm_text})
     links = ", ".join(f"[{name}]({name}/report.md)" for name in dict.fromkeys(frame["report"]))
     survives = frame[frame["verdict"].isin(["agrees", "disagrees"])]
+    tested = int(frame["p_value"].notna().sum())
     fragile = survives[survives["holm_p"] >= 0.05]
     fragile_text = (
         f" Of the {len(survives)} decided claims, "
         + (
-            f"{len(fragile)} would not be at α 0.05 after Holm's adjustment over all "
-            f"{len(frame)} ({'; '.join(map(claim_label, fragile.itertuples()))})."
+            f"{len(fragile)} would not be at α 0.05 after Holm's adjustment over the "
+            f"{tested} with a p-value ({'; '.join(map(claim_label, fragile.itertuples()))})."
             if len(fragile)
-            else f"every one is still decided after Holm's adjustment over all {len(frame)}."
+            else f"every one is still decided after Holm's adjustment over the {tested} with a "
+            "p-value."
         )
         if len(survives)
         else ""

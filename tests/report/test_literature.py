@@ -20,7 +20,8 @@ def test_the_committed_summary_is_what_gathering_the_committed_claims_gives() ->
     pd.testing.assert_frame_equal(gathered, committed, check_dtype=False)
     assert (LITERATURE / "summary.md").read_text(encoding="utf-8") == summary_markdown(gathered)
     assert len(gathered) >= 5 and gathered["report"].nunique() >= 5
-    assert (gathered["holm_p"] >= gathered["p_value"]).all()  # an adjustment only raises p
+    tested = gathered.dropna(subset=["p_value"])  # a claim of fewer than 2 pairs has none
+    assert (tested["holm_p"] >= tested["p_value"]).all()  # an adjustment only raises p
 
 
 def test_the_readme_gives_each_claims_verdict_on_a_line_of_its_own() -> None:

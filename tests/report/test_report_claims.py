@@ -73,7 +73,7 @@ def test_only_seeds_both_finished_are_paired_and_the_rest_are_counted() -> None:
     assert row["pairs"] == 5 and row["not_finished"] == 1 and row["collapsed"] == 2
     assert row["ci_high"] < 0 and row["verdict"] == "no verdict"  # as the report's comparisons
     assert verdict_text(row) == (
-        "no verdict: 1 of the compared runs diverged (the rest are paired); "
+        "no verdict: runs diverged (b 1 of 6, a 0 of 6; the rest are paired); "
         "2 of the runs did not learn"
     )
     values.loc[values["run_id"] == "b0", "status"] = "finished"
