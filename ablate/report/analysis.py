@@ -356,17 +356,23 @@ def block_rows(probes: pd.DataFrame) -> pd.DataFrame:
     return probes[probes["site"].isin(sites)]
 
 
+def last_probe_step(probes: pd.DataFrame) -> pd.DataFrame:
+    """Each run's probe rows at its last probe step."""
+    return probes[probes["step"] == probes.groupby("run_id")["step"].transform("max")]
+
+
+def per_run(frame: pd.DataFrame, quantity: str, how: str) -> pd.Series:
+    """``quantity``'s values of each run in probe rows, aggregated by ``how`` (max, ...)."""
+    return frame[frame["quantity"] == quantity].groupby("run_id")["value"].agg(how)
+
+
 def last_probes(probes: pd.DataFrame) -> pd.DataFrame:
     """Per run: the probes at its last probe step, one column per headline quantity."""
     if probes.empty:
         return pd.DataFrame()
-    last = probes[probes["step"] == probes.groupby("run_id")["step"].transform("max")]
+    last = last_probe_step(probes)
     blocks = block_rows(last)
     top = blocks[blocks["layer"] == blocks.groupby("run_id")["layer"].transform("max")]
-
-    def per_run(frame: pd.DataFrame, quantity: str, how: str) -> pd.Series:
-        return frame[frame["quantity"] == quantity].groupby("run_id")["value"].agg(how)
-
     frame = pd.DataFrame(
         {
             "resid_rms_last_block": per_run(top, "resid_rms", "max"),

@@ -21,7 +21,13 @@ import numpy as np
 import pandas as pd
 
 from ablate.core.claims import METRICS
-from ablate.report.analysis import PairedDifference, block_rows, mean_difference
+from ablate.report.analysis import (
+    PairedDifference,
+    block_rows,
+    last_probe_step,
+    mean_difference,
+    per_run,
+)
 from ablate.report.depth import grad_spikes
 from ablate.report.load import StoredExperiment
 from ablate.report.section import Section
@@ -61,11 +67,7 @@ def probe_values(probes: pd.DataFrame) -> pd.DataFrame:
     """Per run, the probe quantities of :data:`METRICS` at its last probe step."""
     if probes.empty:  # e.g. simulated runs: every claim on a probe quantity has no pairs
         return pd.DataFrame(columns=list(PROBED), index=pd.Index([], name="run_id"))
-    last = probes[probes["step"] == probes.groupby("run_id")["step"].transform("max")]
-
-    def per_run(frame: pd.DataFrame, quantity: str, how: str) -> pd.Series:
-        return frame[frame["quantity"] == quantity].groupby("run_id")["value"].agg(how)
-
+    last = last_probe_step(probes)
     blocks = block_rows(last)
     rms = blocks[blocks["quantity"] == "resid_rms"].sort_values("layer").groupby("run_id")
     found = pd.DataFrame(

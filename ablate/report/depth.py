@@ -17,7 +17,7 @@ from __future__ import annotations
 import pandas as pd
 from matplotlib.figure import Figure
 
-from ablate.report.analysis import block_rows
+from ablate.report.analysis import block_rows, last_probe_step
 from ablate.report.figures import Drawing
 from ablate.report.section import Section
 from ablate.report.text import sig
@@ -55,7 +55,7 @@ def depth_profile(probes: pd.DataFrame) -> pd.DataFrame:
     probe step, mean and min/max over seeds (``seeds``: how many)."""
     if probes.empty:
         return pd.DataFrame()
-    last = probes[probes["step"] == probes.groupby("run_id")["step"].transform("max")]
+    last = last_probe_step(probes)
     rows = block_rows(last)
     rows = rows[rows["quantity"].isin(DEPTH_QUANTITIES)]
     if rows.empty:
