@@ -73,6 +73,31 @@ def _weights_digest(run_dir: Path) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
+def gemm_bits_follow_threads() -> bool:
+    """Whether this CPU's GEMM (MKL under ablate's pin) gives other bits at 2 or 4 threads for
+    the runs' weight gradient here, (64 x 1024) @ (1024 x 256): on some CPUs MKL's AVX2 branch
+    splits the 1024-long sum over threads, and then every run's bits follow the thread count
+    (docs/results.md)."""
+    before = torch.get_num_threads()
+    rows = torch.randn(1024, 64, generator=torch.Generator().manual_seed(0))
+    cols = torch.randn(1024, 256, generator=torch.Generator().manual_seed(1))
+    try:
+        products = []
+        for threads in THREADS:
+            torch.set_num_threads(threads)
+            products.append(rows.t() @ cols)
+    finally:
+        torch.set_num_threads(before)
+    return not all(torch.equal(products[0], p) for p in products[1:])
+
+
+GEMM_SPLITS = (
+    "MKL's GEMM on this CPU gives other bits at 2 and 4 threads (the weight gradient's sum is "
+    "split over threads), so every run's bits follow the thread count here; set "
+    "MKL_CBWR=AVX2,STRICT to test the rest (docs/results.md)"
+)
+
+
 @pytest.fixture
 def threads_restored() -> Iterator[None]:
     before = torch.get_num_threads()
@@ -106,6 +131,8 @@ def every_kind(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[int, 
 def test_every_kind_stores_the_same_weights_at_1_2_and_4_threads(
     every_kind: dict[str, dict[int, str]],
 ) -> None:
+    if gemm_bits_follow_threads():
+        pytest.skip(GEMM_SPLITS)
     assert len(every_kind) == len(VARIANTS)
     for run_id, digests in every_kind.items():
         assert len(set(digests.values())) == 1, f"{run_id}: {digests}"
@@ -131,6 +158,8 @@ def test_at_these_shapes_torchs_layernorm_stores_other_weights_at_other_thread_c
 @pytest.mark.usefixtures("threads_restored")
 def test_a_litgpt_model_stores_the_same_weights_at_1_2_and_4_threads(tmp_path: Path) -> None:
     pytest.importorskip("litgpt")
+    if gemm_bits_follow_threads():
+        pytest.skip(GEMM_SPLITS)
     litgpt = {"name": "pythia-14m", "n_layer": 2, "n_embd": 64, "n_head": 4}
     litgpt["norm_class_name"] = "RMSNorm"
     doc = {
