@@ -23,11 +23,13 @@ from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 PER_OCTAVE = 8  # lattice points per doubling of the LR: brackets 2^(1/8) ≈ 9% wide
 COARSE = 16  # lattice steps per coarse move while bracketing: a factor 4 at PER_OCTAVE
+T = TypeVar("T")
 
 
 def lattice_lr(index: int, per_octave: int = PER_OCTAVE) -> float:
@@ -58,6 +60,9 @@ class SeedBoundary:
         return math.sqrt(self.last_stable * self.first_unstable)
 
 
+BracketSteps = Generator[float, bool, SeedBoundary]  # yields LRs, is sent their verdicts
+
+
 def bracket_seed(
     probe: Callable[[float], bool],
     seed: int,
@@ -67,31 +72,56 @@ def bracket_seed(
     coarse: int = COARSE,
     first_step: int | None = None,
 ) -> SeedBoundary:
-    """Bracket one seed's boundary to one lattice step: from the lattice point nearest
-    ``start``, move up while stable (down while unstable) until the verdict changes or
-    ``lr_range``'s end is passed, then bisect the index interval. The first move is
-    ``first_step`` steps (default ``coarse``), each next one twice the last, up to ``coarse``:
-    from a start near the boundary (another seed's) it closes in a few probes. ``probe(lr)``
-    trains (or finds stored) the seed's run at ``lr`` and says whether it was stable."""
+    """Bracket one seed's boundary to one lattice step (:func:`bracket_steps`), each probe
+    through ``probe(lr)``, which trains (or finds stored) the seed's run at ``lr`` and says
+    whether it was stable."""
+    return drive(bracket_steps(seed, start, lr_range, per_octave, coarse, first_step), probe)
+
+
+def drive(steps: Generator[float, bool, T], probe: Callable[[float], bool]) -> T:
+    """Run a bracketing (:func:`bracket_steps`) to its end, answering each LR it asks for with
+    ``probe(lr)``; what it returns."""
+    try:
+        lr = next(steps)
+        while True:
+            lr = steps.send(probe(lr))
+    except StopIteration as done:
+        return done.value
+
+
+def bracket_steps(
+    seed: int,
+    start: float,
+    lr_range: tuple[float, float],
+    per_octave: int = PER_OCTAVE,
+    coarse: int = COARSE,
+    first_step: int | None = None,
+) -> BracketSteps:
+    """One seed's bracketing as a generator, so that several seeds' can advance together (a
+    round of probes, one per seed): it yields each LR to probe, is sent whether that run was
+    stable, and returns the :class:`SeedBoundary`. From the lattice point nearest ``start``,
+    move up while stable (down while unstable) until the verdict changes or ``lr_range``'s end
+    is passed, then bisect the index interval. The first move is ``first_step`` steps (default
+    ``coarse``), each next one twice the last, up to ``coarse``: from a start near the boundary
+    (another seed's) it closes in a few probes."""
     low_k = math.ceil(math.log2(lr_range[0]) * per_octave - 1e-9)
     high_k = math.floor(math.log2(lr_range[1]) * per_octave + 1e-9)
     verdicts: dict[int, bool] = {}
-
-    def check(k: int) -> bool:
-        if k not in verdicts:
-            verdicts[k] = probe(lattice_lr(k, per_octave))
-        return verdicts[k]
-
     k = min(max(lattice_index(start, per_octave), low_k), high_k)
-    stable_here = check(k)
+    verdicts[k] = yield lattice_lr(k, per_octave)
+    stable_here = verdicts[k]
     step = min(first_step or coarse, coarse)
     last = first = None
     while (ahead := min(max(k + (step if stable_here else -step), low_k), high_k)) != k:
-        if check(ahead) != stable_here:
+        if ahead not in verdicts:
+            verdicts[ahead] = yield lattice_lr(ahead, per_octave)
+        if verdicts[ahead] != stable_here:
             stable_k, unstable_k = (k, ahead) if stable_here else (ahead, k)
             while unstable_k - stable_k > 1:
                 middle = (stable_k + unstable_k) // 2
-                if check(middle):
+                if middle not in verdicts:
+                    verdicts[middle] = yield lattice_lr(middle, per_octave)
+                if verdicts[middle]:
                     stable_k = middle
                 else:
                     unstable_k = middle

@@ -194,6 +194,13 @@ class MaxLRConfig(StrictSection):
     )
     lr_min: float = Field(1e-6, gt=0)
     lr_max: float = Field(100.0, gt=0)
+    parallel_seeds: int = Field(
+        1,
+        ge=1,
+        le=256,
+        description="seeds bracketed at once: waves of this many, each round one probe per "
+        "seed trained together; a wave's seeds start from the boundaries of the waves before",
+    )
     within: float | None = Field(
         0.1,
         gt=0,

@@ -1,11 +1,15 @@
 """The maximum stable learning rate of one variant, bracketed seed by seed on a shared lattice.
 
-Each of ``max_lr.seeds`` is bracketed on its own (:func:`ablate.core.boundary.bracket_seed`) on
-the LR lattice 2^(k / ``per_octave``), which every variant shares: the first seed from
+Each of ``max_lr.seeds`` is bracketed on its own (:func:`ablate.core.boundary.bracket_steps`)
+on the LR lattice 2^(k / ``per_octave``), which every variant shares: the first seed from
 ``max_lr.start``, else ``best_lr`` (the pipeline hands over a stable point: the largest stable
 LR any stage stored at the probes' budget, else the search's best), else ``train.lr``; each
-next seed from the boundary the seeds before it found, in small doubling moves. Starting inside
-the stable window finds its upper edge even when the window is narrower than a coarse move.
+next seed from the boundary the seeds before it found, in small doubling moves. With
+``max_lr.parallel_seeds`` k > 1 the seeds go in waves of k (:func:`seed_waves`) whose brackets
+advance together, a round of one probe per seed obtained at once; a wave starts from the
+boundaries of the waves before it (k = 1 is the sequential protocol, probe for probe).
+Starting inside the stable window finds its upper edge even when the window is narrower than a
+coarse move.
 Each seed's divergence boundary (non-finite or blown up, whatever the final loss) is bracketed
 next, upwards from its quality bracket's unstable end. A probe is one seed's run at one
 lattice LR, obtained from the stage's executor, and a trial of the variant's ``max_lr`` study
@@ -21,8 +25,9 @@ from __future__ import annotations
 import math
 import statistics
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Generator
 from dataclasses import replace
+from typing import Any
 
 import numpy as np
 import optuna
@@ -30,9 +35,10 @@ from optuna.distributions import FloatDistribution
 from optuna.trial import TrialState
 
 from ablate.core.boundary import (
+    BracketSteps,
     Interval,
     SeedBoundary,
-    bracket_seed,
+    bracket_steps,
     lattice_index,
     lattice_lr,
     variant_boundary,
@@ -41,7 +47,7 @@ from ablate.core.experiment import Experiment
 from ablate.core.plan import RunSpec, max_lr_family, with_train
 from ablate.core.record import RunRecord
 from ablate.core.studies import BoundaryResult, Probe
-from ablate.launch.execute import Executor
+from ablate.launch.execute import Executor, Request
 from ablate.launch.search import PrintFn
 from ablate.launch.storage import open_study
 
@@ -129,6 +135,53 @@ class ProbeNotStored(LookupError):
     """A max-LR replay (``stored_only``) needs a probe that the study does not hold yet."""
 
 
+SeedWalk = Generator[float, Probe, tuple[SeedBoundary, SeedBoundary | None]]
+
+
+def judged(steps: BracketSteps, verdict: Callable[[Probe], bool]) -> Generator[float, Probe, Any]:
+    """A bracketing (:func:`ablate.core.boundary.bracket_steps`) that is sent probes, each
+    judged by ``verdict`` (stable; or not diverged) before the bracketing sees it."""
+    try:
+        lr = next(steps)
+        while True:
+            probe = yield lr
+            lr = steps.send(verdict(probe))
+    except StopIteration as done:
+        return done.value
+
+
+def seed_walk(
+    experiment: Experiment,
+    seed: int,
+    start: tuple[float, int | None],
+    divergence_before: list[SeedBoundary],
+) -> SeedWalk:
+    """One seed's brackets as a generator that yields each LR to probe and is sent its
+    :class:`Probe`: its quality bracket from ``start`` (LR, first move), then, where that found
+    an unstable end, its divergence bracket upwards from there, starting at the median of
+    ``divergence_before`` (earlier seeds' divergence brackets) where there is one. Returns
+    (quality bracket, divergence bracket or None)."""
+    cfg = experiment.max_lr
+    assert cfg is not None
+    lr_range, steps = (cfg.lr_min, cfg.lr_max), (cfg.per_octave, cfg.coarse_steps())
+    quality: SeedBoundary = yield from judged(
+        bracket_steps(seed, start[0], lr_range, *steps, start[1]), lambda p: p.stable
+    )
+    if quality.first_unstable is None:
+        return quality, None  # stable to the range's end: it did not diverge either
+    from_lr, _ = next_seed_start(divergence_before, quality.first_unstable)
+    went: SeedBoundary = yield from judged(
+        bracket_steps(seed, from_lr, lr_range, *steps, 1), lambda p: not p.diverged
+    )
+    return quality, went
+
+
+def seed_waves(seeds: list[int], at_once: int) -> list[list[int]]:
+    """The seeds in waves of ``at_once`` (``max_lr.parallel_seeds``), in order: a wave's seeds
+    are bracketed together, each starting from the boundaries of the waves before it."""
+    return [seeds[i : i + at_once] for i in range(0, len(seeds), at_once)]
+
+
 def run_max_lr(
     experiment: Experiment,
     variant: str,
@@ -140,7 +193,8 @@ def run_max_lr(
 ) -> BoundaryResult:
     """Bracket each max-LR seed's stable LR (then its divergence LR) on the lattice, starting
     from ``best_lr`` (the search's) unless ``max_lr.start`` is set; each probe is a trial of
-    the variant's max_lr study.
+    the variant's max_lr study. ``max_lr.parallel_seeds`` seeds are bracketed at once: each
+    round obtains one probe of every seed of the wave together (:meth:`Executor.obtain_all`).
 
     ``stored_only`` replays the bracketing from stored probes and raises
     :class:`ProbeNotStored` at the first probe it would have to run."""
@@ -150,76 +204,104 @@ def run_max_lr(
     seeds = cfg.seeds or experiment.seeds
     family = max_lr_family(experiment, variant)
     stored = stored_probes(study, family, cfg.per_octave)
-    probes: list[Probe] = []
+    ran: set[ProbeKey] = set()  # probes this call trained (the others are read back)
 
-    def run_probe(lr: float, seed: int) -> None:
-        # the LR is enqueued (fixed) within the section's range, which the dashboard plots; a
+    def run_round(wanted: list[ProbeKey]) -> None:
+        # each LR is enqueued (fixed) within the section's range, which the dashboard plots; a
         # trial left WAITING earlier is popped first and run at its own LR and seed, and the
-        # caller asks again
-        study.enqueue_trial({"lr": lr}, user_attrs={"seed": seed})
-        span = FloatDistribution(min(cfg.lr_min, lr), max(cfg.lr_max, lr), log=True)
-        trial = study.ask({"lr": span})
-        ran_lr, ran_seed = trial.params["lr"], trial.user_attrs.get("seed", seed)
+        # caller asks again for what is still missing
+        trials = []
+        for index, seed in wanted:
+            lr = lattice_lr(index, cfg.per_octave)
+            study.enqueue_trial({"lr": lr}, user_attrs={"seed": seed})
+            span = FloatDistribution(min(cfg.lr_min, lr), max(cfg.lr_max, lr), log=True)
+            trials.append(study.ask({"lr": span}))
+        asked = [
+            (t, t.params["lr"], t.user_attrs.get("seed", s))
+            for t, (_, s) in zip(trials, wanted, strict=True)
+        ]
+        requests = [Request(probe_spec(experiment, variant, lr, seed)) for _, lr, seed in asked]
         try:
-            spec = probe_spec(experiment, variant, ran_lr, ran_seed)
-            summary = executor.obtain(spec, wait=True, say=say)
+            found = executor.obtain_all(requests, say)
         except BaseException:
-            study.tell(trial, state=TrialState.FAIL)
+            for trial in trials:
+                study.tell(trial, state=TrialState.FAIL)
             raise
-        found = probe_of_run(ran_lr, ran_seed, summary)
-        for name, value in found.stored().items():
-            trial.set_user_attr(name, value)
-        trial.set_user_attr("probe_key", family)
-        study.tell(trial, probe_value(ran_lr, found.stable))
-        stored[(lattice_index(ran_lr, cfg.per_octave), ran_seed)] = found
-
-    def probe_of(seed: int, verdict: Callable[[Probe], bool]) -> Callable[[float], bool]:
-        def probe(lr: float) -> bool:
+        for told, ((trial, lr, seed), record) in enumerate(zip(asked, found, strict=True)):
+            if isinstance(record, Exception):
+                for left, _, _ in asked[told:]:
+                    study.tell(left, state=TrialState.FAIL)
+                raise record
+            probe = probe_of_run(lr, seed, record)
+            for name, value in probe.stored().items():
+                trial.set_user_attr(name, value)
+            trial.set_user_attr("probe_key", family)
+            study.tell(trial, probe_value(lr, probe.stable))
             key = (lattice_index(lr, cfg.per_octave), seed)
-            reused = key in stored
-            if not reused and stored_only:
-                raise ProbeNotStored(f"max_lr {variant}: seed {seed} at lr={lr:.4g} not probed yet")
-            while key not in stored:
-                run_probe(lr, seed)
-            found = replace(stored[key], reused=reused)
-            if key not in seen:
-                seen.add(key)
-                probes.append(found)
-                verdict_text = "stable" if found.stable else f"unstable ({found.reason})"
-                say(
-                    f"max_lr {variant} seed {seed}: lr={lr:.4g}: {verdict_text}"
-                    + (" [stored]" if reused else "")
-                )
-            return verdict(found)
-
-        return probe
+            stored[key] = probe
+            ran.add(key)
 
     start = max_lr_start(experiment, variant, best_lr)
+    probes: dict[int, list[Probe]] = {seed: [] for seed in seeds}
     seen: set[ProbeKey] = set()
-    lr_range = (cfg.lr_min, cfg.lr_max)
-    steps = (cfg.per_octave, cfg.coarse_steps())
-    bounds: list[SeedBoundary] = []
-    divergence: list[SeedBoundary] = []
-    for seed in seeds:
-        seed_start, first_step = next_seed_start(bounds, start)
-        quality = probe_of(seed, lambda p: p.stable)
-        bounds.append(bracket_seed(quality, seed, seed_start, lr_range, *steps, first_step))
-        if bounds[-1].first_unstable is None:
-            continue  # stable to the range's end: it did not diverge either
-        went = probe_of(seed, lambda p: not p.diverged)
-        from_lr, _ = next_seed_start(divergence, bounds[-1].first_unstable)
-        divergence.append(bracket_seed(went, seed, from_lr, lr_range, *steps, 1))
-    boundary = variant_boundary(bounds)
+    bounds: dict[int, SeedBoundary] = {}
+    divergence: dict[int, SeedBoundary] = {}
+
+    def answer_stored(seed: int, walk: SeedWalk, lr: float) -> float | None:
+        # send the walk every probe it asks for that is stored; the first LR it asks for that
+        # is not, or None once its brackets are done
+        while (key := (lattice_index(lr, cfg.per_octave), seed)) in stored:
+            found = replace(stored[key], reused=key not in ran)
+            if key not in seen:
+                seen.add(key)
+                probes[seed].append(found)
+                say(probe_line(variant, found))
+            try:
+                lr = walk.send(found)
+            except StopIteration as done:
+                bounds[seed], went = done.value
+                if went is not None:
+                    divergence[seed] = went
+                return None
+        return lr
+
+    for wave in seed_waves(seeds, cfg.parallel_seeds):
+        before = list(bounds.values()), list(divergence.values())
+        walks = {
+            s: seed_walk(experiment, s, next_seed_start(before[0], start), before[1]) for s in wave
+        }
+        asking: dict[int, float | None] = {seed: next(walk) for seed, walk in walks.items()}
+        while asking:
+            asking = {
+                s: lr for s in asking if (lr := answer_stored(s, walks[s], asking[s])) is not None
+            }
+            wanted = [(lattice_index(lr, cfg.per_octave), seed) for seed, lr in asking.items()]
+            if wanted and stored_only:
+                lr, seed = lattice_lr(wanted[0][0], cfg.per_octave), wanted[0][1]
+                raise ProbeNotStored(f"max_lr {variant}: seed {seed} at lr={lr:.4g} not probed yet")
+            if wanted:
+                run_round(wanted)
+    seed_bounds = [bounds[seed] for seed in seeds]
+    divergence_bounds = [divergence[seed] for seed in seeds if seed in divergence]
+    boundary = variant_boundary(seed_bounds)
     label_boundary_study(study, boundary)
+    shown = [p for seed in seeds for p in probes[seed]]
     return BoundaryResult(
         variant=variant,
         study=study.study_name,
         seeds=seeds,
         per_octave=cfg.per_octave,
-        seed_bounds=bounds,
+        seed_bounds=seed_bounds,
         boundary=boundary,
-        divergence_bounds=divergence,
-        divergence=variant_boundary(divergence),
-        probes=probes,
-        run_ids=[probe_spec(experiment, variant, p.lr, p.seed).run_id for p in probes],
+        divergence_bounds=divergence_bounds,
+        divergence=variant_boundary(divergence_bounds),
+        probes=shown,
+        run_ids=[probe_spec(experiment, variant, p.lr, p.seed).run_id for p in shown],
     )
+
+
+def probe_line(variant: str, probe: Probe) -> str:
+    """The line a probe prints when its bracket first asks for it."""
+    verdict = "stable" if probe.stable else f"unstable ({probe.reason})"
+    stored = " [stored]" if probe.reused else ""
+    return f"max_lr {variant} seed {probe.seed}: lr={probe.lr:.4g}: {verdict}{stored}"

@@ -301,11 +301,10 @@ def _studies(
     """Every variant's study of ``kind`` (Optuna is imported only here: a file without
     studies never loads it); ``{variant: result}``."""
     from ablate.launch.storage import storage_label, storage_url
-    from ablate.launch.studies import run_studies, study_jobs
+    from ablate.launch.studies import run_studies, runs_at_once, study_jobs
 
     url = storage_url(ctx.experiment, ctx.results_dir, ctx.storage)
-    search = ctx.experiment.search
-    at_once = search.parallel_trials if kind == "search" and search is not None else 1
+    at_once = runs_at_once(ctx.experiment, (kind,))
     res = ctx.resources(len(study_jobs(ctx.experiment, (kind,))) * at_once)  # runs at once
     ctx.say(
         f"{kind} studies in {storage_label(url)}: {res.workers} worker(s) x {res.threads} thread(s)"

@@ -53,6 +53,16 @@ def study_jobs(
     return [(kind, v) for kind, v in searches + max_lrs if kind in kinds]
 
 
+def runs_at_once(experiment: Experiment, kinds: Sequence[str] = KINDS) -> int:
+    """The most runs one study of ``kinds`` obtains at once: a search's ``parallel_trials``,
+    a max-LR study's ``parallel_seeds`` (1 for a study the experiment does not configure)."""
+    counts = {
+        "search": experiment.search.parallel_trials if experiment.search else 1,
+        "max_lr": experiment.max_lr.parallel_seeds if experiment.max_lr else 1,
+    }
+    return max(counts[kind] for kind in kinds)
+
+
 def stored_result(
     kind: str,
     experiment: Experiment,
@@ -95,9 +105,10 @@ def run_studies(
     variants in the experiment's order. Studies whose storage holds all of their result are
     read here; the others run ``res.workers`` at a time in the executor's pool. Where searches
     run parallel trials that train here (``res``: the workers for every study's trials at
-    once), studies too few to fill the workers take turns here, each round's trials filling
-    the pool, and enough to fill them run side by side, each round's trials training one after
-    another in its study's worker (the trials are the same either way). A max-LR
+    once), studies too few to fill the workers take turns here, each round's trials (or
+    probes: :func:`runs_at_once`) filling the pool, and enough to fill them run side by side,
+    each round's runs training one after another in its study's worker (the trials and probes
+    are the same either way). A max-LR
     study starts from the variant's ``best_lrs`` entry (the search stage's). Their lines go to
     ``say``."""
     best = dict(best_lrs or {})
@@ -108,8 +119,7 @@ def run_studies(
         (k, v): stored_result(k, experiment, v, executor, url, best.get(v), say) for k, v in jobs
     }
     pending = [job for job, result in found.items() if result is None]
-    search = experiment.search
-    if search is not None and search.parallel_trials > 1 and isinstance(executor, LocalExecutor):
+    if runs_at_once(experiment, kinds) > 1 and isinstance(executor, LocalExecutor):
         if len(pending) < res.workers:
             res = Resources(1, res.threads)
         else:

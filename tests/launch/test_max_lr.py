@@ -14,10 +14,13 @@ import pytest
 from conftest import search_workers, simulated_experiment, study_trials, write_experiment
 
 from ablate.core.experiment import Experiment
+from ablate.core.load import load_experiment
 from ablate.core.plan import RunSpec
+from ablate.core.record import RunRecord
 from ablate.core.simulate import edges, true_edge
 from ablate.core.studies import BoundaryResult
 from ablate.launch import max_lr, storage, studies
+from ablate.launch.execute import Obtained, Request, SayFn
 from ablate.launch.max_lr import run_max_lr
 from ablate.launch.simulator import SimulatedExecutor
 from ablate.launch.storage import storage_url
@@ -30,11 +33,11 @@ class InterruptedExecutor(SimulatedExecutor):
         super().__init__(root)
         self.calls, self.at = 0, at
 
-    def obtain(self, spec: RunSpec, **kwargs: Any) -> dict[str, Any]:
+    def obtain(self, spec: RunSpec, *args: Any, **kwargs: Any) -> RunRecord:
         self.calls += 1
         if self.calls == self.at:
             raise KeyboardInterrupt
-        return super().obtain(spec, **kwargs)
+        return super().obtain(spec, *args, **kwargs)
 
 
 def _run(exp: Experiment, root: Path, variant: str = "rmsnorm", **kwargs: Any) -> BoundaryResult:
@@ -91,6 +94,67 @@ def test_each_seed_is_bracketed_on_its_own_so_the_first_to_fail_decides_nothing(
     assert found.boundary.low <= median <= found.boundary.high
     later = found.probes[len(found.seed_bounds[0].probes) :]
     assert len(later) <= 2 * 5  # the later seeds start from the first's boundary: few probes
+
+
+class RoundsExecutor(SimulatedExecutor):
+    """The simulator, recording how many runs each ``obtain_all`` asked for at once."""
+
+    def __init__(self, root: Path) -> None:
+        super().__init__(root)
+        self.rounds: list[int] = []
+
+    def obtain_all(self, requests: list[Request], say: SayFn = print) -> list[Obtained]:
+        self.rounds.append(len(requests))
+        return super().obtain_all(requests, say)
+
+
+def _brackets(tmp_path: Path, at_once: int) -> tuple[BoundaryResult, list[int]]:
+    truth = {"variants": {"rmsnorm": {"divergence_lr": 0.2, "boundary_sd": 0.4}}}
+    sections = {"seeds": [0, 1, 2], "start": 0.01, "lr_max": 50.0, "parallel_seeds": at_once}
+    exp = simulated_experiment(
+        tmp_path, runtime={"backend": "simulate", "simulate": truth}, max_lr=sections
+    )
+    root = tmp_path / "results"
+    executor = RoundsExecutor(root)
+    found = run_max_lr(exp, "rmsnorm", executor, storage_url(exp, root), say=lambda _: None)
+    return found, executor.rounds
+
+
+def test_parallel_seeds_bracket_a_wave_together_in_rounds_of_one_probe_per_seed(
+    tmp_path: Path,
+) -> None:
+    paths = {k: tmp_path / f"k{k}" for k in (1, 2, 3)}
+    for path in paths.values():
+        path.mkdir()
+    (one, one_rounds), (two, two_rounds), (three, three_rounds) = (
+        _brackets(paths[k], k) for k in (1, 2, 3)
+    )
+    assert set(one_rounds) == {1} and len(one_rounds) == len(one.probes)  # one probe a round
+    assert three_rounds[0] == 3 and max(three_rounds) == 3  # every seed's probe at once
+    assert len(three_rounds) < len(one_rounds)  # fewer rounds ...
+    assert len(three.probes) > len(one.probes)  # ... for more probes: all start at the start
+    assert max(two_rounds) == 2 and len(three_rounds) < len(two_rounds) < len(one_rounds)
+    seed_probes = {
+        k: {s: [(p.lr, p.stable) for p in found.probes if p.seed == s] for s in (0, 1, 2)}
+        for k, found in {1: one, 2: two, 3: three}.items()
+    }
+    assert seed_probes[1][0] == seed_probes[2][0] == seed_probes[3][0]  # seed 0 starts alike
+    assert seed_probes[2][1] == seed_probes[3][1]  # seed 1 starts with seed 0, at the start
+    assert {probes[0][0] for probes in seed_probes[3].values()} == {seed_probes[1][0][0][0]}
+    # in waves of two, seed 2 starts where k = 1 starts it: at the median of seeds 0 and 1
+    assert seed_probes[2][2] == seed_probes[1][2]
+    for found in (one, two, three):  # each way, every seed's bracket is its own, one step wide
+        assert [b.seed for b in found.seed_bounds] == [0, 1, 2]
+        assert [(b.last_stable, b.first_unstable) for b in found.seed_bounds] == [
+            (b.last_stable, b.first_unstable) for b in one.seed_bounds
+        ]
+        assert [p.seed for p in found.probes] == sorted(p.seed for p in found.probes)
+    (tmp_path / "again").mkdir()
+    again, again_rounds = _brackets(tmp_path / "again", 3)
+    assert again_rounds == three_rounds  # the same file, k and results: the same probes
+    assert [(p.lr, p.seed, p.stable) for p in again.probes] == [
+        (p.lr, p.seed, p.stable) for p in three.probes
+    ]
 
 
 def test_every_variant_probes_the_same_lattice_wherever_it_starts(tmp_path: Path) -> None:
@@ -193,3 +257,33 @@ def test_the_divergence_boundary_is_bracketed_apart_from_the_quality_boundary(
     assert found.divergence.value / found.boundary.value == pytest.approx(4.0, rel=0.1)
     reasons = {p.diverged: p.reason.split(":")[0] for p in found.probes if not p.stable}
     assert reasons == {True: "diverged", False: "collapsed"}
+
+
+@pytest.mark.parametrize(
+    ("at_once", "workers", "turns"), [(2, 4, True), (2, 2, False), (1, 4, False)]
+)
+def test_max_lr_studies_with_parallel_seeds_take_turns_only_while_too_few_to_fill_the_workers(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, at_once: int, workers: int, turns: bool
+) -> None:
+    """Two max-LR studies of 2 seeds at once: with workers for 4 runs they take turns, each
+    round filling a pool; with 2 they run side by side, each round's probes one after another
+    in its study's worker; one seed at a time, as they always did."""
+    from ablate.launch.execute import LocalExecutor
+    from ablate.launch.workers import Resources
+
+    sections = {"seeds": [0, 1], "start": 0.01, "parallel_seeds": at_once}
+    exp = load_experiment(write_experiment(tmp_path / "e.yaml", max_lr=sections))
+    assert studies.runs_at_once(exp, ("max_lr",)) == at_once
+    assert studies.runs_at_once(exp, ("search",)) == 1  # the file has no parallel search
+    seen: list[tuple[int, int | None]] = []
+
+    def record(job, jobs, res, say, imports):  # type: ignore[no-untyped-def]
+        seen.extend((res.workers, args[3].workers) for args in jobs)
+        return [None] * len(jobs)
+
+    monkeypatch.setattr(studies, "run_parallel", record)
+    executor = LocalExecutor(tmp_path / "results")
+    url = storage_url(exp, tmp_path / "results")
+    studies.run_studies(exp, executor, url, Resources(workers, 1), ("max_lr",))
+    side_by_side = (workers, 1) if at_once > 1 else (workers, None)
+    assert seen == ([(1, None)] * 2 if turns else [side_by_side] * 2)

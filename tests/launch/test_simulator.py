@@ -21,7 +21,7 @@ from ablate.core.load import load_experiment
 from ablate.core.plan import RunSpec
 from ablate.core.simulate import true_edge, valley_loss
 from ablate.core.store import SUMMARY_KEYS
-from ablate.launch.execute import EvalWatch, SayFn
+from ablate.launch.execute import EvalWatch, Obtained, Request, SayFn, obtain_each
 from ablate.launch.pipeline import PipelineResult, run_experiment
 from ablate.launch.simulator import SimulatedExecutor
 
@@ -77,6 +77,9 @@ class RecordingExecutor:
     def run(self, specs: list[RunSpec]) -> list[dict[str, Any]]:
         self.seen.extend(specs)
         return self.inner.run(specs)
+
+    def obtain_all(self, requests: list[Request], say: SayFn = print) -> list[Obtained]:
+        return obtain_each(self, requests, say)
 
 
 @pytest.fixture(scope="module")
