@@ -8,13 +8,16 @@ For a machine with a CUDA GPU (untested on this project's CPU-only CI):
    bf16-mixed`` (saved as ``<out>/smoke_gpu.yaml``) through ``ablate run``: every run, the LR
    sweep, the search and max-LR studies, and the report with its figures in
    ``<out>/reports/smoke_gpu/``;
-2. ``ablate bench --device cuda`` on ``experiments/ln_vs_rms.yaml``: kernel table and figure,
-   step time, tokens/s, memory and MFU per variant in ``<out>/bench/``;
-3. ``ablate bench --inference --device cuda`` on the same experiment (fresh weights: speed does
+2. ``python -m ablate.bench.runs_per_device`` on ``experiments/ln_vs_rms.yaml``: runs per minute
+   and tokens/s of 8 short runs at 1, 4 and 8 runs per GPU (``runtime.runs_per_device``),
+   printed (before the long benchmarks, which may not fit one device call);
+3. ``ablate bench --device cuda`` on the same experiment: kernel table and figure, step time,
+   tokens/s, memory and MFU per variant in ``<out>/bench/``;
+4. ``ablate bench --inference --device cuda`` on the same experiment (fresh weights: speed does
    not depend on their values): prefill, TPOT, memory and the norms' share of kernel time per
    variant in fp32 and bf16, in ``<out>/inference/``.
 
-Exit code: 2 without a CUDA device, else the worst of the three commands'.
+Exit code: 2 without a CUDA device, else the worst of the four commands'.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from pathlib import Path
 
 import yaml
 
+from ablate.bench import runs_per_device
 from ablate.cli import main as ablate_main
 from ablate.commands import EXIT_BAD_INPUT
 
@@ -68,6 +72,7 @@ def main(argv: list[str] | None = None) -> int:
             str(args.out / "reports"),
         ]
     )
+    packed = runs_per_device.main([str(args.bench_experiment)])
     bench = ablate_main(
         [
             "bench",
@@ -92,7 +97,7 @@ def main(argv: list[str] | None = None) -> int:
         ]
     )
     print(f"figures: {args.out / 'reports'}, {args.out / 'bench'}, {args.out / 'inference'}")
-    return max(run, bench, inference)
+    return max(run, bench, inference, packed)
 
 
 if __name__ == "__main__":

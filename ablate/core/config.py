@@ -464,6 +464,13 @@ class RuntimeConfig(StrictSection):
         description="Lightning strategy; auto: one process, or ddp_spawn for several devices",
     )
     num_nodes: int = Field(1, ge=1, le=1024, description="machines that train one run together")
+    runs_per_device: int = Field(
+        1,
+        ge=1,
+        le=64,
+        description="runs trained at once on each GPU (workers by default: GPUs x this), "
+        "refused where they would not fit its free memory; CPU runs: runtime.workers",
+    )
     backend: Literal["train", "simulate"] = Field(
         "train",
         description="train: real runs; simulate: the known-truth simulator (docs/simulator.md)",
@@ -497,6 +504,23 @@ class RuntimeConfig(StrictSection):
             allowed = ", ".join(repr(n) for n in names)
             raise ValueError(f"runtime.launcher: got {name!r}; input should be one of {allowed}")
         return name
+
+    @model_validator(mode="after")
+    def _packs_single_gpu_runs(self) -> RuntimeConfig:
+        if self.runs_per_device == 1:
+            return self
+        if self.accelerator == "cpu":
+            raise ValueError(
+                f"runtime.runs_per_device: {self.runs_per_device} packs runs onto GPUs "
+                "(runtime.accelerator cuda or auto); on CPU, runs at once are runtime.workers"
+            )
+        if self.processes() > 1:
+            raise ValueError(
+                f"runtime.runs_per_device: {self.runs_per_device} packs one-GPU runs; a run of "
+                f"{self.processes()} processes (runtime.devices x runtime.num_nodes) takes "
+                "whole GPUs"
+            )
+        return self
 
     def processes(self) -> int:
         """Processes that train one run together (the DDP world size)."""

@@ -40,7 +40,9 @@ from ablate.core.plan import (
     study_runs,
 )
 from ablate.core.studies import StoredStudies
+from ablate.launch.devices import CONTEXT_MB, Measured, fit_error, shape_key
 from ablate.launch.progress import StepsLeft
+from ablate.launch.workers import Resources, in_worker, sigint_deferred, worker_pool
 from ablate.nn.model import count_parameters, next_token_objective, parameter_groups
 from ablate.nn.sources import ModelSourceError, build_model
 from ablate.training.data import Corpus, batch_offsets, gather_windows, load_corpus
@@ -146,6 +148,45 @@ def time_steps(
         sync()
         times.append(time.perf_counter() - start)
     return min(times[1:])
+
+
+MEASURED_STEPS = 3  # training steps of the memory measurement (the first one warms up)
+
+
+def step_memory(cfg: RunConfig) -> Measured:
+    """In a worker that sees one GPU: train :data:`MEASURED_STEPS` steps of ``cfg``'s model
+    there; the allocator's reserved peak plus a CUDA context, and the device's free memory
+    with this process's context given back (it ends before the runs start)."""
+    device = torch.device("cuda", 0)
+    free_before, _ = torch.cuda.mem_get_info(device)
+    corpus = load_corpus(cfg.data, cfg.model.seq_len)
+    model = build_model(cfg.model, corpus.vocab_size, seed=0).to(device)
+    torch.cuda.reset_peak_memory_stats(device)
+    time_steps(model, cfg, corpus, MEASURED_STEPS, device)
+    peak = torch.cuda.max_memory_reserved(device) / 2**20
+    return Measured(peak + CONTEXT_MB, free_before / 2**20 + CONTEXT_MB)
+
+
+_MEASURED: dict[str, Measured] = {}  # each run shape's GPU memory, measured once per process
+
+
+def check_fit(configs: list[RunConfig], gpus: tuple[str, ...], threads: int) -> None:
+    """Raise :class:`ConfigError` where ``runtime.runs_per_device`` runs of any of
+    ``configs``'s shapes would not fit the first GPU's free memory; each shape is measured once
+    per process, in a worker of its own (:func:`step_memory`), so that this process never holds
+    a CUDA context."""
+    for cfg in configs:
+        per_device = cfg.runtime.runs_per_device
+        if per_device == 1 or not gpus:
+            continue
+        key = shape_key(cfg)
+        if key not in _MEASURED:
+            with worker_pool(Resources(1, threads, gpus[:1])) as pool:
+                with sigint_deferred():
+                    future = pool.submit(in_worker, step_memory, cfg)
+                _MEASURED[key] = future.result()
+        if (error := fit_error(per_device, _MEASURED[key], gpus[0])) is not None:
+            raise ConfigError(error)
 
 
 def estimate_run_time(cfg: RunConfig, step_time_s: float, val_tokens: int = 0) -> float:

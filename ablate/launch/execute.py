@@ -28,6 +28,7 @@ from ablate.core import store
 from ablate.core.folders import ExperimentFolder
 from ablate.core.plan import RunSpec
 from ablate.core.record import RunRecord
+from ablate.launch.devices import run_gpus
 from ablate.launch.progress import ProgressBoard
 from ablate.launch.workers import (
     TRAINING_IMPORTS,
@@ -328,8 +329,17 @@ class LocalExecutor:
         import torch
 
         threads = self.threads or torch.get_num_threads()
+        runtime = requests[0].spec.config.runtime
+        gpus = run_gpus(runtime)  # on GPUs, runs_per_device to each
+        res = Resources(
+            min(len(requests), len(gpus) * runtime.runs_per_device or len(requests)), threads, gpus
+        )
+        if gpus:
+            from ablate.launch.estimate import check_fit  # torch: only where runs use GPUs
+
+            check_fit([r.spec.config for r in requests], gpus, threads)
         found: list[Obtained] = []
-        with worker_pool(Resources(len(requests), threads)) as pool:
+        with worker_pool(res) as pool:
             with sigint_deferred():
                 futures = [pool.submit(in_worker, _trial_run, r, str(self.root)) for r in requests]
             for future in futures:
@@ -360,8 +370,14 @@ def execute(
     if not pending:
         return summaries
     res = local_resources(pending[0].config.runtime, len(pending), workers, threads)
+    if res.workers > 1 and res.gpus:
+        from ablate.launch.estimate import check_fit  # torch: only where runs use GPUs
+
+        check_fit([spec.config for spec in pending], res.gpus, res.threads)
+    on_gpus = f" on {len(res.gpus)} GPU(s)" if res.gpus else ""
     console.print(
-        f"running {len(pending)} runs with {res.workers} worker(s) x {res.threads} thread(s)"
+        f"running {len(pending)} runs with {res.workers} worker(s) x {res.threads} "
+        f"thread(s){on_gpus}"
     )
     with ProgressBoard(console, pending) as board:
         if res.workers == 1:

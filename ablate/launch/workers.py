@@ -23,15 +23,16 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor, wait
 from contextlib import contextmanager, nullcontext
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from multiprocessing.context import BaseContext
 from pathlib import Path
 from typing import Any, TypeVar
 
 from ablate.core.config import RuntimeConfig
+from ablate.launch.devices import gpu_ids, take_device
 
 T = TypeVar("T")
 Message = tuple[str, str, int, float]  # (kind, run id or text, step, loss) from a worker
@@ -39,10 +40,12 @@ Message = tuple[str, str, int, float]  # (kind, run id or text, step, loss) from
 
 @dataclass(frozen=True)
 class Resources:
-    """How many runs go at once and how many torch threads each one gets."""
+    """How many runs go at once, how many torch threads each one gets, and the GPUs the
+    workers are spread over (none: CPU runs)."""
 
     workers: int
     threads: int
+    gpus: tuple[str, ...] = ()
 
 
 def choose_resources(
@@ -50,17 +53,20 @@ def choose_resources(
     workers: int | None = None,
     threads: int | None = None,
     cores: int | None = None,
-    gpus: int = 0,
+    gpus: Sequence[str] = (),
+    runs_per_device: int = 1,
 ) -> Resources:
-    """Default: one worker per GPU when runs use GPUs, else one per core (at most one per
-    pending run). A run's torch threads are the cores per GPU, else 1, whatever the pending
-    runs and workers: the thread count orders the float sums of matmuls and reductions, so a
-    run trained alone (the last of a stage, one resumed after Ctrl-C) must get the threads it
-    would have had beside others, or its bits differ (docs/results.md)."""
+    """Default: ``runs_per_device`` workers per GPU when runs use GPUs, else one per core (at
+    most one per pending run). A run's torch threads are the cores per GPU slot, else 1,
+    whatever the pending runs and workers: the thread count orders the float sums of matmuls
+    and reductions, so a run trained alone (the last of a stage, one resumed after Ctrl-C)
+    must get the threads it would have had beside others, or its bits differ
+    (docs/results.md)."""
     cores = cores or os.cpu_count() or 1
-    n = workers or max(1, min(pending, gpus or cores))
-    per_run = max(1, cores // gpus) if gpus else 1
-    return Resources(workers=n, threads=threads or per_run)
+    slots = len(gpus) * runs_per_device
+    n = workers or max(1, min(pending, slots or cores))
+    per_run = max(1, cores // slots) if slots else 1
+    return Resources(workers=n, threads=threads or per_run, gpus=tuple(gpus))
 
 
 def local_resources(
@@ -73,21 +79,15 @@ def local_resources(
     (:func:`ablate.launch.launchers.resources_for`)."""
     if runtime.backend == "simulate":
         return Resources(1, 1)
-    return choose_resources(
+    gpus = gpu_ids(runtime.accelerator)
+    res = choose_resources(
         jobs,
         workers or runtime.workers,
         threads or runtime.threads,
-        gpus=gpu_count(runtime.accelerator),
+        gpus=gpus,
+        runs_per_device=runtime.runs_per_device,
     )
-
-
-def gpu_count(accelerator: str) -> int:
-    """GPUs the runs will use: CUDA devices for ``cuda`` / ``auto``, none for ``cpu``."""
-    if accelerator == "cpu":
-        return 0
-    import torch
-
-    return torch.cuda.device_count()
+    return res if runtime.processes() == 1 else replace(res, gpus=())  # DDP picks its own
 
 
 INTERRUPT_GRACE_S = 5.0  # after Ctrl-C, how long workers may take to store their runs
@@ -125,13 +125,18 @@ class _WorkerState:
 _WORKER = _WorkerState()
 
 
-def _init_worker(threads: int, trains: bool, stop: Any, messages: Any) -> None:
+def _init_worker(
+    threads: int, trains: bool, stop: Any, messages: Any, gpus: tuple[str, ...], slots: Any
+) -> None:
     """A pool worker's set-up. It started with SIGINT blocked (:func:`sigint_deferred`); now it
     ignores SIGINT (which drops one that came during start-up) except while it runs a job
-    (:func:`in_worker`), and dies with the ``ablate`` process. A worker that ``trains`` sets
-    its torch threads; one that does not never loads torch."""
+    (:func:`in_worker`), and dies with the ``ablate`` process. With ``gpus`` it takes the next
+    of the pool's ``slots`` and sees only that GPU (:func:`ablate.launch.devices.take_device`).
+    A worker that ``trains`` sets its torch threads; one that does not never loads torch."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+    if gpus:
+        take_device(gpus, slots)
     if trains:
         import torch  # here, not at the top: a simulated run's process never loads torch
 
@@ -307,7 +312,8 @@ def worker_pool(
 ) -> Iterator[ProcessPoolExecutor]:
     """The executor's pool: ``res.workers`` processes (:func:`pool_context`) that have
     ``imports`` (its jobs train when they include the trainer: :data:`TRAINING_IMPORTS`) and
-    ``res.threads`` torch threads each, killed by the kernel when the ``ablate`` process dies.
+    ``res.threads`` torch threads each, spread over ``res.gpus`` in turn, killed by the kernel
+    when the ``ablate`` process dies.
     Submit jobs as ``pool.submit(in_worker, job, *args)`` inside :func:`sigint_deferred`
     (workers start on submit). On Ctrl-C (or any error) the workers are stopped
     (:func:`stop_workers`) before the exception goes on."""
@@ -318,7 +324,7 @@ def worker_pool(
         res.workers,
         mp_context=ctx,
         initializer=_init_worker,
-        initargs=(res.threads, bool(imports), stop, messages),
+        initargs=(res.threads, bool(imports), stop, messages, res.gpus, ctx.Value("i", 0)),
     )
     try:
         yield pool

@@ -114,9 +114,11 @@ def test_settings_on_the_command_line_are_an_edit_of_the_file_and_are_recorded(
 
 
 # the checks of the machine core cannot make: the model builds (torch), the study storage opens
-# (Optuna), sbatch accepts the job (Slurm); every other config error is the loader's
+# (Optuna), sbatch accepts the job (Slurm), runs_per_device runs fit a GPU (measured there);
+# every other config error is the loader's
 MACHINE_CHECKS = {
     "ablate/launch/estimate.py:check_models",
+    "ablate/launch/estimate.py:check_fit",
     "ablate/launch/storage.py:check_storage_opens",
     "ablate/launch/slurm.py:_submit",
 }

@@ -19,7 +19,8 @@ from conftest import TINY, ablate_process, write_experiment
 from ablate.cli import main
 from ablate.core import folders, store
 from ablate.core.folders import ExperimentFolder
-from ablate.launch.workers import Resources, choose_resources, gpu_count
+from ablate.launch.devices import gpu_ids
+from ablate.launch.workers import Resources, choose_resources
 
 
 def test_a_runs_threads_do_not_depend_on_what_else_is_pending() -> None:
@@ -31,11 +32,14 @@ def test_a_runs_threads_do_not_depend_on_what_else_is_pending() -> None:
     assert choose_resources(10, workers=2, threads=5, cores=2).threads == 5  # asked for
 
 
-def test_runs_on_gpus_default_to_one_worker_per_gpu() -> None:
-    assert choose_resources(6, cores=16, gpus=1) == Resources(workers=1, threads=16)
-    assert choose_resources(6, cores=16, gpus=4).workers == 4
-    assert choose_resources(6, cores=16, gpus=4).threads == 4
-    assert gpu_count("cpu") == 0
+def test_runs_on_gpus_default_to_runs_per_device_workers_per_gpu() -> None:
+    four = ("0", "1", "2", "3")
+    assert choose_resources(6, cores=16, gpus=("0",)) == Resources(1, 16, ("0",))
+    assert choose_resources(6, cores=16, gpus=four) == Resources(4, 4, four)
+    assert choose_resources(6, cores=16, gpus=("0",), runs_per_device=4) == Resources(4, 4, ("0",))
+    assert choose_resources(12, cores=16, gpus=four, runs_per_device=2) == Resources(8, 2, four)
+    assert choose_resources(3, cores=16, gpus=four, runs_per_device=2).workers == 3  # pending
+    assert gpu_ids("cpu") == ()
 
 
 SERVER_INTERRUPTED = """
