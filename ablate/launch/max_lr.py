@@ -270,7 +270,7 @@ def run_max_lr(
         walks = {
             s: seed_walk(experiment, s, next_seed_start(before[0], start), before[1]) for s in wave
         }
-        asking: dict[int, float | None] = {seed: next(walk) for seed, walk in walks.items()}
+        asking: dict[int, float] = {seed: next(walk) for seed, walk in walks.items()}
         while asking:
             asking = {
                 s: lr for s in asking if (lr := answer_stored(s, walks[s], asking[s])) is not None
