@@ -1,4 +1,4 @@
-"""What decides a CPU run's bits, and the pin that makes them the same on any x86-64 machine.
+"""What decides a CPU run's bits, and the pin meant to make them the same on x86-64 machines.
 
 Two runs of the same spec at the same torch version and thread count give the same bits only if
 every kernel sums in the same order. ablate's RMSNorm kernel does by construction
@@ -8,8 +8,10 @@ differ in softmax and attention), MKL's GEMM and oneDNN's by their own CPU detec
 :func:`pin_cpu_numerics` fixes all three at the AVX2 level, which every x86-64 server CPU since
 2013 runs, before torch computes anything: ``ablate`` calls it first thing, and the processes it
 spawns inherit it. A variable the user set is left alone (``ATEN_CPU_CAPABILITY=avx512 ablate
-run ...`` trades the pin for the CPU's full width). Torch-free: it only sets environment
-variables and reads ``/proc/cpuinfo``.
+run ...`` trades the pin for the CPU's full width). On one machine MKL's AVX2 GEMM still gave
+other bits than the committed runs', and other bits at other thread counts (docs/results.md,
+"Where that did not hold"). Torch-free: it only sets environment variables and reads
+``/proc/cpuinfo``.
 """
 
 from __future__ import annotations
