@@ -32,14 +32,15 @@ from ablate.launch.simulator import SimulatedExecutor
 
 
 class RoundCounter(SimulatedExecutor):
-    """The simulator, counting the rounds (``obtain_all`` calls) a stage asked for."""
+    """The simulator, recording the runs each round (``obtain_all`` call) of a stage asked for
+    at once."""
 
     def __init__(self, root: Path) -> None:
         super().__init__(root)
-        self.rounds = 0
+        self.rounds: list[int] = []
 
     def obtain_all(self, requests: list[Request], say: SayFn = print) -> list[Obtained]:
-        self.rounds += 1
+        self.rounds.append(len(requests))
         return super().obtain_all(requests, say)
 
 
@@ -77,7 +78,7 @@ def bracket(design: Experiment, replication: int, at_once: int) -> Bracketed:
         if found.boundary is not None
         else math.inf
     )
-    return Bracketed(executor.rounds, len(found.probes), holding, len(found.seed_bounds), off)
+    return Bracketed(len(executor.rounds), len(found.probes), holding, len(found.seed_bounds), off)
 
 
 def summary_line(at_once: int, found: list[Bracketed]) -> str:

@@ -13,6 +13,7 @@ import optuna
 import pytest
 from conftest import search_workers, simulated_experiment, study_trials, write_experiment
 
+from ablate.bench.parallel_seeds import RoundCounter
 from ablate.core.experiment import Experiment
 from ablate.core.load import load_experiment
 from ablate.core.plan import RunSpec
@@ -20,7 +21,6 @@ from ablate.core.record import RunRecord
 from ablate.core.simulate import edges, true_edge
 from ablate.core.studies import BoundaryResult
 from ablate.launch import max_lr, storage, studies
-from ablate.launch.execute import Obtained, Request, SayFn
 from ablate.launch.max_lr import run_max_lr
 from ablate.launch.simulator import SimulatedExecutor
 from ablate.launch.storage import storage_url
@@ -96,18 +96,6 @@ def test_each_seed_is_bracketed_on_its_own_so_the_first_to_fail_decides_nothing(
     assert len(later) <= 2 * 5  # the later seeds start from the first's boundary: few probes
 
 
-class RoundsExecutor(SimulatedExecutor):
-    """The simulator, recording how many runs each ``obtain_all`` asked for at once."""
-
-    def __init__(self, root: Path) -> None:
-        super().__init__(root)
-        self.rounds: list[int] = []
-
-    def obtain_all(self, requests: list[Request], say: SayFn = print) -> list[Obtained]:
-        self.rounds.append(len(requests))
-        return super().obtain_all(requests, say)
-
-
 def _brackets(tmp_path: Path, at_once: int) -> tuple[BoundaryResult, list[int]]:
     truth = {"variants": {"rmsnorm": {"divergence_lr": 0.2, "boundary_sd": 0.4}}}
     sections = {"seeds": [0, 1, 2], "start": 0.01, "lr_max": 50.0, "parallel_seeds": at_once}
@@ -115,7 +103,7 @@ def _brackets(tmp_path: Path, at_once: int) -> tuple[BoundaryResult, list[int]]:
         tmp_path, runtime={"backend": "simulate", "simulate": truth}, max_lr=sections
     )
     root = tmp_path / "results"
-    executor = RoundsExecutor(root)
+    executor = RoundCounter(root)
     found = run_max_lr(exp, "rmsnorm", executor, storage_url(exp, root), say=lambda _: None)
     return found, executor.rounds
 
