@@ -187,11 +187,17 @@ def estimate_lines(plan: PlanEstimate, experiment: Experiment, design: Design | 
         slurm = runtime.slurm
         hours = (plan.train_s + design.tasks * TASK_START_S) / 3600
         gpus = f", {hours * slurm.gpus_per_task:.2f} GPU-hours" if slurm.gpus_per_task else ""
+        packed = (
+            f", runs_per_device {runtime.runs_per_device}: hours as if each run had its GPU "
+            "alone, the sharing's throughput not priced"
+            if runtime.runs_per_device > 1
+            else ""
+        )
         lines.append(
             f"through Slurm, expected: {design.tasks} tasks in {design.submissions} submissions "
             f"(runs_per_task {slurm.runs_per_task}, array_parallelism "
             f"{slurm.array_parallelism}); {hours * slurm.cpus_per_task:.2f} core-hours{gpus} "
-            f"(each task's start about {TASK_START_S:.0f} s)"
+            f"(each task's start about {TASK_START_S:.0f} s{packed})"
         )
     if plan.load > BUSY_LOAD:
         lines.append(

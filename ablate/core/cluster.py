@@ -30,7 +30,8 @@ class SlurmConfig(StrictSection):
         ge=1,
         le=100_000,
         description="most runs one task takes from the queue and trains, one after another in "
-        "one process, before it ends and a fresh task takes its place",
+        "one process (on each of its slots: runtime.runs_per_device), before it ends and a "
+        "fresh task takes its place",
     )
     task_idle_s: float = Field(
         60.0,
@@ -60,6 +61,12 @@ class SlurmConfig(StrictSection):
     log_dir: str | None = Field(
         None, description="job scripts and logs; default: <results>/<experiment>/.slurm/submitit"
     )
+
+    def task_slots(self, runs_per_device: int) -> int:
+        """How many runs a task trains at once, as expected before it starts: ``runs_per_device``
+        on each of its ``gpus_per_task`` GPUs (at least one; a task started says its own,
+        from the GPUs Slurm bound to it)."""
+        return max(1, self.gpus_per_task) * runs_per_device
 
     @field_validator("sbatch")
     @classmethod

@@ -16,7 +16,8 @@ from __future__ import annotations
 
 import math
 import os
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -39,6 +40,27 @@ def gpu_ids(accelerator: str) -> tuple[str, ...]:
     count = torch.cuda.device_count()
     named = [d for d in os.environ.get(VISIBLE, "").split(",") if d.strip()]
     return tuple(named[:count]) if named else tuple(str(i) for i in range(count))
+
+
+def task_gpus() -> tuple[str, ...]:
+    """The GPUs Slurm bound to this task, as its ``CUDA_VISIBLE_DEVICES`` names them (none
+    where it is unset); read without torch, before any slot process starts."""
+    return tuple(d.strip() for d in os.environ.get(VISIBLE, "").split(",") if d.strip())
+
+
+@contextmanager
+def visible_gpu(device: str) -> Iterator[None]:
+    """Within: this process's ``CUDA_VISIBLE_DEVICES`` is ``device`` (so a process started
+    here sees only it), restored after."""
+    before = os.environ.get(VISIBLE)
+    os.environ[VISIBLE] = device
+    try:
+        yield
+    finally:
+        if before is None:
+            del os.environ[VISIBLE]
+        else:
+            os.environ[VISIBLE] = before
 
 
 def run_gpus(runtime: RuntimeConfig) -> tuple[str, ...]:

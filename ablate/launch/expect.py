@@ -45,7 +45,8 @@ class CountingExecutor:
     submissions: int = 0
     tasks: int = 0
     alive: int = 0  # tasks serving the queue
-    left: int = 0  # runs they may still take (runs_per_task each)
+    left: int = 0  # runs they may still take (runs_per_task on each slot)
+    slots: int = 1  # runs a task trains at once (SlurmConfig.task_slots)
     inner: SimulatedExecutor = field(init=False)
 
     def __post_init__(self) -> None:
@@ -82,14 +83,16 @@ class CountingExecutor:
 
     def queue(self, runs: int) -> None:
         """Count what ``runs`` queued at once cost: one submission of the tasks they need
-        beyond those serving the queue (one per run, up to ``array_parallelism``), and one
-        for each fresh task that replaces one that took ``runs_per_task`` runs. Tasks are
-        taken to wait between calls (``task_idle_s`` is longer than the controller's step
-        from one call to the next; with 0 they end whenever the queue is empty)."""
+        beyond those serving the queue (one per ``slots`` runs, up to ``array_parallelism``),
+        and one for each fresh task that replaces one whose slots took ``runs_per_task`` runs
+        each. Tasks are taken to wait between calls (``task_idle_s`` is longer than the
+        controller's step from one call to the next; with 0 they end whenever the queue is
+        empty)."""
         if not runs:
             return
-        most = self.slurm.runs_per_task
-        new = max(0, min(self.slurm.array_parallelism, runs) - self.alive)
+        most = self.slurm.runs_per_task * self.slots
+        wanted = math.ceil(runs / self.slots)
+        new = max(0, min(self.slurm.array_parallelism, wanted) - self.alive)
         if new:
             self.submissions += 1
             self.tasks += new
@@ -132,7 +135,9 @@ def simulate_design(experiment: Experiment) -> Design:
     quiet = io.StringIO()  # the stages' own lines (the studies print theirs)
     with tempfile.TemporaryDirectory(prefix="ablate-simulate-") as folder, redirect_stdout(quiet):
         root = Path(folder)
-        counter = CountingExecutor(root / "results", experiment.base.runtime.slurm)
+        runtime = experiment.base.runtime
+        slots = runtime.slurm.task_slots(runtime.runs_per_device)
+        counter = CountingExecutor(root / "results", runtime.slurm, slots=slots)
         result = run_experiment(
             experiment,
             root / "results",

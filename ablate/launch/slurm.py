@@ -13,6 +13,10 @@ starting Python and importing torch are paid once per task, not once per run or 
 round, and a whole experiment is a few submissions. Tasks that are submitted and still pending
 when fewer runs are queued than tasks are free are cancelled.
 
+With ``runtime.runs_per_device`` above 1, a task serves the queue with that many slots on each
+GPU Slurm bound to it, each slot a process of its own doing the above (:func:`serve_slots`),
+and the controller counts free slots, not tasks.
+
 Each task claims and trains (or simulates) each run through the same executor path as a local
 run (:class:`ablate.launch.execute.LocalExecutor` with one worker and
 ``runtime.slurm.cpus_per_task`` threads, or the simulator), so what it stores is what a local run
@@ -66,6 +70,7 @@ from ablate.core.plan import RunSpec
 from ablate.core.record import RunRecord
 from ablate.core.store import store_fault_cause
 from ablate.launch.backends import backend_executor
+from ablate.launch.devices import VISIBLE, gpu_ids, task_gpus, visible_gpu
 from ablate.launch.execute import (
     EvalWatch,
     Executor,
@@ -80,8 +85,8 @@ from ablate.launch.execute import (
 from ablate.launch.launchers import Job
 from ablate.launch.progress import ProgressBoard
 from ablate.launch.search import RunFailedError
-from ablate.launch.slurm_queue import Queued, RunQueue, wait_for_run
-from ablate.launch.workers import Resources
+from ablate.launch.slurm_queue import Queued, RunQueue, task_change, wait_for_run
+from ablate.launch.workers import Resources, die_with_parent
 
 ACTIVE = frozenset(
     {"PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "REQUEUED", "REQUEUE_HOLD"}
@@ -103,14 +108,17 @@ Outcome = tuple[str, Any]  # ("done", RunRecord), ("retry", why) or ("failed", m
 
 
 def serve(
-    task: Executor, queue_path: str, logs: str, most: int, idle_s: float
+    task: Executor, queue_path: str, logs: str, most: int, idle_s: float, per_device: int = 1
 ) -> dict[str, Outcome]:
     """What each Slurm task does: take runs from the queue at ``queue_path`` one after another
     and obtain each through ``task`` (claim, train, store), recording itself as each one's job
     (its submitit folder ``logs``), until it has obtained ``most`` or finds none
     (:func:`ablate.launch.slurm_queue.wait_for_run`); each run's ``("done", record)``, or
     ``("failed", line)`` where obtaining it raised (written to the queue at once, and the task
-    goes on; a store that cannot be written stops it).
+    goes on; a store that cannot be written stops it). With ``per_device`` above 1 and GPUs
+    (``CUDA_VISIBLE_DEVICES``, as Slurm binds them), the task serves that many slots per GPU
+    at once, each a process of its own doing the above (:func:`serve_slots`), after checking
+    that the queued runs fit (:func:`packed_fit_error`).
 
     SIGTERM (scancel, preemption, the time limit) stops the run in progress as Ctrl-C stops a
     local one (it keeps its checkpoint), and the task exits at once without a result
@@ -121,23 +129,130 @@ def serve(
     signal.signal(signal.SIGTERM, _stop)
     me = str(submitit.JobEnvironment().job_id)
     queue = RunQueue(Path(queue_path))
-    queue.hello(me)
+    gpus = task_gpus() if per_device > 1 else ()
+    slots = len(gpus) * per_device or 1
+    queue.hello(me, slots)
+    if slots == 1:
+        return serve_slot(task, queue, me, 0, (logs, most, idle_s))
+    if (line := packed_fit_error(queue)) is not None:
+        queue.refuse(line)
+        return {}
+    return serve_slots(task, queue, me, gpus, slots, (logs, most, idle_s))
+
+
+def serve_slot(
+    task: Executor,
+    queue: RunQueue,
+    me: str,
+    slot: int,
+    serving: tuple[str, int, float],
+    gpu: str | None = None,
+) -> dict[str, Outcome]:
+    """Slot ``slot`` of task ``me`` (seeing GPU ``gpu``, if one of several slots): runs one
+    after another (:func:`serve`), with ``serving`` (logs, most, idle_s)."""
+    logs, most, idle_s = serving
     outcomes: dict[str, Outcome] = {}
     try:
         while len(outcomes) < most and (queued := wait_for_run(queue, me, idle_s)) is not None:
-            queue.set_busy(me, True)
+            queue.set_busy(me, True, slot)
             spec = queued.request.spec
             folder = ExperimentFolder.of(task.root, spec.experiment)
-            record_jobs(folder, [Submitted(spec.run_id, me, queued.attempt, logs, spec.group)])
+            taken = Submitted(spec.run_id, me, queued.attempt, logs, spec.group, slot, gpu)
+            record_jobs(folder, [taken])
             queue.taken_file(spec.run_id, me).unlink(missing_ok=True)
             outcome = outcomes[spec.run_id] = obtain_here(task, queued.request, folder)
             if outcome[0] == "failed":
                 queue.fail(spec.run_id, f"job {me} raised: {outcome[1]}")
-            queue.set_busy(me, False)
+            queue.set_busy(me, False, slot)
     except KeyboardInterrupt:
         print(f"task {me}: stopped by Slurm; the controller queues its run again", flush=True)
         os._exit(TERMINATED)
+    queue.set_busy(me, True, slot)  # ended: the controller counts it as taking nothing more
     return outcomes
+
+
+SLOT_GRACE_S = 20.0  # after SIGTERM, how long a task waits for its slots to stop their runs
+
+
+def serve_slots(
+    task: Executor,
+    queue: RunQueue,
+    me: str,
+    gpus: tuple[str, ...],
+    slots: int,
+    serving: tuple[str, int, float],
+) -> dict[str, Outcome]:
+    """``slots`` processes serving the queue at once, slot i seeing only GPU i mod n (set
+    before it starts: torch there never sees another), each :func:`serve_slot` with
+    ``serving`` (logs, most, idle_s); their outcomes together. SIGTERM reaches every process
+    of the task; here it also stops the slots (they keep their checkpoints) before the task
+    exits without a result."""
+    context = multiprocessing.get_context("spawn")
+    processes: list[Any] = []
+    readers = []
+    outcomes: dict[str, Outcome] = {}
+    try:
+        for slot in range(slots):
+            reader, writer = context.Pipe(duplex=False)
+            args = (task, str(queue.path), me, slot, serving, writer)
+            process = context.Process(target=_slot_main, args=args, name=f"slot-{slot}")
+            with visible_gpu(gpus[slot % len(gpus)]):
+                process.start()
+            writer.close()
+            processes.append(process)
+            readers.append(reader)
+        for reader in readers:
+            try:
+                outcomes |= reader.recv()
+            except EOFError:  # the slot died: its run's task ends without it (failed once)
+                continue
+        for process in processes:
+            process.join()
+    except KeyboardInterrupt:
+        for process in processes:
+            process.terminate()  # SIGTERM: the slot stops its run as on scancel
+        deadline = time.monotonic() + SLOT_GRACE_S
+        for process in processes:
+            process.join(max(0.0, deadline - time.monotonic()))
+        print(f"task {me}: stopped by Slurm; the controller queues its runs again", flush=True)
+        os._exit(TERMINATED)
+    return outcomes
+
+
+def _slot_main(
+    task: Executor,
+    queue_path: str,
+    me: str,
+    slot: int,
+    serving: tuple[str, int, float],
+    writer: Any,
+) -> None:
+    """A slot's process (:func:`serve_slots`): serve, then hand the outcomes back."""
+    signal.signal(signal.SIGTERM, _stop)
+    die_with_parent()
+    queue = RunQueue(Path(queue_path))
+    writer.send(serve_slot(task, queue, me, slot, serving, os.environ.get(VISIBLE)))
+
+
+def packed_fit_error(queue: RunQueue) -> str | None:
+    """Where the runs queued when a task with several slots starts would not fit its first
+    GPU ``runtime.runs_per_device`` at a time, the line that says so
+    (:func:`ablate.launch.estimate.check_fit`); None where they fit, where they train nothing
+    (the simulator) or where torch sees no GPU (they train on the CPU)."""
+    found = (queue.read(run_id) for run_id in queue.waiting())
+    configs = [q.request.spec.config for q in found if q is not None]
+    if not any(cfg.runtime.backend == "train" for cfg in configs):
+        return None
+    gpus = gpu_ids("cuda")
+    if not gpus:
+        return None
+    from ablate.launch.estimate import check_fit  # torch: only where runs use GPUs
+
+    try:
+        check_fit(configs, gpus, 1)
+    except ConfigError as error:
+        return str(error)
+    return None
 
 
 def obtain_here(task: Executor, request: Request, folder: ExperimentFolder) -> Outcome:
@@ -207,14 +322,16 @@ def job_states(job_ids: Iterable[str]) -> dict[str, str]:
 
 @dataclass
 class Submitted:
-    """One run's task: its job id, the run's attempt (1 = first queued), submitit's folder
-    and the run's stage (group)."""
+    """One run's task: its job id, the run's attempt (1 = first queued), submitit's folder,
+    the run's stage (group), and the task's slot and GPU that took it."""
 
     run_id: str
     job_id: str
     attempt: int
     folder: str
     group: str = "?"
+    slot: int = 0  # which of the task's slots took it (runtime.runs_per_device)
+    gpu: str | None = None  # the GPU that slot sees, where the task has several slots
 
     def job(self) -> Any:
         """The submitit job (for its result file and log)."""
@@ -298,6 +415,7 @@ class SlurmExecutor:
     task: Executor
     config: SlurmConfig
     console: Console | None = field(default=None, compare=False, repr=False)
+    per_device: int = 1  # runtime.runs_per_device: each task's slots per GPU
 
     def __getstate__(self) -> dict[str, Any]:
         return {**self.__dict__, "console": None}
@@ -488,27 +606,36 @@ class SlurmExecutor:
     def _staff(
         self, folder: ExperimentFolder, queue: RunQueue, say: SayFn
     ) -> tuple[dict[str, str], str | None]:
-        """Keep as many tasks as there are queued runs beyond the free ones (up to the
+        """Keep as many tasks as the queued runs beyond the free slots need (up to the
         array's parallelism), cancelling pending tasks no run needs; the tasks' states, and
-        the line of a task that failed before it served (its setup) where no other started."""
+        the line of a task that failed before it served (its setup) where no other started.
+        A task's refusal (its slots' runs would not fit its GPU) cancels the tasks and raises
+        :class:`ConfigError`."""
         with queue.lock():
             jobs = queue.workers()
             states = job_states(jobs)
             alive = [job for job in jobs if states.get(job, "PENDING") in ACTIVE]
+            if (refusal := queue.refusal()) is not None:  # runs_per_device runs do not fit
+                if alive:
+                    subprocess.run(["scancel", *alive], capture_output=True)
+                queue.set_workers([])
+                raise ConfigError(refusal)
             failed = [j for j in jobs if states.get(j) in SETUP_FAILED and not queue.started(j)]
             if failed and not any(queue.started(job) for job in alive):
                 job = failed[0]
                 line = f"job {job} {states[job].lower()}: {log_tail(self._job(folder, job))}"
                 return states, line
-            free = [job for job in alive if not queue.is_busy(job)]
+            per_task = self.config.task_slots(self.per_device)
+            free = sum(queue.slots(job, per_task) - queue.busy(job) for job in alive)
             wanted = len(queue.waiting())
-            if wanted > len(free):
-                count = min(wanted - len(free), self.config.array_parallelism - len(alive))
+            change = task_change(wanted, free, per_task)
+            if change > 0:
+                count = min(change, self.config.array_parallelism - len(alive))
                 if count > 0:
                     alive += self._submit(folder, queue, count, wanted, say)
-            elif len(free) > wanted:
-                idle = [job for job in free if states.get(job) == "PENDING"]
-                spare = idle[: len(free) - wanted]
+            elif change < 0:
+                idle = [job for job in alive if states.get(job) == "PENDING"]
+                spare = idle[:-change]
                 if spare:
                     subprocess.run(["scancel", *spare], capture_output=True)
                     alive = [job for job in alive if job not in spare]
@@ -543,6 +670,7 @@ class SlurmExecutor:
         executor = self._submitit(folder, folder.path.name)
         where, logs = str(queue.path.resolve()), str(executor.folder)
         most, idle_s = self.config.runs_per_task, self.config.task_idle_s
+        queue.refused_file.unlink(missing_ok=True)  # these tasks check anew
         try:
             jobs = executor.map_array(
                 serve,
@@ -551,6 +679,7 @@ class SlurmExecutor:
                 [logs] * count,
                 [most] * count,
                 [idle_s] * count,
+                [self.per_device] * count,
             )
         except FailedJobError as exc:  # sbatch refused: bad partition, account, limits
             raise ConfigError(
@@ -645,7 +774,7 @@ class SlurmLauncher:
         ``runtime.slurm.cpus_per_task`` threads, at the results folder's absolute path (the
         command line's workers and threads are this machine's: not the tasks')."""
         task = backend_executor(runtime, results_dir.resolve(), 1, runtime.slurm.cpus_per_task)
-        return SlurmExecutor(results_dir, task, runtime.slurm, console)
+        return SlurmExecutor(results_dir, task, runtime.slurm, console, runtime.runs_per_device)
 
     def resources(self, runtime: RuntimeConfig, jobs: int) -> Resources:
         """Every study at once (each waits on its trials' jobs), up to the array's

@@ -4,19 +4,23 @@
 The controller puts each run it wants as ``<run-id>.pkl`` (the request and its attempt); a
 task takes one by renaming it to ``<run-id>.<job-id>.taken`` (a rename is atomic: one task
 gets it), records itself as the run's job (``.slurm/by-run/``) and drops the ``.taken`` file.
-A task says it started (``started/<job-id>``) and marks itself busy while it trains
-(``busy/<job-id>``), so the controller knows how many of its tasks are free and which failed
-before they served; a run that raised on a node is written to ``failed/<run-id>.txt`` at
-once (the task goes on with the next). ``controller`` exists while a controller waits on the
-queue: without it, a task leaves as soon as the queue is empty; with it, after
-``runtime.slurm.task_idle_s`` with nothing to train. ``workers.json`` lists the tasks
-submitted to serve the queue, and ``.lock`` is held while one process decides how many more
-to submit.
+A task says it started (``started/<job-id>``, holding how many runs it trains at once: its
+slots, ``runtime.runs_per_device`` on each of its GPUs, else 1) and marks each slot busy while
+it trains and once it has ended (``busy/<job-id>@<slot>``), so the controller knows how many
+of its tasks' slots are free and which tasks failed before they served; a run that raised on
+a node is written to ``failed/<run-id>.txt`` at once (the slot goes on with the next). A task
+that finds its slots' runs would not fit its GPU writes ``refused.txt`` (the controller stops,
+exit 2).
+``controller`` exists while a controller waits on the queue: without it, a task leaves as soon
+as the queue is empty; with it, after ``runtime.slurm.task_idle_s`` with nothing to train.
+``workers.json`` lists the tasks submitted to serve the queue, and ``.lock`` is held while one
+process decides how many more to submit (:func:`task_change`).
 """
 
 from __future__ import annotations
 
 import fcntl
+import math
 import os
 import pickle
 import time
@@ -112,32 +116,61 @@ class RunQueue:
         except FileNotFoundError:
             return None
 
-    def busy_file(self, job_id: str) -> Path:
-        """Present while task ``job_id`` trains a run."""
-        return self.path / "busy" / job_id
+    def busy_file(self, job_id: str, slot: int = 0) -> Path:
+        """Present while slot ``slot`` of task ``job_id`` trains a run."""
+        return self.path / "busy" / f"{job_id}@{slot}"
 
-    def set_busy(self, job_id: str, busy: bool) -> None:
-        """Mark task ``job_id`` training (or free)."""
-        path = self.busy_file(job_id)
+    def set_busy(self, job_id: str, busy: bool, slot: int = 0) -> None:
+        """Mark slot ``slot`` of task ``job_id`` training (or free)."""
+        path = self.busy_file(job_id, slot)
         if busy:
             path.parent.mkdir(parents=True, exist_ok=True)
             path.touch()
         else:
             path.unlink(missing_ok=True)
 
-    def is_busy(self, job_id: str) -> bool:
-        """Whether task ``job_id`` is training a run."""
-        return self.busy_file(job_id).exists()
+    def busy(self, job_id: str) -> int:
+        """How many of task ``job_id``'s slots are training a run."""
+        return len(list((self.path / "busy").glob(f"{job_id}@*")))
 
-    def hello(self, job_id: str) -> None:
-        """Say task ``job_id`` started (a task that fails before this failed in its setup)."""
-        path = self.path / "started" / job_id
+    def hello(self, job_id: str, slots: int = 1) -> None:
+        """Say task ``job_id`` started (a task that fails before this failed in its setup),
+        training ``slots`` runs at once."""
+        path = self.started_file(job_id)
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.touch()
+        write_text_atomic(path, str(slots))
+
+    def started_file(self, job_id: str) -> Path:
+        """Present once task ``job_id`` started serving; its slots inside."""
+        return self.path / "started" / job_id
 
     def started(self, job_id: str) -> bool:
         """Whether task ``job_id`` ever started serving the queue."""
-        return (self.path / "started" / job_id).exists()
+        return self.started_file(job_id).exists()
+
+    def slots(self, job_id: str, expected: int) -> int:
+        """How many runs task ``job_id`` trains at once: what it said when it started, else
+        (pending, or an older task that said nothing) ``expected``."""
+        try:
+            return int(self.started_file(job_id).read_text(encoding="utf-8") or expected)
+        except FileNotFoundError:
+            return expected
+
+    @property
+    def refused_file(self) -> Path:
+        """Where a task writes why its slots' runs would not fit its GPU."""
+        return self.path / "refused.txt"
+
+    def refuse(self, line: str) -> None:
+        """Say the tasks cannot train ``runtime.runs_per_device`` runs at once (``line``)."""
+        write_text_atomic(self.refused_file, line)
+
+    def refusal(self) -> str | None:
+        """A task's refusal, if one refused."""
+        try:
+            return self.refused_file.read_text(encoding="utf-8")
+        except FileNotFoundError:
+            return None
 
     @property
     def controller_file(self) -> Path:
@@ -198,3 +231,11 @@ def wait_for_run(queue: RunQueue, job_id: str, idle_s: float) -> Queued | None:
             return None
         time.sleep(QUEUE_POLL_S if waited < BACK_OFF_S else SLOW_POLL_S)
     return found
+
+
+def task_change(wanted: int, free: int, per_task: int) -> int:
+    """How many more tasks of ``per_task`` slots the ``wanted`` queued runs need beyond the
+    ``free`` slots (positive), or how many tasks' slots no queued run needs (negative)."""
+    if wanted > free:
+        return math.ceil((wanted - free) / per_task)
+    return -((free - wanted) // per_task)

@@ -121,6 +121,7 @@ MACHINE_CHECKS = {
     "ablate/launch/estimate.py:check_fit",
     "ablate/launch/storage.py:check_storage_opens",
     "ablate/launch/slurm.py:_submit",
+    "ablate/launch/slurm.py:_staff",  # a task's check_fit, read from the queue
 }
 
 

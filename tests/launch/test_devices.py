@@ -1,6 +1,7 @@
 """Several runs on one GPU: each pool worker sees its own GPU in turn, and a runs_per_device
-whose runs would not fit is refused as bad input before anything trains. Tested without a GPU:
-the device names are given, and the memory measurement is given as stored."""
+whose runs would not fit is refused as bad input before anything trains, locally and by a
+Slurm task. Tested without a GPU: the device names are given, and the memory measurement is
+given as stored (a Slurm task's slots on the test cluster: test_slurm.py)."""
 
 from __future__ import annotations
 
@@ -10,12 +11,18 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import write_experiment
+from conftest import tiny_config, write_experiment
 
 from ablate.cli import main
+from ablate.core.cluster import SlurmConfig
+from ablate.core.config import ConfigError
+from ablate.core.folders import ExperimentFolder
 from ablate.core.load import load_experiment
-from ablate.launch import estimate, workers
+from ablate.core.plan import RunSpec
+from ablate.launch import estimate, slurm, workers
 from ablate.launch.devices import VISIBLE, Measured, fit_error, shape_key, take_device
+from ablate.launch.execute import Request
+from ablate.launch.slurm_queue import Queued, RunQueue
 from ablate.launch.workers import Resources, run_parallel
 
 
@@ -107,3 +114,28 @@ def test_a_pool_whose_runs_would_not_fit_its_gpu_is_refused_before_anything_trai
     err = capsys.readouterr().err.strip().splitlines()
     assert err[-1].endswith("need 12.0 GiB on GPU 0, which has 10.0 GiB free; at most 3 fit")
     assert not list(results.glob("tiny/*/summary.json"))  # nothing trained, nothing stored
+
+
+def test_a_slurm_task_whose_slots_would_not_fit_refuses_and_its_controller_exits_2(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The task checks the runs queued when it starts on its first GPU (as a local pool does)
+    and writes its refusal to the queue; the controller reads it at its next look, cancels its
+    tasks and raises the line as bad input. Without a GPU: the device is named and its
+    measurement given as stored."""
+    cfg = tiny_config(**{"runtime.accelerator": "auto", "runtime.runs_per_device": 4})
+    folder = ExperimentFolder.of(tmp_path / "results", "tiny")
+    queue = RunQueue(folder.slurm_queue)
+    queue.put(Queued(Request(RunSpec("tiny", "layernorm", 0, cfg))))
+    monkeypatch.setattr(slurm, "gpu_ids", lambda accelerator: ("3",))  # torch sees one
+    monkeypatch.setitem(estimate._MEASURED, shape_key(cfg), Measured(3 * 1024, 10 * 1024))
+    line = slurm.packed_fit_error(queue)
+    assert line is not None and line.endswith("on GPU 3, which has 10.0 GiB free; at most 3 fit")
+    fits = cfg.model_copy(update={"runtime": cfg.runtime.model_copy(update={"runs_per_device": 3})})
+    queue.put(Queued(Request(RunSpec("tiny", "layernorm", 0, fits))))  # the same run id
+    assert slurm.packed_fit_error(queue) is None
+    queue.refuse(line)
+    executor = slurm.SlurmExecutor(tmp_path / "results", None, SlurmConfig(), per_device=4)
+    with pytest.raises(ConfigError, match="at most 3 fit"):
+        executor._staff(folder, queue, print)
+    assert queue.workers() == []

@@ -33,6 +33,12 @@ def test_queued_runs_are_served_by_the_tasks_already_running(tmp_path: Path) -> 
     idle.run(specs[:2])
     idle.obtain(specs[2], wait=True)  # tasks that do not wait: a submission per call
     assert (idle.submissions, idle.tasks) == (2, 3)
+    one_each = SlurmConfig(array_parallelism=4, runs_per_task=1)
+    packed = CountingExecutor(tmp_path / "packed", one_each, slots=4)  # runs_per_device 4
+    packed.run(specs[:6])
+    assert (packed.submissions, packed.tasks) == (1, 2)  # 6 runs over two tasks' 8 slots
+    packed.run(specs[6:])  # 6 more: 2 slots' runs left, then a fresh task's 4
+    assert (packed.submissions, packed.tasks) == (2, 3)
 
 
 @pytest.mark.usefixtures("unrendered_figures")

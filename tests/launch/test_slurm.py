@@ -161,6 +161,49 @@ def test_a_task_cancelled_mid_way_loses_only_the_run_it_was_training(tmp_path: P
     assert len(runs) == 4 and set(runs["status"]) == {"finished"}
 
 
+def test_a_task_with_three_slots_trains_three_runs_at_once_and_loses_only_the_unfinished(
+    tmp_path: Path,
+) -> None:
+    """runs_per_device 3 on a task bound to one GPU (named by a setup line: the test cluster
+    has none, and simulated runs use none) trains three runs at once, each slot a process
+    seeing that GPU; the fourth run waits for the first free slot. Cancelled while it trains
+    the fourth, only that run is queued again; the three it stored are kept as they were."""
+    runtime = {
+        "backend": "simulate",
+        "launcher": "slurm",
+        "accelerator": "auto",
+        "runs_per_device": 3,
+        "simulate": {"pace_s": 4.0},
+        "slurm": {**POLL, "array_parallelism": 1, "setup": ["export CUDA_VISIBLE_DEVICES=7"]},
+    }
+    path = write_experiment(tmp_path / "e.yaml", runtime=runtime)
+    controller = ablate_process("run", str(path), cwd=tmp_path)
+    folder = ExperimentFolder.of(tmp_path / "results", "tiny")
+
+    def stored_runs() -> dict[str, bytes]:
+        return {run.run_id: run.summary.read_bytes() for run in folder.runs() if run.read_record()}
+
+    wait_for(
+        lambda: len(jobs_of(path)) == 4 and len(stored_runs()) == 3,
+        timeout=90,
+        what="three runs stored and the fourth taken",
+    )
+    taken, stored = jobs_of(path), stored_runs()
+    assert len({job["job_id"] for job in taken.values()}) == 1  # one task ...
+    assert sorted(taken[run_id]["slot"] for run_id in stored) == [0, 1, 2]  # ... three slots
+    assert {job["gpu"] for job in taken.values()} == {"7"}
+    subprocess.run(["scancel", wait_for(running_tasks, what="the task")[0]], check=True)
+    out, _ = controller.communicate(timeout=120)
+    assert controller.returncode == 0, out
+    assert "submitted 1 task(s) to Slurm as job" in out and out.count("submitted") == 2, out
+    assert out.count("cancelled: queueing run") == 1, out
+    jobs = jobs_of(path)
+    assert sorted(job["attempt"] for job in jobs.values()) == [1, 1, 1, 2]
+    assert all(jobs[run_id]["attempt"] == 1 for run_id in stored)
+    runs = stored_runs()
+    assert len(runs) == 4 and all(runs[run_id] == summary for run_id, summary in stored.items())
+
+
 def test_a_restarted_controller_follows_its_queued_jobs_instead_of_submitting_them_again(
     tmp_path: Path,
 ) -> None:
@@ -228,18 +271,24 @@ def test_a_task_that_raises_on_its_node_fails_once_with_its_exception_line(
 
 @pytest.mark.trains
 def test_trained_runs_through_slurm_equal_local_runs_bit_for_bit(tmp_path: Path) -> None:
-    runtime = {"launcher": "slurm", "threads": 1, "slurm": {**POLL, "cpus_per_task": 1}}
+    """Trained by a task with two slots side by side (runs_per_device 2 on a GPU a setup line
+    names; on the test cluster they train on its CPU), the runs store what each trained alone
+    here stores."""
+    packed = {"threads": 1, "accelerator": "auto", "runs_per_device": 2}
+    slurm = {**POLL, "cpus_per_task": 1, "setup": ["export CUDA_VISIBLE_DEVICES=0"]}
+    runtime = {**packed, "launcher": "slurm", "slurm": slurm}
     path = write_experiment(tmp_path / "e.yaml", seeds=[0], runtime=runtime)
     through = run_ablate(path, timeout=300)
     assert through.returncode == 0, through.stdout
     local_dir = tmp_path / "local"
     local_dir.mkdir()
     local = local_dir / "e.yaml"
-    local.write_text(
-        yaml.safe_dump({**yaml.safe_load(path.read_text()), "runtime": {"threads": 1}})
-    )
+    local.write_text(yaml.safe_dump({**yaml.safe_load(path.read_text()), "runtime": packed}))
     assert run_ablate(local, "--workers", "1", timeout=300).returncode == 0
     assert final_losses(tmp_path / "results") == final_losses(local_dir / "results")
+    jobs = jobs_of(path)
+    assert sorted(job["slot"] for job in jobs.values()) == [0, 1]  # side by side in one task
+    assert len({job["job_id"] for job in jobs.values()}) == 1
     trained = load_summaries(ExperimentFolder(tmp_path / "results" / "tiny"))
     assert set(trained["torch_threads"]) == {1}  # the task's cpus_per_task, not the node's
     exp_dir = tmp_path / "results" / "tiny"

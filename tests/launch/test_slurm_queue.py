@@ -6,11 +6,12 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+import pytest
 from conftest import tiny_config
 
 from ablate.core.plan import RunSpec
 from ablate.launch.execute import Request
-from ablate.launch.slurm_queue import Queued, RunQueue, wait_for_run
+from ablate.launch.slurm_queue import Queued, RunQueue, task_change, wait_for_run
 
 
 def _queued(seed: int, attempt: int = 1) -> Queued:
@@ -42,16 +43,43 @@ def test_a_failure_is_read_until_the_run_is_queued_again(tmp_path: Path) -> None
     assert queue.failure(run_id) is None
 
 
-def test_tasks_say_whether_they_started_and_train(tmp_path: Path) -> None:
+def test_tasks_say_whether_they_started_and_how_many_slots_train(tmp_path: Path) -> None:
     queue = RunQueue(tmp_path / "queue")
-    assert not queue.started("7_0") and not queue.is_busy("7_0")
-    queue.hello("7_0")
-    queue.set_busy("7_0", True)
-    assert queue.started("7_0") and queue.is_busy("7_0")
-    queue.set_busy("7_0", False)
-    assert not queue.is_busy("7_0")
+    assert not queue.started("7_0") and queue.busy("7_0") == 0
+    assert queue.slots("7_0", expected=4) == 4  # pending: what the controller expects
+    queue.hello("7_0", slots=3)
+    assert queue.started("7_0") and queue.slots("7_0", expected=4) == 3  # what it said
+    queue.set_busy("7_0", True, slot=0)
+    queue.set_busy("7_0", True, slot=2)
+    queue.set_busy("7_1", True)  # another task's slot 0
+    assert queue.busy("7_0") == 2 and queue.busy("7_1") == 1
+    queue.set_busy("7_0", False, slot=2)
+    assert queue.busy("7_0") == 1
     queue.set_workers(["7_0", "7_1"])
     assert queue.workers() == ["7_0", "7_1"]
+
+
+def test_a_tasks_refusal_reaches_the_controller(tmp_path: Path) -> None:
+    queue = RunQueue(tmp_path / "queue")
+    assert queue.refusal() is None
+    queue.path.mkdir()
+    queue.refuse("runtime.runs_per_device: 8 runs ... at most 3 fit")
+    assert queue.refusal() == "runtime.runs_per_device: 8 runs ... at most 3 fit"
+
+
+@pytest.mark.parametrize(
+    ("wanted", "free", "per_task", "change"),
+    [
+        (5, 0, 1, 5),  # a task a run
+        (5, 0, 4, 2),  # two tasks of four slots
+        (5, 2, 4, 1),  # two slots free: one more task
+        (4, 4, 4, 0),
+        (1, 8, 4, -1),  # a pending task's four slots are not needed
+        (0, 3, 4, 0),  # three free slots are less than a task
+    ],
+)
+def test_tasks_are_counted_in_slots(wanted: int, free: int, per_task: int, change: int) -> None:
+    assert task_change(wanted, free, per_task) == change
 
 
 def test_a_free_task_waits_while_a_controller_does_and_leaves_when_it_is_gone(
