@@ -128,80 +128,57 @@ def test_a_job_cancelled_mid_run_is_resubmitted_and_nothing_is_lost_or_twice(
     assert len(runs) == 2 and set(runs["status"]) == {"finished"}  # each run stored once
 
 
-def test_a_task_cancelled_mid_way_loses_only_the_run_it_was_training(tmp_path: Path) -> None:
-    """One task trains all four runs of the main stage (array_parallelism 1); cancelled during
-    its second run, only that run is queued again, the first is kept as it was, not trained
-    again, and a fresh task takes the three still queued."""
-    path = simulated_file(tmp_path, {"array_parallelism": 1}, pace_s=2.0)
-    controller = ablate_process("run", str(path), cwd=tmp_path)
-    folder = ExperimentFolder.of(tmp_path / "results", "tiny")
-    first = wait_for(
-        lambda: [run for run in folder.runs() if run.read_record() is not None],
-        what="the task's first stored run",
-    )[0]
-    stored = first.summary.read_bytes()
-    wait_for(
-        lambda: [r for r in folder.runs() if r != first and r.is_run() and not r.read_record()],
-        what="the second run",
-    )
-    status = status_lines(folder)  # one task: the run it trains, the two it has not begun
-    assert "waiting for main: 1 running, 2 queued (Slurm job " in status[-1], status
-    assert status[-1].endswith("; 1 task(s) training)"), status
-    subprocess.run(["scancel", wait_for(running_tasks, what="the task")[0]], check=True)
-    out, _ = controller.communicate(timeout=120)
-    assert controller.returncode == 0, out
-    assert "submitted 1 task(s) to Slurm as job" in out
-    assert out.count("cancelled: queueing run") == 1, out
-    assert out.count("submitted 1 task(s)") == 2, out  # a fresh task for the rest
-    jobs = jobs_of(path)
-    assert jobs[first.run_id]["attempt"] == 1
-    assert sorted(job["attempt"] for job in jobs.values()) == [1, 1, 1, 2]
-    assert first.summary.read_bytes() == stored  # kept, not trained twice
-    runs = load_summaries(folder)
-    assert len(runs) == 4 and set(runs["status"]) == {"finished"}
-
-
-def test_a_task_with_three_slots_trains_three_runs_at_once_and_loses_only_the_unfinished(
+def test_a_task_with_three_slots_trains_three_at_once_and_loses_only_those_it_trains(
     tmp_path: Path,
 ) -> None:
     """runs_per_device 3 on a task bound to one GPU (named by a setup line: the test cluster
-    has none, and simulated runs use none) trains three runs at once, each slot a process
-    seeing that GPU; the fourth run waits for the first free slot. Cancelled while it trains
-    the fourth, only that run is queued again; the three it stored are kept as they were."""
+    has none, and simulated runs use none) trains three of the eight runs at once, each slot
+    a process seeing that GPU, each slot taking its next run once its first is stored
+    (array_parallelism 1: one task). Cancelled while its slots train their second runs, only
+    those three are queued again; the three it stored are kept as they were, not trained
+    again, and a fresh task trains them with the two it never took."""
     runtime = {
         "backend": "simulate",
         "launcher": "slurm",
         "accelerator": "auto",
         "runs_per_device": 3,
-        "simulate": {"pace_s": 4.0},
+        "simulate": {"pace_s": 3.0},
         "slurm": {**POLL, "array_parallelism": 1, "setup": ["export CUDA_VISIBLE_DEVICES=7"]},
     }
-    path = write_experiment(tmp_path / "e.yaml", runtime=runtime)
+    path = write_experiment(tmp_path / "e.yaml", seeds=[0, 1, 2, 3], runtime=runtime)
     controller = ablate_process("run", str(path), cwd=tmp_path)
     folder = ExperimentFolder.of(tmp_path / "results", "tiny")
 
     def stored_runs() -> dict[str, bytes]:
         return {run.run_id: run.summary.read_bytes() for run in folder.runs() if run.read_record()}
 
+    wait_for(lambda: len(jobs_of(path)) == 3, timeout=90, what="three runs taken")
+    status = status_lines(folder)  # three slots of one task train; five runs wait
+    assert status[-1].startswith("waiting for main: 3 running, 5 queued (Slurm job "), status
+    assert status[-1].endswith("; 1 task(s) training)"), status
+    assert not stored_runs()
     wait_for(
-        lambda: len(jobs_of(path)) == 4 and len(stored_runs()) == 3,
+        lambda: len(stored_runs()) == 3 and len(jobs_of(path)) == 6,
         timeout=90,
-        what="three runs stored and the fourth taken",
+        what="three runs stored and three more taken",
     )
     taken, stored = jobs_of(path), stored_runs()
-    assert len({job["job_id"] for job in taken.values()}) == 1  # one task ...
+    first = {job["job_id"] for job in taken.values()}
+    assert len(first) == 1  # one task ...
     assert sorted(taken[run_id]["slot"] for run_id in stored) == [0, 1, 2]  # ... three slots
     assert {job["gpu"] for job in taken.values()} == {"7"}
     subprocess.run(["scancel", wait_for(running_tasks, what="the task")[0]], check=True)
     out, _ = controller.communicate(timeout=120)
     assert controller.returncode == 0, out
     assert "submitted 1 task(s) to Slurm as job" in out and out.count("submitted") == 2, out
-    assert out.count("cancelled: queueing run") == 1, out
+    assert out.count("cancelled: queueing run") == 3, out
     jobs = jobs_of(path)
-    assert sorted(job["attempt"] for job in jobs.values()) == [1, 1, 1, 2]
-    assert all(jobs[run_id]["attempt"] == 1 for run_id in stored)
+    assert sorted(job["attempt"] for job in jobs.values()) == [1] * 5 + [2] * 3
+    assert all(jobs[run_id] == taken[run_id] for run_id in stored)  # kept, not trained again
+    never = set(jobs) - set(taken)  # queued when the task was cut: the fresh task took them
+    assert len(never) == 2 and all(jobs[run_id]["job_id"] not in first for run_id in never)
     runs = stored_runs()
-    assert len(runs) == 4 and all(runs[run_id] == summary for run_id, summary in stored.items())
+    assert len(runs) == 8 and all(runs[run_id] == summary for run_id, summary in stored.items())
 
 
 def test_a_restarted_controller_follows_its_queued_jobs_instead_of_submitting_them_again(
