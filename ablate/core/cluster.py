@@ -63,9 +63,11 @@ class SlurmConfig(StrictSection):
     )
 
     def task_slots(self, runs_per_device: int) -> int:
-        """How many runs a task trains at once, as expected before it starts: ``runs_per_device``
-        on each of its ``gpus_per_task`` GPUs (at least one; a task started says its own,
-        from the GPUs Slurm bound to it)."""
+        """How many runs a task trains at once, as expected before it starts: one, or with
+        ``runs_per_device`` above 1 that many on each of its ``gpus_per_task`` GPUs (at least
+        one; a task started says its own, from the GPUs Slurm bound to it)."""
+        if runs_per_device == 1:
+            return 1
         return max(1, self.gpus_per_task) * runs_per_device
 
     @field_validator("sbatch")

@@ -208,12 +208,13 @@ def serve_slots(
                 continue
         for process in processes:
             process.join()
-    except KeyboardInterrupt:
-        for process in processes:
-            process.terminate()  # SIGTERM: the slot stops its run as on scancel
+    except KeyboardInterrupt:  # Slurm's SIGTERM reached the slots too: they stop their runs
         deadline = time.monotonic() + SLOT_GRACE_S
         for process in processes:
             process.join(max(0.0, deadline - time.monotonic()))
+        for process in processes:
+            if process.is_alive():  # a slot the signal did not reach (SIGTERM once, late)
+                process.terminate()
         print(f"task {me}: stopped by Slurm; the controller queues its runs again", flush=True)
         os._exit(TERMINATED)
     return outcomes
@@ -722,13 +723,15 @@ _CLOSE_AT_EXIT: set[Path] = set()
 
 def open_queue(folder: ExperimentFolder) -> RunQueue:
     """The experiment's queue, said to have a controller waiting on it; the process that
-    started ablate (not a study's worker) says at its exit that none waits any more, so the
-    tasks leave once the queue is empty."""
+    started ablate (not a study's worker) forgets an earlier controller's refusal
+    (``runs_per_device`` runs that did not fit) and says at its exit that none waits any
+    more, so the tasks leave once the queue is empty."""
     queue = RunQueue(folder.slurm_queue)
     queue.open()
     if multiprocessing.parent_process() is None and queue.path not in _CLOSE_AT_EXIT:
         _CLOSE_AT_EXIT.add(queue.path)
         atexit.register(queue.close)
+        queue.refused_file.unlink(missing_ok=True)  # an earlier controller's: tasks check anew
     return queue
 
 

@@ -135,9 +135,12 @@ class RunQueue:
 
     def hello(self, job_id: str, slots: int = 1) -> None:
         """Say task ``job_id`` started (a task that fails before this failed in its setup),
-        training ``slots`` runs at once."""
+        training ``slots`` runs at once, none of them busy yet (a job Slurm requeued under
+        the same id forgets its earlier run's flags)."""
         path = self.started_file(job_id)
         path.parent.mkdir(parents=True, exist_ok=True)
+        for stale in (self.path / "busy").glob(f"{job_id}@*"):  # Slurm requeued this job id
+            stale.unlink(missing_ok=True)
         write_text_atomic(path, str(slots))
 
     def started_file(self, job_id: str) -> Path:

@@ -139,3 +139,11 @@ def test_a_slurm_task_whose_slots_would_not_fit_refuses_and_its_controller_exits
     with pytest.raises(ConfigError, match="at most 3 fit"):
         executor._staff(folder, queue, print)
     assert queue.workers() == []
+    slurm.open_queue(folder)  # the next controller: its tasks check again
+    assert queue.refusal() is None
+
+
+def test_a_task_is_one_slot_unless_runs_per_device_packs_its_gpus() -> None:
+    assert SlurmConfig(gpus_per_task=4).task_slots(1) == 1  # a run (or DDP) per task
+    assert SlurmConfig(gpus_per_task=4).task_slots(2) == 8
+    assert SlurmConfig().task_slots(3) == 3  # GPUs from a gres: at least one

@@ -55,6 +55,8 @@ def test_tasks_say_whether_they_started_and_how_many_slots_train(tmp_path: Path)
     assert queue.busy("7_0") == 2 and queue.busy("7_1") == 1
     queue.set_busy("7_0", False, slot=2)
     assert queue.busy("7_0") == 1
+    queue.hello("7_0", slots=3)  # Slurm requeued the job under its id: it starts afresh
+    assert queue.busy("7_0") == 0 and queue.busy("7_1") == 1
     queue.set_workers(["7_0", "7_1"])
     assert queue.workers() == ["7_0", "7_1"]
 
