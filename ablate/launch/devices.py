@@ -38,13 +38,13 @@ def gpu_ids(accelerator: str) -> tuple[str, ...]:
     import torch
 
     count = torch.cuda.device_count()
-    named = [d for d in os.environ.get(VISIBLE, "").split(",") if d.strip()]
-    return tuple(named[:count]) if named else tuple(str(i) for i in range(count))
+    named = named_gpus()
+    return named[:count] if named else tuple(str(i) for i in range(count))
 
 
-def task_gpus() -> tuple[str, ...]:
-    """The GPUs Slurm bound to this task, as its ``CUDA_VISIBLE_DEVICES`` names them (none
-    where it is unset); read without torch, before any slot process starts."""
+def named_gpus() -> tuple[str, ...]:
+    """The GPUs this process's ``CUDA_VISIBLE_DEVICES`` names (in a Slurm task: those Slurm
+    bound to it; none where it is unset), read without torch."""
     return tuple(d.strip() for d in os.environ.get(VISIBLE, "").split(",") if d.strip())
 
 

@@ -70,7 +70,7 @@ from ablate.core.plan import RunSpec
 from ablate.core.record import RunRecord
 from ablate.core.store import store_fault_cause
 from ablate.launch.backends import backend_executor
-from ablate.launch.devices import VISIBLE, gpu_ids, task_gpus, visible_gpu
+from ablate.launch.devices import VISIBLE, gpu_ids, named_gpus, visible_gpu
 from ablate.launch.execute import (
     EvalWatch,
     Executor,
@@ -129,7 +129,7 @@ def serve(
     signal.signal(signal.SIGTERM, _stop)
     me = str(submitit.JobEnvironment().job_id)
     queue = RunQueue(Path(queue_path))
-    gpus = task_gpus() if per_device > 1 else ()
+    gpus = named_gpus() if per_device > 1 else ()
     slots = len(gpus) * per_device or 1
     queue.hello(me, slots)
     if slots == 1:
