@@ -53,7 +53,7 @@ from ablate.bench.optimum_replications import (
 from ablate.bench.replication import Outcome, Replication, two_variants, with_truth
 from ablate.core.experiment import Experiment, SearchConfig
 from ablate.core.load import load_experiment
-from ablate.core.plan import RunSpec, with_train
+from ablate.core.plan import RunSpec, seed_run_ids, with_train
 from ablate.core.simulate import TruthConfig, final_loss, valley_loss
 from ablate.launch.search import run_search, search_summary
 from ablate.launch.simulator import SimulatedExecutor
@@ -100,9 +100,9 @@ def _final_losses(design: Experiment, lr: float) -> pd.DataFrame:
     rows = []
     for variant, cfg in design.variants.items():
         at = with_train(cfg, lr=lr)
-        for seed in design.seeds:
-            spec = RunSpec(design.name, variant, seed, at)
-            loss, _ = final_loss(at, variant, seed, spec.run_id)
+        ids = seed_run_ids(RunSpec(design.name, variant, 0, at), design.seeds)
+        for seed, run_id in zip(design.seeds, ids, strict=True):
+            loss, _ = final_loss(at, variant, seed, run_id)
             rows.append(
                 {"variant": variant, "seed": seed, "status": "finished", "final_val_loss": loss}
             )

@@ -41,7 +41,7 @@ from scipy import optimize, special, stats
 
 from ablate.bench import reference as ref
 from ablate.core.config import RunConfig
-from ablate.core.plan import RunSpec, with_train
+from ablate.core.plan import RunSpec, seed_run_ids, with_train
 from ablate.core.simulate import final_loss
 from ablate.core.truth import SimulateConfig
 
@@ -299,8 +299,9 @@ def simulated_curves(
         diverged = np.zeros_like(select, dtype=bool)
         for i, lr in enumerate(lrs):
             at = with_train(cfg, lr=lr)
-            for j, s in enumerate(seeds):
-                loss, blew = final_loss(at, variant, s, RunSpec("ref", variant, s, at).run_id)
+            ids = seed_run_ids(RunSpec("ref", variant, 0, at), seeds)
+            for j, (s, run_id) in enumerate(zip(seeds, ids, strict=True)):
+                loss, blew = final_loss(at, variant, s, run_id)
                 select[i, j] = initial if blew else min(loss, initial)
                 diverged[i, j] = blew
         learned = ~diverged & (select < sim.unigram_loss - 0.1)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -66,9 +67,26 @@ def model_as_used(cfg: RunConfig) -> dict[str, Any]:
     return {**cfg.model.model_dump(mode="json"), "norm": norm}
 
 
+def _canonical(identity: dict[str, Any]) -> str:
+    return json.dumps(identity, sort_keys=True, separators=(",", ":"))
+
+
 def _digest(identity: dict[str, Any]) -> str:
-    canonical = json.dumps(identity, sort_keys=True, separators=(",", ":"))
+    return _hash(_canonical(identity))
+
+
+def _hash(canonical: str) -> str:
     return hashlib.sha256(canonical.encode()).hexdigest()[:12]
+
+
+SEED_MARK = json.dumps("\x00seed\x00")  # a string no config holds, where the seed goes
+
+
+def seed_run_ids(spec: RunSpec, seeds: Sequence[int]) -> list[str]:
+    """The run id of ``spec`` at each of ``seeds`` (``replace(spec, seed=s).run_id``), the
+    rest of its identity encoded once: a simulated study draws thousands of runs per LR."""
+    canonical = _canonical({**spec.identity(), "seed": json.loads(SEED_MARK)})
+    return [_hash(canonical.replace(SEED_MARK, str(int(seed)))) for seed in seeds]
 
 
 @dataclass(frozen=True)

@@ -132,8 +132,8 @@ class SimulateConfig(StrictSection):
 
     @model_validator(mode="after")
     def _variants_are_truths(self) -> SimulateConfig:
-        for name in self.variants:
-            self.truth(name)  # raises on an unknown key or a bad value
+        for overrides in self.variants.values():  # raises on an unknown key or a bad value
+            TruthConfig(**{**self.default.model_dump(), **overrides})
         return self
 
     def identity(self) -> dict:
@@ -149,5 +149,6 @@ class SimulateConfig(StrictSection):
         return found
 
     def truth(self, variant: str) -> TruthConfig:
-        """The truth of ``variant``: the default with the keys ``variants`` sets for it."""
-        return TruthConfig(**{**self.default.model_dump(), **self.variants.get(variant, {})})
+        """The truth of ``variant``: the default with the keys ``variants`` sets for it (a copy:
+        checked once, when the section was, since a simulated run asks for it several times)."""
+        return self.default.model_copy(update=self.variants.get(variant, {}))

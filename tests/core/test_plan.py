@@ -15,6 +15,7 @@ from ablate.core.plan import (
     plan_runs,
     plan_sweep,
     planned_groups,
+    seed_run_ids,
     study_runs,
     with_train,
 )
@@ -43,6 +44,14 @@ def test_run_id_is_a_stable_content_hash() -> None:
     assert a.run_id != RunSpec("e", "w", 0, tiny_config()).run_id
     # how a run executes (workers, threads) does not change what it computes
     assert a.run_id == RunSpec("e", "v", 0, tiny_config(**{"runtime.threads": 3})).run_id
+
+
+def test_seed_run_ids_are_the_run_ids_of_the_spec_at_each_seed() -> None:
+    simulated = tiny_config(**{"runtime.backend": "simulate", "data.seed": 9})
+    for cfg in (tiny_config(), simulated):
+        spec = RunSpec("e", "v", 0, cfg)
+        seeds = [0, 1, 7, 12345]
+        assert seed_run_ids(spec, seeds) == [RunSpec("e", "v", s, cfg).run_id for s in seeds]
 
 
 def test_spec_round_trips_through_json() -> None:
