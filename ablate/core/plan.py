@@ -86,7 +86,8 @@ def seed_run_ids(spec: RunSpec, seeds: Sequence[int]) -> list[str]:
     """The run id of ``spec`` at each of ``seeds`` (``replace(spec, seed=s).run_id``), the
     rest of its identity encoded once: a simulated study draws thousands of runs per LR."""
     canonical = _canonical({**spec.identity(), "seed": json.loads(SEED_MARK)})
-    return [_hash(canonical.replace(SEED_MARK, str(int(seed)))) for seed in seeds]
+    assert canonical.count(SEED_MARK) == 1
+    return [_hash(canonical.replace(SEED_MARK, json.dumps(seed))) for seed in seeds]
 
 
 @dataclass(frozen=True)
