@@ -51,7 +51,7 @@ from __future__ import annotations
 
 import atexit
 import math
-import multiprocessing
+import multiprocessing.connection
 import os
 import signal
 import subprocess
@@ -154,8 +154,8 @@ def serve_slot(
     outcomes: dict[str, Outcome] = {}
     try:
         while len(outcomes) < most and (queued := wait_for_run(queue, me, idle_s)) is not None:
-            queue.set_busy(me, True, slot)
             spec = queued.request.spec
+            queue.set_busy(me, True, slot, spec.run_id)
             folder = ExperimentFolder.of(task.root, spec.experiment)
             taken = Submitted(spec.run_id, me, queued.attempt, logs, spec.group, slot, gpu)
             record_jobs(folder, [taken])
@@ -184,13 +184,13 @@ def serve_slots(
 ) -> dict[str, Outcome]:
     """``slots`` processes serving the queue at once, slot i seeing only GPU i mod n (set
     before it starts: torch there never sees another), each :func:`serve_slot` with
-    ``serving`` (logs, most, idle_s); their outcomes together. SIGTERM reaches every process
-    of the task; here it also stops the slots (they keep their checkpoints) before the task
-    exits without a result."""
+    ``serving`` (logs, most, idle_s); their outcomes together. A slot that dies gives its run
+    back at once (:func:`collect_slots`). SIGTERM reaches every process of the task; here it
+    also stops the slots (they keep their checkpoints) before the task exits without a
+    result."""
     context = multiprocessing.get_context("spawn")
     processes: list[Any] = []
     readers = []
-    outcomes: dict[str, Outcome] = {}
     try:
         for slot in range(slots):
             reader, writer = context.Pipe(duplex=False)
@@ -201,13 +201,7 @@ def serve_slots(
             writer.close()
             processes.append(process)
             readers.append(reader)
-        for reader in readers:
-            try:
-                outcomes |= reader.recv()
-            except EOFError:  # the slot died: its run's task ends without it (failed once)
-                continue
-        for process in processes:
-            process.join()
+        return collect_slots(queue, me, processes, readers)
     except KeyboardInterrupt:  # Slurm's SIGTERM reached the slots too: they stop their runs
         deadline = time.monotonic() + SLOT_GRACE_S
         for process in processes:
@@ -217,7 +211,44 @@ def serve_slots(
                 process.terminate()
         print(f"task {me}: stopped by Slurm; the controller queues its runs again", flush=True)
         os._exit(TERMINATED)
+
+
+def collect_slots(
+    queue: RunQueue, me: str, processes: list[Any], readers: list[Any]
+) -> dict[str, Outcome]:
+    """The outcomes the slots (``processes``) of task ``me`` send over ``readers`` as each
+    ends. A slot that dies without sending (killed for memory, crashed) fails the run it was
+    training at once, as a task of one slot that dies so fails its run (not queued again;
+    the controller reads it while the other slots go on), and is marked ended. One that
+    exits on SIGTERM leaves its run to the task's own exit (queued again)."""
+    outcomes: dict[str, Outcome] = {}
+    slot_of = {reader: slot for slot, reader in enumerate(readers)}
+    while slot_of:
+        for reader in multiprocessing.connection.wait(list(slot_of)):
+            slot = slot_of.pop(reader)
+            try:
+                outcomes |= reader.recv()
+            except EOFError:
+                processes[slot].join()
+                code = processes[slot].exitcode
+                run_id = queue.slot_run(me, slot)
+                if run_id is not None and code != TERMINATED:
+                    queue.fail(
+                        run_id, f"job {me}: slot {slot} died under it ({how_it_ended(code)})"
+                    )
+                queue.set_busy(me, True, slot)
+    for process in processes:
+        process.join()
     return outcomes
+
+
+def how_it_ended(code: int | None) -> str:
+    """A dead process's exit code in words: the signal that killed it, or its exit code."""
+    if code is not None and code < 0:
+        name = signal.Signals(-code).name
+        memory = ", as when out of memory" if -code == signal.SIGKILL else ""
+        return f"killed by {name}{memory}"
+    return f"exit code {code}"
 
 
 def _slot_main(

@@ -7,8 +7,10 @@ gets it), records itself as the run's job (``.slurm/by-run/``) and drops the ``.
 A task says it started (``started/<job-id>``, holding how many runs it trains at once: its
 slots, ``runtime.runs_per_device`` on each of its GPUs, else 1) and marks each slot busy while
 it trains and once it has ended (``busy/<job-id>@<slot>``), so the controller knows how many
-of its tasks' slots are free and which tasks failed before they served; a run that raised on
-a node is written to ``failed/<run-id>.txt`` at once (the slot goes on with the next). A task
+of its tasks' slots are free and which tasks failed before they served (a busy flag holds the
+run its slot trains); a run that raised on a node is written to ``failed/<run-id>.txt`` at once
+(the slot goes on with the next), as is one whose slot's process died under it (a task of
+several slots: killed for memory, crashed). A task
 that finds its slots' runs would not fit its GPU writes ``refused.txt`` (the controller stops,
 exit 2).
 ``controller`` exists while a controller waits on the queue: without it, a task leaves as soon
@@ -117,20 +119,29 @@ class RunQueue:
             return None
 
     def busy_file(self, job_id: str, slot: int = 0) -> Path:
-        """Present while slot ``slot`` of task ``job_id`` trains a run."""
+        """Present while slot ``slot`` of task ``job_id`` trains a run (holding its id), and
+        once the slot has ended (empty)."""
         return self.path / "busy" / f"{job_id}@{slot}"
 
-    def set_busy(self, job_id: str, busy: bool, slot: int = 0) -> None:
-        """Mark slot ``slot`` of task ``job_id`` training (or free)."""
+    def set_busy(self, job_id: str, busy: bool, slot: int = 0, run_id: str = "") -> None:
+        """Mark slot ``slot`` of task ``job_id`` training ``run_id`` (or ended, without one),
+        or free."""
         path = self.busy_file(job_id, slot)
         if busy:
             path.parent.mkdir(parents=True, exist_ok=True)
-            path.touch()
+            write_text_atomic(path, run_id)
         else:
             path.unlink(missing_ok=True)
 
+    def slot_run(self, job_id: str, slot: int) -> str | None:
+        """The run slot ``slot`` of task ``job_id`` is training, if any."""
+        try:
+            return self.busy_file(job_id, slot).read_text(encoding="utf-8") or None
+        except FileNotFoundError:
+            return None
+
     def busy(self, job_id: str) -> int:
-        """How many of task ``job_id``'s slots are training a run."""
+        """How many of task ``job_id``'s slots are training a run or have ended."""
         return len(list((self.path / "busy").glob(f"{job_id}@*")))
 
     def hello(self, job_id: str, slots: int = 1) -> None:

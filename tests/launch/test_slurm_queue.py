@@ -1,15 +1,23 @@
-"""The queue between the Slurm controller and its tasks, as files (no cluster needed; the tasks
-that serve it are tested on one in test_slurm.py)."""
+"""The queue between the Slurm controller and its tasks, as files, and what a task's slots and
+the controller make of it when a slot dies (no cluster needed: processes stand for the slots;
+the tasks that serve it are tested on one in test_slurm.py)."""
 
 from __future__ import annotations
 
+import multiprocessing
+import os
+import signal
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 from conftest import tiny_config
 
+from ablate.core.cluster import SlurmConfig
+from ablate.core.folders import ExperimentFolder
 from ablate.core.plan import RunSpec
+from ablate.launch import slurm
 from ablate.launch.execute import Request
 from ablate.launch.slurm_queue import Queued, RunQueue, task_change, wait_for_run
 
@@ -41,6 +49,56 @@ def test_a_failure_is_read_until_the_run_is_queued_again(tmp_path: Path) -> None
     assert queue.failure(run_id) == "job 7_0 raised: FileNotFoundError: corpus.txt"
     queue.put(queued)
     assert queue.failure(run_id) is None
+
+
+def test_a_slots_flag_holds_the_run_it_trains(tmp_path: Path) -> None:
+    queue = RunQueue(tmp_path / "queue")
+    run_id = _queued(0).request.spec.run_id
+    queue.set_busy("7_0", True, slot=1, run_id=run_id)
+    assert queue.slot_run("7_0", 1) == run_id and queue.slot_run("7_0", 0) is None
+    queue.set_busy("7_0", True, slot=1)  # the slot ended: busy, training nothing
+    assert queue.slot_run("7_0", 1) is None and queue.busy("7_0") == 1
+
+
+def _slot(queue_path: str, slot: int, writer: Any, run_id: str, ends: str) -> None:
+    """A task's slot process: trains ``run_id`` (marked busy), then dies under it (``ends``:
+    killed, or on Slurm's SIGTERM) or sends its outcome (done)."""
+    queue = RunQueue(Path(queue_path))
+    queue.set_busy("7_0", True, slot, run_id)
+    if ends == "killed":
+        os.kill(os.getpid(), signal.SIGKILL)  # as the kernel's OOM killer does
+    if ends == "terminated":
+        os._exit(slurm.TERMINATED)  # its run is the task's to give back (queued again)
+    queue.set_busy("7_0", False, slot)
+    writer.send({run_id: ("done", None)})
+
+
+def test_a_slot_that_dies_fails_its_run_at_once_and_the_other_slots_go_on(
+    tmp_path: Path,
+) -> None:
+    folder = ExperimentFolder.of(tmp_path / "results", "tiny")
+    queue = RunQueue(folder.slurm_queue)
+    killed, terminated, kept = (_queued(seed).request.spec.run_id for seed in (0, 1, 2))
+    context = multiprocessing.get_context("fork")
+    processes, readers = [], []
+    for slot, (run_id, ends) in enumerate(
+        [(killed, "killed"), (terminated, "terminated"), (kept, "done")]
+    ):
+        reader, writer = context.Pipe(duplex=False)
+        args = (str(queue.path), slot, writer, run_id, ends)
+        processes.append(context.Process(target=_slot, args=args))
+        processes[-1].start()
+        writer.close()
+        readers.append(reader)
+    assert slurm.collect_slots(queue, "7_0", processes, readers) == {kept: ("done", None)}
+    line = "job 7_0: slot 0 died under it (killed by SIGKILL, as when out of memory)"
+    assert queue.failure(killed) == line
+    assert queue.failure(terminated) is None and queue.failure(kept) is None
+    assert queue.busy("7_0") == 2 and queue.slot_run("7_0", 0) is None  # ended, not free
+    # the controller, following the run while its task still runs, fails it at once
+    controller = slurm.SlurmExecutor(tmp_path / "results", None, SlurmConfig())
+    job = slurm.Submitted(killed, "7_0", 1, str(tmp_path / "logs"))
+    assert controller._live_outcome(folder, queue, job, "RUNNING", {}) == ("failed", line)
 
 
 def test_tasks_say_whether_they_started_and_how_many_slots_train(tmp_path: Path) -> None:
