@@ -282,7 +282,7 @@ def _print_studies(studies: Studies, console: Console) -> None:
 def cmd_search(args: argparse.Namespace, console: Console) -> int:
     """Run (or continue) the experiment's search and max-LR studies."""
     from ablate.core.load import load_experiment
-    from ablate.launch.backends import check_what_trains
+    from ablate.launch.backends import check_what_trains, start_trainer_early, studies_use_a_pool
     from ablate.launch.pipeline import Context, run_studies_only
 
     _positive(args.workers, "--workers")
@@ -292,6 +292,7 @@ def cmd_search(args: argparse.Namespace, console: Console) -> int:
         raise UsageError(f"{args.experiment}: has a scale: section; run it with ablate run")
     if experiment.search is None and experiment.max_lr is None:
         raise UsageError(f"{args.experiment}: has no search: or max_lr: section to run")
+    start_trainer_early(experiment, args.workers, studies_use_a_pool(experiment))
     check_what_trains(experiment, args.results_dir)
     places = (args.results_dir, Path("reports"))
     ctx = Context(experiment, *places, args.workers, args.threads, args.storage, console)

@@ -5,6 +5,7 @@ module's :data:`LOCAL` runs them on this machine)."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from rich.console import Console
@@ -14,7 +15,7 @@ from ablate.core.experiment import Experiment
 from ablate.core.folders import ExperimentFolder
 from ablate.launch.execute import Executor, LocalExecutor
 from ablate.launch.launchers import Job, launcher
-from ablate.launch.workers import Resources
+from ablate.launch.workers import TRAINING_IMPORTS, Resources, pool_context, start_server
 
 
 def make_executor(
@@ -43,6 +44,30 @@ def backend_executor(
 
         return SimulatedExecutor(root, console)
     return LocalExecutor(root, workers, threads, console)
+
+
+def start_trainer_early(experiment: Experiment, workers: int | None, pooled: bool = True) -> None:
+    """Where the experiment's runs train here in a pool (``runtime.backend: train`` with the
+    local launcher, more than one worker on this machine, and ``pooled``: the caller's work
+    uses one), start the pool's server now: its import of torch and Lightning, seconds on 2
+    cores, goes on while this process loads its own and plans, instead of after
+    (:func:`ablate.launch.workers.start_server`)."""
+    runtime = experiment.base.runtime
+    if runtime.backend != "train" or runtime.launcher != LOCAL.label or not pooled:
+        return
+    if (workers or os.cpu_count() or 1) > 1:
+        start_server(pool_context(), TRAINING_IMPORTS, wait=False)
+
+
+def studies_use_a_pool(experiment: Experiment) -> bool:
+    """Whether the search and max-LR studies train in a pool: several studies side by side,
+    or one study's trials or seeds several at a time (else one study trains here)."""
+    search, max_lr = experiment.search, experiment.max_lr
+    return (
+        len(experiment.variants) > 1
+        or (search is not None and search.parallel_trials > 1)
+        or (max_lr is not None and max_lr.parallel_seeds > 1)
+    )
 
 
 class LocalLauncher:

@@ -73,7 +73,7 @@ from ablate.core.studies import (
     Studies,
     StudyResult,
 )
-from ablate.launch.backends import check_what_trains
+from ablate.launch.backends import check_what_trains, start_trainer_early
 from ablate.launch.context import Context, Stage
 from ablate.launch.execute import Executor, ready_conversions, split_done
 from ablate.launch.progress import ExperimentPace, StepsLeft, StudyProgress, pacing
@@ -107,6 +107,8 @@ def run_experiment(
     ``executor`` replaces the one ``runtime.backend`` names (a test's recorder)."""
     if not isinstance(experiment, Experiment):
         experiment = load_experiment(experiment)
+    if executor is None:
+        start_trainer_early(experiment, workers)
     check_what_trains(experiment, Path(results_dir))
     _check_storage(experiment, Path(results_dir), storage)
     ctx = Context(

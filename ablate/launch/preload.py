@@ -8,11 +8,18 @@ pool's first submit."""
 
 from __future__ import annotations
 
-import importlib
-import os
-from pathlib import Path
+import signal
 
-from ablate.launch.workers import IMPORTS_ENV, READY_ENV
+# A terminal's Ctrl-C reaches the whole process group, the server too: its import is not cut
+# (a traceback after the command's own line); the ablate process kills it where it must
+# (start_server, or at its exit). The forkserver ignores SIGINT from its loop on.
+signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+import importlib  # noqa: E402
+import os  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+from ablate.launch.workers import IMPORTS_ENV, READY_ENV  # noqa: E402
 
 try:
     for name in os.environ.get(IMPORTS_ENV, "").split():

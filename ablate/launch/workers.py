@@ -2,7 +2,9 @@
 
 :func:`worker_pool` starts processes with a torch-thread budget each (:func:`choose_resources`),
 forked from a server that imported what their jobs need once (:func:`pool_context`: torch and
-Lightning for a pool that trains, nothing for the simulator or Slurm); :func:`run_parallel`
+Lightning for a pool that trains, nothing for the simulator or Slurm; a command whose runs
+train here in a pool starts it as it begins, its import beside the command's own:
+:func:`ablate.launch.backends.start_trainer_early`); :func:`run_parallel`
 runs jobs there (the studies) and the executor runs its runs there. Ctrl-C ends ``ablate``
 within seconds and leaves no process behind: workers start with SIGINT blocked and ignore it
 except while they run a job (:func:`in_worker`); the ``ablate`` process then stops them
@@ -14,6 +16,7 @@ stays whole.
 
 from __future__ import annotations
 
+import atexit
 import ctypes
 import multiprocessing as mp
 import os
@@ -239,8 +242,9 @@ def worker_say(text: str) -> None:
         print(text, flush=True)
 
 
-# what a pool worker imports to train: torch and Lightning, about 5 s of CPU per process
-TRAINING_IMPORTS = ("ablate.training.run",)
+# what a pool worker imports to train: torch and Lightning, about 5 s of CPU per process, and
+# the search's trial watcher (Optuna, SQLAlchemy), which a search trial's run unpickles
+TRAINING_IMPORTS = ("ablate.training.run", "ablate.launch.search")
 PRELOADED = ["ablate.launch.preload"]  # imports the modules IMPORTS_ENV names, then READY_ENV
 IMPORTS_ENV = "ABLATE_FORKSERVER_IMPORTS"  # the modules the server imports, space-separated
 READY_ENV = "ABLATE_FORKSERVER_READY"  # the file the server touches once it has imported them
@@ -262,42 +266,74 @@ def pool_context() -> BaseContext:
 
 
 _server_imports: set[str] = set()  # what the running server imported (:func:`start_server`)
+_importing: list[tuple[int, tempfile.TemporaryDirectory]] = []  # a server not yet waited for
 
 
-def start_server(ctx: BaseContext, imports: tuple[str, ...] = TRAINING_IMPORTS) -> None:
+def start_server(
+    ctx: BaseContext, imports: tuple[str, ...] = TRAINING_IMPORTS, wait: bool = True
+) -> None:
     """Start the forkserver of ``ctx`` and wait until it has imported ``imports`` (seconds on
     2 cores for :data:`TRAINING_IMPORTS`), where Ctrl-C reaches this process: the first worker
     waits for that import inside ``pool.submit``, with SIGINT deferred, and Ctrl-C then took
     as long. A server that an earlier pool started without them is stopped first (no pool
     is open then). The server is spawned with SIGINT blocked, so that every worker it forks
-    starts so; on Ctrl-C while it imports, it is killed (it has forked nothing yet)."""
+    starts so; on Ctrl-C while it imports, it is killed (it has forked nothing yet).
+    Without ``wait`` it returns once the server is spawned, its import going on beside this
+    process's own work; the next call waits for it, and a process that ends first kills it."""
     if ctx.get_start_method() != "forkserver":
         return
     from multiprocessing import forkserver
 
     server = forkserver._forkserver  # CPython's one server (3.8 to 3.14)
     if server._forkserver_pid is not None and not _server_imports.issuperset(imports):
+        _kill_importing()
         server._stop()
-    running = server._forkserver_pid
-    with tempfile.TemporaryDirectory(prefix="ablate-server-") as folder:
-        mark = Path(folder) / "ready"
-        os.environ[READY_ENV] = str(mark)
-        os.environ[IMPORTS_ENV] = " ".join(imports)
+    if not _importing:  # one spawned without waiting is waited for first
+        _ensure_server(forkserver, imports)
+    if wait and _importing:
+        _, folder = _importing[0]
         try:
-            with sigint_deferred():
-                forkserver.ensure_running()
-        finally:
-            del os.environ[READY_ENV], os.environ[IMPORTS_ENV]
-        pid = server._forkserver_pid
-        if pid == running:  # started before, by an earlier pool: it imported then
-            return
-        _server_imports.clear()
-        _server_imports.update(imports)
-        try:
-            _wait_for(mark, SERVER_START_LIMIT_S)
+            _wait_for(Path(folder.name) / "ready", SERVER_START_LIMIT_S)
         except KeyboardInterrupt:
-            os.kill(pid, signal.SIGKILL)
+            _kill_importing()
             raise
+        _importing.clear()
+        folder.cleanup()
+
+
+def _ensure_server(forkserver: Any, imports: tuple[str, ...]) -> None:
+    """Start the server where none runs (or it died), importing ``imports``; it touches
+    ``ready`` in a folder of its own once done (:mod:`ablate.launch.preload`)."""
+    running = forkserver._forkserver._forkserver_pid
+    folder = tempfile.TemporaryDirectory(prefix="ablate-server-")
+    os.environ[READY_ENV] = str(Path(folder.name) / "ready")
+    os.environ[IMPORTS_ENV] = " ".join(imports)
+    try:
+        with sigint_deferred():
+            forkserver.ensure_running()
+    finally:
+        del os.environ[READY_ENV], os.environ[IMPORTS_ENV]
+    pid = forkserver._forkserver._forkserver_pid
+    if pid == running:  # started before, by an earlier pool: it imported then
+        folder.cleanup()
+        return
+    _server_imports.clear()
+    _server_imports.update(imports)
+    _importing.append((pid, folder))
+
+
+@atexit.register
+def _kill_importing() -> None:
+    """Kill a server still importing (not yet waited for): Ctrl-C or an error came before a
+    pool needed it, and it would go on importing seconds after this process has ended."""
+    for pid, folder in _importing:
+        if not (Path(folder.name) / "ready").exists():
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        folder.cleanup()
+    _importing.clear()
 
 
 def _wait_for(mark: Path, limit_s: float) -> None:

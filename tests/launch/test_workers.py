@@ -79,6 +79,52 @@ def test_ctrl_c_while_the_server_imports_lightning_kills_it_at_once() -> None:
     assert out[2] == "False"
 
 
+EARLY_SERVER = """
+import os, sys
+from multiprocessing import forkserver
+from ablate.launch.workers import READY_ENV, Resources, pool_context, run_parallel, start_server
+start_server(pool_context(), wait=False)
+pid = forkserver._forkserver._forkserver_pid
+print(pid, flush=True)
+if sys.argv[1] == "pool":  # the first pool waits for that server: its workers are its children
+    print(run_parallel(os.getppid, [(), ()], Resources(2, 1)) == [pid, pid])
+    print(forkserver._forkserver._forkserver_pid == pid, READY_ENV in os.environ)
+"""
+
+
+def _gone(pid: int) -> bool:
+    """Whether process ``pid`` has ended (a zombie nobody reaped counts as ended)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0] == "Z"
+    except FileNotFoundError:
+        return True
+
+
+@pytest.mark.slow  # waits for a server's import of Lightning
+def test_a_server_started_early_serves_the_first_pool_and_dies_with_a_process_that_ends_first() -> (
+    None
+):
+    # started before the command's own imports and checks, the server's import of torch and
+    # Lightning goes on beside them; the first pool then waits for it instead of starting one
+    out = subprocess.run(
+        [sys.executable, "-c", EARLY_SERVER, "pool"], capture_output=True, text=True, timeout=120
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split()[1:] == ["True", "True", "False"]
+    # a command that ends before any pool (bad input, Ctrl-C, all runs stored) kills it at
+    # once: else it went on importing, holding the command's output open for seconds, and
+    # then printed a traceback (its folder for the ready mark was gone)
+    ended = subprocess.run(
+        [sys.executable, "-c", EARLY_SERVER, "exit"], capture_output=True, text=True, timeout=60
+    )
+    assert ended.returncode == 0 and ended.stderr == "", ended.stderr
+    pid = int(ended.stdout.split()[0])
+    deadline = time.monotonic() + 1.0
+    while not _gone(pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert _gone(pid), "the server went on importing after its process had ended"
+
+
 # Ctrl-C at any moment: the experiment below takes ~14 s with 2 workers on 2 cores (start-up,
 
 LOADED_JOB = """
