@@ -51,11 +51,12 @@ def start_trainer_early(experiment: Experiment, workers: int | None, pooled: boo
     local launcher, more than one worker on this machine, and ``pooled``: the caller's work
     uses one), start the pool's server now: its import of torch and Lightning, seconds on 2
     cores, goes on while this process loads its own and plans, instead of after
-    (:func:`ablate.launch.workers.start_server`)."""
+    (:func:`ablate.launch.workers.start_server`). Where the runs use GPUs, whose count needs
+    torch, one GPU with ``runs_per_device: 1`` trains here and the server only cost work."""
     runtime = experiment.base.runtime
     if runtime.backend != "train" or runtime.launcher != LOCAL.label or not pooled:
         return
-    if (workers or os.cpu_count() or 1) > 1:
+    if (workers or runtime.workers or os.cpu_count() or 1) > 1:  # on a GPU: maybe one slot
         start_server(pool_context(), TRAINING_IMPORTS, wait=False)
 
 

@@ -256,8 +256,9 @@ def pool_context() -> BaseContext:
     preloading :data:`PRELOADED`, so that each worker of each stage's pool forks in
     milliseconds from one process that paid the import once (with ``spawn`` every worker of
     every pool imported Lightning itself); ``spawn`` elsewhere. The server starts at the first
-    pool (:func:`start_server`), with this process's environment then (the CPU pin is set
-    before), and ends with it, or when a pool needs imports it lacks."""
+    pool, or earlier where a command starts it (:func:`start_server`), with this process's
+    environment then (the CPU pin is set before), and ends with it, or when a pool needs
+    imports it lacks."""
     if "forkserver" not in mp.get_all_start_methods():
         return mp.get_context("spawn")
     ctx = mp.get_context("forkserver")
@@ -290,15 +291,23 @@ def start_server(
         server._stop()
     if not _importing:  # one spawned without waiting is waited for first
         _ensure_server(forkserver, imports)
-    if wait and _importing:
-        _, folder = _importing[0]
-        try:
-            _wait_for(Path(folder.name) / "ready", SERVER_START_LIMIT_S)
-        except KeyboardInterrupt:
-            _kill_importing()
-            raise
-        _importing.clear()
-        folder.cleanup()
+    if wait and _importing and not _server_ready():  # it died importing: another, once
+        _ensure_server(forkserver, imports)
+        _server_ready()
+
+
+def _server_ready() -> bool:
+    """Wait for the server being spawned (:data:`_importing`) to finish its import, where
+    Ctrl-C reaches this process (and kills it); whether it runs (not: it died importing)."""
+    pid, folder = _importing[0]
+    try:
+        _wait_for(Path(folder.name) / "ready", SERVER_START_LIMIT_S, pid)
+    except KeyboardInterrupt:
+        _kill_importing()
+        raise
+    _importing.clear()
+    folder.cleanup()
+    return _running(pid)
 
 
 def _ensure_server(forkserver: Any, imports: tuple[str, ...]) -> None:
@@ -309,17 +318,17 @@ def _ensure_server(forkserver: Any, imports: tuple[str, ...]) -> None:
     os.environ[READY_ENV] = str(Path(folder.name) / "ready")
     os.environ[IMPORTS_ENV] = " ".join(imports)
     try:
-        with sigint_deferred():
+        with sigint_deferred():  # a Ctrl-C meanwhile is raised once the server is recorded
             forkserver.ensure_running()
+            pid = forkserver._forkserver._forkserver_pid
+            if pid == running:  # started before, by an earlier pool: it imported then
+                folder.cleanup()
+                return
+            _server_imports.clear()
+            _server_imports.update(imports)
+            _importing.append((pid, folder))
     finally:
         del os.environ[READY_ENV], os.environ[IMPORTS_ENV]
-    pid = forkserver._forkserver._forkserver_pid
-    if pid == running:  # started before, by an earlier pool: it imported then
-        folder.cleanup()
-        return
-    _server_imports.clear()
-    _server_imports.update(imports)
-    _importing.append((pid, folder))
 
 
 @atexit.register
@@ -336,10 +345,22 @@ def _kill_importing() -> None:
     _importing.clear()
 
 
-def _wait_for(mark: Path, limit_s: float) -> None:
+def _wait_for(mark: Path, limit_s: float, pid: int) -> None:
+    """Until ``mark`` exists, process ``pid`` (the server) has ended, or ``limit_s`` passed."""
     deadline = time.monotonic() + limit_s
-    while not mark.exists() and time.monotonic() < deadline:
+    while not mark.exists() and _running(pid) and time.monotonic() < deadline:
         time.sleep(0.05)
+
+
+def _running(pid: int) -> bool:
+    """Whether child ``pid`` still runs (it is not reaped here: multiprocessing does that;
+    where the platform cannot tell, it is taken to run)."""
+    if not hasattr(os, "waitid"):
+        return True
+    try:
+        return os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is None
+    except ChildProcessError:
+        return False
 
 
 @contextmanager

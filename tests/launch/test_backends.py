@@ -37,6 +37,7 @@ def test_the_server_starts_early_only_where_runs_train_here_in_a_pool(
     backends.start_trainer_early(trained, None)
     assert started == [False]  # spawned, not waited for
     backends.start_trainer_early(trained, 1)  # one worker: runs train in this process
+    backends.start_trainer_early(load_experiment(SMOKE, settings=["runtime.workers=1"]), None)
     backends.start_trainer_early(trained, None, pooled=False)
     backends.start_trainer_early(load_experiment(SMOKE, "simulate"), None)  # nothing trains
     backends.start_trainer_early(load_experiment(SMOKE, launcher="slurm"), None)  # elsewhere

@@ -80,13 +80,17 @@ def test_ctrl_c_while_the_server_imports_lightning_kills_it_at_once() -> None:
 
 
 EARLY_SERVER = """
-import os, sys
+import os, signal, sys
 from multiprocessing import forkserver
 from ablate.launch.workers import READY_ENV, Resources, pool_context, run_parallel, start_server
 start_server(pool_context(), wait=False)
 pid = forkserver._forkserver._forkserver_pid
 print(pid, flush=True)
-if sys.argv[1] == "pool":  # the first pool waits for that server: its workers are its children
+if sys.argv[1] == "dies":  # killed while it imports: the wait ends, the pool starts another
+    os.kill(pid, signal.SIGKILL)
+    start_server(pool_context())
+    pid = forkserver._forkserver._forkserver_pid
+if sys.argv[1] != "exit":  # the first pool waits for that server: its workers are its children
     print(run_parallel(os.getppid, [(), ()], Resources(2, 1)) == [pid, pid])
     print(forkserver._forkserver._forkserver_pid == pid, READY_ENV in os.environ)
 """
@@ -111,6 +115,12 @@ def test_a_server_started_early_serves_the_first_pool_and_dies_with_a_process_th
     )
     assert out.returncode == 0, out.stderr
     assert out.stdout.split()[1:] == ["True", "True", "False"]
+    # one that dies while it imports is not waited for (up to 300 s): the pool starts another
+    died = subprocess.run(
+        [sys.executable, "-c", EARLY_SERVER, "dies"], capture_output=True, text=True, timeout=60
+    )
+    assert died.returncode == 0, died.stderr
+    assert died.stdout.split()[1:] == ["True", "True", "False"]
     # a command that ends before any pool (bad input, Ctrl-C, all runs stored) kills it at
     # once: else it went on importing, holding the command's output open for seconds, and
     # then printed a traceback (its folder for the ready mark was gone)
