@@ -184,8 +184,8 @@ def serve_slots(
 ) -> dict[str, Outcome]:
     """``slots`` processes serving the queue at once, slot i seeing only GPU i mod n (set
     before it starts: torch there never sees another), each :func:`serve_slot` with
-    ``serving`` (logs, most, idle_s); their outcomes together. A slot that dies gives its run
-    back at once (:func:`collect_slots`). SIGTERM reaches every process of the task; here it
+    ``serving`` (logs, most, idle_s); their outcomes together. A slot that dies fails its run
+    at once (:func:`collect_slots`). SIGTERM reaches every process of the task; here it
     also stops the slots (they keep their checkpoints) before the task exits without a
     result."""
     context = multiprocessing.get_context("spawn")
