@@ -386,15 +386,16 @@ def worker_pool(
     try:
         yield pool
     except BaseException:
-        stop_workers(pool, stop)
+        stop_workers(pool, stop, INTERRUPT_GRACE_S)
         raise
     pool.shutdown(wait=True)
 
 
-def stop_workers(pool: ProcessPoolExecutor, stop: Any, grace_s: float = INTERRUPT_GRACE_S) -> None:
+def stop_workers(pool: ProcessPoolExecutor, stop: Any, grace_s: float) -> None:
     """Stop a pool promptly: nothing new starts, running jobs get SIGINT (a worker's run is
-    stored as interrupted), and a worker still alive after ``grace_s`` is killed. A second
-    Ctrl-C meanwhile is ignored: this takes at most ``grace_s`` and a little more."""
+    stored as interrupted), and a worker still alive after ``grace_s`` is killed, saying so: its
+    run has no record and trains again on the next run. A second Ctrl-C meanwhile is ignored:
+    this takes at most ``grace_s`` and a little more."""
     with sigint_deferred(reraise=False):
         stop.set()
         workers = mp.active_children()  # this process's only children: the pool's workers
@@ -411,6 +412,11 @@ def stop_workers(pool: ProcessPoolExecutor, stop: Any, grace_s: float = INTERRUP
             if worker.is_alive():
                 worker.kill()
                 worker.join(1.0)
+                print(
+                    f"ablate: worker {worker.pid} had not stored its run {grace_s:g} s after "
+                    "Ctrl-C and was killed; that run trains again on the next run",
+                    file=sys.stderr,
+                )
         pool.shutdown(wait=True)
 
 

@@ -172,6 +172,52 @@ def test_a_pool_that_does_not_train_loads_no_torch_and_the_next_that_does_has_it
     assert out.stdout.split("\n")[:3] == ["[False, False]", "[True, True]", "[True, True]"]
 
 
+STUBBORN_JOB = """
+import pathlib, signal, time
+
+def stubborn(mark):
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # a job that no Ctrl-C reaches
+    pathlib.Path(mark).touch()
+    time.sleep(60)
+"""
+POOL_INTERRUPTED = """
+import pathlib, sys, time
+from stubborn_job import stubborn
+from ablate.launch import workers
+workers.INTERRUPT_GRACE_S = 0.5
+try:
+    with workers.worker_pool(workers.Resources(1, 1), imports=()) as pool:
+        with workers.sigint_deferred():
+            pool.submit(workers.in_worker, stubborn, sys.argv[1])
+        while not pathlib.Path(sys.argv[1]).exists():
+            time.sleep(0.02)
+        started = time.monotonic()
+        raise KeyboardInterrupt
+except KeyboardInterrupt:
+    print(round(time.monotonic() - started, 1))
+"""
+
+
+def test_a_worker_that_outlives_the_grace_after_ctrl_c_is_killed_and_named(
+    tmp_path: Path,
+) -> None:
+    # a worker whose run is not stored within the grace (stuck, or starved on a loaded machine)
+    # is killed so that Ctrl-C stays prompt; the user is told that its run trains again
+    (tmp_path / "stubborn_job.py").write_text(STUBBORN_JOB)
+    env = {**os.environ, "PYTHONPATH": str(tmp_path)}
+    out = subprocess.run(
+        [sys.executable, "-c", POOL_INTERRUPTED, str(tmp_path / "started")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
+        cwd=tmp_path,
+    )
+    assert out.returncode == 0, out.stderr
+    assert 0.5 <= float(out.stdout) < 3.0, out.stdout
+    assert "had not stored its run 0.5 s after Ctrl-C and was killed" in out.stderr, out.stderr
+
+
 # Ctrl-C at any moment of the experiment below (start-up, spawning the workers, the forkserver
 # importing Lightning, 6 runs of 0.6 s, the report); SIGINT goes to the whole process group, as
 # a terminal's Ctrl-C does.
