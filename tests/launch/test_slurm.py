@@ -18,6 +18,7 @@ import pytest
 import yaml
 from conftest import TINY, ablate_process, study_trials, write_experiment
 
+from ablate.cli import main
 from ablate.core.folders import ExperimentFolder
 from ablate.core.load import load_experiment
 from ablate.core.plan import plan_runs
@@ -76,7 +77,8 @@ def test_a_simulated_experiment_through_slurm_stores_what_the_local_run_stores(
     local_dir = tmp_path / "local"
     local_dir.mkdir()
     local = write_experiment(local_dir / "e.yaml", runtime={"backend": "simulate"}, search=search)
-    assert run_ablate(local).returncode == 0
+    results, report = str(local_dir / "results"), str(local_dir / "report")
+    assert main(["run", str(local), "--results-dir", results, "--report-dir", report]) == 0
     slurm_losses = final_losses(tmp_path / "results")
     assert slurm_losses == final_losses(local_dir / "results")  # same run ids, same bits
     jobs = jobs_of(path)
@@ -257,12 +259,13 @@ def test_trained_runs_through_slurm_equal_local_runs_bit_for_bit(tmp_path: Path)
     path = write_experiment(tmp_path / "e.yaml", seeds=[0], runtime=runtime)
     through = run_ablate(path, timeout=300)
     assert through.returncode == 0, through.stdout
-    local_dir = tmp_path / "local"
-    local_dir.mkdir()
-    local = local_dir / "e.yaml"
+    local = tmp_path / "local.yaml"
     local.write_text(yaml.safe_dump({**yaml.safe_load(path.read_text()), "runtime": packed}))
-    assert run_ablate(local, "--workers", "1", timeout=300).returncode == 0
-    assert final_losses(tmp_path / "results") == final_losses(local_dir / "results")
+    with torch_threads(1):  # each alone, in this process, with what a slot's CPU gives it
+        alone = [
+            execute_run(spec, tmp_path / "local") for spec in plan_runs(load_experiment(local))
+        ]
+    assert final_losses(tmp_path / "results") == {r.run_id: r.final_val_loss for r in alone}
     jobs = jobs_of(path)
     assert sorted(job["slot"] for job in jobs.values()) == [0, 1]  # side by side in one task
     assert len({job["job_id"] for job in jobs.values()}) == 1
