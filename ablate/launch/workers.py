@@ -393,9 +393,9 @@ def worker_pool(
 
 def stop_workers(pool: ProcessPoolExecutor, stop: Any, grace_s: float) -> None:
     """Stop a pool promptly: nothing new starts, running jobs get SIGINT (a worker's run is
-    stored as interrupted), and a worker still alive after ``grace_s`` is killed, saying so: its
-    run has no record and trains again on the next run. A second Ctrl-C meanwhile is ignored:
-    this takes at most ``grace_s`` and a little more."""
+    stored as interrupted), and a worker still alive after ``grace_s`` is killed, saying so:
+    what it trained has no record and is redone on the next run. A second Ctrl-C meanwhile is
+    ignored: this takes at most ``grace_s`` and a little more."""
     with sigint_deferred(reraise=False):
         stop.set()
         workers = mp.active_children()  # this process's only children: the pool's workers
@@ -413,8 +413,9 @@ def stop_workers(pool: ProcessPoolExecutor, stop: Any, grace_s: float) -> None:
                 worker.kill()
                 worker.join(1.0)
                 print(
-                    f"ablate: worker {worker.pid} had not stored its run {grace_s:g} s after "
-                    "Ctrl-C and was killed; that run trains again on the next run",
+                    f"ablate: worker {worker.pid} was still busy {grace_s:g} s after the stop "
+                    "and was killed; what it trained is not stored and is redone (from its "
+                    "checkpoint, where it has one) on the next run",
                     file=sys.stderr,
                 )
         pool.shutdown(wait=True)

@@ -178,7 +178,7 @@ import pathlib, signal, time
 def stubborn(mark):
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # a job that no Ctrl-C reaches
     pathlib.Path(mark).touch()
-    time.sleep(60)
+    time.sleep(600)
 """
 POOL_INTERRUPTED = """
 import pathlib, sys, time
@@ -209,13 +209,13 @@ def test_a_worker_that_outlives_the_grace_after_ctrl_c_is_killed_and_named(
         [sys.executable, "-c", POOL_INTERRUPTED, str(tmp_path / "started")],
         capture_output=True,
         text=True,
-        timeout=60,
+        timeout=30,
         env=env,
         cwd=tmp_path,
     )
     assert out.returncode == 0, out.stderr
-    assert 0.5 <= float(out.stdout) < INTERRUPT_LIMIT_S, out.stdout  # not the job's 60 s
-    assert "had not stored its run 0.5 s after Ctrl-C and was killed" in out.stderr, out.stderr
+    assert 0.5 <= float(out.stdout) < INTERRUPT_LIMIT_S, out.stdout  # not the job's 600 s
+    assert "was still busy 0.5 s after the stop and was killed" in out.stderr, out.stderr
 
 
 # Ctrl-C at any moment of the experiment below (start-up, spawning the workers, the forkserver
