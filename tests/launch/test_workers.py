@@ -202,7 +202,7 @@ def test_a_worker_that_outlives_the_grace_after_ctrl_c_is_killed_and_named(
     tmp_path: Path,
 ) -> None:
     # a worker whose run is not stored within the grace (stuck, or starved on a loaded machine)
-    # is killed so that Ctrl-C stays prompt; the user is told that its run trains again
+    # is killed so that Ctrl-C stays prompt; the user is told that what it trained is redone
     (tmp_path / "stubborn_job.py").write_text(STUBBORN_JOB)
     env = {**os.environ, "PYTHONPATH": str(tmp_path)}
     out = subprocess.run(
