@@ -137,6 +137,24 @@ def test_a_server_started_early_serves_the_first_pool_and_dies_with_a_process_th
 
 # Ctrl-C at any moment: the experiment below takes ~14 s with 2 workers on 2 cores (start-up,
 
+
+def _script_with_job(
+    folder: Path, job: tuple[str, str], script: str, *args: str, timeout: float
+) -> subprocess.CompletedProcess:
+    """``python -c script *args`` run in ``folder``, where the module ``job`` (name, source)
+    is written: a pool's workers import a job by its module, so it cannot live in the script."""
+    name, source = job
+    (folder / f"{name}.py").write_text(source)
+    return subprocess.run(
+        [sys.executable, "-c", script, *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**os.environ, "PYTHONPATH": str(folder)},
+        cwd=folder,
+    )
+
+
 LOADED_JOB = """
 import sys
 
@@ -158,16 +176,7 @@ def test_a_pool_that_does_not_train_loads_no_torch_and_the_next_that_does_has_it
 ) -> None:
     # the simulator's and Slurm's study workers skip the ~5 s import of torch and Lightning;
     # a training pool after them in the same process gets a server that imported both
-    (tmp_path / "loaded_job.py").write_text(LOADED_JOB)
-    env = {**os.environ, "PYTHONPATH": str(tmp_path)}
-    out = subprocess.run(
-        [sys.executable, "-c", POOLS_IMPORTING],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env=env,
-        cwd=tmp_path,
-    )
+    out = _script_with_job(tmp_path, ("loaded_job", LOADED_JOB), POOLS_IMPORTING, timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.split("\n")[:3] == ["[False, False]", "[True, True]", "[True, True]"]
 
@@ -203,16 +212,8 @@ def test_a_worker_that_outlives_the_grace_after_ctrl_c_is_killed_and_named(
 ) -> None:
     # a worker whose run is not stored within the grace (stuck, or starved on a loaded machine)
     # is killed so that Ctrl-C stays prompt; the user is told that what it trained is redone
-    (tmp_path / "stubborn_job.py").write_text(STUBBORN_JOB)
-    env = {**os.environ, "PYTHONPATH": str(tmp_path)}
-    out = subprocess.run(
-        [sys.executable, "-c", POOL_INTERRUPTED, str(tmp_path / "started")],
-        capture_output=True,
-        text=True,
-        timeout=30,
-        env=env,
-        cwd=tmp_path,
-    )
+    job = ("stubborn_job", STUBBORN_JOB)
+    out = _script_with_job(tmp_path, job, POOL_INTERRUPTED, str(tmp_path / "started"), timeout=30)
     assert out.returncode == 0, out.stderr
     assert 0.5 <= float(out.stdout) < INTERRUPT_LIMIT_S, out.stdout  # not the job's 600 s
     assert "was still busy 0.5 s after the stop and was killed" in out.stderr, out.stderr
