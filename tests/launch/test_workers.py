@@ -135,9 +135,6 @@ def test_a_server_started_early_serves_the_first_pool_and_dies_with_a_process_th
     assert _gone(pid), "the server went on importing after its process had ended"
 
 
-# Ctrl-C at any moment: the experiment below takes ~14 s with 2 workers on 2 cores (start-up,
-
-
 def _script_with_job(
     folder: Path, job: tuple[str, str], script: str, *args: str, timeout: float
 ) -> subprocess.CompletedProcess:
