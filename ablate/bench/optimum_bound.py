@@ -1,6 +1,7 @@
-"""How close two choices of the LR optimum get on the simulator fitted to the dense reference:
-the bar "within 2^(1/4) of the truth's optimum" against the number of curve seeds. Neither is a
-bound on what any estimator could do.
+"""How close three choices of the LR optimum get on the simulator fitted to the dense reference:
+the bar "within 2^(1/4) of the truth's optimum" against the number of curve seeds. The first two
+are estimators; the third knows what no estimator knows, and shows what the curve seeds' runs
+hold.
 
 The fitted simulator's truth is each norm's lowest *expected* loss on the reference's 2^(1/4)
 lattice, excursions included (:func:`ablate.bench.held_to_runs.simulated_truth`). Two things
@@ -8,7 +9,7 @@ decide whether seeds can find it: how far the lattice points next to it lie abov
 much of that gap is carried by rare, large excursions, which a few seeds mostly miss (their
 sample mean is typically below the expectation). :func:`truth_rows` tabulates both.
 :func:`bound_rows` then draws large reference-shaped studies (:data:`SEEDS_PER_STUDY` seeds,
-every lattice LR) and, for each number of curve seeds, random subsets of them, and scores two
+every lattice LR) and, for each number of curve seeds, random subsets of them, and scores three
 choices against the truth, with the standard error of each share over the studies (the subsets
 of one study share its seeds, so its draws are not independent):
 
@@ -16,7 +17,13 @@ of one study share its seeds, so its draws are not independent):
   lattice, as if every point were run on every curve seed (twice the curve stage's points, no
   smoothing);
 - **the curve stage**: ``smoothed_argmin`` on the protocol's √2 grid
-  (:func:`ablate.bench.held_to_runs.smoothed_argmin`), the estimator the reports use.
+  (:func:`ablate.bench.held_to_runs.smoothed_argmin`), the estimator the reports use;
+- **the shape known**: the truth's own expected-loss curve, shifted in log LR by every
+  :data:`SHIFT_STEP` within :data:`SHIFT_RANGE` octaves and matched by least squares (its level
+  free) to the seed mean on the same grid, the optimum shifted with the best match. It knows
+  the curve's shape and not where the curve lies: where it lands within 2^(1/4), the curve
+  stage's runs hold the optimum's place, and an estimator that misses it lacks the shape, not
+  the seeds.
 
 Run::
 
@@ -28,7 +35,8 @@ from __future__ import annotations
 
 import argparse
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -47,6 +55,10 @@ from ablate.core.truth import SimulateConfig, TruthConfig
 SEEDS_PER_STUDY = 64  # seeds of each simulated study that curve seeds are drawn from
 NEAR = 1.0  # octaves either side of each optimum that the truth table shows
 BAR = 0.9  # the share of draws within 2^(1/4) that the estimators are held to
+SHIFT_STEP = 1 / 32  # octaves between the shifts at which the known shape is matched
+SHIFT_RANGE = 2.0  # octaves either side of the truth's optimum that the shape is matched at
+
+Template = Callable[[float], float]  # a norm's expected final loss at an LR (the truth's curve)
 
 
 def truth_rows(
@@ -95,9 +107,45 @@ def curve_stage(curves: ref.Curves, seeds: Sequence[int], design: Experiment) ->
     return held.smoothed_argmin(curves, seeds, grid).lr
 
 
+def shifted_shapes(template: Template, grid: Sequence[float]) -> tuple[np.ndarray, np.ndarray]:
+    """The shifts tried (octaves) and, per shift, ``template`` at ``grid``'s LRs with the curve
+    moved up in LR by that shift."""
+    shifts = np.arange(-SHIFT_RANGE, SHIFT_RANGE + SHIFT_STEP / 2, SHIFT_STEP)
+    shapes = np.array([[template(lr / 2.0**shift) for lr in grid] for shift in shifts])
+    return shifts, shapes
+
+
+def shape_match(
+    curves: ref.Curves, seeds: Sequence[int], grid: Sequence[float], shapes: np.ndarray
+) -> int:
+    """The index of the row of ``shapes`` (one per shift, at ``grid``) closest to the seed mean
+    on ``grid`` in least squares, each row's level free."""
+    rows = [curves.row(lr) for lr in grid]
+    mean = curves.select[np.ix_(rows, curves.columns(seeds))].mean(axis=1)
+    residual = mean - shapes
+    residual -= residual.mean(axis=1, keepdims=True)
+    return int(np.argmin((residual**2).sum(axis=1)))
+
+
 def within_quarter(lr: float, optimum: float) -> bool:
     """Whether ``lr`` lies within 2^(1/4) of ``optimum``."""
     return abs(math.log2(lr / optimum)) <= held.QUARTER
+
+
+def draw_hits(
+    curves: ref.Curves,
+    seeds: Sequence[int],
+    design: Experiment,
+    optimum: float,
+    shaped: tuple[Sequence[float], np.ndarray, np.ndarray],
+) -> np.ndarray:
+    """Whether each choice on these curve seeds lies within 2^(1/4) of ``optimum``: the
+    lattice-wide argmin, the curve stage's, and the match of ``shaped`` (the stage's grid for
+    these seeds, and the shifts and the template at that grid, :func:`shifted_shapes`)."""
+    grid, shifts, shapes = shaped
+    matched = optimum * 2.0 ** shifts[shape_match(curves, seeds, grid, shapes)]
+    choices = (lattice_argmin(curves, seeds), curve_stage(curves, seeds, design), matched)
+    return np.array([within_quarter(lr, optimum) for lr in choices], dtype=float)
 
 
 def bound_rows(
@@ -106,26 +154,33 @@ def bound_rows(
     design: Experiment,
     seed_counts: Sequence[int],
     draws: int,
+    templates: Mapping[str, Template],
 ) -> pd.DataFrame:
     """Per norm and number of curve seeds, the share of ``draws`` random seed subsets per
-    study whose choice lies within 2^(1/4) of ``optima`` (the lattice-wide argmin and the
-    curve stage's), averaged over ``studies``, with its standard error over them."""
+    study whose choice lies within 2^(1/4) of ``optima`` (the lattice-wide argmin, the curve
+    stage's, and the match of the norm's ``templates`` curve on the stage's grid), averaged
+    over ``studies``, with its standard error over them."""
     rng = np.random.default_rng(0)
+    shaped: dict[tuple[str, tuple[float, ...]], tuple[np.ndarray, np.ndarray]] = {}
     rows = []
     for variant, optimum in optima.items():
         for n in seed_counts:
-            shares = np.zeros((len(studies), 2))
+            shares = np.zeros((len(studies), 3))
             for k, study in enumerate(studies):
                 curves = study[variant]
                 for _ in range(draws):
                     seeds = [int(s) for s in rng.choice(curves.seeds, n, replace=False)]
-                    shares[k, 0] += within_quarter(lattice_argmin(curves, seeds), optimum)
-                    shares[k, 1] += within_quarter(curve_stage(curves, seeds, design), optimum)
+                    grid = held.protocol_grid(curves, seeds, design)
+                    key = (variant, tuple(grid))
+                    if key not in shaped:
+                        shaped[key] = shifted_shapes(templates[variant], grid)
+                    found = (grid, *shaped[key])
+                    shares[k] += draw_hits(curves, seeds, design, optimum, found)
             shares /= draws
             spread = (
                 shares.std(axis=0, ddof=1) / math.sqrt(len(studies))
                 if len(studies) > 1
-                else (math.nan, math.nan)
+                else np.full(3, math.nan)
             )
             rows.append(
                 {
@@ -135,6 +190,8 @@ def bound_rows(
                     "its SE": float(spread[0]),
                     "the curve stage": float(shares[:, 1].mean()),
                     "the stage's SE": float(spread[1]),
+                    "the shape known": float(shares[:, 2].mean()),
+                    "the shape's SE": float(spread[2]),
                     "draws": len(studies) * draws,
                 }
             )
@@ -150,7 +207,8 @@ def markdown(truth: pd.DataFrame, bound: pd.DataFrame) -> tuple[str, str]:
         shown[column] = shown[column].map(lambda x: f"{x:.4f}")
     shown["excursion chance"] = shown["excursion chance"].map(lambda x: f"{x:.1%}")
     scored = bound.copy()
-    for column in ("every lattice point", "its SE", "the curve stage", "the stage's SE"):
+    shares = ("every lattice point", "the curve stage", "the shape known")
+    for column in (*shares, "its SE", "the stage's SE", "the shape's SE"):
         scored[column] = scored[column].map(lambda x: f"{x:.1%}")
     return (
         shown.to_markdown(index=False, disable_numparse=True),
@@ -159,8 +217,8 @@ def markdown(truth: pd.DataFrame, bound: pd.DataFrame) -> tuple[str, str]:
 
 
 def main(argv: list[str] | None = None) -> None:
-    """Draw the studies, score both choices per number of curve seeds, print (or write) the
-    tables."""
+    """Draw the studies, score the three choices per number of curve seeds, print (or write)
+    the tables."""
     parser = argparse.ArgumentParser(prog="python -m ablate.bench.optimum_bound")
     parser.add_argument("--fitted", type=Path, default=fit.FITTED, help="its runtime.simulate")
     parser.add_argument("--protocol", type=Path, default=held.PROTOCOL, help="its curve:")
@@ -177,20 +235,23 @@ def main(argv: list[str] | None = None) -> None:
     lattice = [float(lr) for lr in next(iter(ref.load_reference().values())).lrs]
     variants = list(design.variants)
     truth = held.simulated_truth(section, base, lattice, variants, ref.BAND)
+    sim = SimulateConfig(**section)
+    templates = {v: partial(mean_loss, sim.truth(v)) for v in variants}
     studies = [
         fit.simulated_curves(base, section, lattice, range(SEEDS_PER_STUDY), variants, 1000 + k)
         for k in range(args.studies)
     ]
     near, scored = markdown(
         truth_rows(section, lattice, truth.optima),
-        bound_rows(studies, truth.optima, design, args.seeds, args.draws),
+        bound_rows(studies, truth.optima, design, args.seeds, args.draws, templates),
     )
     command = (
         f"python -m ablate.bench.optimum_bound --studies {args.studies} --draws {args.draws} "
         f"--seeds {' '.join(map(str, args.seeds))}"
     )
     text = (
-        f"# Locating the fitted simulator's optimum: a plain argmin and the curve stage\n\n"
+        f"# Locating the fitted simulator's optimum: a plain argmin, the curve stage and the "
+        f"shape known\n\n"
         f"`{command}`\n\n"
         f"## The truth around each optimum\n\n{near}\n\n"
         f"## Within 2^(1/4) of the truth, by curve seeds\n\n"

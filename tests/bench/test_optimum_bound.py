@@ -1,5 +1,5 @@
 """How closely the optimum can be located: the truth table around each fitted optimum, and
-both choices scored on a hand-built reference whose optimum is known."""
+the three choices scored on a hand-built reference whose optimum is known."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import yaml
 from conftest import REPO
-from test_reference import OPT, write_runs
+from test_reference import LRS, OPT, loss, write_runs
 
 from ablate.bench import fit_reference as fit
 from ablate.bench import optimum_bound as bound
@@ -46,12 +46,30 @@ def test_every_lattice_point_finds_a_noiseless_optimum_the_running_mean_steps_of
     design = load_experiment(tmp_path / "protocol.yaml")
     study = ref.load_reference(write_runs(tmp_path / "runs.csv"))
     assert bound.lattice_argmin(study["layernorm"], (0, 5)) == OPT
-    scored = bound.bound_rows([study], {"layernorm": OPT}, design, [2, 4], draws=3)
+    # the runs' own curve, the top LR's divergence (selected at ℓ0 = 5.5) included
+    templates = {"layernorm": lambda lr: 5.5 if lr >= LRS[-1] else loss(lr, 0)}
+    scored = bound.bound_rows([study], {"layernorm": OPT}, design, [2, 4], 3, templates)
     assert scored["draws"].tolist() == [3, 3] and scored["its SE"].isna().all()  # 1 study
     assert scored["every lattice point"].tolist() == [1.0, 1.0]
     # a cliff right above the optimum: the one-octave running mean picks the √2 point below
     assert scored["the curve stage"].tolist() == [0.0, 0.0]
+    assert scored["the shape known"].tolist() == [1.0, 1.0]
     assert bound.curve_stage(study["layernorm"], (0, 1), design) == OPT / 2**0.5
+
+
+def test_the_known_shape_is_moved_to_where_the_runs_put_it(tmp_path: Path) -> None:
+    study = ref.load_reference(write_runs(tmp_path / "runs.csv"))["layernorm"]
+    grid = [float(lr) for lr in study.lrs[2:12]]
+
+    def moved(lr: float) -> float:
+        return loss(lr / 2**0.5, 0)  # the runs' curve with its optimum half an octave up
+
+    shifts, shapes = bound.shifted_shapes(moved, grid)
+    assert len(shifts) == 2 * bound.SHIFT_RANGE / bound.SHIFT_STEP + 1
+    assert shapes.shape == (len(shifts), len(grid))
+    # the match moves the template half an octave down, its level free of the seeds' offsets
+    assert shifts[bound.shape_match(study, (3, 7), grid, shapes)] == -0.5
+    assert shifts[bound.shape_match(study, (0,), grid[:6], shapes[:, :6])] == -0.5
 
 
 def test_seed_counts_beyond_a_study_are_refused(capsys: pytest.CaptureFixture[str]) -> None:
