@@ -62,14 +62,18 @@ def test_the_known_shape_is_moved_to_where_the_runs_put_it(tmp_path: Path) -> No
     grid = [float(lr) for lr in study.lrs[2:12]]
 
     def moved(lr: float) -> float:
-        return loss(lr / 2**0.5, 0)  # the runs' curve with its optimum half an octave up
+        """The runs' curve 0.1 nats higher, its optimum half an octave up (at OPT·√2)."""
+        return loss(lr / 2**0.5, 0) + 0.1
 
-    shifts, shapes = bound.shifted_shapes(moved, grid)
+    shaped = bound.shifted_shapes(moved, grid)
+    shifts, shapes = shaped
     assert len(shifts) == 2 * bound.SHIFT_RANGE / bound.SHIFT_STEP + 1
     assert shapes.shape == (len(shifts), len(grid))
-    # the match moves the template half an octave down, its level free of the seeds' offsets
+    # the match moves the template half an octave down, whatever its level
     assert shifts[bound.shape_match(study, (3, 7), grid, shapes)] == -0.5
     assert shifts[bound.shape_match(study, (0,), grid[:6], shapes[:, :6])] == -0.5
+    # and the template's optimum with it: where the runs have theirs
+    assert bound.matched_optimum(study, (3, 7), grid, shaped, OPT * 2**0.5) == pytest.approx(OPT)
 
 
 def test_seed_counts_beyond_a_study_are_refused(capsys: pytest.CaptureFixture[str]) -> None:
