@@ -25,10 +25,11 @@ Layout (``root`` defaults to ``results/``)::
         logs/             Lightning loggers' files (csv/, tensorboard/, wandb/)
         model.pt          final weights of a finished main or convert run (runtime.save_weights)
         checkpoint.ckpt   a run in progress or cut: its last resumable state (weights, optimizer,
-                          schedule, step, RNG, what the callbacks recorded); deleted once the
-                          run is stored with any status but interrupted
+                          schedule, step, RNG, what the callbacks recorded); deleted just
+                          before the summary of any status but interrupted
         summary.json      written last: its presence with a final status marks the run done
-        status.json       {"status": "running", ...} while the run is in progress
+        status.json       {"status": "running", ...} while the run is in progress (deleted
+                          just before the summary)
         progress.json     {"step", "loss"}: a Slurm task's last reported step (the controller
                           draws it)
     <report dir>/.built.json  written last by a report build: the files it wrote
@@ -223,7 +224,7 @@ class RunFolder:
 
     @property
     def checkpoint(self) -> Path:
-        """The last resumable checkpoint of a run in progress or cut (deleted once stored)."""
+        """The last resumable checkpoint of a run in progress or cut (deleted as it is stored)."""
         return self.path / "checkpoint.ckpt"
 
     def reset(self) -> None:

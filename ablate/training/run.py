@@ -150,10 +150,12 @@ def _train_and_store(
         if outcome.status == "finished" and cfg.runtime.save_weights:
             if spec.group in WEIGHTS_GROUPS:
                 save_weights(prepared.model, run.weights)
-        summary = run.write_record(summary)
+        # what a rerun would read instead of the record goes first: a kill before the record
+        # leaves a run that is redone, never a stored one beside a stale status or checkpoint
         run.status.unlink(missing_ok=True)
         if outcome.status != "interrupted":  # a cut run resumes from it; any other is stored
             run.checkpoint.unlink(missing_ok=True)
+        summary = run.write_record(summary)
     if outcome.status == "interrupted" or caught:
         if on_interrupt is not None:
             signal.signal(signal.SIGINT, on_interrupt)

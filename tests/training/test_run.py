@@ -149,6 +149,27 @@ def test_a_run_at_too_small_an_lr_has_not_learned_yet(tmp_path: Path) -> None:
 
 
 @pytest.mark.trains
+def test_a_run_clears_its_status_and_checkpoint_before_it_stores_its_record(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A kill between the record and the clean-up left a stored run beside a stale status.json
+    and checkpoint (seen once in CI): both go first now, so a kill as the record is written
+    leaves a run that is redone, never a stored one with debris."""
+    write = RunFolder.write_record
+    seen = {}
+
+    def record_after_clean_up(run: RunFolder, record: object) -> object:
+        seen[run.path.name] = (run.status.exists(), run.checkpoint.exists())
+        return write(run, record)
+
+    monkeypatch.setattr(RunFolder, "write_record", record_after_clean_up)
+    spec = _spec(**{"train.tokens": 4 * 16 * 13, "runtime.checkpoint_steps": 5})
+    summary = execute_run(spec, tmp_path)
+    assert summary.status == "finished"
+    assert seen == {spec.run_id: (False, False)}
+
+
+@pytest.mark.trains
 def test_last_step_is_always_evaluated(tmp_path: Path) -> None:
     spec = _spec(**{"train.tokens": 4 * 16 * 13})  # 13 steps, evaluation every 10
     execute_run(spec, tmp_path)
