@@ -8,8 +8,8 @@ re-raises; a search's pruner stops a trial as ``pruned``. The stability verdict
 (:mod:`ablate.core.stability`) is recorded with every run, and so are the probes, the peak
 memory and the Lightning loggers' files. A run cut by Ctrl-C or SIGTERM keeps its last
 checkpoint (``runtime.checkpoint_minutes``): trained again, it resumes there and stores what the
-uninterrupted run would have, plus ``resumed_from_step``; once stored otherwise, the checkpoint
-is deleted.
+uninterrupted run would have, plus ``resumed_from_step``; stored with any other status, it loses
+its checkpoint and status.json just before its summary is written, the run's last file.
 """
 
 from __future__ import annotations
