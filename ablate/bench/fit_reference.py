@@ -5,14 +5,14 @@
 
 - **seed effects**: each seed's median offset from the per-LR median below the optimum, over
   both norms (their SD is ``seed_sd``);
-- **the valley** of each norm: a location per lattice LR, made unimodal (isotonic down to its
-  lowest point, up after it) and stored as the measured ``shape`` around ``opt_lr``;
-- **run noise and excursions**: each run's residual from its LR's location is a mixture, by
-  maximum likelihood: normal noise (``run_sd`` below the optimum, ``run_sd_above`` above it)
-  or, with a chance that rises logistically in log LR (``spike_rate``, ``spike_lr``,
-  ``spike_width``), that noise plus an exponential excess of mean ``spike_size`` (an
-  exponentially modified normal): the heavy upper tail and the non-monotone curves above the
-  optimum. Locations and mixture are fitted in turn, a few rounds;
+- **the mean curve**: the per-LR means (seed effects removed) smoothed in log LR, with the
+  penalty that best predicts a left-out seed; its lowest lattice point is ``opt_lr``;
+- **run noise and excursions**: per lattice LR, the residuals from the mean curve there and
+  :data:`WINDOW` steps either side, fitted by maximum likelihood as a mixture: normal noise or,
+  with some chance, that noise plus an exponential excess (an exponentially modified normal):
+  the heavy upper tail and the non-monotone curves above the optimum. Each LR's (sd, chance,
+  mean excess) is a row of the ``noise`` table, and the valley ``shape`` is the mean curve less
+  chance × mean excess, so that valley plus excursions averages to the mean curve;
 - **the divergence edge**: the median over seeds of each seed's bracket midpoint, with the
   seeds' SD of its log as ``boundary_sd``.
 

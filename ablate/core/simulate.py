@@ -8,8 +8,9 @@ Per variant a :class:`~ablate.core.truth.TruthConfig` gives (docs/simulator.md):
   effect and the run's own noise (``seed_sd``: one draw per seed, the same for every variant, as
   matched init and batches make real seeds; ``run_sd``: one draw per run, ``run_sd_above`` above
   η*), and with a chance rising in log η (``spike_rate``, ``spike_lr``, ``spike_width``) an
-  excursion, an exponential excess of mean ``spike_size``: the simulator fitted to real runs
-  (:mod:`ablate.bench.fit_reference`) has all of these; the defaults none. Too small an LR
+  excursion, an exponential excess of mean ``spike_size``; or, instead of those, a measured
+  ``noise`` table of (sd, chance, mean excess) per log2(η/η*), as the simulator fitted to real
+  runs (:mod:`ablate.bench.fit_reference`) has; the defaults have none. Too small an LR
   climbs the valley's wall until the run no longer beats the floor: the criterion then calls
   it collapsed (not learned);
 - **the edges**: at or above the seed's divergence LR the train loss blows up after warmup (the
