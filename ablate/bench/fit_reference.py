@@ -21,7 +21,7 @@ the rise one √2 step past it, the share of steps above it where a seed's loss 
 SD at the optima); tests/bench/test_fit_reference.py checks that simulated reference-shaped
 studies land inside the reference's bootstrap intervals of each. Run::
 
-    python -m ablate.bench.fit_reference [reports/reference/runs.csv] \\
+    python -m ablate.bench.fit_reference [RUNS.csv ...] \\
         [--write reports/reference/fitted_simulate.yaml]
 """
 
@@ -247,17 +247,20 @@ def _r(value: float) -> float:
     return round(float(value), 6)
 
 
-def unigram_of(runs: Path) -> float:
+Runs = Path | Sequence[Path]  # a reference's runs.csv tables (ablate.bench.reference)
+
+
+def unigram_of(runs: Runs) -> float:
     """The reference's unigram floor, as its runs recorded it."""
-    return float(pd.read_csv(runs)["unigram_loss"].dropna().iloc[0])
+    return float(ref.read_runs(runs)[0]["unigram_loss"].dropna().iloc[0])
 
 
-def fit_simulate(runs: Path = ref.REFERENCE_RUNS) -> dict[str, Any]:
-    """The ``runtime.simulate`` section fitted to a reference's ``runs.csv``."""
+def fit_simulate(runs: Runs = ref.REFERENCE_RUNS) -> dict[str, Any]:
+    """The ``runtime.simulate`` section fitted to a reference's ``runs.csv`` tables."""
     return fit_with_penalties(runs)[0]
 
 
-def fit_with_penalties(runs: Path) -> tuple[dict[str, Any], dict[str, float]]:
+def fit_with_penalties(runs: Runs) -> tuple[dict[str, Any], dict[str, float]]:
     """(:func:`fit_simulate`'s section, each variant's chosen smoothing penalty)."""
     curves = ref.load_reference(runs)
     effects = seed_effects(curves)
@@ -352,13 +355,16 @@ def reference_intervals(
 def main(argv: list[str] | None = None) -> None:
     """Fit the simulator to a reference and print (or write) its ``runtime.simulate``."""
     parser = argparse.ArgumentParser(prog="python -m ablate.bench.fit_reference")
-    parser.add_argument("runs", type=Path, nargs="?", default=ref.REFERENCE_RUNS)
+    parser.add_argument(
+        "runs", type=Path, nargs="*", default=list(ref.REFERENCE_RUNS), help="runs.csv tables"
+    )
     parser.add_argument("--write", type=Path, default=None, help="a YAML file to write it to")
     args = parser.parse_args(argv)
     section, penalties = fit_with_penalties(args.runs)
     chosen = ", ".join(f"{v} {p:g}" for v, p in penalties.items())
     text = (
-        f"# runtime.simulate fitted to {args.runs} by python -m ablate.bench.fit_reference\n"
+        f"# runtime.simulate fitted to {' '.join(map(str, args.runs))} by "
+        "python -m ablate.bench.fit_reference\n"
         f"# mean curves smoothed with the penalties a left-out seed chose: {chosen}\n"
         + yaml.safe_dump(section, sort_keys=False, width=100)
     )

@@ -3,9 +3,11 @@
 reference's answer from all of its seeds.
 
 A draw takes as many curve seeds as the protocol's curve has (4 in ln_vs_rms) and as many A/B
-seeds as its ``seeds`` (3) from the reference's 8, disjoint; every such draw is replayed (70 × 4
-= 280: exhaustive, so the figures carry no Monte Carlo error of their own). In each, for each
-norm:
+seeds as its ``seeds`` (3) from the reference's 16, disjoint. Of the 1820 × 220 such draws,
+:data:`DRAW_LIMIT` are replayed, drawn at random (:func:`disjoint_draws`; on a reference of 8
+seeds, all 70 × 4 = 280 are). The answer scored against uses all 16 seeds, so a draw's 4 curve
+seeds are a quarter of it (on 8 they were half, which flattered every estimator). In each draw,
+for each norm:
 
 - the **LR optimum** from the curve seeds on the protocol's own grid (``curve:`` of the
   protocol file, a subset of the reference's lattice, grown an octave at an edge as the stage
@@ -35,7 +37,7 @@ from __future__ import annotations
 import argparse
 import itertools
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -50,13 +52,15 @@ from ablate.bench.estimators import write_block
 from ablate.core.config import RunConfig
 from ablate.core.experiment import Experiment
 from ablate.core.load import load_experiment
-from ablate.core.optimum import edge_sides, variant_optimum
+from ablate.core.optimum import edge_sides, resampled_rows, variant_optimum
 from ablate.core.simulate import mean_loss
 from ablate.core.truth import SimulateConfig
 
 PROTOCOL = Path("experiments/ln_vs_rms.yaml")
 REFERENCE_DESIGN = Path("experiments/reference.yaml")  # the model, data and budget simulated
 QUARTER = 0.25 + 1e-9  # "within 2^(1/4)" on the log2 scale
+DRAW_LIMIT = 1000  # disjoint draws replayed on the reference: every one up to this many
+STUDY_DRAWS = 280  # disjoint draws replayed on each simulated study
 
 
 @dataclass(frozen=True)
@@ -67,8 +71,21 @@ class Draw:
     ab: tuple[int, ...]
 
 
-def disjoint_draws(seeds: Sequence[int], n_curve: int, n_ab: int) -> list[Draw]:
-    """Every way to take ``n_curve`` curve seeds and then ``n_ab`` A/B seeds, disjoint."""
+def disjoint_draws(
+    seeds: Sequence[int], n_curve: int, n_ab: int, limit: int = DRAW_LIMIT
+) -> list[Draw]:
+    """Every way to take ``n_curve`` curve seeds and then ``n_ab`` A/B seeds, disjoint, where
+    there are at most ``limit``; else ``limit`` such draws at random (each curve set, then
+    A/B set from the rest, uniform; with replacement; the same ones every call)."""
+    total = math.comb(len(seeds), n_curve) * math.comb(len(seeds) - n_curve, n_ab)
+    if total > limit:
+        rng = np.random.default_rng(0)
+        draws = []
+        for _ in range(limit):
+            shuffled = [int(s) for s in rng.permutation(list(seeds))]
+            curve, ab = shuffled[:n_curve], shuffled[n_curve : n_curve + n_ab]
+            draws.append(Draw(tuple(sorted(curve)), tuple(sorted(ab))))
+        return draws
     draws = []
     for curve in itertools.combinations(seeds, n_curve):
         rest = [s for s in seeds if s not in curve]
@@ -157,11 +174,23 @@ def refined_argmin(curves: ref.Curves, seeds: Sequence[int], grid: Sequence[floa
     return Chosen(ref.mean_argmin(curves, seeds, near), centre.at_edge)
 
 
+def bagged_argmin(curves: ref.Curves, seeds: Sequence[int], grid: Sequence[float]) -> Chosen:
+    """The grid argmin of the seed mean, bagged: the mean of its log2 LR over bootstrap
+    resamples of the seeds (:func:`ablate.core.optimum.resampled_rows`), an LR between grid
+    points where the resamples disagree; at an edge where the plain argmin is a grid end."""
+    rows = [curves.row(lr) for lr in grid]
+    losses = curves.select[np.ix_(rows, curves.columns(seeds))].T  # seeds × grid
+    lowest = np.argmin(losses[resampled_rows(len(seeds))].mean(axis=1), axis=1)
+    centre = grid_argmin(curves, seeds, grid)
+    return Chosen(2.0 ** float(np.log2(grid)[lowest].mean()), centre.at_edge)
+
+
 OPTIMA: dict[str, tuple[str, OptimumEstimator]] = {
     "smoothed_argmin": ("lowest one-octave running mean of the seed-mean curve", smoothed_argmin),
     "vertex": ("quadratic vertex of 5 points around each seed's lowest (the old)", vertex),
     "grid_argmin": ("argmin of the seed-mean curve on the √2 grid", grid_argmin),
     "refined_argmin": ("that argmin, refined by its 2^(±1/4) neighbours", refined_argmin),
+    "bagged_argmin": ("that argmin's log2 LR averaged over bootstrap resamples", bagged_argmin),
 }
 
 
@@ -297,15 +326,17 @@ def score_rows(
     design: Experiment,
     band: float = ref.BAND,
     truth: Truth | None = None,
+    limit: int = DRAW_LIMIT,
+    estimators: Mapping[str, tuple[str, OptimumEstimator]] = OPTIMA,
 ) -> pd.DataFrame:
-    """One row per optimum estimator and norm over every disjoint draw, scored against
-    ``truth`` (default: the reference's own answers from all of ``curves``' seeds)."""
+    """One row per optimum estimator (of ``estimators``) and norm over the disjoint draws
+    (:func:`disjoint_draws` up to ``limit``), scored against ``truth`` (default: the
+    reference's own answers from all of ``curves``' seeds)."""
     truth = truth or reference_truth(curves, band)
-    draws = disjoint_draws(
-        curves[next(iter(curves))].seeds, len(design.curve_seeds()), len(design.seeds)
-    )
+    seeds = curves[next(iter(curves))].seeds
+    draws = disjoint_draws(seeds, len(design.curve_seeds()), len(design.seeds), limit)
     rows = []
-    for name, (what, estimator) in OPTIMA.items():
+    for name, (what, estimator) in estimators.items():
         replays = [replay(curves, d, estimator, design, truth, band) for d in draws]
         effect = design.analysis.min_effect
         judged = judge(np.stack([r.diffs for r in replays]), truth.delta, effect)
@@ -380,17 +411,18 @@ def simulated_rows(
     base: RunConfig,
     lattice: Sequence[float],
     studies: int,
+    seeds: int,
     band: float = ref.BAND,
 ) -> pd.DataFrame:
     """:func:`score_rows` on ``studies`` reference-shaped studies drawn from the simulator at
-    ``section`` (8 seeds each, every disjoint draw of each), against its known truth: the
-    mean of each share over the studies."""
+    ``section`` (``seeds`` seeds each, as the reference has; :data:`STUDY_DRAWS` disjoint
+    draws of each), against its known truth: the mean of each share over the studies."""
     variants = list(design.variants)
     truth = simulated_truth(section, base, lattice, variants, band)
     frames = []
     for k in range(studies):
-        drawn = fit.simulated_curves(base, section, lattice, range(8), variants, k)
-        frames.append(score_rows(drawn, design, band, truth))
+        drawn = fit.simulated_curves(base, section, lattice, range(seeds), variants, k)
+        frames.append(score_rows(drawn, design, band, truth, STUDY_DRAWS))
     keys = ["estimator", "what", "variant"]
     return pd.concat(frames).groupby(keys, sort=False).mean(numeric_only=True).reset_index()
 
@@ -501,7 +533,9 @@ def main(argv: list[str] | None = None) -> None:
     """Score the estimators on the reference (and with ``--simulated``, on studies drawn from
     the fitted simulator) and print, or write into a doc's marked blocks, the tables."""
     parser = argparse.ArgumentParser(prog="python -m ablate.bench.held_to_runs")
-    parser.add_argument("runs", type=Path, nargs="?", default=ref.REFERENCE_RUNS)
+    parser.add_argument(
+        "runs", type=Path, nargs="*", default=list(ref.REFERENCE_RUNS), help="runs.csv tables"
+    )
     parser.add_argument("--protocol", type=Path, default=PROTOCOL, help="its curve: and analysis:")
     parser.add_argument("--band", type=float, default=ref.BAND, help="usable boundary's band")
     parser.add_argument(
@@ -523,11 +557,12 @@ def main(argv: list[str] | None = None) -> None:
         section = yaml.safe_load(args.fitted.read_text(encoding="utf-8"))
         lattice = [float(lr) for lr in next(iter(curves.values())).lrs]
         base = load_experiment(REFERENCE_DESIGN).base
-        rows = simulated_rows(section, design, base, lattice, args.simulated, args.band)
+        n_seeds = len(next(iter(curves.values())).seeds)
+        rows = simulated_rows(section, design, base, lattice, args.simulated, n_seeds, args.band)
         tables["held-to-simulator"] = scores_markdown(rows)
         variants = list(design.variants)
         drawn = [
-            fit.simulated_curves(base, section, lattice, range(8), variants, k)
+            fit.simulated_curves(base, section, lattice, range(n_seeds), variants, k)
             for k in range(args.simulated)
         ]
     tables["reference-shape"] = shape_rows(curves, drawn).to_markdown(index=False, floatfmt=".4f")
@@ -541,7 +576,8 @@ def main(argv: list[str] | None = None) -> None:
 
 def report_text(args: argparse.Namespace, tables: dict[str, str]) -> str:
     """The tables as one markdown page, with the command that made them."""
-    command = f"python -m ablate.bench.held_to_runs {args.runs} --protocol {args.protocol}"
+    runs = " ".join(map(str, args.runs))
+    command = f"python -m ablate.bench.held_to_runs {runs} --protocol {args.protocol}"
     if args.simulated:
         command += f" --simulated {args.simulated}"
     titles = {

@@ -2,12 +2,13 @@
 ground truth, and that truth's own answers with intervals over its seeds.
 
 The reference trains both norms of the default experiment at every point of an LR lattice
-(2^(k/4) through the basin, 2^(k/2) on to the divergence edge) on 8 seeds.
-:func:`load_reference` reads its ``runs.csv`` (the committed ``reports/reference/runs.csv``)
-into one :class:`Curves` per variant: seed × LR tables of the selection loss (final val loss,
-an unstable run counted as min(ℓ, ℓ0), as every stage selects), the final test loss, and
-whether each run diverged or learned. The answers every estimator is scored against
-(:mod:`ablate.bench.held_to_runs`) are computed here from all seeds:
+(2^(k/4) through the basin, 2^(k/2) on to the divergence edge) on 16 seeds, in two runs of
+``experiments/reference.yaml`` (seeds 0–7, then 8–15: :data:`REFERENCE_RUNS`).
+:func:`load_reference` reads their ``runs.csv`` tables into one :class:`Curves` per variant:
+seed × LR tables of the selection loss (final val loss, an unstable run counted as min(ℓ, ℓ0),
+as every stage selects), the final test loss, and whether each run diverged or learned. The
+answers every estimator is scored against (:mod:`ablate.bench.held_to_runs`) are computed here
+from all seeds:
 
 - the LR optimum: the lattice point of the lowest seed-mean selection loss;
 - Δ = second − first variant on the test split, paired by seed, at each one's optimum and at
@@ -34,7 +35,10 @@ from ablate.core.boundary import bracket_seed
 from ablate.core.stability import clipped_loss
 from ablate.core.usable import walk_seed
 
-REFERENCE_RUNS = Path("reports/reference/runs.csv")
+REFERENCE_RUNS = (  # seeds 0-7, then seeds 8-15 (ablate run ... --seeds 8,...,15)
+    Path("reports/reference/runs.csv"),
+    Path("reports/reference_seeds_8_15/reference/runs.csv"),
+)
 FINE_PER_OCTAVE = 4  # the reference's lattice through the basin: 2^(1/4)
 BAND = 0.1  # nats: the usable-LR boundary's default band (docs/stability-and-search.md)
 BOOTSTRAP = 2000  # resamples of the reference's seeds for its own intervals
@@ -93,13 +97,28 @@ def selection_loss(row: pd.Series) -> float:
     return loss if loss is not None else float(row["initial_loss"])
 
 
-def load_reference(path: Path = REFERENCE_RUNS) -> dict[str, Curves]:
-    """Each variant's :class:`Curves` from a reference's ``runs.csv`` (its lattice runs: group
-    ``sweep``); every seed must have run every LR."""
-    runs = pd.read_csv(path)
+def read_runs(paths: Path | Sequence[Path]) -> tuple[pd.DataFrame, str]:
+    """The lattice runs (group ``sweep``) of one or more ``runs.csv`` tables, and their names
+    for errors; a (variant, seed, LR) in two tables is an error, not a choice."""
+    paths = [paths] if isinstance(paths, Path) else list(paths)
+    name = ", ".join(map(str, paths))
+    runs = pd.concat([pd.read_csv(p) for p in paths], ignore_index=True)
     runs = runs[runs["group"] == "sweep"].copy()
     if runs.empty:
-        raise ValueError(f"{path}: no sweep runs: not a reference's runs.csv")
+        raise ValueError(f"{name}: no sweep runs: not a reference's runs.csv")
+    twice = runs.duplicated(["variant", "seed", "lr"])
+    if twice.any():
+        first = runs[twice].iloc[0]
+        raise ValueError(
+            f"{name}: {first['variant']} seed {first['seed']} at LR {first['lr']} appears twice"
+        )
+    return runs, name
+
+
+def load_reference(paths: Path | Sequence[Path] = REFERENCE_RUNS) -> dict[str, Curves]:
+    """Each variant's :class:`Curves` from a reference's ``runs.csv`` tables (their lattice
+    runs, :func:`read_runs`); every seed must have run every LR."""
+    runs, path = read_runs(paths)
     runs["select"] = runs.apply(selection_loss, axis=1)
     reason = runs["unstable_reason"].astype(str)
     runs["diverged_flag"] = (runs["status"] == "diverged") | reason.str.startswith("diverged")

@@ -118,7 +118,7 @@ STUDIES = 40  # simulated reference-shaped studies the check averages over
 
 def test_the_committed_fit_is_what_fitting_the_committed_reference_gives() -> None:
     committed = yaml.safe_load((REFERENCE / "fitted_simulate.yaml").read_text())
-    refit = fit.fit_simulate(REFERENCE / "runs.csv")
+    refit = fit.fit_simulate([REPO / p for p in ref.REFERENCE_RUNS])
     for name in ("seed_sd", "run_sd", "unigram_loss"):
         assert refit[name] == pytest.approx(committed[name], rel=1e-3)
     for key, value in committed["default"].items():
@@ -131,14 +131,13 @@ def test_the_committed_fit_is_what_fitting_the_committed_reference_gives() -> No
 def outside_the_reference(base, section: dict) -> dict[str, tuple]:
     """The statistics whose mean over :data:`STUDIES` reference-shaped studies drawn at
     ``section`` falls outside the committed reference's 95% bootstrap interval."""
-    curves = ref.load_reference(REFERENCE / "runs.csv")
+    curves = ref.load_reference([REPO / p for p in ref.REFERENCE_RUNS])
     intervals = fit.reference_intervals(curves, draws=400)
     variants = list(curves)
+    seeds = range(len(curves[variants[0]].seeds))  # reference-shaped: as many seeds
     drawn = pd.DataFrame(
         [
-            fit.shape_statistics(
-                fit.simulated_curves(base, section, LATTICE, range(8), variants, k)
-            )
+            fit.shape_statistics(fit.simulated_curves(base, section, LATTICE, seeds, variants, k))
             for k in range(STUDIES)
         ]
     ).mean()

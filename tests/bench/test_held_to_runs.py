@@ -4,8 +4,10 @@ answers are known) and on the committed reference."""
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
+import numpy as np
 import pytest
 import yaml
 from conftest import REPO
@@ -34,6 +36,18 @@ def test_every_disjoint_draw_of_curve_and_ab_seeds_is_replayed() -> None:
     assert len(held.disjoint_draws(range(8), 2, 5)) == 28 * 6
 
 
+def test_past_the_limit_the_draws_are_random_disjoint_and_the_same_each_call() -> None:
+    draws = held.disjoint_draws(range(16), 4, 3, limit=500)  # 400,400 draws in all
+    assert len(draws) == 500 and draws == held.disjoint_draws(range(16), 4, 3, limit=500)
+    assert all(len(set(d.curve) | set(d.ab)) == 7 for d in draws)
+    assert len(set(draws)) > 490  # with replacement, but few repeat
+    # every seed serves as a curve seed in about a quarter of the draws
+    counts = np.bincount([s for d in draws for s in d.curve], minlength=16)
+    assert counts.min() > 0.15 * 500 and counts.max() < 0.35 * 500
+    assert len(held.disjoint_draws(range(8), 4, 3, limit=280)) == 280  # all: not drawn
+    assert held.disjoint_draws(range(8), 4, 3, limit=279) != held.disjoint_draws(range(8), 4, 3)
+
+
 def test_a_cliff_drags_the_old_vertex_below_the_optimum_and_not_the_argmin(
     tmp_path: Path, design: Experiment
 ) -> None:
@@ -47,6 +61,17 @@ def test_a_cliff_drags_the_old_vertex_below_the_optimum_and_not_the_argmin(
     # the running mean steps one grid point below a cliff right above the optimum: onto the
     # flat side, at 0.05 · 0.5² = 0.0125 nats of regret, not into the cliff
     assert held.smoothed_argmin(ln, (0, 1), grid) == held.Chosen(OPT / 2**0.5, False)
+
+
+def test_bagging_puts_the_optimum_between_the_points_the_resampled_seeds_choose() -> None:
+    lrs = np.array([2.0 ** (k / 2) for k in range(-18, -14)])
+    losses = np.array([[1.0, 1.0], [0.0, 0.6], [0.5, 0.0], [1.0, 1.0]])  # LR × seed
+    curves = ref.Curves(lrs, (0, 1), losses, losses, losses > 9, losses < 9)
+    bagged = held.bagged_argmin(curves, (0, 1), list(lrs))
+    # seed 0 alone chooses lrs[1] (a quarter of the resamples); seed 1 and both, lrs[2]
+    assert math.log2(bagged.lr) == pytest.approx(np.log2(lrs[1]) + 0.75 / 2, abs=0.03)
+    assert not bagged.at_edge
+    assert held.bagged_argmin(curves, (1,), list(lrs)) == held.Chosen(float(lrs[2]), False)
 
 
 def test_the_scores_find_the_constructed_truth(tmp_path: Path, design: Experiment) -> None:
@@ -64,24 +89,34 @@ def test_the_scores_find_the_constructed_truth(tmp_path: Path, design: Experimen
     assert 0.75 <= refined["Δ CI covers"] < 1.0 and refined["different"] > 0.5
     assert refined["usable in 2^(1/4)"] == 1.0
     assert scores.loc[("vertex", "layernorm"), "optimum in 2^(1/4)"] == 0.0
+    assert scores.loc[("bagged_argmin", "layernorm"), "bias (log2)"] == 0.0  # no noise to bag
     truth = held.truth_rows(curves).set_index(["variant", "answer"])
     assert truth.loc[("layernorm", "LR optimum"), "value"] == OPT
     assert truth.loc[("rmsnorm", "divergence edge"), "value"] == LRS[-2]
 
 
+def table_rows(markdown: str) -> set[tuple[str, ...]]:
+    """The rows of the markdown tables in ``markdown``, as tuples of their stripped cells."""
+    lines = [line for line in markdown.splitlines() if line.startswith("|")]
+    return {tuple(cell.strip() for cell in line.strip("|").split("|")) for line in lines}
+
+
 def test_the_committed_tables_are_what_the_harness_gives_on_the_committed_reference() -> None:
-    curves = ref.load_reference(REPO / "reports" / "reference" / "runs.csv")
+    curves = ref.load_reference([REPO / p for p in ref.REFERENCE_RUNS])
     design = load_experiment(REPO / "experiments" / "ln_vs_rms.yaml")
     truth = held.truth_markdown(held.truth_rows(curves))
-    scores = held.scores_markdown(held.score_rows(curves, design))
+    chosen = {k: held.OPTIMA[k] for k in ("smoothed_argmin", "bagged_argmin")}  # CI's time
+    scores = held.scores_markdown(held.score_rows(curves, design, estimators=chosen))
     committed = (REPO / "reports" / "reference" / "held_to_runs.md").read_text(encoding="utf-8")
     docs = (REPO / "docs" / "stability-and-search.md").read_text(encoding="utf-8")
-    for table in (truth, scores):
-        assert table in committed and table in docs
+    assert truth in committed and truth in docs
+    found = table_rows(scores) - table_rows(committed)
+    assert len(table_rows(scores)) == 6 and not found, found  # header, rule and 4 rows
+    assert not table_rows(scores) - table_rows(docs)
 
 
 def test_the_committed_shape_table_is_the_reference_s() -> None:
-    curves = ref.load_reference(REPO / "reports" / "reference" / "runs.csv")
+    curves = ref.load_reference([REPO / p for p in ref.REFERENCE_RUNS])
     shape = held.shape_rows(curves)
     committed = (REPO / "reports" / "reference" / "held_to_runs.md").read_text(encoding="utf-8")
     for row in shape.itertuples():

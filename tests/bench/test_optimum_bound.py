@@ -54,6 +54,7 @@ def test_every_lattice_point_finds_a_noiseless_optimum_the_running_mean_steps_of
     # a cliff right above the optimum: the one-octave running mean picks the √2 point below
     assert scored["the curve stage"].tolist() == [0.0, 0.0]
     assert scored["the shape known"].tolist() == [1.0, 1.0]
+    assert scored["bagged"].tolist() == [1.0, 1.0]  # no noise: every resample agrees
     assert bound.curve_stage(study["layernorm"], (0, 1), design) == OPT / 2**0.5
 
 

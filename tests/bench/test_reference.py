@@ -70,6 +70,19 @@ def test_the_tables_hold_every_seed_and_lr_with_unstable_runs_clipped(tmp_path: 
         ref.load_reference(write_runs(tmp_path / "gap.csv", drop=4))
 
 
+def test_two_tables_of_seeds_read_as_one_and_a_run_in_both_is_refused(tmp_path: Path) -> None:
+    runs = pd.read_csv(write_runs(tmp_path / "runs.csv"))
+    low, high = runs[runs["seed"] < 3], runs[runs["seed"] >= 3]
+    low.to_csv(tmp_path / "low.csv", index=False)
+    high.to_csv(tmp_path / "high.csv", index=False)
+    both = ref.load_reference([tmp_path / "low.csv", tmp_path / "high.csv"])
+    whole = ref.load_reference(tmp_path / "runs.csv")
+    assert both["rmsnorm"].seeds == tuple(SEEDS)
+    assert np.array_equal(both["rmsnorm"].select, whole["rmsnorm"].select)
+    with pytest.raises(ValueError, match="layernorm seed 0 at LR .* appears twice"):
+        ref.load_reference([tmp_path / "low.csv", tmp_path / "runs.csv"])
+
+
 def test_the_optimum_delta_and_edges_are_the_constructed_ones(tmp_path: Path) -> None:
     curves = ref.load_reference(write_runs(tmp_path / "runs.csv"))
     ln, rms = curves["layernorm"], curves["rmsnorm"]
