@@ -5,9 +5,10 @@ reference's answer from all of its seeds.
 A draw takes as many curve seeds as the protocol's curve has (4 in ln_vs_rms) and as many A/B
 seeds as its ``seeds`` (3) from the reference's 16, disjoint. Of the 1820 × 220 such draws,
 :data:`DRAW_LIMIT` are replayed, drawn at random (:func:`disjoint_draws`; on a reference of 8
-seeds, all 70 × 4 = 280 are). The answer scored against uses all 16 seeds, so a draw's 4 curve
-seeds are a quarter of it (on 8 they were half, which flattered every estimator). In each draw,
-for each norm:
+seeds, all 70 × 4 = 280 are). The answer scored against uses all 16 seeds. A share carries
+the draws' Monte Carlo error and, larger, the error of which 16 seeds the reference has (the
+8-seed reference's shares differed by up to a third for some estimators). In each draw, for
+each norm:
 
 - the **LR optimum** from the curve seeds on the protocol's own grid (``curve:`` of the
   protocol file, a subset of the reference's lattice, grown an octave at an edge as the stage
