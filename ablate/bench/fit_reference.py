@@ -247,20 +247,17 @@ def _r(value: float) -> float:
     return round(float(value), 6)
 
 
-Runs = Path | Sequence[Path]  # a reference's runs.csv tables (ablate.bench.reference)
-
-
-def unigram_of(runs: Runs) -> float:
+def unigram_of(runs: ref.Runs) -> float:
     """The reference's unigram floor, as its runs recorded it."""
     return float(ref.read_runs(runs)[0]["unigram_loss"].dropna().iloc[0])
 
 
-def fit_simulate(runs: Runs = ref.REFERENCE_RUNS) -> dict[str, Any]:
+def fit_simulate(runs: ref.Runs = ref.REFERENCE_RUNS) -> dict[str, Any]:
     """The ``runtime.simulate`` section fitted to a reference's ``runs.csv`` tables."""
     return fit_with_penalties(runs)[0]
 
 
-def fit_with_penalties(runs: Runs) -> tuple[dict[str, Any], dict[str, float]]:
+def fit_with_penalties(runs: ref.Runs) -> tuple[dict[str, Any], dict[str, float]]:
     """(:func:`fit_simulate`'s section, each variant's chosen smoothing penalty)."""
     curves = ref.load_reference(runs)
     effects = seed_effects(curves)

@@ -104,9 +104,9 @@ def lattice_argmin(curves: ref.Curves, seeds: Sequence[int]) -> float:
     return ref.mean_argmin(curves, seeds, [float(lr) for lr in curves.lrs])
 
 
-def curve_stage(curves: ref.Curves, seeds: Sequence[int], design: Experiment) -> float:
-    """The curve stage's choice: ``smoothed_argmin`` on the protocol's grid for these seeds."""
-    grid = held.protocol_grid(curves, seeds, design)
+def curve_stage(curves: ref.Curves, seeds: Sequence[int], grid: Sequence[float]) -> float:
+    """The curve stage's choice: ``smoothed_argmin`` on the protocol's ``grid`` for these seeds
+    (:func:`ablate.bench.held_to_runs.protocol_grid`)."""
     return held.smoothed_argmin(curves, seeds, grid).lr
 
 
@@ -152,7 +152,6 @@ def within_quarter(lr: float, optimum: float) -> bool:
 def draw_hits(
     curves: ref.Curves,
     seeds: Sequence[int],
-    design: Experiment,
     optimum: float,
     grid: Sequence[float],
     shaped: tuple[np.ndarray, np.ndarray],
@@ -164,7 +163,7 @@ def draw_hits(
     scores it)."""
     matched = matched_optimum(curves, seeds, grid, shaped, optimum)
     bagged = held.bagged_argmin(curves, seeds, grid).lr
-    choices = (lattice_argmin(curves, seeds), curve_stage(curves, seeds, design), matched, bagged)
+    choices = (lattice_argmin(curves, seeds), curve_stage(curves, seeds, grid), matched, bagged)
     return np.array([within_quarter(lr, optimum) for lr in choices], dtype=float)
 
 
@@ -196,7 +195,7 @@ def bound_rows(
                     key = (variant, tuple(grid))
                     if key not in shaped:
                         shaped[key] = shifted_shapes(templates[variant], grid)
-                    shares[k] += draw_hits(curves, seeds, design, optimum, grid, shaped[key])
+                    shares[k] += draw_hits(curves, seeds, optimum, grid, shaped[key])
             shares /= draws
             spread = (
                 shares.std(axis=0, ddof=1) / math.sqrt(len(studies))

@@ -39,6 +39,7 @@ REFERENCE_RUNS = (  # seeds 0-7, then seeds 8-15 (ablate run ... --seeds 8,...,1
     Path("reports/reference/runs.csv"),
     Path("reports/reference_seeds_8_15/reference/runs.csv"),
 )
+Runs = Path | Sequence[Path]  # one or more runs.csv tables of a reference
 FINE_PER_OCTAVE = 4  # the reference's lattice through the basin: 2^(1/4)
 BAND = 0.1  # nats: the usable-LR boundary's default band (docs/stability-and-search.md)
 BOOTSTRAP = 2000  # resamples of the reference's seeds for its own intervals
@@ -97,7 +98,7 @@ def selection_loss(row: pd.Series) -> float:
     return loss if loss is not None else float(row["initial_loss"])
 
 
-def read_runs(paths: Path | Sequence[Path]) -> tuple[pd.DataFrame, str]:
+def read_runs(paths: Runs) -> tuple[pd.DataFrame, str]:
     """The lattice runs (group ``sweep``) of one or more ``runs.csv`` tables, and their names
     for errors; a (variant, seed, LR) in two tables is an error, not a choice."""
     paths = [paths] if isinstance(paths, Path) else list(paths)
@@ -115,7 +116,7 @@ def read_runs(paths: Path | Sequence[Path]) -> tuple[pd.DataFrame, str]:
     return runs, name
 
 
-def load_reference(paths: Path | Sequence[Path] = REFERENCE_RUNS) -> dict[str, Curves]:
+def load_reference(paths: Runs = REFERENCE_RUNS) -> dict[str, Curves]:
     """Each variant's :class:`Curves` from a reference's ``runs.csv`` tables (their lattice
     runs, :func:`read_runs`); every seed must have run every LR."""
     runs, path = read_runs(paths)

@@ -11,6 +11,7 @@ from conftest import REPO
 from test_reference import LRS, OPT, loss, write_runs
 
 from ablate.bench import fit_reference as fit
+from ablate.bench import held_to_runs as held
 from ablate.bench import optimum_bound as bound
 from ablate.bench import reference as ref
 from ablate.core.load import load_experiment
@@ -55,7 +56,8 @@ def test_every_lattice_point_finds_a_noiseless_optimum_the_running_mean_steps_of
     assert scored["the curve stage"].tolist() == [0.0, 0.0]
     assert scored["the shape known"].tolist() == [1.0, 1.0]
     assert scored["bagged"].tolist() == [1.0, 1.0]  # no noise: every resample agrees
-    assert bound.curve_stage(study["layernorm"], (0, 1), design) == OPT / 2**0.5
+    grid = held.protocol_grid(study["layernorm"], (0, 1), design)
+    assert bound.curve_stage(study["layernorm"], (0, 1), grid) == OPT / 2**0.5
 
 
 def test_the_known_shape_is_moved_to_where_the_runs_put_it(tmp_path: Path) -> None:
