@@ -9,7 +9,8 @@ report's other comparisons), both at the baseline's, both at the variant's. The 
 settings each get their 95% t interval and the verdict word at α (:func:`ablate.report.
 verdict.verdict`: different, equivalent within ``min_effect``, or inconclusive). The Δ holds
 at a shared setting when the two give the same word (for *different*, with the same sign);
-where they do not, it **depends on the LR**.
+where they do not, it **depends on the LR**, and so does a tuned *different* that the two do
+not both find with its sign (:func:`crossover_claim`, the summary's word).
 """
 
 from __future__ import annotations
@@ -98,6 +99,19 @@ def crossover_word(rows: pd.DataFrame) -> str:
     if first != second or (first == "different" and len(signs) > 1):
         return DEPENDS
     return str(first)
+
+
+def crossover_claim(rows: pd.DataFrame, tuned_word: str, tuned_diff: float) -> str:
+    """The cross-over's answer on one variant's tuned Δ (its verdict ``tuned_word``, its mean
+    ``tuned_diff``): :func:`crossover_word`, except that a tuned *different* that the two shared
+    settings do not both find, with its sign, is :data:`DEPENDS`: where each variant sits on
+    its LR curve made it."""
+    word = crossover_word(rows)
+    if tuned_word != "different" or word == "no verdict":
+        return word
+    shared = rows[rows["setting"] != "each at its own"]
+    same_sign = bool(((shared["diff"] > 0) == (tuned_diff > 0)).all())
+    return word if word == "different" and same_sign else DEPENDS
 
 
 def crossover_lines(table: pd.DataFrame, baseline: str) -> list[str]:

@@ -28,7 +28,7 @@ from ablate.report.analysis import (
     t_interval,
     variant_table,
 )
-from ablate.report.crossover import crossover_table, crossover_word
+from ablate.report.crossover import DEPENDS, crossover_claim, crossover_table, crossover_word
 from ablate.report.factorial import Design, level_text
 from ablate.report.load import StoredExperiment
 from ablate.report.text import p_text, signed
@@ -287,7 +287,7 @@ def summary_lines(
     how = judging(stored.manifest, table, tuned)
     if tuned is not None:
         lines += _difference_lines(tuned, stored.tuned, how, "at tuned settings")
-        lines += crossover_summary(stored, how.min_effect)
+        lines += crossover_summary(stored, tuned, how)
     shared = "at the shared LR" if tuned is not None else ""
     lines += _difference_lines(table, stored.main, how, shared)
     if comparisons(table, tuned) > 1:
@@ -365,12 +365,14 @@ def throughput_lines(runs: pd.DataFrame, variants: list[str]) -> list[str]:
     return lines
 
 
-def crossover_summary(stored: StoredExperiment, min_effect: float) -> list[str]:
+def crossover_summary(stored: StoredExperiment, tuned: pd.DataFrame, how: Judging) -> list[str]:
     """Per variant, whether its tuned Δ holds with both variants at one setting (the
-    cross-over, :mod:`ablate.report.crossover`); nothing without cross-over runs."""
+    cross-over, :mod:`ablate.report.crossover`): a tuned *different* that the shared settings
+    do not both find with its sign **depends on the LR**; nothing without cross-over runs."""
     if stored.crossover.empty:
         return []
-    table = crossover_table(stored, min_effect)
+    table = crossover_table(stored, how.min_effect)
+    baseline = tuned.iloc[0]
     lines = []
     for variant, rows in table.groupby("variant", sort=False):
         shared = rows[rows["setting"] != "each at its own"]
@@ -378,9 +380,18 @@ def crossover_summary(stored: StoredExperiment, min_effect: float) -> list[str]:
             f"{r.setting}: {signed(r.diff)} [{signed(r.ci_low)}, {signed(r.ci_high)}], {r.verdict}"
             for r in shared.itertuples()
         )
-        lines.append(
-            f"  - Cross-over, {variant}: **{crossover_word(rows)}** at a shared setting ({at})."
-        )
+        row = tuned[tuned["variant"] == variant].iloc[0]
+        found = judged(row, baseline, stored.tuned, how)
+        word = found.word if isinstance(found, Verdict) else ""
+        claim = crossover_claim(rows, word, float(row["diff_vs_baseline"]))
+        if claim == DEPENDS and crossover_word(rows) != DEPENDS:
+            lines.append(
+                f"  - Cross-over, {variant}: **{DEPENDS}**: different at each one's own "
+                f"settings, {crossover_word(rows)} at both shared settings ({at}): the tuned Δ "
+                "comes from where each variant sits on its LR curve, not from the variant."
+            )
+        else:
+            lines.append(f"  - Cross-over, {variant}: **{claim}** at a shared setting ({at}).")
     return lines
 
 
