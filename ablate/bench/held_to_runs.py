@@ -25,8 +25,9 @@ each norm:
 The tuned runs here keep the curve's warmup (the reference has one warmup): the warmup study
 is not replayed. With ``--simulated N`` the same replay runs on N reference-shaped studies
 drawn from the simulator fitted to the reference (:mod:`ablate.bench.fit_reference`), scored
-against its known truth. A last table gives the reference's shape (:func:`shape_rows`), with
-the fitted simulator's beside it. Run::
+against its known truth. Two more tables give how often the reference's own optimum repeats
+from fewer of its seeds (:func:`repeat_rows`: what a curve on few seeds can be asked) and the
+reference's shape (:func:`shape_rows`), with the fitted simulator's beside it. Run::
 
     python -m ablate.bench.held_to_runs [reports/reference/runs.csv] \\
         [--protocol experiments/ln_vs_rms.yaml] [--simulated 20] \\
@@ -53,7 +54,7 @@ from ablate.bench.estimators import write_block
 from ablate.core.config import RunConfig
 from ablate.core.experiment import Experiment
 from ablate.core.load import load_experiment
-from ablate.core.optimum import edge_sides, resampled_rows, variant_optimum
+from ablate.core.optimum import edge_sides, variant_optimum
 from ablate.core.simulate import mean_loss
 from ablate.core.truth import SimulateConfig
 
@@ -152,12 +153,22 @@ def vertex(curves: ref.Curves, seeds: Sequence[int], grid: Sequence[float]) -> C
     return Chosen(2.0 ** float(np.mean(logs)), clipped)
 
 
+WINDOW = 0.5  # octaves each side of a point in smoothed_argmin's running mean
+
+
 def smoothed_argmin(curves: ref.Curves, seeds: Sequence[int], grid: Sequence[float]) -> Chosen:
-    """The curve stage's estimator (:func:`ablate.core.optimum.variant_optimum`): the lowest
-    point of the seed-mean curve after a running mean over one octave."""
-    found = variant_optimum(_curves_on(curves, seeds, grid))
-    assert found is not None
-    return Chosen(found.value, not found.inside)
+    """The curve stage's estimator before bagging: the lowest point of the seed-mean curve
+    after a running mean over one octave (:data:`WINDOW` each side), a grid's ends no
+    candidates (their window is cut in half)."""
+    rows = [curves.row(lr) for lr in grid]
+    means = curves.select[np.ix_(rows, curves.columns(seeds))].mean(axis=1)
+    logs = np.log2(grid)
+    near = np.abs(logs[:, None] - logs[None, :]) <= WINDOW + 1e-9
+    smoothed = (near @ means) / near.sum(axis=1)
+    if len(grid) > 2:
+        smoothed[[0, -1]] = np.inf
+    at_end = int(np.argmin(means)) in (0, len(grid) - 1)
+    return Chosen(float(grid[int(np.argmin(smoothed))]), at_end)
 
 
 def grid_argmin(curves: ref.Curves, seeds: Sequence[int], grid: Sequence[float]) -> Chosen:
@@ -176,22 +187,21 @@ def refined_argmin(curves: ref.Curves, seeds: Sequence[int], grid: Sequence[floa
 
 
 def bagged_argmin(curves: ref.Curves, seeds: Sequence[int], grid: Sequence[float]) -> Chosen:
-    """The grid argmin of the seed mean, bagged: the mean of its log2 LR over bootstrap
-    resamples of the seeds (:func:`ablate.core.optimum.resampled_rows`), an LR between grid
-    points where the resamples disagree; at an edge where the plain argmin is a grid end."""
-    rows = [curves.row(lr) for lr in grid]
-    losses = curves.select[np.ix_(rows, curves.columns(seeds))].T  # seeds × grid
-    lowest = np.argmin(losses[resampled_rows(len(seeds))].mean(axis=1), axis=1)
-    centre = grid_argmin(curves, seeds, grid)
-    return Chosen(2.0 ** float(np.log2(grid)[lowest].mean()), centre.at_edge)
+    """The curve stage's estimator (:func:`ablate.core.optimum.variant_optimum`): the grid
+    argmin of the seed mean, bagged, the mean of its log2 LR over bootstrap resamples of the
+    seeds (an LR between grid points where the resamples disagree); at an edge where the plain
+    argmin is a grid end."""
+    found = variant_optimum(_curves_on(curves, seeds, grid))
+    assert found is not None
+    return Chosen(found.value, not found.inside)
 
 
 OPTIMA: dict[str, tuple[str, OptimumEstimator]] = {
-    "smoothed_argmin": ("lowest one-octave running mean of the seed-mean curve", smoothed_argmin),
-    "vertex": ("quadratic vertex of 5 points around each seed's lowest (the old)", vertex),
+    "bagged_argmin": ("argmin of the seed mean, log2 LR averaged over resamples", bagged_argmin),
+    "smoothed_argmin": ("lowest one-octave running mean (the one before)", smoothed_argmin),
+    "vertex": ("quadratic vertex of 5 points around each seed's lowest (the first)", vertex),
     "grid_argmin": ("argmin of the seed-mean curve on the √2 grid", grid_argmin),
     "refined_argmin": ("that argmin, refined by its 2^(±1/4) neighbours", refined_argmin),
-    "bagged_argmin": ("that argmin's log2 LR averaged over bootstrap resamples", bagged_argmin),
 }
 
 
@@ -464,6 +474,44 @@ def truth_rows(curves: dict[str, ref.Curves], band: float = ref.BAND) -> pd.Data
     return pd.DataFrame(rows)
 
 
+def repeat_rows(curves: dict[str, ref.Curves], n_curve: int) -> pd.DataFrame:
+    """How often the reference's own optimum (the plain argmin over its whole lattice) repeats
+    within 2^(1/4), per norm: from one half of its seeds against the other half (every split),
+    and from ``n_curve`` seeds against the rest and against all (every choice of them). It
+    says what a curve on ``n_curve`` seeds can be asked: those rows run every lattice point,
+    twice the curve's, though an estimator that knew the curve's shape could do better."""
+    rows = []
+    for variant, c in curves.items():
+        seeds = list(c.seeds)
+        halves = [h for h in itertools.combinations(seeds, len(seeds) // 2) if seeds[0] in h]
+        few = list(itertools.combinations(seeds, n_curve))
+        full = ref.optimum(c)
+
+        def rest(chosen: Sequence[int], seeds: list[int] = seeds) -> list[int]:
+            return [s for s in seeds if s not in chosen]
+
+        checks = {
+            f"{len(seeds) // 2} seeds against the other {len(seeds) - len(seeds) // 2}": [
+                (ref.optimum(c, h), ref.optimum(c, rest(h))) for h in halves
+            ],
+            f"{n_curve} seeds against the other {len(seeds) - n_curve}": [
+                (ref.optimum(c, f), ref.optimum(c, rest(f))) for f in few
+            ],
+            f"{n_curve} seeds against all {len(seeds)}": [(ref.optimum(c, f), full) for f in few],
+        }
+        for name, pairs in checks.items():
+            logs = np.array([math.log2(a / b) for a, b in pairs])
+            rows.append(
+                {
+                    "variant": variant,
+                    "optimum from": name,
+                    "splits": len(pairs),
+                    "within 2^(1/4)": f"{np.mean(np.abs(logs) <= QUARTER):.1%}",
+                }
+            )
+    return pd.DataFrame(rows)
+
+
 def shape_rows(
     curves: dict[str, ref.Curves], simulated: Sequence[dict[str, ref.Curves]] = ()
 ) -> pd.DataFrame:
@@ -551,7 +599,8 @@ def main(argv: list[str] | None = None) -> None:
     tables = {
         "held-to-runs": truth_markdown(truth_rows(curves, args.band))
         + "\n\n"
-        + scores_markdown(score_rows(curves, design, args.band))
+        + scores_markdown(score_rows(curves, design, args.band)),
+        "reference-repeat": repeat_rows(curves, len(design.curve_seeds())).to_markdown(index=False),
     }
     drawn: list[dict[str, ref.Curves]] = []
     if args.simulated:
@@ -583,6 +632,7 @@ def report_text(args: argparse.Namespace, tables: dict[str, str]) -> str:
         command += f" --simulated {args.simulated}"
     titles = {
         "held-to-runs": "The reference's answers, and the protocol replayed on it",
+        "reference-repeat": "How often the reference's own optimum repeats",
         "held-to-simulator": "The protocol replayed on the fitted simulator",
         "reference-shape": "The reference's shape, and the fitted simulator's",
     }

@@ -1,7 +1,7 @@
-"""How close four choices of the LR optimum get on the simulator fitted to the dense reference:
-the bar "within 2^(1/4) of the truth's optimum" against the number of curve seeds. Three are
+"""How close three choices of the LR optimum get on the simulator fitted to the dense reference:
+the bar "within 2^(1/4) of the truth's optimum" against the number of curve seeds. Two are
 estimators; one is an oracle that knows the truth's curve, and shows what the curve seeds' runs
-hold when it is known. None of the four is a bound on what any estimator could do.
+hold when it is known. None of the three is a bound on what any estimator could do.
 
 The fitted simulator's truth is each norm's lowest *expected* loss on the reference's 2^(1/4)
 lattice, excursions included (:func:`ablate.bench.held_to_runs.simulated_truth`). Two things
@@ -9,24 +9,24 @@ decide whether seeds can find it: how far the lattice points next to it lie abov
 much of that gap is carried by rare, large excursions, which a few seeds mostly miss (their
 sample mean is typically below the expectation). :func:`truth_rows` tabulates both.
 :func:`bound_rows` then draws large reference-shaped studies (:data:`SEEDS_PER_STUDY` seeds,
-every lattice LR) and, for each number of curve seeds, random subsets of them, and scores four
+every lattice LR) and, for each number of curve seeds, random subsets of them, and scores three
 choices against the truth, with the standard error of each share over the studies (the subsets
 of one study share its seeds, so its draws are not independent):
 
 - **every lattice point**: the plain argmin of the seed-mean loss over the whole 2^(1/4)
   lattice, as if every point were run on every curve seed (twice the curve stage's points, no
   smoothing);
-- **the curve stage**: ``smoothed_argmin`` on the protocol's √2 grid
-  (:func:`ablate.bench.held_to_runs.smoothed_argmin`), the estimator the reports use;
+- **the curve stage**: ``bagged_argmin`` on the protocol's √2 grid
+  (:func:`ablate.bench.held_to_runs.bagged_argmin`, that is
+  :func:`ablate.core.optimum.variant_optimum`: the plain argmin's log2 LR averaged over
+  bootstrap resamples of the seeds), the estimator the reports use, an LR between grid points
+  scored as it is (as the replay scores it);
 - **the shape known**: the truth's own expected-loss curve, shifted in log LR by every
   :data:`SHIFT_STEP` within :data:`SHIFT_RANGE` octaves and matched by least squares (its level
   free) to the seed mean on the same grid, the optimum shifted with the best match
   (:func:`matched_optimum`). It knows the curve's exact shape and not where the curve lies:
   where it lands within 2^(1/4), the curve stage's runs are enough to meet the bar with that
-  shape known, which the shape-free estimators do not use;
-- **bagged**: ``bagged_argmin`` on the same grid (:func:`ablate.bench.held_to_runs.bagged_argmin`:
-  the plain argmin's log2 LR averaged over bootstrap resamples of the seeds), an LR between
-  grid points, scored as it is.
+  shape known, which the shape-free estimators do not use.
 
 Run::
 
@@ -105,9 +105,9 @@ def lattice_argmin(curves: ref.Curves, seeds: Sequence[int]) -> float:
 
 
 def curve_stage(curves: ref.Curves, seeds: Sequence[int], grid: Sequence[float]) -> float:
-    """The curve stage's choice: ``smoothed_argmin`` on the protocol's ``grid`` for these seeds
-    (:func:`ablate.bench.held_to_runs.protocol_grid`)."""
-    return held.smoothed_argmin(curves, seeds, grid).lr
+    """The curve stage's choice: ``bagged_argmin`` on the protocol's ``grid`` for these seeds
+    (:func:`ablate.bench.held_to_runs.protocol_grid`), unsnapped."""
+    return held.bagged_argmin(curves, seeds, grid).lr
 
 
 def shifted_shapes(template: Template, grid: Sequence[float]) -> tuple[np.ndarray, np.ndarray]:
@@ -157,13 +157,10 @@ def draw_hits(
     shaped: tuple[np.ndarray, np.ndarray],
 ) -> np.ndarray:
     """Whether each choice on these curve seeds lies within 2^(1/4) of ``optimum``: the
-    lattice-wide argmin, the curve stage's, the oracle's (:func:`matched_optimum` on the
-    stage's ``grid`` for these seeds, ``shaped`` from :func:`shifted_shapes` there), and the
-    bagged argmin on that grid (an LR between grid points, scored as it is, as the replay
-    scores it)."""
+    lattice-wide argmin, the curve stage's and the oracle's (:func:`matched_optimum` on the
+    stage's ``grid`` for these seeds, ``shaped`` from :func:`shifted_shapes` there)."""
     matched = matched_optimum(curves, seeds, grid, shaped, optimum)
-    bagged = held.bagged_argmin(curves, seeds, grid).lr
-    choices = (lattice_argmin(curves, seeds), curve_stage(curves, seeds, grid), matched, bagged)
+    choices = (lattice_argmin(curves, seeds), curve_stage(curves, seeds, grid), matched)
     return np.array([within_quarter(lr, optimum) for lr in choices], dtype=float)
 
 
@@ -177,16 +174,16 @@ def bound_rows(
 ) -> pd.DataFrame:
     """Per norm and number of curve seeds, the share of ``draws`` random seed subsets per
     study whose choice lies within 2^(1/4) of ``optima`` (the lattice-wide argmin, the curve
-    stage's, the match of the norm's ``templates`` curve on the stage's grid, the bagged
-    argmin), averaged over ``studies``, with its standard error over them. Each template's
-    lowest lattice point must be that norm's entry of ``optima`` (the fitted truth's optimum is
-    the lowest point of its expected-loss curve): the match moves that point with the curve."""
+    stage's, the match of the norm's ``templates`` curve on the stage's grid), averaged over
+    ``studies``, with its standard error over them. Each template's lowest lattice point
+    must be that norm's entry of ``optima`` (the fitted truth's optimum is the lowest point of
+    its expected-loss curve): the match moves that point with the curve."""
     rng = np.random.default_rng(0)
     shaped: dict[tuple[str, tuple[float, ...]], tuple[np.ndarray, np.ndarray]] = {}
     rows = []
     for variant, optimum in optima.items():
         for n in seed_counts:
-            shares = np.zeros((len(studies), 4))
+            shares = np.zeros((len(studies), 3))
             for k, study in enumerate(studies):
                 curves = study[variant]
                 for _ in range(draws):
@@ -200,7 +197,7 @@ def bound_rows(
             spread = (
                 shares.std(axis=0, ddof=1) / math.sqrt(len(studies))
                 if len(studies) > 1
-                else np.full(4, math.nan)
+                else np.full(3, math.nan)
             )
             rows.append(
                 {
@@ -212,8 +209,6 @@ def bound_rows(
                     "the stage's SE": float(spread[1]),
                     "the shape known": float(shares[:, 2].mean()),
                     "the shape's SE": float(spread[2]),
-                    "bagged": float(shares[:, 3].mean()),
-                    "the bag's SE": float(spread[3]),
                     "draws": len(studies) * draws,
                 }
             )
@@ -229,8 +224,8 @@ def markdown(truth: pd.DataFrame, bound: pd.DataFrame) -> tuple[str, str]:
         shown[column] = shown[column].map(lambda x: f"{x:.4f}")
     shown["excursion chance"] = shown["excursion chance"].map(lambda x: f"{x:.1%}")
     scored = bound.copy()
-    shares = ("every lattice point", "the curve stage", "the shape known", "bagged")
-    for column in (*shares, "its SE", "the stage's SE", "the shape's SE", "the bag's SE"):
+    shares = ("every lattice point", "the curve stage", "the shape known")
+    for column in (*shares, "its SE", "the stage's SE", "the shape's SE"):
         scored[column] = scored[column].map(lambda x: f"{x:.1%}")
     return (
         shown.to_markdown(index=False, disable_numparse=True),
@@ -239,7 +234,7 @@ def markdown(truth: pd.DataFrame, bound: pd.DataFrame) -> tuple[str, str]:
 
 
 def main(argv: list[str] | None = None) -> None:
-    """Draw the studies, score the four choices per number of curve seeds, print (or write)
+    """Draw the studies, score the three choices per number of curve seeds, print (or write)
     the tables."""
     parser = argparse.ArgumentParser(prog="python -m ablate.bench.optimum_bound")
     parser.add_argument("--fitted", type=Path, default=fit.FITTED, help="its runtime.simulate")
@@ -272,8 +267,8 @@ def main(argv: list[str] | None = None) -> None:
         f"--seeds {' '.join(map(str, args.seeds))}"
     )
     text = (
-        f"# Locating the fitted simulator's optimum: a plain argmin, the curve stage, the "
-        f"shape known and bagging\n\n"
+        f"# Locating the fitted simulator's optimum: a plain argmin, the curve stage and the "
+        f"shape known\n\n"
         f"`{command}`\n\n"
         f"## The truth around each optimum\n\n{near}\n\n"
         f"## Within 2^(1/4) of the truth, by curve seeds\n\n"

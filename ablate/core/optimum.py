@@ -3,22 +3,23 @@ two variants' optima (docs/stability-and-search.md, "The estimators against real
 to the dense reference by ``python -m ablate.bench.held_to_runs``).
 
 A curve is one seed's final val losses at the LRs of a grid (the curve stage's lattice, or a
-sweep's LRs). The optimum is a grid point: the lowest point of the seeds' mean curve after a
-running mean over a one-octave window (each point with the points within half an octave of it:
-its two neighbours on a √2 lattice, none on a sweep of decades). Held to real runs this is the
-estimator that finds the reference's optimum (docs). The quadratic vertex it replaces was
-dragged by the cliff above the optimum and clipped at its window's edge; the lowest point
-alone follows the luckiest run, since run noise above the optimum is about five times that
-below it. A grid's ends are no candidates (their window is cut in half); where the seed mean's
-lowest point is an end, the optimum is not inside the grid (``inside`` false: it must grow).
+sweep's LRs). The optimum is the grid argmin of the seeds' mean curve, bagged: the mean of its
+log2 LR over bootstrap resamples of the seeds, an LR between grid points where the resamples
+disagree (Breiman's bagging, applied to an estimator that jumps from point to point). Held to
+real runs it is the estimator whose tuned Δ keeps its 95% interval's coverage and its false
+"different" rate at their bars on the dense reference and on the simulator fitted to it
+(docs). The quadratic vertex before it was dragged by the cliff above the optimum and clipped
+at its window's edge; the one-octave running mean after that followed the cliff into the
+basin's low side on real runs. A grid's end can be the argmin; where the seed mean's lowest
+point is an end, the optimum is not inside the grid (``inside`` false: it must grow).
 
-Its interval is a percentile bootstrap over seeds (the optimum of each resample of the seeds),
+Its interval is a percentile bootstrap over seeds (the argmin of each resample of the seeds),
 fixed by :data:`RESAMPLE_SEED`, widened by half a grid step on each side: a grid point stands
 for the optimum to within half a step, as a max-LR bracket does. Two variants' ratio is
 bootstrapped with the same seeds drawn for both (matched initial weights and batches make a
-seed's two curves move together) and widened by a step; where every resample gives the same
-points the ratio is not ``resolved`` (a difference finer than the grid is not measured). With
-one seed there is no interval.
+seed's two curves move together), bagged alike and widened by a step; where every resample
+gives the same points the ratio is not ``resolved`` (a difference finer than the grid is not
+measured). With one seed the optimum is the plain argmin and there is no interval.
 """
 
 from __future__ import annotations
@@ -29,18 +30,19 @@ from dataclasses import dataclass
 
 import numpy as np
 
-WINDOW = 0.5  # octaves each side of a point in the running mean
 RESAMPLES = 2000  # bootstrap resamples of the seeds
 RESAMPLE_SEED = 0  # the bootstrap's generator: the same curves give the same interval
 LR_DIGITS = 12  # significant digits of an optimum trained at (Optimum.lr)
+TRAIN_PER_OCTAVE = 4  # an optimum is trained at the nearest 2^(1/4): the resolution it is held to
 
 Curve = Sequence[tuple[float, float]]  # (lr, final val loss) of one seed
 
 
 @dataclass(frozen=True)
 class Optimum:
-    """An optimum (or a ratio of two) in LR: the grid point, its bootstrap interval over seeds,
-    the seeds, and whether it is inside its grid (not the first or last point)."""
+    """An optimum (or a ratio of two) in LR: the bagged argmin (a grid point where every
+    resample agrees), its bootstrap interval over seeds, the seeds, and whether it is inside
+    its grid (the seed mean's lowest point not its first or last)."""
 
     value: float
     low: float
@@ -56,9 +58,12 @@ class Optimum:
 
     @property
     def lr(self) -> float:
-        """The optimum as the LR runs train at: :data:`LR_DIGITS` significant digits, so that
-        an LR's last bit, which can differ between machines, does not change run ids."""
-        return float(f"{self.value:.{LR_DIGITS}g}")
+        """The optimum as runs train at it: the nearest point of the 2^(1/4) lattice
+        (:data:`TRAIN_PER_OCTAVE`; the resolution ``held_to_runs`` scores it at, and the usable
+        walk's), to :data:`LR_DIGITS` significant digits, so that an LR's last bit, which can
+        differ between machines, does not change run ids."""
+        point = 2.0 ** (round(math.log2(self.value) * TRAIN_PER_OCTAVE) / TRAIN_PER_OCTAVE)
+        return float(f"{point:.{LR_DIGITS}g}")
 
 
 @dataclass(frozen=True)
@@ -83,28 +88,14 @@ def curve_table(curves: Mapping[int, Curve]) -> CurveTable:
     return CurveTable(grid, tuple(curves), losses)
 
 
-def window_weights(grid: np.ndarray) -> np.ndarray:
-    """(grid × grid) 1 where two points lie within :data:`WINDOW` octaves of each other."""
-    logs = np.log2(grid)
-    return (np.abs(logs[:, None] - logs[None, :]) <= WINDOW + 1e-9).astype(float)
-
-
-def smoothed_argmins(losses: np.ndarray, weights: np.ndarray) -> np.ndarray:
-    """Per row of ``losses`` (..., seeds, grid): the grid index of the lowest running mean of
-    the seed-mean curve (-1 where no point is finite). A grid's first and last points are no
-    candidates where it has a point between them: their window is cut in half, and a running
-    mean over fewer points of a valley is lower, so an end would win on a symmetric valley."""
+def mean_argmins(losses: np.ndarray) -> np.ndarray:
+    """Per row of ``losses`` (..., seeds, grid): the grid index of the lowest seed-mean loss
+    (a missing point left out of its mean; -1 where no point is finite)."""
     present = ~np.isnan(losses)
     counts = present.sum(axis=-2)
-    means = np.where(counts > 0, np.nansum(losses, axis=-2) / np.maximum(counts, 1), 0.0)
-    has = (counts > 0).astype(float)
-    covered = has @ weights
-    smoothed = np.where(covered > 0, (means * has) @ weights / np.maximum(covered, 1), np.inf)
-    smoothed = np.where(has > 0, smoothed, np.inf)
-    if smoothed.shape[-1] > 2:
-        smoothed[..., [0, -1]] = np.inf
-    found = np.argmin(smoothed, axis=-1)
-    return np.where(np.isfinite(smoothed.min(axis=-1)), found, -1)
+    means = np.where(counts > 0, np.nansum(losses, axis=-2) / np.maximum(counts, 1), np.inf)
+    found = np.argmin(means, axis=-1)
+    return np.where(np.isfinite(means.min(axis=-1)), found, -1)
 
 
 def lowest_at_end(losses: np.ndarray) -> bool:
@@ -138,45 +129,42 @@ def _percentiles(logs: np.ndarray, level: float, widen: float) -> tuple[float, f
 def variant_optimum(curves: Mapping[int, Curve], level: float = 0.95) -> Optimum | None:
     """The variant's optimum over its seeds' curves (None without a finite point)."""
     table = curve_table(curves)
-    weights = window_weights(table.grid)
-    found = int(smoothed_argmins(table.losses, weights))
+    found = int(mean_argmins(table.losses))
     if found < 0:
         return None
     n = len(table.seeds)
     inside = not lowest_at_end(table.losses)
-    lr = float(table.grid[found])
     if n < 2:
-        return Optimum(lr, 0.0, math.inf, n, inside)
-    drawn = smoothed_argmins(table.losses[resampled_rows(n)], weights)
+        return Optimum(float(table.grid[found]), 0.0, math.inf, n, inside)
+    drawn = mean_argmins(table.losses[resampled_rows(n)])
     logs = np.log2(table.grid[drawn[drawn >= 0]])
     interval = _percentiles(logs, level, half_step(table.grid))
-    return Optimum(lr, *interval, n, inside, bool(np.ptp(logs) > 0))
+    return Optimum(float(2.0 ** logs.mean()), *interval, n, inside, bool(np.ptp(logs) > 0))
 
 
 def optimum_ratio(
     first: Mapping[int, Curve], second: Mapping[int, Curve], level: float = 0.95
 ) -> Optimum | None:
     """second's optimum over first's on the seeds both have, bootstrapped drawing the same
-    seeds for both (None: no seed in common, or no finite point)."""
+    seeds for both and bagged (None: no seed in common, or no finite point)."""
     shared = [seed for seed in first if seed in second]
     if not shared:
         return None
     a = curve_table({s: first[s] for s in shared})
     b = curve_table({s: second[s] for s in shared})
-    wa, wb = window_weights(a.grid), window_weights(b.grid)
-    ia, ib = int(smoothed_argmins(a.losses, wa)), int(smoothed_argmins(b.losses, wb))
+    ia, ib = int(mean_argmins(a.losses)), int(mean_argmins(b.losses))
     if ia < 0 or ib < 0:
         return None
-    value = float(b.grid[ib] / a.grid[ia])
     inside = not (lowest_at_end(a.losses) or lowest_at_end(b.losses))
     if len(shared) < 2:
-        return Optimum(value, 0.0, math.inf, 1, inside)
+        return Optimum(float(b.grid[ib] / a.grid[ia]), 0.0, math.inf, 1, inside)
     rows = resampled_rows(len(shared))
-    da, db = smoothed_argmins(a.losses[rows], wa), smoothed_argmins(b.losses[rows], wb)
+    da, db = mean_argmins(a.losses[rows]), mean_argmins(b.losses[rows])
     both = (da >= 0) & (db >= 0)
     logs = np.log2(b.grid[db[both]] / a.grid[da[both]])
     widen = half_step(a.grid) + half_step(b.grid)
     resolved = bool(np.ptp(da[both]) > 0 or np.ptp(db[both]) > 0)
+    value = float(2.0 ** logs.mean())
     return Optimum(value, *_percentiles(logs, level, widen), len(shared), inside, resolved)
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from ablate.core.optimum import Curve, Optimum, optimum_ratio, variant_optimum
+from ablate.core.optimum import RESAMPLES, Curve, Optimum, optimum_ratio, variant_optimum
 from ablate.report.analysis import mean_difference
 from ablate.report.section import Section
 from ablate.report.text import ratio_text, signed
@@ -139,13 +139,15 @@ def optimum_section(frame: pd.DataFrame, variants: list[str], source: str = "swe
     lines = [
         "### LR optimum from each variant's curve, and Δ along it",
         "",
-        f"A variant's optimum is the {source} LR of the lowest running mean, over one octave, of "
-        "its seed-mean curve of stable runs (a grid point: the estimator held to the dense "
-        "reference, docs/stability-and-search.md); its 95% interval is a bootstrap over seeds "
-        "widened by half a grid step each side (a grid point stands for the optimum to within "
-        "it), and its ratio to the baseline's draws the same seeds for both, widened by a "
-        "step. Δ is the paired difference (variant − baseline) at every LR where both ran "
-        "stably.",
+        f"A variant's optimum is the {source} LR of the lowest point of its seed-mean curve "
+        f"of stable runs, bagged: that argmin's log2 LR averaged over {RESAMPLES} bootstrap "
+        "resamples of the seeds, an LR between grid points where they disagree (the estimator "
+        "held to the dense reference, docs/stability-and-search.md)"
+        + ("; the tuned runs train at its nearest 2^(1/4)" if source == "curve" else "")
+        + ". Its 95% interval is the resamples' percentile interval widened by half a grid "
+        "step each side (a grid point stands for the optimum to within it), and its ratio to "
+        "the baseline's draws the same seeds for both, widened by a step. Δ is the paired "
+        "difference (variant − baseline) at every LR where both ran stably.",
         "",
         *optimum_lines(table, source),
         "",

@@ -64,17 +64,19 @@ def test_the_search_lands_near_the_true_optimum(design: Experiment) -> None:
 
 
 @pytest.mark.slow
-def test_the_curves_grid_optimum_is_unbiased_and_covered_and_equal_optima_stay_equal(
+def test_the_curves_bagged_optimum_is_unbiased_and_covered_and_equal_optima_stay_equal(
     design: Experiment,
 ) -> None:
     found = score(design, "optimum_lr", 12)
-    # a grid point, on a symmetric valley whose optimum lies anywhere between grid points: it
-    # is within 2^(1/4) only where it picks the nearest point (79% of 100 replications; the
-    # interpolating vertex it replaced, 98% here and 1-76% on real runs)
-    assert found.within_quarter >= 0.7 and abs(found.bias) < 0.1 and found.failed == 0
-    assert found.coverage is not None and found.coverage >= 0.85
+    # two seeds, on a symmetric valley whose optimum lies anywhere between grid points: within
+    # 2^(1/4) in 69.5% of the docs' 200 replications, covered in 83.0% (a bootstrap of two
+    # seeds has three distinct resamples); four seeds: 78.5% and 95.5%
+    assert found.within_quarter >= 0.6 and abs(found.bias) < 0.1 and found.failed == 0
+    assert found.coverage is not None and found.coverage >= 0.75
+    four = score(design, "optimum_lr_noisy_more_seeds", 12)
+    assert four.coverage is not None and four.coverage >= 0.9
     equal = score(design, "optimum_ratio_equal", 12)  # covered: not called different
-    assert equal.coverage is not None and equal.coverage >= 0.9
+    assert equal.coverage is not None and equal.coverage >= 0.8  # 93.5% of 200
 
 
 def test_the_paired_interval_covers_at_its_level(design: Experiment) -> None:

@@ -79,7 +79,7 @@ def test_the_scores_find_the_constructed_truth(tmp_path: Path, design: Experimen
     scores = held.score_rows(curves, design).set_index(["estimator", "variant"])
     refined = scores.loc[("refined_argmin", "layernorm")]
     assert refined["optimum in 2^(1/4)"] == 1.0 and refined["draws"] == 280  # 4 + 3 of 8
-    smoothed = scores.loc[("smoothed_argmin", "layernorm")]  # the curve stage's estimator
+    smoothed = scores.loc[("smoothed_argmin", "layernorm")]  # the curve stage's before
     assert smoothed["bias (log2)"] == pytest.approx(-0.5) and smoothed[
         "regret (nats)"
     ] == pytest.approx(0.0125)
@@ -89,10 +89,25 @@ def test_the_scores_find_the_constructed_truth(tmp_path: Path, design: Experimen
     assert 0.75 <= refined["Δ CI covers"] < 1.0 and refined["different"] > 0.5
     assert refined["usable in 2^(1/4)"] == 1.0
     assert scores.loc[("vertex", "layernorm"), "optimum in 2^(1/4)"] == 0.0
-    assert scores.loc[("bagged_argmin", "layernorm"), "bias (log2)"] == 0.0  # no noise to bag
+    bagged = scores.loc[("bagged_argmin", "layernorm")]  # the curve stage's: no noise to bag
+    assert bagged["bias (log2)"] == 0.0 and bagged["regret (nats)"] == 0.0
     truth = held.truth_rows(curves).set_index(["variant", "answer"])
     assert truth.loc[("layernorm", "LR optimum"), "value"] == OPT
     assert truth.loc[("rmsnorm", "divergence edge"), "value"] == LRS[-2]
+
+
+def test_the_reference_repeats_its_own_optimum_where_the_runs_carry_no_noise(
+    tmp_path: Path,
+) -> None:
+    curves = ref.load_reference(write_runs(tmp_path / "runs.csv"))
+    rows = held.repeat_rows(curves, 2)
+    assert rows["optimum from"].tolist()[:3] == [
+        "4 seeds against the other 4",
+        "2 seeds against the other 6",
+        "2 seeds against all 8",
+    ]
+    assert rows["splits"].tolist()[:3] == [35, 28, 28]  # halves holding seed 0; C(8, 2)
+    assert set(rows["within 2^(1/4)"]) == {"100.0%"}
 
 
 def table_rows(markdown: str) -> set[tuple[str, ...]]:
@@ -107,7 +122,7 @@ def test_the_committed_tables_are_what_the_harness_gives_on_the_committed_refere
     curves = ref.load_reference([REPO / p for p in ref.REFERENCE_RUNS])
     design = load_experiment(REPO / "experiments" / "ln_vs_rms.yaml")
     truth = held.truth_markdown(held.truth_rows(curves))
-    chosen = {"smoothed_argmin": held.OPTIMA["smoothed_argmin"]}  # the stage's; CI's time
+    chosen = {"bagged_argmin": held.OPTIMA["bagged_argmin"]}  # the stage's; CI's time
     scores = held.scores_markdown(held.score_rows(curves, design, estimators=chosen))
     committed = (REPO / "reports" / "reference" / "held_to_runs.md").read_text(encoding="utf-8")
     docs = (REPO / "docs" / "stability-and-search.md").read_text(encoding="utf-8")
@@ -115,6 +130,8 @@ def test_the_committed_tables_are_what_the_harness_gives_on_the_committed_refere
     found = table_rows(scores) - table_rows(committed)
     assert len(table_rows(scores)) == 3 and not found, found  # the header and 2 rows
     assert not table_rows(scores) - table_rows(docs)
+    repeat = held.repeat_rows(curves, 4).to_markdown(index=False)
+    assert repeat in committed and repeat in docs
 
 
 def test_the_committed_shape_table_is_the_reference_s() -> None:

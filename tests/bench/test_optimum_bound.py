@@ -38,7 +38,7 @@ def test_the_truth_table_shows_each_optimum_lowest_with_its_excursions_share() -
     assert parts.to_numpy() == pytest.approx(rows["expected loss above the optimum's"].to_numpy())
 
 
-def test_every_lattice_point_finds_a_noiseless_optimum_the_running_mean_steps_off(
+def test_every_choice_finds_a_noiseless_optimum_below_a_cliff(
     tmp_path: Path,
 ) -> None:
     doc = yaml.safe_load((REPO / "experiments" / "ln_vs_rms.yaml").read_text())
@@ -52,12 +52,11 @@ def test_every_lattice_point_finds_a_noiseless_optimum_the_running_mean_steps_of
     scored = bound.bound_rows([study], {"layernorm": OPT}, design, [2, 4], 3, templates)
     assert scored["draws"].tolist() == [3, 3] and scored["its SE"].isna().all()  # 1 study
     assert scored["every lattice point"].tolist() == [1.0, 1.0]
-    # a cliff right above the optimum: the one-octave running mean picks the √2 point below
-    assert scored["the curve stage"].tolist() == [0.0, 0.0]
+    # a cliff right above the optimum; no noise: every resample of the seeds agrees
+    assert scored["the curve stage"].tolist() == [1.0, 1.0]
     assert scored["the shape known"].tolist() == [1.0, 1.0]
-    assert scored["bagged"].tolist() == [1.0, 1.0]  # no noise: every resample agrees
     grid = held.protocol_grid(study["layernorm"], (0, 1), design)
-    assert bound.curve_stage(study["layernorm"], (0, 1), grid) == OPT / 2**0.5
+    assert bound.curve_stage(study["layernorm"], (0, 1), grid) == pytest.approx(OPT)
 
 
 def test_the_known_shape_is_moved_to_where_the_runs_put_it(tmp_path: Path) -> None:

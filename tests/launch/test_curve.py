@@ -153,6 +153,7 @@ def test_the_usable_lr_is_walked_up_from_each_optimum_and_leads_the_stability_se
         walked = planned[(planned["group"] == "usable") & (planned["variant"] == variant)]
         optimum = tuned.loc[tuned["variant"] == variant, "lr"].iloc[0]
         assert walked["lr"].min() == table.loc[variant, "optimum_lr"] == pytest.approx(optimum)
+        assert round(math.log2(optimum) * 4, 6) == round(math.log2(optimum) * 4)  # 2^(k/4)
         steps = sorted(walked["lr"].unique())  # contiguous quarter octaves
         assert all(b / a == pytest.approx(2**0.25) for a, b in zip(steps, steps[1:], strict=False))
         for _, mine in walked.groupby("seed"):  # the last point is the first one above
