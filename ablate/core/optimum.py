@@ -30,10 +30,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ablate.core.boundary import lattice_index, lattice_lr
+from ablate.core.usable import PER_OCTAVE
+
 RESAMPLES = 2000  # bootstrap resamples of the seeds
 RESAMPLE_SEED = 0  # the bootstrap's generator: the same curves give the same interval
 LR_DIGITS = 12  # significant digits of an optimum trained at (Optimum.lr)
-TRAIN_PER_OCTAVE = 4  # an optimum is trained at the nearest 2^(1/4): the resolution it is held to
 
 Curve = Sequence[tuple[float, float]]  # (lr, final val loss) of one seed
 
@@ -58,11 +60,11 @@ class Optimum:
 
     @property
     def lr(self) -> float:
-        """The optimum as runs train at it: the nearest point of the 2^(1/4) lattice
-        (:data:`TRAIN_PER_OCTAVE`; the resolution ``held_to_runs`` scores it at, and the usable
-        walk's), to :data:`LR_DIGITS` significant digits, so that an LR's last bit, which can
+        """The optimum as runs train at it: the nearest point of the usable walk's 2^(1/4)
+        lattice (:data:`ablate.core.usable.PER_OCTAVE`, the resolution ``held_to_runs`` scores
+        it at), to :data:`LR_DIGITS` significant digits, so that an LR's last bit, which can
         differ between machines, does not change run ids."""
-        point = 2.0 ** (round(math.log2(self.value) * TRAIN_PER_OCTAVE) / TRAIN_PER_OCTAVE)
+        point = lattice_lr(lattice_index(self.value, PER_OCTAVE), PER_OCTAVE)
         return float(f"{point:.{LR_DIGITS}g}")
 
 
@@ -98,12 +100,10 @@ def mean_argmins(losses: np.ndarray) -> np.ndarray:
     return np.where(np.isfinite(means.min(axis=-1)), found, -1)
 
 
-def lowest_at_end(losses: np.ndarray) -> bool:
-    """Whether the seed-mean curve's lowest point is the grid's first or last (the optimum
-    may lie beyond the grid)."""
-    means = np.nanmean(losses, axis=0)
-    lowest = int(np.nanargmin(means))
-    return lowest in (0, len(means) - 1)
+def at_end(index: int, grid: np.ndarray) -> bool:
+    """Whether grid point ``index`` (the seed mean's lowest) is the grid's first or last: the
+    optimum may lie beyond the grid."""
+    return index in (0, len(grid) - 1)
 
 
 def resampled_rows(seeds: int) -> np.ndarray:
@@ -133,7 +133,7 @@ def variant_optimum(curves: Mapping[int, Curve], level: float = 0.95) -> Optimum
     if found < 0:
         return None
     n = len(table.seeds)
-    inside = not lowest_at_end(table.losses)
+    inside = not at_end(found, table.grid)
     if n < 2:
         return Optimum(float(table.grid[found]), 0.0, math.inf, n, inside)
     drawn = mean_argmins(table.losses[resampled_rows(n)])
@@ -155,7 +155,7 @@ def optimum_ratio(
     ia, ib = int(mean_argmins(a.losses)), int(mean_argmins(b.losses))
     if ia < 0 or ib < 0:
         return None
-    inside = not (lowest_at_end(a.losses) or lowest_at_end(b.losses))
+    inside = not (at_end(ia, a.grid) or at_end(ib, b.grid))
     if len(shared) < 2:
         return Optimum(float(b.grid[ib] / a.grid[ia]), 0.0, math.inf, 1, inside)
     rows = resampled_rows(len(shared))

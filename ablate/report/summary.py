@@ -384,10 +384,11 @@ def crossover_summary(stored: StoredExperiment, tuned: pd.DataFrame, how: Judgin
         found = judged(row, baseline, stored.tuned, how)
         word = found.word if isinstance(found, Verdict) else ""
         claim = crossover_claim(rows, word, float(row["diff_vs_baseline"]))
-        if claim == DEPENDS and crossover_word(rows) != DEPENDS:
+        common = crossover_word(rows)
+        if claim == DEPENDS and common != DEPENDS:
             lines.append(
                 f"  - Cross-over, {variant}: **{DEPENDS}**: different at each one's own "
-                f"settings, {crossover_word(rows)} at both shared settings ({at}): the tuned Δ "
+                f"settings, {common} at both shared settings ({at}): the tuned Δ "
                 "comes from where each variant sits on its LR curve, not from the variant."
             )
         else:
