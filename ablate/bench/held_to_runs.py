@@ -12,9 +12,12 @@ each norm:
 
 - the **LR optimum** from the curve seeds on the protocol's own grid (``curve:`` of the
   protocol file, a subset of the reference's lattice, grown an octave at an edge as the stage
-  grows it) by each estimator of :data:`OPTIMA`, scored as within 2^(1/4) of the reference's;
+  grows it) by each estimator of :data:`OPTIMA`, scored as within 2^(1/4) of the reference's
+  twice: at the LR the protocol trains at (the estimate's nearest 2^(1/4),
+  :func:`ablate.core.optimum.trained_lr`; the reference's answer is a point of that lattice
+  too) and as estimated (an LR between lattice points, for the bagged argmin and the vertex);
 - the **tuned Δ** (second − first norm, on the test split, paired over the A/B seeds) with
-  each norm at its chosen LR (snapped to the reference's lattice: within 2^(1/8)), its 95%
+  each norm at the LR it trains at, its 95%
   t interval and the report's three-way verdict at ``analysis.min_effect``; and the same at
   the *other* norm's chosen LR (the cross-over), and whether the report would state the
   verdict *different* without "depends on the LR" (:func:`crossover_holds`);
@@ -27,10 +30,13 @@ is not replayed. With ``--simulated N`` the same replay runs on N reference-shap
 drawn from the simulator fitted to the reference (:mod:`ablate.bench.fit_reference`), scored
 against its known truth. Two more tables give how often the reference's own optimum repeats
 from fewer of its seeds (:func:`repeat_rows`: what a curve on few seeds can be asked) and the
-reference's shape (:func:`shape_rows`), with the fitted simulator's beside it. Run::
+reference's shape (:func:`shape_rows`), with the fitted simulator's beside it. With
+``--held-out`` the protocol is also replayed on every disjoint draw of further seeds of the
+same design that no estimator was chosen on, scored against the reference's answers (from
+its own seeds, none of them held out), beside the held-out seeds' own answers. Run::
 
     python -m ablate.bench.held_to_runs [reports/reference/runs.csv] \\
-        [--protocol experiments/ln_vs_rms.yaml] [--simulated 20] \\
+        [--protocol experiments/ln_vs_rms.yaml] [--simulated 20] [--held-out runs.csv] \\
         [--write docs/stability-and-search.md] [--out reports/reference/held_to_runs.md]
 """
 
@@ -54,7 +60,7 @@ from ablate.bench.estimators import write_block
 from ablate.core.config import RunConfig
 from ablate.core.experiment import Experiment
 from ablate.core.load import load_experiment
-from ablate.core.optimum import edge_sides, variant_optimum
+from ablate.core.optimum import edge_sides, trained_lr, variant_optimum
 from ablate.core.simulate import mean_loss
 from ablate.core.truth import SimulateConfig
 
@@ -207,12 +213,13 @@ OPTIMA: dict[str, tuple[str, OptimumEstimator]] = {
 
 @dataclass(frozen=True)
 class Replay:
-    """One draw under one optimum estimator: per norm the chosen LR's log2 error, the tuned
-    comparison's matched differences, the cross-over's mean Δ and the usable boundary's log2
-    error."""
+    """One draw under one optimum estimator: per norm the log2 errors of the LR trained at
+    and of the estimate, the tuned comparison's matched differences, the cross-over's mean Δ
+    and the usable boundary's log2 error."""
 
-    chosen: dict[str, float]  # variant -> the estimator's LR, snapped to the lattice
+    chosen: dict[str, float]  # variant -> the LR trained at (:func:`trained_lr` of the estimate)
     errors: dict[str, float]  # variant -> log2(chosen / reference optimum)
+    estimate_errors: dict[str, float]  # variant -> log2(estimate, unsnapped / reference optimum)
     regrets: dict[str, float]  # variant -> expected loss at the chosen LR over the optimum's
     at_edge: bool
     diffs: np.ndarray  # per A/B seed: second at its chosen LR − first at its own (test split)
@@ -270,7 +277,7 @@ def replay(
     chosen = {
         v: estimator(c, draw.curve, protocol_grid(c, draw.curve, design)) for v, c in curves.items()
     }
-    at = {v: curves[v].nearest(chosen[v].lr) for v in curves}
+    at = {v: curves[v].nearest(trained_lr(chosen[v].lr)) for v in curves}
     diffs = ref.paired_test_delta(curves[first], curves[second], at[first], at[second], draw.ab)
     cross = {
         v: ref.paired_test_delta(curves[first], curves[second], lr, lr, draw.ab)
@@ -289,6 +296,7 @@ def replay(
     walked, bracketed = usable(True), usable(False)
     return Replay(
         at,
+        {v: math.log2(at[v] / truth.optima[v]) for v in curves},
         {v: math.log2(chosen[v].lr / truth.optima[v]) for v in curves},
         {v: truth.regret(v, at[v]) for v in curves},
         any(c.at_edge for c in chosen.values()),
@@ -357,6 +365,7 @@ def score_rows(
         holds = crossover_holds(judged, shared)
         for variant in curves:
             errors = np.array([r.errors[variant] for r in replays])
+            estimated = np.array([r.estimate_errors[variant] for r in replays])
             bounds = np.array([r.boundary_errors[variant] for r in replays])
             bracketed = np.array([r.bracket_errors[variant] for r in replays])
             low, high = truth.optimum_interval[variant]
@@ -367,11 +376,12 @@ def score_rows(
                     "what": what,
                     "variant": variant,
                     "draws": len(replays),
-                    "optimum in 2^(1/4)": float(np.mean(np.abs(errors) <= QUARTER)),
-                    "optimum in truth's CI": float(
+                    "trained at in 2^(1/4)": float(np.mean(np.abs(errors) <= QUARTER)),
+                    "estimate in 2^(1/4)": float(np.mean(np.abs(estimated) <= QUARTER)),
+                    "trained at in truth's CI": float(
                         np.mean((chosen >= low * (1 - 1e-9)) & (chosen <= high * (1 + 1e-9)))
                     ),
-                    "bias (log2)": float(errors.mean()),
+                    "bias (log2)": float(estimated.mean()),
                     "regret (nats)": float(np.mean([r.regrets[variant] for r in replays])),
                     "at an edge": float(np.mean([r.at_edge for r in replays])),
                     "Δ CI covers": float(judged.covered.mean()),
@@ -547,7 +557,7 @@ def paired_t(diffs: np.ndarray) -> ref.Answer:
 
 def percent_columns(frame: pd.DataFrame) -> list[str]:
     """The score columns that are shares of draws (printed as percentages)."""
-    starts = ("optimum in", "at an", "Δ CI", "different", "usable", "if bracketed")
+    starts = ("trained at", "estimate in", "at an", "Δ CI", "different", "usable", "if bracketed")
     return [c for c in frame.columns if c.startswith(starts)]
 
 
@@ -591,10 +601,21 @@ def main(argv: list[str] | None = None) -> None:
         "--simulated", type=int, default=0, help="studies drawn from the fitted simulator"
     )
     parser.add_argument("--fitted", type=Path, default=fit.FITTED, help="its runtime.simulate")
+    parser.add_argument(
+        "--held-out",
+        type=Path,
+        nargs="+",
+        default=[],
+        help="runs.csv tables of seeds no estimator was chosen on: replayed against the truth",
+    )
     parser.add_argument("--write", type=Path, default=None, help="a doc with the marked blocks")
     parser.add_argument("--out", type=Path, default=None, help="a markdown file for the tables")
     args = parser.parse_args(argv)
     curves = ref.load_reference(args.runs)
+    fresh = ref.load_reference(args.held_out) if args.held_out else {}
+    shared = set(seeds_of(fresh)) & set(seeds_of(curves)) if fresh else set()
+    if shared:
+        parser.error(f"--held-out: seeds {sorted(shared)} are the reference's too")
     design = load_experiment(args.protocol)
     tables = {
         "held-to-runs": truth_markdown(truth_rows(curves, args.band))
@@ -602,6 +623,8 @@ def main(argv: list[str] | None = None) -> None:
         + scores_markdown(score_rows(curves, design, args.band)),
         "reference-repeat": repeat_rows(curves, len(design.curve_seeds())).to_markdown(index=False),
     }
+    if fresh:
+        tables["held-out"] = held_out_text(curves, fresh, design, args.band)
     drawn: list[dict[str, ref.Curves]] = []
     if args.simulated:
         section = yaml.safe_load(args.fitted.read_text(encoding="utf-8"))
@@ -624,15 +647,36 @@ def main(argv: list[str] | None = None) -> None:
         args.out.write_text(report_text(args, tables), encoding="utf-8")
 
 
+def seeds_of(curves: dict[str, ref.Curves]) -> tuple[int, ...]:
+    """The seeds of a reference's curves."""
+    return next(iter(curves.values())).seeds
+
+
+def held_out_text(
+    curves: dict[str, ref.Curves],
+    fresh: dict[str, ref.Curves],
+    design: Experiment,
+    band: float = ref.BAND,
+) -> str:
+    """The held-out seeds' own answers, and the protocol replayed on every disjoint draw of
+    them, scored against the reference's answers from its own seeds (none of them shared)."""
+    truth = reference_truth(curves, band)
+    answers = truth_markdown(truth_rows(fresh, band))
+    return answers + "\n\n" + scores_markdown(score_rows(fresh, design, band, truth))
+
+
 def report_text(args: argparse.Namespace, tables: dict[str, str]) -> str:
     """The tables as one markdown page, with the command that made them."""
     runs = " ".join(map(str, args.runs))
     command = f"python -m ablate.bench.held_to_runs {runs} --protocol {args.protocol}"
+    if args.held_out:
+        command += f" --held-out {' '.join(map(str, args.held_out))}"
     if args.simulated:
         command += f" --simulated {args.simulated}"
     titles = {
         "held-to-runs": "The reference's answers, and the protocol replayed on it",
         "reference-repeat": "How often the reference's own optimum repeats",
+        "held-out": "The protocol replayed on seeds no choice saw",
         "held-to-simulator": "The protocol replayed on the fitted simulator",
         "reference-shape": "The reference's shape, and the fitted simulator's",
     }

@@ -60,12 +60,17 @@ class Optimum:
 
     @property
     def lr(self) -> float:
-        """The optimum as runs train at it: the nearest point of the usable walk's 2^(1/4)
-        lattice (:data:`ablate.core.usable.PER_OCTAVE`, the resolution ``held_to_runs`` scores
-        it at), to :data:`LR_DIGITS` significant digits, so that an LR's last bit, which can
-        differ between machines, does not change run ids."""
-        point = lattice_lr(lattice_index(self.value, PER_OCTAVE), PER_OCTAVE)
-        return float(f"{point:.{LR_DIGITS}g}")
+        """The optimum as runs train at it (:func:`trained_lr`)."""
+        return trained_lr(self.value)
+
+
+def trained_lr(value: float) -> float:
+    """The LR runs train at for an optimum ``value``: the nearest point of the usable walk's
+    2^(1/4) lattice (:data:`ablate.core.usable.PER_OCTAVE`, the resolution ``held_to_runs``
+    scores it at), to :data:`LR_DIGITS` significant digits, so that an LR's last bit, which
+    can differ between machines, does not change run ids."""
+    point = lattice_lr(lattice_index(value, PER_OCTAVE), PER_OCTAVE)
+    return float(f"{point:.{LR_DIGITS}g}")
 
 
 @dataclass(frozen=True)

@@ -8,6 +8,7 @@ import math
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pytest
 import yaml
 from conftest import REPO
@@ -78,7 +79,7 @@ def test_the_scores_find_the_constructed_truth(tmp_path: Path, design: Experimen
     curves = ref.load_reference(write_runs(tmp_path / "runs.csv"))
     scores = held.score_rows(curves, design).set_index(["estimator", "variant"])
     refined = scores.loc[("refined_argmin", "layernorm")]
-    assert refined["optimum in 2^(1/4)"] == 1.0 and refined["draws"] == 280  # 4 + 3 of 8
+    assert refined["trained at in 2^(1/4)"] == 1.0 and refined["draws"] == 280  # 4 + 3 of 8
     smoothed = scores.loc[("smoothed_argmin", "layernorm")]  # the curve stage's before
     assert smoothed["bias (log2)"] == pytest.approx(-0.5) and smoothed[
         "regret (nats)"
@@ -88,12 +89,45 @@ def test_the_scores_find_the_constructed_truth(tmp_path: Path, design: Experimen
     # three pairs of a fixed 7-level pattern, not normal noise: a t interval covers most draws
     assert 0.75 <= refined["Δ CI covers"] < 1.0 and refined["different"] > 0.5
     assert refined["usable in 2^(1/4)"] == 1.0
-    assert scores.loc[("vertex", "layernorm"), "optimum in 2^(1/4)"] == 0.0
+    assert scores.loc[("vertex", "layernorm"), "estimate in 2^(1/4)"] == 0.0
     bagged = scores.loc[("bagged_argmin", "layernorm")]  # the curve stage's: no noise to bag
     assert bagged["bias (log2)"] == 0.0 and bagged["regret (nats)"] == 0.0
     truth = held.truth_rows(curves).set_index(["variant", "answer"])
     assert truth.loc[("layernorm", "LR optimum"), "value"] == OPT
     assert truth.loc[("rmsnorm", "divergence edge"), "value"] == LRS[-2]
+
+
+def test_the_lr_trained_at_is_scored_beside_the_estimate(
+    tmp_path: Path, design: Experiment
+) -> None:
+    curves = ref.load_reference(write_runs(tmp_path / "runs.csv"))
+
+    def between(c: ref.Curves, seeds: object, grid: object) -> held.Chosen:
+        return held.Chosen(OPT * 2.0**0.3, False)  # nearest 2^(1/4) point: OPT · 2^(1/4)
+
+    estimators = {"between": ("0.3 octave above the optimum", between)}
+    scores = held.score_rows(curves, design, estimators=estimators).set_index("variant")
+    row = scores.loc["layernorm"]
+    assert row["estimate in 2^(1/4)"] == 0.0 and row["trained at in 2^(1/4)"] == 1.0
+    assert row["bias (log2)"] == pytest.approx(0.3)  # of the estimate, as it was made
+    assert row["regret (nats)"] > 0  # at the point trained at, a step above OPT
+
+
+def test_held_out_seeds_are_replayed_against_the_reference_s_answers(
+    tmp_path: Path, design: Experiment
+) -> None:
+    runs = write_runs(tmp_path / "runs.csv")
+    fresh = pd.read_csv(runs)
+    fresh["seed"] += 100  # the same noiseless curves on seeds the reference does not have
+    fresh.to_csv(tmp_path / "fresh.csv", index=False)
+    curves = ref.load_reference(runs)
+    text = held.held_out_text(curves, ref.load_reference(tmp_path / "fresh.csv"), design)
+    assert "| layernorm | LR optimum" in text  # the held-out seeds' own answers
+    bagged = [row for row in table_rows(text) if row[:2] == ("bagged_argmin", "layernorm")]
+    assert bagged and bagged[0][2:5] == ("280", "100.0%", "100.0%")  # draws; both in 2^(1/4)
+    with pytest.raises(SystemExit) as stop:  # before anything is scored
+        held.main([str(runs), "--held-out", str(runs)])
+    assert stop.value.code == 2
 
 
 def test_the_reference_repeats_its_own_optimum_where_the_runs_carry_no_noise(

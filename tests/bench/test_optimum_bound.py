@@ -53,7 +53,8 @@ def test_every_choice_finds_a_noiseless_optimum_below_a_cliff(
     assert scored["draws"].tolist() == [3, 3] and scored["its SE"].isna().all()  # 1 study
     assert scored["every lattice point"].tolist() == [1.0, 1.0]
     # a cliff right above the optimum; no noise: every resample of the seeds agrees
-    assert scored["the curve stage"].tolist() == [1.0, 1.0]
+    assert scored["the curve stage, trained at"].tolist() == [1.0, 1.0]
+    assert scored["as estimated"].tolist() == [1.0, 1.0]
     assert scored["the shape known"].tolist() == [1.0, 1.0]
     grid = held.protocol_grid(study["layernorm"], (0, 1), design)
     assert bound.curve_stage(study["layernorm"], (0, 1), grid) == pytest.approx(OPT)
