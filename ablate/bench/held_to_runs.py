@@ -277,6 +277,8 @@ def replay(
     chosen = {
         v: estimator(c, draw.curve, protocol_grid(c, draw.curve, design)) for v, c in curves.items()
     }
+    # where the protocol trains; past the reference's 2^(1/4) lattice (it steps by √2 above
+    # 0.0156), at its nearest point: the replay cannot train where the reference did not
     at = {v: curves[v].nearest(trained_lr(chosen[v].lr)) for v in curves}
     diffs = ref.paired_test_delta(curves[first], curves[second], at[first], at[second], draw.ab)
     cross = {
@@ -624,7 +626,8 @@ def main(argv: list[str] | None = None) -> None:
         "reference-repeat": repeat_rows(curves, len(design.curve_seeds())).to_markdown(index=False),
     }
     if fresh:
-        tables["held-out"] = held_out_text(curves, fresh, design, args.band)
+        pooled = ref.load_reference([*args.runs, *args.held_out])
+        tables["held-out"] = held_out_text(curves, fresh, pooled, design, args.band)
     drawn: list[dict[str, ref.Curves]] = []
     if args.simulated:
         section = yaml.safe_load(args.fitted.read_text(encoding="utf-8"))
@@ -655,14 +658,32 @@ def seeds_of(curves: dict[str, ref.Curves]) -> tuple[int, ...]:
 def held_out_text(
     curves: dict[str, ref.Curves],
     fresh: dict[str, ref.Curves],
+    pooled: dict[str, ref.Curves],
     design: Experiment,
     band: float = ref.BAND,
+    estimators: Mapping[str, tuple[str, OptimumEstimator]] = OPTIMA,
 ) -> str:
-    """The held-out seeds' own answers, and the protocol replayed on every disjoint draw of
-    them, scored against the reference's answers from its own seeds (none of them shared)."""
+    """The held-out seeds' own answers, the answers of every seed (``pooled``: the reference's
+    and the held-out ones), and the protocol replayed on every disjoint draw of the held-out
+    seeds (each of ``estimators``), scored against the reference's answers from its own seeds
+    (none of them held out)."""
     truth = reference_truth(curves, band)
-    answers = truth_markdown(truth_rows(fresh, band))
-    return answers + "\n\n" + scores_markdown(score_rows(fresh, design, band, truth))
+    scores = score_rows(fresh, design, band, truth, estimators=estimators)
+    parts = {
+        f"Seeds {span(seeds_of(fresh))} alone": truth_markdown(truth_rows(fresh, band)),
+        f"All {len(seeds_of(pooled))} seeds": truth_markdown(truth_rows(pooled, band)),
+        f"The protocol on seeds {span(seeds_of(fresh))}, scored against the answers of seeds "
+        f"{span(seeds_of(curves))}": scores_markdown(scores),
+    }
+    return "\n\n".join(f"{caption}:\n\n{table}" for caption, table in parts.items())
+
+
+def span(seeds: Sequence[int]) -> str:
+    """Seeds as a range where they run on without a gap ("16–23"), else listed."""
+    ordered = sorted(seeds)
+    if ordered == list(range(ordered[0], ordered[-1] + 1)) and len(ordered) > 2:
+        return f"{ordered[0]}–{ordered[-1]}"
+    return ", ".join(map(str, ordered))
 
 
 def report_text(args: argparse.Namespace, tables: dict[str, str]) -> str:

@@ -39,6 +39,9 @@ REFERENCE_RUNS = (  # seeds 0-7, then seeds 8-15 (ablate run ... --seeds 8,...,1
     Path("reports/reference/runs.csv"),
     Path("reports/reference_seeds_8_15/reference/runs.csv"),
 )
+HELD_OUT_RUNS = (  # seeds 16-23 of the same file, run after every estimator was chosen
+    Path("reports/reference_seeds_16_23/reference/runs.csv"),
+)
 Runs = Path | Sequence[Path]  # one or more runs.csv tables of a reference
 FINE_PER_OCTAVE = 4  # the reference's lattice through the basin: 2^(1/4)
 BAND = 0.1  # nats: the usable-LR boundary's default band (docs/stability-and-search.md)

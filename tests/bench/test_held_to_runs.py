@@ -121,7 +121,11 @@ def test_held_out_seeds_are_replayed_against_the_reference_s_answers(
     fresh["seed"] += 100  # the same noiseless curves on seeds the reference does not have
     fresh.to_csv(tmp_path / "fresh.csv", index=False)
     curves = ref.load_reference(runs)
-    text = held.held_out_text(curves, ref.load_reference(tmp_path / "fresh.csv"), design)
+    fresh = ref.load_reference(tmp_path / "fresh.csv")
+    pooled = ref.load_reference([runs, tmp_path / "fresh.csv"])
+    text = held.held_out_text(curves, fresh, pooled, design)
+    assert "Seeds 100–107 alone:" in text and "All 16 seeds:" in text
+    assert "scored against the answers of seeds 0–7:" in text
     assert "| layernorm | LR optimum" in text  # the held-out seeds' own answers
     bagged = [row for row in table_rows(text) if row[:2] == ("bagged_argmin", "layernorm")]
     assert bagged and bagged[0][2:5] == ("280", "100.0%", "100.0%")  # draws; both in 2^(1/4)
@@ -166,6 +170,21 @@ def test_the_committed_tables_are_what_the_harness_gives_on_the_committed_refere
     assert not table_rows(scores) - table_rows(docs)
     repeat = held.repeat_rows(curves, 4).to_markdown(index=False)
     assert repeat in committed and repeat in docs
+
+
+def test_the_committed_held_out_table_is_what_the_harness_gives() -> None:
+    paths = [REPO / p for p in (*ref.REFERENCE_RUNS, *ref.HELD_OUT_RUNS)]
+    curves = ref.load_reference(paths[: len(ref.REFERENCE_RUNS)])
+    fresh = ref.load_reference(paths[len(ref.REFERENCE_RUNS) :])
+    design = load_experiment(REPO / "experiments" / "ln_vs_rms.yaml")
+    chosen = {"bagged_argmin": held.OPTIMA["bagged_argmin"]}  # the stage's; CI's time
+    text = held.held_out_text(curves, fresh, ref.load_reference(paths), design, estimators=chosen)
+    committed = (REPO / "reports" / "reference" / "held_to_runs.md").read_text(encoding="utf-8")
+    docs = (REPO / "docs" / "stability-and-search.md").read_text(encoding="utf-8")
+    assert "Seeds 16–23 alone:" in text and "All 24 seeds:" in text
+    assert len(table_rows(text)) > 20  # two tables of answers, bagged's 2 rows
+    assert not table_rows(text) - table_rows(committed), table_rows(text) - table_rows(committed)
+    assert not table_rows(text) - table_rows(docs)
 
 
 def test_the_committed_shape_table_is_the_reference_s() -> None:
