@@ -16,6 +16,7 @@ from ablate.core.optimum import (
     mean_argmins,
     optimum_ratio,
     resampled_rows,
+    trained_lr,
     variant_optimum,
 )
 
@@ -121,3 +122,12 @@ def test_an_optimum_trains_at_the_nearest_quarter_octave_its_last_bit_does_not_m
     b = Optimum(math.nextafter(value, 1.0), value / 2, value * 2, 2, True)  # one ulp up
     assert a.lr == b.lr and abs(math.log2(a.lr / value)) <= 1 / 8
     assert round(math.log2(a.lr) * 4, 9) == round(math.log2(a.lr) * 4)  # a 2^(k/4) point
+
+
+def test_a_value_between_two_lattice_points_trains_at_the_even_one() -> None:
+    def point(k: int) -> float:
+        return float(f"{2.0 ** (k / 4):.12g}")  # lattice point k, as runs train at it
+
+    assert trained_lr(2.0**-8.125) == point(-32)  # index -32.5: the even one, a √2 point
+    assert trained_lr(2.0**-8.375) == point(-34)  # index -33.5: the even one again
+    assert trained_lr(2.0**-8.2) == point(-33)  # otherwise the nearest
