@@ -354,7 +354,7 @@ def score_rows(
     (:func:`disjoint_draws` up to ``limit``), scored against ``truth`` (default: the
     reference's own answers from all of ``curves``' seeds)."""
     truth = truth or reference_truth(curves, band)
-    seeds = curves[next(iter(curves))].seeds
+    seeds = seeds_of(curves)
     draws = disjoint_draws(seeds, len(design.curve_seeds()), len(design.seeds), limit)
     rows = []
     for name, (what, estimator) in estimators.items():
@@ -619,21 +619,22 @@ def main(argv: list[str] | None = None) -> None:
     if shared:
         parser.error(f"--held-out: seeds {sorted(shared)} are the reference's too")
     design = load_experiment(args.protocol)
+    truth = reference_truth(curves, args.band)
     tables = {
         "held-to-runs": truth_markdown(truth_rows(curves, args.band))
         + "\n\n"
-        + scores_markdown(score_rows(curves, design, args.band)),
+        + scores_markdown(score_rows(curves, design, args.band, truth)),
         "reference-repeat": repeat_rows(curves, len(design.curve_seeds())).to_markdown(index=False),
     }
     if fresh:
         pooled = ref.load_reference([*args.runs, *args.held_out])
-        tables["held-out"] = held_out_text(curves, fresh, pooled, design, args.band)
+        tables["held-out"] = held_out_text(truth, fresh, pooled, design, args.band)
     drawn: list[dict[str, ref.Curves]] = []
     if args.simulated:
         section = yaml.safe_load(args.fitted.read_text(encoding="utf-8"))
         lattice = [float(lr) for lr in next(iter(curves.values())).lrs]
         base = load_experiment(REFERENCE_DESIGN).base
-        n_seeds = len(next(iter(curves.values())).seeds)
+        n_seeds = len(seeds_of(curves))
         rows = simulated_rows(section, design, base, lattice, args.simulated, n_seeds, args.band)
         tables["held-to-simulator"] = scores_markdown(rows)
         variants = list(design.variants)
@@ -656,7 +657,7 @@ def seeds_of(curves: dict[str, ref.Curves]) -> tuple[int, ...]:
 
 
 def held_out_text(
-    curves: dict[str, ref.Curves],
+    truth: Truth,
     fresh: dict[str, ref.Curves],
     pooled: dict[str, ref.Curves],
     design: Experiment,
@@ -665,15 +666,14 @@ def held_out_text(
 ) -> str:
     """The held-out seeds' own answers, the answers of every seed (``pooled``: the reference's
     and the held-out ones), and the protocol replayed on every disjoint draw of the held-out
-    seeds (each of ``estimators``), scored against the reference's answers from its own seeds
-    (none of them held out)."""
-    truth = reference_truth(curves, band)
+    seeds (each of ``estimators``), scored against ``truth``: the reference's answers from its
+    own seeds (:func:`reference_truth`; none of them held out)."""
     scores = score_rows(fresh, design, band, truth, estimators=estimators)
     parts = {
         f"Seeds {span(seeds_of(fresh))} alone": truth_markdown(truth_rows(fresh, band)),
         f"All {len(seeds_of(pooled))} seeds": truth_markdown(truth_rows(pooled, band)),
         f"The protocol on seeds {span(seeds_of(fresh))}, scored against the answers of seeds "
-        f"{span(seeds_of(curves))}": scores_markdown(scores),
+        f"{span(sorted(set(seeds_of(pooled)) - set(seeds_of(fresh))))}": scores_markdown(scores),
     }
     return "\n\n".join(f"{caption}:\n\n{table}" for caption, table in parts.items())
 

@@ -123,7 +123,7 @@ def test_held_out_seeds_are_replayed_against_the_reference_s_answers(
     curves = ref.load_reference(runs)
     fresh = ref.load_reference(tmp_path / "fresh.csv")
     pooled = ref.load_reference([runs, tmp_path / "fresh.csv"])
-    text = held.held_out_text(curves, fresh, pooled, design)
+    text = held.held_out_text(held.reference_truth(curves, ref.BAND), fresh, pooled, design)
     assert "Seeds 100–107 alone:" in text and "All 16 seeds:" in text
     assert "scored against the answers of seeds 0–7:" in text
     assert "| layernorm | LR optimum" in text  # the held-out seeds' own answers
@@ -178,7 +178,8 @@ def test_the_committed_held_out_table_is_what_the_harness_gives() -> None:
     fresh = ref.load_reference(paths[len(ref.REFERENCE_RUNS) :])
     design = load_experiment(REPO / "experiments" / "ln_vs_rms.yaml")
     chosen = {"bagged_argmin": held.OPTIMA["bagged_argmin"]}  # the stage's; CI's time
-    text = held.held_out_text(curves, fresh, ref.load_reference(paths), design, estimators=chosen)
+    truth = held.reference_truth(curves, ref.BAND)
+    text = held.held_out_text(truth, fresh, ref.load_reference(paths), design, estimators=chosen)
     committed = (REPO / "reports" / "reference" / "held_to_runs.md").read_text(encoding="utf-8")
     docs = (REPO / "docs" / "stability-and-search.md").read_text(encoding="utf-8")
     assert "Seeds 16–23 alone:" in text and "All 24 seeds:" in text
