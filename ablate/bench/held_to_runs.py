@@ -3,9 +3,11 @@
 reference's answer from all of its seeds.
 
 A draw takes as many curve seeds as the protocol's curve has (4 in ln_vs_rms) and as many A/B
-seeds as its ``seeds`` (3) from the reference's 16, disjoint. Of the 1820 × 220 such draws,
-:data:`DRAW_LIMIT` are replayed, drawn at random (:func:`disjoint_draws`; on a reference of 8
-seeds, all 70 × 4 = 280 are). The answer scored against uses all 16 seeds. A share carries
+seeds as its ``seeds`` (3) from the reference's 16, disjoint, and where the reference holds
+them the seeds ``decide:`` may add (6, up to ``max_seeds`` 9), in a random order. Of the
+1820 × 220 choices of curve and A/B seeds, :data:`DRAW_LIMIT` draws are replayed, at random
+(:func:`disjoint_draws`; on a reference of 8 seeds, without ``decide:``'s, all 70 × 4 = 280
+are). The answer scored against uses all 16 seeds. A share carries
 the draws' Monte Carlo error and, larger, the error of which 16 seeds the reference has (the
 8-seed reference's shares differed by up to a third for some estimators). In each draw, for
 each norm:
@@ -20,7 +22,10 @@ each norm:
   each norm at the LR it trains at, its 95%
   t interval and the report's three-way verdict at ``analysis.min_effect``; and the same at
   the *other* norm's chosen LR (the cross-over), and whether the report would state the
-  verdict *different* without "depends on the LR" (:func:`crossover_holds`);
+  verdict *different* without "depends on the LR" (:func:`crossover_holds`); all of it on
+  the A/B seeds at one look, and again as ``decide:`` runs it (:func:`decide_replay`: looks
+  at 3, 5, 7 and 9 seeds, the report's levels and adjustments), scored also against the Δ
+  at the very LRs the draw trained at;
 - the **usable-LR boundary**, walked upwards from the chosen optimum on as many of the draw's
   seeds as ``max_lr.seeds`` has (5: the A/B seeds, then curve seeds, as the protocol's seeds
   0–4 are), its median scored as within one reference step (2^(1/4)) of the reference's.
@@ -61,6 +66,7 @@ from ablate.core.config import RunConfig
 from ablate.core.experiment import Experiment
 from ablate.core.load import load_experiment
 from ablate.core.optimum import edge_sides, trained_lr, variant_optimum
+from ablate.core.sequential import ALPHA, look_alpha, looks
 from ablate.core.simulate import mean_loss
 from ablate.core.truth import SimulateConfig
 
@@ -73,26 +79,33 @@ STUDY_DRAWS = 280  # disjoint draws replayed on each simulated study
 
 @dataclass(frozen=True)
 class Draw:
-    """The seeds one replay of the protocol uses: the curve's, then the A/B's."""
+    """The seeds one replay of the protocol uses: the curve's, then the A/B's, then those
+    ``decide:`` adds to the A/B, in the order it adds them (none where not replayed)."""
 
     curve: tuple[int, ...]
     ab: tuple[int, ...]
+    added: tuple[int, ...] = ()
 
 
 def disjoint_draws(
-    seeds: Sequence[int], n_curve: int, n_ab: int, limit: int = DRAW_LIMIT
+    seeds: Sequence[int], n_curve: int, n_ab: int, limit: int = DRAW_LIMIT, n_added: int = 0
 ) -> list[Draw]:
     """Every way to take ``n_curve`` curve seeds and then ``n_ab`` A/B seeds, disjoint, where
-    there are at most ``limit``; else ``limit`` such draws at random (each curve set, then
-    A/B set from the rest, uniform; with replacement; the same ones every call)."""
+    there are at most ``limit`` and no added seeds are asked for; else ``limit`` such draws at
+    random (each curve set, then A/B set from the rest, uniform; with replacement; the same
+    ones every call), each with ``n_added`` more seeds from the rest, in a random order. The
+    curve and A/B seeds do not depend on ``n_added``."""
+    if n_curve + n_ab + n_added > len(seeds):
+        raise ValueError(f"{n_curve} + {n_ab} + {n_added} disjoint seeds of {len(seeds)}")
     total = math.comb(len(seeds), n_curve) * math.comb(len(seeds) - n_curve, n_ab)
-    if total > limit:
+    if total > limit or n_added:
         rng = np.random.default_rng(0)
         draws = []
         for _ in range(limit):
             shuffled = [int(s) for s in rng.permutation(list(seeds))]
             curve, ab = shuffled[:n_curve], shuffled[n_curve : n_curve + n_ab]
-            draws.append(Draw(tuple(sorted(curve)), tuple(sorted(ab))))
+            added = shuffled[n_curve + n_ab : n_curve + n_ab + n_added]
+            draws.append(Draw(tuple(sorted(curve)), tuple(sorted(ab)), tuple(added)))
         return draws
     draws = []
     for curve in itertools.combinations(seeds, n_curve):
@@ -222,8 +235,10 @@ class Replay:
     estimate_errors: dict[str, float]  # variant -> log2(estimate, unsnapped / reference optimum)
     regrets: dict[str, float]  # variant -> expected loss at the chosen LR over the optimum's
     at_edge: bool
-    diffs: np.ndarray  # per A/B seed: second at its chosen LR − first at its own (test split)
+    diffs: np.ndarray  # per A/B seed, added ones after: second at its LR − first at its own (test)
     cross: dict[str, np.ndarray]  # variant whose chosen LR both ran at -> per-seed Δ there
+    shared: np.ndarray  # per A/B seed (not added ones), Δ at the file's shared LR (nearest)
+    target: float  # Δ with each norm where it trained, from all of the truth's seeds
     boundary_errors: dict[str, float]  # variant -> log2(median walked usable edge / truth's)
     bracket_errors: dict[str, float]  # the same, each seed bracketed by factor-2 moves
 
@@ -237,11 +252,18 @@ class Truth:
     usable: dict[str, float]
     expected: dict[str, dict[float, float]]  # variant -> lattice LR -> expected selection loss
     optimum_interval: dict[str, tuple[float, float]]  # the optimum's own 95% interval
+    tested: dict[str, dict[float, float]]  # variant -> lattice LR -> expected test loss
 
     def regret(self, variant: str, lr: float) -> float:
         """The expected loss at lattice LR ``lr`` above that at the variant's optimum."""
         curve = self.expected[variant]
         return curve[lr] - curve[self.optima[variant]]
+
+    def delta_at(self, first_lr: float, second_lr: float) -> float:
+        """Δ (second − first, test) with each norm at a lattice LR of its own: what a tuned
+        comparison that trained there measures."""
+        first, second = self.tested
+        return self.tested[second][second_lr] - self.tested[first][first_lr]
 
 
 def reference_truth(curves: dict[str, ref.Curves], band: float) -> Truth:
@@ -257,11 +279,15 @@ def reference_truth(curves: dict[str, ref.Curves], band: float) -> Truth:
         v: dict(zip(c.lrs.tolist(), c.select.mean(axis=1).tolist(), strict=True))
         for v, c in curves.items()
     }
+    tested = {
+        v: dict(zip(c.lrs.tolist(), c.test.mean(axis=1).tolist(), strict=True))
+        for v, c in curves.items()
+    }
     intervals = {}
     for v, c in curves.items():
         found = ref.bootstrapped(lambda s, c=c: ref.optimum(c, s), seeds)
         intervals[v] = (found.low, found.high)
-    return Truth(optima, float(np.mean(diffs)), usable, expected, intervals)
+    return Truth(optima, float(np.mean(diffs)), usable, expected, intervals, tested)
 
 
 def replay(
@@ -280,11 +306,13 @@ def replay(
     # where the protocol trains; past the reference's 2^(1/4) lattice (it steps by √2 above
     # 0.0156), at its nearest point: the replay cannot train where the reference did not
     at = {v: curves[v].nearest(trained_lr(chosen[v].lr)) for v in curves}
-    diffs = ref.paired_test_delta(curves[first], curves[second], at[first], at[second], draw.ab)
+    ab = [*draw.ab, *draw.added]
+    diffs = ref.paired_test_delta(curves[first], curves[second], at[first], at[second], ab)
     cross = {
-        v: ref.paired_test_delta(curves[first], curves[second], lr, lr, draw.ab)
-        for v, lr in at.items()
+        v: ref.paired_test_delta(curves[first], curves[second], lr, lr, ab) for v, lr in at.items()
     }
+    fixed = curves[first].nearest(design.base.train.lr)
+    shared = ref.paired_test_delta(curves[first], curves[second], fixed, fixed, draw.ab)
     seeds = boundary_seeds(draw, design)
 
     def usable(walk: bool) -> dict[str, float]:
@@ -304,6 +332,8 @@ def replay(
         any(c.at_edge for c in chosen.values()),
         diffs,
         cross,
+        shared,
+        truth.delta_at(at[first], at[second]),
         {v: math.log2(walked[v] / truth.usable[v]) for v in curves},
         {v: math.log2(bracketed[v] / truth.usable[v]) for v in curves},
     )
@@ -312,24 +342,109 @@ def replay(
 @dataclass(frozen=True)
 class Judged:
     """The tuned comparisons of many draws, judged as the report judges one: 95% t interval,
-    p of Δ = 0 and the three-way verdict at ``min_effect`` (one comparison: no family)."""
+    the interval at the test's own level, p of Δ = 0 and the three-way verdict at
+    ``min_effect``."""
 
     mean: np.ndarray
-    covered: np.ndarray
+    covered: np.ndarray  # the 95% interval holds the truth
+    covered_at_level: np.ndarray  # the interval at 1 − α / family (the 95% one at family 1)
     words: np.ndarray
 
 
-def judge(diffs: np.ndarray, truth: float, min_effect: float) -> Judged:
-    """:class:`Judged` for matched differences (draw, seed), vectorised over the draws."""
+def judge(
+    diffs: np.ndarray,
+    truth: float | np.ndarray,
+    min_effect: float,
+    alpha: float = ALPHA,
+    other_p: np.ndarray | None = None,
+) -> Judged:
+    """:class:`Judged` for matched differences (draw, seed) against ``truth`` (one, or per
+    draw), vectorised over the draws, tested at ``alpha``: alone (one comparison at α 0.05 by
+    default, as the one-look replay judges), or with ``other_p`` (per draw, the p of the
+    comparison the report judges beside it) as the report judges a pair, its p Holm-adjusted
+    with that one, its TOST p Bonferroni-adjusted over the two, its own interval at
+    1 − α / 2."""
     from scipy.stats import ttest_1samp
 
     from ablate.report.verdict import tost_p, words
 
+    def holds(level: float) -> np.ndarray:
+        interval = result.confidence_interval(level)
+        return (interval.low <= truth) & (truth <= interval.high)
+
     result = ttest_1samp(diffs, 0.0, axis=1)
-    interval = result.confidence_interval(0.95)
-    covered = (interval.low <= truth) & (truth <= interval.high)
-    found = words(np.nan_to_num(result.pvalue, nan=1.0), tost_p(diffs, min_effect))
-    return Judged(diffs.mean(axis=1), covered, found)
+    p = np.nan_to_num(result.pvalue, nan=1.0)
+    family = 1 if other_p is None else 2
+    if other_p is not None:
+        p = holm_pair(p, other_p)
+    tost = np.minimum(1.0, tost_p(diffs, min_effect) * family)
+    found = words(p, tost, alpha)
+    return Judged(diffs.mean(axis=1), holds(0.95), holds(1 - alpha / family), found)
+
+
+def holm_pair(p: np.ndarray, other: np.ndarray) -> np.ndarray:
+    """Holm's adjustment of ``p`` in a family of two with ``other`` (elementwise)."""
+    return np.minimum(1.0, np.where(p <= other, 2 * p, np.maximum(2 * other, p)))
+
+
+def at_stops(
+    diffs: np.ndarray, used: np.ndarray, judged: Callable[[np.ndarray, np.ndarray], Judged]
+) -> Judged:
+    """``judged(differences, rows)`` of each draw's first ``used[draw]`` matched differences
+    (draw, seed): the draws that stopped at one count (``rows``, a mask) judged together."""
+    parts = {
+        int(count): judged(diffs[used == count, :count], used == count) for count in np.unique(used)
+    }
+    fields = {}
+    for name in ("mean", "covered", "covered_at_level", "words"):
+        column = np.empty(len(diffs), dtype=getattr(parts[int(used[0])], name).dtype)
+        for count, part in parts.items():
+            column[used == count] = getattr(part, name)
+        fields[name] = column
+    return Judged(**fields)
+
+
+@dataclass(frozen=True)
+class Decided:
+    """The tuned A/B of many draws as ``decide:`` runs it (:func:`decide_replay`)."""
+
+    seeds: np.ndarray  # per draw, the A/B seeds it stopped at
+    tuned: Judged  # the tuned Δ on them, judged at each look's level as the report does
+    covers_target: np.ndarray  # its 95% interval holds Δ where the draw trained (all seeds)
+    holds: np.ndarray  # *different* with the cross-over on the same seeds holding
+
+
+def decide_replay(
+    replays: Sequence[Replay], counts: Sequence[int], truth: float, min_effect: float
+) -> Decided:
+    """``decide:``'s rule on each replay's tuned Δ (its A/B seeds, then the added ones in
+    order): a look at each of ``counts`` seeds, the tuned Δ tested at α / looks
+    (:func:`ablate.core.sequential.look_alpha`) beside the shared-LR comparison on the A/B
+    seeds (:func:`judge`: the report's family of two), stopped at the first look where it is
+    *different* or *equivalent*. The cross-over (each norm's LR shared, the same seeds) is
+    judged on the seeds the draw stopped at, at α 0.05 as the report judges it."""
+    from scipy.stats import ttest_1samp
+
+    level = look_alpha(len(counts))
+    tuned = np.stack([r.diffs for r in replays])
+    other = np.nan_to_num(ttest_1samp(np.stack([r.shared for r in replays]), 0.0, axis=1).pvalue)
+    targets = np.array([r.target for r in replays])
+    used = np.full(len(tuned), counts[-1])
+    open_ = np.ones(len(tuned), dtype=bool)
+    for count in counts[:-1]:
+        found = judge(tuned[:, :count], truth, min_effect, level, other).words
+        stopped = open_ & (found != "inconclusive")
+        used[stopped] = count
+        open_ &= ~stopped
+    judged = at_stops(tuned, used, lambda d, rows: judge(d, truth, min_effect, level, other[rows]))
+    conditional = at_stops(tuned, used, lambda d, rows: judge(d, targets[rows], min_effect))
+    shared = [
+        at_stops(
+            np.stack([r.cross[v] for r in replays]), used, lambda d, _: judge(d, truth, min_effect)
+        )
+        for v in replays[0].cross
+    ]
+    return Decided(used, judged, conditional.covered, crossover_holds(judged, shared))
 
 
 def crossover_holds(tuned: Judged, shared: Sequence[Judged]) -> np.ndarray:
@@ -342,6 +457,24 @@ def crossover_holds(tuned: Judged, shared: Sequence[Judged]) -> np.ndarray:
     return (tuned.words == "different") & different & same
 
 
+@dataclass(frozen=True)
+class Scores:
+    """The replay's scores: per estimator and norm (one look at the A/B seeds), and per
+    estimator the tuned A/B as ``decide:`` runs it (empty where the seeds are too few)."""
+
+    rows: pd.DataFrame
+    decided: pd.DataFrame
+
+
+def decide_counts(design: Experiment, seeds: int) -> list[int]:
+    """The seed counts ``decide:`` looks at, where a reference of ``seeds`` seeds holds its
+    curve seeds and ``max_seeds`` A/B seeds beside them; else none."""
+    decide, n_curve = design.decide, len(design.curve_seeds())
+    if decide is None or n_curve + decide.max_seeds > seeds:
+        return []
+    return looks(len(design.seeds), decide)
+
+
 def score_rows(
     curves: dict[str, ref.Curves],
     design: Experiment,
@@ -349,22 +482,29 @@ def score_rows(
     truth: Truth | None = None,
     limit: int = DRAW_LIMIT,
     estimators: Mapping[str, tuple[str, OptimumEstimator]] = OPTIMA,
-) -> pd.DataFrame:
+) -> Scores:
     """One row per optimum estimator (of ``estimators``) and norm over the disjoint draws
     (:func:`disjoint_draws` up to ``limit``), scored against ``truth`` (default: the
-    reference's own answers from all of ``curves``' seeds)."""
+    reference's own answers from all of ``curves``' seeds); and where the reference has the
+    seeds, one row per estimator with ``decide:``'s seeds (:func:`decided_row`)."""
     truth = truth or reference_truth(curves, band)
     seeds = seeds_of(curves)
-    draws = disjoint_draws(seeds, len(design.curve_seeds()), len(design.seeds), limit)
-    rows = []
+    counts = decide_counts(design, len(seeds))
+    n_ab = len(design.seeds)
+    added = counts[-1] - n_ab if counts else 0
+    draws = disjoint_draws(seeds, len(design.curve_seeds()), n_ab, limit, added)
+    rows, decided = [], []
     for name, (what, estimator) in estimators.items():
         replays = [replay(curves, d, estimator, design, truth, band) for d in draws]
         effect = design.analysis.min_effect
-        judged = judge(np.stack([r.diffs for r in replays]), truth.delta, effect)
-        shared = [
-            judge(np.stack([r.cross[v] for r in replays]), truth.delta, effect) for v in curves
-        ]
+        tuned = np.stack([r.diffs for r in replays])
+        cross = [np.stack([r.cross[v] for r in replays]) for v in curves]
+        judged = judge(tuned[:, :n_ab], truth.delta, effect)
+        shared = [judge(c[:, :n_ab], truth.delta, effect) for c in cross]
         holds = crossover_holds(judged, shared)
+        if counts:
+            found = decide_replay(replays, counts, truth.delta, effect)
+            decided.append({"estimator": name, "what": what, **decided_row(found, len(replays))})
         for variant in curves:
             errors = np.array([r.errors[variant] for r in replays])
             estimated = np.array([r.estimate_errors[variant] for r in replays])
@@ -390,12 +530,31 @@ def score_rows(
                     "Δ mean": float(judged.mean.mean()),
                     "different": float(np.mean(judged.words == "different")),
                     "different, cross-over holds": float(holds.mean()),
-                    "Δ, both at its LR": float(np.mean([r.cross[variant].mean() for r in replays])),
+                    "Δ, both at its LR": float(
+                        np.mean([r.cross[variant][:n_ab].mean() for r in replays])
+                    ),
                     "usable in 2^(1/4)": float(np.mean(np.abs(bounds) <= QUARTER)),
                     "if bracketed": float(np.mean(np.abs(bracketed) <= QUARTER)),
                 }
             )
-    return pd.DataFrame(rows)
+    return Scores(pd.DataFrame(rows), pd.DataFrame(decided))
+
+
+def decided_row(found: Decided, draws: int) -> dict[str, float]:
+    """The scores of the tuned A/B as ``decide:`` ran it over ``draws`` draws."""
+    judged = found.tuned
+    return {
+        "draws": draws,
+        "A/B seeds, mean": float(found.seeds.mean()),
+        "decided": float(np.mean(judged.words != "inconclusive")),
+        "Δ CI covers": float(judged.covered.mean()),
+        "Δ CI at the looks' level covers": float(judged.covered_at_level.mean()),
+        "Δ CI covers Δ where trained": float(found.covers_target.mean()),
+        "Δ mean": float(judged.mean.mean()),
+        "different": float(np.mean(judged.words == "different")),
+        "equivalent": float(np.mean(judged.words == "equivalent")),
+        "different, cross-over holds": float(found.holds.mean()),
+    }
 
 
 TRUTH_SEEDS = 64  # simulated seeds whose median usable edge is a simulated truth's answer
@@ -425,7 +584,7 @@ def simulated_truth(
         for v, c in many.items()
     }
     exact = {v: (lr, lr) for v, lr in optima.items()}  # a stated truth: no sampling error
-    return Truth(optima, delta, usable, curves, exact)
+    return Truth(optima, delta, usable, curves, exact, curves)  # its test split is val
 
 
 def simulated_rows(
@@ -436,18 +595,26 @@ def simulated_rows(
     studies: int,
     seeds: int,
     band: float = ref.BAND,
-) -> pd.DataFrame:
+) -> Scores:
     """:func:`score_rows` on ``studies`` reference-shaped studies drawn from the simulator at
     ``section`` (``seeds`` seeds each, as the reference has; :data:`STUDY_DRAWS` disjoint
     draws of each), against its known truth: the mean of each share over the studies."""
     variants = list(design.variants)
     truth = simulated_truth(section, base, lattice, variants, band)
-    frames = []
+    found = []
     for k in range(studies):
         drawn = fit.simulated_curves(base, section, lattice, range(seeds), variants, k)
-        frames.append(score_rows(drawn, design, band, truth, STUDY_DRAWS))
-    keys = ["estimator", "what", "variant"]
-    return pd.concat(frames).groupby(keys, sort=False).mean(numeric_only=True).reset_index()
+        found.append(score_rows(drawn, design, band, truth, STUDY_DRAWS))
+
+    def mean(frames: list[pd.DataFrame], keys: list[str]) -> pd.DataFrame:
+        if all(f.empty for f in frames):
+            return pd.DataFrame()
+        return pd.concat(frames).groupby(keys, sort=False).mean(numeric_only=True).reset_index()
+
+    return Scores(
+        mean([f.rows for f in found], ["estimator", "what", "variant"]),
+        mean([f.decided for f in found], ["estimator", "what"]),
+    )
 
 
 def truth_rows(curves: dict[str, ref.Curves], band: float = ref.BAND) -> pd.DataFrame:
@@ -559,21 +726,54 @@ def paired_t(diffs: np.ndarray) -> ref.Answer:
 
 def percent_columns(frame: pd.DataFrame) -> list[str]:
     """The score columns that are shares of draws (printed as percentages)."""
-    starts = ("trained at", "estimate in", "at an", "Δ CI", "different", "usable", "if bracketed")
+    starts = (
+        "trained at",
+        "estimate in",
+        "at an",
+        "Δ CI",
+        "different",
+        "usable",
+        "if bracketed",
+        "decided",
+        "equivalent",
+    )
     return [c for c in frame.columns if c.startswith(starts)]
 
 
 def scores_markdown(scores: pd.DataFrame) -> str:
-    """The scores as markdown: shares as percentages, the rest to 4 decimals."""
+    """The scores as markdown: shares as percentages, seed counts to 2 decimals, the rest to
+    4 decimals."""
     shown = scores.drop(columns=["what"]).copy()
     shares = percent_columns(shown)
     for column in shown.columns:
         if column in shares:
             shown[column] = shown[column].map(lambda x: f"{x:.1%}")
+        elif column.startswith("A/B seeds"):
+            shown[column] = shown[column].map(lambda x: f"{x:.2f}")
         elif shown[column].dtype == float and column != "draws":
             shown[column] = shown[column].map(lambda x: f"{x:+.4f}")
     shown["draws"] = shown["draws"].astype(int)
     return shown.to_markdown(index=False)
+
+
+def scores_text(scores: Scores, design: Experiment) -> str:
+    """The per-norm scores, and where replayed the tuned A/B with ``decide:``'s seeds under a
+    line that says how it was judged."""
+    text = scores_markdown(scores.rows)
+    if scores.decided.empty:
+        return text
+    assert design.decide is not None
+    counts = looks(len(design.seeds), design.decide)
+    caption = (
+        f"The tuned A/B as `decide:` runs it: looks at {', '.join(map(str, counts))} A/B "
+        f"seeds, each at α {ALPHA:g}/{len(counts)}, judged as the report judges it beside the "
+        f"shared-LR comparison on the first {len(design.seeds)} (at the reference's LR nearest "
+        f"{design.base.train.lr:g}; p Holm-adjusted, TOST Bonferroni over the two), stopped "
+        "once *different* or *equivalent*; its interval at the looks' level, the report's, at "
+        f"1 − α/({len(counts)} looks × 2 comparisons); the cross-over judged on the seeds it "
+        "stopped at:"
+    )
+    return f"{text}\n\n{caption}\n\n{scores_markdown(scores.decided)}"
 
 
 def truth_markdown(truth: pd.DataFrame) -> str:
@@ -623,7 +823,7 @@ def main(argv: list[str] | None = None) -> None:
     tables = {
         "held-to-runs": truth_markdown(truth_rows(curves, args.band))
         + "\n\n"
-        + scores_markdown(score_rows(curves, design, args.band, truth)),
+        + scores_text(score_rows(curves, design, args.band, truth), design),
         "reference-repeat": repeat_rows(curves, len(design.curve_seeds())).to_markdown(index=False),
     }
     if fresh:
@@ -636,7 +836,7 @@ def main(argv: list[str] | None = None) -> None:
         base = load_experiment(REFERENCE_DESIGN).base
         n_seeds = len(seeds_of(curves))
         rows = simulated_rows(section, design, base, lattice, args.simulated, n_seeds, args.band)
-        tables["held-to-simulator"] = scores_markdown(rows)
+        tables["held-to-simulator"] = scores_text(rows, design)
         variants = list(design.variants)
         drawn = [
             fit.simulated_curves(base, section, lattice, range(n_seeds), variants, k)
@@ -673,7 +873,9 @@ def held_out_text(
         f"Seeds {span(seeds_of(fresh))} alone": truth_markdown(truth_rows(fresh, band)),
         f"All {len(seeds_of(pooled))} seeds": truth_markdown(truth_rows(pooled, band)),
         f"The protocol on seeds {span(seeds_of(fresh))}, scored against the answers of seeds "
-        f"{span(sorted(set(seeds_of(pooled)) - set(seeds_of(fresh))))}": scores_markdown(scores),
+        f"{span(sorted(set(seeds_of(pooled)) - set(seeds_of(fresh))))}": scores_text(
+            scores, design
+        ),
     }
     return "\n\n".join(f"{caption}:\n\n{table}" for caption, table in parts.items())
 

@@ -49,6 +49,46 @@ def test_past_the_limit_the_draws_are_random_disjoint_and_the_same_each_call() -
     assert held.disjoint_draws(range(8), 4, 3, limit=279) != held.disjoint_draws(range(8), 4, 3)
 
 
+def test_the_seeds_decide_adds_leave_the_curve_and_ab_seeds_as_they_were() -> None:
+    plain = held.disjoint_draws(range(16), 4, 3, limit=300)
+    more = held.disjoint_draws(range(16), 4, 3, limit=300, n_added=6)
+    assert [(d.curve, d.ab) for d in more] == [(d.curve, d.ab) for d in plain]
+    assert all(len(set(d.curve) | set(d.ab) | set(d.added)) == 13 for d in more)
+    assert len({d.added for d in more}) > 290  # in a random order, not sorted
+    assert any(list(d.added) != sorted(d.added) for d in more)
+    with pytest.raises(ValueError, match="4 \\+ 3 \\+ 2 disjoint seeds of 8"):
+        held.disjoint_draws(range(8), 4, 3, n_added=2)
+
+
+def test_holm_adjusts_one_p_of_two_as_the_report_does() -> None:
+    found = held.holm_pair(np.array([0.01, 0.03, 0.6]), np.array([0.5, 0.01, 0.5]))
+    assert found.tolist() == pytest.approx([0.02, 0.03, 1.0])  # 2p; max(2q, p); capped
+
+
+def decided_replay(diffs: list[float], shared: list[float], target: float) -> held.Replay:
+    """A replay that carries only what :func:`held.decide_replay` reads."""
+    cross = {"layernorm": np.array(diffs), "rmsnorm": np.array(diffs)}  # one LR for both
+    return held.Replay(
+        {}, {}, {}, {}, False, np.array(diffs), cross, np.array(shared), target, {}, {}
+    )
+
+
+def test_decide_stops_at_the_first_look_that_decides_and_scores_its_interval() -> None:
+    rng = np.random.default_rng(0)
+    null = [0.03, -0.02, 0.01]  # the shared LR's comparison: nothing there
+    clear = decided_replay(list(-0.1 + rng.normal(0, 0.002, 9)), null, -0.1)
+    same = decided_replay(list(rng.normal(0, 0.001, 9)), null, 0.0)
+    noisy = decided_replay(list(0.01 + rng.normal(0, 0.05, 9)), null, 0.5)
+    found = held.decide_replay([clear, same, noisy], [3, 5, 7, 9], 0.0, 0.02)
+    assert found.seeds.tolist() == [3, 3, 9]
+    assert found.tuned.words.tolist() == ["different", "equivalent", "inconclusive"]
+    assert found.tuned.covered.tolist() == [False, True, True]  # of the truth, 0
+    assert found.covers_target.tolist() == [True, True, False]  # of Δ where each trained
+    assert found.holds.tolist() == [True, False, False]  # both shared settings agree: one LR
+    # at 3 seeds the report's interval (1 − 0.0125 / 2) is wider than the 95% one
+    assert found.tuned.covered_at_level[2] and found.tuned.mean[0] == pytest.approx(-0.1, abs=0.01)
+
+
 def test_a_cliff_drags_the_old_vertex_below_the_optimum_and_not_the_argmin(
     tmp_path: Path, design: Experiment
 ) -> None:
@@ -77,7 +117,9 @@ def test_bagging_puts_the_optimum_between_the_points_the_resampled_seeds_choose(
 
 def test_the_scores_find_the_constructed_truth(tmp_path: Path, design: Experiment) -> None:
     curves = ref.load_reference(write_runs(tmp_path / "runs.csv"))
-    scores = held.score_rows(curves, design).set_index(["estimator", "variant"])
+    found = held.score_rows(curves, design)
+    assert found.decided.empty  # 8 seeds hold 4 curve seeds and not 9 A/B seeds beside them
+    scores = found.rows.set_index(["estimator", "variant"])
     refined = scores.loc[("refined_argmin", "layernorm")]
     assert refined["trained at in 2^(1/4)"] == 1.0 and refined["draws"] == 280  # 4 + 3 of 8
     smoothed = scores.loc[("smoothed_argmin", "layernorm")]  # the curve stage's before
@@ -106,7 +148,7 @@ def test_the_lr_trained_at_is_scored_beside_the_estimate(
         return held.Chosen(OPT * 2.0**0.3, False)  # nearest 2^(1/4) point: OPT · 2^(1/4)
 
     estimators = {"between": ("0.3 octave above the optimum", between)}
-    scores = held.score_rows(curves, design, estimators=estimators).set_index("variant")
+    scores = held.score_rows(curves, design, estimators=estimators).rows.set_index("variant")
     row = scores.loc["layernorm"]
     assert row["estimate in 2^(1/4)"] == 0.0 and row["trained at in 2^(1/4)"] == 1.0
     assert row["bias (log2)"] == pytest.approx(0.3)  # of the estimate, as it was made
@@ -161,12 +203,13 @@ def test_the_committed_tables_are_what_the_harness_gives_on_the_committed_refere
     design = load_experiment(REPO / "experiments" / "ln_vs_rms.yaml")
     truth = held.truth_markdown(held.truth_rows(curves))
     chosen = {"bagged_argmin": held.OPTIMA["bagged_argmin"]}  # the stage's; CI's time
-    scores = held.scores_markdown(held.score_rows(curves, design, estimators=chosen))
+    scores = held.scores_text(held.score_rows(curves, design, estimators=chosen), design)
     committed = (REPO / "reports" / "reference" / "held_to_runs.md").read_text(encoding="utf-8")
     docs = (REPO / "docs" / "stability-and-search.md").read_text(encoding="utf-8")
     assert truth in committed and truth in docs
     found = table_rows(scores) - table_rows(committed)
-    assert len(table_rows(scores)) == 3 and not found, found  # the header and 2 rows
+    assert len(table_rows(scores)) == 5 and not found, found  # 2 headers, 2 rows, decide's row
+    assert "The tuned A/B as `decide:` runs it: looks at 3, 5, 7, 9 A/B seeds" in committed
     assert not table_rows(scores) - table_rows(docs)
     repeat = held.repeat_rows(curves, 4).to_markdown(index=False)
     assert repeat in committed and repeat in docs
