@@ -427,7 +427,8 @@ def decide_replay(
 
     level = look_alpha(len(counts))
     tuned = np.stack([r.diffs for r in replays])
-    other = np.nan_to_num(ttest_1samp(np.stack([r.shared for r in replays]), 0.0, axis=1).pvalue)
+    at_shared_lr = np.stack([r.shared for r in replays])
+    other = np.nan_to_num(ttest_1samp(at_shared_lr, 0.0, axis=1).pvalue, nan=1.0)
     targets = np.array([r.target for r in replays])
     used = np.full(len(tuned), counts[-1])
     open_ = np.ones(len(tuned), dtype=bool)
