@@ -38,7 +38,10 @@ from fewer of its seeds (:func:`repeat_rows`: what a curve on few seeds can be a
 reference's shape (:func:`shape_rows`), with the fitted simulator's beside it. With
 ``--held-out`` the protocol is also replayed on every disjoint draw of further seeds of the
 same design that no estimator was chosen on, scored against the reference's answers (from
-its own seeds, none of them held out), beside the held-out seeds' own answers. Run::
+its own seeds, none of them held out), beside the held-out seeds' own answers; and each
+runs.csv given, reference or held out, serves in turn as the pool of curve and A/B seeds
+scored against the answers of all the others (:func:`rotation_rows`: no seed gives both the
+curve and the answer). Run::
 
     python -m ablate.bench.held_to_runs [reports/reference/runs.csv] \\
         [--protocol experiments/ln_vs_rms.yaml] [--simulated 20] [--held-out runs.csv] \\
@@ -830,6 +833,8 @@ def main(argv: list[str] | None = None) -> None:
     if fresh:
         pooled = ref.load_reference([*args.runs, *args.held_out])
         tables["held-out"] = held_out_text(truth, fresh, pooled, design, args.band)
+        pools = [*args.runs, *args.held_out]
+        tables["rotation"] = rotation_markdown(rotation_rows(pools, design, args.band))
     drawn: list[dict[str, ref.Curves]] = []
     if args.simulated:
         section = yaml.safe_load(args.fitted.read_text(encoding="utf-8"))
@@ -881,12 +886,67 @@ def held_out_text(
     return "\n\n".join(f"{caption}:\n\n{table}" for caption, table in parts.items())
 
 
+ROTATED = ("trained at in 2^(1/4)", "estimate in 2^(1/4)", "Δ CI covers", "different")
+ROTATED_TOO = ("different, cross-over holds", "usable in 2^(1/4)")
+
+
+def rotation_rows(
+    pools: Sequence[Path],
+    design: Experiment,
+    band: float = ref.BAND,
+    estimator: str = "bagged_argmin",
+) -> pd.DataFrame:
+    """The protocol replayed on each pool of seeds (a runs.csv table each) in turn, on every
+    disjoint draw of its seeds, scored against the answers of all the other pools' seeds, so
+    that no seed gives both the curve and the answer; one row per pool and norm, and per norm
+    the mean over the pools (their draws are as many each)."""
+    rows = []
+    for i, pool in enumerate(pools):
+        curves = ref.load_reference(pool)
+        rest = ref.load_reference([p for j, p in enumerate(pools) if j != i])
+        truth = reference_truth(rest, band)
+        found = score_rows(curves, design, band, truth, estimators={estimator: OPTIMA[estimator]})
+        order = found.rows["variant"].map(list(design.variants).index)
+        for row in found.rows.iloc[order.argsort()].to_dict("records"):
+            rows.append(
+                {
+                    "curve and A/B seeds": span(seeds_of(curves)),
+                    "answer from": span(seeds_of(rest)),
+                    "variant": row["variant"],
+                    "answer's optimum": f"{truth.optima[row['variant']]:.3g}",
+                    "answer's Δ": f"{truth.delta:+.4f}",
+                    "draws": row["draws"],
+                    **{k: row[k] for k in (*ROTATED, *ROTATED_TOO)},
+                }
+            )
+    frame = pd.DataFrame(rows)
+    means = frame.groupby("variant", sort=False)[[*ROTATED, *ROTATED_TOO]].mean().reset_index()
+    means["curve and A/B seeds"] = "each pool in turn"
+    means["answer from"] = "the others"
+    means["draws"] = frame.groupby("variant", sort=False)["draws"].sum().to_numpy()
+    return pd.concat([frame, means], ignore_index=True).fillna("")
+
+
+def rotation_markdown(frame: pd.DataFrame) -> str:
+    """The rotation's rows as markdown, shares as percentages."""
+    shown = frame.copy()
+    for column in (*ROTATED, *ROTATED_TOO):
+        shown[column] = shown[column].map(lambda x: f"{x:.1%}")
+    return shown.to_markdown(index=False, disable_numparse=True)
+
+
 def span(seeds: Sequence[int]) -> str:
-    """Seeds as a range where they run on without a gap ("16–23"), else listed."""
+    """Seeds as ranges where more than two run on without a gap ("0–7, 16–23"), the rest
+    listed."""
     ordered = sorted(seeds)
-    if ordered == list(range(ordered[0], ordered[-1] + 1)) and len(ordered) > 2:
-        return f"{ordered[0]}–{ordered[-1]}"
-    return ", ".join(map(str, ordered))
+    runs: list[list[int]] = []
+    for seed in ordered:
+        if runs and seed == runs[-1][-1] + 1:
+            runs[-1].append(seed)
+        else:
+            runs.append([seed])
+    parts = [[f"{r[0]}–{r[-1]}"] if len(r) > 2 else [str(s) for s in r] for r in runs]
+    return ", ".join(part for group in parts for part in group)
 
 
 def report_text(args: argparse.Namespace, tables: dict[str, str]) -> str:
@@ -901,6 +961,7 @@ def report_text(args: argparse.Namespace, tables: dict[str, str]) -> str:
         "held-to-runs": "The reference's answers, and the protocol replayed on it",
         "reference-repeat": "How often the reference's own optimum repeats",
         "held-out": "The protocol replayed on seeds no choice saw",
+        "rotation": "Each pool of seeds against the answers of the others",
         "held-to-simulator": "The protocol replayed on the fitted simulator",
         "reference-shape": "The reference's shape, and the fitted simulator's",
     }

@@ -176,6 +176,42 @@ def test_held_out_seeds_are_replayed_against_the_reference_s_answers(
     assert stop.value.code == 2
 
 
+def test_each_pool_is_scored_against_the_answers_of_the_others(
+    tmp_path: Path, design: Experiment
+) -> None:
+    runs = write_runs(tmp_path / "runs.csv")
+    pools = []
+    for shift in (0, 100, 200):  # the same noiseless curves on three pools of seeds
+        frame = pd.read_csv(runs)
+        frame["seed"] += shift
+        frame.to_csv(tmp_path / f"pool{shift}.csv", index=False)
+        pools.append(tmp_path / f"pool{shift}.csv")
+    rows = held.rotation_rows(pools, design)
+    assert rows["curve and A/B seeds"].tolist()[::2] == [
+        "0–7",
+        "100–107",
+        "200–207",
+        "each pool in turn",
+    ]
+    assert rows["answer from"].tolist()[:6:2] == [
+        "100–107, 200–207",
+        "0–7, 200–207",
+        "0–7, 100–107",
+    ]
+    assert rows["variant"].tolist()[:4] == ["layernorm", "rmsnorm"] * 2  # the file's order
+    assert (rows["trained at in 2^(1/4)"] == 1.0).all() and rows["draws"].tolist()[-2:] == [
+        840,
+        840,
+    ]
+    assert rows["answer's optimum"].iloc[0] == f"{OPT:.3g}"
+    assert "| 0–7 " in held.rotation_markdown(rows) and "100.0%" in held.rotation_markdown(rows)
+
+
+def test_seeds_are_spanned_where_they_run_on() -> None:
+    assert held.span([*range(16, 24), *range(8)]) == "0–7, 16–23"
+    assert held.span([1, 2, 5]) == "1, 2, 5" and held.span([3, 4, 5]) == "3–5"
+
+
 def test_the_reference_repeats_its_own_optimum_where_the_runs_carry_no_noise(
     tmp_path: Path,
 ) -> None:
@@ -229,6 +265,15 @@ def test_the_committed_held_out_table_is_what_the_harness_gives() -> None:
     assert len(table_rows(text)) > 20  # two tables of answers, bagged's 2 rows
     assert not table_rows(text) - table_rows(committed), table_rows(text) - table_rows(committed)
     assert not table_rows(text) - table_rows(docs)
+
+
+def test_the_committed_rotation_table_is_what_the_harness_gives() -> None:
+    pools = [REPO / p for p in (*ref.REFERENCE_RUNS, *ref.HELD_OUT_RUNS)]
+    design = load_experiment(REPO / "experiments" / "ln_vs_rms.yaml")
+    text = held.rotation_markdown(held.rotation_rows(pools, design))
+    committed = (REPO / "reports" / "reference" / "held_to_runs.md").read_text(encoding="utf-8")
+    docs = (REPO / "docs" / "stability-and-search.md").read_text(encoding="utf-8")
+    assert text in committed and text in docs
 
 
 def test_the_committed_shape_table_is_the_reference_s() -> None:
