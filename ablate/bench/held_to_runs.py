@@ -492,6 +492,8 @@ def score_rows(
     reference's own answers from all of ``curves``' seeds); and where the reference has the
     seeds, one row per estimator with ``decide:``'s seeds (:func:`decided_row`)."""
     truth = truth or reference_truth(curves, band)
+    if list(curves) != list(truth.tested):  # Δ is second − first: one order for both
+        raise ValueError(f"norms in the order {list(curves)}, the truth's {list(truth.tested)}")
     seeds = seeds_of(curves)
     counts = decide_counts(design, len(seeds))
     n_ab = len(design.seeds)
@@ -817,12 +819,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--write", type=Path, default=None, help="a doc with the marked blocks")
     parser.add_argument("--out", type=Path, default=None, help="a markdown file for the tables")
     args = parser.parse_args(argv)
-    curves = ref.load_reference(args.runs)
-    fresh = ref.load_reference(args.held_out) if args.held_out else {}
+    design = load_experiment(args.protocol)
+    curves = loaded(args.runs, design)
+    fresh = loaded(args.held_out, design) if args.held_out else {}
     shared = set(seeds_of(fresh)) & set(seeds_of(curves)) if fresh else set()
     if shared:
         parser.error(f"--held-out: seeds {sorted(shared)} are the reference's too")
-    design = load_experiment(args.protocol)
     truth = reference_truth(curves, args.band)
     tables = {
         "held-to-runs": truth_markdown(truth_rows(curves, args.band))
@@ -831,7 +833,7 @@ def main(argv: list[str] | None = None) -> None:
         "reference-repeat": repeat_rows(curves, len(design.curve_seeds())).to_markdown(index=False),
     }
     if fresh:
-        pooled = ref.load_reference([*args.runs, *args.held_out])
+        pooled = loaded([*args.runs, *args.held_out], design)
         tables["held-out"] = held_out_text(truth, fresh, pooled, design, args.band)
         pools = [*args.runs, *args.held_out]
         tables["rotation"] = rotation_markdown(rotation_rows(pools, design, args.band))
@@ -855,6 +857,15 @@ def main(argv: list[str] | None = None) -> None:
             write_block(args.write, block, text)
     if args.out is not None:
         args.out.write_text(report_text(args, tables), encoding="utf-8")
+
+
+def loaded(paths: Path | Sequence[Path], design: Experiment) -> dict[str, ref.Curves]:
+    """:func:`ablate.bench.reference.load_reference` with the norms in the protocol's order
+    (a table lists them in the order its runs happened to be written; Δ is second − first)."""
+    curves = ref.load_reference(paths)
+    if set(curves) != set(design.variants):
+        raise ValueError(f"{paths}: norms {sorted(curves)}, the protocol's {list(design.variants)}")
+    return {v: curves[v] for v in design.variants}
 
 
 def seeds_of(curves: dict[str, ref.Curves]) -> tuple[int, ...]:
@@ -902,12 +913,11 @@ def rotation_rows(
     the mean over the pools (their draws are as many each)."""
     rows = []
     for i, pool in enumerate(pools):
-        curves = ref.load_reference(pool)
-        rest = ref.load_reference([p for j, p in enumerate(pools) if j != i])
+        curves = loaded(pool, design)
+        rest = loaded([p for j, p in enumerate(pools) if j != i], design)
         truth = reference_truth(rest, band)
         found = score_rows(curves, design, band, truth, estimators={estimator: OPTIMA[estimator]})
-        order = found.rows["variant"].map(list(design.variants).index)
-        for row in found.rows.iloc[order.argsort()].to_dict("records"):
+        for row in found.rows.to_dict("records"):
             rows.append(
                 {
                     "curve and A/B seeds": span(seeds_of(curves)),
