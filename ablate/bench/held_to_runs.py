@@ -350,7 +350,7 @@ class Judged:
 
     mean: np.ndarray
     covered: np.ndarray  # the 95% interval holds the truth
-    covered_at_level: np.ndarray  # the interval at 1 − α / family (the 95% one at family 1)
+    covered_at_level: np.ndarray  # the report's interval at the test's level holds it
     words: np.ndarray
 
 
@@ -365,24 +365,30 @@ def judge(
     draw), vectorised over the draws, tested at ``alpha``: alone (one comparison at α 0.05 by
     default, as the one-look replay judges), or with ``other_p`` (per draw, the p of the
     comparison the report judges beside it) as the report judges a pair, its p Holm-adjusted
-    with that one, its TOST p Bonferroni-adjusted over the two, its own interval at
-    1 − α / 2."""
+    with that one, its TOST p Bonferroni-adjusted over the two. The interval at the test's
+    level is the one the report prints under ``decide:``
+    (:func:`ablate.report.summary._looks_interval`): 1 − α / family, and the TOST's
+    1 − 2α / family where the verdict is *equivalent*."""
     from scipy.stats import ttest_1samp
 
     from ablate.report.verdict import tost_p, words
+
+    result = ttest_1samp(diffs, 0.0, axis=1)
 
     def holds(level: float) -> np.ndarray:
         interval = result.confidence_interval(level)
         return (interval.low <= truth) & (truth <= interval.high)
 
-    result = ttest_1samp(diffs, 0.0, axis=1)
     p = np.nan_to_num(result.pvalue, nan=1.0)
     family = 1 if other_p is None else 2
     if other_p is not None:
         p = holm_pair(p, other_p)
     tost = np.minimum(1.0, tost_p(diffs, min_effect) * family)
     found = words(p, tost, alpha)
-    return Judged(diffs.mean(axis=1), holds(0.95), holds(1 - alpha / family), found)
+    at_level = np.where(
+        found == "equivalent", holds(1 - 2 * alpha / family), holds(1 - alpha / family)
+    )
+    return Judged(diffs.mean(axis=1), holds(0.95), at_level, found)
 
 
 def holm_pair(p: np.ndarray, other: np.ndarray) -> np.ndarray:

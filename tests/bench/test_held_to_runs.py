@@ -65,6 +65,21 @@ def test_holm_adjusts_one_p_of_two_as_the_report_does() -> None:
     assert found.tolist() == pytest.approx([0.02, 0.03, 1.0])  # 2p; max(2q, p); capped
 
 
+def test_an_equivalent_verdict_is_held_to_the_tost_s_interval_as_the_report_prints_it() -> None:
+    from scipy.stats import ttest_1samp
+
+    diffs = np.array([[0.0, 0.01, 0.005, 0.002, 0.008]])
+    result = ttest_1samp(diffs[0], 0.0)
+    tost_high = result.confidence_interval(1 - 2 * 0.0125 / 2).high  # 98.75%
+    test_high = result.confidence_interval(1 - 0.0125 / 2).high  # 99.375%
+    truth = (tost_high + test_high) / 2  # inside the test's interval, outside the TOST's
+    found = held.judge(diffs, truth, 0.02, 0.0125, other_p=np.array([0.9]))
+    assert found.words.tolist() == ["equivalent"]
+    assert not found.covered_at_level[0] and found.covered[0] == (
+        truth <= result.confidence_interval(0.95).high
+    )
+
+
 def decided_replay(diffs: list[float], shared: list[float], target: float) -> held.Replay:
     """A replay that carries only what :func:`held.decide_replay` reads."""
     cross = {"layernorm": np.array(diffs), "rmsnorm": np.array(diffs)}  # one LR for both
@@ -209,6 +224,15 @@ def test_each_pool_is_scored_against_the_answers_of_the_others(
     assert rows["answer's Δ"].iloc[:6].nunique() == 1  # one sign whichever file lists which first
     assert (rows["Δ CI covers"] > 0.5).all()  # against an answer of the same sign
     assert "| 0–7 " in held.rotation_markdown(rows) and "100.0%" in held.rotation_markdown(rows)
+
+
+def test_a_table_whose_norms_are_not_the_protocol_s_is_refused(tmp_path: Path) -> None:
+    doc = yaml.safe_load((REPO / "experiments" / "ln_vs_rms.yaml").read_text())
+    doc["variants"] = {"layernorm": doc["variants"]["layernorm"], "dyt": {"model.norm.kind": "dyt"}}
+    (tmp_path / "protocol.yaml").write_text(yaml.safe_dump(doc))
+    other = load_experiment(tmp_path / "protocol.yaml")
+    with pytest.raises(ValueError, match=r"norms \['layernorm', 'rmsnorm'\], the protocol's"):
+        held.loaded(write_runs(tmp_path / "runs.csv"), other)
 
 
 def test_seeds_are_spanned_where_they_run_on() -> None:
