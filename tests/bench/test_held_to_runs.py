@@ -254,6 +254,20 @@ def test_the_reference_repeats_its_own_optimum_where_the_runs_carry_no_noise(
     assert set(rows["within 2^(1/4)"]) == {"100.0%"}
 
 
+def test_every_set_of_curve_seeds_is_scored_where_the_runs_carry_no_noise(
+    tmp_path: Path, design: Experiment
+) -> None:
+    curves = ref.load_reference(write_runs(tmp_path / "runs.csv"))
+    rows = held.curve_set_rows(curves, design)
+    assert rows["optimum from"].tolist()[:2] == [
+        "the curve stage on 4 seeds against all 8",
+        "the curve stage on 4 seeds against the other 4",
+    ]
+    assert rows["splits"].tolist() == [70] * 4 and set(rows["within 2^(1/4)"]) == {"100.0%"}
+    text = held.repeat_markdown(curves, design)  # each norm's rows together
+    assert text.index("| rmsnorm") > text.rindex("| layernorm")
+
+
 def table_rows(markdown: str) -> set[tuple[str, ...]]:
     """The rows of the markdown tables in ``markdown``, as tuples of their stripped cells (the
     rules under the headers left out: their width follows the other rows)."""
@@ -275,7 +289,7 @@ def test_the_committed_tables_are_what_the_harness_gives_on_the_committed_refere
     assert len(table_rows(scores)) == 5 and not found, found  # 2 headers, 2 rows, decide's row
     assert "The tuned A/B as `decide:` runs it: looks at 3, 5, 7, 9 A/B seeds" in committed
     assert not table_rows(scores) - table_rows(docs)
-    repeat = held.repeat_rows(curves, 4).to_markdown(index=False)
+    repeat = held.repeat_markdown(curves, design)
     assert repeat in committed and repeat in docs
 
 
