@@ -215,7 +215,7 @@ def test_each_pool_is_scored_against_the_answers_of_the_others(
         "0–7, 200–207",
         "0–7, 100–107",
     ]
-    assert rows["variant"].tolist()[:4] == ["layernorm", "rmsnorm"] * 2  # the file's order
+    assert rows["variant"].tolist()[:4] == ["layernorm", "rmsnorm"] * 2  # the protocol's order
     assert (rows["trained at in 2^(1/4)"] == 1.0).all() and rows["draws"].tolist()[-2:] == [
         840,
         840,
