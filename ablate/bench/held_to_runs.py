@@ -942,13 +942,14 @@ def held_out_text(
     return "\n\n".join(f"{caption}:\n\n{table}" for caption, table in parts.items())
 
 
-ROTATED = (  # the score columns the rotation shows
+ROTATED = (  # the score columns the rotation shows: shares of draws, then the regret
     "trained at in 2^(1/4)",
     "estimate in 2^(1/4)",
     "Δ CI covers",
     "different",
     "different, cross-over holds",
     "usable in 2^(1/4)",
+    "regret (nats)",
 )
 
 
@@ -989,10 +990,11 @@ def rotation_rows(
 
 
 def rotation_markdown(frame: pd.DataFrame) -> str:
-    """The rotation's rows as markdown, shares as percentages."""
+    """The rotation's rows as markdown, shares as percentages, the regret to 4 decimals."""
     shown = frame.copy()
     for column in ROTATED:
-        shown[column] = shown[column].map(lambda x: f"{x:.1%}")
+        form = "{:.4f}" if column == "regret (nats)" else "{:.1%}"
+        shown[column] = shown[column].map(form.format)
     return shown.to_markdown(index=False, disable_numparse=True)
 
 
