@@ -80,6 +80,19 @@ DRAW_LIMIT = 1000  # disjoint draws replayed on the reference: every one up to t
 STUDY_DRAWS = 280  # disjoint draws replayed on each simulated study
 
 
+def within_quarter(lr: float, optimum: float) -> bool:
+    """Whether ``lr`` lies within 2^(1/4) of ``optimum``."""
+    return abs(math.log2(lr / optimum)) <= QUARTER
+
+
+def trained_point(curves: ref.Curves, estimate: float) -> float:
+    """Where the protocol trains an optimum ``estimate``: its nearest 2^(1/4)
+    (:func:`ablate.core.optimum.trained_lr`); past the reference's 2^(1/4) lattice (it steps
+    by √2 above 0.0156), the nearest reference point: the replay cannot train where the
+    reference did not."""
+    return curves.nearest(trained_lr(estimate))
+
+
 @dataclass(frozen=True)
 class Draw:
     """The seeds one replay of the protocol uses: the curve's, then the A/B's, then those
@@ -306,9 +319,7 @@ def replay(
     chosen = {
         v: estimator(c, draw.curve, protocol_grid(c, draw.curve, design)) for v, c in curves.items()
     }
-    # where the protocol trains; past the reference's 2^(1/4) lattice (it steps by √2 above
-    # 0.0156), at its nearest point: the replay cannot train where the reference did not
-    at = {v: curves[v].nearest(trained_lr(chosen[v].lr)) for v in curves}
+    at = {v: trained_point(curves[v], chosen[v].lr) for v in curves}
     ab = [*draw.ab, *draw.added]
     diffs = ref.paired_test_delta(curves[first], curves[second], at[first], at[second], ab)
     cross = {
@@ -716,10 +727,10 @@ def curve_set_rows(curves: dict[str, ref.Curves], design: Experiment) -> pd.Data
         full, scores = ref.optimum(c), {"all": [], "rest": []}
         for chosen in itertools.combinations(seeds, n_curve):
             found = bagged_argmin(c, chosen, protocol_grid(c, chosen, design))
-            at = c.nearest(trained_lr(found.lr))
+            at = trained_point(c, found.lr)
             rest = ref.optimum(c, [s for s in seeds if s not in chosen])
-            scores["all"].append(abs(math.log2(at / full)) <= QUARTER)
-            scores["rest"].append(abs(math.log2(at / rest)) <= QUARTER)
+            scores["all"].append(within_quarter(at, full))
+            scores["rest"].append(within_quarter(at, rest))
         against = {"all": f"all {len(seeds)}", "rest": f"the other {len(seeds) - n_curve}"}
         for key, hits in scores.items():
             rows.append(

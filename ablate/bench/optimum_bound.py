@@ -146,11 +146,6 @@ def matched_optimum(
     return optimum * 2.0 ** float(shifts[shape_match(curves, seeds, grid, shapes)])
 
 
-def within_quarter(lr: float, optimum: float) -> bool:
-    """Whether ``lr`` lies within 2^(1/4) of ``optimum``."""
-    return abs(math.log2(lr / optimum)) <= held.QUARTER
-
-
 def draw_hits(
     curves: ref.Curves,
     seeds: Sequence[int],
@@ -165,7 +160,7 @@ def draw_hits(
     matched = matched_optimum(curves, seeds, grid, shaped, optimum)
     stage = curve_stage(curves, seeds, grid)
     choices = (lattice_argmin(curves, seeds), trained_lr(stage), stage, matched)
-    return np.array([within_quarter(lr, optimum) for lr in choices], dtype=float)
+    return np.array([held.within_quarter(lr, optimum) for lr in choices], dtype=float)
 
 
 def bound_rows(
