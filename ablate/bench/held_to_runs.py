@@ -33,18 +33,21 @@ each norm:
 The tuned runs here keep the curve's warmup (the reference has one warmup): the warmup study
 is not replayed. With ``--simulated N`` the same replay runs on N reference-shaped studies
 drawn from the simulator fitted to the reference (:mod:`ablate.bench.fit_reference`), scored
-against its known truth. Two more tables give how often the reference's own optimum repeats
-from fewer of its seeds (:func:`repeat_rows`: what a curve on few seeds can be asked) and the
-reference's shape (:func:`shape_rows`), with the fitted simulator's beside it. With
+against its known truth, with the spread of the shares the bars read over the studies
+(:func:`spread_rows`: what one reference of as many seeds can tell). Two more tables give
+how often the reference's own optimum repeats from fewer of its seeds (:func:`repeat_rows`:
+what a curve on few seeds can be asked) and the reference's shape (:func:`shape_rows`), with
+the fitted simulator's beside it. With
 ``--held-out`` the protocol is also replayed on every disjoint draw of further seeds of the
 same design that no estimator was chosen on, scored against the reference's answers (from
-its own seeds, none of them held out), beside the held-out seeds' own answers; and each
+its own seeds, none of them held out), beside the held-out seeds' own answers, then on all
+the seeds against the answers of them all (how often those repeat beside it); and each
 runs.csv given, reference or held out, serves in turn as the pool of curve and A/B seeds
 scored against the answers of all the others (:func:`rotation_rows`: no seed gives both the
 curve and the answer). Run::
 
     python -m ablate.bench.held_to_runs [reports/reference/runs.csv] \\
-        [--protocol experiments/ln_vs_rms.yaml] [--simulated 20] [--held-out runs.csv] \\
+        [--protocol experiments/ln_vs_rms.yaml] [--simulated 60] [--held-out runs.csv] \\
         [--write docs/stability-and-search.md] [--out reports/reference/held_to_runs.md]
 """
 
@@ -77,6 +80,7 @@ PROTOCOL = Path("experiments/ln_vs_rms.yaml")
 REFERENCE_DESIGN = Path("experiments/reference.yaml")  # the model, data and budget simulated
 QUARTER = 0.25 + 1e-9  # "within 2^(1/4)" on the log2 scale
 DRAW_LIMIT = 1000  # disjoint draws replayed on the reference: every one up to this many
+SPLIT_LIMIT = 10_000  # halves of the seeds in the repeat table: every one up to this many
 STUDY_DRAWS = 280  # disjoint draws replayed on each simulated study
 
 
@@ -610,7 +614,7 @@ def simulated_truth(
     return Truth(optima, delta, usable, curves, exact, curves)  # its test split is val
 
 
-def simulated_rows(
+def simulated_scores(
     section: dict[str, Any],
     design: Experiment,
     base: RunConfig,
@@ -618,16 +622,29 @@ def simulated_rows(
     studies: int,
     seeds: int,
     band: float = ref.BAND,
-) -> Scores:
-    """:func:`score_rows` on ``studies`` reference-shaped studies drawn from the simulator at
-    ``section`` (``seeds`` seeds each, as the reference has; :data:`STUDY_DRAWS` disjoint
-    draws of each), against its known truth: the mean of each share over the studies."""
+    draws: int = STUDY_DRAWS,
+    estimators: Mapping[str, tuple[str, OptimumEstimator]] = OPTIMA,
+) -> list[Scores]:
+    """:func:`score_rows` on each of ``studies`` reference-shaped studies drawn from the
+    simulator at ``section`` (``seeds`` seeds each, as the reference has; ``draws`` disjoint
+    draws of each), against its known truth."""
     variants = list(design.variants)
     truth = simulated_truth(section, base, lattice, variants, band)
-    found = []
-    for k in range(studies):
-        drawn = fit.simulated_curves(base, section, lattice, range(seeds), variants, k)
-        found.append(score_rows(drawn, design, band, truth, STUDY_DRAWS))
+    return [
+        score_rows(
+            fit.simulated_curves(base, section, lattice, range(seeds), variants, k),
+            design,
+            band,
+            truth,
+            draws,
+            estimators,
+        )
+        for k in range(studies)
+    ]
+
+
+def mean_scores(found: Sequence[Scores]) -> Scores:
+    """Each share of :func:`simulated_scores` averaged over the studies."""
 
     def mean(frames: list[pd.DataFrame], keys: list[str]) -> pd.DataFrame:
         if all(f.empty for f in frames):
@@ -637,6 +654,45 @@ def simulated_rows(
     return Scores(
         mean([f.rows for f in found], ["estimator", "what", "variant"]),
         mean([f.decided for f in found], ["estimator", "what"]),
+    )
+
+
+NORM_BARS = ("trained at in 2^(1/4)", "usable in 2^(1/4)")  # the shares the bars read per norm
+PAIR_BARS = ("Δ CI covers", "different")  # and of the pair, at one look
+DECIDED_BARS = ("Δ CI covers", "Δ CI at the looks' level covers", "different")  # by decide:
+
+
+def spread_rows(found: Sequence[Scores], estimator: str = "bagged_argmin") -> pd.DataFrame:
+    """How the shares the bars read move from one simulated study to the next, for
+    ``estimator``: their mean over the studies, the SD over the studies (how far one
+    reference of as many seeds could read from the mean, by which seeds it has) and the
+    standard error of the mean (the Monte Carlo error of the simulator's figure)."""
+    one_look = pd.concat([f.rows[f.rows["estimator"] == estimator] for f in found])
+    decided = [f.decided[f.decided["estimator"] == estimator] for f in found if len(f.decided)]
+    norms = list(one_look["variant"].unique())
+    parts = [
+        ("one look", v, c, one_look.loc[one_look["variant"] == v, c])
+        for v in norms
+        for c in NORM_BARS
+    ]
+    parts += [
+        ("one look", "both", c, one_look.loc[one_look["variant"] == norms[0], c]) for c in PAIR_BARS
+    ]
+    if decided:
+        frame = pd.concat(decided)
+        parts += [("as `decide:` runs it", "both", c, frame[c]) for c in DECIDED_BARS]
+    return pd.DataFrame(
+        [
+            {
+                "replay": replay,
+                "variant": variant,
+                "share": column,
+                "mean": f"{shares.mean():.1%}",
+                "SD over studies": f"{shares.std(ddof=1):.1%}",
+                "SE of the mean": f"{shares.std(ddof=1) / math.sqrt(len(shares)):.1%}",
+            }
+            for replay, variant, column, shares in parts
+        ]
     )
 
 
@@ -676,16 +732,41 @@ def truth_rows(curves: dict[str, ref.Curves], band: float = ref.BAND) -> pd.Data
     return pd.DataFrame(rows)
 
 
-def repeat_rows(curves: dict[str, ref.Curves], n_curve: int) -> pd.DataFrame:
+def halves_of(seeds: Sequence[int], limit: int = SPLIT_LIMIT) -> list[tuple[int, ...]]:
+    """Every way to split ``seeds`` into two halves (each split once: the half that holds the
+    first seed), where there are at most ``limit``; else ``limit`` such halves at random (the
+    same ones every call)."""
+    first, rest, size = seeds[0], list(seeds[1:]), len(seeds) // 2
+    if math.comb(len(rest), size - 1) <= limit:
+        return [(first, *h) for h in itertools.combinations(rest, size - 1)]
+    rng = np.random.default_rng(0)
+    drawn = (rng.choice(rest, size - 1, replace=False) for _ in range(limit))
+    return [(first, *sorted(int(s) for s in h)) for h in drawn]
+
+
+def split_count(seeds: int, limit: int = SPLIT_LIMIT) -> str:
+    """How many halves :func:`halves_of` takes of ``seeds`` seeds, in words."""
+    total = math.comb(seeds - 1, seeds // 2 - 1)
+    return (
+        f"every one of {total} splits"
+        if total <= limit
+        else f"{limit} of {total} splits, at random"
+    )
+
+
+def repeat_rows(
+    curves: dict[str, ref.Curves], n_curve: int, limit: int = SPLIT_LIMIT
+) -> pd.DataFrame:
     """How often the reference's own optimum (the plain argmin over its whole lattice) repeats
-    within 2^(1/4), per norm: from one half of its seeds against the other half (every split),
-    and from ``n_curve`` seeds against the rest and against all (every choice of them). It
-    says what a curve on ``n_curve`` seeds can be asked: those rows run every lattice point,
-    twice the curve's, though an estimator that knew the curve's shape could do better."""
+    within 2^(1/4), per norm: from one half of its seeds against the other half (every split,
+    or ``limit`` at random, :func:`halves_of`), and from ``n_curve`` seeds against the rest and
+    against all (every choice of them). It says what a curve on ``n_curve`` seeds can be
+    asked: those rows run every lattice point, twice the curve's, though an estimator that knew
+    the curve's shape could do better."""
     rows = []
     for variant, c in curves.items():
         seeds = list(c.seeds)
-        halves = [h for h in itertools.combinations(seeds, len(seeds) // 2) if seeds[0] in h]
+        halves = halves_of(seeds, limit)
         few = list(itertools.combinations(seeds, n_curve))
         full = ref.optimum(c)
 
@@ -899,8 +980,12 @@ def main(argv: list[str] | None = None) -> None:
         lattice = [float(lr) for lr in next(iter(curves.values())).lrs]
         base = load_experiment(REFERENCE_DESIGN).base
         n_seeds = len(seeds_of(curves))
-        rows = simulated_rows(section, design, base, lattice, args.simulated, n_seeds, args.band)
-        tables["held-to-simulator"] = scores_text(rows, design)
+        found = simulated_scores(section, design, base, lattice, args.simulated, n_seeds, args.band)
+        tables["held-to-simulator"] = (
+            scores_text(mean_scores(found), design)
+            + f"\n\nThe shares the bars read for bagged_argmin, over the {args.simulated} "
+            "studies:\n\n" + spread_rows(found).to_markdown(index=False, disable_numparse=True)
+        )
         variants = list(design.variants)
         drawn = [
             fit.simulated_curves(base, section, lattice, range(n_seeds), variants, k)
@@ -940,15 +1025,25 @@ def held_out_text(
     """The held-out seeds' own answers, the answers of every seed (``pooled``: the reference's
     and the held-out ones), and the protocol replayed on every disjoint draw of the held-out
     seeds (each of ``estimators``), scored against ``truth``: the reference's answers from its
-    own seeds (:func:`reference_truth`; none of them held out)."""
+    own seeds (:func:`reference_truth`; none of them held out). Then the protocol replayed on
+    every seed, scored against the answers of them all, and how often those answers repeat
+    (:func:`repeat_rows`): what more seeds in the answer change."""
     scores = score_rows(fresh, design, band, truth, estimators=estimators)
+    every = len(seeds_of(pooled))
     parts = {
         f"Seeds {span(seeds_of(fresh))} alone": truth_markdown(truth_rows(fresh, band)),
-        f"All {len(seeds_of(pooled))} seeds": truth_markdown(truth_rows(pooled, band)),
+        f"All {every} seeds": truth_markdown(truth_rows(pooled, band)),
         f"The protocol on seeds {span(seeds_of(fresh))}, scored against the answers of seeds "
         f"{span(sorted(set(seeds_of(pooled)) - set(seeds_of(fresh))))}": scores_text(
             scores, design
         ),
+        f"The protocol on all {every} seeds, scored against their answers (the held-out seeds "
+        "now in the answer too)": scores_text(
+            score_rows(pooled, design, band, estimators=estimators), design
+        ),
+        f"How often the answer of all {every} seeds repeats ({split_count(every)})": repeat_rows(
+            pooled, len(design.curve_seeds())
+        ).to_markdown(index=False),
     }
     return "\n\n".join(f"{caption}:\n\n{table}" for caption, table in parts.items())
 

@@ -184,8 +184,11 @@ def test_held_out_seeds_are_replayed_against_the_reference_s_answers(
     assert "Seeds 100–107 alone:" in text and "All 16 seeds:" in text
     assert "scored against the answers of seeds 0–7:" in text
     assert "| layernorm | LR optimum" in text  # the held-out seeds' own answers
-    bagged = [row for row in table_rows(text) if row[:2] == ("bagged_argmin", "layernorm")]
-    assert bagged and bagged[0][2:5] == ("280", "100.0%", "100.0%")  # draws; both in 2^(1/4)
+    bagged = {row[2:5] for row in table_rows(text) if row[:2] == ("bagged_argmin", "layernorm")}
+    assert bagged == {("280", "100.0%", "100.0%"), ("1000", "100.0%", "100.0%")}  # both in 2^(1/4)
+    assert "The protocol on all 16 seeds, scored against their answers" in text
+    assert "How often the answer of all 16 seeds repeats (every one of 6435 splits):" in text
+    assert ("layernorm", "8 seeds against the other 8", "6435", "100.0%") in table_rows(text)
     with pytest.raises(SystemExit) as stop:  # before anything is scored
         held.main([str(runs), "--held-out", str(runs)])
     assert stop.value.code == 2
@@ -325,3 +328,79 @@ def test_the_committed_shape_table_is_the_reference_s() -> None:
     for row in shape.itertuples():
         cells = f"| {row.statistic:<28} | {row.reference:11.4f} | {row[3]:6.4f} | {row[4]:7.4f} |"
         assert cells in committed, cells
+
+
+def test_halves_are_every_split_once_up_to_the_limit_then_drawn() -> None:
+    every = held.halves_of(list(range(8)))
+    assert len(every) == 35 and len(set(every)) == 35  # C(7, 3): the half that holds seed 0
+    assert all(h[0] == 0 and len(set(h)) == 4 for h in every)
+    drawn = held.halves_of(list(range(24)), limit=200)
+    assert len(drawn) == 200 and drawn == held.halves_of(list(range(24)), limit=200)
+    assert all(h[0] == 0 and len(set(h)) == 12 and list(h[1:]) == sorted(h[1:]) for h in drawn)
+    assert len(set(drawn)) > 195  # 200 of 1,352,078, with replacement
+    assert held.split_count(8) == "every one of 35 splits"
+    assert held.split_count(24) == "10000 of 1352078 splits, at random"
+
+
+def _scores(share: float, covers: float) -> held.Scores:
+    """Scores of one study whose bagged shares are all ``share`` and whose decided
+    coverage is ``covers``; another estimator's rows beside them at 0."""
+    rows = pd.DataFrame(
+        [
+            {
+                "estimator": e,
+                "what": "",
+                "variant": v,
+                **dict.fromkeys(held.NORM_BARS + held.PAIR_BARS, x),
+            }
+            for e, x in (("bagged_argmin", share), ("vertex", 0.0))
+            for v in ("layernorm", "rmsnorm")
+        ]
+    )
+    decided = pd.DataFrame(
+        [
+            {"estimator": e, "what": "", **dict.fromkeys(held.DECIDED_BARS, x)}
+            for e, x in (("bagged_argmin", covers), ("vertex", 0.0))
+        ]
+    )
+    return held.Scores(rows, decided)
+
+
+def test_the_spread_over_studies_gives_the_mean_sd_and_standard_error_of_each_share() -> None:
+    found = [_scores(0.8, 0.9), _scores(1.0, 0.9), _scores(0.9, 0.9)]
+    frame = held.spread_rows(found)
+    assert len(frame) == 2 * len(held.NORM_BARS) + len(held.PAIR_BARS) + len(held.DECIDED_BARS)
+    first = frame.iloc[0].to_dict()
+    assert first == {
+        "replay": "one look",
+        "variant": "layernorm",
+        "share": "trained at in 2^(1/4)",
+        "mean": "90.0%",
+        "SD over studies": "10.0%",
+        "SE of the mean": f"{0.1 / math.sqrt(3):.1%}",
+    }
+    decided = frame[frame["replay"] == "as `decide:` runs it"]
+    assert set(decided["variant"]) == {"both"} and set(decided["SD over studies"]) == {"0.0%"}
+    means = held.mean_scores(found)
+    bagged = means.rows[means.rows["estimator"] == "bagged_argmin"]
+    assert bagged["different"].tolist() == pytest.approx([0.9, 0.9])
+    assert means.decided["Δ CI covers"].tolist() == pytest.approx([0.9, 0.0])
+
+
+def test_each_simulated_study_is_drawn_afresh_and_scored_against_the_simulator_s_truth() -> None:
+    from ablate.bench import fit_reference as fit
+
+    section = yaml.safe_load((REPO / fit.FITTED).read_text(encoding="utf-8"))
+    design = load_experiment(REPO / "experiments" / "ln_vs_rms.yaml")
+    base = load_experiment(REPO / held.REFERENCE_DESIGN).base
+    reference = held.loaded(REPO / ref.REFERENCE_RUNS[0], design)
+    lattice = [float(lr) for lr in reference["layernorm"].lrs]
+    chosen = {"bagged_argmin": held.OPTIMA["bagged_argmin"]}
+    found = held.simulated_scores(section, design, base, lattice, 2, 8, draws=40, estimators=chosen)
+    assert len(found) == 2 and all(len(f.rows) == 2 for f in found)
+    assert all(f.decided.empty for f in found)  # 8 seeds do not hold decide:'s 9 and 4
+    shares = [f.rows.set_index("variant")["regret (nats)"] for f in found]
+    assert not shares[0].equals(shares[1])  # two draws of the simulator, not one twice
+    spread = held.spread_rows(found)
+    assert spread["share"].tolist() == [*held.NORM_BARS, *held.NORM_BARS, *held.PAIR_BARS]
+    assert spread["variant"].tolist() == ["layernorm"] * 2 + ["rmsnorm"] * 2 + ["both"] * 2
