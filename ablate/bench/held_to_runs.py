@@ -34,17 +34,17 @@ The tuned runs here keep the curve's warmup (the reference has one warmup): the 
 is not replayed. With ``--simulated N`` the same replay runs on N reference-shaped studies
 drawn from the simulator fitted to the reference (:mod:`ablate.bench.fit_reference`), scored
 against its known truth, with the spread of the shares the bars read over the studies
-(:func:`spread_rows`: what one reference of as many seeds can tell). Two more tables give
-how often the reference's own optimum repeats from fewer of its seeds (:func:`repeat_rows`:
-what a curve on few seeds can be asked) and the reference's shape (:func:`shape_rows`), with
-the fitted simulator's beside it. With
-``--held-out`` the protocol is also replayed on every disjoint draw of further seeds of the
-same design that no estimator was chosen on, scored against the reference's answers (from
-its own seeds, none of them held out), beside the held-out seeds' own answers, then on all
-the seeds against the answers of them all (how often those repeat beside it); and each
-runs.csv given, reference or held out, serves in turn as the pool of curve and A/B seeds
-scored against the answers of all the others (:func:`rotation_rows`: no seed gives both the
-curve and the answer). Run::
+(:func:`spread_rows`: roughly what one reference of as many seeds can tell). Two more tables
+give how often the reference's own optimum repeats from fewer of its seeds
+(:func:`repeat_rows`: what a curve on few seeds can be asked) and the reference's shape
+(:func:`shape_rows`), with the fitted simulator's beside it. With ``--held-out`` the protocol
+is also replayed on every disjoint draw of further seeds of the same design that no
+estimator was chosen on, scored against the reference's answers (from its own seeds, none
+of them held out), beside the held-out seeds' own answers, then on all the seeds against the
+answers of them all (how often those repeat beside it); and each runs.csv given, reference
+or held out, serves in turn as the pool of curve and A/B seeds scored against the answers
+of all the others (:func:`rotation_rows`: no seed gives both the curve and the answer).
+Run::
 
     python -m ablate.bench.held_to_runs [reports/reference/runs.csv] \\
         [--protocol experiments/ln_vs_rms.yaml] [--simulated 60] [--held-out runs.csv] \\
@@ -663,9 +663,10 @@ DECIDED_BARS = ("Δ CI covers", "Δ CI at the looks' level covers", "different")
 
 def spread_rows(found: Sequence[Scores], estimator: str = "bagged_argmin") -> pd.DataFrame:
     """How the shares the bars read move from one simulated study to the next, for
-    ``estimator``: their mean over the studies, the SD over the studies (how far one
-    reference of as many seeds could read from the mean, by which seeds it has) and the
-    standard error of the mean (the Monte Carlo error of the simulator's figure)."""
+    ``estimator``: their mean over the studies, the SD over the studies (against the
+    simulator's fixed truth: a rough guide to how far a share read on one reference of as many
+    seeds, whose answer also moves with its seeds, can lie from its mean) and the standard
+    error of the mean (the Monte Carlo error of the simulator's figure)."""
     one_look = pd.concat([f.rows[f.rows["estimator"] == estimator] for f in found])
     decided = [f.decided[f.decided["estimator"] == estimator] for f in found if len(f.decided)]
     norms = list(one_look["variant"].unique())
