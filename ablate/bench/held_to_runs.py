@@ -618,28 +618,16 @@ def simulated_scores(
     design: Experiment,
     base: RunConfig,
     lattice: Sequence[float],
-    studies: int,
-    seeds: int,
+    studies: Sequence[dict[str, ref.Curves]],
     band: float = ref.BAND,
     draws: int = STUDY_DRAWS,
     estimators: Mapping[str, tuple[str, OptimumEstimator]] = OPTIMA,
 ) -> list[Scores]:
-    """:func:`score_rows` on each of ``studies`` reference-shaped studies drawn from the
-    simulator at ``section`` (``seeds`` seeds each, as the reference has; ``draws`` disjoint
-    draws of each), against its known truth."""
-    variants = list(design.variants)
-    truth = simulated_truth(section, base, lattice, variants, band)
-    return [
-        score_rows(
-            fit.simulated_curves(base, section, lattice, range(seeds), variants, k),
-            design,
-            band,
-            truth,
-            draws,
-            estimators,
-        )
-        for k in range(studies)
-    ]
+    """:func:`score_rows` on each of ``studies``, reference-shaped studies drawn from the
+    simulator at ``section`` (:func:`ablate.bench.fit_reference.simulated_curves`; ``draws``
+    disjoint draws of each), against its known truth."""
+    truth = simulated_truth(section, base, lattice, list(design.variants), band)
+    return [score_rows(study, design, band, truth, draws, estimators) for study in studies]
 
 
 def mean_scores(found: Sequence[Scores]) -> Scores:
@@ -800,12 +788,12 @@ def curve_set_rows(curves: dict[str, ref.Curves], design: Experiment) -> pd.Data
     for variant, c in curves.items():
         seeds = list(c.seeds)
         full, scores = ref.optimum(c), {"all": [], "rest": []}
-        for chosen in itertools.combinations(seeds, n_curve):
+        _, rests = split_optima(c, n_curve)  # in the order of itertools.combinations
+        for chosen, rest in zip(itertools.combinations(seeds, n_curve), rests, strict=True):
             found = bagged_argmin(c, chosen, protocol_grid(c, chosen, design))
             at = trained_point(c, found.lr)
-            rest = ref.optimum(c, [s for s in seeds if s not in chosen])
             scores["all"].append(within_quarter(at, full))
-            scores["rest"].append(within_quarter(at, rest))
+            scores["rest"].append(within_quarter(at, float(c.lrs[rest])))
         against = {"all": f"all {len(seeds)}", "rest": f"the other {len(seeds) - n_curve}"}
         for key, hits in scores.items():
             rows.append(
@@ -973,18 +961,17 @@ def main(argv: list[str] | None = None) -> None:
         section = yaml.safe_load(args.fitted.read_text(encoding="utf-8"))
         lattice = [float(lr) for lr in next(iter(curves.values())).lrs]
         base = load_experiment(REFERENCE_DESIGN).base
-        n_seeds = len(seeds_of(curves))
-        found = simulated_scores(section, design, base, lattice, args.simulated, n_seeds, args.band)
+        n_seeds, variants = len(seeds_of(curves)), list(design.variants)
+        drawn = [
+            fit.simulated_curves(base, section, lattice, range(n_seeds), variants, k)
+            for k in range(args.simulated)
+        ]
+        found = simulated_scores(section, design, base, lattice, drawn, args.band)
         tables["held-to-simulator"] = (
             scores_text(mean_scores(found), design)
             + f"\n\nThe shares the bars read for bagged_argmin, over the {args.simulated} "
             "studies:\n\n" + spread_rows(found).to_markdown(index=False, disable_numparse=True)
         )
-        variants = list(design.variants)
-        drawn = [
-            fit.simulated_curves(base, section, lattice, range(n_seeds), variants, k)
-            for k in range(args.simulated)
-        ]
     tables["reference-shape"] = shape_rows(curves, drawn).to_markdown(index=False, floatfmt=".4f")
     for block, text in tables.items():
         print(text, end="\n\n")

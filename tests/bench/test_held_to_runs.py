@@ -398,7 +398,13 @@ def test_each_simulated_study_is_drawn_afresh_and_scored_against_the_simulator_s
     reference = held.loaded(REPO / ref.REFERENCE_RUNS[0], design)
     lattice = [float(lr) for lr in reference["layernorm"].lrs]
     chosen = {"bagged_argmin": held.OPTIMA["bagged_argmin"]}
-    found = held.simulated_scores(section, design, base, lattice, 2, 8, draws=40, estimators=chosen)
+    studies = [
+        fit.simulated_curves(base, section, lattice, range(8), list(design.variants), k)
+        for k in (0, 1)
+    ]
+    found = held.simulated_scores(
+        section, design, base, lattice, studies, draws=40, estimators=chosen
+    )
     assert len(found) == 2 and all(len(f.rows) == 2 for f in found)
     assert all(f.decided.empty for f in found)  # 8 seeds do not hold decide:'s 9 and 4
     shares = [f.rows.set_index("variant")["regret (nats)"] for f in found]
