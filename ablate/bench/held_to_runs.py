@@ -472,9 +472,9 @@ def decide_replay(
 
 
 def crossover_holds(tuned: Judged, shared: Sequence[Judged]) -> np.ndarray:
-    """Per draw, whether the report states the tuned Δ as *different* without "depends on the
-    LR" (:func:`ablate.report.crossover.crossover_claim`, over the draws at once): the tuned
-    verdict and both shared settings' are *different*, all with one sign."""
+    """Per draw, whether the tuned Δ would be stated as *different* by the rule reports used
+    before the analysis plan (:mod:`ablate.report.plan`): the tuned verdict and both shared
+    settings' *different*, all with one sign."""
     signs = [np.sign(j.mean) for j in shared]
     same = np.all([s == np.sign(tuned.mean) for s in signs], axis=0)
     different = np.all([j.words == "different" for j in shared], axis=0)

@@ -8,15 +8,14 @@ start. Each seed is bracketed on its own (:func:`bracket_seed`): a seed that fai
 longer decides the others' bracket. A seed's boundary is the geometric midpoint of its last
 stable and first unstable lattice point, which lie one lattice step apart.
 
-A variant's boundary (:func:`variant_boundary`) is the median of its seeds' boundaries; the
-ratio of two variants' (:func:`boundary_ratio`) is paired by seed, the geometric mean of the
-seeds' ratios (the mean of their log ratios: over a few seeds it varies less than their
-median, and it is the centre of its interval). Both intervals are Student-t
-intervals over seeds on log2 LR, widened by the brackets' resolution (each seed's boundary is
-known only to within its bracket, so with no seed-to-seed spread the interval is still the
-width the brackets allow; on the lattice half a step per variant): with two or three seeds a
-bootstrap over seeds covers far less than its level (``python -m ablate.bench.estimators``
-measures both).
+A variant's boundary (:func:`variant_boundary`) is the geometric mean of its seeds' boundaries;
+the ratio of two variants' (:func:`boundary_ratio`) is paired by seed, the geometric mean of the
+seeds' ratios: the mean of their log values, over a few seeds less variable than their median,
+and the centre of the interval each is given with. Both intervals are Student-t intervals over
+seeds on log2 LR, widened by the brackets' resolution (each seed's boundary is known only to
+within its bracket, so with no seed-to-seed spread the interval is still the width the brackets
+allow; on the lattice half a step per variant): with two or three seeds a bootstrap over seeds
+covers far less than its level (``python -m ablate.bench.estimators`` measures both).
 """
 
 from __future__ import annotations
@@ -207,13 +206,13 @@ def half_width(bounds: Sequence[SeedBoundary]) -> float:
 
 
 def variant_boundary(bounds: Sequence[SeedBoundary], level: float = 0.95) -> Interval | None:
-    """The median over seeds of their boundaries, with the t interval over seeds widened by
-    half the widest seed's bracket (None when no seed has both ends). With one seed the
-    interval is its bracket: the spread between seeds is then unknown."""
+    """The geometric mean over seeds of their boundaries, with the t interval over seeds
+    widened by half the widest seed's bracket (None when no seed has both ends). With one
+    seed the interval is its bracket: the spread between seeds is then unknown."""
     logs = [math.log2(b.estimate) for b in bounds if b.estimate is not None]
     if not logs:
         return None
-    return _t_interval_log2(statistics.median(logs), logs, half_width(bounds), level)
+    return _t_interval_log2(statistics.fmean(logs), logs, half_width(bounds), level)
 
 
 def paired_log2_ratios(

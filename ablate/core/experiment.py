@@ -309,14 +309,45 @@ SPIKE_WINDOW = 50  # steps: a spike is judged against their median
 
 
 class AnalysisConfig(StrictSection):
-    """How the report judges a paired comparison (:mod:`ablate.report.verdict`)."""
+    """The report's analysis plan: its margins, its family-wise error and how the family
+    shares it (:mod:`ablate.report.plan`, :mod:`ablate.report.verdict`)."""
 
     min_effect: float = Field(
         MIN_EFFECT,
         gt=0,
-        description="the smallest |Δ| final val loss (nats) of interest: a comparison is "
-        "equivalent within ±min_effect, or told how many seeds detecting it needs; default "
-        "0.02, about RMSNorm's lead over LayerNorm at T5 scale (Narang et al., 2021)",
+        description="the margin of a loss estimand (nats): a difference is equivalent within "
+        "±min_effect, exceeds it, or is told how many seeds deciding it needs; default 0.02, "
+        "about RMSNorm's lead over LayerNorm at T5 scale (Narang et al., 2021)",
+    )
+    lr_margin: float = Field(
+        1.5,
+        gt=1,
+        description="the margin of an LR ratio (usable LR, divergence edge): equivalent "
+        "within ×/÷lr_margin",
+    )
+    speed_margin: float = Field(
+        1.05,
+        gt=1,
+        description="the margin of the training speed ratio: equivalent within ×/÷speed_margin",
+    )
+    alpha: float = Field(
+        0.05,
+        gt=0,
+        lt=0.5,
+        description="the report's family-wise error: the chance of any false verdict in it",
+    )
+    primary_share: float = Field(
+        0.5,
+        gt=0,
+        le=1,
+        description="the share of alpha the primary estimands (quality at matched settings) "
+        "spend; the secondary ones share the rest equally",
+    )
+    not_estimable: float = Field(
+        100.0,
+        gt=1,
+        description="a ratio or LR interval wider than this factor is not estimable: the "
+        "report prints no number for it",
     )
     spike_factor: float | None = Field(
         None,

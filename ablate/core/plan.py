@@ -364,6 +364,8 @@ def plan_manifest(
         ),
         "seeds": experiment.seeds,
         "min_effect": experiment.analysis.min_effect,
+        "analysis": experiment.analysis.model_dump(mode="json"),
+        "stages": planned_groups(experiment),
         "spike_factor": experiment.analysis.spike_factor,
         "spike_window": experiment.analysis.spike_window,
         "usable_within": experiment.max_lr.within if experiment.max_lr else None,

@@ -228,8 +228,8 @@ class MarginBoundary:
 @dataclass
 class BoundaryResult:
     """One variant's maximum stable LR: each max-LR seed's bracket on the shared lattice
-    (``per_octave`` points per doubling), their median with its interval (None when no seed
-    was bracketed); the divergence boundary the same way (the LR above which runs blow up or
+    (``per_octave`` points per doubling), their geometric mean with its interval (None when
+    no seed was bracketed); the divergence boundary the same way (the LR above which runs blow up or
     go non-finite, rather than fail to get below the floor); the probes and the runs they
     took; after the check against the store, the quality boundary re-derived at each collapse
     margin, how many runs it was held against, which contradict it and which lie below the

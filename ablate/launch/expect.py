@@ -9,8 +9,8 @@ stage asked for: the runs per variant and stage it trained
 (:class:`ablate.launch.estimate.Stored`, as a results folder's would be counted), and how many
 tasks and submissions the Slurm launcher would have needed for them
 (:meth:`CountingExecutor.queue`: its queue's model). The same run gives ``validate
---simulate`` the written summary that design would give (:func:`simulated_lines`), with its
-verdicts and, under ``decide:``, the seeds it would take.
+--simulate`` the Answer that design would give (:func:`simulated_lines`), with its verdicts
+and what would change them.
 """
 
 from __future__ import annotations
@@ -33,6 +33,7 @@ from ablate.launch.estimate import Stored, stored_counts
 from ablate.launch.execute import EvalWatch, Obtained, ProgressFn, Request, SayFn, split_done
 from ablate.launch.pipeline import run_experiment
 from ablate.launch.simulator import SimulatedExecutor
+from ablate.report.answer import HEADING
 
 
 @dataclass
@@ -110,7 +111,7 @@ class CountingExecutor:
 
 @dataclass(frozen=True)
 class Design:
-    """What the design did on the simulator: its report's summary lines, the runs it trained
+    """What the design did on the simulator: its report's Answer, the runs it trained
     per (variant, stage), and the Slurm submissions and tasks they would have been."""
 
     truth: str
@@ -148,10 +149,10 @@ def simulate_design(experiment: Experiment) -> Design:
         )
         report = (result.report_dir / "report.md").read_text(encoding="utf-8")
         counts = stored_counts(experiment, root / "results")
-    summary = report.split("## Summary\n", 1)[1].split("\n## ", 1)[0].strip()
+    summary = report.split(f"{HEADING}\n", 1)[1].split("\n## ", 1)[0].strip()
     return Design(truth, summary.splitlines(), counts, counter.submissions, counter.tasks)
 
 
 def simulated_lines(design: Design) -> list[str]:
-    """``validate --simulate``: the report summary the design gave on the simulator."""
+    """``validate --simulate``: the report's Answer the design gave on the simulator."""
     return [f"on the simulator ({design.truth}), this design would report:", *design.summary]

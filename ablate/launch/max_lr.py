@@ -15,7 +15,7 @@ next, upwards from its quality bracket's unstable end. A probe is one seed's run
 lattice LR, obtained from the stage's executor, and a trial of the variant's ``max_lr`` study
 asked for at exactly that LR (the seed a user attribute). Probes already in the study are read
 back, never rerun. The study's objective (:data:`PROBE_METRIC`) makes the dashboard's best
-trial the largest stable LR. The variant's boundary is the median of its seeds' with an
+trial the largest stable LR. The variant's boundary is the geometric mean of its seeds' with an
 interval (:func:`ablate.core.boundary.variant_boundary`); :mod:`ablate.launch.pipeline` then
 holds each seed's bracket against every other stored run.
 """
@@ -95,7 +95,7 @@ def probe_value(lr: float, stable: bool) -> float:
 
 
 def label_boundary_study(study: optuna.Study, boundary: Interval | None) -> None:
-    """Name the objective and store the boundary (median over seeds, interval) as study
+    """Name the objective and store the boundary (geometric mean over seeds, interval) as study
     attributes, for optuna-dashboard (written only when they change: a replay writes nothing)."""
     attrs = {
         "max_stable_lr": boundary and boundary.value,

@@ -1,16 +1,16 @@
-"""The report's maximum stable learning rates: each seed's bracket, each variant's boundary
-(median over seeds, 95% interval) and each variant's ratio to the baseline, paired by seed
-(the geometric mean of the seeds' ratios; :mod:`ablate.core.boundary`), read from
-``stability.json``'s ``max_lr`` entries.
+"""The report's maximum stable learning rates (learned at all): each seed's bracket, each
+variant's boundary (the geometric mean over seeds, 95% interval) and each variant's ratio to
+the baseline, paired by seed (the geometric mean of the seeds' ratios; :mod:`ablate.core.
+boundary`), read from ``stability.json``'s ``max_lr`` entries, recomputed from its seed
+brackets.
 
-A ratio is "shown" only where its interval excludes 1 and its paired t-test over the seeds'
-log ratios, Holm-adjusted over every boundary ratio of the report, is below α. Where each
-variant's seeds all share one bracket, no seed spread is measured: the ratio is "below the
-lattice's resolution", never shown; an interval wider than :data:`NOT_ESTIMABLE` is "not
-estimable" with that many seeds. With one seed the intervals hold only the lattice's
-resolution, not the seed-to-seed spread, and the text says so. The quality boundary by
-collapse margin, the divergence boundary and the grid factors' effects are
-:mod:`ablate.report.margins`'.
+All of it is descriptive: the analysis plan's verdict-bearing boundary is the divergence edge
+(:mod:`ablate.report.estimands`); "learned at all" says how far above the optimum a run still
+gets below the unigram floor. An interval wider than ``analysis.not_estimable`` (100×), or a
+ratio whose every seed falls in one bracket, prints no number (:func:`ablate.report.text.
+lr_interval_text`). With one seed the intervals hold only the lattice's resolution, not the
+seed-to-seed spread, and the text says so. The quality boundary by collapse margin, the
+divergence boundary and the grid factors' effects are :mod:`ablate.report.margins`'.
 """
 
 from __future__ import annotations
@@ -22,14 +22,11 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
-from ablate.core.boundary import Interval, boundary_ratio, paired_log2_ratios
-from ablate.core.sequential import ALPHA
+from ablate.core.boundary import Interval, boundary_ratio, paired_log2_ratios, variant_boundary
 from ablate.core.stability import Observation
 from ablate.core.studies import SEED_BOUNDARY_KEYS, BoundaryResult, Studies
-from ablate.report.analysis import holm
 from ablate.report.factorial import Design
 from ablate.report.margins import (
-    NOT_ESTIMABLE,
     factor_effects,
     factor_lines,
     margin_lines,
@@ -37,9 +34,8 @@ from ablate.report.margins import (
     margin_table,
 )
 from ablate.report.section import Section
-from ablate.report.text import SHOWN_WORDS, interval_text, p_text, ratio_text
-
-UNRESOLVED = "below the lattice's resolution"
+from ablate.report.text import lr_interval_text
+from ablate.report.verdict import NOT_ESTIMABLE
 
 
 def ratio_p(logs: list[float]) -> float:
@@ -56,19 +52,6 @@ def one_bracket(found: BoundaryResult) -> bool:
     return len(estimates) == 1
 
 
-def ratio_word(row: Any) -> str:
-    """A boundary ratio's verdict: shown, not shown, below the lattice's resolution, or not
-    estimable (see the module)."""
-    if row.ratio_to_baseline is None or pd.isna(row.ratio_to_baseline):
-        return "–"
-    if row.ratio_pairs >= 2 and row.one_bracket:
-        return UNRESOLVED
-    if row.ratio_high / row.ratio_low > NOT_ESTIMABLE:
-        return f"not estimable with {row.ratio_pairs} seed(s)"
-    held = row.ratio_shown and not (row.ratio_p_holm >= ALPHA)  # NaN (one seed): the interval
-    return SHOWN_WORDS[bool(held)]
-
-
 def ratio_to(baseline: BoundaryResult, found: BoundaryResult) -> Interval | None:
     """``found``'s boundary over ``baseline``'s, paired by seed (None: no seed pairs)."""
     return boundary_ratio(baseline.seed_bounds, found.seed_bounds)
@@ -81,7 +64,7 @@ def boundary_table(studies: Studies) -> pd.DataFrame:
     rows = []
     baseline = next(iter(found.values()), None)
     for variant, r in found.items():
-        own = r.boundary
+        own = variant_boundary(r.seed_bounds)
         ratio = ratio_to(baseline, r) if baseline is not None and r is not baseline else None
         logs = (
             paired_log2_ratios(baseline.seed_bounds, r.seed_bounds)
@@ -99,7 +82,6 @@ def boundary_table(studies: Studies) -> pd.DataFrame:
                 "ratio_to_baseline": ratio and ratio.value,
                 "ratio_low": ratio and ratio.low,
                 "ratio_high": ratio and ratio.high,
-                "ratio_shown": ratio.shown if ratio else None,
                 "ratio_pairs": len(logs),
                 "one_bracket": one_bracket(baseline) and one_bracket(r),
                 "ratio_p": ratio_p(logs),
@@ -107,11 +89,7 @@ def boundary_table(studies: Studies) -> pd.DataFrame:
                 "monotone": monotone_text(r),
             }
         )
-    table = pd.DataFrame(rows)
-    if len(table):
-        table["ratio_p_holm"] = holm(list(table["ratio_p"]))
-        table["ratio_word"] = [ratio_word(r) for r in table.itertuples()]
-    return table
+    return pd.DataFrame(rows)
 
 
 def seed_table(studies: Studies) -> pd.DataFrame:
@@ -125,60 +103,57 @@ def seed_table(studies: Studies) -> pd.DataFrame:
     )
 
 
-def shown_table(table: pd.DataFrame) -> pd.DataFrame:
-    """The boundary table as the report prints it."""
+def shown_table(table: pd.DataFrame, limit: float) -> pd.DataFrame:
+    """The boundary table as the report prints it (descriptive)."""
     return pd.DataFrame(
         {
             "variant": table["variant"],
             "max stable LR [95% CI]": [
-                interval_text(r.max_stable_lr, r.max_stable_lr_low, r.max_stable_lr_high)
+                lr_interval_text(
+                    r.max_stable_lr,
+                    r.max_stable_lr_low,
+                    r.max_stable_lr_high,
+                    r.seeds_bracketed,
+                    limit,
+                )
                 for r in table.itertuples()
             ],
             "seeds bracketed": [f"{r.seeds_bracketed} of {r.seeds}" for r in table.itertuples()],
-            "ratio to baseline [95% CI]": [
-                interval_text(r.ratio_to_baseline, r.ratio_low, r.ratio_high)
-                for r in table.itertuples()
-            ],
-            "paired t p, Holm": [
-                "–" if pd.isna(r.ratio_p_holm) else p_text(r.ratio_p_holm)
-                for r in table.itertuples()
-            ],
-            "difference": table["ratio_word"],
+            "ratio to baseline [95% CI]": [ratio_cell(r, limit) for r in table.itertuples()],
             "runs": table["runs"],
             "monotone": table["monotone"],
         }
     )
 
 
-def _shown_text(table: pd.DataFrame) -> list[str]:
+def ratio_cell(row: Any, limit: float) -> str:
+    """A boundary ratio and its 95% interval, or why it has no number."""
+    if row.ratio_to_baseline is None or pd.isna(row.ratio_to_baseline):
+        return "–"
+    if row.ratio_pairs >= 2 and row.one_bracket:
+        return f"not estimable with {row.ratio_pairs} seeds: every seed in one bracket"
+    return lr_interval_text(
+        row.ratio_to_baseline, row.ratio_low, row.ratio_high, row.ratio_pairs, limit
+    )
+
+
+def _ratio_lines(table: pd.DataFrame, limit: float) -> list[str]:
     lines = []
     for row in table.iloc[1:].itertuples():
         if row.ratio_to_baseline is None or pd.isna(row.ratio_to_baseline):
             continue
-        tested = (
-            "" if pd.isna(row.ratio_p_holm) else f", Holm-adjusted p {p_text(row.ratio_p_holm)}"
-        )
-        verdict = {
-            "shown": f"a difference is **shown** (the interval excludes 1{tested})",
-            "**not shown**": "a difference is **not shown** (the interval holds 1, or its "
-            "Holm-adjusted p does not pass)",
-            UNRESOLVED: f"**{UNRESOLVED}**: each variant's seeds share one bracket, so no "
-            "seed spread is measured (a finer `max_lr.per_octave` or more seeds resolve it)",
-        }.get(row.ratio_word, f"**{row.ratio_word}**: the interval is too wide to be a finding")
+        one = "; with one seed the interval is the lattice's, not the seeds' spread"
         lines.append(
-            f"- Max stable LR, {row.variant} / {table['variant'].iloc[0]}: "
-            f"{ratio_text(row.ratio_to_baseline, row.ratio_low, row.ratio_high)}, paired "
-            f"over {row.seeds_bracketed} seed(s): {verdict}"
-            + (
-                "; with one seed the interval is the lattice's, not the seeds' spread."
-                if row.seeds_bracketed == 1
-                else "."
-            )
+            f"- Max stable LR (learned at all), {row.variant} / {table['variant'].iloc[0]}: "
+            f"{ratio_cell(row, limit)}, paired over {row.seeds_bracketed} seed(s) (95%, "
+            f"descriptive{one if row.seeds_bracketed == 1 else ''})."
         )
     return lines
 
 
-def summary_lines(studies: Studies, design: Design | None = None) -> list[str]:
+def summary_lines(
+    studies: Studies, design: Design | None = None, limit: float = NOT_ESTIMABLE
+) -> list[str]:
     """The written summary's max-LR lines: a variant with no bracket, non-monotone brackets,
     each variant's boundary and each ratio to the baseline with its verdict, and in a grid
     each factor's effect on the boundaries."""
@@ -196,18 +171,25 @@ def summary_lines(studies: Studies, design: Design | None = None) -> list[str]:
     bracketed = table[table["seeds_bracketed"] > 0] if len(table) else table
     if len(bracketed):
         text = ", ".join(
-            f"{row.variant} {row.max_stable_lr:.3g} [{row.max_stable_lr_low:.3g}, "
-            f"{row.max_stable_lr_high:.3g}]"
+            f"{row.variant} "
+            + lr_interval_text(
+                row.max_stable_lr,
+                row.max_stable_lr_low,
+                row.max_stable_lr_high,
+                row.seeds_bracketed,
+                limit,
+            )
             for row in bracketed.itertuples()
         )
         lines.append(
             f"- Max stable LR (the largest that learned at all, not a usable LR: each seed "
-            f"bracketed on the shared lattice; median over seeds, 95% interval): {text}."
+            f"bracketed on the shared lattice; geometric mean over seeds, 95% interval): {text}."
         )
     if not len(table):
         return lines
     effects = factor_effects(studies, design) if design is not None else pd.DataFrame()
-    return lines + _shown_text(table) + margin_lines(margin_table(studies)) + factor_lines(effects)
+    margins = margin_lines(margin_table(studies), limit)
+    return lines + _ratio_lines(table, limit) + margins + factor_lines(effects)
 
 
 def _unbracketed_text(found: BoundaryResult) -> str:
@@ -222,7 +204,9 @@ def _unbracketed_text(found: BoundaryResult) -> str:
     )
 
 
-def max_lr_section(studies: Studies, design: Design | None = None) -> Section:
+def max_lr_section(
+    studies: Studies, design: Design | None = None, limit: float = NOT_ESTIMABLE
+) -> Section:
     """Markdown and CSVs of the boundaries, the ratios, every seed's bracket and, in a grid,
     each factor's effect on them."""
     table = boundary_table(studies)
@@ -237,18 +221,19 @@ def max_lr_section(studies: Studies, design: Design | None = None) -> Section:
         "below the unigram floor, not blown up), not that its loss was near the best: the "
         "usable LR (`max_lr.within`, walked from a tuned optimum) answers that.",
         "",
-        f"Each seed is bracketed on its own, on one lattice of LRs every variant shares "
+        "Each seed is bracketed on its own, on one lattice of LRs every variant shares "
         f"(2^(k/{per_octave}): brackets {2 ** (1 / per_octave):.3f}× wide), at the `max_lr` "
-        "budget; a seed's boundary is its bracket's geometric midpoint. A variant's max stable "
-        "LR is the median over seeds, with a 95% t interval over seeds on log LR widened by half "
-        "a lattice step; the ratio to the baseline (the first variant) is paired by seed, the "
-        "geometric mean of the seeds' ratios, its interval widened by one step. Each probe is "
-        "a trial of the variant's `max_lr` Optuna study. Every seed's bracket is then checked "
-        "against every stored run of the variant at the same budget (sweep points, search "
-        "trials, probes, main runs): *monotone* when none is stable above an LR where the same "
-        "seed failed, nor unstable below its seed's last stable LR.",
+        "budget; a seed's boundary is its bracket's geometric midpoint. A variant's max "
+        "stable LR is the geometric mean over seeds, with a 95% t interval over seeds on log "
+        "LR widened by half a lattice step; the ratio to the baseline (the first variant) is "
+        "paired by seed, the geometric mean of the seeds' ratios, its interval widened by one"
+        " step. Each probe is a trial of the variant's `max_lr` Optuna study. Every seed's "
+        "bracket is then checked against every stored run of the variant at the same budget "
+        "(sweep points, search trials, probes, main runs): *monotone* when none is stable "
+        "above an LR where the same seed failed, nor unstable below its seed's last stable "
+        "LR.",
         "",
-        shown_table(table).to_markdown(index=False),
+        shown_table(table, limit).to_markdown(index=False),
         "",
         "Each seed's bracket (last stable, first unstable lattice LR) and its boundary:",
         "",
@@ -277,7 +262,7 @@ def max_lr_section(studies: Studies, design: Design | None = None) -> Section:
             "divergence boundary (the run blew up or went non-finite) bracketed by the probes "
             "on the lattice.",
             "",
-            margin_shown(margins).to_markdown(index=False),
+            margin_shown(margins, limit).to_markdown(index=False),
             "",
         ]
     effects = factor_effects(studies, design) if design is not None else pd.DataFrame()

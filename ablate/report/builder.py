@@ -40,16 +40,19 @@ from ablate.core import folders, store
 from ablate.core.experiment import SPIKE_WINDOW
 from ablate.core.folders import ExperimentFolder
 from ablate.report.analysis import noise_floor
+from ablate.report.answer import answer_lines
 from ablate.report.boundaries import max_lr_section
 from ablate.report.claims import claims_section
 from ablate.report.comparison import comparison_section
 from ablate.report.convert import convert_section
 from ablate.report.crossover import crossover_section
 from ablate.report.depth import depth_section
+from ablate.report.estimands import findings
 from ablate.report.factorial import Design
 from ablate.report.figures import save_figure
 from ablate.report.inference import inference_section
 from ablate.report.load import StoredExperiment, load_experiment_results
+from ablate.report.plan import plan_lines
 from ablate.report.quality import factors_section, main_label, main_section
 from ablate.report.scaling import scaling_section
 from ablate.report.section import Section
@@ -189,8 +192,10 @@ def report_sections(
     # a manifest from before the spike keys were kept has neither: none counted
     spikes = (manifest.get("spike_factor"), manifest.get("spike_window", SPIKE_WINDOW))
     factors, effects = factors_section(stored.main, design) if design else (Section(), None)
+    found = findings(stored)
     report.lines += simulated_flag(stored) + impurity_flag(stored, variants)
-    report.lines += summary_lines(table, noise, stored, tuned, effects)
+    report.lines += answer_lines(found, stored) + plan_lines(found.plan)
+    report.lines += summary_lines(table, noise, stored, tuned, found, effects)
     report.extend(setup_section(stored, variants))
     claims = manifest.get("claims", [])
     report.extend(claims_section(claims, stored, *spikes))
@@ -212,7 +217,7 @@ def report_sections(
         sweep,
         curve_section(stored, variants),
         usable_section(stored),
-        max_lr_section(stored.studies, design),
+        max_lr_section(stored.studies, design, found.plan.rules.not_estimable),
         search_section(stored.studies, variants, stored.manifest.get("search_startup")),
     ):
         report.extend(section)

@@ -9,27 +9,25 @@ from typing import Any
 
 import pandas as pd
 
-from ablate.core.boundary import Interval, SeedBoundary, boundary_ratio, half_width
+from ablate.core.boundary import SeedBoundary, boundary_ratio, half_width, variant_boundary
 from ablate.core.studies import BoundaryResult, Studies
 from ablate.report.factorial import METRIC, Design, main_effects
-from ablate.report.text import SHOWN_WORDS, interval_text, ratio_text
+from ablate.report.text import lr_interval_text, ratio_text
+from ablate.report.verdict import NOT_ESTIMABLE
 
-NOT_ESTIMABLE = 100.0  # a ratio's interval wider than this factor is no finding
 
-
-def _bounds_of(
-    found: BoundaryResult, kind: float | str
-) -> tuple[list[SeedBoundary], Interval | None]:
-    """A variant's seed brackets and boundary of ``kind``: "divergence", or a margin's."""
+def _bounds_of(found: BoundaryResult, kind: float | str) -> list[SeedBoundary]:
+    """A variant's seed brackets of ``kind``: "divergence", or a margin's."""
     if kind == "divergence":
-        return found.divergence_bounds, found.divergence
+        return found.divergence_bounds
     margin = next((m for m in found.margins if m.margin == kind), None)
-    return (margin.seed_bounds, margin.boundary) if margin else ([], None)
+    return margin.seed_bounds if margin else []
 
 
 def margin_table(studies: Studies) -> pd.DataFrame:
     """Per boundary (the quality boundary at every collapse margin, then the divergence
-    boundary) and variant: its median with interval and its ratio to the baseline's."""
+    boundary) and variant: its geometric mean over seeds with its interval, and its ratio to
+    the baseline's."""
     found = studies.max_lr
     if not found:
         return pd.DataFrame()
@@ -37,9 +35,10 @@ def margin_table(studies: Studies) -> pd.DataFrame:
     margins = sorted({m.margin for r in found.values() for m in r.margins})
     rows = []
     for kind in [*margins, "divergence"]:
-        base_bounds, _ = _bounds_of(baseline, kind)
+        base_bounds = _bounds_of(baseline, kind)
         for variant, r in found.items():
-            bounds, own = _bounds_of(r, kind)
+            bounds = _bounds_of(r, kind)
+            own = variant_boundary(bounds)
             ratio = boundary_ratio(base_bounds, bounds) if r is not baseline else None
             rows.append(
                 {
@@ -54,82 +53,64 @@ def margin_table(studies: Studies) -> pd.DataFrame:
                     "ratio_to_baseline": ratio and ratio.value,
                     "ratio_low": ratio and ratio.low,
                     "ratio_high": ratio and ratio.high,
-                    "ratio_shown": ratio.shown if ratio else None,
+                    "seeds": own.seeds if own else 0,
                 }
             )
     return pd.DataFrame(rows)
 
 
-def margin_lines(table: pd.DataFrame) -> list[str]:
-    """In words: whether each ratio's verdict depends on the collapse margin, and the
-    divergence boundary's ratio."""
+def margin_lines(table: pd.DataFrame, limit: float = NOT_ESTIMABLE) -> list[str]:
+    """In words, descriptive: each quality ratio at every collapse margin, and the divergence
+    boundary's ratio (the plan's divergence edge is judged in the Answer)."""
     if table.empty:
         return []
     lines = []
     quality = table[table["boundary"].str.startswith("quality")]
-    for variant, rows in quality[quality["ratio_shown"].notna()].groupby("variant", sort=False):
+    for variant, rows in quality[quality["ratio_to_baseline"].notna()].groupby(
+        "variant", sort=False
+    ):
         said = "; ".join(
-            f"{r.boundary.removeprefix('quality, ')}: "
-            + (
-                ratio_text(r.ratio_to_baseline, r.ratio_low, r.ratio_high)
-                if estimable(r)
-                else f"not estimable with these seeds (interval wider than {NOT_ESTIMABLE:g}×)"
-            )
+            f"{r.boundary.removeprefix('quality, ')}: {ratio_interval(r, limit)}"
             for r in rows.itertuples()
         )
-        verdicts = set(rows["ratio_shown"])
-        if len(verdicts) > 1:
-            depends = "**depends on the margin** (shown at some, not at others)"
-        else:
-            shown = "shown" if verdicts.pop() else "not shown"
-            depends = f"does not depend on the margin ({shown} at every one)"
         lines.append(
-            f"- Quality boundary by collapse margin, {variant} / {table['variant'].iloc[0]}: "
-            f"{said}: the finding {depends}."
+            f"- Quality boundary (learned at all) by collapse margin, {variant} / "
+            f"{table['variant'].iloc[0]}: {said} (95%, descriptive)."
         )
-    divergence = table[(table["boundary"] == "divergence") & table["ratio_shown"].notna()]
+    divergence = table[(table["boundary"] == "divergence") & table["ratio_to_baseline"].notna()]
     for r in divergence.itertuples():
-        verdict = "shown" if r.ratio_shown else "**not shown**"
         lines.append(
             f"- Divergence boundary (non-finite or blown-up runs), {r.variant} / "
-            f"{table['variant'].iloc[0]}: "
-            f"{ratio_text(r.ratio_to_baseline, r.ratio_low, r.ratio_high)}: a difference is "
-            f"{verdict}."
+            f"{table['variant'].iloc[0]}: {ratio_interval(r, limit)} (95%; the Answer judges "
+            "it at the plan's level)."
         )
     return lines
 
 
-def margin_shown(table: pd.DataFrame) -> pd.DataFrame:
+def ratio_interval(row: Any, limit: float) -> str:
+    """A margin row's ratio and 95% interval, or ``not estimable``."""
+    return lr_interval_text(row.ratio_to_baseline, row.ratio_low, row.ratio_high, row.seeds, limit)
+
+
+def margin_shown(table: pd.DataFrame, limit: float = NOT_ESTIMABLE) -> pd.DataFrame:
     """The margin table as the report prints it."""
     return pd.DataFrame(
         {
             "boundary": table["boundary"],
             "variant": table["variant"],
             "max stable LR [95% CI]": [
-                interval_text(r.max_stable_lr, r.low, r.high) for r in table.itertuples()
+                lr_interval_text(r.max_stable_lr, r.low, r.high, r.seeds, limit)
+                for r in table.itertuples()
             ],
             "widest seed bracket": [
                 "–" if pd.isna(w) else f"{w:.2f}×" for w in table["widest_bracket"]
             ],
             "ratio to baseline [95% CI]": [
-                interval_text(r.ratio_to_baseline, r.ratio_low, r.ratio_high)
+                "–" if pd.isna(r.ratio_to_baseline) else ratio_interval(r, limit)
                 for r in table.itertuples()
             ],
-            "difference": [difference_word(r) for r in table.itertuples()],
         }
     )
-
-
-def estimable(row: Any) -> bool:
-    """Whether a ratio's interval is narrow enough to be a finding (:data:`NOT_ESTIMABLE`)."""
-    return not row.ratio_high / row.ratio_low > NOT_ESTIMABLE
-
-
-def difference_word(row: Any) -> str:
-    """shown / not shown, or not estimable where the interval is wider than the limit."""
-    if row.ratio_shown is None or pd.isna(row.ratio_shown):
-        return "–"
-    return SHOWN_WORDS[bool(row.ratio_shown)] if estimable(row) else "not estimable"
 
 
 def boundary_frame(studies: Studies, kind: str) -> pd.DataFrame:
@@ -181,17 +162,16 @@ def factor_effects(studies: Studies, design: Design) -> pd.DataFrame:
 
 
 def factor_lines(table: pd.DataFrame) -> list[str]:
-    """Which factor moves each boundary, in words."""
+    """Each factor's effect on each boundary, descriptive (95%)."""
     lines = []
     for r in table.itertuples():
-        if r.shown is None:
-            verdict = f"{r.seeds} seed(s): no interval"
-            said = ratio_text(r.ratio)
-        else:
-            verdict = "**moves it**" if r.shown else "a move is **not shown**"
-            said = ratio_text(r.ratio, r.low, r.high)
+        said = (
+            f"{ratio_text(r.ratio)} ({r.seeds} seed(s): no interval)"
+            if r.shown is None
+            else f"{ratio_text(r.ratio, r.low, r.high)} (95%, descriptive)"
+        )
         lines.append(
             f"- Max stable LR ({r.boundary} boundary), {r.factor} {r.level} vs {r.base} "
-            f"(main effect over seeds): ×{said}: {verdict}."
+            f"(main effect over seeds): ×{said}."
         )
     return lines

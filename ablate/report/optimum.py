@@ -102,16 +102,16 @@ def optimum_lines(table: pd.DataFrame, source: str = "sweep") -> list[str]:
             f"{_interval_text(_row_optimum(row))}{where}."
         )
         if pd.notna(row.ratio_to_baseline) and row.ratio_shown is not None:
-            verdict = "they **differ**" if row.ratio_shown else "a difference is **not shown**"
+            note = ""
             if row.ratio_resolved is False and row.ratio_to_baseline == 1.0:
-                verdict += (
+                note = (
                     "; every resample gave the same grid points, so a difference finer than the "
-                    "grid's step is **below its resolution** (a finer `per_octave` resolves it)"
+                    "grid's step is below its resolution (a finer `per_octave` resolves it)"
                 )
             lines.append(
                 f"  {row.variant} / {table['variant'].iloc[0]}: "
                 f"{ratio_text(row.ratio_to_baseline, row.ratio_low, row.ratio_high)}, the same "
-                f"seeds drawn for both: {verdict}."
+                f"seeds drawn for both (95%, descriptive{note})."
             )
     return lines
 

@@ -1,12 +1,13 @@
-"""The report's written summary: every sentence with the number behind it and its uncertainty.
+"""The report's evidence: every sentence with the number behind it and its uncertainty.
 
-Leads with the tuned comparison when there is a search (the factors' main effects in a grid),
-gives each paired comparison its verdict (different, equivalent within ±``analysis.min_effect``
-or inconclusive with the seeds it would need: :mod:`ablate.report.verdict`) from its own paired
-differences, Holm-adjusts p-values when there are several comparisons, names unstable runs,
-and gives the max stable LRs (:mod:`ablate.report.boundaries`). With ``decide:`` every verdict
-is at one look's level and the summary says how many seeds the leading comparison took and why
-it stopped; :func:`leading_verdicts` is what the pipeline's ``decide`` stage stops on.
+The Answer and the analysis plan come first (:mod:`ablate.report.answer`,
+:mod:`ablate.report.plan`); these lines give the evidence below them, descriptive unless the
+line is one of the plan's estimands (its verdict then comes from
+:mod:`ablate.report.estimands`): the comparisons' Δ with 95% intervals and paired t-test p
+(unadjusted, not verdicts), what the design could detect, the noise floor, unstable runs,
+speed, the usable LR and the boundaries (:mod:`ablate.report.boundaries`). With ``decide:`` it
+says how many seeds the leading comparison took and why it stopped;
+:func:`leading_verdicts` is the rule the pipeline's ``decide`` stage stops on.
 """
 
 from __future__ import annotations
@@ -19,76 +20,79 @@ import pandas as pd
 
 from ablate.core.experiment import MIN_EFFECT
 from ablate.core.sequential import ALPHA, look_alpha
-from ablate.core.simulate import SIMULATED_IMPL
 from ablate.report import boundaries, usable
-from ablate.report.analysis import (
-    holm,
-    matched_differences,
-    scored_split,
-    t_interval,
-    variant_table,
-)
-from ablate.report.crossover import DEPENDS, crossover_claim, crossover_table, crossover_word
+from ablate.report.analysis import holm, matched_differences, scored_split, variant_table
+from ablate.report.answer import said
+from ablate.report.estimands import Finding, Findings
 from ablate.report.factorial import Design, level_text
 from ablate.report.load import StoredExperiment
+from ablate.report.plan import MATCHED, SHARED_LR, SPEED, TUNED_GAIN
 from ablate.report.text import p_text, signed
-from ablate.report.verdict import Verdict, verdict
+from ablate.report.verdict import LookVerdict, look_verdict, reach
 
 NOT_QUALITY = "not a quality comparison"
-NO_VERDICT = "no verdict"
 
 
 @dataclass(frozen=True)
 class Judging:
-    """What every comparison of a report is judged by."""
+    """What ``decide:``'s looks judge every comparison of the leading A/B by."""
 
     min_effect: float
     family: int  # comparisons in the report
     alpha: float  # the level: α, or one look's with ``decide:``
 
 
-def judging(manifest: dict, table: pd.DataFrame, tuned: pd.DataFrame | None) -> Judging:
-    """The report's smallest effect, family and level (:func:`look_level`)."""
-    min_effect = manifest.get("min_effect", MIN_EFFECT)  # stored before it was kept
-    return Judging(min_effect, comparisons(table, tuned), look_level(manifest))
-
-
 def look_level(manifest: dict) -> float:
-    """The level each verdict tests at: α, or with ``decide:`` α over its looks
-    (:mod:`ablate.core.sequential`)."""
+    """The level each of ``decide:``'s looks tests at: α over its looks
+    (:mod:`ablate.core.sequential`), else α."""
     decided = manifest.get("decide")
     return look_alpha(len(decided["looks"])) if decided else ALPHA
 
 
-def judged(row: pd.Series, baseline: pd.Series, runs: pd.DataFrame, how: Judging) -> Verdict | str:
-    """The verdict of one comparison (:mod:`ablate.report.verdict`) from its own paired
-    differences; :data:`NOT_QUALITY` where either side has runs that diverged or collapsed,
-    :data:`NO_VERDICT` under 2 pairs."""
+def looked(
+    row: pd.Series, baseline: pd.Series, runs: pd.DataFrame, how: Judging
+) -> LookVerdict | str | None:
+    """One look at one comparison (:func:`ablate.report.verdict.look_verdict`) from its own
+    paired differences; :data:`NOT_QUALITY` where either side has runs that diverged or
+    collapsed; None under 2 pairs."""
     unlearned = [t for t in (unlearned_text(row), unlearned_text(baseline)) if t]
     if unlearned and int(row["n_pairs"]) >= 2:
         return NOT_QUALITY
     p = row["p_holm"] if "p_holm" in row else row["paired_t_p"]
     metric = f"final_{row.get('scored_on', 'val')}_loss"
     diffs = matched_differences(runs, row["variant"], baseline["variant"], metric).to_numpy()
-    found = verdict(diffs, how.min_effect, p, how.family, how.alpha)
-    return NO_VERDICT if found is None else found
+    return look_verdict(diffs, how.min_effect, p, how.family, how.alpha)
 
 
-def _verdict_words(row: pd.Series, found: Verdict | str, how: Judging) -> str:
-    """The comparison's verdict and what the design could have seen."""
-    if not isinstance(found, Verdict):
-        return f"only {int(row['n_pairs'])} matched pair(s): no interval, so no verdict either way."
-    words = f"**{found.text()}**"
-    if found.word == "different":
-        side = "lower" if row["diff_vs_baseline"] < 0 else "higher"
-        words += f": {row['variant']}'s loss is {side}"
-    reach = found.reach
-    adjusted = f", Bonferroni over {how.family}" if how.family > 1 else ""
-    level = f", each at α {how.alpha:.4f} of one look" if how.alpha < ALPHA else ""
+def leading_verdicts(stored: StoredExperiment) -> dict[str, str]:
+    """``decide:``'s stopping rule: each variant's word in the leading comparison (tuned if
+    there is one, else the shared LR's), its p Holm-adjusted with the shared A/B's, its TOST
+    Bonferroni-adjusted, at one look's level. It decides when to stop adding seeds; the report
+    judges the seeds it stopped at by the analysis plan."""
+    table, tuned = with_holm(*quality_tables(stored, stored.manifest["variants"]))
+    how = Judging(
+        stored.manifest.get("min_effect", MIN_EFFECT),
+        comparisons(table, tuned),
+        look_level(stored.manifest),
+    )
+    lead, runs = (table, stored.main) if tuned is None else (tuned, stored.tuned)
+    found = {
+        row["variant"]: looked(row, lead.iloc[0], runs, how) for _, row in lead.iloc[1:].iterrows()
+    }
+    return {
+        v: (j.word if isinstance(j, LookVerdict) else j or "no verdict") for v, j in found.items()
+    }
+
+
+def reach_text(diffs: np.ndarray, min_effect: float) -> str:
+    """What the paired design could detect: its SD, its minimum detectable effect at 80%
+    power (two-sided α 0.05) and the pairs ``min_effect`` needs."""
+    found = reach(diffs, min_effect)
+    if found.pairs < 2 or not math.isfinite(found.sd):
+        return ""
     return (
-        f"{words} (paired SD {reach.sd:.4f} over {reach.pairs} seeds: detectable at 80% power "
-        f"{reach.mde:.4f}; {reach.needed_text(how.min_effect)}; equivalence within "
-        f"±{how.min_effect:g}, TOST p {p_text(found.tost_p)}{adjusted}{level})."
+        f"; paired SD {found.sd:.4f} over {found.pairs} seeds: detectable at 80% power "
+        f"{found.mde:.4f}, {found.needed_text(min_effect)}"
     )
 
 
@@ -106,84 +110,58 @@ def unlearned_text(row: pd.Series) -> str | None:
 
 
 def _difference_lines(
-    table: pd.DataFrame, runs: pd.DataFrame, how: Judging, where: str
+    table: pd.DataFrame,
+    runs: pd.DataFrame,
+    min_effect: float,
+    where: str,
+    judged: dict[str, Finding] | None = None,
 ) -> list[str]:
-    """One sentence per variant: its paired difference to the baseline and its verdict; where
-    either side has runs that diverged or collapsed, that is the verdict instead."""
+    """One sentence per variant: its paired difference to the baseline, 95% interval and p
+    (descriptive), what the design could detect, and where the comparison is one of the
+    plan's estimands (``judged``, by variant) its verdict; where either side has runs that
+    diverged or collapsed, that instead."""
     baseline = table.iloc[0]
     lines = []
     for _, row in table.iloc[1:].iterrows():
-        holm_text = f", Holm-adjusted {p_text(row['p_holm'])}" if "p_holm" in row else ""
-        adjusted = "p_holm" in row or how.alpha < ALPHA  # the verdict's level is not 5%
-        level = "95% CI, unadjusted" if adjusted else "95% CI"
         label = f"Final {row.get('scored_on', 'val')} loss {where}".rstrip()
         unlearned = [t for t in (unlearned_text(row), unlearned_text(baseline)) if t]
-        found = judged(row, baseline, runs, how)
-        if found == NOT_QUALITY:
+        if unlearned and int(row["n_pairs"]) >= 2:
             lines.append(
-                f"- **{label}, {row['variant']} − {baseline['variant']}: not a quality "
-                f"comparison: {'; '.join(unlearned)}** (its mean paired difference, "
+                f"- **{label}, {row['variant']} − {baseline['variant']}: {NOT_QUALITY}: "
+                f"{'; '.join(unlearned)}** (its mean paired difference, "
                 f"{signed(row['diff_vs_baseline'])}, would average over runs that learned "
                 "nothing or stopped early: no verdict is drawn from it)."
             )
             continue
+        metric = f"final_{row.get('scored_on', 'val')}_loss"
+        diffs = matched_differences(runs, row["variant"], baseline["variant"], metric)
+        finding = (judged or {}).get(row["variant"])
+        verdict = (
+            f" As the plan's estimand ({finding.estimand.title}): {said(finding)}."
+            if finding is not None
+            else ""
+        )
         lines.append(
             f"- **{label}, {row['variant']} − {baseline['variant']}: "
-            f"{signed(row['diff_vs_baseline'])}** ({level} [{signed(row['diff_ci_low'])}, "
-            f"{signed(row['diff_ci_high'])}]"
-            f"{_looks_interval(row, runs, baseline, how, getattr(found, 'word', ''))}, "
-            f"paired t-test p = {p_text(row['paired_t_p'])}{holm_text}): "
-            + _verdict_words(row, found, how)
-            + (f" ({'; '.join(unlearned)}.)" if unlearned else "")
+            f"{signed(row['diff_vs_baseline'])}** (95% CI [{signed(row['diff_ci_low'])}, "
+            f"{signed(row['diff_ci_high'])}], paired t-test p = {p_text(row['paired_t_p'])}"
+            f"{reach_text(diffs.to_numpy(dtype=float), min_effect)}).{verdict}"
         )
     return lines
-
-
-def _looks_interval(
-    row: pd.Series, runs: pd.DataFrame, baseline: pd.Series, how: Judging, word: str
-) -> str:
-    """With ``decide:``, the interval at the level its verdict tests at (α over the looks, and
-    over the report's comparisons: Bonferroni), so it covers Δ as the looks require: 1 − α
-    for the test of Δ = 0, and for an *equivalent* verdict the TOST's 1 − 2α, which lies
-    inside ±min_effect exactly where the TOST passes; else nothing."""
-    if how.alpha >= ALPHA:
-        return ""
-    metric = f"final_{row.get('scored_on', 'val')}_loss"
-    diffs = matched_differences(runs, row["variant"], baseline["variant"], metric)
-    alpha = how.alpha / max(how.family, 1)
-    level = 1 - 2 * alpha if word == "equivalent" else 1 - alpha
-    low, high = t_interval(diffs.to_numpy(dtype=float), level)
-    test = "the TOST's" if word == "equivalent" else "the test's"
-    return (
-        f"; {100 * level:.2f}% CI, {test} for its {how.family} comparison(s) and looks "
-        f"[{signed(low)}, {signed(high)}]"
-    )
 
 
 def quality_tables(
     stored: StoredExperiment, variants: list[str]
 ) -> tuple[pd.DataFrame, pd.DataFrame | None]:
-    """The shared-LR and the tuned variant tables, their p-values Holm-adjusted together, each
-    scored on its runs' :func:`scored_split`."""
+    """The shared-LR and the tuned variant tables, each scored on its runs'
+    :func:`scored_split`."""
     table = variant_table(stored.main, variants, variants[0], scored_split(stored.main))
     tuned = (
         variant_table(stored.tuned, variants, variants[0], scored_split(stored.tuned))
         if len(stored.tuned)
         else None
     )
-    return with_holm(table, tuned)
-
-
-def leading_verdicts(stored: StoredExperiment) -> dict[str, str]:
-    """Each variant's verdict word in the leading comparison (tuned if there is one, else the
-    shared LR's), as the report gives it: what ``decide:`` looks at."""
-    table, tuned = quality_tables(stored, stored.manifest["variants"])
-    how = judging(stored.manifest, table, tuned)
-    lead, runs = (table, stored.main) if tuned is None else (tuned, stored.tuned)
-    found = {
-        row["variant"]: judged(row, lead.iloc[0], runs, how) for _, row in lead.iloc[1:].iterrows()
-    }
-    return {v: (j.word if isinstance(j, Verdict) else j) for v, j in found.items()}
+    return table, tuned
 
 
 def decide_lines(manifest: dict) -> list[str]:
@@ -193,30 +171,28 @@ def decide_lines(manifest: dict) -> list[str]:
     if not decided:
         return []
     why = {
-        "decided": "every leading comparison is decided",
+        "decided": "its stopping rule decided every leading comparison",
         "maximum": "it reached max_seeds with a comparison still undecided",
     }.get(decided["stopped"], "the experiment has not finished deciding")
     return [
         f"- **Seeds until decided:** {len(decided['seeds'])} seeds of at most "
         f"{decided['max_seeds']} (looks at {', '.join(map(str, decided['looks']))} seeds, "
-        f"each testing at α {ALPHA:g}/{len(decided['looks'])} = {look_level(manifest):.4f}: "
-        f"Bonferroni spending over the looks); it stopped because {why}."
+        f"each testing the tuned A/B at α {ALPHA:g}/{len(decided['looks'])} = "
+        f"{look_level(manifest):.4f}: Bonferroni spending over the looks); it stopped because "
+        f"{why}. The plan judges every estimand on these seeds at its share of α divided by "
+        "the looks."
     ]
 
 
 def effect_sentences(effects: pd.DataFrame) -> list[str]:
-    """One sentence per non-first factor level: its main effect, interval and p-values."""
+    """One sentence per non-first factor level: its main effect, 95% interval and p
+    (descriptive)."""
     sentences = []
     for r in effects[effects["effect"].notna()].itertuples():
-        supported = (
-            "the interval spans zero"
-            if r.effect_ci_low <= 0 <= r.effect_ci_high
-            else "the interval excludes zero"
-        )
         sentences.append(
             f"{r.factor} = {level_text(r.level)}: {signed(r.effect)} "
-            f"[{signed(r.effect_ci_low)}, {signed(r.effect_ci_high)}], p {p_text(r.effect_p)}, "
-            f"Holm {p_text(r.effect_p_holm)} ({r.seeds} seeds): {supported}."
+            f"[{signed(r.effect_ci_low)}, {signed(r.effect_ci_high)}], p {p_text(r.effect_p)} "
+            f"({r.seeds} seeds)."
         )
     return sentences
 
@@ -235,7 +211,7 @@ def unstable_text(table: pd.DataFrame) -> str:
 def lead_lines(
     stored: StoredExperiment, tuned: pd.DataFrame | None, effects: pd.DataFrame | None = None
 ) -> list[str]:
-    """Which comparison the summary leads with, and why; a design too small to estimate its
+    """Which comparison the evidence leads with, and why; a design too small to estimate its
     own noise is flagged."""
     decided = stored.manifest.get("decide")
     seeds = decided["seeds"] if decided else stored.manifest["seeds"]
@@ -249,14 +225,14 @@ def lead_lines(
             else f"the search's best, found on seed {search_seed}"
         )
         lines.append(
-            "- **Leading comparison: each variant at its own tuned LR and warmup** "
+            "- **The tuned A/B: each variant at its own tuned LR and warmup** "
             f"({chosen}, scored here on seeds {seeds}), since a shared LR favours whichever "
             "variant it happens to suit; the shared-LR comparison follows."
         )
     elif effects is not None:
         lines.append(
-            "- **Leading comparison: the factors' main effects**, each level against its "
-            "factor's first level, averaged over the other factors within each seed:"
+            "- **The factors' main effects**, each level against its factor's first level, "
+            "averaged over the other factors within each seed (descriptive, 95%):"
         )
         lines += [f"  - {text}" for text in effect_sentences(effects)]
     if len(seeds) < 3:
@@ -268,15 +244,21 @@ def lead_lines(
     return lines
 
 
+def by_variant(found: Findings, key: str) -> dict[str, Finding]:
+    """The findings of estimand ``key``, by variant."""
+    return {f.estimand.variant: f for f in found.found if f.estimand.key == key}
+
+
 def summary_lines(
     table: pd.DataFrame,
     noise: float,
     stored: StoredExperiment,
     tuned: pd.DataFrame | None,
+    found: Findings,
     effects: pd.DataFrame | None = None,
 ) -> list[str]:
-    """The written summary: every sentence carries the number behind it."""
-    lines = ["## Summary", ""]
+    """The evidence: every sentence carries the number behind it."""
+    lines = ["## Evidence", ""]
     if stored.missing:
         planned = len({r["run_id"] for r in stored.manifest["runs"]})
         lines.append(
@@ -284,120 +266,61 @@ def summary_lines(
             "result yet; everything below uses the runs that are stored."
         )
     lines += lead_lines(stored, tuned, effects) + decide_lines(stored.manifest)
-    how = judging(stored.manifest, table, tuned)
+    min_effect = found.plan.rules.min_effect
     if tuned is not None:
-        lines += _difference_lines(tuned, stored.tuned, how, "at tuned settings")
-        lines += crossover_summary(stored, tuned, how)
-    shared = "at the shared LR" if tuned is not None else ""
-    lines += _difference_lines(table, stored.main, how, shared)
-    if comparisons(table, tuned) > 1:
-        lines.append(
-            f"- {comparisons(table, tuned)} comparisons in this report: p-values are also "
-            "given Holm-adjusted for multiplicity."
+        gains = by_variant(found, TUNED_GAIN) or (
+            {} if found.plan.primary == SHARED_LR else by_variant(found, MATCHED)
         )
+        lines += _difference_lines(tuned, stored.tuned, min_effect, "at tuned settings", gains)
+    shared = "at the shared LR" if tuned is not None else ""
+    primary = by_variant(found, MATCHED) if found.plan.primary == SHARED_LR else {}
+    lines += _difference_lines(table, stored.main, min_effect, shared, primary)
     if not math.isnan(noise):
         lines.append(
             f"- Seed-to-seed noise floor (std of the final val loss over seeds, pooled over "
             f"variants): {noise:.4f}."
         )
     lines.append(f"- Unstable main runs: {unstable_text(table)}.")
-    lines += throughput_lines(stored.main, list(table["variant"]))
+    lines += speed_lines(stored, by_variant(found, SPEED))
     design = Design.from_manifest(stored.manifest)
     lines += usable.summary_line(usable.usable_table(stored))
-    lines += boundaries.summary_lines(stored.studies, design)
+    lines += boundaries.summary_lines(stored.studies, design, found.plan.rules.not_estimable)
     return lines + [""]
 
 
 LOADED_SPREAD = 0.10  # seeds' speed ratios further apart than this: a shared or loaded machine
 
 
-@dataclass(frozen=True)
-class SpeedRatio:
-    """A variant's training tokens/s over the baseline's over matched seeds: the geometric
-    mean, its 95% t interval (NaN with fewer than 2 pairs) and the seeds' spread (largest
-    ratio over smallest, less 1)."""
-
-    centre: float
-    low: float
-    high: float
-    spread: float
-
-
-def speed_ratio(runs: pd.DataFrame, variant: str, baseline: str) -> SpeedRatio | None:
-    """:class:`SpeedRatio` of ``variant`` over ``baseline`` in ``runs``; None without a pair."""
-    speeds = runs.pivot_table(index="seed", columns="variant", values="tokens_per_s")
-    if variant not in speeds or baseline not in speeds:
-        return None
-    pairs = np.log(speeds[variant] / speeds[baseline]).dropna()
-    if pairs.empty:
-        return None
-    low, high = np.exp(t_interval(pairs.to_numpy(), 0.95))
-    spread = float(np.exp(pairs.max() - pairs.min()) - 1)
-    return SpeedRatio(float(np.exp(pairs.mean())), float(low), float(high), spread)
-
-
-def throughput_lines(runs: pd.DataFrame, variants: list[str]) -> list[str]:
-    """Each variant's training tokens/s over the baseline's, paired by seed with a 95%
-    interval; whether the seeds' ratios spread as on a shared or loaded machine; none for
-    simulated runs (their speed is the simulator's setting). A speed claim is the
-    benchmark's (``ablate bench``: kernels and steps timed back to back), not these."""
-    if "tokens_per_s" not in runs or runs.empty:
-        return []
-    if (runs.get("norm_impl", pd.Series(dtype=str)) == SIMULATED_IMPL).all():
-        return []
-    finished = runs[runs["status"] == "finished"]
+def speed_lines(stored: StoredExperiment, speeds: dict[str, Finding]) -> list[str]:
+    """Each variant's training tokens/s over the baseline's (the plan's speed estimand), and
+    whether the seeds' ratios spread as on a shared or loaded machine. A speed claim about
+    the norms themselves is the benchmark's (``ablate bench``: kernels and steps timed back to
+    back), not this."""
     lines = []
-    for variant in variants[1:]:
-        found = speed_ratio(finished, variant, variants[0])
-        if found is None:
-            continue
-        interval = "" if math.isnan(found.low) else f" [{found.low:.3f}, {found.high:.3f}]"
+    for variant, found in speeds.items():
+        logs = pd.Series(dtype=float)
+        lead = stored.tuned if len(stored.tuned) else stored.main
+        finished = lead[lead["status"] == "finished"]
+        table = finished.pivot_table(index="seed", columns="variant", values="tokens_per_s")
+        if variant in table and found.estimand.baseline in table:
+            logs = np.log(table[variant] / table[found.estimand.baseline]).dropna()
+        spread = float(np.exp(logs.max() - logs.min()) - 1) if len(logs) else 0.0
         loaded = (
-            f"; the seeds' ratios lie {found.spread:.0%} apart: a shared or loaded machine"
-            if found.spread > LOADED_SPREAD
+            f"; the seeds' ratios lie {spread:.0%} apart: a shared or loaded machine"
+            if spread > LOADED_SPREAD
             else ""
         )
         lines.append(
-            f"- Training throughput, {variant} / {variants[0]}: {found.centre:.3f}×{interval} "
-            f"(paired by seed, 95% interval{loaded}); end to end on this machine, not a "
-            "kernel benchmark (`ablate bench` times them back to back)."
+            f"- Training throughput, {variant} / {found.estimand.baseline} (the "
+            f"{'tuned' if len(stored.tuned) else 'main'} runs, paired by seed): {said(found)}"
+            f"{loaded}; end to end on this machine, not a kernel benchmark (`ablate bench` "
+            "times them back to back)."
         )
-    return lines
-
-
-def crossover_summary(stored: StoredExperiment, tuned: pd.DataFrame, how: Judging) -> list[str]:
-    """Per variant, whether its tuned Δ holds with both variants at one setting (the
-    cross-over, :mod:`ablate.report.crossover`): a tuned *different* that the shared settings
-    do not both find with its sign **depends on the LR**; nothing without cross-over runs."""
-    if stored.crossover.empty:
-        return []
-    table = crossover_table(stored, how.min_effect)
-    baseline = tuned.iloc[0]
-    lines = []
-    for variant, rows in table.groupby("variant", sort=False):
-        shared = rows[rows["setting"] != "each at its own"]
-        at = "; ".join(
-            f"{r.setting}: {signed(r.diff)} [{signed(r.ci_low)}, {signed(r.ci_high)}], {r.verdict}"
-            for r in shared.itertuples()
-        )
-        row = tuned[tuned["variant"] == variant].iloc[0]
-        found = judged(row, baseline, stored.tuned, how)
-        word = found.word if isinstance(found, Verdict) else ""
-        claim = crossover_claim(rows, word, float(row["diff_vs_baseline"]))
-        common = crossover_word(rows)
-        if claim == DEPENDS and common != DEPENDS:
-            lines.append(
-                f"  - Cross-over, {variant}: **{DEPENDS}**: different at each one's own "
-                f"settings, {common} at both shared settings ({at}): the tuned Δ "
-                "comes from where each variant sits on its LR curve, not from the variant."
-            )
-        else:
-            lines.append(f"  - Cross-over, {variant}: **{claim}** at a shared setting ({at}).")
     return lines
 
 
 def comparisons(table: pd.DataFrame, tuned: pd.DataFrame | None) -> int:
-    """Paired comparisons against the baseline in the report (shared and tuned)."""
+    """Paired comparisons against the baseline in the leading and shared A/B."""
     return len(table) - 1 + (len(tuned) - 1 if tuned is not None else 0)
 
 
@@ -405,7 +328,7 @@ def with_holm(
     table: pd.DataFrame, tuned: pd.DataFrame | None
 ) -> tuple[pd.DataFrame, pd.DataFrame | None]:
     """Both tables with ``p_holm``: their p-values adjusted together (Holm), when there is
-    more than one comparison."""
+    more than one comparison (``decide:``'s stopping rule)."""
     if comparisons(table, tuned) < 2:
         return table, tuned
     frames = [table] if tuned is None else [table, tuned]

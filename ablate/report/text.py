@@ -11,6 +11,7 @@ import math
 import pandas as pd
 
 from ablate.core.stability import not_learned_yet
+from ablate.report.verdict import NOT_ESTIMABLE, wide
 
 
 def missing(value: object) -> bool:
@@ -31,9 +32,6 @@ def signed(value: object, digits: int = 4) -> str:
     return "–" if missing(value) else f"{float(value):+.{digits}f}"  # type: ignore[arg-type]
 
 
-SHOWN_WORDS = {True: "shown", False: "**not shown**"}  # a ratio's interval excludes 1, or not
-
-
 def interval_text(value: float | None, low: float | None, high: float | None) -> str:
     """``value [low, high]`` to three significant digits (0.500, 1.00, 709), or a dash."""
     if value is None or pd.isna(value):
@@ -43,6 +41,23 @@ def interval_text(value: float | None, low: float | None, high: float | None) ->
         return f"{x:#.3g}".rstrip(".")
 
     return f"{three(value)} [{three(low)}, {three(high)}]"  # type: ignore[arg-type]
+
+
+def lr_interval_text(
+    value: float | None,
+    low: float | None,
+    high: float | None,
+    seeds: int,
+    limit: float = NOT_ESTIMABLE,
+) -> str:
+    """:func:`interval_text` of a positive quantity (an LR, a ratio of them), or ``not
+    estimable with n seed(s)`` where its interval spans more than ``limit``× (no number is
+    printed: :func:`ablate.report.verdict.wide`); a dash without a value."""
+    if value is None or pd.isna(value):
+        return "–"
+    if low is None or high is None or pd.isna(low) or pd.isna(high) or wide(low, high, limit):
+        return f"not estimable with {int(seeds)} seed(s)"
+    return interval_text(value, low, high)
 
 
 def sig(value: object, figures: int = 3) -> str:

@@ -1,30 +1,43 @@
-"""What a paired comparison could have seen, and the one of three verdicts it supports.
+"""Every verdict word ablate prints, from one rule; and ``decide:``'s stopping rule.
 
-For the matched differences of two variants (one per seed) and the experiment's smallest effect
-of interest m (``analysis.min_effect``):
+**The report's rule.** A verdict-bearing estimand (:mod:`ablate.report.plan`) comes as an
+:class:`Estimate`: its value and one interval at the level the analysis plan gives it (its
+share of the report's family-wise α). :func:`judge` reads every claim off that one interval,
+against the margin m (``analysis.min_effect`` nats for a loss, a factor for a ratio):
 
-- **the design's reach**: the paired SD of the differences, the minimum detectable effect (the
-  |Δ| a two-sided paired t-test at α detects with 80% power from this many pairs and this SD)
-  and the pairs that detecting m would take (statsmodels' ``TTestPower``);
-- **the verdict**: *different* where the test rejects Δ = 0 at α (on the Holm-adjusted p
-  where the report makes several comparisons); else *equivalent within ±m* where both one-sided
-  tests reject |Δ| ≥ m at α (TOST: the 1 − 2α interval lies inside ±m; Bonferroni-adjusted
-  over the report's comparisons); else *inconclusive*, with about how many more seeds
-  detecting m would take. "No difference" is never a verdict: an interval that spans zero is
-  inconclusive until it is also inside ±m. With ``decide:`` α is the level of one look
-  (:mod:`ablate.core.sequential`).
+- *not estimable with n seeds*: under 2 seeds, every seed in one bracket (no spread
+  measured), or a ratio's interval wider than ``analysis.not_estimable`` (100×): no number
+  is printed in prose, only in the CSVs;
+- *exceeds ±m*: the interval lies wholly beyond the margin (so it excludes no effect too);
+- *equivalent within ±m*: it lies wholly inside the margin (where it also excludes no effect,
+  the verdict says so: the two claims are separate);
+- *differs from 0*: it excludes no effect but reaches past the margin;
+- *inconclusive*: it holds no effect and reaches past the margin, with about how many more
+  seeds would decide it were its estimate and spread to stay (:func:`seeds_to_decide`).
 
-:func:`tost_p` and :func:`words` take arrays (many replications at once, for the sequential
-design's tests); the TOST is scipy's one-sided ``ttest_1samp`` twice, which gives statsmodels'
-``ttost_paired`` p (tests/report/test_verdict.py holds them together).
+Each claim says the interval holds the truth, so whatever the truth an estimand makes a false
+claim with probability at most 1 − level; Bonferroni over the family (the plan's shares of α)
+keeps the whole report's at α. Holm's step-down is valid for the p-values of point
+hypotheses, not for where an interval lies: an estimand whose truth sits at its margin can be
+falsely claimed either way at any step, so a step-down's larger later levels would not bound
+it (docs/report.md, the analysis plan).
+
+**decide:'s stopping rule** (:func:`look_verdict`, :func:`sequential_words`): a look at the
+tuned A/B is *different* where its paired t-test rejects Δ = 0 at the look's level (Holm over
+the report's comparisons), *equivalent* where the TOST rejects |Δ| ≥ m (Bonferroni), else
+*inconclusive*. It decides when to stop adding seeds, not what the report says: the report
+judges the seeds it stopped at by the rule above, at the looks' level.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from enum import StrEnum
+from typing import Literal
 
 import numpy as np
+from scipy import stats
 from scipy.stats import ttest_1samp
 from statsmodels.stats.power import TTestPower
 
@@ -32,7 +45,191 @@ from ablate.core.sequential import ALPHA, look_alpha
 from ablate.report.analysis import holm_rows
 
 POWER = 0.8
-MAX_PAIRS = 10_000  # beyond this a design "cannot" detect the effect: reported as such
+MAX_PAIRS = 10_000  # beyond this a design "cannot" reach a verdict: reported as such
+NOT_ESTIMABLE = 100.0  # a ratio's interval wider than this factor is no finding
+Scale = Literal["difference", "ratio"]
+
+
+class Word(StrEnum):
+    """The claims a verdict-bearing estimand can support."""
+
+    EXCEEDS = "exceeds"
+    EQUIVALENT = "equivalent"
+    DIFFERS = "differs"
+    INCONCLUSIVE = "inconclusive"
+    NOT_ESTIMABLE = "not estimable"
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """A point estimate and its interval at ``level``, from ``seeds`` seeds. A ratio is kept
+    as the ratio (its interval from a t interval of per-seed log2 values); ``spread`` is the
+    per-seed SD on the analysis scale (nats, or log2) and ``widen`` what the interval adds for
+    a lattice's resolution (log2), both for :func:`seeds_to_decide`; ``resolved`` is false
+    where every seed fell in one bracket."""
+
+    value: float
+    low: float
+    high: float
+    level: float
+    seeds: int
+    scale: Scale = "difference"
+    spread: float = math.nan
+    widen: float = 0.0
+    resolved: bool = True
+
+    @property
+    def null(self) -> float:
+        """No effect on this scale: 0 for a difference, 1 for a ratio."""
+        return 1.0 if self.scale == "ratio" else 0.0
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """What one estimand's interval supports (:func:`judge`)."""
+
+    word: Word
+    estimate: Estimate
+    margin: float  # nats for a difference, a factor (> 1) for a ratio
+    differs: bool  # the interval excludes no effect
+    more_seeds: int | None  # inconclusive: seeds to add; None: out of reach
+    why: str = ""  # not estimable: the reason
+
+    @property
+    def decided(self) -> bool:
+        return self.word not in (Word.INCONCLUSIVE, Word.NOT_ESTIMABLE)
+
+    def margin_text(self) -> str:
+        """``±0.02`` for a difference, ``×/÷1.5`` for a ratio."""
+        return f"×/÷{self.margin:g}" if self.estimate.scale == "ratio" else f"±{self.margin:g}"
+
+    def text(self) -> str:
+        """The verdict in words, e.g. ``equivalent within ±0.02``."""
+        margin = self.margin_text()
+        if self.word is Word.NOT_ESTIMABLE:
+            return f"not estimable with {self.estimate.seeds} seed(s) ({self.why})"
+        if self.word is Word.EXCEEDS:
+            return f"exceeds {margin}"
+        if self.word is Word.EQUIVALENT:
+            return f"equivalent within {margin}" + (" (differs from no effect)" * self.differs)
+        if self.word is Word.DIFFERS:
+            return f"differs from {self.estimate.null:g}, not shown to exceed {margin}"
+        if self.more_seeds is None:
+            return f"inconclusive: {margin} is beyond what more seeds can settle"
+        return f"inconclusive, about {self.more_seeds} more seed(s)"
+
+
+def estimability(estimate: Estimate, limit: float = NOT_ESTIMABLE) -> str:
+    """Why ``estimate`` is not a finding ("" when it is): too few seeds, one bracket, no
+    finite interval, or a ratio's interval wider than ``limit``."""
+    if estimate.seeds < 2:
+        return "fewer than 2 seeds"
+    if not estimate.resolved:
+        return "every seed in one bracket: a finer lattice or more seeds resolve it"
+    if not (math.isfinite(estimate.low) and math.isfinite(estimate.high)):
+        return "no finite interval"
+    if estimate.scale == "ratio" and wide(estimate.low, estimate.high, limit):
+        return f"its interval is wider than {limit:g}×: more seeds narrow it"
+    return ""
+
+
+def wide(low: float, high: float, limit: float = NOT_ESTIMABLE) -> bool:
+    """Whether a positive interval spans more than ``limit``× (or is not positive)."""
+    return not (low > 0 and high / low <= limit)
+
+
+def judge(estimate: Estimate, margin: float, limit: float = NOT_ESTIMABLE) -> Verdict:
+    """The verdict ``estimate``'s interval supports against ``margin`` (see the module)."""
+    why = estimability(estimate, limit)
+    if why:
+        return Verdict(Word.NOT_ESTIMABLE, estimate, margin, False, None, why)
+    low, high = estimate.low, estimate.high
+    if estimate.scale == "ratio":
+        low, high, bound = math.log(low), math.log(high), math.log(margin)
+    else:
+        bound = margin
+    differs = low > 0 or high < 0
+    if low > bound or high < -bound:
+        word = Word.EXCEEDS
+    elif -bound < low and high < bound:
+        word = Word.EQUIVALENT
+    elif differs:
+        word = Word.DIFFERS
+    else:
+        word = Word.INCONCLUSIVE
+    more = seeds_to_decide(estimate, margin) if word is Word.INCONCLUSIVE else None
+    return Verdict(word, estimate, margin, differs, more)
+
+
+def seeds_to_decide(estimate: Estimate, margin: float) -> int | None:
+    """About how many more seeds decide an inconclusive estimand, were its estimate and its
+    seeds' spread to stay as they are: the first count whose interval at its level, centred
+    there, excludes no effect or lies inside the margin. None when no count under
+    :data:`MAX_PAIRS` does (an estimate at no effect's distance from the margin's edge, or a
+    lattice's resolution alone wider than the room it has)."""
+    if estimate.scale == "ratio":
+        centre, bound = abs(math.log2(estimate.value)), math.log2(margin)
+    else:
+        centre, bound = abs(estimate.value), margin
+    room = max(centre, bound - centre) - estimate.widen
+    if not math.isfinite(estimate.spread) or not math.isfinite(room) or room <= 0:
+        return None
+    if estimate.spread == 0:
+        return 1
+    tail = 0.5 + estimate.level / 2
+
+    def decided(n: int) -> bool:
+        return stats.t.ppf(tail, n - 1) * estimate.spread / math.sqrt(n) < room
+
+    if not decided(MAX_PAIRS):
+        return None
+    low, high = max(estimate.seeds, 2), MAX_PAIRS  # not decided at low (it is inconclusive)
+    while high - low > 1:
+        middle = (low + high) // 2
+        low, high = (low, middle) if decided(middle) else (middle, high)
+    return max(1, high - estimate.seeds)
+
+
+def difference_estimate(values: np.ndarray, level: float) -> Estimate:
+    """The mean of per-seed differences (nats) and its t interval at ``level``."""
+    values = np.asarray(values, dtype=float)
+    values = values[np.isfinite(values)]
+    n = len(values)
+    mean = float(values.mean()) if n else math.nan
+    if n < 2:
+        return Estimate(mean, math.nan, math.nan, level, n)
+    sd = float(values.std(ddof=1))
+    half = float(stats.t.ppf(0.5 + level / 2, n - 1)) * sd / math.sqrt(n)
+    return Estimate(mean, mean - half, mean + half, level, n, "difference", sd)
+
+
+def ratio_estimate(
+    log2_values: np.ndarray, level: float, widen: float = 0.0, resolved: bool = True
+) -> Estimate:
+    """The geometric mean of per-seed ratios (given as log2) and its t interval at ``level``,
+    widened by ``widen`` (log2: a lattice's resolution)."""
+    logs = np.asarray(log2_values, dtype=float)
+    logs = logs[np.isfinite(logs)]
+    n = len(logs)
+    centre = float(logs.mean()) if n else math.nan
+    if n < 2:
+        return Estimate(2.0**centre, math.nan, math.nan, level, n, "ratio", resolved=resolved)
+    sd = float(logs.std(ddof=1))
+    half = float(stats.t.ppf(0.5 + level / 2, n - 1)) * sd / math.sqrt(n) + widen
+    return Estimate(
+        2.0**centre,
+        2.0 ** (centre - half),
+        2.0 ** (centre + half),
+        level,
+        n,
+        "ratio",
+        sd,
+        widen,
+        resolved,
+    )
+
+
+# decide:'s stopping rule ------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -52,25 +249,12 @@ class Reach:
 
 
 @dataclass(frozen=True)
-class Verdict:
-    """A comparison's verdict: different, equivalent or inconclusive, and its numbers."""
+class LookVerdict:
+    """One look of ``decide:`` at a comparison: different, equivalent or inconclusive."""
 
     word: str  # "different", "equivalent" or "inconclusive"
-    min_effect: float
     tost_p: float  # the larger one-sided p against ±min_effect (× the family, at most 1)
     reach: Reach
-    more_seeds: int | None  # for an inconclusive one: pairs_needed − pairs (at least 1)
-
-    def text(self) -> str:
-        """The verdict in words, e.g. ``inconclusive — about 12 more seeds``."""
-        if self.word == "different":
-            return "different"
-        if self.word == "equivalent":
-            return f"equivalent within ±{self.min_effect:g}"
-        if self.more_seeds is None:
-            return f"inconclusive — ±{self.min_effect:g} is beyond what more seeds can reach"
-        seeds = "seed" if self.more_seeds == 1 else "seeds"
-        return f"inconclusive — about {self.more_seeds} more {seeds}"
 
 
 def _power(effect_size: float, pairs: int, alpha: float) -> float:
@@ -124,7 +308,7 @@ def tost_p(diffs: np.ndarray, min_effect: float) -> np.ndarray:
 
 
 def words(p_value: np.ndarray, tost: np.ndarray, alpha: float = ALPHA) -> np.ndarray:
-    """The verdict's word for each (p of Δ = 0, TOST p), both already adjusted for the family:
+    """A look's word for each (p of Δ = 0, TOST p), both already adjusted for the family:
     ``different`` below α, else ``equivalent`` where the TOST is below α, else
     ``inconclusive``."""
     p_value, tost = np.asarray(p_value), np.asarray(tost)
@@ -132,13 +316,13 @@ def words(p_value: np.ndarray, tost: np.ndarray, alpha: float = ALPHA) -> np.nda
     return np.where(p_value < alpha, "different", equivalent)
 
 
-def verdict(
+def look_verdict(
     diffs: np.ndarray, min_effect: float, p_value: float, family: int = 1, alpha: float = ALPHA
-) -> Verdict | None:
-    """The verdict of the matched ``diffs`` (variant − baseline) whose test of Δ = 0 gave
+) -> LookVerdict | None:
+    """One look at the matched ``diffs`` (variant − baseline) whose test of Δ = 0 gave
     ``p_value`` (Holm-adjusted where there are several comparisons); in a ``family`` of
-    comparisons the TOST's p is Bonferroni-adjusted (× family, at most 1), so that claims of
-    equivalence keep the family-wise error at α too. None below 2 pairs."""
+    comparisons the TOST's p is Bonferroni-adjusted (× family, at most 1). None below 2
+    pairs."""
     diffs = np.asarray(diffs, dtype=float)
     found = reach(diffs, min_effect, alpha)
     if found.pairs < 2 or not math.isfinite(found.sd):
@@ -149,15 +333,12 @@ def verdict(
         tost = float(tost_p(diffs, min_effect))
     tost = min(1.0, tost * family)
     word = str(words(p_value if math.isfinite(p_value) else 1.0, tost, alpha))
-    more = None
-    if word == "inconclusive" and found.pairs_needed is not None:
-        more = max(1, found.pairs_needed - found.pairs)
-    return Verdict(word, min_effect, tost, found, more)
+    return LookVerdict(word, tost, found)
 
 
 def look_words(diffs: np.ndarray, min_effect: float, level: float) -> np.ndarray:
     """The words of one look at ``diffs`` (replication, seed, comparison): every comparison
-    judged as :func:`verdict` judges it (Holm over the comparisons, the TOST
+    judged as :func:`look_verdict` judges it (Holm over the comparisons, the TOST
     Bonferroni-adjusted) at ``level``; (replication, comparison)."""
     family = diffs.shape[-1]
     p = holm_rows(ttest_1samp(diffs, 0.0, axis=1).pvalue)

@@ -82,14 +82,14 @@ def _bound(seed: int, index: int) -> SeedBoundary:
     return SeedBoundary(seed, lattice_lr(index), lattice_lr(index + 1))
 
 
-def test_a_variants_boundary_is_the_seeds_median_with_a_t_interval_and_the_lattice() -> None:
+def test_a_variants_boundary_is_the_seeds_geometric_mean_with_a_t_interval_and_lattice() -> None:
     bounds = [_bound(0, -30), _bound(1, -27), _bound(2, -25)]
     logs = [math.log2(b.estimate) for b in bounds]
     found = variant_boundary(bounds)
     half = stats.t.ppf(0.975, 2) * statistics.stdev(logs) / math.sqrt(3) + 1 / 16
     assert found == pytest.approx(
         Interval(
-            2 ** statistics.median(logs),
+            2 ** statistics.fmean(logs),
             2 ** (statistics.fmean(logs) - half),
             2 ** (statistics.fmean(logs) + half),
             3,

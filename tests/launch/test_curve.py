@@ -43,7 +43,9 @@ def test_each_variant_is_tuned_at_its_own_curves_optimum_on_other_seeds(tmp_path
         assert abs(math.log2(lr / opt)) < 0.25  # within 2^(1/4) of the true optimum
     text = (result.report_dir / "report.md").read_text()
     assert "## LR curve: each variant's optimum" in text
-    assert "rmsnorm / layernorm:" in text and "they **differ**" in text
+    assert "rmsnorm / layernorm:" in text and "the same seeds drawn for both (95%" in text
+    optimum = pd.read_csv(result.report_dir / "curve_optimum.csv").set_index("variant")
+    assert optimum.loc["rmsnorm", "ratio_low"] > 1  # the optima differ: 2^(1.17) apart
     assert "its LR curve's optimum on seeds [2, 3]" in text
     again = run_experiment(path, tmp_path / "results", tmp_path / "reports")
     assert len(store.load_summaries(again.folder)) == len(runs)  # nothing trained again
@@ -128,12 +130,13 @@ def test_each_variant_also_runs_at_the_others_settings_and_the_report_says_so(
         other = "rmsnorm" if row.variant == "layernorm" else "layernorm"
         assert (row.lr, row.warmup_steps) == settings[other]
     text = (result.report_dir / "report.md").read_text()
-    assert "### Cross-over: the tuned Δ at one shared setting" in text
+    assert "### Cross-over: the 2×2 of variant and setting" in text
     assert "both at layernorm's" in text and "both at rmsnorm's" in text
-    assert "Cross-over, rmsnorm: **" in text
+    assert "both variants at both tuned settings (the 2×2's main effect)" in text  # the Answer
     table = pd.read_csv(result.report_dir / "crossover.csv")
-    assert list(table["variant"]) == ["rmsnorm"] * 3 and (table["pairs"] == 2).all()
-    assert table["setting"].iloc[0] == "each at its own"
+    assert list(table["variant"]) == ["rmsnorm"] * 6 and (table["pairs"] == 2).all()
+    parts = table.set_index("part")["diff"]
+    assert parts.iloc[0] == pytest.approx(parts.iloc[3] + parts.iloc[4])  # gain = main + setting
 
 
 @pytest.mark.usefixtures("unrendered_figures")

@@ -54,7 +54,7 @@ def test_the_design_counts_each_stage_within_its_cap(tmp_path: Path) -> None:
     widest = max(2 * SEARCH["n_trials"], 4)  # the main A/B's 4 runs, or the 6 trials at once
     assert 4 <= design.tasks <= widest  # the tasks serve every stage: none for a probe
     assert design.submissions <= design.tasks < sum(counts.values())
-    assert "Max stable LR" in "\n".join(design.summary)
+    assert "**Divergence edge**" in "\n".join(design.summary)  # the Answer
     assert not (tmp_path / "results").exists()  # it ran in a folder of its own
 
 

@@ -55,8 +55,10 @@ def test_validate_simulate_prints_the_verdicts_and_seeds_and_stores_nothing(
     assert main(["validate", str(path), "--simulate"]) == 0
     out = capsys.readouterr().out
     assert "on the simulator (the file's runtime.simulate), this design would report:" in out
-    assert "**Seeds until decided:**" in out and "of at most 9" in out
-    assert "**different**: rmsnorm's loss is lower" in out
+    answer = out.split("this design would report:\n", 1)[1]
+    assert answer.startswith("- **Quality at matched settings** (both at the file's shared LR")
+    assert "rmsnorm − layernorm -0.0" in answer and "**differs from 0" in answer
+    assert "The quality answer rests on" in answer
     assert "max_lr" not in out and "running" not in out  # the stages' own lines stay quiet
     assert sorted(p.name for p in tmp_path.iterdir()) == ["e.yaml"]  # nothing stored here
     default = write_experiment(tmp_path / "default.yaml", runtime={"backend": "simulate"})

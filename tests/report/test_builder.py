@@ -29,7 +29,9 @@ from ablate.core.studies import Probe, StoredStudies
 from ablate.nn.fast_norms import build_target
 from ablate.report.analysis import holm, mean_difference
 from ablate.report.builder import build_report, markdown_to_html
-from ablate.report.summary import summary_lines, with_holm
+from ablate.report.estimands import findings
+from ablate.report.plan import SPEED
+from ablate.report.summary import by_variant, summary_lines, with_holm
 from ablate.report.text import probes_markdown, quality_markdown
 
 VARIANTS = ["layernorm", "rmsnorm"]
@@ -264,10 +266,11 @@ def _runs(diffs: list[float]) -> pd.DataFrame:
 
 class _Stored:
     missing: list[str] = []
-    manifest = {"runs": [], "seeds": [0, 1, 2]}
+    manifest = {"runs": [], "seeds": [0, 1, 2], "variants": ["ln", "rms"]}
     main = _runs([0.01, -0.02, 0.04])
-    tuned = _runs([0.01, -0.02, 0.04])
+    tuned = pd.DataFrame()
     crossover = pd.DataFrame()
+    runs = pd.DataFrame()
     studies = StoredStudies(
         max_lr={
             "ln": max_lr_result("ln", {0: 0.1, 1: 0.11}),
@@ -276,33 +279,49 @@ class _Stored:
     )
 
 
+def _evidence(table: pd.DataFrame, stored: _Stored, tuned: pd.DataFrame | None = None) -> str:
+    return "\n".join(summary_lines(table, 0.01, stored, tuned, findings(stored)))
+
+
 @pytest.mark.parametrize(
-    ("diffs", "says"),
+    "diffs",
     [
-        ([0.01, -0.02, 0.04], "**inconclusive — about 17 more seeds** (paired SD 0.0300 over 3"),
-        ([-0.10, -0.11, -0.09, -0.10, -0.12], "**different**: rms's loss is lower (paired SD"),
-        ([0.001, -0.002, 0.0015, 0.0005, -0.001], "**equivalent within ±0.02** (paired SD"),
-        ([0.03], "only 1 matched pair(s): no interval, so no verdict either way."),
+        [0.01, -0.02, 0.04],
+        [-0.10, -0.11, -0.09, -0.10, -0.12],
+        [0.001, -0.002, 0.0015, 0.0005, -0.001],
+        [0.03],
     ],
 )
-def test_summary_claims_only_what_the_numbers_support(diffs: list[float], says: str) -> None:
+def test_the_shared_lr_alone_is_the_primary_and_judged_at_its_level(diffs: list[float]) -> None:
     diff = mean_difference(pd.Series(diffs))
     table = _table(diff.mean, diff.ci_low, diff.ci_high, diff.n_pairs, p=diff.p_value)
     stored = _Stored()
     stored.main = _runs(diffs)
-    text = "\n".join(summary_lines(table, 0.01, stored, None))
-    assert says in text and "do not show a difference" not in text
+    text = _evidence(table, stored)
+    # by hand: the primary spends half of α 0.05 (the other half: the speed ratio)
+    if len(diffs) < 2:
+        assert "not estimable with 1 seed(s) (fewer than 2 seeds)" in text
+    else:
+        values = np.array(diffs)
+        low, high = stats.ttest_1samp(values, 0.0).confidence_interval(0.975)
+        word = (
+            "exceeds ±0.02"
+            if high < -0.02 or low > 0.02
+            else "equivalent within ±0.02"
+            if -0.02 < low and high < 0.02
+            else "inconclusive"
+        )
+        assert f"[{low:+.4f}, {high:+.4f}] (97.5% interval, {len(diffs)} seeds): **{word}" in text
     assert "Unstable main runs: ln 0 diverged of 3, rms 0 diverged of 3." in text
-    speed = "Training throughput, rms / ln: 0.9"  # 0.90-0.94 per seed, paired by seed
-    assert speed in text and "(paired by seed, 95% interval" in text
+    speed = "×0.9" if len(diffs) > 1 else "**not estimable with 1 seed(s)"
+    assert f"Training throughput, rms / ln (the main runs, paired by seed): {speed}" in text
     # no spread between seeds: the interval is the lattice's, 4 x 2^(±1/8)
-    assert "Max stable LR, rms / ln: 4.00 [3.67, 4.36], paired over 2 seed(s)" in text
-    assert "a difference is **shown** (the interval excludes 1)." in text
-    assert "Too few seeds" not in text and "Holm" not in text and "Leading" not in text
+    assert "Max stable LR (learned at all), rms / ln: 4.00 [3.67, 4.36], paired over 2" in text
+    assert "shown" not in text and "Holm" not in text and "Too few seeds" not in text
 
 
 def test_a_comparison_with_unstable_runs_says_so_instead_of_a_verdict() -> None:
-    text = "\n".join(summary_lines(_table(-0.1, -0.15, -0.05, 5, 1), 0.02, _Stored(), None))
+    text = _evidence(_table(-0.1, -0.15, -0.05, 5, 1), _Stored())
     assert (
         "rms − ln: not a quality comparison: rms: 1 of 3 runs diverged and 1 of 3 runs "
         "collapsed**" in text
@@ -311,9 +330,13 @@ def test_a_comparison_with_unstable_runs_says_so_instead_of_a_verdict() -> None:
     assert "Unstable main runs: ln 0 diverged of 3, rms 1 diverged + 1 collapsed of 3." in text
 
 
-def test_summary_leads_with_the_tuned_comparison_and_adjusts_for_multiplicity() -> None:
+def test_the_evidence_leads_with_the_tuned_comparison_without_adjusting_p() -> None:
     stored = _Stored()
-    stored.manifest = {"runs": [], "seeds": [0, 1]}
+    stored.manifest = {
+        "runs": [{"group": "tuned", "run_id": "x"}],
+        "seeds": [0, 1],
+        "variants": ["ln", "rms"],
+    }
     stored.studies = StoredStudies(
         search_seed=2,
         max_lr={
@@ -327,25 +350,33 @@ def test_summary_leads_with_the_tuned_comparison_and_adjusts_for_multiplicity() 
             )
         },
     )
-    stored.main, stored.tuned = _runs([0.03, 0.031]), _runs([-0.02, -0.021])
+    stored.main = _runs([0.03, 0.031])
+    stored.tuned = _runs([-0.02, -0.021]).assign(lr=0.003, warmup_steps=10)
+    shared = _table(0.03, 0.01, 0.05, 2)
+    tuned = _table(-0.02, -0.04, -0.01, 2).assign(paired_t_p=[math.nan, 0.04])
+    text = _evidence(shared, stored, tuned)
+    lead = text.index("The tuned A/B: each variant at its own tuned LR and warmup")
+    assert (
+        lead
+        < text.index("at tuned settings, rms − ln: -0.0200")
+        < text.index("at the shared LR, rms − ln: +0.0300")
+    )
+    assert "paired t-test p = 0.040" in text and "Holm" not in text
+    assert "found on seed 2, scored here on seeds [0, 1]" in text
+    assert "**Too few seeds:** 2 per variant" in text
+    # both tuned at one setting: the tuned A/B is at matched settings, the primary
+    assert "As the plan's estimand (quality at matched settings)" in text
+    assert "ln: **no boundary found**: every probe (0.0001 to 0.003) was unstable" in text
+    assert "1 of 9 stored runs" in text and "stable sweep run abc seed 0 at lr 0.01" in text
+
+
+def test_decides_stopping_rule_holms_the_shared_and_tuned_p_together() -> None:
     shared = _table(0.03, 0.01, 0.05, 2)
     tuned = _table(-0.02, -0.04, -0.01, 2).assign(paired_t_p=[math.nan, 0.04])
     shared, tuned = with_holm(shared, tuned)
     # Holm over both: 0.01 x 2 = 0.02, then max(0.02, 0.04 x 1) = 0.04
     assert shared["p_holm"].iloc[1] == pytest.approx(0.02)
     assert tuned["p_holm"].iloc[1] == pytest.approx(0.04)
-    text = "\n".join(summary_lines(shared, 0.01, stored, tuned))
-    lead = text.index("Leading comparison: each variant at its own tuned LR and warmup")
-    assert (
-        lead
-        < text.index("at tuned settings, rms − ln: -0.0200")
-        < text.index("at the shared LR, rms − ln: +0.0300")
-    )
-    assert "found on seed 2, scored here on seeds [0, 1]" in text
-    assert "**Too few seeds:** 2 per variant" in text
-    assert "2 comparisons in this report" in text and "Holm-adjusted 0.04" in text
-    assert "ln: **no boundary found**: every probe (0.0001 to 0.003) was unstable" in text
-    assert "1 of 9 stored runs" in text and "stable sweep run abc seed 0 at lr 0.01" in text
 
 
 def test_html_embeds_images_and_renders_tables(tmp_path: Path) -> None:
@@ -583,18 +614,20 @@ def test_a_variant_that_changes_more_than_the_norm_is_flagged(
 
 
 def test_a_speed_ratio_says_when_the_seeds_disagree_and_a_simulated_one_is_not_given() -> None:
-    from ablate.report.summary import throughput_lines
+    from ablate.report.summary import speed_lines
 
-    steady = _runs([0.0, 0.0, 0.0])
-    (line,) = throughput_lines(steady, ["ln", "rms"])
-    assert line.startswith("- Training throughput, rms / ln: 0.910× [0.88") and "shared" not in line
-    loaded = steady.assign(
+    stored = _Stored()
+    stored.main = _runs([0.0, 0.0, 0.0])
+    (line,) = speed_lines(stored, by_variant(findings(stored), SPEED))
+    assert line.startswith("- Training throughput, rms / ln (the main runs, paired by seed): ×0.91")
+    assert "shared" not in line
+    stored.main = stored.main.assign(
         tokens_per_s=[100.0, 90.0, 100.0, 60.0, 100.0, 95.0]  # the second seed ran beside others
     )
-    (line,) = throughput_lines(loaded, ["ln", "rms"])
+    (line,) = speed_lines(stored, by_variant(findings(stored), SPEED))
     assert "the seeds' ratios lie 58% apart: a shared or loaded machine" in line
-    simulated = steady.assign(norm_impl="simulated")
-    assert throughput_lines(simulated, ["ln", "rms"]) == []
+    stored.main = stored.main.assign(norm_impl="simulated")
+    assert by_variant(findings(stored), SPEED) == {}
 
 
 def test_the_leading_comparisons_curves_come_first_and_every_budget_is_named(

@@ -1,46 +1,59 @@
-"""The cross-over's word on a tuned Δ: the two shared settings' common verdict, and "depends on
-the LR" where they disagree or do not both find a tuned *different* with its sign."""
+"""The cross-over read as a 2×2: its parts are the algebra of the four runs per seed, and the
+committed default report's 2×2 recomputes from its runs.csv."""
 
 from __future__ import annotations
 
+import numpy as np
 import pandas as pd
 import pytest
+from conftest import REPO
 
-from ablate.report.crossover import DEPENDS, crossover_claim, crossover_word
-
-
-def _rows(own: float, shared: list[tuple[float, str]]) -> pd.DataFrame:
-    """A variant's cross-over rows: each at its own (the summary's), then both shared."""
-    rows = [{"setting": "each at its own", "pairs": 7, "diff": own, "verdict": "the summary's"}]
-    for k, (diff, word) in enumerate(shared):
-        rows.append({"setting": f"both at {k}'s", "pairs": 7, "diff": diff, "verdict": word})
-    return pd.DataFrame(rows)
+from ablate.report.crossover import TwoByTwo, crossover_table
 
 
-def test_a_tuned_difference_both_shared_settings_find_holds() -> None:
-    rows = _rows(-0.03, [(-0.025, "different"), (-0.02, "different")])
-    assert crossover_claim(rows, "different", -0.03) == "different"
+def _cells() -> pd.DataFrame:
+    return pd.DataFrame(
+        {"bb": [2.0, 2.1], "bv": [1.9, 2.05], "vb": [2.02, 2.08], "vv": [1.88, 2.0]},
+        index=pd.Index([0, 1], name="seed"),
+    )
+
+
+def test_the_parts_of_a_two_by_two_are_its_cells_algebra() -> None:
+    found = TwoByTwo("rms", "ln", (0.003, 20), (0.004, 10), _cells())
+    np.testing.assert_allclose(found.tuned, [-0.12, -0.10])
+    np.testing.assert_allclose(found.at_baseline_setting, [0.02, -0.02])
+    np.testing.assert_allclose(found.at_variant_setting, [-0.02, -0.05])
+    np.testing.assert_allclose(found.main, [0.0, -0.035])
+    np.testing.assert_allclose(found.setting, [-0.12, -0.065])
+    np.testing.assert_allclose(found.interaction, [-0.04, -0.03])
+    # the tuned gain is the main effect plus the setting effect, each half the interaction off
+    np.testing.assert_allclose(found.tuned, found.main + found.setting)
+    assert list(found.parts())[1] == "both at ln's (0.003, 20)"
+
+
+class _Stored:
+    def __init__(self, runs: pd.DataFrame) -> None:
+        self.manifest = {"variants": ["layernorm", "rmsnorm"]}
+        self.tuned = runs[runs["group"] == "tuned"]
+        self.crossover = runs[runs["group"] == "crossover"]
 
 
 @pytest.mark.parametrize(
-    "shared",
+    ("report", "main", "low", "high"),
     [
-        [(+0.0022, "equivalent"), (-0.0031, "equivalent")],  # ln_vs_rms's, regenerated
-        [(-0.02, "different"), (-0.004, "inconclusive")],
-        [(+0.02, "different"), (+0.025, "different")],  # found, with the other sign
+        ("ln_vs_rms", -0.0005, -0.0117, +0.0108),  # issue 72's recomputation
+        ("llama_style", +0.0027, -0.0057, +0.0111),
     ],
 )
-def test_a_tuned_difference_the_shared_settings_do_not_find_depends_on_the_lr(
-    shared: list[tuple[float, str]],
+def test_the_committed_two_by_two_recomputes_from_runs_csv(
+    report: str, main: float, low: float, high: float
 ) -> None:
-    rows = _rows(-0.0215, shared)
-    assert crossover_claim(rows, "different", -0.0215) == DEPENDS
-
-
-def test_without_a_tuned_difference_the_shared_settings_speak() -> None:
-    rows = _rows(+0.001, [(+0.0022, "equivalent"), (-0.0031, "equivalent")])
-    assert crossover_claim(rows, "equivalent", 0.001) == crossover_word(rows) == "equivalent"
-    split = _rows(+0.001, [(-0.03, "different"), (+0.001, "equivalent")])
-    assert crossover_claim(split, "equivalent", 0.001) == DEPENDS  # they disagree
-    short = _rows(-0.03, [(-0.03, "different")])
-    assert crossover_claim(short, "different", -0.03) == "no verdict"  # one shared setting
+    runs = pd.read_csv(REPO / "reports" / report / "runs.csv")
+    table = crossover_table(_Stored(runs)).set_index("part")
+    row = table.loc["main effect: the mean of the two"]
+    assert row["pairs"] == 7
+    assert (round(row["diff"], 4), round(row["ci_low"], 4), round(row["ci_high"], 4)) == (
+        main,
+        low,
+        high,
+    )

@@ -1,11 +1,12 @@
-"""The summary's verdict lines: a comparison whose runs did not learn says so instead of a Δ;
-one that learned gets its verdict from its own paired differences."""
+"""The evidence's comparison lines: a comparison whose runs did not learn says so instead of a
+Δ; one that learned gives its Δ, 95% interval and p, and its verdict only as a plan's
+estimand."""
 
 from __future__ import annotations
 
 import pandas as pd
 
-from ablate.report.summary import Judging, _difference_lines, unlearned_text
+from ablate.report.summary import _difference_lines, unlearned_text
 
 
 def _table(collapsed: int, diverged: int = 0) -> pd.DataFrame:
@@ -33,17 +34,16 @@ RUNS = pd.DataFrame(
 
 
 def test_collapsed_runs_replace_the_verdict() -> None:
-    (line,) = _difference_lines(
-        _table(collapsed=2), RUNS, Judging(0.02, 1, 0.05), where="at the shared LR"
-    )
+    (line,) = _difference_lines(_table(collapsed=2), RUNS, 0.02, where="at the shared LR")
     assert "dyt − layernorm: not a quality comparison: dyt: 2 of 2 runs collapsed**" in line
     assert "+0.5951" in line and "no verdict is drawn" in line
     assert "excludes zero" not in line and "do not show a difference" not in line
 
 
-def test_a_run_that_learned_on_both_sides_keeps_its_interval_verdict() -> None:
-    (line,) = _difference_lines(_table(collapsed=0), RUNS, Judging(0.02, 1, 0.05), where="")
-    assert "dyt − layernorm: +0.5951**" in line and "**different**: dyt's loss is higher" in line
+def test_a_run_that_learned_on_both_sides_gives_its_interval_and_no_verdict() -> None:
+    (line,) = _difference_lines(_table(collapsed=0), RUNS, 0.02, where="")
+    assert "dyt − layernorm: +0.5951** (95% CI [+0.4100, +0.7800], paired t-test p = 0.020" in line
+    assert "different" not in line and "plan's estimand" not in line
 
 
 def test_unlearned_text_counts_both_kinds() -> None:

@@ -1,5 +1,6 @@
-"""A paired comparison's reach and verdict against statsmodels, a textbook's sample sizes and
-the interval a TOST is equivalent to, on constructed differences."""
+"""The one verdict rule (every claim read off one interval, against the margin) on constructed
+intervals and on draws whose truth is known; and ``decide:``'s stopping rule against
+statsmodels, a textbook's sample sizes and the interval a TOST is equivalent to."""
 
 from __future__ import annotations
 
@@ -10,7 +11,19 @@ from statsmodels.stats.power import TTestPower
 from statsmodels.stats.weightstats import ttost_paired
 
 from ablate.report.analysis import holm
-from ablate.report.verdict import look_words, reach, sequential_words, tost_p, verdict
+from ablate.report.verdict import (
+    Estimate,
+    Word,
+    difference_estimate,
+    judge,
+    look_verdict,
+    look_words,
+    ratio_estimate,
+    reach,
+    seeds_to_decide,
+    sequential_words,
+    tost_p,
+)
 
 
 @pytest.mark.parametrize(("effect_size", "pairs"), [(0.5, 34), (0.8, 15), (1.0, 10)])
@@ -39,7 +52,7 @@ def test_equivalence_is_a_ninety_percent_interval_inside_the_margin() -> None:
     rng = np.random.default_rng(0)
     for _ in range(50):
         diffs = rng.normal(rng.uniform(-0.02, 0.02), 0.01, size=6)
-        found = verdict(diffs, 0.02, p_value=1.0)
+        found = look_verdict(diffs, 0.02, p_value=1.0)
         assert found is not None
         p_tost = ttost_paired(diffs, np.zeros_like(diffs), -0.02, 0.02)[0]
         assert found.tost_p == pytest.approx(p_tost)
@@ -48,24 +61,22 @@ def test_equivalence_is_a_ninety_percent_interval_inside_the_margin() -> None:
         assert (found.word == "equivalent") == inside
 
 
-def test_three_verdicts_and_the_seeds_an_inconclusive_one_needs() -> None:
-    different = verdict(np.array([-0.10, -0.11, -0.09]), 0.02, p_value=0.001)
-    assert different is not None and different.text() == "different"
-    same = verdict(np.array([0.001, -0.002, 0.0015, 0.0005, -0.001]), 0.02, p_value=0.6)
-    assert same is not None and same.text() == "equivalent within ±0.02"
-    unsure = verdict(np.array([0.01, -0.02, 0.04]), 0.02, p_value=0.6)
+def test_a_look_gives_three_words() -> None:
+    different = look_verdict(np.array([-0.10, -0.11, -0.09]), 0.02, p_value=0.001)
+    assert different is not None and different.word == "different"
+    same = look_verdict(np.array([0.001, -0.002, 0.0015, 0.0005, -0.001]), 0.02, p_value=0.6)
+    assert same is not None and same.word == "equivalent"
+    unsure = look_verdict(np.array([0.01, -0.02, 0.04]), 0.02, p_value=0.6)
     assert unsure is not None and unsure.word == "inconclusive"
-    assert unsure.more_seeds == unsure.reach.pairs_needed - 3 > 0
-    assert unsure.text() == f"inconclusive — about {unsure.more_seeds} more seeds"
-    held = verdict(np.array([-0.10, -0.11, -0.09]), 0.02, p_value=0.07)  # Holm-adjusted
+    held = look_verdict(np.array([-0.10, -0.11, -0.09]), 0.02, p_value=0.07)  # Holm-adjusted
     assert held is not None and held.word == "inconclusive"
-    assert verdict(np.array([0.03]), 0.02, p_value=float("nan")) is None
+    assert look_verdict(np.array([0.03]), 0.02, p_value=float("nan")) is None
 
 
 def test_in_a_family_equivalence_is_bonferroni_adjusted() -> None:
     diffs = np.array([-0.006, 0.0014, 0.0088])  # TOST p about 0.025 alone
-    alone = verdict(diffs, 0.02, p_value=0.8)
-    among_six = verdict(diffs, 0.02, p_value=0.8, family=6)
+    alone = look_verdict(diffs, 0.02, p_value=0.8)
+    among_six = look_verdict(diffs, 0.02, p_value=0.8, family=6)
     assert alone is not None and among_six is not None
     assert among_six.tost_p == pytest.approx(min(1.0, 6 * alone.tost_p))
     assert (alone.word, among_six.word) == ("equivalent", "inconclusive")
@@ -85,7 +96,7 @@ def test_one_look_judges_each_replication_as_the_report_judges_one_comparison() 
     found = look_words(diffs, 0.02, 0.01)
     for replication, row in zip(diffs, found, strict=True):
         p = holm([stats.ttest_1samp(replication[:, j], 0.0).pvalue for j in range(2)])
-        expected = [verdict(replication[:, j], 0.02, p[j], 2, 0.01).word for j in range(2)]
+        expected = [look_verdict(replication[:, j], 0.02, p[j], 2, 0.01).word for j in range(2)]
         assert list(row) == expected
     assert set(found.ravel()) == {"different", "equivalent", "inconclusive"}
 
@@ -97,3 +108,96 @@ def test_a_replication_stops_at_its_first_look_where_every_comparison_is_decided
     found, used = sequential_words(np.concatenate([big, slow]), [3, 5, 7, 9], 0.02)
     assert list(found[:, 0]) == ["different", "inconclusive"]
     assert list(used) == [3, 9]  # one decided at once, the other never: its last look
+
+
+def _difference(low: float, high: float, seeds: int = 7) -> Estimate:
+    return Estimate((low + high) / 2, low, high, 0.99, seeds, "difference", 0.01)
+
+
+@pytest.mark.parametrize(
+    ("low", "high", "word", "differs"),
+    [
+        (-0.0195, +0.0185, Word.EQUIVALENT, False),  # issue 72's matched-settings estimate
+        (-0.008, -0.002, Word.EQUIVALENT, True),  # inside the margin, and not 0
+        (-0.0455, +0.0025, Word.INCONCLUSIVE, False),  # holds 0, reaches past -0.02
+        (-0.0395, -0.0035, Word.DIFFERS, True),  # excludes 0, crosses -0.02
+        (-0.06, -0.025, Word.EXCEEDS, True),  # wholly beyond -0.02
+        (+0.021, +0.05, Word.EXCEEDS, True),
+    ],
+)
+def test_every_word_is_where_the_interval_lies_against_the_margin(
+    low: float, high: float, word: Word, differs: bool
+) -> None:
+    found = judge(_difference(low, high), 0.02)
+    assert (found.word, found.differs) == (word, differs)
+    assert found.decided == (word is not Word.INCONCLUSIVE)
+
+
+def test_a_ratio_is_judged_on_its_log_against_a_factor() -> None:
+    ratio = Estimate(1.3, 0.9, 1.4, 0.99, 5, "ratio", 0.1)
+    assert judge(ratio, 1.5).word is Word.EQUIVALENT  # inside [1/1.5, 1.5]
+    assert judge(Estimate(2.1, 1.6, 3.3, 0.99, 5, "ratio", 0.1), 1.5).word is Word.EXCEEDS
+    assert judge(Estimate(2.1, 1.35, 3.3, 0.99, 5, "ratio", 0.1), 1.5).word is Word.DIFFERS
+    assert judge(Estimate(1.0, 0.5, 2.0, 0.99, 5, "ratio", 0.1), 1.5).word is Word.INCONCLUSIVE
+
+
+@pytest.mark.parametrize(
+    ("estimate", "why"),
+    [
+        (Estimate(4.21, 0.023, 772.0, 0.95, 5, "ratio", 1.0), "wider than 100×"),
+        (Estimate(1.0, float("nan"), float("nan"), 0.95, 1, "ratio"), "fewer than 2 seeds"),
+        (Estimate(1.19, 1.0, 1.41, 0.95, 5, "ratio", 0.0, resolved=False), "one bracket"),
+    ],
+)
+def test_an_interval_the_data_cannot_support_is_not_estimable(estimate: Estimate, why: str) -> None:
+    found = judge(estimate, 1.5)
+    assert found.word is Word.NOT_ESTIMABLE and why in found.why
+    assert str(estimate.high) not in found.text() and f"{estimate.seeds} seed" in found.text()
+
+
+def test_the_estimates_are_t_intervals_of_the_seeds() -> None:
+    diffs = np.array([0.012, -0.004, 0.021, 0.003, 0.009])
+    found = difference_estimate(diffs, 0.99)
+    low, high = stats.ttest_1samp(diffs, 0.0).confidence_interval(0.99)
+    assert (found.low, found.high) == (pytest.approx(low), pytest.approx(high))
+    logs = np.log2([1.2, 1.1, 1.4, 0.9])
+    ratio = ratio_estimate(logs, 0.95, widen=0.125)
+    low, high = stats.ttest_1samp(logs, 0.0).confidence_interval(0.95)
+    assert ratio.value == pytest.approx(2 ** logs.mean())  # the centre of its interval
+    assert ratio.low == pytest.approx(2 ** (low - 0.125))
+    assert ratio.high == pytest.approx(2 ** (high + 0.125))
+
+
+def test_more_seeds_decide_at_the_projected_count() -> None:
+    rng = np.random.default_rng(3)
+    base = rng.normal(0.008, 0.012, size=5)
+    found = judge(difference_estimate(base, 0.99), 0.02)
+    assert found.word is Word.INCONCLUSIVE and found.more_seeds is not None
+    n = 5 + found.more_seeds
+    half = stats.t.ppf(0.995, n - 1) * base.std(ddof=1) / np.sqrt(n)
+    before = stats.t.ppf(0.995, n - 2) * base.std(ddof=1) / np.sqrt(n - 1)
+    room = max(abs(base.mean()), 0.02 - abs(base.mean()))
+    assert half < room <= before
+    # a lattice's resolution wider than the room leaves it to a finer lattice
+    coarse = Estimate(1.0, 0.5, 2.0, 0.99, 5, "ratio", 0.2, widen=0.6)
+    assert seeds_to_decide(coarse, 1.5) is None
+
+
+@pytest.mark.parametrize("truth", [0.0, 0.01, 0.02, 0.03])
+def test_a_false_claim_is_no_likelier_than_one_minus_the_level(truth: float) -> None:
+    # at no effect and at the margin's edge, where the rule is most at risk: a claim is false
+    # only where the interval misses the truth, so at most 1 − level of the draws
+    rng = np.random.default_rng(int(truth * 1000))
+    draws = rng.normal(truth, 0.015, size=(5000, 6))
+    false = 0
+    for row in draws:
+        found = judge(difference_estimate(row, 0.9), 0.02)
+        wrong = {
+            Word.DIFFERS: truth == 0,
+            Word.EXCEEDS: truth <= 0.02,
+            Word.EQUIVALENT: truth >= 0.02 or (found.differs and truth == 0),
+        }.get(found.word, False)
+        if wrong:
+            assert not found.estimate.low <= truth <= found.estimate.high
+        false += bool(wrong)
+    assert false / len(draws) <= 0.10 + 0.013  # three standard errors over 5,000

@@ -1,0 +1,219 @@
+"""The analysis plan's estimands measured on the stored runs, each judged by the one rule.
+
+:func:`findings` resolves the plan for what the store holds (:func:`ablate.report.plan.
+analysis_plan`), computes every verdict-bearing estimand's per-seed values, its estimate and
+interval at its level, and its verdict (:func:`ablate.report.verdict.judge`). The cross-over's
+2×2 (:class:`TwoByTwo`) also gives the setting effect and the interaction, descriptive (95%).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from ablate.core.boundary import SeedBoundary, half_width, paired_log2_ratios
+from ablate.core.simulate import SIMULATED_IMPL
+from ablate.core.usable import PER_OCTAVE
+from ablate.report.analysis import CONFIDENCE, column, matched_differences, scored_split
+from ablate.report.crossover import TwoByTwo, settings_of, two_by_two
+from ablate.report.load import StoredExperiment
+from ablate.report.plan import (
+    DIVERGENCE,
+    MATCHED,
+    SHARED_LR,
+    SPEED,
+    TUNED_GAIN,
+    TWO_BY_TWO,
+    USABLE,
+    AnalysisPlan,
+    Estimand,
+    analysis_plan,
+    primary_design,
+)
+from ablate.report.usable import seed_walks, usable_runs
+from ablate.report.verdict import (
+    Estimate,
+    Verdict,
+    Word,
+    difference_estimate,
+    judge,
+    ratio_estimate,
+)
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One estimand of the plan, its verdict, and the seeds it was measured on."""
+
+    estimand: Estimand
+    verdict: Verdict
+    seeds: tuple[int, ...] = ()
+    unlearned: str = ""  # runs that did not learn: no quality comparison
+
+    @property
+    def estimate(self) -> Estimate:
+        return self.verdict.estimate
+
+
+@dataclass(frozen=True)
+class Findings:
+    """A report's plan and every verdict-bearing estimand measured by it."""
+
+    plan: AnalysisPlan
+    found: list[Finding]
+    crossed: dict[str, TwoByTwo]  # variant -> its 2×2, where the primary is measured over it
+
+    def of(self, key: str, variant: str) -> Finding | None:
+        return next(
+            (f for f in self.found if (f.estimand.key, f.estimand.variant) == (key, variant)),
+            None,
+        )
+
+
+def unlearned(runs: pd.DataFrame, variants: list[str]) -> str:
+    """The runs of ``variants`` in ``runs`` that diverged or finished without learning, in
+    words ("rmsnorm: 1 of 7 runs did not learn"); "" where every one learned."""
+    parts = []
+    for variant in variants:
+        mine = runs[runs["variant"] == variant]
+        stable = column(mine, "stable")
+        bad = int((mine["status"] != "finished").sum() + (stable == 0).sum())
+        if bad:
+            parts.append(f"{variant}: {bad} of {len(mine)} runs did not learn")
+    return "; ".join(parts)
+
+
+def crossing(stored: StoredExperiment) -> tuple[dict[str, TwoByTwo], bool, str]:
+    """Each variant's 2×2; whether the tuned settings coincide for every variant; and the
+    cross-over runs that did not learn ("" where all did)."""
+    variants = stored.manifest["variants"]
+    crossed = {v: c for v in variants[1:] if (c := two_by_two(stored, v)) is not None}
+    settings = {settings_of(stored.tuned, v) for v in variants}
+    same = len(stored.tuned) > 0 and len(settings) == 1 and None not in settings
+    lost = unlearned(stored.crossover, variants) if len(stored.crossover) else ""
+    return crossed, same, lost
+
+
+def findings(stored: StoredExperiment) -> Findings:
+    """The plan for this store and every estimand of it measured and judged."""
+    crossed, same, lost = crossing(stored)
+    variants = stored.manifest["variants"]
+    complete = len(crossed) == len(variants) - 1 and not lost
+    design = primary_design(stored.manifest, complete, same)
+    plan = analysis_plan(stored.manifest, design, simulated(stored))
+    found = [measure(stored, plan, e, crossed) for e in plan.estimands]
+    return Findings(plan, [f for f in found if f is not None], crossed if complete else {})
+
+
+def simulated(stored: StoredExperiment) -> bool:
+    """Whether the runs came from the simulator (their speed is its setting)."""
+    impl = stored.main.get("norm_impl", pd.Series(dtype=str))
+    return bool(len(impl)) and bool((impl == SIMULATED_IMPL).all())
+
+
+def measure(
+    stored: StoredExperiment, plan: AnalysisPlan, estimand: Estimand, crossed: dict[str, TwoByTwo]
+) -> Finding | None:
+    """One estimand's per-seed values, estimate at its level and verdict."""
+    rules = plan.rules
+    if estimand.key == MATCHED:
+        return matched(stored, plan, estimand, crossed.get(estimand.variant))
+    if estimand.key == TUNED_GAIN:
+        return loss_finding(stored.tuned, estimand, rules.not_estimable)
+    if estimand.key == USABLE:
+        logs, widen = usable_logs(stored, estimand)
+        return ratio_finding(estimand, logs, widen, True, rules.not_estimable)
+    if estimand.key == DIVERGENCE:
+        return divergence(stored, estimand, rules.not_estimable)
+    if estimand.key == SPEED:
+        lead = stored.tuned if len(stored.tuned) else stored.main
+        return ratio_finding(estimand, speed_logs(lead, estimand), 0.0, True, rules.not_estimable)
+    raise ValueError(f"unknown estimand {estimand.key}")
+
+
+def matched(
+    stored: StoredExperiment, plan: AnalysisPlan, estimand: Estimand, crossed: TwoByTwo | None
+) -> Finding:
+    """Quality at matched settings, as the plan measures it."""
+    limit = plan.rules.not_estimable
+    if plan.primary == TWO_BY_TWO and crossed is not None:
+        values = crossed.main
+        found = judge(
+            difference_estimate(values.to_numpy(), estimand.level), estimand.margin, limit
+        )
+        return Finding(estimand, found, tuple(int(s) for s in values.index))
+    runs = stored.main if plan.primary == SHARED_LR else stored.tuned
+    return loss_finding(runs, estimand, limit)
+
+
+def loss_finding(runs: pd.DataFrame, estimand: Estimand, limit: float) -> Finding:
+    """The final-loss Δ (variant − baseline) on ``runs``' scored split, paired by seed; not
+    estimable where a compared run did not learn (its loss measures the failure)."""
+    metric = f"final_{scored_split(runs)}_loss"
+    pair = [estimand.baseline, estimand.variant]
+    lost = unlearned(runs, pair)
+    diffs = matched_differences(runs, estimand.variant, estimand.baseline, metric)
+    estimate = difference_estimate(diffs.to_numpy(dtype=float), estimand.level)
+    found = judge(estimate, estimand.margin, limit)
+    if lost:
+        found = Verdict(Word.NOT_ESTIMABLE, estimate, estimand.margin, False, None, lost)
+    return Finding(estimand, found, tuple(int(s) for s in diffs.index), lost)
+
+
+def ratio_finding(
+    estimand: Estimand, logs: pd.Series, widen: float, resolved: bool, limit: float
+) -> Finding:
+    """A ratio estimand from its per-seed log2 ratios."""
+    estimate = ratio_estimate(logs.to_numpy(dtype=float), estimand.level, widen, resolved)
+    return Finding(estimand, judge(estimate, estimand.margin, limit), tuple(logs.index))
+
+
+def usable_logs(stored: StoredExperiment, estimand: Estimand) -> tuple[pd.Series, float]:
+    """Per seed, log2 of the variant's usable edge over the baseline's; the resolution to
+    widen by: each edge lies within one walk step above it, so their ratio within one step."""
+    within = stored.manifest.get("usable_within")
+    runs = usable_runs(stored)
+    if within is None or runs.empty:
+        return pd.Series(dtype=float), 0.0
+    mine = {w.seed: w.edge for w in seed_walks(runs, estimand.variant, within)}
+    base = {w.seed: w.edge for w in seed_walks(runs, estimand.baseline, within)}
+    seeds = sorted(set(mine) & set(base))
+    logs = pd.Series({s: math.log2(mine[s] / base[s]) for s in seeds}, dtype=float)
+    return logs, 1.0 / PER_OCTAVE
+
+
+def divergence(stored: StoredExperiment, estimand: Estimand, limit: float) -> Finding | None:
+    """The divergence edge's ratio from the max-LR study's per-seed brackets."""
+    found = stored.studies.max_lr
+    if estimand.variant not in found or estimand.baseline not in found:
+        return None
+    base = found[estimand.baseline].divergence_bounds
+    mine = found[estimand.variant].divergence_bounds
+    seeds = [b.seed for b in mine if b.estimate is not None]
+    logs = pd.Series(paired_log2_ratios(base, mine), dtype=float)
+    logs.index = [s for s in seeds if s in {b.seed for b in base if b.estimate is not None}]
+    widen = half_width(base) + half_width(mine)
+    resolved = not (one_bracket(base) and one_bracket(mine))
+    return ratio_finding(estimand, logs, widen, resolved, limit)
+
+
+def one_bracket(bounds: list[SeedBoundary]) -> bool:
+    """Whether every bracketed seed lies in one bracket (no spread between seeds measured)."""
+    return len({b.estimate for b in bounds if b.estimate is not None}) == 1
+
+
+def speed_logs(runs: pd.DataFrame, estimand: Estimand) -> pd.Series:
+    """Per seed, log2 of the variant's training tokens/s over the baseline's (finished runs)."""
+    finished = runs[runs["status"] == "finished"]
+    speeds = finished.pivot_table(index="seed", columns="variant", values="tokens_per_s")
+    if estimand.variant not in speeds or estimand.baseline not in speeds:
+        return pd.Series(dtype=float)
+    return np.log2(speeds[estimand.variant] / speeds[estimand.baseline]).dropna()
+
+
+def described(values: pd.Series) -> Estimate:
+    """A descriptive estimate: the mean and its 95% t interval (no verdict)."""
+    return difference_estimate(values.to_numpy(dtype=float), CONFIDENCE)

@@ -1,0 +1,274 @@
+"""A report's declared analysis plan: what it estimates, the rule each verdict follows and the
+family the verdicts are judged in, from the design alone (the stored plan), before any result.
+
+For each variant against the baseline (the first variant):
+
+- **quality at matched settings** (primary): the variant's main effect on the final loss over
+  the cross-over's 2×2, both variants at both tuned settings, paired by seed; the setting
+  effect and the interaction are given beside it, without a verdict. Where it falls back:
+  both tuned settings coincide, so the tuned Δ is at matched settings; the cross-over puts a
+  variant where it cannot train, or there is none, so the tuned gain is the estimand, not
+  attributed; no tuned runs, so the A/B at the file's shared LR.
+- **the tuned gain** (secondary): each variant at its own tuned settings; attributed to the
+  variant only where the primary differs with its sign.
+- **the usable LR** and **the divergence edge** (secondary): per-seed ratios to the
+  baseline's (the usable-LR walks' edges; the divergence brackets).
+- **training speed** (secondary): tokens/s end to end, paired by seed (not on the simulator).
+
+The family is every verdict-bearing estimand; each is judged on one interval at its share of
+``analysis.alpha`` (Bonferroni: :mod:`ablate.report.verdict` says why not Holm): the primary
+estimands share ``analysis.primary_share`` of it, the secondary ones the rest equally, and one
+measured on ``decide:``'s seeds divides its share by the looks. Everything else a report prints
+is descriptive: a 95% interval and no verdict word.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from ablate.core.experiment import AnalysisConfig
+from ablate.report.verdict import Scale
+
+MATCHED, TUNED_GAIN, USABLE, DIVERGENCE, SPEED = (
+    "matched",
+    "tuned_gain",
+    "usable",
+    "divergence",
+    "speed",
+)
+# how the primary estimand is measured, by design
+TWO_BY_TWO, SAME_SETTINGS, TUNED_ONLY, SHARED_LR = "2x2", "same settings", "tuned", "shared LR"
+
+
+@dataclass(frozen=True)
+class Estimand:
+    """One verdict-bearing quantity: what it is, its scale and margin, its share of α."""
+
+    key: str  # MATCHED, TUNED_GAIN, USABLE, DIVERGENCE or SPEED
+    variant: str
+    baseline: str
+    title: str
+    scale: Scale
+    margin: float
+    primary: bool
+    looks: int  # decide:'s looks where its seeds came from decide:, else 1
+    share: float = 0.0  # of alpha (set by :func:`analysis_plan`)
+    alpha: float = 0.05
+
+    @property
+    def error(self) -> float:
+        """The chance of a false claim this estimand may spend: α × share / looks."""
+        return self.alpha * self.share / self.looks
+
+    @property
+    def level(self) -> float:
+        """Its interval's level."""
+        return 1.0 - self.error
+
+
+@dataclass(frozen=True)
+class AnalysisPlan:
+    """The estimands of a report and the rules they are judged by."""
+
+    rules: AnalysisConfig
+    estimands: list[Estimand]
+    primary: str  # how the primary estimand is measured (TWO_BY_TWO, SAME_SETTINGS, ...)
+
+    def find(self, key: str, variant: str) -> Estimand | None:
+        """The estimand ``key`` of ``variant`` (None where the plan has none)."""
+        return next((e for e in self.estimands if (e.key, e.variant) == (key, variant)), None)
+
+
+def rules_of(manifest: dict) -> AnalysisConfig:
+    """The ``analysis:`` rules the plan was stored with (defaults for a plan stored before
+    they were kept; ``min_effect`` was kept on its own)."""
+    stored = dict(manifest.get("analysis") or {})
+    stored.setdefault("min_effect", manifest.get("min_effect", AnalysisConfig().min_effect))
+    return AnalysisConfig(**stored)
+
+
+def stages_of(manifest: dict) -> set[str]:
+    """The stages the plan holds (stored since the plan was declared; before that, read off
+    the planned runs' groups and the usable band)."""
+    if "stages" in manifest:
+        return set(manifest["stages"])
+    found = {r.get("group", "main") for r in manifest["runs"]}
+    if manifest.get("usable_within") is not None:
+        found.add("max_lr")
+        if found & {"tuned", "curve", "search"}:
+            found.add("usable")
+    return found
+
+
+def primary_design(manifest: dict, crossed: bool, same: bool) -> str:
+    """How the primary estimand is measured: over the cross-over's 2×2 (``crossed``: its runs
+    exist and every one learned), on the tuned runs at one setting (``same``), on the tuned
+    runs alone, or at the shared LR."""
+    if "tuned" not in stages_of(manifest):
+        return SHARED_LR
+    if same:
+        return SAME_SETTINGS
+    return TWO_BY_TWO if crossed else TUNED_ONLY
+
+
+def analysis_plan(manifest: dict, primary: str, simulated: bool = False) -> AnalysisPlan:
+    """Every verdict-bearing estimand of the design, with its share of α (see the module)."""
+    rules = rules_of(manifest)
+    stages = stages_of(manifest)
+    variants = manifest["variants"]
+    decided = manifest.get("decide")
+    looks = len(decided["looks"]) if decided else 1
+    lead_looks = looks  # decide: adds seeds to the leading A/B: the tuned, else the shared
+    found: list[Estimand] = []
+    for variant in variants[1:]:
+        base = variants[0]
+        found.append(
+            Estimand(
+                MATCHED,
+                variant,
+                base,
+                "quality at matched settings",
+                "difference",
+                rules.min_effect,
+                True,
+                lead_looks,
+            )
+        )
+        if primary == TWO_BY_TWO:
+            found.append(
+                Estimand(
+                    TUNED_GAIN,
+                    variant,
+                    base,
+                    "the tuned gain",
+                    "difference",
+                    rules.min_effect,
+                    False,
+                    lead_looks,
+                )
+            )
+        if "usable" in stages:
+            found.append(
+                Estimand(USABLE, variant, base, "usable LR", "ratio", rules.lr_margin, False, 1)
+            )
+        if "max_lr" in stages:
+            found.append(
+                Estimand(
+                    DIVERGENCE,
+                    variant,
+                    base,
+                    "divergence edge",
+                    "ratio",
+                    rules.lr_margin,
+                    False,
+                    1,
+                )
+            )
+        if not simulated:
+            found.append(
+                Estimand(
+                    SPEED,
+                    variant,
+                    base,
+                    "training speed",
+                    "ratio",
+                    rules.speed_margin,
+                    False,
+                    lead_looks,
+                )
+            )
+    return AnalysisPlan(rules, shared(found, rules), primary)
+
+
+def shared(estimands: list[Estimand], rules: AnalysisConfig) -> list[Estimand]:
+    """The estimands with their shares of α: the primary ones ``primary_share`` together, the
+    secondary ones the rest, equally within each; the primary ones all of it without any
+    secondary."""
+    primary = [e for e in estimands if e.primary]
+    secondary = [e for e in estimands if not e.primary]
+    first = rules.primary_share if secondary else 1.0
+    return [
+        replace(
+            e,
+            share=(first / len(primary)) if e.primary else (1 - first) / len(secondary),
+            alpha=rules.alpha,
+        )
+        for e in estimands
+    ]
+
+
+PRIMARY_TEXT = {
+    TWO_BY_TWO: "the variant's main effect over the cross-over's 2×2: both variants at both "
+    "tuned settings (LR, warmup), paired by seed, Δ = ½[(V − B at B's) + (V − B at V's)]; the "
+    "setting effect and the interaction beside it, without a verdict",
+    SAME_SETTINGS: "the tuned A/B: both variants' tuned settings coincide, so the tuned Δ is "
+    "already at matched settings",
+    TUNED_ONLY: "the tuned gain (each at its own tuned settings): no cross-over whose runs all "
+    "learned, so it is not attributed to the variant",
+    SHARED_LR: "the A/B at the file's shared LR and warmup (the design has no tuned runs)",
+}
+SECONDARY_TEXT = {
+    TUNED_GAIN: "each at its own tuned settings; attributed to the variant only where the "
+    "primary differs with its sign, else placed on the LR curves",
+    USABLE: "the per-seed ratio of the usable-LR walks' edges (geometric mean; the interval "
+    "widened by one walk step for the lattice)",
+    DIVERGENCE: "the per-seed ratio of the divergence brackets (geometric mean; widened by "
+    "the brackets' resolution)",
+    SPEED: "training tokens/s, paired by seed on the leading runs, end to end on this machine "
+    "(not a kernel benchmark)",
+}
+
+
+def plan_lines(plan: AnalysisPlan) -> list[str]:
+    """The ``## Analysis plan`` section: estimands, the rule, the family with each level."""
+    rules = plan.rules
+    rows = [
+        "| estimand | variant | scale, margin | role | share of α | looks | interval level |",
+        "| --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for e in plan.estimands:
+        margin = f"×/÷{e.margin:g}" if e.scale == "ratio" else f"±{e.margin:g} nats"
+        sign = "/" if e.scale == "ratio" else "−"
+        rows.append(
+            f"| {e.title} | {e.variant} {sign} {e.baseline} | {e.scale}, {margin} | "
+            f"{'primary' if e.primary else 'secondary'} | {e.share:.3g} | {e.looks} | "
+            f"{100 * e.level:.4g}% |"
+        )
+    secondary = {e.key for e in plan.estimands if not e.primary}
+    primary = sum(e.share for e in plan.estimands if e.primary)
+    return [
+        "## Analysis plan",
+        "",
+        "Declared before any result (`analysis:` in the experiment file; docs/report.md). "
+        f"**Primary estimand, quality at matched settings:** {PRIMARY_TEXT[plan.primary]}. "
+        "Final loss on the comparison's split (the test split where one is held out).",
+        "",
+        *secondary_lines(secondary),
+        "**The rule:** each verdict-bearing estimand is read off one interval at its level: "
+        "*exceeds* the margin where it lies beyond it, *equivalent within* it where it lies "
+        "inside, *differs from* no effect where it excludes no effect but reaches past the "
+        "margin, else *inconclusive* with about how many more seeds would decide it; *not "
+        f"estimable* with under 2 seeds, every seed in one bracket, or a ratio's interval "
+        f"wider than {rules.not_estimable:g}× (then no number is printed, only in the CSVs). "
+        f"**The family:** the {len(plan.estimands)} estimand(s) below, Bonferroni at α "
+        f"{rules.alpha:g} (the primary {primary:g} of it), so the report's chance of "
+        "any false verdict is at most α; everything else below is descriptive (95% intervals, "
+        "no verdict).",
+        "",
+        *rows,
+        "",
+    ]
+
+
+SECONDARY_NAMES = {
+    TUNED_GAIN: "The tuned gain",
+    USABLE: "Usable LR",
+    DIVERGENCE: "Divergence edge",
+    SPEED: "Training speed",
+}
+
+
+def secondary_lines(keys: set[str]) -> list[str]:
+    """One bullet per secondary estimand the plan holds, then a blank line (none: nothing)."""
+    found = [f"- {SECONDARY_NAMES[k]}: {SECONDARY_TEXT[k]}." for k in SECONDARY_TEXT if k in keys]
+    return [*found, ""] if found else []
