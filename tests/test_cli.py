@@ -133,6 +133,7 @@ def test_smoke_experiment_end_to_end_on_the_simulator(tmp_path: Path) -> None:
         "lr_sensitivity.csv",
         "max_lr.csv",
         "max_lr_seeds.csv",
+        "max_lr_divergence_seeds.csv",
         "stability_map.png",
     ):
         assert (report_dir / name).stat().st_size > 0, name
@@ -159,7 +160,8 @@ def test_smoke_experiment_end_to_end_on_the_simulator(tmp_path: Path) -> None:
     text = (report_dir / "report.md").read_text()
     assert "Maximum stable learning rate" in text and "LR sensitivity" in text
     assert "Stability criterion" in text and "the unigram floor − 0.1 (collapsed)" in text
-    assert "## Shared LR and tuned settings" in text and "Leading comparison" in text
+    assert "## Shared LR and tuned settings" in text and "The tuned A/B: each variant" in text
+    assert text.index("## Answer") < text.index("## Analysis plan") < text.index("## Evidence")
 
     _docs_notebook_snippet_matches_the_report(exp_dir, report_dir)
 
@@ -198,6 +200,12 @@ def _docs_notebook_snippet_matches_the_report(
         assert stats["std"].to_dict() == pytest.approx(table["final_val_loss_std"].to_dict())
     last = scope["curves"].pivot_table(index="step", columns="variant", values="val_loss")
     assert last.iloc[-1].to_dict() == pytest.approx(shared["final_val_loss_mean"].to_dict())
+    import ablate
+
+    answer = pd.read_csv(report_dir / "answer.csv")  # the Answer's verdicts, typed
+    found = ablate.load_answer(exp_dir).found
+    assert [f.verdict.word.value for f in found] == list(answer["verdict"])
+    assert [f.estimate.value for f in found] == pytest.approx(list(answer["estimate"]))
     found = set(scope["results"].metrics["group"])  # a cross-over run may be stored as another
     assert found <= groups and groups - {"crossover"} <= found
 

@@ -17,6 +17,10 @@ from ablate.report.estimands import Finding, Findings, TwoByTwo, described
 from ablate.report.load import StoredExperiment
 from ablate.report.plan import (
     DIVERGENCE,
+    FACTOR,
+    FACTOR_DIVERGENCE,
+    FACTOR_TUNED,
+    GRID,
     MATCHED,
     SAME_SETTINGS,
     SHARED_LR,
@@ -36,10 +40,15 @@ def level_text(estimate: Estimate) -> str:
     return f"{100 * estimate.level:.4g}%"
 
 
+def three(x: float) -> str:
+    """A positive number to three significant digits, trailing zeros kept (1.30, 0.693)."""
+    return f"{x:#.3g}".rstrip(".")
+
+
 def value_text(estimate: Estimate) -> str:
     """``-0.0005 nats [-0.0195, +0.0185]`` or ``×1.30 [0.851, 1.99]``."""
     if estimate.scale == "ratio":
-        return f"×{estimate.value:.3g} [{estimate.low:.3g}, {estimate.high:.3g}]"
+        return f"×{three(estimate.value)} [{three(estimate.low)}, {three(estimate.high)}]"
     return f"{signed(estimate.value)} nats [{signed(estimate.low)}, {signed(estimate.high)}]"
 
 
@@ -72,7 +81,7 @@ def quality_sentence(found: Findings, stored: StoredExperiment) -> str:
     """Sentence 1: the primary estimand, as the plan measures it."""
     rows = [f for f in found.found if f.estimand.key == MATCHED]
     how = {
-        TWO_BY_TWO: "both variants at both tuned settings (the 2×2's main effect)",
+        TWO_BY_TWO: "the 2×2's main effect: both variants at both tuned settings",
         SAME_SETTINGS: "both at the one setting their optima share",
         SHARED_LR: f"both at the file's shared LR {stored.main['lr'].iloc[0]:.3g}"
         if len(stored.main)
@@ -86,31 +95,31 @@ def quality_sentence(found: Findings, stored: StoredExperiment) -> str:
 
 
 def settings_text(stored: StoredExperiment, variants: list[str]) -> str:
-    """``layernorm LR 0.00276, warmup 72; rmsnorm LR 0.00328, warmup 69``."""
+    """``its curve's optimum on other seeds: layernorm LR 0.00276, warmup 72; ...``."""
     parts = []
     for v in variants:
         found = settings_of(stored.tuned, v)
         if found is not None:
             parts.append(f"{v} LR {found[0]:.3g}, warmup {found[1]}")
-    return "; ".join(parts)
+    return "chosen on other seeds: " + "; ".join(parts)
 
 
 def attribution(gain: Finding, primary: Finding | None, crossed: TwoByTwo | None) -> str:
-    """Whether the 2×2 attributes the tuned gain to the variant, and what else explains it."""
+    """Whether the 2×2 attributes the tuned gain to the variant, and the setting effect beside
+    it (descriptive)."""
     if primary is None or crossed is None:
         return ""
+    variant = gain.estimand.variant
     same_sign = np.sign(primary.estimate.value) == np.sign(gain.estimate.value)
     if primary.verdict.differs and primary.verdict.decided and same_sign:
-        variant = gain.estimand.variant
         return f"; the 2×2 attributes it to {variant}: at matched settings it differs too"
     setting, interaction = described(crossed.setting), described(crossed.interaction)
     return (
-        f"; not attributed to {gain.estimand.variant}: at matched settings it is "
-        f"{primary.verdict.text()}, so the gain is where each sits on its LR curve (moving "
-        f"both to {gain.estimand.variant}'s setting: {signed(setting.value)} "
-        f"[{signed(setting.low)}, {signed(setting.high)}]; interaction "
-        f"{signed(interaction.value)} [{signed(interaction.low)}, {signed(interaction.high)}]; "
-        "95%, descriptive)"
+        f"; not attributed to {variant}: the 2×2 does not show the variant differs (at matched "
+        f"settings {primary.verdict.text()}); moving both to {variant}'s setting changes the "
+        f"loss by {signed(setting.value)} [{signed(setting.low)}, {signed(setting.high)}], "
+        f"the interaction {signed(interaction.value)} [{signed(interaction.low)}, "
+        f"{signed(interaction.high)}] (95%, descriptive)"
     )
 
 
@@ -119,14 +128,14 @@ def tuned_sentence(found: Findings, stored: StoredExperiment) -> str | None:
     variants = stored.manifest["variants"]
     if found.plan.primary == SHARED_LR:
         return None
-    where = settings_text(stored, variants)
+    lead = f"**Each at its own tuned setting** ({settings_text(stored, variants)})"
     if found.plan.primary == SAME_SETTINGS:
-        return f"**Each at its own optimum** ({where}): one setting for all, so the sentence above."
+        return f"{lead}: one setting for all, so the sentence above."
     gains = [f for f in found.found if f.estimand.key == TUNED_GAIN]
     if not gains:
         return (
-            f"**Each at its own optimum** ({where}) is the comparison above, not attributed to "
-            "the variant: the cross-over that would attribute it is missing or did not learn."
+            f"{lead} is the comparison above, not attributed to the variant: the cross-over "
+            "that would attribute it is missing or did not learn."
         )
     parts = [
         f"{pair(g)} {said(g)}"
@@ -135,15 +144,18 @@ def tuned_sentence(found: Findings, stored: StoredExperiment) -> str | None:
         )
         for g in gains
     ]
-    return f"**Each at its own optimum** ({where}): " + joined(parts) + "."
+    return f"{lead}: " + joined(parts) + "."
 
 
 def usable_sentence(found: Findings) -> str | None:
     rows = [f for f in found.found if f.estimand.key == USABLE]
     if not rows:
         return None
-    return "**Usable LR** (the largest LR within the band of the optimum's loss, per seed): " + (
-        joined([f"{pair(f)} {said(f)}" for f in rows]) + "."
+    return (
+        "**Usable LR** (per seed, the largest LR walked up from the tuned LR, at the file's "
+        "warmup, whose loss stays within the band of the seed's there): "
+        + joined([f"{pair(f)} {said(f)}" for f in rows])
+        + "."
     )
 
 
@@ -157,7 +169,12 @@ def learned_text(stored: StoredExperiment, limit: float) -> str:
         if found is None or settings is None or wide(found.low, found.high, limit):
             continue
         parts.append(f"{variant} {found.value / settings[0]:.0f}×")
-    return f"; runs still learn at all up to {', '.join(parts)} their tuned LR" if parts else ""
+    if not parts:
+        return ""
+    return (
+        f"; runs still learn at all up to {', '.join(parts)} their tuned LR (the geometric mean "
+        "of the seeds' edges; descriptive)"
+    )
 
 
 def divergence_sentence(found: Findings, stored: StoredExperiment) -> str | None:
@@ -183,35 +200,73 @@ def speed_sentence(found: Findings) -> str | None:
     )
 
 
+def margin_note(primary: list[Finding]) -> str:
+    """Where every primary estimand is equivalent: the smallest margin it still is within."""
+    if not primary or any(f.verdict.word is not Word.EQUIVALENT for f in primary):
+        return ""
+    edge = max(max(abs(f.estimate.low), abs(f.estimate.high)) for f in primary)
+    return f" (equivalent for any margin over {edge:.4f}; under it, inconclusive)"
+
+
 def change_sentence(found: Findings) -> str:
     """Sentence 6: what the answer rests on and what would change it."""
-    primary = [f for f in found.found if f.estimand.key == MATCHED]
+    primary = [f for f in found.found if f.estimand.primary]
     seeds = sorted({s for f in primary for s in f.seeds})
     rests = f"The quality answer rests on {len(seeds)} seeds ({', '.join(map(str, seeds))})"
+    rests += f" and the margin ±{found.plan.rules.min_effect:g} nats" + margin_note(primary)
     undecided = [
-        f"{f.estimand.title} about {f.verdict.more_seeds} more"
+        f"{f.estimand.title} ({f.estimand.variant}) about {f.verdict.more_seeds} more"
         for f in found.found
         if f.verdict.word is Word.INCONCLUSIVE and f.verdict.more_seeds is not None
     ]
     beyond = [
-        f.estimand.title
+        f"{f.estimand.title} ({f.estimand.variant})"
         for f in found.found
         if f.verdict.word is Word.INCONCLUSIVE and f.verdict.more_seeds is None
     ]
     parts = []
     if undecided:
-        parts.append("seeds that would decide the rest: " + ", ".join(undecided))
+        parts.append(
+            "seeds that would decide the rest, were each estimate and its spread to hold: "
+            + ", ".join(undecided)
+        )
     if beyond:
         parts.append("beyond what seeds settle at these margins: " + ", ".join(beyond))
-    unestimable = [f.estimand.title for f in found.found if f.verdict.word is Word.NOT_ESTIMABLE]
+    unestimable = [
+        f"{f.estimand.title} ({f.estimand.variant})"
+        for f in found.found
+        if f.verdict.word is Word.NOT_ESTIMABLE
+    ]
     if unestimable:
         parts.append("not estimable here: " + ", ".join(unestimable))
     tail = f"; {'; '.join(parts)}" if parts else "; every estimand is decided"
     return f"**What would change it:** {rests}{tail}."
 
 
+GRID_LEADS = {
+    FACTOR: "Factors at the shared LR (matched settings)",
+    FACTOR_TUNED: "Factors at each cell's tuned LR",
+    FACTOR_DIVERGENCE: "Factors on the divergence edge",
+}
+
+
+def grid_sentences(found: Findings) -> list[str]:
+    """A grid's sentences: one per kind of factor estimand, each level against its factor's
+    first (averaged over the other factors within each seed)."""
+    sentences = []
+    for key, lead in GRID_LEADS.items():
+        rows = [f for f in found.found if f.estimand.key == key]
+        if rows:
+            parts = [f"{f.estimand.variant} vs {f.estimand.contrast[2]}: {said(f)}" for f in rows]
+            sentences.append(f"**{lead}**: " + joined(parts) + ".")
+    return sentences
+
+
 def answer_lines(found: Findings, stored: StoredExperiment) -> list[str]:
     """The Answer section: at most six sentences, each a bullet."""
+    if found.plan.primary == GRID:
+        sentences = [*grid_sentences(found), change_sentence(found)]
+        return [HEADING, "", *[f"- {s}" for s in sentences], ""]
     sentences = [
         quality_sentence(found, stored),
         tuned_sentence(found, stored),

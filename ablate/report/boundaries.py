@@ -92,13 +92,14 @@ def boundary_table(studies: Studies) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def seed_table(studies: Studies) -> pd.DataFrame:
-    """Every seed's bracket: last stable and first unstable lattice LR and their midpoint."""
+def seed_table(studies: Studies, divergence: bool = False) -> pd.DataFrame:
+    """Every seed's bracket: last stable and first unstable lattice LR and their midpoint; of
+    the quality boundary (learned at all), or of the divergence boundary."""
     return pd.DataFrame(
         [
             {"variant": variant, **{key: getattr(b, key) for key in SEED_BOUNDARY_KEYS}}
             for variant, r in studies.max_lr.items()
-            for b in r.seed_bounds
+            for b in (r.divergence_bounds if divergence else r.seed_bounds)
         ]
     )
 
@@ -248,7 +249,11 @@ def max_lr_section(
                 "",
             ]
     margins = margin_table(studies)
-    tables = {"max_lr.csv": table, "max_lr_seeds.csv": seeds}
+    tables = {
+        "max_lr.csv": table,
+        "max_lr_seeds.csv": seeds,
+        "max_lr_divergence_seeds.csv": seed_table(studies, divergence=True),
+    }
     if len(margins) and margins["max_stable_lr"].notna().any():
         tables["max_lr_margins.csv"] = margins
         lines += [

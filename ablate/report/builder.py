@@ -47,7 +47,7 @@ from ablate.report.comparison import comparison_section
 from ablate.report.convert import convert_section
 from ablate.report.crossover import crossover_section
 from ablate.report.depth import depth_section
-from ablate.report.estimands import findings
+from ablate.report.estimands import answer_table, findings, seed_values
 from ablate.report.factorial import Design
 from ablate.report.figures import save_figure
 from ablate.report.inference import inference_section
@@ -195,6 +195,7 @@ def report_sections(
     found = findings(stored)
     report.lines += simulated_flag(stored) + impurity_flag(stored, variants)
     report.lines += answer_lines(found, stored) + plan_lines(found.plan)
+    report.tables |= {"answer.csv": answer_table(found), "answer_seeds.csv": seed_values(found)}
     report.lines += summary_lines(table, noise, stored, tuned, found, effects)
     report.extend(setup_section(stored, variants))
     claims = manifest.get("claims", [])

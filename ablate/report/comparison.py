@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import pandas as pd
 
+from ablate.core.boundary import variant_boundary
 from ablate.report.load import StoredExperiment
 from ablate.report.section import Section
 from ablate.report.text import p_text, pm, sig, signed
@@ -44,7 +45,8 @@ def comparison_table(
         search = studies.search.get(variant)
         best = search.best if search else None
         found = studies.max_lr.get(variant)
-        max_lr = found.boundary.value if found and found.boundary else None
+        boundary = variant_boundary(found.seed_bounds) if found else None
+        max_lr = boundary.value if boundary else None
         tuned_lr = float(mine["lr"].iloc[0]) if len(mine) else best and best.lr
         warmup = int(mine["warmup_steps"].iloc[0]) if len(mine) else best and best.warmup_steps
         rows.append(

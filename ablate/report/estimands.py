@@ -10,18 +10,25 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
 from ablate.core.boundary import SeedBoundary, half_width, paired_log2_ratios
+from ablate.core.folders import ExperimentFolder
 from ablate.core.simulate import SIMULATED_IMPL
 from ablate.core.usable import PER_OCTAVE
 from ablate.report.analysis import CONFIDENCE, column, matched_differences, scored_split
 from ablate.report.crossover import TwoByTwo, settings_of, two_by_two
-from ablate.report.load import StoredExperiment
+from ablate.report.factorial import Design, factor_runs, level_contrast
+from ablate.report.load import StoredExperiment, load_experiment_results
+from ablate.report.margins import boundary_frame
 from ablate.report.plan import (
     DIVERGENCE,
+    FACTOR,
+    FACTOR_DIVERGENCE,
+    FACTOR_TUNED,
     MATCHED,
     SHARED_LR,
     SPEED,
@@ -50,12 +57,21 @@ class Finding:
 
     estimand: Estimand
     verdict: Verdict
-    seeds: tuple[int, ...] = ()
+    values: tuple[tuple[int, float], ...] = ()  # (seed, value): nats, or log2 of a ratio
     unlearned: str = ""  # runs that did not learn: no quality comparison
 
     @property
     def estimate(self) -> Estimate:
         return self.verdict.estimate
+
+    @property
+    def seeds(self) -> tuple[int, ...]:
+        return tuple(seed for seed, _ in self.values)
+
+
+def per_seed(values: pd.Series) -> tuple[tuple[int, float], ...]:
+    """A series of per-seed values as (seed, value) pairs."""
+    return tuple((int(seed), float(value)) for seed, value in values.items())
 
 
 @dataclass(frozen=True)
@@ -131,7 +147,46 @@ def measure(
     if estimand.key == SPEED:
         lead = stored.tuned if len(stored.tuned) else stored.main
         return ratio_finding(estimand, speed_logs(lead, estimand), 0.0, True, rules.not_estimable)
+    if estimand.key in (FACTOR, FACTOR_TUNED):
+        runs = stored.main if estimand.key == FACTOR else stored.tuned
+        return factor_finding(stored, runs, estimand, rules.not_estimable)
+    if estimand.key == FACTOR_DIVERGENCE:
+        return factor_divergence(stored, estimand, rules.not_estimable)
     raise ValueError(f"unknown estimand {estimand.key}")
+
+
+def factor_finding(
+    stored: StoredExperiment, runs: pd.DataFrame, estimand: Estimand, limit: float
+) -> Finding:
+    """A grid factor level's main effect on the final loss of ``runs`` (its scored split):
+    per seed, the mean over the other factors' cells of level − first level; not estimable
+    where a run of the grid did not learn (its loss measures the failure)."""
+    design = Design.from_manifest(stored.manifest)
+    assert design is not None and estimand.contrast is not None
+    key, level, base = estimand.contrast
+    grid = factor_runs(runs, design, f"final_{scored_split(runs)}_loss")
+    values = level_contrast(grid, design.keys, key, level, base)
+    estimate = difference_estimate(values.to_numpy(dtype=float), estimand.level)
+    lost = unlearned(grid, list(design.cells))
+    found = judge(estimate, estimand.margin, limit)
+    if lost:
+        found = Verdict(Word.NOT_ESTIMABLE, estimate, estimand.margin, False, None, lost)
+    return Finding(estimand, found, per_seed(values), lost)
+
+
+def factor_divergence(stored: StoredExperiment, estimand: Estimand, limit: float) -> Finding:
+    """A grid factor level's main effect on the divergence edge: per seed, the mean over the
+    other factors' cells of log2(edge at the level / at the first level), as a ratio widened by
+    twice the widest bracket's half width (each edge is known to within its bracket)."""
+    design = Design.from_manifest(stored.manifest)
+    assert design is not None and estimand.contrast is not None
+    key, level, base = estimand.contrast
+    frame = boundary_frame(stored.studies, "divergence")
+    logs = level_contrast(factor_runs(frame, design), design.keys, key, level, base)
+    widest = max(
+        (half_width(r.divergence_bounds) for r in stored.studies.max_lr.values()), default=0.0
+    )
+    return ratio_finding(estimand, logs, 2 * widest, True, limit)
 
 
 def matched(
@@ -144,7 +199,7 @@ def matched(
         found = judge(
             difference_estimate(values.to_numpy(), estimand.level), estimand.margin, limit
         )
-        return Finding(estimand, found, tuple(int(s) for s in values.index))
+        return Finding(estimand, found, per_seed(values))
     runs = stored.main if plan.primary == SHARED_LR else stored.tuned
     return loss_finding(runs, estimand, limit)
 
@@ -160,7 +215,7 @@ def loss_finding(runs: pd.DataFrame, estimand: Estimand, limit: float) -> Findin
     found = judge(estimate, estimand.margin, limit)
     if lost:
         found = Verdict(Word.NOT_ESTIMABLE, estimate, estimand.margin, False, None, lost)
-    return Finding(estimand, found, tuple(int(s) for s in diffs.index), lost)
+    return Finding(estimand, found, per_seed(diffs), lost)
 
 
 def ratio_finding(
@@ -168,7 +223,7 @@ def ratio_finding(
 ) -> Finding:
     """A ratio estimand from its per-seed log2 ratios."""
     estimate = ratio_estimate(logs.to_numpy(dtype=float), estimand.level, widen, resolved)
-    return Finding(estimand, judge(estimate, estimand.margin, limit), tuple(logs.index))
+    return Finding(estimand, judge(estimate, estimand.margin, limit), per_seed(logs))
 
 
 def usable_logs(stored: StoredExperiment, estimand: Estimand) -> tuple[pd.Series, float]:
@@ -212,6 +267,56 @@ def speed_logs(runs: pd.DataFrame, estimand: Estimand) -> pd.Series:
     if estimand.variant not in speeds or estimand.baseline not in speeds:
         return pd.Series(dtype=float)
     return np.log2(speeds[estimand.variant] / speeds[estimand.baseline]).dropna()
+
+
+def load_answer(exp_dir: str | Path) -> Findings:
+    """An experiment's analysis plan and every verdict-bearing estimand of it, measured and
+    judged from its results folder as its report's Answer is (``ablate.load_answer``)::
+
+        >>> found = ablate.load_answer("results/ln_vs_rms")  # doctest: +SKIP
+        >>> [(f.estimand.title, f.verdict.text()) for f in found.found]  # doctest: +SKIP
+    """
+    return findings(load_experiment_results(ExperimentFolder(exp_dir)))
+
+
+def answer_table(found: Findings) -> pd.DataFrame:
+    """Every verdict-bearing estimand: its estimate, interval, level, margin and verdict
+    (``answer.csv``)."""
+    rows = []
+    for f in found.found:
+        e, v = f.estimand, f.verdict
+        rows.append(
+            {
+                "estimand": e.title,
+                "variant": e.variant,
+                "baseline": e.baseline,
+                "scale": e.scale,
+                "margin": e.margin,
+                "share": e.share,
+                "looks": e.looks,
+                "level": e.level,
+                "estimate": v.estimate.value,
+                "low": v.estimate.low,
+                "high": v.estimate.high,
+                "seeds": v.estimate.seeds,
+                "verdict": v.word.value,
+                "differs": v.differs,
+                "more_seeds": v.more_seeds,
+                "why": v.why,
+            }
+        )
+    return pd.DataFrame(rows)
+
+
+def seed_values(found: Findings) -> pd.DataFrame:
+    """Every verdict-bearing estimand's per-seed values (nats, or log2 of a ratio), from which
+    its interval recomputes (``answer_seeds.csv``)."""
+    rows = [
+        {"estimand": f.estimand.title, "variant": f.estimand.variant, "seed": seed, "value": value}
+        for f in found.found
+        for seed, value in f.values
+    ]
+    return pd.DataFrame(rows, columns=["estimand", "variant", "seed", "value"])
 
 
 def described(values: pd.Series) -> Estimate:

@@ -29,7 +29,6 @@ from ablate.report.analysis import (
     PairedDifference,
     column,
     difference_columns,
-    holm,
     mean_difference,
 )
 
@@ -66,12 +65,13 @@ class Design:
         )
 
 
-def factor_runs(runs: pd.DataFrame, design: Design) -> pd.DataFrame:
-    """The grid's runs with one column per factor (its level, as text); other variants dropped."""
+def factor_runs(runs: pd.DataFrame, design: Design, metric: str = METRIC) -> pd.DataFrame:
+    """The grid's runs with one column per factor (its level, as text), ``metric`` in the
+    :data:`METRIC` column the statistics read; other variants dropped."""
     grid = runs[runs["variant"].isin(list(design.cells))].copy()
     for key in design.keys:
         grid[key] = grid["variant"].map(lambda v, k=key: design.cells[v][k])
-    grid[METRIC] = column(grid, METRIC)
+    grid[METRIC] = column(grid, metric)
     return grid
 
 
@@ -124,8 +124,7 @@ def main_effects(runs: pd.DataFrame, design: Design) -> pd.DataFrame:
                     **difference_columns(effect, EFFECT_COLUMNS),
                 }
             )
-    table = pd.DataFrame(rows)
-    return table.assign(effect_p_holm=holm(list(table["effect_p"])))
+    return pd.DataFrame(rows)
 
 
 def two_way(runs: pd.DataFrame, design: Design, a: str, b: str) -> pd.DataFrame:
@@ -188,8 +187,6 @@ def main_effects_markdown(table: pd.DataFrame) -> str:
         first = r.level == first_levels[r.factor]
         est = PairedDifference(r.seeds, r.effect, r.effect_ci_low, r.effect_ci_high, r.effect_p)
         effect, p = ("first level", "–") if first else _estimate_text(est)
-        if not first and np.isfinite(r.effect_p_holm) and (table["effect_p"].notna().sum() > 1):
-            p += f"; Holm {_num(r.effect_p_holm, 3)}"
         rows.append(
             {
                 "factor": r.factor,
@@ -231,8 +228,8 @@ def factor_section(
         "## Factors",
         "",
         "Main effects: each level against the factor's first level, averaged over the other "
-        "factors' levels within each seed; interval and p-value from a t-test over seeds, the "
-        "p-values also Holm-adjusted over all the main effects.",
+        "factors' levels within each seed; 95% interval and p-value from a t-test over seeds "
+        "(descriptive; the Answer judges them at the plan's level).",
         "",
         main_effects_markdown(effects),
         "",

@@ -36,8 +36,10 @@ MATCHED, TUNED_GAIN, USABLE, DIVERGENCE, SPEED = (
     "divergence",
     "speed",
 )
+FACTOR, FACTOR_TUNED, FACTOR_DIVERGENCE = "factor", "factor_tuned", "factor_divergence"
 # how the primary estimand is measured, by design
 TWO_BY_TWO, SAME_SETTINGS, TUNED_ONLY, SHARED_LR = "2x2", "same settings", "tuned", "shared LR"
+GRID = "grid"
 
 
 @dataclass(frozen=True)
@@ -54,6 +56,7 @@ class Estimand:
     looks: int  # decide:'s looks where its seeds came from decide:, else 1
     share: float = 0.0  # of alpha (set by :func:`analysis_plan`)
     alpha: float = 0.05
+    contrast: tuple[str, str, str] | None = None  # a grid's (factor, level, its first level)
 
     @property
     def error(self) -> float:
@@ -114,6 +117,8 @@ def primary_design(manifest: dict, crossed: bool, same: bool) -> str:
 def analysis_plan(manifest: dict, primary: str, simulated: bool = False) -> AnalysisPlan:
     """Every verdict-bearing estimand of the design, with its share of α (see the module)."""
     rules = rules_of(manifest)
+    if manifest.get("grid"):
+        return AnalysisPlan(rules, shared(grid_estimands(manifest, rules), rules), GRID)
     stages = stages_of(manifest)
     variants = manifest["variants"]
     decided = manifest.get("decide")
@@ -180,6 +185,46 @@ def analysis_plan(manifest: dict, primary: str, simulated: bool = False) -> Anal
     return AnalysisPlan(rules, shared(found, rules), primary)
 
 
+def grid_estimands(manifest: dict, rules: AnalysisConfig) -> list[Estimand]:
+    """A grid's estimands: each factor level's main effect against the factor's first level,
+    averaged over the other factors within each seed: on the final loss at the shared LR
+    (primary: every cell at one setting), at each cell's tuned LR, and on the divergence
+    edge."""
+    stages = stages_of(manifest)
+    decided = manifest.get("decide")
+    looks = len(decided["looks"]) if decided else 1
+    tuned = "tuned" in stages
+    kinds = [(FACTOR, "factor at the shared LR", "difference", rules.min_effect, True)]
+    if tuned:
+        kinds.append(
+            (FACTOR_TUNED, "factor at each cell's tuned LR", "difference", rules.min_effect, False)
+        )
+    if "max_lr" in stages:
+        kinds.append(
+            (FACTOR_DIVERGENCE, "factor on the divergence edge", "ratio", rules.lr_margin, False)
+        )
+    found = []
+    for key, levels in manifest["grid"]:
+        names = [str(v).lower() if isinstance(v, bool) else str(v) for v in levels]
+        for level in names[1:]:
+            for kind, title, scale, margin, primary in kinds:
+                lead = kind == FACTOR_TUNED or (kind == FACTOR and not tuned)
+                found.append(
+                    Estimand(
+                        kind,
+                        f"{key} {level}",
+                        f"{key} {names[0]}",
+                        title,
+                        scale,
+                        margin,
+                        primary,
+                        looks if lead else 1,
+                        contrast=(key, level, names[0]),
+                    )
+                )
+    return found
+
+
 def shared(estimands: list[Estimand], rules: AnalysisConfig) -> list[Estimand]:
     """The estimands with their shares of α: the primary ones ``primary_share`` together, the
     secondary ones the rest, equally within each; the primary ones all of it without any
@@ -206,6 +251,9 @@ PRIMARY_TEXT = {
     TUNED_ONLY: "the tuned gain (each at its own tuned settings): no cross-over whose runs all "
     "learned, so it is not attributed to the variant",
     SHARED_LR: "the A/B at the file's shared LR and warmup (the design has no tuned runs)",
+    GRID: "each factor level's main effect on the final loss at the file's shared LR and "
+    "warmup, every cell at one setting, against the factor's first level, averaged over the "
+    "other factors within each seed",
 }
 SECONDARY_TEXT = {
     TUNED_GAIN: "each at its own tuned settings; attributed to the variant only where the "
@@ -216,6 +264,10 @@ SECONDARY_TEXT = {
     "the brackets' resolution)",
     SPEED: "training tokens/s, paired by seed on the leading runs, end to end on this machine "
     "(not a kernel benchmark)",
+    FACTOR_TUNED: "each factor level's main effect with every cell at its own tuned LR and "
+    "warmup (not at matched settings)",
+    FACTOR_DIVERGENCE: "each factor level's main effect on the divergence edge, as a ratio "
+    "(geometric mean over seeds; widened by the brackets' resolution)",
 }
 
 
@@ -228,7 +280,7 @@ def plan_lines(plan: AnalysisPlan) -> list[str]:
     ]
     for e in plan.estimands:
         margin = f"×/÷{e.margin:g}" if e.scale == "ratio" else f"±{e.margin:g} nats"
-        sign = "/" if e.scale == "ratio" else "−"
+        sign = "/" if e.scale == "ratio" else ("vs" if e.contrast else "−")
         rows.append(
             f"| {e.title} | {e.variant} {sign} {e.baseline} | {e.scale}, {margin} | "
             f"{'primary' if e.primary else 'secondary'} | {e.share:.3g} | {e.looks} | "
@@ -265,6 +317,8 @@ SECONDARY_NAMES = {
     USABLE: "Usable LR",
     DIVERGENCE: "Divergence edge",
     SPEED: "Training speed",
+    FACTOR_TUNED: "Factors at each cell's tuned LR",
+    FACTOR_DIVERGENCE: "Factors on the divergence edge",
 }
 
 

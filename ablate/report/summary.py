@@ -133,6 +133,12 @@ def _difference_lines(
                 "nothing or stopped early: no verdict is drawn from it)."
             )
             continue
+        if int(row["n_pairs"]) < 2:
+            lines.append(
+                f"- **{label}, {row['variant']} − {baseline['variant']}:** only "
+                f"{int(row['n_pairs'])} matched pair(s): no interval, so no verdict either way."
+            )
+            continue
         metric = f"final_{row.get('scored_on', 'val')}_loss"
         diffs = matched_differences(runs, row["variant"], baseline["variant"], metric)
         finding = (judged or {}).get(row["variant"])
@@ -178,9 +184,10 @@ def decide_lines(manifest: dict) -> list[str]:
         f"- **Seeds until decided:** {len(decided['seeds'])} seeds of at most "
         f"{decided['max_seeds']} (looks at {', '.join(map(str, decided['looks']))} seeds, "
         f"each testing the tuned A/B at α {ALPHA:g}/{len(decided['looks'])} = "
-        f"{look_level(manifest):.4f}: Bonferroni spending over the looks); it stopped because "
-        f"{why}. The plan judges every estimand on these seeds at its share of α divided by "
-        "the looks."
+        f"{look_level(manifest):.4f}: Bonferroni spending over the looks; a paired t-test and "
+        f"TOST, not the plan's rule); it stopped because {why}. The plan judges each estimand "
+        "on these seeds at its own level, its share of α divided by the looks, so a comparison "
+        "the stopping rule decided may still be inconclusive in the Answer."
     ]
 
 

@@ -55,8 +55,10 @@ def lr_interval_text(
     printed: :func:`ablate.report.verdict.wide`); a dash without a value."""
     if value is None or pd.isna(value):
         return "–"
-    if low is None or high is None or pd.isna(low) or pd.isna(high) or wide(low, high, limit):
+    if low is None or high is None or pd.isna(low) or pd.isna(high):
         return f"not estimable with {int(seeds)} seed(s)"
+    if wide(low, high, limit):
+        return f"not estimable with {int(seeds)} seed(s): wider than {limit:g}×"
     return interval_text(value, low, high)
 
 

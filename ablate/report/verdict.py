@@ -116,7 +116,8 @@ class Verdict:
             return f"differs from {self.estimate.null:g}, not shown to exceed {margin}"
         if self.more_seeds is None:
             return f"inconclusive: {margin} is beyond what more seeds can settle"
-        return f"inconclusive, about {self.more_seeds} more seed(s)"
+        seeds = "seed" if self.more_seeds == 1 else "seeds"
+        return f"inconclusive, about {self.more_seeds} more {seeds}"
 
 
 def estimability(estimate: Estimate, limit: float = NOT_ESTIMABLE) -> str:
@@ -227,6 +228,16 @@ def ratio_estimate(
         widen,
         resolved,
     )
+
+
+def claim_word(p: float, above: bool, predicted_above: bool, alpha: float = ALPHA) -> str:
+    """A published claim's verdict from its test of no effect (``p``, adjusted over the
+    evidence family): *agrees* where it passes with the estimate on the predicted side
+    (``above`` no effect, as ``predicted_above``), *disagrees* on the other, else
+    *inconclusive*."""
+    if not p < alpha:
+        return "inconclusive"
+    return "agrees" if above == predicted_above else "disagrees"
 
 
 # decide:'s stopping rule ------------------------------------------------------------------

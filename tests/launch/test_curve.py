@@ -132,7 +132,7 @@ def test_each_variant_also_runs_at_the_others_settings_and_the_report_says_so(
     text = (result.report_dir / "report.md").read_text()
     assert "### Cross-over: the 2×2 of variant and setting" in text
     assert "both at layernorm's" in text and "both at rmsnorm's" in text
-    assert "both variants at both tuned settings (the 2×2's main effect)" in text  # the Answer
+    assert "the 2×2's main effect: both variants at both tuned settings" in text  # the Answer
     table = pd.read_csv(result.report_dir / "crossover.csv")
     assert list(table["variant"]) == ["rmsnorm"] * 6 and (table["pairs"] == 2).all()
     parts = table.set_index("part")["diff"]

@@ -48,7 +48,7 @@ def test_a_consistent_ratio_is_shown_with_its_paired_interval() -> None:
     assert rms["ratio_low"] <= 3.0 <= rms["ratio_high"]
     assert rms["ratio_to_baseline"] == pytest.approx(3.0, rel=2 ** (1 / 8) - 1)
     section = max_lr_section(studies)
-    assert set(section.tables) == {"max_lr.csv", "max_lr_seeds.csv"}
+    assert set(section.tables) == {"max_lr.csv", "max_lr_seeds.csv", "max_lr_divergence_seeds.csv"}
     assert len(section.tables["max_lr_seeds.csv"]) == 6  # every seed of both variants
 
 
@@ -96,7 +96,7 @@ def test_an_interval_wider_than_a_hundredfold_prints_no_number() -> None:
     rms = boundary_table(studies).set_index("variant").loc["rms"]
     assert rms["ratio_high"] / rms["ratio_low"] > 100
     text = "\n".join(summary_lines(studies))
-    assert "rms / ln: not estimable with 3 seed(s)" in text
+    assert "rms / ln: not estimable with 3 seed(s): wider than 100×" in text
     assert f"{rms['ratio_high']:.3g}" not in text
     section = "\n".join(max_lr_section(studies).lines)
     assert f"{rms['max_stable_lr_high']:.3g}" not in section  # nor the boundary's own

@@ -76,5 +76,5 @@ def test_a_margin_whose_interval_spans_a_hundredfold_prints_no_number() -> None:
     (line,) = [line for line in margin_lines(table) if "rms / ln" in line and "margin" in line]
     wide = table[(table["boundary"] == "quality, margin 0.3") & (table["variant"] == "rms")]
     assert float(wide["ratio_high"].iloc[0] / wide["ratio_low"].iloc[0]) > 100
-    assert "margin 0.3: not estimable with 3 seed(s)" in line
+    assert "margin 0.3: not estimable with 3 seed(s): wider than 100×" in line
     assert "margin 0.1: 3." in line and "depends" not in line
