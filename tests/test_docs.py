@@ -87,33 +87,35 @@ def _numbers(text: str) -> set[str]:
     return {n.lstrip("+-") for n in re.findall(r"[-+]?\d+(?:\.\d+)?(?:e-?\d+)?", text)}
 
 
-def _quoted_tables() -> list[tuple[str, str]]:
-    """(report path, the README table cells quoted from it) for each example section: the
-    rows below the header, without the row label."""
-    sections = re.split(r"^### ", README.read_text(encoding="utf-8"), flags=re.M)
+def _quoted_answers() -> list[tuple[str, list[str]]]:
+    """(report path, the Answer lines the README quotes from it) for each example section."""
+    examples = README.read_text(encoding="utf-8").split("## Example results", 1)[1]
+    examples = examples.split("\n## ", 1)[0]
     quoted = []
-    for section in sections:
+    for section in re.split(r"^### ", examples, flags=re.M)[1:]:
         source = re.search(r"From \[`(reports/[^`]+\.md)`\]", section)
-        if source:
-            rows = [line for line in section.splitlines() if line.startswith("| ")]
-            body = [r for r in rows if not r.startswith("| ---")][1:]  # no header row
-            cells = [r.split("|")[2:] for r in body]  # no row label either
-            quoted.append((source.group(1), "\n".join("|".join(c) for c in cells)))
+        lines = [line[2:] for line in section.splitlines() if line.startswith("> ")]
+        if source and lines:
+            quoted.append((source.group(1), lines))
     return quoted
 
 
-def test_the_numbers_the_readme_quotes_are_in_the_reports_they_come_from() -> None:
-    quoted = _quoted_tables()
-    assert {path for path, _ in quoted} >= {
-        "reports/ln_vs_rms/report.md",
-        "reports/lr_stability/report.md",
-        "reports/placement/report.md",
-        "reports/reference/held_to_runs.md",
-    }
-    for path, rows in quoted:
-        report = _numbers((REPO / path).read_text(encoding="utf-8"))
-        missing = sorted(_numbers(rows) - report)
-        assert missing == [], f"{path}: {missing}"
+def test_the_readme_quotes_the_reports_answers_word_for_word() -> None:
+    quoted = _quoted_answers()
+    assert {path for path, _ in quoted} >= {"reports/ln_vs_rms/report.md"}
+    for path, lines in quoted:
+        text = (REPO / path).read_text(encoding="utf-8")
+        answer = text.split("## Answer\n", 1)[1].split("\n## ", 1)[0]
+        assert lines == [line for line in answer.splitlines() if line.startswith("- ")], path
+
+
+def test_the_readme_example_results_quote_nothing_but_answers_and_the_claims() -> None:
+    examples = README.read_text(encoding="utf-8").split("## Example results", 1)[1]
+    examples = examples.split("\n## ", 1)[0]
+    for line in examples.splitlines():
+        quoted = line.startswith(("> - ", "| ", "!["))  # Answers, the claims' table, figures
+        if not quoted:
+            assert not re.search(r"\d\.\d|\d%", line), line  # no number of its own
 
 
 @pytest.mark.parametrize("page", ["README.md", *sorted(p.name for p in DOCS.glob("*.md"))])
