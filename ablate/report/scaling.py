@@ -3,7 +3,7 @@
 Each size is an experiment of its own (``results/<name>/<name>.<label>/``); ``scale.json``
 beside them lists the sizes. Per variant and size this module reads the final val loss at the
 tuned settings (the shared-LR runs when the file has no search), the search's best LR, the
-max stable LR (median of the max-LR seeds', with its interval) and the LR sensitivity of
+max stable LR (geometric mean of the max-LR seeds', with its interval) and the LR sensitivity of
 the sweep, and the paired difference to the
 baseline over matched seeds. Across sizes it fits a power law in the parameter count per variant
 and quantity (:mod:`ablate.report.fits`), fits the difference against log10 parameters to say
@@ -26,6 +26,12 @@ from ablate.report.analysis import paired_difference, sensitivity_table, sweep_f
 from ablate.report.boundaries import boundary_table
 from ablate.report.fits import LineFit, PowerLaw, power_law_fit, trend_fit
 from ablate.report.load import StoredExperiment, load_experiment_results, unigram_floor
+from ablate.report.scaling_answer import (
+    gap_verdicts,
+    scaling_answer_lines,
+    scaling_plan_lines,
+    size_answers,
+)
 from ablate.report.scaling_figures import gap_figure, scaling_figure
 from ablate.report.scaling_limits import limits_lines
 from ablate.report.section import Section
@@ -166,30 +172,14 @@ def gap_trends(table: pd.DataFrame, variants: list[str]) -> dict[str, LineFit]:
     return trends
 
 
-def trend_verdict(trend: LineFit) -> str:
-    """Whether the gap's size grows, shrinks or is flat with model size, as its slope says."""
-    if not math.isfinite(trend.slope_low):
-        return "cannot be judged from two sizes (no residual to size the slope's uncertainty)"
-    if trend.slope_low <= 0 <= trend.slope_high:
-        return "is flat with size within its uncertainty (the slope's interval holds 0)"
-    mean_gap = trend.at(trend.u_mean)[0]  # |gap| grows when the slope has the gap's sign
-    grows = (trend.slope > 0) == (mean_gap > 0)
-    return "grows with size" if grows else "shrinks with size"
-
-
 def exponent_text(fit: PowerLaw, edge: bool = False) -> str:
-    """An exponent with its interval and the trend it supports, or why there is none;
-    ``edge``: the quantity rests on a sweep whose best LR is at its grid's edge at every size."""
+    """An exponent with its 95% interval (descriptive), or why there is none; ``edge``: the
+    quantity rests on a sweep whose best LR is at its grid's edge at every size."""
     if not fit.estimable:
         return fit.not_estimable_text()
     low, high = fit.interval
-    if edge:
-        trend = "not read as a trend (every size's sweep is best at its grid's edge: no optimum)"
-    elif low <= 0 <= high:
-        trend = "no trend shown (the interval holds 0)"
-    else:
-        trend = "grows with size" if fit.exponent > 0 else "falls with size"
-    return f"{fit.exponent:+.3f} [{low:+.3f}, {high:+.3f}]: {trend}"
+    note = " (every size's sweep is best at its grid's edge: no optimum)" if edge else ""
+    return f"{fit.exponent:+.3f} [{low:+.3f}, {high:+.3f}]{note}"
 
 
 def _interval(low: float, high: float, fmt: str = "+.3f") -> str:
@@ -216,9 +206,9 @@ def summary_lines(
         )
         lines.append(
             f"**{variant} − {baseline}** (final val loss, paired over seeds, "
-            f"{mine['loss_at'].iloc[0]}): {gaps}. Against log10 parameters the gap changes "
+            f"{mine['loss_at'].iloc[0]}): {gaps}. Against log10 parameters this gap changes "
             f"by {trend.slope:+.4f} {_interval(trend.slope_low, trend.slope_high, '+.4f')} "
-            f"nats per decade: it {trend_verdict(trend)}."
+            "nats per decade (95%, descriptive; the Answer judges the matched-settings gap)."
         )
     lines += ratio_lines(table, variants)
     for quantity, label in QUANTITIES.items():
@@ -229,7 +219,7 @@ def summary_lines(
                 edge = quantity == "lr_sensitivity" and not mine["sweep_best_inside"].any()
                 parts.append(f"{variant} {exponent_text(fits[(variant, quantity)], edge)}")
         if parts:
-            lines.append(f"Exponent of {label} in parameters: {'; '.join(parts)}.")
+            lines.append(f"Exponent of {label} in parameters (95%): {'; '.join(parts)}.")
     target = EXTRAPOLATION_FACTOR * float(table["n_params"].max())
     for variant in variants:
         fit = fits.get((variant, "max_stable_lr"))
@@ -345,14 +335,19 @@ def scaling_section(manifest: dict, scaled: ExperimentFolder) -> Section:
         return section
     fits = fit_quantities(table, variants)
     trends = gap_trends(table, variants)
-    section.lines += [*summary_lines(table, fits, trends, variants), ""]
+    answers = size_answers(manifest, scaled)
+    gaps = gap_verdicts(manifest, answers)
+    decades = float(np.ptp(np.log10(table["n_params"].astype(float))))
+    section.lines += scaling_answer_lines(manifest, answers, gaps, decades)
+    section.lines += scaling_plan_lines(manifest, gaps)
+    section.lines += ["## Evidence", "", *summary_lines(table, fits, trends, variants), ""]
     section.lines += limits_lines(table, manifest)
     section.lines += [
         "## Per size",
         "",
         "Final val loss: mean ± std over seeds at each variant's tuned LR and warmup (the "
         "shared LR where the file has no search); Δ: paired difference to the baseline over "
-        "matched seeds with its 95% interval; max stable LR: the median of its seeds' "
+        "matched seeds with its 95% interval; max stable LR: the geometric mean of its seeds' "
         "boundaries with its 95% interval [low, high], fitted unless other stored runs of its "
         "size contradict a seed's bracket (n against).",
         "",
@@ -361,7 +356,8 @@ def scaling_section(manifest: dict, scaled: ExperimentFolder) -> Section:
         "## Power-law fits",
         "",
         "Least squares of log10 quantity on log10 parameters per variant; exponent with its "
-        "95% interval (Student's t, sizes − 2 degrees of freedom; none for two sizes).",
+        "95% interval (Student's t, sizes − 2 degrees of freedom; none for two sizes; "
+        "descriptive).",
         "",
         fits_frame(fits).to_markdown(index=False, floatfmt=".4g") if fits else "(no fit)",
         "",

@@ -79,7 +79,9 @@ def test_every_size_runs_every_stage_and_an_added_size_trains_only_itself(
     assert table["diff_vs_baseline"].isna().tolist() == [True, False, True, False]
     text = (reports / "tiny" / "report.md").read_text()
     assert "**rmsnorm − layernorm**" in text and "nats per decade" in text
-    assert "(no residual to size the slope's uncertainty)" in text  # two sizes only
+    answer = text.split("## Answer", 1)[1].split("## Analysis plan")[0]
+    assert "**The gap against size** (rmsnorm − layernorm): **not estimable" in answer  # 2 sizes
+    assert "**Quality at matched settings, by size**" in answer
     assert "Extrapolation**, not a measurement" not in text  # two sizes: no exponent to extend
     assert "max stable LR: its exponent is not estimable from 2 sizes" in text
     for name in ("scaling.png", "scaling_gap.png", "scaling_fits.csv", "report.html"):

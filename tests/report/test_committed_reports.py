@@ -55,8 +55,8 @@ PENDING = {  # report -> why it still predates the analysis plan (issue 72)
 NUMBER = r"[-+]?\d+(?:\.\d+)?(?:e[-+]?\d+)?"
 # an Answer clause: "<value> [<low>, <high>] (<level>% interval, <n> seeds): **<verdict>**"
 CLAUSE = re.compile(
-    rf"(×?)({NUMBER})(?: nats)? \[({NUMBER}), ({NUMBER})\] \(({NUMBER})% interval, "
-    r"(\d+) seeds\): \*\*([^*]+)\*\*"
+    rf"(×?)({NUMBER})(?: nats(?: per decade of parameters)?)? \[({NUMBER}), ({NUMBER})\] "
+    rf"\(({NUMBER})% interval, (\d+) (?:seeds|sizes)\): \*\*([^*]+)\*\*"
 )
 POSITIVE = re.compile(r"(?<![-+\d.])(\d+(?:\.\d+)?(?:e[-+]?\d+)?) \[(\d[^,\]]*), (\d[^\]]*)\]")
 LEADS = {  # an Answer sentence's lead -> the plan table's estimand
@@ -65,6 +65,10 @@ LEADS = {  # an Answer sentence's lead -> the plan table's estimand
     "Usable LR": "usable LR",
     "Divergence edge": "divergence edge",
     "Training speed": "training speed",
+    "Factors at the shared LR (matched settings)": "factor at the shared LR",
+    "Factors at each cell's tuned LR": "factor at each cell's tuned LR",
+    "Factors on the divergence edge": "factor on the divergence edge",
+    "The gap against size": "the gap against size",
 }
 
 

@@ -1,5 +1,5 @@
-"""The scaling report's verdicts: whether a gap grows, shrinks or is flat with size, and the
-lines that state it with its numbers."""
+"""The scaling report: its one verdict-bearing estimand per variant, the gap's slope against
+size judged by the one rule, and the descriptive lines that state its numbers."""
 
 from __future__ import annotations
 
@@ -8,38 +8,64 @@ import math
 import numpy as np
 import pandas as pd
 import pytest
+from scipy import stats
 
-from ablate.report.fits import power_law_fit, trend_fit
+from ablate.report.estimands import Finding
+from ablate.report.fits import power_law_fit
+from ablate.report.plan import MATCHED, Estimand
 from ablate.report.scaling import (
     baseline_lines,
     exponent_text,
     fit_quantities,
     ratio_lines,
     summary_lines,
-    trend_verdict,
 )
+from ablate.report.scaling_answer import SizeAnswer, slope_estimate
+from ablate.report.verdict import Estimate, Word, judge
 
 PARAMS = np.array([2e5, 5e5, 8e5, 2e6])
 WIGGLE = np.array([0.001, -0.001, -0.001, 0.001])
 
 
+def _sizes(gaps: np.ndarray, seeds: int = 5) -> list[SizeAnswer]:
+    """Sizes whose primary estimates are ``gaps``."""
+    found = []
+    for params, gap in zip(PARAMS, gaps, strict=True):
+        estimand = Estimand(
+            MATCHED, "rms", "ln", "quality at matched settings", "difference", 0.02, True, 1
+        )
+        estimate = Estimate(float(gap), gap - 0.01, gap + 0.01, 0.95, seeds)
+        found.append(
+            SizeAnswer(f"{params:g}", int(params), Finding(estimand, judge(estimate, 0.02)))
+        )
+    return found
+
+
 @pytest.mark.parametrize(
-    ("gaps", "verdict"),
+    ("gaps", "word"),
     [
-        (0.01 + 0.02 * np.log10(PARAMS / 2e5) + WIGGLE, "grows with size"),
-        (-0.01 - 0.02 * np.log10(PARAMS / 2e5) + WIGGLE, "grows with size"),
-        (0.05 - 0.02 * np.log10(PARAMS / 2e5) + WIGGLE, "shrinks with size"),
-        (0.01 + 10 * WIGGLE, "is flat with size within its uncertainty"),
+        (0.01 + 0.05 * np.log10(PARAMS / 2e5) + WIGGLE, Word.EXCEEDS),  # 0.05 nats per decade
+        (0.01 + 0.025 * np.log10(PARAMS / 2e5) + WIGGLE, Word.DIFFERS),
+        (0.01 + WIGGLE, Word.EQUIVALENT),
+        (0.01 + 30 * WIGGLE, Word.INCONCLUSIVE),
     ],
 )
-def test_the_gap_grows_shrinks_or_is_flat(gaps: np.ndarray, verdict: str) -> None:
-    assert trend_verdict(trend_fit(PARAMS, gaps)).startswith(verdict)
-
-
-def test_two_sizes_cannot_judge_a_trend() -> None:
-    assert "cannot be judged from two sizes" in trend_verdict(
-        trend_fit(PARAMS[:2], np.array([0.0, 0.1]))
+def test_the_gaps_slope_against_size_is_judged_by_the_one_rule(
+    gaps: np.ndarray, word: Word
+) -> None:
+    sizes = _sizes(gaps)
+    found = slope_estimate(sizes, 0.95)
+    fit = stats.linregress(np.log10(PARAMS), gaps)
+    half = stats.t.ppf(0.975, 2) * fit.stderr
+    assert (found.value, found.low, found.high) == pytest.approx(
+        (fit.slope, fit.slope - half, fit.slope + half)
     )
+    assert judge(found, 0.02).word is word
+
+
+def test_two_sizes_leave_the_slope_not_estimable() -> None:
+    found = judge(slope_estimate(_sizes(np.array([0.0, 0.1, np.nan, np.nan])), 0.95), 0.02)
+    assert found.word is Word.NOT_ESTIMABLE and "fewer than" not in found.why
 
 
 def _table() -> pd.DataFrame:
@@ -87,13 +113,13 @@ def test_a_contradicted_bracket_is_not_fitted() -> None:
 SIZES = np.array([2.2e5, 4.8e5, 8.3e5, 1.8e6])
 
 
-def test_an_exponent_is_worded_only_where_its_interval_supports_it() -> None:
+def test_an_exponent_is_its_interval_or_why_it_has_none() -> None:
     rng = np.random.default_rng(3)
     falling = power_law_fit(SIZES, SIZES**-0.4 * np.exp(rng.normal(0.0, 0.02, 4)))
-    assert exponent_text(falling).endswith(": falls with size")
-    flat = power_law_fit(SIZES, 2.0 * np.exp(rng.normal(0.0, 0.05, 4)))
-    assert exponent_text(flat).endswith(": no trend shown (the interval holds 0)")
-    assert "not read as a trend" in exponent_text(falling, edge=True)
+    low, high = falling.interval
+    assert exponent_text(falling) == f"{falling.exponent:+.3f} [{low:+.3f}, {high:+.3f}]"
+    assert "falls" not in exponent_text(falling) and high < 0  # its interval, no word
+    assert "best at its grid's edge: no optimum" in exponent_text(falling, edge=True)
     two = power_law_fit(SIZES[:2], SIZES[:2] ** 0.5)
     assert exponent_text(two) == "not estimable from 2 sizes over 0.34 decades"
     same = power_law_fit(SIZES, np.full(4, 0.0051))  # one search LR at every size
