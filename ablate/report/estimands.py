@@ -53,12 +53,11 @@ from ablate.report.verdict import (
 
 @dataclass(frozen=True)
 class Finding:
-    """One estimand of the plan, its verdict, and the seeds it was measured on."""
+    """One estimand of the plan, its verdict, and the per-seed values it was measured on."""
 
     estimand: Estimand
     verdict: Verdict
     values: tuple[tuple[int, float], ...] = ()  # (seed, value): nats, or log2 of a ratio
-    unlearned: str = ""  # runs that did not learn: no quality comparison
 
     @property
     def estimate(self) -> Estimate:
@@ -171,7 +170,7 @@ def factor_finding(
     found = judge(estimate, estimand.margin, limit)
     if lost:
         found = Verdict(Word.NOT_ESTIMABLE, estimate, estimand.margin, False, None, lost)
-    return Finding(estimand, found, per_seed(values), lost)
+    return Finding(estimand, found, per_seed(values))
 
 
 def factor_divergence(stored: StoredExperiment, estimand: Estimand, limit: float) -> Finding:
@@ -215,7 +214,7 @@ def loss_finding(runs: pd.DataFrame, estimand: Estimand, limit: float) -> Findin
     found = judge(estimate, estimand.margin, limit)
     if lost:
         found = Verdict(Word.NOT_ESTIMABLE, estimate, estimand.margin, False, None, lost)
-    return Finding(estimand, found, per_seed(diffs), lost)
+    return Finding(estimand, found, per_seed(diffs))
 
 
 def ratio_finding(
