@@ -9,6 +9,8 @@ such estimand. A verdict that is not estimable prints no number.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 
 from ablate.core.boundary import variant_boundary
@@ -29,8 +31,8 @@ from ablate.report.plan import (
     TWO_BY_TWO,
     USABLE,
 )
-from ablate.report.text import signed
-from ablate.report.verdict import Estimate, Word, wide
+from ablate.report.text import signed, three
+from ablate.report.verdict import CLOSE, Estimate, Word, wide
 
 HEADING = "## Answer"
 
@@ -40,16 +42,35 @@ def level_text(estimate: Estimate) -> str:
     return f"{100 * estimate.level:.4g}%"
 
 
-def three(x: float) -> str:
-    """A positive number to three significant digits, trailing zeros kept (1.30, 0.693)."""
-    return f"{x:#.3g}".rstrip(".")
+def on_its_side(x: float, edges: list[float], text: Callable[[float, int], str]) -> str:
+    """``x`` printed by ``text`` at its usual digits, or more where that rounding would put it
+    on an edge (no effect, a margin) or across one: a reader checks the verdict on the
+    printed interval."""
+    for digits in range(3, 8):
+        shown = float(text(x, digits).lstrip("×+"))
+        if all(shown != e and (shown > e) == (x > e) for e in edges if x != e):
+            break
+    return text(x, digits)
 
 
-def value_text(estimate: Estimate) -> str:
-    """``-0.0005 nats [-0.0195, +0.0185]`` or ``×1.30 [0.851, 1.99]``."""
+def value_text(estimate: Estimate, margin: float) -> str:
+    """``-0.0005 nats [-0.0195, +0.0185]`` or ``×1.30 [0.851, 1.99]``, each end with the
+    digits that keep it on its side of no effect and of the margin."""
     if estimate.scale == "ratio":
-        return f"×{three(estimate.value)} [{three(estimate.low)}, {three(estimate.high)}]"
-    return f"{signed(estimate.value)} nats [{signed(estimate.low)}, {signed(estimate.high)}]"
+        edges = [1.0, margin, 1 / margin]
+
+        def text(x: float, digits: int) -> str:
+            return f"{x:#.{digits}g}".rstrip(".")
+
+        low, high = (on_its_side(x, edges, text) for x in (estimate.low, estimate.high))
+        return f"×{three(estimate.value)} [{low}, {high}]"
+    edges = [0.0, margin, -margin]
+
+    def signed_text(x: float, digits: int) -> str:
+        return f"{x:+.{digits + 1}f}"
+
+    low, high = (on_its_side(x, edges, signed_text) for x in (estimate.low, estimate.high))
+    return f"{signed(estimate.value)} nats [{low}, {high}]"
 
 
 def said(found: Finding) -> str:
@@ -60,9 +81,10 @@ def said(found: Finding) -> str:
     if verdict.word is Word.NOT_ESTIMABLE:
         return f"**{verdict.text()}**"
     estimate = found.estimate
+    close = ", a close call" if verdict.slack < CLOSE else ""
     return (
-        f"{value_text(estimate)} ({level_text(estimate)} interval, {estimate.seeds} seeds): "
-        f"**{verdict.text()}**"
+        f"{value_text(estimate, verdict.margin)} ({level_text(estimate)} interval, "
+        f"{estimate.seeds} seeds): **{verdict.text()}**{close}"
     )
 
 
@@ -104,6 +126,17 @@ def settings_text(stored: StoredExperiment, variants: list[str]) -> str:
     return "chosen on other seeds: " + "; ".join(parts)
 
 
+def move_text(crossed: TwoByTwo) -> str:
+    """Where the baseline's tuned setting and the variant's differ: ``from warmup 108 to 103
+    at LR 0.00195``, ``from LR 0.00276, warmup 72 to LR 0.00328, warmup 69``."""
+    (lr_b, warm_b), (lr_v, warm_v) = crossed.at_baseline, crossed.at_variant
+    if lr_b == lr_v:
+        return f"from warmup {warm_b} to {warm_v} at LR {lr_b:.3g}"
+    if warm_b == warm_v:
+        return f"from LR {lr_b:.3g} to {lr_v:.3g} at warmup {warm_b}"
+    return f"from LR {lr_b:.3g}, warmup {warm_b} to LR {lr_v:.3g}, warmup {warm_v}"
+
+
 def attribution(gain: Finding, primary: Finding | None, crossed: TwoByTwo | None) -> str:
     """Whether the 2×2 attributes the tuned gain to the variant, and the setting effect beside
     it (descriptive)."""
@@ -113,13 +146,12 @@ def attribution(gain: Finding, primary: Finding | None, crossed: TwoByTwo | None
     same_sign = np.sign(primary.estimate.value) == np.sign(gain.estimate.value)
     if primary.verdict.differs and primary.verdict.decided and same_sign:
         return f"; the 2×2 attributes it to {variant}: at matched settings it differs too"
-    setting, interaction = described(crossed.setting), described(crossed.interaction)
+    setting = described(crossed.setting)
     return (
         f"; not attributed to {variant}: the 2×2 does not show the variant differs (at matched "
-        f"settings {primary.verdict.text()}); moving both to {variant}'s setting changes the "
-        f"loss by {signed(setting.value)} [{signed(setting.low)}, {signed(setting.high)}], "
-        f"the interaction {signed(interaction.value)} [{signed(interaction.low)}, "
-        f"{signed(interaction.high)}] (95%, descriptive)"
+        f"settings {primary.verdict.text()}); moving both norms {move_text(crossed)} changes "
+        f"the loss by {signed(setting.value)} [{signed(setting.low)}, {signed(setting.high)}] "
+        "(95%, descriptive)"
     )
 
 
@@ -172,8 +204,9 @@ def learned_text(stored: StoredExperiment, limit: float) -> str:
     if not parts:
         return ""
     return (
-        f"; runs still learn at all up to {', '.join(parts)} their tuned LR (the geometric mean "
-        "of the seeds' edges; descriptive)"
+        f"; runs still get below the unigram floor (learned at all, far from their best loss) "
+        f"up to {', '.join(parts)} their tuned LR (the geometric mean of the seeds' edges; "
+        "descriptive)"
     )
 
 
@@ -232,6 +265,14 @@ def change_sentence(found: Findings) -> str:
         )
     if beyond:
         parts.append("beyond what seeds settle at these margins: " + ", ".join(beyond))
+    close = [
+        f"{f.estimand.title} ({f.estimand.variant})" for f in found.found if f.verdict.slack < CLOSE
+    ]
+    if close:
+        parts.append(
+            "close calls, each decided by an interval end within a tenth of its half-width of "
+            "the edge: " + ", ".join(close)
+        )
     unestimable = [
         f"{f.estimand.title} ({f.estimand.variant})"
         for f in found.found

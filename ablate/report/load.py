@@ -2,15 +2,19 @@
 
 The manifest says which runs are planned and in which stage (group); :func:`missing_runs` words
 the state of every planned run that has no result, so a partial experiment reports honestly.
+Each seed's divergence bracket is read as every stored run of its probes' family places it
+(:func:`stored_divergence`), as each margin's quality bracket is: a run that diverged below the
+probes' bracket moves it down, and the report says so.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 
 import pandas as pd
 
 from ablate.core import store
+from ablate.core.boundary import SeedBoundary, edge_of_points
 from ablate.core.folders import ExperimentFolder
 from ablate.core.studies import StoredStudies
 from ablate.report.analysis import column
@@ -28,13 +32,14 @@ class StoredExperiment:
     metrics: pd.DataFrame  # per-step metrics of the main runs
     tuned_metrics: pd.DataFrame  # per-step metrics of the tuned runs (the leading comparison)
     probes: pd.DataFrame  # probe rows of the main runs
-    studies: StoredStudies  # stability.json (no results where no study ran)
+    studies: StoredStudies  # stability.json, divergence brackets from every stored run
     missing: list[str]  # planned runs without a result, with their state
     convert: pd.DataFrame  # the convert: runs (continued and converted)
     convert_metrics: pd.DataFrame  # their per-step metrics
     inference: pd.DataFrame  # ablate bench --inference's table, if it was stored here
     configs: dict[str, dict]  # run id -> its stored config.json, for the main runs
     stored_runs: pd.DataFrame  # every finished run in the folder, planned or not (studies' too)
+    divergence_moved: list[str] = field(default_factory=list)  # brackets the stored runs moved
 
 
 def load_experiment_results(folder: ExperimentFolder) -> StoredExperiment:
@@ -46,6 +51,9 @@ def load_experiment_results(folder: ExperimentFolder) -> StoredExperiment:
     if planned:
         runs = runs[runs["run_id"].isin(planned)]
     main = runs[runs["run_id"].isin(main_ids)] if main_ids else runs
+    studies, moved = stored_divergence(
+        store.read_studies(folder).in_order(manifest["variants"]), stored_runs
+    )
     tuned = runs[runs["run_id"].isin(_group_ids(manifest, "tuned"))]
     convert = runs[runs["run_id"].isin(_group_ids(manifest, "convert"))]
     return StoredExperiment(
@@ -57,7 +65,8 @@ def load_experiment_results(folder: ExperimentFolder) -> StoredExperiment:
         metrics=store.load_metrics(folder, main),  # the main and tuned runs' curves are drawn
         tuned_metrics=store.load_metrics(folder, tuned) if len(tuned) else pd.DataFrame(),
         probes=store.load_probes(folder, main),
-        studies=store.read_studies(folder).in_order(manifest["variants"]),
+        studies=studies,
+        divergence_moved=moved,
         missing=missing_runs(folder, manifest, runs),
         convert=convert,
         convert_metrics=store.load_metrics(folder, convert) if len(convert) else pd.DataFrame(),
@@ -99,3 +108,40 @@ def unigram_floor(runs: pd.DataFrame) -> float | None:
     """The corpus's unigram cross-entropy as the runs recorded it (None before it was)."""
     floor = column(runs, "unigram_loss").dropna()
     return float(floor.iloc[0]) if len(floor) else None
+
+
+def stored_divergence(
+    studies: StoredStudies, runs: pd.DataFrame
+) -> tuple[StoredStudies, list[str]]:
+    """The studies with every seed's divergence bracket read off every stored run of its
+    probes' family at any LR and warmup (:func:`ablate.core.boundary.edge_of_points`: the
+    first diverged LR above its lowest run that did not diverge, the largest that did not
+    below it); and, in words, each bracket that moved from the probes'."""
+    if runs.empty or "family" not in runs:
+        return studies, []
+    found, moved = {}, []
+    for variant, result in studies.max_lr.items():
+        families = set(runs.loc[runs["run_id"].isin(result.run_ids), "family"])
+        mine = runs[runs["family"].isin(families) & runs["status"].isin(["finished", "diverged"])]
+        bounds = []
+        for probed in result.divergence_bounds:
+            rows = mine[mine["seed"] == probed.seed]
+            statuses = zip(rows["lr"], rows["status"], strict=True)
+            points = [(float(lr), status != "diverged") for lr, status in statuses]
+            bound = edge_of_points(probed.seed, points) if points else probed
+            if (bound.last_stable, bound.first_unstable) != (
+                probed.last_stable,
+                probed.first_unstable,
+            ):
+                moved.append(
+                    f"{variant} seed {probed.seed} {bracket_text(probed)} → {bracket_text(bound)}"
+                )
+            bounds.append(bound)
+        found[variant] = replace(result, divergence_bounds=bounds)
+    return replace(studies, max_lr=found), moved
+
+
+def bracket_text(bound: SeedBoundary) -> str:
+    """``[0.648, 0.707]`` (a missing end: ``–``)."""
+    ends = (bound.last_stable, bound.first_unstable)
+    return "[" + ", ".join("–" if e is None else f"{e:.3g}" for e in ends) + "]"

@@ -292,6 +292,12 @@ def summary_lines(
     design = Design.from_manifest(stored.manifest)
     lines += usable.summary_line(usable.usable_table(stored))
     lines += boundaries.summary_lines(stored.studies, design, found.plan.rules.not_estimable)
+    if stored.divergence_moved:
+        lines.append(
+            "- **Divergence brackets moved by the stored runs**, each read off every stored run "
+            "of its probes' family (a run that diverged below the probes' bracket moves it "
+            f"down): {'; '.join(stored.divergence_moved)}."
+        )
     return lines + [""]
 
 

@@ -32,14 +32,15 @@ def signed(value: object, digits: int = 4) -> str:
     return "–" if missing(value) else f"{float(value):+.{digits}f}"  # type: ignore[arg-type]
 
 
+def three(x: float) -> str:
+    """A number to three significant digits, trailing zeros kept (0.500, 1.00, 709)."""
+    return f"{x:#.3g}".rstrip(".")
+
+
 def interval_text(value: float | None, low: float | None, high: float | None) -> str:
     """``value [low, high]`` to three significant digits (0.500, 1.00, 709), or a dash."""
     if value is None or pd.isna(value):
         return "–"
-
-    def three(x: float) -> str:
-        return f"{x:#.3g}".rstrip(".")
-
     return f"{three(value)} [{three(low)}, {three(high)}]"  # type: ignore[arg-type]
 
 

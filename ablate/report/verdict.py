@@ -15,12 +15,9 @@ against the margin m (``analysis.min_effect`` nats for a loss, a factor for a ra
 - *inconclusive*: it holds no effect and reaches past the margin, with about how many more
   seeds would decide it were its estimate and spread to stay (:func:`seeds_to_decide`).
 
-Each claim says the interval holds the truth, so whatever the truth an estimand makes a false
-claim with probability at most 1 − level; Bonferroni over the family (the plan's shares of α)
-keeps the whole report's at α. Holm's step-down is valid for the p-values of point
-hypotheses, not for where an interval lies: an estimand whose truth sits at its margin can be
-falsely claimed either way at any step, so a step-down's larger later levels would not bound
-it (docs/report.md, the analysis plan).
+Each claim says the interval holds the truth, so an estimand makes a false claim with
+probability at most 1 − level whatever the truth; Bonferroni over the family (the plan's shares
+of α) keeps the report's at α (why not Holm: docs/report.md, the analysis plan).
 
 **decide:'s stopping rule** (:func:`look_verdict`, :func:`sequential_words`): a look at the
 tuned A/B is *different* where its paired t-test rejects Δ = 0 at the look's level (Holm over
@@ -47,6 +44,7 @@ from ablate.report.analysis import holm_rows
 POWER = 0.8
 MAX_PAIRS = 10_000  # beyond this a design "cannot" reach a verdict: reported as such
 NOT_ESTIMABLE = 100.0  # a ratio's interval wider than this factor is no finding
+CLOSE = 0.1  # a decided verdict whose deciding end is this share of its half-width from its edge
 Scale = Literal["difference", "ratio"]
 
 
@@ -98,6 +96,26 @@ class Verdict:
     @property
     def decided(self) -> bool:
         return self.word not in (Word.INCONCLUSIVE, Word.NOT_ESTIMABLE)
+
+    @property
+    def slack(self) -> float:
+        """How far a decided verdict's deciding end lies past its edge (the margin, or no
+        effect), as a share of the interval's half-width on the analysis scale: under
+        :data:`CLOSE` a verdict rests on a close call; NaN where undecided."""
+        if not self.decided:
+            return math.nan
+        e = self.estimate
+        low, high, bound = e.low, e.high, self.margin
+        if e.scale == "ratio":
+            low, high, bound = math.log(low), math.log(high), math.log(bound)
+        half = (high - low) / 2
+        if self.word is Word.EQUIVALENT:
+            room = min(bound - high, low + bound)
+        elif self.word is Word.EXCEEDS:
+            room = low - bound if low > bound else -bound - high
+        else:
+            room = low if low > 0 else -high
+        return room / half if half > 0 else math.inf
 
     def margin_text(self) -> str:
         """``±0.02`` for a difference, ``×/÷1.5`` for a ratio."""

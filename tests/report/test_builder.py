@@ -266,6 +266,7 @@ def _runs(diffs: list[float]) -> pd.DataFrame:
 
 class _Stored:
     missing: list[str] = []
+    divergence_moved: list[str] = []
     manifest = {"runs": [], "seeds": [0, 1, 2], "variants": ["ln", "rms"]}
     main = _runs([0.01, -0.02, 0.04])
     tuned = pd.DataFrame()

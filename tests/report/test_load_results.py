@@ -37,3 +37,30 @@ def test_studies_come_typed_in_the_experiments_variant_order_not_the_files(tmp_p
     assert (
         store.read_studies(ExperimentFolder(tmp_path / "none")) == StoredStudies()
     )  # no studies ran
+
+
+def test_a_run_that_diverged_below_the_probes_bracket_moves_it_down() -> None:
+    import pandas as pd
+    from conftest import max_lr_result
+
+    from ablate.core.boundary import SeedBoundary
+    from ablate.report.load import stored_divergence
+
+    probed = [SeedBoundary(0, 0.648, 0.707), SeedBoundary(1, 0.648, 0.707)]
+    result = max_lr_result("rms", {0: 0.5, 1: 0.5}, divergence_bounds=probed, run_ids=["p"])
+    rows = [  # seed 0: diverged at 0.595, below its probes' bracket; seed 1 as probed
+        ("p", 0, 0.545, "finished"),
+        ("a", 0, 0.595, "diverged"),
+        ("b", 0, 0.648, "finished"),  # collapsed at most: not diverged
+        ("c", 0, 0.707, "diverged"),
+        ("d", 1, 0.648, "finished"),
+        ("e", 1, 0.707, "diverged"),
+        ("x", 1, 0.1, "diverged"),  # another family's run: not held against it
+    ]
+    runs = pd.DataFrame(rows, columns=["run_id", "seed", "lr", "status"])
+    runs["family"] = ["f"] * 6 + ["g"]
+    studies, moved = stored_divergence(StoredStudies(max_lr={"rms": result}), runs)
+    seed0, seed1 = studies.max_lr["rms"].divergence_bounds
+    assert (seed0.last_stable, seed0.first_unstable) == (0.545, 0.595)
+    assert (seed1.last_stable, seed1.first_unstable) == (0.648, 0.707)
+    assert moved == ["rms seed 0 [0.648, 0.707] → [0.545, 0.595]"]

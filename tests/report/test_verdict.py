@@ -4,6 +4,8 @@ statsmodels, a textbook's sample sizes and the interval a TOST is equivalent to.
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 from scipy import stats
@@ -201,3 +203,13 @@ def test_a_false_claim_is_no_likelier_than_one_minus_the_level(truth: float) -> 
             assert not found.estimate.low <= truth <= found.estimate.high
         false += bool(wrong)
     assert false / len(draws) <= 0.10 + 0.013  # three standard errors over 5,000
+
+
+def test_a_verdict_decided_at_its_edge_is_a_close_call() -> None:
+    equivalent = judge(_difference(-0.0194, +0.0185), 0.02)  # ln_vs_rms's primary
+    assert equivalent.slack == pytest.approx(0.0006 / 0.01895)
+    differs = judge(Estimate(1.49, 1.0028, 2.213, 0.99, 5, "ratio", 0.1), 1.5)  # llama's edge
+    assert differs.word is Word.DIFFERS and 0 < differs.slack < 0.01
+    wide_margin = judge(_difference(-0.008, -0.002), 0.02)
+    assert wide_margin.slack == pytest.approx(0.012 / 0.003)
+    assert math.isnan(judge(_difference(-0.04, 0.01), 0.02).slack)  # undecided: no edge
