@@ -38,7 +38,6 @@ PENDING = {  # report -> why it still predates the analysis plan (issue 72)
     "reports/literature/peri_ln/report.md": RETRAIN,
     "reports/literature/qk_norm_z_loss/report.md": RETRAIN,
     "reports/litgpt_pythia/report.md": RETRAIN,
-    "reports/llama_style/report.md": RETRAIN,
     "reports/lr_stability/report.md": RETRAIN,
     "reports/own_model/report.md": RETRAIN,
     "reports/placement/report.md": RETRAIN,
