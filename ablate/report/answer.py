@@ -233,6 +233,11 @@ def speed_sentence(found: Findings) -> str | None:
     )
 
 
+def plural(n: int, word: str) -> str:
+    """``1 seed``, ``7 seeds``."""
+    return f"{n} {word}{'s' * (n != 1)}"
+
+
 def margin_note(primary: list[Finding]) -> str:
     """Where every primary estimand is equivalent: the smallest margin it still is within."""
     if not primary or any(f.verdict.word is not Word.EQUIVALENT for f in primary):
@@ -245,7 +250,9 @@ def change_sentence(found: Findings) -> str:
     """Sentence 6: what the answer rests on and what would change it."""
     primary = [f for f in found.found if f.estimand.primary]
     seeds = sorted({s for f in primary for s in f.seeds})
-    rests = f"The quality answer rests on {len(seeds)} seeds ({', '.join(map(str, seeds))})"
+    rests = (
+        f"The quality answer rests on {plural(len(seeds), 'seed')} ({', '.join(map(str, seeds))})"
+    )
     rests += f" and the margin ±{found.plan.rules.min_effect:g} nats" + margin_note(primary)
     undecided = [
         f"{f.estimand.title} ({f.estimand.variant}) about {f.verdict.more_seeds} more"

@@ -94,8 +94,7 @@ def unlearned(runs: pd.DataFrame, variants: list[str]) -> str:
     parts = []
     for variant in variants:
         mine = runs[runs["variant"] == variant]
-        stable = column(mine, "stable")
-        bad = int((mine["status"] != "finished").sum() + (stable == 0).sum())
+        bad = int(((mine["status"] != "finished") | (column(mine, "stable") == 0)).sum())
         if bad:
             parts.append(f"{variant}: {bad} of {len(mine)} runs did not learn")
     return "; ".join(parts)
