@@ -2,10 +2,15 @@
 
 A claim names its source, states what it says, and predicts that a quantity of ``variant``'s
 runs is ``lower`` or ``higher`` than ``baseline``'s on the same seeds: the main runs at their
-shared LR, or (``runs: tuned``) the tuned A/B, each variant at its own optimum and warmup. The
+shared LR, the tuned A/B (``runs: tuned``, each variant at its own optimum and warmup), or the
+sweep's LR grid (``runs: sweep``: Wortsman et al.'s LR sensitivity, one value per seed). It
+states its estimand (``at``): what the source's claim is about, one LR, each model tuned, or an
+LR grid; a claim about tuned models tested at one LR is labelled so and is not evidence for it.
+A claim that holds by construction (``mechanism``: the variant normalises, penalises, caps or
+scales the very quantity) is a mechanism check, shown apart and outside the evidence family. The
 report (:mod:`ablate.report.claims`) measures the paired effect with its interval and gives the
-verdict: *agrees*, *disagrees* or *inconclusive with n seeds*; ``reports/literature/`` gathers
-every committed report's claims (:mod:`ablate.report.literature`).
+verdict; ``reports/literature/`` gathers every committed report's claims
+(:mod:`ablate.report.literature`).
 """
 
 from __future__ import annotations
@@ -16,7 +21,9 @@ from pydantic import Field
 
 from ablate.core.section import StrictSection
 
-LOSSES = ("final_val_loss", "final_test_loss", "grad_spikes")  # not from the probes
+LOSSES = ("final_val_loss", "final_test_loss", "grad_spikes")  # of one run, not probes
+# outcomes of training as a whole, not probes: a run that diverged is the worst of them
+OUTCOMES = (*LOSSES, "lr_sensitivity")
 # quantity -> how a pair is compared: "difference" (variant - baseline) or "ratio" (variant /
 # baseline, averaged on the log scale); what it is, for the report
 METRICS: dict[str, tuple[str, str]] = {
@@ -28,6 +35,10 @@ METRICS: dict[str, tuple[str, str]] = {
     "logit_max_abs": ("ratio", "largest absolute output logit"),
     "logsumexp_abs": ("ratio", "absolute mean log-sum-exp (log Z) of the output logits"),
     "grad_spikes": ("difference", "gradient-norm spikes per run"),
+    "lr_sensitivity": (
+        "difference",
+        "LR sensitivity (Wortsman et al.): the sweep's mean of min(loss, ℓ0) − its best, per seed",
+    ),
 }
 Metric = Literal[tuple(METRICS)]  # type: ignore[valid-type]
 
@@ -44,11 +55,29 @@ class ClaimConfig(StrictSection):
     direction: Literal["lower", "higher"] = Field(
         description="the claim's prediction for the variant's value"
     )
-    runs: Literal["main", "tuned"] = Field(
+    runs: Literal["main", "tuned", "sweep"] = Field(
         "main",
         description="main: both at the main runs' shared LR; tuned: each at its own optimum "
-        "and warmup (the curve or search stage's tuned A/B; losses only)",
+        "and warmup (the curve or search stage's tuned A/B; losses only); sweep: the sweep's LR "
+        "grid (lr_sensitivity only)",
     )
+    at: Literal["one_lr", "tuned", "lr_grid"] = Field(
+        "one_lr",
+        description="the estimand the source's claim is about: one LR, each model at its own "
+        "tuned LR, or the loss across an LR grid (LR sensitivity); a tuned claim tested at one "
+        "LR is labelled 'at one LR: not the claim' and is not evidence",
+    )
+    mechanism: bool = Field(
+        False,
+        description="the claim holds by construction (the variant normalises, penalises, caps "
+        "or scales the quantity): a mechanism check, shown apart, outside the evidence family",
+    )
+
+    @property
+    def evidence(self) -> bool:
+        """Whether the claim's runs test what the source claims: not a mechanism check, and a
+        claim about tuned models tested tuned (or across the LR grid)."""
+        return not self.mechanism and not (self.at == "tuned" and self.runs == "main")
 
     def against(self, variants: list[str]) -> str:
         """The baseline: ``baseline``, else the experiment's first variant."""

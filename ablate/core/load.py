@@ -26,7 +26,7 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
-from ablate.core.claims import LOSSES
+from ablate.core.claims import LOSSES, OUTCOMES
 from ablate.core.config import NAME_PATTERN, SEED_LIMIT, ConfigError, RunConfig
 from ablate.core.experiment import ConvertConfig, ConvertPlan, Experiment, ExperimentFile
 from ablate.core.norm_kinds import KIND_KEYS
@@ -479,7 +479,7 @@ def check_claims(experiment: Experiment, where: str) -> None:
                 f"{at}.metric: grad_spikes needs analysis.spike_factor (what a spike is)"
             )
         probed = experiment.variants[claim.variant].train.probes.interval
-        if claim.metric not in LOSSES and not probed:
+        if claim.metric not in OUTCOMES and not probed:
             raise ConfigError(
                 f"{at}.metric: {claim.metric} is a probe quantity; train.probes.interval is 0"
             )
@@ -491,6 +491,12 @@ def check_claims(experiment: Experiment, where: str) -> None:
             )
         if claim.metric == "final_test_loss" and not experiment.base.data.test_fraction:
             raise ConfigError(f"{at}.metric: final_test_loss needs data.test_fraction")
+        if (claim.metric == "lr_sensitivity") != (claim.runs == "sweep"):
+            raise ConfigError(f"{at}: metric lr_sensitivity and runs: sweep go together")
+        if claim.runs == "sweep" and experiment.sweep is None:
+            raise ConfigError(f"{at}.runs: sweep reads the LR sweep: it needs a sweep: section")
+        if (claim.at == "lr_grid") != (claim.runs == "sweep"):
+            raise ConfigError(f"{at}.at: lr_grid is the estimand of runs: sweep, and only its")
 
 
 SIZE_KEYS = ("model.d_model", "model.n_layers", "model.n_heads")

@@ -383,3 +383,42 @@ def last_probes(probes: pd.DataFrame) -> pd.DataFrame:
     )
     keys = last.groupby("run_id")[["variant", "seed", "step"]].first()
     return keys.join(frame).reset_index()
+
+
+LARGE = 1e300  # stands in for a diverged run's +inf in a rank test: worse than any value
+
+
+def signed_rank(diffs: np.ndarray, level: float = CONFIDENCE) -> PairedDifference:
+    """Paired differences that may hold ±inf (a run that diverged: the worst outcome), by
+    ranks: the Hodges–Lehmann estimate (the median of the Walsh averages), its interval from
+    the exact signed-rank distribution (the order statistics of the Walsh averages that the
+    test's critical value picks), and the Wilcoxon signed-rank test's p (scipy; zero
+    differences, both diverged or equal, dropped). An infinite end prints as such."""
+    d = np.nan_to_num(np.asarray(diffs, dtype=float), nan=0.0, posinf=LARGE, neginf=-LARGE)
+    n = len(d)
+    if n < 2 or not np.any(d):
+        return PairedDifference(n, float(np.median(d)) if n else np.nan, np.nan, np.nan, np.nan)
+    pairs = np.add.outer(d, d)[np.triu_indices(n)] / 2
+    walsh = np.sort(pairs)
+    c = _signed_rank_critical(n, (1 - level) / 2)
+    low, high = walsh[c], walsh[len(walsh) - 1 - c]
+    p = float(stats.wilcoxon(d[d != 0], method="exact").pvalue) if np.count_nonzero(d) else 1.0
+
+    def back(x: float) -> float:
+        return float(np.sign(x) * np.inf) if abs(x) >= LARGE / 4 else float(x)
+
+    return PairedDifference(n, back(float(np.median(walsh))), back(low), back(high), p)
+
+
+def _signed_rank_critical(n: int, tail: float) -> int:
+    """The largest c with P(W+ < c) ≤ ``tail`` under the null (W+ the signed-rank sum of n
+    untied pairs, its exact distribution by counting subsets of the ranks); the interval's
+    ends are then the Walsh averages ranked c + 1 and N − c (0-based: c and N − 1 − c)."""
+    total = n * (n + 1) // 2
+    counts = np.zeros(total + 1)
+    counts[0] = 1
+    for rank in range(1, n + 1):
+        counts[rank:] = counts[rank:] + counts[:-rank].copy()
+    cdf = np.cumsum(counts) / 2.0**n
+    below = np.flatnonzero(cdf <= tail)  # P(W+ ≤ k) ≤ tail for k in below
+    return int(below[-1] + 1) if len(below) else 0

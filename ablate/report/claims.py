@@ -1,15 +1,21 @@
-"""The published claims an experiment tests (``claims:``): each one's paired effect over the
-main runs' seeds, its 95% interval and its verdict.
+"""The published claims an experiment tests (``claims:``): each one's paired effect over seeds,
+its 95% interval, its role and its verdict.
 
 A claim predicts that a quantity (:data:`ablate.core.claims.METRICS`) of one variant is lower or
-higher than the baseline's on the same seeds. Differences (losses, spike counts) are compared
-as variant − baseline, ratios (probe quantities) as variant / baseline on the log scale. The
-verdict is *agrees* when the 95% interval lies wholly on the predicted side of no effect,
-*disagrees* when it lies wholly on the other, and otherwise *inconclusive with n seeds*, with
-the pairs a paired t-test would need to detect the measured effect at 80% power
-(:func:`ablate.report.verdict.reach`). Only seeds both variants finished are paired; where a
-compared run diverged there is *no verdict* (as the report's comparisons), its effect over the
-survivors shown.
+higher than the baseline's on the same seeds: the main runs, the tuned A/B, or the sweep (LR
+sensitivity, per seed). Differences (losses, spike counts, sensitivities) are compared as
+variant − baseline, ratios (probe quantities) as variant / baseline on the log scale.
+
+Each claim has a **role**: *evidence*; a *mechanism check* (it holds by construction); or *at
+one LR: not the claim* (a claim about tuned models tested at one LR). Evidence is judged in one
+family: Holm over the evidence claims' tests of no effect (:func:`ablate.report.verdict.
+claim_word`: *agrees* or *disagrees* by the side the estimate lies on where the adjusted p
+passes, else *inconclusive*, with the seeds that would detect the measured effect). A run that
+diverged is an outcome: where the quantity is one of training as a whole (a loss, spikes, LR
+sensitivity) it ranks worst, and the claim is tested on ranks (the signed-rank test, the
+Hodges–Lehmann estimate and interval); where it is a probe of a trained model, the claim has
+*no verdict*, and says which side its trained pairs lie on and what it would take. A soft cap
+that the uncapped runs never reach is said never to bind.
 """
 
 from __future__ import annotations
@@ -20,19 +26,23 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from ablate.core.claims import METRICS
+from ablate.core.claims import METRICS, OUTCOMES
+from ablate.core.stability import lr_sensitivity
 from ablate.report.analysis import (
     PairedDifference,
     block_rows,
+    holm,
     last_probe_step,
     mean_difference,
     per_run,
+    signed_rank,
+    sweep_frame,
 )
 from ablate.report.depth import grad_spikes
 from ablate.report.load import StoredExperiment
 from ablate.report.section import Section
 from ablate.report.text import sig
-from ablate.report.verdict import reach
+from ablate.report.verdict import ALPHA, claim_word, reach
 
 PROBED = (
     "resid_rms_growth",
@@ -41,6 +51,8 @@ PROBED = (
     "logit_max_abs",
     "logsumexp_abs",
 )
+EVIDENCE, MECHANISM, NOT_THE_CLAIM = "evidence", "mechanism check", "at one LR: not the claim"
+NO_VERDICT = "no verdict"
 CLAIM_COLUMNS = [
     "source",
     "statement",
@@ -49,17 +61,22 @@ CLAIM_COLUMNS = [
     "metric",
     "direction",
     "runs",
+    "at",
+    "role",
     "lr",
     "pairs",
     "effect",
     "ci_low",
     "ci_high",
+    "test",
     "p_value",
+    "p_holm",
     "verdict",
     "more_seeds",
     "not_finished",
     "lost",
     "collapsed",
+    "note",
 ]
 
 
@@ -103,62 +120,124 @@ def run_values(
     return values.reset_index()
 
 
-def claim_row(claim: dict[str, Any], values: pd.DataFrame) -> dict[str, Any]:
-    """One claim measured: its paired effect, interval, p-value and verdict."""
+def sweep_values(stored: StoredExperiment) -> pd.DataFrame:
+    """Per variant and seed of the sweep: Wortsman et al.'s LR sensitivity over the seed's own
+    grid (:func:`ablate.core.stability.lr_sensitivity`: a diverged point counts as ℓ0), each
+    a finished value: the divergences are inside it."""
+    frame = sweep_frame(stored.manifest.get("runs", []), stored.runs, "sweep")
+    rows = [
+        {
+            "variant": variant,
+            "seed": int(seed),
+            "status": "finished",
+            "stable": True,
+            "lr": math.nan,
+            "lr_sensitivity": lr_sensitivity(
+                list(mine["clipped_loss"]), float(mine["initial_loss"].iloc[0])
+            ),
+        }
+        for (variant, seed), mine in frame.groupby(["variant", "seed"])
+    ]
+    columns = ["variant", "seed", "status", "stable", "lr", "lr_sensitivity"]
+    return pd.DataFrame(rows, columns=columns)
+
+
+def role_of(claim: dict[str, Any]) -> str:
+    """A claim's role: a mechanism check, evidence, or a tuned claim tested at one LR."""
+    if claim.get("mechanism"):
+        return MECHANISM
+    if claim.get("at", "one_lr") == "tuned" and claim.get("runs", "main") == "main":
+        return NOT_THE_CLAIM
+    return EVIDENCE
+
+
+def paired(claim: dict[str, Any], values: pd.DataFrame) -> tuple[PairedDifference, str, np.ndarray]:
+    """The claim's paired effect on the seeds both variants ran (the log ratio for a ratio),
+    its test ("t", or "signed-rank" where a run diverged and the quantity is an outcome of
+    training: the diverged run ranks worst, +inf), and the differences of the pairs whose runs
+    all finished."""
+    metric, ratio = claim["metric"], METRICS[claim["metric"]][0] == "ratio"
+    by_seed = {
+        name: values[values["variant"] == name].set_index("seed")
+        for name in (claim["variant"], claim["baseline"])
+    }
+    mine, theirs = by_seed[claim["variant"]], by_seed[claim["baseline"]]
+    seeds = mine.index.intersection(theirs.index)
+
+    def value(frame: pd.DataFrame) -> pd.Series:
+        done = frame.loc[seeds, "status"] == "finished"
+        return frame.loc[seeds, metric].astype(float).where(done, np.inf)
+
+    a, b = value(mine), value(theirs)
+    finished = a.notna() & b.notna() & np.isfinite(a) & np.isfinite(b)
+    both = a.notna() & b.notna()
+    with np.errstate(invalid="ignore", divide="ignore"):
+        diffs = np.log(a / b) if ratio else a - b
+    diffs = diffs[both].where(~(np.isinf(a) & np.isinf(b))[both], 0.0)  # both diverged: a tie
+    clean = diffs[finished[both]]
+    if bool(finished[both].all()) or metric not in OUTCOMES:
+        return mean_difference(clean), "t", clean.to_numpy()
+    return signed_rank(diffs.to_numpy()), "signed-rank", clean.to_numpy()
+
+
+def claim_row(claim: dict[str, Any], values: pd.DataFrame, note: str = "") -> dict[str, Any]:
+    """One claim measured: its role, paired effect, interval, test and p (the verdict is given
+    over the family by :func:`judged`)."""
     metric, variant, baseline = claim["metric"], claim["variant"], claim["baseline"]
+    diff, test, clean = paired(claim, values)
+    mean = float(clean.mean()) if len(clean) else 0.0
+    needed = reach(clean, abs(mean)).pairs_needed if len(clean) > 1 and mean else None
     ratio = METRICS[metric][0] == "ratio"
-    finished = values[values["status"] == "finished"]
-    mine = finished[finished["variant"] == variant].set_index("seed")[metric]
-    theirs = finished[finished["variant"] == baseline].set_index("seed")[metric]
-    seeds = mine.dropna().index.intersection(theirs.dropna().index)
-    a, b = mine[seeds].astype(float), theirs[seeds].astype(float)
-    diffs = np.log(a / b) if ratio else a - b
-    paired = mean_difference(diffs)
     scale = math.exp if ratio else (lambda x: x)
-    lrs = sorted(set(finished.loc[finished["variant"].isin([variant, baseline]), "lr"]))
+    both = values[values["variant"].isin([variant, baseline])]
+    lrs = sorted(set(both.loc[both["status"] == "finished", "lr"].dropna()))
+    learned = both["stable"].ne(False) if "stable" in both else True
     row = {
         **{key: claim[key] for key in CLAIM_COLUMNS[:6]},
         "runs": claim.get("runs", "main"),
+        "at": claim.get("at", "one_lr"),
+        "role": role_of(claim),
         "lr": lrs[0] if len(lrs) == 1 else math.nan,  # NaN: the pair's runs differ in LR
-        "pairs": paired.n_pairs,
-        "effect": scale(paired.mean) if paired.n_pairs else math.nan,
-        "ci_low": scale(paired.ci_low) if math.isfinite(paired.ci_low) else math.nan,
-        "ci_high": scale(paired.ci_high) if math.isfinite(paired.ci_high) else math.nan,
-        "p_value": paired.p_value,
+        "pairs": diff.n_pairs,
+        "effect": scale(diff.mean) if diff.n_pairs else math.nan,
+        "ci_low": scale(diff.ci_low) if not math.isnan(diff.ci_low) else math.nan,
+        "ci_high": scale(diff.ci_high) if not math.isnan(diff.ci_high) else math.nan,
+        "test": test,
+        "p_value": diff.p_value,
+        "more_seeds": None if needed is None else max(1, needed - len(clean)),
+        "not_finished": int(both["status"].ne("finished").sum()),
+        "lost": ", ".join(  # who lost runs: "capped 0 of 8, uncapped 1 of 8"
+            f"{name} {int(mine['status'].ne('finished').sum())} of {len(mine)}"
+            for name in (variant, baseline)
+            for mine in [both[both["variant"] == name]]
+        ),
+        "collapsed": int(((both["status"] == "finished") & ~learned).sum()),
+        "note": note,
     }
-    both = values[values["variant"].isin([variant, baseline])]
-    row["not_finished"] = int(both["status"].ne("finished").sum())
-    row["lost"] = ", ".join(  # who lost runs: "capped 0 of 8, uncapped 1 of 8"
-        f"{name} {int(mine['status'].ne('finished').sum())} of {len(mine)}"
-        for name in (variant, baseline)
-        for mine in [both[both["variant"] == name]]
-    )
-    learned = finished["stable"].ne(False) if "stable" in finished else True
-    row["collapsed"] = int((finished["run_id"].isin(both["run_id"]) & ~learned).sum())
-    if row["not_finished"]:  # as the report's comparisons: no verdict over the survivors
-        row["verdict"], row["more_seeds"] = "no verdict", None
-    else:
-        row["verdict"], row["more_seeds"] = judge(claim["direction"], paired, diffs.to_numpy())
+    if row["not_finished"] and test == "t":  # a probe of runs that did not all train
+        row["p_value"] = math.nan
     return row
 
 
-def judge(direction: str, paired: PairedDifference, diffs: np.ndarray) -> tuple[str, int | None]:
-    """``agrees``, ``disagrees`` or ``inconclusive`` (``not measured`` without a pair), and for
-    an inconclusive one the pairs more that would detect the measured effect at 80% power
-    (None: beyond reach)."""
-    if not paired.n_pairs:
-        return "not measured", None
-    low, high = paired.ci_low, paired.ci_high
-    if math.isfinite(low) and math.isfinite(high):
-        below, above = high < 0, low > 0
-        if (below and direction == "lower") or (above and direction == "higher"):
-            return "agrees", None
-        if below or above:
-            return "disagrees", None
-    if paired.n_pairs < 2 or not math.isfinite(paired.mean) or paired.mean == 0:
-        return "inconclusive", None
-    needed = reach(diffs, abs(paired.mean)).pairs_needed
-    return "inconclusive", None if needed is None else max(1, needed - paired.n_pairs)
+def judged(frame: pd.DataFrame, alpha: float = ALPHA) -> pd.DataFrame:
+    """Every claim's verdict: the evidence claims' p Holm-adjusted together and read by
+    :func:`ablate.report.verdict.claim_word`; a mechanism check at its own p; a tuned claim
+    at one LR none; a probe of runs that did not all train *no verdict*."""
+    evidence = frame["role"] == EVIDENCE
+    frame = frame.assign(p_holm=math.nan)
+    frame.loc[evidence, "p_holm"] = holm(list(frame.loc[evidence, "p_value"]))
+    words = []
+    for row in frame.itertuples():
+        p = row.p_holm if row.role == EVIDENCE else row.p_value
+        if row.role == NOT_THE_CLAIM:
+            words.append(NOT_THE_CLAIM)
+        elif math.isnan(p):
+            words.append(NO_VERDICT if row.not_finished else "not measured")
+        else:
+            null = 1.0 if METRICS[row.metric][0] == "ratio" else 0.0
+            words.append(claim_word(p, row.effect > null, row.direction == "higher", alpha))
+    inconclusive = [w == "inconclusive" for w in words]
+    return frame.assign(verdict=words, more_seeds=frame["more_seeds"].where(inconclusive))
 
 
 def verdict_text(row: dict[str, Any] | pd.Series) -> str:
@@ -170,16 +249,30 @@ def verdict_text(row: dict[str, Any] | pd.Series) -> str:
     return decision_text(row) + note
 
 
+def side_text(row: dict[str, Any] | pd.Series) -> str:
+    """Which side of no effect the estimate lies on, against the claim."""
+    null = 1.0 if METRICS[row["metric"]][0] == "ratio" else 0.0
+    if not math.isfinite(row["effect"]) or row["effect"] == null:
+        return "no side"
+    higher = row["effect"] > null
+    return "the claim's side" if higher == (row["direction"] == "higher") else "against the claim"
+
+
 def decision_text(row: dict[str, Any] | pd.Series) -> str:
     """:func:`verdict_text` without the note on collapsed runs."""
-    if row["verdict"] == "no verdict":
-        return f"no verdict: runs diverged ({row['lost']}; the rest are paired)"
+    if row["verdict"] == NO_VERDICT:
+        trained = int(row["pairs"])
+        return (
+            f"no verdict: runs diverged ({row['lost']}); the {trained} pair(s) that trained lie "
+            f"on {side_text(row)}; it would take runs where both train (a lower LR or more "
+            "warmup)"
+        )
+    if row["verdict"] == NOT_THE_CLAIM:
+        return f"{NOT_THE_CLAIM} (it is about each model at its own tuned LR)"
     if row["verdict"] != "inconclusive":
         return str(row["verdict"])
     more = row["more_seeds"]
-    against = (row["effect"] > (1 if METRICS[row["metric"]][0] == "ratio" else 0)) == (
-        row["direction"] == "lower"
-    )
+    against = side_text(row) == "against the claim"
     reach_text = (
         "beyond what more seeds can reach"
         if more is None or (isinstance(more, float) and math.isnan(more))
@@ -191,12 +284,17 @@ def decision_text(row: dict[str, Any] | pd.Series) -> str:
 
 def effect_text(row: dict[str, Any] | pd.Series) -> str:
     """The effect and its interval as the claim's quantity reads: ``×0.81 [0.75, 0.88]`` for
-    a ratio, ``−0.031 [−0.05, −0.012]`` for a difference."""
+    a ratio, ``−0.031 [−0.05, −0.012]`` for a difference; by ranks, the Hodges–Lehmann
+    estimate and interval."""
     if not row["pairs"]:
         return "no pairs"
+    if row["pairs"] < 2 or math.isnan(row["ci_low"]):
+        return f"not estimable with {int(row['pairs'])} pair(s)"
     if METRICS[row["metric"]][0] == "ratio":
-        return f"×{sig(row['effect'])} [{sig(row['ci_low'])}, {sig(row['ci_high'])}]"
-    return f"{row['effect']:+.4g} [{row['ci_low']:+.4g}, {row['ci_high']:+.4g}]"
+        found = f"×{sig(row['effect'])} [{sig(row['ci_low'])}, {sig(row['ci_high'])}]"
+    else:
+        found = f"{row['effect']:+.4g} [{row['ci_low']:+.4g}, {row['ci_high']:+.4g}]"
+    return found + (" (ranks)" if row.get("test") == "signed-rank" else "")
 
 
 def claims_markdown(frame: pd.DataFrame, extra: dict[str, list[str]] | None = None) -> str:
@@ -214,16 +312,69 @@ def claims_markdown(frame: pd.DataFrame, extra: dict[str, list[str]] | None = No
             "predicted": [
                 f"{r.variant} {r.direction} than {r.baseline}" for r in frame.itertuples()
             ],
-            "runs": [
-                f"main, LR {sig(r.lr)}" if r.runs == "main" else "tuned: each at its optimum"
-                for r in frame.itertuples()
-            ],
+            "estimand; runs": [estimand_text(r) for r in frame.itertuples()],
             "measured (95% CI)": [effect_text(r) for _, r in frame.iterrows()],
-            "verdict": [verdict_text(r) for _, r in frame.iterrows()],
+            "verdict": [verdict_text(r) + note(r) for _, r in frame.iterrows()],
             **(extra or {}),
         }
     )
     return shown.to_markdown(index=False)
+
+
+def note(row: pd.Series) -> str:
+    text = row.get("note", "")
+    return f"; {text}" if isinstance(text, str) and text else ""
+
+
+def estimand_text(row: Any) -> str:
+    """``one LR; main, LR 0.01`` / ``tuned; each at its optimum`` / ``LR grid; sweep``."""
+    about = {"one_lr": "one LR", "tuned": "tuned", "lr_grid": "LR grid"}[
+        getattr(row, "at", "one_lr")
+    ]
+    runs = {
+        "main": f"main, LR {sig(row.lr)}",
+        "tuned": "tuned: each at its optimum",
+        "sweep": "sweep: every LR of its grid",
+    }[row.runs]
+    return f"{about}; {runs}"
+
+
+def cap_note(claim: dict[str, Any], stored: StoredExperiment, values: pd.DataFrame) -> str:
+    """Where the claim's variant soft-caps the output logits: whether the baseline's (uncapped)
+    runs ever reach the cap; "" otherwise."""
+    caps = {
+        (c.get("variant"), c.get("config", {}).get("model", {}).get("softcap_output"))
+        for c in stored.configs.values()
+    }
+    cap = next((c for v, c in caps if v == claim["variant"] and c), None)
+    base = values[values["variant"] == claim["baseline"]]
+    if cap is None or "logit_max_abs" not in base or base["logit_max_abs"].isna().all():
+        return ""
+    largest = float(base["logit_max_abs"].max())
+    if largest >= cap:
+        return f"the uncapped runs reach {sig(largest)}, past the output cap {cap:g}"
+    never = f"the output cap {cap:g} never binds"
+    return f"{never}: the uncapped runs' largest absolute logit is {sig(largest)}"
+
+
+def claim_frame(
+    claims: list[dict[str, Any]], stored: StoredExperiment, spike_factor: float | None, window: int
+) -> pd.DataFrame:
+    """Every claim of the experiment measured on its runs and judged."""
+    values = {
+        "main": run_values(stored.main, stored.probes, stored.metrics, spike_factor, window),
+        "tuned": run_values(
+            stored.tuned, pd.DataFrame(), stored.tuned_metrics, spike_factor, window
+        ),
+        "sweep": sweep_values(stored),
+    }
+    rows = []
+    for claim in claims:
+        mine = values[claim.get("runs", "main")]
+        rows.append(claim_row(claim, mine, cap_note(claim, stored, values["main"])))
+    return judged(
+        pd.DataFrame(rows, columns=[c for c in CLAIM_COLUMNS if c not in ("p_holm", "verdict")])
+    )
 
 
 def claims_section(
@@ -232,45 +383,40 @@ def claims_section(
     spike_factor: float | None,
     spike_window: int,
 ) -> Section:
-    """The ``claims:`` of the experiment measured on its main or tuned runs (nothing without
-    any)."""
+    """The ``claims:`` of the experiment: the evidence, then the mechanism checks apart
+    (nothing without any)."""
     if not claims or stored.main.empty:
         return Section()
-    values = {
-        "main": run_values(stored.main, stored.probes, stored.metrics, spike_factor, spike_window),
-        "tuned": run_values(
-            stored.tuned, pd.DataFrame(), stored.tuned_metrics, spike_factor, spike_window
-        ),
-    }
-    rows = [claim_row(c, values[c.get("runs", "main")]) for c in claims]
-    frame = pd.DataFrame(rows, columns=CLAIM_COLUMNS)
-    not_finished = int(frame["not_finished"].max())
-    return Section(
-        [
-            "## Published claims tested",
+    frame = claim_frame(claims, stored, spike_factor, spike_window)
+    evidence = frame[frame["role"] != MECHANISM]
+    mechanism = frame[frame["role"] == MECHANISM]
+    family = int(((frame["role"] == EVIDENCE) & frame["p_value"].notna()).sum())
+    lines = ["## Published claims tested", ""]
+    if len(evidence):
+        lines += [claims_markdown(evidence), ""]
+    lines += [
+        f"The evidence: Holm over its {family} tests of no effect at α {ALPHA:g}. "
+        "Each is a predicted direction of one quantity of the variant's runs against the "
+        "baseline's on the same seeds: a difference (variant − baseline) or a ratio (variant / "
+        "baseline, averaged on the log scale), probe quantities at each run's last probe step. "
+        "*agrees* / *disagrees*: its Holm-adjusted p passes, with the estimate on the predicted "
+        "/ the other side; otherwise *inconclusive*, with the seeds a paired t-test would need "
+        "to detect the measured effect at 80% power. A run that diverged is an outcome: for a "
+        "loss, spikes or LR sensitivity it ranks worst and the claim is tested on ranks "
+        '(signed-rank test, Hodges–Lehmann estimate and interval: "(ranks)"); for a probe of '
+        "a trained model the claim has no verdict and says which side its trained pairs lie "
+        "on. A claim about tuned models tested at one LR is not evidence for it.",
+        "",
+    ]
+    if len(mechanism):
+        lines += [
+            "### Mechanism checks",
             "",
-            claims_markdown(frame),
+            "These hold by construction (the variant normalises, penalises, caps or scales the "
+            "very quantity): they check the mechanism works here, at its own p (95%), and are "
+            "no evidence for the claim.",
             "",
-            "Each claim is a predicted direction of one quantity of the variant's runs "
-            "against the baseline's on the same seeds: the main runs, both at one LR, or the "
-            "tuned A/B, each at the optimum and warmup its curve or search chose on other seeds "
-            "(`runs`): a difference (variant − baseline) or a "
-            "ratio (variant / baseline, averaged on the log scale), probe quantities at each "
-            "run's last probe step. *agrees*: the 95% paired t interval lies wholly on the "
-            "predicted side of no effect; *disagrees*: wholly on the other side; otherwise "
-            "inconclusive, with the seeds a paired t-test would need to detect the measured "
-            "effect at 80% power (the measured effect, not ±min_effect as above); runs that "
-            "finished without learning (collapsed) are paired like the rest and counted; where "
-            "a compared run diverged there is no verdict, as in the comparisons above. "
-            "Intervals are not adjusted across claims "
-            "(reports/literature/ gives Holm-adjusted p-values over all of them)."
-            + (
-                f" Only seeds both variants finished are paired; {not_finished} run(s) of a "
-                "claim's two variants did not finish (claims.csv, `not_finished`)."
-                if not_finished
-                else ""
-            ),
+            claims_markdown(mechanism),
             "",
-        ],
-        {"claims.csv": frame},
-    )
+        ]
+    return Section(lines, {"claims.csv": frame})

@@ -2,8 +2,9 @@
 
 Each experiment of ``experiments/literature/`` tests one or more published claims
 (:mod:`ablate.core.claims`); its report writes ``claims.csv`` (:mod:`ablate.report.claims`).
-:func:`gather` reads them all, adds Holm-adjusted p-values over every claim together (the family
-is the whole suite), and :func:`summary_markdown` writes the table the README links::
+:func:`gather` reads them all and judges the evidence again as one family, Holm over every
+evidence claim of the suite (mechanism checks and tuned claims tested at one LR are outside
+it), and :func:`summary_markdown` writes the tables the README links::
 
     python -m ablate.report.literature reports/literature   # rewrites summary.md and .csv
 """
@@ -13,19 +14,20 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
-from typing import Any
 
 import pandas as pd
 
-from ablate.report.analysis import holm
-from ablate.report.claims import claims_markdown
+from ablate.report.claims import EVIDENCE, MECHANISM, NOT_THE_CLAIM, claims_markdown, judged
+from ablate.report.text import p_text
+from ablate.report.verdict import ALPHA
 
 SUMMARY = ("summary.csv", "summary.md")
 
 
 def gather(folder: Path) -> pd.DataFrame:
-    """Every ``<folder>/<report>/claims.csv`` in report order, with the report's name and the
-    Holm-adjusted p-value over all of them."""
+    """Every ``<folder>/<report>/claims.csv`` in report order, with the report's name, and the
+    suite's own verdicts: Holm over every evidence claim of the suite (:func:`ablate.report.
+    claims.judged`; a report adjusts over its own)."""
     frames = [
         pd.read_csv(path).assign(report=path.parent.name)
         for path in sorted(folder.glob("*/claims.csv"))
@@ -33,58 +35,67 @@ def gather(folder: Path) -> pd.DataFrame:
     if not frames:
         raise FileNotFoundError(f"{folder}: no */claims.csv (run the literature experiments)")
     frame = pd.concat(frames, ignore_index=True)
-    frame["holm_p"] = holm(list(frame["p_value"]))
-    return frame
+    frame["note"] = frame["note"].fillna("")
+    return judged(frame.drop(columns=["p_holm", "verdict"]))
 
 
 def summary_markdown(frame: pd.DataFrame) -> str:
-    """The suite's table with each claim's report linked, and how to read it."""
-    holm_text = [f"{p:.2g}" if pd.notna(p) else "–" for p in frame["holm_p"]]
-    table = claims_markdown(frame, {"p, Holm over all claims": holm_text})
+    """The suite's tables, evidence first and the mechanism checks apart, each claim's report
+    linked, and how to read them."""
     links = ", ".join(f"[{name}]({name}/report.md)" for name in dict.fromkeys(frame["report"]))
-    survives = frame[frame["verdict"].isin(["agrees", "disagrees"])]
-    tested = int(frame["p_value"].notna().sum())
-    fragile = survives[survives["holm_p"] >= 0.05]
-    fragile_text = (
-        f" Of the {len(survives)} decided claims, "
-        + (
-            f"{len(fragile)} would not be at α 0.05 after Holm's adjustment over the "
-            f"{tested} with a p-value ({'; '.join(map(claim_label, fragile.itertuples()))})."
-            if len(fragile)
-            else f"every one is still decided after Holm's adjustment over the {tested} with a "
-            "p-value."
-        )
-        if len(survives)
-        else ""
-    )
-    return "\n".join(
-        [
-            "# Published claims tested",
+    evidence = frame[frame["role"] == EVIDENCE]
+    other = frame[frame["role"] == NOT_THE_CLAIM]
+    mechanism = frame[frame["role"] == MECHANISM]
+
+    def holm_column(rows: pd.DataFrame) -> dict[str, list[str]]:
+        return {"p, Holm over the evidence": [p_text(p) for p in rows["p_holm"]]}
+
+    parts = [
+        "# Published claims tested",
+        "",
+        "Each row is a claim from the literature as a predicted direction of one quantity, "
+        "measured on matched seeds in a small model on 2 CPU cores; each experiment file in "
+        "`experiments/literature/` states the claim, its source, its estimand (one LR, or each "
+        "model tuned), the direction and a larger setting. A small model is not the paper's "
+        "setting: *agrees* means the direction holds here, not that the paper's size of effect "
+        "does.",
+        "",
+        "## The evidence",
+        "",
+        claims_markdown(evidence, holm_column(evidence)),
+        "",
+        f"The family: the {len(evidence)} evidence claims, Holm over their tests of no effect "
+        f"at α {ALPHA:g} (this table's verdicts; a report's own adjust over its claims only). "
+        "*agrees* / *disagrees*: the Holm-adjusted p passes, the estimate on the predicted / "
+        "the other side; *inconclusive*: it does not, with the seeds that would detect the "
+        "measured effect at 80% power. A diverged run is an outcome: for a loss, spikes or LR "
+        'sensitivity it ranks worst and the claim is tested on ranks ("(ranks)"); for a '
+        "probe of a trained model there is no verdict, and the row says which side the "
+        "trained pairs lie on and what it would take.",
+        "",
+    ]
+    if len(other):
+        parts += [
+            "## Tested at one LR: not the claim",
             "",
-            "Each row is a claim from the literature as a predicted direction of one quantity, "
-            "measured on matched seeds in a small model on 2 CPU cores; each experiment file "
-            "in `experiments/literature/` states the claim, its source, the direction and a "
-            "larger setting. A small model is not the paper's setting: *agrees* means the "
-            "direction holds here, not that the paper's size of effect does.",
+            "These claims are about each model at its own tuned LR; at one LR they are not "
+            "evidence for or against it (no verdict, outside the family).",
             "",
-            table,
-            "",
-            "*agrees* / *disagrees*: the 95% paired t interval over seeds lies wholly on the "
-            "predicted / the other side of no effect; *inconclusive*: it holds no effect, with "
-            "the seeds that would detect the measured effect at 80% power; *no verdict*: a "
-            "compared run diverged. The last column adjusts each claim's paired t-test p by "
-            "Holm over every claim of the suite (a report adjusts over its own comparisons "
-            "only)." + fragile_text,
-            "",
-            f"Reports: {links}.",
+            claims_markdown(other),
             "",
         ]
-    )
-
-
-def claim_label(row: Any) -> str:
-    """A claim in a few words: ``mix_ln: mix vs pre, final_val_loss``."""
-    return f"{row.report}: {row.variant} vs {row.baseline}, {row.metric}"
+    if len(mechanism):
+        parts += [
+            "## Mechanism checks",
+            "",
+            "These hold by construction: the variant normalises, penalises, caps or scales the "
+            "very quantity. Each checks the mechanism works here, at its own p (95%), outside "
+            "the family: no evidence for the claim.",
+            "",
+            claims_markdown(mechanism),
+            "",
+        ]
+    return "\n".join([*parts, f"Reports: {links}.", ""])
 
 
 def write_summary(folder: Path) -> list[Path]:

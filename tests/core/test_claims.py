@@ -32,6 +32,7 @@ def test_a_claim_reaches_the_manifest_with_its_baseline_resolved(tmp_path: Path)
     experiment = load_experiment(_file(tmp_path, [{**CLAIM, "direction": "lower"}]))
     manifest = plan_manifest(experiment, plan_runs(experiment))
     expected = {**CLAIM, "direction": "lower", "baseline": "ln", "runs": "main"}
+    expected |= {"at": "one_lr", "mechanism": False}
     assert manifest["claims"] == [expected]
 
 
@@ -49,6 +50,13 @@ def test_a_claim_reaches_the_manifest_with_its_baseline_resolved(tmp_path: Path)
         ),
         ({"runs": "tuned"}, {}, "claims.0.runs: tuned reads the tuned A/B's losses"),
         ({"metric": "final_test_loss"}, {}, "final_test_loss needs data.test_fraction"),
+        ({"metric": "lr_sensitivity"}, {}, "metric lr_sensitivity and runs: sweep go together"),
+        ({"runs": "sweep", "metric": "lr_sensitivity"}, {}, "it needs a sweep: section"),
+        (
+            {"runs": "sweep", "metric": "lr_sensitivity"},
+            {"sweep": {"points": 3}},
+            "claims.0.at: lr_grid is the estimand of runs: sweep",
+        ),
         (
             {"metric": "attn_logit_max"},
             {"train": {**TINY["train"], "probes": {"interval": 0}}},

@@ -30,13 +30,6 @@ PENDING = {  # report -> why it still predates the analysis plan (issue 72)
     "reports/gpu/reports/litgpt_pythia_gpu/report.md": GPU,
     "reports/gpu/reports/own_model_gpu/report.md": GPU,
     "reports/gpu/reports/smoke_gpu/report.md": GPU,
-    "reports/literature/gemma_softcap/report.md": RETRAIN,
-    "reports/literature/layernorm_scaling/report.md": RETRAIN,
-    "reports/literature/mix_ln/report.md": RETRAIN,
-    "reports/literature/olmo2_reordered/report.md": RETRAIN,
-    "reports/literature/outlier_features/report.md": RETRAIN,
-    "reports/literature/peri_ln/report.md": RETRAIN,
-    "reports/literature/qk_norm_z_loss/report.md": RETRAIN,
     "reports/litgpt_pythia/report.md": RETRAIN,
     "reports/lr_stability/report.md": RETRAIN,
     "reports/own_model/report.md": RETRAIN,
@@ -130,7 +123,9 @@ def test_every_verdict_word_is_its_interval_against_its_margin_at_its_level(path
             word = _word(bool(times), float(low), float(high), float(margin_text))
             assert said.startswith(word), f"{path}: {clause.group(0)}"
             judged += 1
-    assert judged >= 1
+    if not judged:  # every estimand not estimable: no number to check, each says so
+        leads = [line for line in answer.splitlines() if line.startswith("- **")][:-1]
+        assert leads and all("**not estimable with" in line for line in leads)
 
 
 @pytest.mark.parametrize("path", [*(p for p in REPORTS if p not in PENDING), "README.md"])

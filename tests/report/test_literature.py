@@ -1,8 +1,11 @@
 """reports/literature/: the suite's summary is what gathering the committed reports' claims
-gives, Holm-adjusted over all of them, and the README quotes each claim's verdict."""
+gives, the evidence judged again as one family (Holm over it alone), mechanism checks and tuned
+claims tested at one LR apart, no "no verdict" without a side; the README quotes each evidence
+claim's verdict."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pandas as pd
@@ -16,17 +19,32 @@ LITERATURE = REPO / "reports" / "literature"
 
 def test_the_committed_summary_is_what_gathering_the_committed_claims_gives() -> None:
     gathered = gather(LITERATURE)
-    committed = pd.read_csv(LITERATURE / "summary.csv")
+    committed = pd.read_csv(LITERATURE / "summary.csv").assign(note=lambda f: f["note"].fillna(""))
     pd.testing.assert_frame_equal(gathered, committed, check_dtype=False)
     assert (LITERATURE / "summary.md").read_text(encoding="utf-8") == summary_markdown(gathered)
     assert len(gathered) >= 5 and gathered["report"].nunique() >= 5
-    tested = gathered.dropna(subset=["p_value"])  # a claim of fewer than 2 pairs has none
-    assert (tested["holm_p"] >= tested["p_value"]).all()  # an adjustment only raises p
+    evidence = gathered[gathered["role"] == "evidence"].dropna(subset=["p_value"])
+    assert (evidence["p_holm"] >= evidence["p_value"]).all()  # an adjustment only raises p
+    assert gathered.loc[gathered["role"] != "evidence", "p_holm"].isna().all()  # outside it
 
 
-def test_the_readme_gives_each_claims_verdict_on_a_line_of_its_own() -> None:
+def test_the_summary_keeps_mechanism_checks_apart_and_no_verdict_has_a_side() -> None:
+    text = (LITERATURE / "summary.md").read_text(encoding="utf-8")
+    evidence, rest = text.split("## Mechanism checks")
+    gathered = gather(LITERATURE)
+    for row in gathered.itertuples():
+        part = rest if row.role == "mechanism check" else evidence
+        assert re.search(rf"\| {re.escape(row.statement)} +\|", part), row.statement
+    for line in text.splitlines():
+        if line.startswith("|") and "no verdict" in line:
+            assert "the claim's side" in line or "against the claim" in line or "no side" in line
+            assert "it would take" in line
+
+
+def test_the_readme_gives_each_evidence_claims_verdict_on_a_line_of_its_own() -> None:
     readme = (REPO / "README.md").read_text(encoding="utf-8").splitlines()
-    for row in gather(LITERATURE).itertuples():
+    gathered = gather(LITERATURE)
+    for row in gathered[gathered["role"] == "evidence"].itertuples():
         lines = [line for line in readme if f": {row.statement} |" in line]
         assert len(lines) == 1, row.statement
         assert f"**{row.verdict}**" in lines[0] and f"literature/{row.report}/" in lines[0]

@@ -1,4 +1,5 @@
-"""A published claim measured on matched seeds: paired effects, intervals and the verdict."""
+"""A published claim measured on matched seeds: paired effects, intervals, its role and the
+verdict over the evidence family; a diverged run as an outcome, ranked worst."""
 
 from __future__ import annotations
 
@@ -7,10 +8,18 @@ import math
 import numpy as np
 import pandas as pd
 import pytest
+from scipy import stats
 
 from ablate.core.studies import StoredStudies
-from ablate.report.analysis import mean_difference
-from ablate.report.claims import claim_row, claims_section, judge, probe_values, verdict_text
+from ablate.report.claims import (
+    MECHANISM,
+    NOT_THE_CLAIM,
+    claim_row,
+    claims_section,
+    judged,
+    probe_values,
+    verdict_text,
+)
 from ablate.report.load import StoredExperiment
 
 
@@ -39,45 +48,79 @@ def _claim(metric: str = "final_val_loss", direction: str = "lower") -> dict:
     }
 
 
+def _judged(*rows: dict) -> pd.DataFrame:
+    return judged(pd.DataFrame(list(rows)))
+
+
 def test_a_clear_effect_agrees_or_disagrees_by_the_predicted_direction() -> None:
     values = _values(-0.05, 0.005)
-    lower = claim_row(_claim(), values)
+    lower, higher = _judged(
+        claim_row(_claim(), values), claim_row(_claim(direction="higher"), values)
+    ).to_dict("records")
     assert lower["verdict"] == "agrees" and lower["pairs"] == 6 and lower["lr"] == 3e-3
     assert lower["ci_high"] < 0 and lower["effect"] == pytest.approx(-0.05, abs=0.01)
-    assert claim_row(_claim(direction="higher"), values)["verdict"] == "disagrees"
+    assert higher["verdict"] == "disagrees"
+    assert lower["p_holm"] == pytest.approx(min(1.0, 2 * lower["p_value"]))  # Holm over two
 
 
 def test_a_ratio_is_averaged_on_the_log_scale_and_reported_as_a_ratio() -> None:
-    row = claim_row(_claim("resid_rms_growth"), _values(math.log(0.5), 0.0, ratio=True))
-    assert row["effect"] == pytest.approx(0.5) and row["verdict"] == "agrees"
+    row = claim_row(_claim("resid_rms_growth"), _values(math.log(0.5), 0.001, ratio=True))
+    (found,) = _judged(row).to_dict("records")
+    assert found["effect"] == pytest.approx(0.5, abs=1e-3) and found["verdict"] == "agrees"
 
 
 def test_an_unclear_effect_is_inconclusive_with_the_seeds_that_would_decide_it() -> None:
-    row = claim_row(_claim(), _values(-0.01, 0.02))
+    (row,) = _judged(claim_row(_claim(), _values(-0.01, 0.02))).to_dict("records")
     assert row["verdict"] == "inconclusive" and row["more_seeds"] >= 1 and row["effect"] < 0
-    more = f"about {row['more_seeds']} more would detect the measured effect"
+    more = f"about {int(row['more_seeds'])} more would detect the measured effect"
     assert verdict_text(row) == f"inconclusive with 6 seeds ({more})"
-    against = claim_row({**_claim(), "direction": "higher"}, _values(-0.01, 0.02))
+    (against,) = _judged(
+        claim_row({**_claim(), "direction": "higher"}, _values(-0.01, 0.02))
+    ).to_dict("records")
     assert (
         verdict_text(against) == f"inconclusive with 6 seeds ({more}, which runs against the claim)"
     )
-    zero = mean_difference(pd.Series([0.1, -0.1, 0.0]))
-    assert judge("lower", zero, np.array([0.1, -0.1, 0.0])) == ("inconclusive", None)
 
 
-def test_only_seeds_both_finished_are_paired_and_the_rest_are_counted() -> None:
-    values = _values(-0.05, 0.005)
-    values.loc[values["run_id"] == "b0", "status"] = "diverged"
+def test_a_diverged_run_ranks_worst_in_an_outcome_and_voids_only_a_probe() -> None:
+    values = _values(-0.05, 0.005).assign(resid_rms_growth=1.0)
+    values.loc[values["run_id"] == "a0", "status"] = "diverged"  # the baseline blew up once
     values.loc[values["run_id"].isin(["a1", "b2"]), "stable"] = False  # collapsed: still paired
-    row = claim_row(_claim(), values)
-    assert row["pairs"] == 5 and row["not_finished"] == 1 and row["collapsed"] == 2
-    assert row["ci_high"] < 0 and row["verdict"] == "no verdict"  # as the report's comparisons
-    assert verdict_text(row) == (
-        "no verdict: runs diverged (b 1 of 6, a 0 of 6; the rest are paired); "
-        "2 of the runs did not learn"
+    loss, probe = _judged(
+        claim_row(_claim(), values), claim_row(_claim("resid_rms_growth"), values)
+    ).to_dict("records")
+    assert loss["test"] == "signed-rank" and loss["pairs"] == 6  # the diverged pair ranks too
+    assert loss["ci_low"] == -math.inf and loss["verdict"] == "agrees"  # b better where a broke
+    assert loss["not_finished"] == 1 and loss["collapsed"] == 2
+    ranks = stats.wilcoxon(
+        np.r_[
+            -1e300,
+            (
+                values.loc[values.variant == "b", "final_val_loss"].to_numpy()[1:]
+                - values.loc[values.variant == "a", "final_val_loss"].to_numpy()[1:]
+            ),
+        ]
     )
-    values.loc[values["run_id"] == "b0", "status"] = "finished"
-    assert verdict_text(claim_row(_claim(), values)) == "agrees; 2 of the runs did not learn"
+    assert loss["p_value"] == pytest.approx(ranks.pvalue)
+    assert probe["verdict"] == "no verdict" and probe["pairs"] == 5
+    assert verdict_text(probe) == (
+        "no verdict: runs diverged (b 0 of 6, a 1 of 6); the 5 pair(s) that trained lie on "
+        "no side; it would take runs where both train (a lower LR or more warmup); 2 of the "
+        "runs did not learn"
+    )
+
+
+def test_a_mechanism_check_and_a_tuned_claim_at_one_lr_stay_out_of_the_family() -> None:
+    values = _values(-0.05, 0.005)
+    rows = _judged(
+        claim_row(_claim(), values),
+        claim_row({**_claim(), "mechanism": True}, values),
+        claim_row({**_claim(), "at": "tuned"}, values),
+    )
+    assert list(rows["role"]) == ["evidence", MECHANISM, NOT_THE_CLAIM]
+    assert rows["p_holm"].iloc[0] == pytest.approx(rows["p_value"].iloc[0])  # a family of one
+    assert rows["p_holm"].iloc[1:].isna().all()
+    assert list(rows["verdict"]) == ["agrees", "agrees", NOT_THE_CLAIM]
 
 
 def test_probe_values_read_each_runs_last_probe_step() -> None:
@@ -126,14 +169,18 @@ def test_the_section_tables_every_claim_on_its_runs_and_is_absent_without_claims
     keys = ["run_id", "variant", "seed", "status", "stable", "lr", "final_val_loss"]
     main = _values(-0.05, 0.005)[keys]
     tuned = _values(+0.05, 0.005)[keys].assign(lr=[2e-3, 4e-3] * 6)  # each at its own LR
-    claims = [_claim(), _claim("resid_rms_growth"), {**_claim(), "runs": "tuned"}]
+    claims = [_claim(), _claim("resid_rms_growth"), {**_claim(), "runs": "tuned", "at": "tuned"}]
+    claims.append({**_claim(), "mechanism": True})
     section = claims_section(claims, _stored(main, tuned), None, 50)
     frame = section.tables["claims.csv"]
-    assert list(frame["verdict"]) == ["agrees", "not measured", "disagrees"]
-    assert list(frame["pairs"]) == [6, 0, 6]  # no probes: the second has no pairs
+    assert list(frame["verdict"]) == ["agrees", "not measured", "disagrees", "agrees"]
+    assert list(frame["pairs"]) == [6, 0, 6, 6]  # no probes: the second has no pairs
     text = "\n".join(section.lines)
     assert "| S " in text and "b lower than a" in text and "no pairs" in text
-    assert "main, LR 0.003" in text and "tuned: each at its optimum" in text
+    assert "one LR; main, LR 0.003" in text and "tuned; tuned: each at its optimum" in text
+    evidence, mechanism = text.split("### Mechanism checks")
+    assert "The evidence: Holm over its 2 tests of no effect" in evidence
+    assert mechanism.count("| S ") == 1
     assert claims_section([], _stored(main, tuned), None, 50).lines == []
 
 
@@ -141,5 +188,5 @@ def test_a_pipe_in_a_claims_words_does_not_break_its_table_row() -> None:
     from ablate.report.claims import claims_markdown
 
     row = claim_row({**_claim(), "statement": "b | c is better"}, _values(-0.05, 0.005))
-    table = claims_markdown(pd.DataFrame([row]))
+    table = claims_markdown(_judged(row))
     assert "b \\| c is better" in table and table.splitlines()[2].count(" | ") == 6
