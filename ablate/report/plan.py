@@ -15,6 +15,11 @@ For each variant against the baseline (the first variant):
   baseline's (the usable-LR walks' edges; the divergence brackets).
 - **training speed** (secondary): tokens/s end to end, paired by seed (not on the simulator).
 
+A grid (``grid:``) is asked about its factors instead: each factor level's main effect against
+the factor's first level, averaged over the other factors within each seed, on the final loss
+at the shared LR (primary: every cell at one setting), at each cell's tuned LR and on the
+divergence edge.
+
 The family is every verdict-bearing estimand; each is judged on one interval at its share of
 ``analysis.alpha`` (Bonferroni: :mod:`ablate.report.verdict` says why not Holm): the primary
 estimands share ``analysis.primary_share`` of it, the secondary ones the rest equally, and one
@@ -46,7 +51,7 @@ GRID = "grid"
 class Estimand:
     """One verdict-bearing quantity: what it is, its scale and margin, its share of α."""
 
-    key: str  # MATCHED, TUNED_GAIN, USABLE, DIVERGENCE or SPEED
+    key: str  # MATCHED, TUNED_GAIN, USABLE, DIVERGENCE, SPEED or a grid's FACTOR*
     variant: str
     baseline: str
     title: str
@@ -76,10 +81,6 @@ class AnalysisPlan:
     rules: AnalysisConfig
     estimands: list[Estimand]
     primary: str  # how the primary estimand is measured (TWO_BY_TWO, SAME_SETTINGS, ...)
-
-    def find(self, key: str, variant: str) -> Estimand | None:
-        """The estimand ``key`` of ``variant`` (None where the plan has none)."""
-        return next((e for e in self.estimands if (e.key, e.variant) == (key, variant)), None)
 
 
 def rules_of(manifest: dict) -> AnalysisConfig:
@@ -122,8 +123,7 @@ def analysis_plan(manifest: dict, primary: str, simulated: bool = False) -> Anal
     stages = stages_of(manifest)
     variants = manifest["variants"]
     decided = manifest.get("decide")
-    looks = len(decided["looks"]) if decided else 1
-    lead_looks = looks  # decide: adds seeds to the leading A/B: the tuned, else the shared
+    lead_looks = len(decided["looks"]) if decided else 1  # decide: adds the leading A/B's seeds
     found: list[Estimand] = []
     for variant in variants[1:]:
         base = variants[0]
