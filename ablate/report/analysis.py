@@ -349,6 +349,23 @@ def sensitivity_table(table: pd.DataFrame, frame: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def seed_sensitivities(frame: pd.DataFrame) -> pd.DataFrame:
+    """Per variant and seed of a :func:`sweep_frame`: Wortsman et al.'s LR sensitivity over
+    the seed's own grid, against its own best (:func:`lr_sensitivity`; a diverged point counts
+    as ℓ0)."""
+    rows = [
+        {
+            "variant": variant,
+            "seed": int(seed),
+            "lr_sensitivity": lr_sensitivity(
+                list(mine["clipped_loss"]), float(mine["initial_loss"].iloc[0])
+            ),
+        }
+        for (variant, seed), mine in frame.groupby(["variant", "seed"])
+    ]
+    return pd.DataFrame(rows, columns=["variant", "seed", "lr_sensitivity"])
+
+
 def block_rows(probes: pd.DataFrame) -> pd.DataFrame:
     """The probe rows recorded at whole blocks (``blocks.2``, litgpt's ``transformer.h.2``):
     the sites where the residual stream is measured."""

@@ -27,7 +27,6 @@ import numpy as np
 import pandas as pd
 
 from ablate.core.claims import METRICS, OUTCOMES
-from ablate.core.stability import lr_sensitivity
 from ablate.report.analysis import (
     PairedDifference,
     block_rows,
@@ -35,6 +34,7 @@ from ablate.report.analysis import (
     last_probe_step,
     mean_difference,
     per_run,
+    seed_sensitivities,
     signed_rank,
     sweep_frame,
 )
@@ -121,25 +121,10 @@ def run_values(
 
 
 def sweep_values(stored: StoredExperiment) -> pd.DataFrame:
-    """Per variant and seed of the sweep: Wortsman et al.'s LR sensitivity over the seed's own
-    grid (:func:`ablate.core.stability.lr_sensitivity`: a diverged point counts as ℓ0), each
-    a finished value: the divergences are inside it."""
-    frame = sweep_frame(stored.manifest.get("runs", []), stored.runs, "sweep")
-    rows = [
-        {
-            "variant": variant,
-            "seed": int(seed),
-            "status": "finished",
-            "stable": True,
-            "lr": math.nan,
-            "lr_sensitivity": lr_sensitivity(
-                list(mine["clipped_loss"]), float(mine["initial_loss"].iloc[0])
-            ),
-        }
-        for (variant, seed), mine in frame.groupby(["variant", "seed"])
-    ]
-    columns = ["variant", "seed", "status", "stable", "lr", "lr_sensitivity"]
-    return pd.DataFrame(rows, columns=columns)
+    """Per variant and seed of the sweep: its LR sensitivity (:func:`ablate.report.analysis.
+    seed_sensitivities`), each a finished value: the divergences are inside it."""
+    frame = seed_sensitivities(sweep_frame(stored.manifest.get("runs", []), stored.runs))
+    return frame.assign(status="finished", stable=True, lr=math.nan)
 
 
 def role_of(claim: dict[str, Any]) -> str:

@@ -11,6 +11,8 @@ import pandas as pd
 
 from ablate.core.studies import BestTrial, Studies
 from ablate.report.analysis import (
+    mean_difference,
+    seed_sensitivities,
     selection_values,
     sensitivity_table,
     sweep_frame,
@@ -21,7 +23,7 @@ from ablate.report.figures import stability_map_figure, sweep_figure
 from ablate.report.load import StoredExperiment, unigram_floor
 from ablate.report.optimum import optimum_section
 from ablate.report.section import Section
-from ablate.report.text import budget_text
+from ablate.report.text import budget_text, delta_ci
 
 SWEEP_FIGURE = "lr_sweep.png"
 
@@ -78,6 +80,7 @@ def sweep_section(stored: StoredExperiment, variants: list[str]) -> tuple[Sectio
         "",
         sensitivity.to_markdown(index=False, floatfmt=".4g"),
         "",
+        *seed_sensitivity_lines(seed_sensitivities(frame), variants),
         *_edge_best_lines(sensitivity),
         f"![learning-rate sweep]({SWEEP_FIGURE})",
         "",
@@ -159,6 +162,32 @@ def warmup_lines(stored: StoredExperiment) -> list[str]:
             f"best {best} steps ({means.min():.4f}){edge}."
         )
     return [*lines, ""]
+
+
+def seed_sensitivity_lines(per_seed: pd.DataFrame, variants: list[str]) -> list[str]:
+    """The LR sensitivity over seeds, each against its own best: each variant's mean with its
+    95% t interval, and each one's difference to the baseline paired by seed (descriptive)."""
+    wide = per_seed.pivot(index="seed", columns="variant", values="lr_sensitivity")
+    present = [v for v in variants if v in wide]
+    if len(wide) < 2 or not present:
+        return []
+    parts = []
+    for variant in present:
+        found = mean_difference(wide[variant])
+        parts.append(f"{variant} {found.mean:.4g} [{found.ci_low:.4g}, {found.ci_high:.4g}]")
+    diffs = []
+    for variant in present[1:]:
+        found = mean_difference(wide[variant] - wide[present[0]])
+        diffs.append(
+            f"{variant} − {present[0]} {delta_ci(found.mean, found.ci_low, found.ci_high)}"
+        )
+    return [
+        f"Over seeds, each against its own best ({len(wide)} seeds, 95% t intervals, "
+        f"descriptive): {'; '.join(parts)}"
+        + (f"; paired by seed, {'; '.join(diffs)}" if diffs else "")
+        + ".",
+        "",
+    ]
 
 
 def _edge_best_lines(sensitivity: pd.DataFrame) -> list[str]:

@@ -43,3 +43,30 @@ def test_the_search_section_says_its_start_up_and_flags_an_edge() -> None:
     assert "layernorm: " not in text.split("**Best at the edge")[1]
     quiet = "\n".join(search_section(studies, ["layernorm", "rmsnorm"]).lines)
     assert "start-up" not in quiet  # not recorded: not claimed
+
+
+def test_the_lr_sensitivity_has_an_interval_over_seeds() -> None:
+    import numpy as np
+    import pandas as pd
+    import pytest
+    from scipy import stats
+
+    from ablate.report.analysis import seed_sensitivities
+    from ablate.report.studies import seed_sensitivity_lines
+
+    rows = []
+    for seed, shift in enumerate((0.0, 0.1, 0.3)):
+        for variant, losses in (("ln", [3.0, 2.0, 5.5]), ("rms", [2.9, 2.0, 2.6])):
+            for lr, loss in zip((1e-3, 1e-2, 1e-1), losses, strict=True):
+                rows.append((variant, seed, lr, min(loss + shift, 5.5), 5.5))
+    frame = pd.DataFrame(rows, columns=["variant", "seed", "lr", "clipped_loss", "initial_loss"])
+    per_seed = seed_sensitivities(frame).set_index(["variant", "seed"])["lr_sensitivity"]
+    ln = np.array([np.mean([3.0, 2.0, 5.5]) - 2.0, np.mean([3.1, 2.1, 5.5]) - 2.1])
+    assert per_seed[("ln", 0)] == pytest.approx(ln[0]) and per_seed[("ln", 1)] == pytest.approx(
+        ln[1]
+    )
+    (line, _) = seed_sensitivity_lines(seed_sensitivities(frame), ["ln", "rms"])
+    diffs = (per_seed["rms"] - per_seed["ln"]).to_numpy()
+    low, high = stats.ttest_1samp(diffs, 0.0).confidence_interval(0.95)
+    assert f"rms − ln {diffs.mean():+.4f} [{low:+.4f}, {high:+.4f}]" in line
+    assert line.startswith("Over seeds, each against its own best (3 seeds")
