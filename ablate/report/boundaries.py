@@ -190,7 +190,7 @@ def summary_lines(
         return lines
     effects = factor_effects(studies, design) if design is not None else pd.DataFrame()
     margins = margin_lines(margin_table(studies), limit)
-    return lines + _ratio_lines(table, limit) + margins + factor_lines(effects)
+    return lines + _ratio_lines(table, limit) + margins + factor_lines(effects, limit)
 
 
 def _unbracketed_text(found: BoundaryResult) -> str:
@@ -280,7 +280,7 @@ def max_lr_section(
             "per seed, the mean over the other factors' cells of the log2 boundaries' "
             "difference; a 95% t interval over seeds, widened by the brackets' resolution.",
             "",
-            *factor_lines(effects),
+            *factor_lines(effects, limit),
             "",
         ]
     return Section(lines, tables)

@@ -2,9 +2,9 @@
 
 The manifest says which runs are planned and in which stage (group); :func:`missing_runs` words
 the state of every planned run that has no result, so a partial experiment reports honestly.
-Each seed's divergence bracket is read as every stored run of its probes' family places it
-(:func:`stored_divergence`), as each margin's quality bracket is: a run that diverged below the
-probes' bracket moves it down, and the report says so.
+Each seed's divergence bracket spans what its probes found and what every stored run of its
+probes' family places it (:func:`stored_divergence`): a run that diverged below the probes'
+bracket widens it down to there, and the report says so.
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ class StoredExperiment:
     inference: pd.DataFrame  # ablate bench --inference's table, if it was stored here
     configs: dict[str, dict]  # run id -> its stored config.json, for the main runs
     stored_runs: pd.DataFrame  # every finished run in the folder, planned or not (studies' too)
-    divergence_moved: list[str] = field(default_factory=list)  # brackets the stored runs moved
+    divergence_moved: list[str] = field(default_factory=list)  # brackets the stored runs widened
 
 
 def load_experiment_results(folder: ExperimentFolder) -> StoredExperiment:
@@ -113,10 +113,11 @@ def unigram_floor(runs: pd.DataFrame) -> float | None:
 def stored_divergence(
     studies: StoredStudies, runs: pd.DataFrame
 ) -> tuple[StoredStudies, list[str]]:
-    """The studies with every seed's divergence bracket read off every stored run of its
-    probes' family at any LR and warmup (:func:`ablate.core.boundary.edge_of_points`: the
-    first diverged LR above its lowest run that did not diverge, the largest that did not
-    below it); and, in words, each bracket that moved from the probes'."""
+    """The studies with every seed's divergence bracket spanning its probes' and the one every
+    stored run of its probes' family at any LR and warmup places
+    (:func:`ablate.core.boundary.edge_of_points`: the first diverged LR above its lowest run
+    that did not diverge, the largest that did not below it); and, in words, each bracket
+    that this widened."""
     if runs.empty or "family" not in runs:
         return studies, []
     found, moved = {}, []
@@ -128,7 +129,7 @@ def stored_divergence(
             rows = mine[mine["seed"] == probed.seed]
             statuses = zip(rows["lr"], rows["status"], strict=True)
             points = [(float(lr), status != "diverged") for lr, status in statuses]
-            bound = edge_of_points(probed.seed, points) if points else probed
+            bound = spanned(probed, edge_of_points(probed.seed, points)) if points else probed
             if (bound.last_stable, bound.first_unstable) != (
                 probed.last_stable,
                 probed.first_unstable,
@@ -139,6 +140,18 @@ def stored_divergence(
             bounds.append(bound)
         found[variant] = replace(result, divergence_bounds=bounds)
     return replace(studies, max_lr=found), moved
+
+
+def spanned(probed: SeedBoundary, stored: SeedBoundary) -> SeedBoundary:
+    """A seed's divergence bracket wide enough for both what its probes found and what every
+    stored run places (:func:`ablate.core.boundary.edge_of_points`): where they disagree, a
+    run that diverged below the probes' bracket, the edge lies somewhere between them, so the
+    bracket spans both (its width then widens the variant's interval)."""
+    lows = [e for e in (probed.last_stable, stored.last_stable) if e is not None]
+    highs = [e for e in (probed.first_unstable, stored.first_unstable) if e is not None]
+    return SeedBoundary(
+        probed.seed, min(lows, default=None), max(highs, default=None), probed.probes
+    )
 
 
 def bracket_text(bound: SeedBoundary) -> str:

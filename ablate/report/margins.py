@@ -13,7 +13,7 @@ from ablate.core.boundary import SeedBoundary, boundary_ratio, half_width, varia
 from ablate.core.studies import BoundaryResult, Studies
 from ablate.report.factorial import METRIC, Design, main_effects
 from ablate.report.text import lr_interval_text, ratio_text
-from ablate.report.verdict import NOT_ESTIMABLE
+from ablate.report.verdict import NOT_ESTIMABLE, wide
 
 
 def _bounds_of(found: BoundaryResult, kind: float | str) -> list[SeedBoundary]:
@@ -161,17 +161,19 @@ def factor_effects(studies: Studies, design: Design) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def factor_lines(table: pd.DataFrame) -> list[str]:
-    """Each factor's effect on each boundary, descriptive (95%)."""
+def factor_lines(table: pd.DataFrame, limit: float = NOT_ESTIMABLE) -> list[str]:
+    """Each factor's effect on each boundary, descriptive (95%); no number where its interval
+    spans more than ``limit``×."""
     lines = []
     for r in table.itertuples():
-        said = (
-            f"{ratio_text(r.ratio)} ({r.seeds} seed(s): no interval)"
-            if r.shown is None
-            else f"{ratio_text(r.ratio, r.low, r.high)} (95%, descriptive)"
-        )
+        if r.shown is None:
+            said = f"×{ratio_text(r.ratio)} ({r.seeds} seed(s): no interval)"
+        elif wide(r.low, r.high, limit):
+            said = f"not estimable with {r.seeds} seed(s): wider than {limit:g}×"
+        else:
+            said = f"×{ratio_text(r.ratio, r.low, r.high)} (95%, descriptive)"
         lines.append(
             f"- Max stable LR ({r.boundary} boundary), {r.factor} {r.level} vs {r.base} "
-            f"(main effect over seeds): ×{said}."
+            f"(main effect over seeds): {said}."
         )
     return lines

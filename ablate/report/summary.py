@@ -294,9 +294,10 @@ def summary_lines(
     lines += boundaries.summary_lines(stored.studies, design, found.plan.rules.not_estimable)
     if stored.divergence_moved:
         lines.append(
-            "- **Divergence brackets moved by the stored runs**, each read off every stored run "
-            "of its probes' family (a run that diverged below the probes' bracket moves it "
-            f"down): {'; '.join(stored.divergence_moved)}."
+            "- **Divergence brackets widened by the stored runs**: where a stored run of a "
+            "seed's probes' family diverged below its probes' bracket, the seed's edge lies "
+            "somewhere between the two, and its bracket spans both: "
+            f"{'; '.join(stored.divergence_moved)}."
         )
     return lines + [""]
 

@@ -39,7 +39,7 @@ def test_studies_come_typed_in_the_experiments_variant_order_not_the_files(tmp_p
     )  # no studies ran
 
 
-def test_a_run_that_diverged_below_the_probes_bracket_moves_it_down() -> None:
+def test_a_run_that_diverged_below_the_probes_bracket_widens_it_down() -> None:
     import pandas as pd
     from conftest import max_lr_result
 
@@ -61,6 +61,6 @@ def test_a_run_that_diverged_below_the_probes_bracket_moves_it_down() -> None:
     runs["family"] = ["f"] * 6 + ["g"]
     studies, moved = stored_divergence(StoredStudies(max_lr={"rms": result}), runs)
     seed0, seed1 = studies.max_lr["rms"].divergence_bounds
-    assert (seed0.last_stable, seed0.first_unstable) == (0.545, 0.595)
+    assert (seed0.last_stable, seed0.first_unstable) == (0.545, 0.707)  # somewhere between
     assert (seed1.last_stable, seed1.first_unstable) == (0.648, 0.707)
-    assert moved == ["rms seed 0 [0.648, 0.707] → [0.545, 0.595]"]
+    assert moved == ["rms seed 0 [0.648, 0.707] → [0.545, 0.707]"]
