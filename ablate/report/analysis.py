@@ -417,8 +417,8 @@ def signed_rank(diffs: np.ndarray, level: float = CONFIDENCE) -> PairedDifferenc
         return PairedDifference(n, float(np.median(d)) if n else np.nan, np.nan, np.nan, np.nan)
     pairs = np.add.outer(d, d)[np.triu_indices(n)] / 2
     walsh = np.sort(pairs)
-    c = _signed_rank_critical(n, (1 - level) / 2)
-    low, high = walsh[c], walsh[len(walsh) - 1 - c]
+    k = _signed_rank_critical(n, (1 - level) / 2)
+    low, high = (walsh[k], walsh[len(walsh) - 1 - k]) if k >= 0 else (-np.inf, np.inf)
     p = float(stats.wilcoxon(d[d != 0], method="exact").pvalue) if np.count_nonzero(d) else 1.0
 
     def back(x: float) -> float:
@@ -428,14 +428,15 @@ def signed_rank(diffs: np.ndarray, level: float = CONFIDENCE) -> PairedDifferenc
 
 
 def _signed_rank_critical(n: int, tail: float) -> int:
-    """The largest c with P(W+ < c) ≤ ``tail`` under the null (W+ the signed-rank sum of n
-    untied pairs, its exact distribution by counting subsets of the ranks); the interval's
-    ends are then the Walsh averages ranked c + 1 and N − c (0-based: c and N − 1 − c)."""
+    """The largest k with P(W+ ≤ k) ≤ ``tail`` under the null (W+ the signed-rank sum of n
+    untied pairs, its exact distribution by counting subsets of the ranks), −1 where none is;
+    the interval's ends are then the Walsh averages ranked k + 1 and N − k (0-based: k and
+    N − 1 − k), at least the level's coverage."""
     total = n * (n + 1) // 2
     counts = np.zeros(total + 1)
     counts[0] = 1
     for rank in range(1, n + 1):
         counts[rank:] = counts[rank:] + counts[:-rank].copy()
     cdf = np.cumsum(counts) / 2.0**n
-    below = np.flatnonzero(cdf <= tail)  # P(W+ ≤ k) ≤ tail for k in below
-    return int(below[-1] + 1) if len(below) else 0
+    below = np.flatnonzero(cdf <= tail)
+    return int(below[-1]) if len(below) else -1

@@ -84,8 +84,16 @@ def said(found: Finding) -> str:
     close = ", a close call" if verdict.slack < CLOSE else ""
     return (
         f"{value_text(estimate, verdict.margin)} ({level_text(estimate)} interval, "
-        f"{estimate.seeds} seeds): **{verdict.text()}**{close}"
+        f"{estimate.seeds} seeds{ranks_text(found)}): **{verdict.text()}**{close}"
     )
+
+
+def ranks_text(found: Finding) -> str:
+    """For an estimate by ranks: how many seeds had a run that diverged (counted the worst)."""
+    if not found.estimate.ranked:
+        return ""
+    lost = sum(1 for _, value in found.values if np.isinf(value))
+    return f"; on ranks, {lost} with a run that diverged counted the worst"
 
 
 def pair(found: Finding) -> str:
@@ -262,7 +270,9 @@ def change_sentence(found: Findings) -> str:
     beyond = [
         f"{f.estimand.title} ({f.estimand.variant})"
         for f in found.found
-        if f.verdict.word is Word.INCONCLUSIVE and f.verdict.more_seeds is None
+        if f.verdict.word is Word.INCONCLUSIVE
+        and f.verdict.more_seeds is None
+        and not f.estimate.ranked
     ]
     parts = []
     if undecided:

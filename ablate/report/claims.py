@@ -73,6 +73,7 @@ CLAIM_COLUMNS = [
     "p_holm",
     "verdict",
     "more_seeds",
+    "on_side",
     "not_finished",
     "lost",
     "collapsed",
@@ -172,6 +173,7 @@ def claim_row(claim: dict[str, Any], values: pd.DataFrame, note: str = "") -> di
     diff, test, clean = paired(claim, values)
     mean = float(clean.mean()) if len(clean) else 0.0
     needed = reach(clean, abs(mean)).pairs_needed if len(clean) > 1 and mean else None
+    on_side = int((clean > 0).sum() if claim["direction"] == "higher" else (clean < 0).sum())
     ratio = METRICS[metric][0] == "ratio"
     scale = math.exp if ratio else (lambda x: x)
     both = values[values["variant"].isin([variant, baseline])]
@@ -190,6 +192,7 @@ def claim_row(claim: dict[str, Any], values: pd.DataFrame, note: str = "") -> di
         "test": test,
         "p_value": diff.p_value,
         "more_seeds": None if needed is None else max(1, needed - len(clean)),
+        "on_side": on_side,
         "not_finished": int(both["status"].ne("finished").sum()),
         "lost": ", ".join(  # who lost runs: "capped 0 of 8, uncapped 1 of 8"
             f"{name} {int(mine['status'].ne('finished').sum())} of {len(mine)}"
@@ -248,14 +251,16 @@ def decision_text(row: dict[str, Any] | pd.Series) -> str:
     if row["verdict"] == NO_VERDICT:
         trained = int(row["pairs"])
         return (
-            f"no verdict: runs diverged ({row['lost']}); the {trained} pair(s) that trained lie "
-            f"on {side_text(row)}; it would take runs where both train (a lower LR or more "
-            "warmup)"
+            f"no verdict: runs diverged ({row['lost']}); of the {trained} pair(s) that trained, "
+            f"{int(row['on_side'])} lie on the claim's side and their mean on {side_text(row)}; "
+            "it would take runs where both train (a lower LR or more warmup)"
         )
     if row["verdict"] == NOT_THE_CLAIM:
         return f"{NOT_THE_CLAIM} (it is about each model at its own tuned LR)"
     if row["verdict"] != "inconclusive":
         return str(row["verdict"])
+    if row.get("test") == "signed-rank":
+        return f"inconclusive with {int(row['pairs'])} seeds (on ranks: no count is projected)"
     more = row["more_seeds"]
     against = side_text(row) == "against the claim"
     reach_text = (
@@ -325,21 +330,41 @@ def estimand_text(row: Any) -> str:
 
 
 def cap_note(claim: dict[str, Any], stored: StoredExperiment, values: pd.DataFrame) -> str:
-    """Where the claim's variant soft-caps the output logits: whether the baseline's (uncapped)
-    runs ever reach the cap; "" otherwise."""
-    caps = {
-        (c.get("variant"), c.get("config", {}).get("model", {}).get("softcap_output"))
-        for c in stored.configs.values()
-    }
-    cap = next((c for v, c in caps if v == claim["variant"] and c), None)
-    base = values[values["variant"] == claim["baseline"]]
-    if cap is None or "logit_max_abs" not in base or base["logit_max_abs"].isna().all():
-        return ""
-    largest = float(base["logit_max_abs"].max())
-    if largest >= cap:
-        return f"the uncapped runs reach {sig(largest)}, past the output cap {cap:g}"
-    never = f"the output cap {cap:g} never binds"
-    return f"{never}: the uncapped runs' largest absolute logit is {sig(largest)}"
+    """Where the claim's variant soft-caps logits (c·tanh(x/c)): how close the baseline's
+    uncapped runs come to the output cap at their last probe step and how much the cap would
+    compress the largest of them, and how far the variant's attention scores, read before its
+    cap, pass it; "" otherwise."""
+    model = next(
+        (
+            c.get("config", {}).get("model", {})
+            for c in stored.configs.values()
+            if c.get("variant") == claim["variant"]
+        ),
+        {},
+    )
+    done = values[values["status"] == "finished"]
+    parts = []
+    output = model.get("softcap_output")
+    base = done.loc[done["variant"] == claim["baseline"], "logit_max_abs"].dropna()
+    if output and len(base):
+        x = float(base.max())
+        squeeze = 1 - output * math.tanh(x / output) / x
+        where = "under" if x < output else "past"
+        parts.append(
+            f"at their last probe step the uncapped runs' largest absolute output logit is "
+            f"{sig(x)}, {where} the output cap {output:g}, which would compress it by "
+            f"{squeeze:.0%}"
+        )
+    attention = model.get("softcap_attn")
+    mine = done.loc[done["variant"] == claim["variant"], "attn_logit_max"].dropna()
+    if attention and len(mine):
+        x = float(mine.max())
+        binds = ": it binds" if x > attention else ""
+        parts.append(
+            f"the capped runs' attention scores, read before their cap, reach {sig(x)} against "
+            f"it ({attention:g}){binds}"
+        )
+    return "; ".join(parts)
 
 
 def claim_frame(

@@ -19,7 +19,7 @@ from ablate.core.boundary import SeedBoundary, half_width, paired_log2_ratios
 from ablate.core.folders import ExperimentFolder
 from ablate.core.simulate import SIMULATED_IMPL
 from ablate.core.usable import PER_OCTAVE
-from ablate.report.analysis import CONFIDENCE, column, matched_differences, scored_split
+from ablate.report.analysis import CONFIDENCE, column, scored_split
 from ablate.report.crossover import TwoByTwo, settings_of, two_by_two
 from ablate.report.factorial import Design, factor_runs, level_contrast
 from ablate.report.load import StoredExperiment, load_experiment_results
@@ -44,9 +44,9 @@ from ablate.report.usable import seed_walks, usable_runs
 from ablate.report.verdict import (
     Estimate,
     Verdict,
-    Word,
     difference_estimate,
     judge,
+    rank_estimate,
     ratio_estimate,
 )
 
@@ -157,19 +157,22 @@ def factor_finding(
     stored: StoredExperiment, runs: pd.DataFrame, estimand: Estimand, limit: float
 ) -> Finding:
     """A grid factor level's main effect on the final loss of ``runs`` (its scored split):
-    per seed, the mean over the other factors' cells of level − first level; not estimable
-    where a run of the grid did not learn (its loss measures the failure)."""
+    per seed, the mean over the other factors' cells of level − first level; by ranks where a
+    run of the grid did not learn (a diverged one the worst: +inf)."""
     design = Design.from_manifest(stored.manifest)
     assert design is not None and estimand.contrast is not None
     key, level, base = estimand.contrast
-    grid = factor_runs(runs, design, f"final_{scored_split(runs)}_loss")
-    values = level_contrast(grid, design.keys, key, level, base)
-    estimate = difference_estimate(values.to_numpy(dtype=float), estimand.level)
-    lost = unlearned(grid, list(design.cells))
-    found = judge(estimate, estimand.margin, limit)
-    if lost:
-        found = Verdict(Word.NOT_ESTIMABLE, estimate, estimand.margin, False, None, lost)
-    return Finding(estimand, found, per_seed(values))
+    metric = f"final_{scored_split(runs)}_loss"
+    done = runs[runs["status"].isin(["finished", "diverged"])]
+    worst = done.assign(
+        **{metric: column(done, metric).where(done["status"] == "finished", np.inf).fillna(np.inf)},
+        status="finished",  # every outcome a value: the contrast reads finished runs
+    )
+    grid = factor_runs(worst, design, metric)
+    with np.errstate(invalid="ignore"):
+        values = level_contrast(grid, design.keys, key, level, base).fillna(0.0)
+    lost = bool(unlearned(factor_runs(runs, design), list(design.cells)))
+    return judged_losses(values, lost, estimand, limit)
 
 
 def factor_divergence(stored: StoredExperiment, estimand: Estimand, limit: float) -> Finding:
@@ -203,17 +206,42 @@ def matched(
 
 
 def loss_finding(runs: pd.DataFrame, estimand: Estimand, limit: float) -> Finding:
-    """The final-loss Δ (variant − baseline) on ``runs``' scored split, paired by seed; not
-    estimable where a compared run did not learn (its loss measures the failure)."""
+    """The final-loss Δ (variant − baseline) on ``runs``' scored split, paired by seed; where
+    a compared run did not learn, by ranks (:func:`outcome_differences`)."""
     metric = f"final_{scored_split(runs)}_loss"
     pair = [estimand.baseline, estimand.variant]
-    lost = unlearned(runs, pair)
-    diffs = matched_differences(runs, estimand.variant, estimand.baseline, metric)
-    estimate = difference_estimate(diffs.to_numpy(dtype=float), estimand.level)
-    found = judge(estimate, estimand.margin, limit)
-    if lost:
-        found = Verdict(Word.NOT_ESTIMABLE, estimate, estimand.margin, False, None, lost)
-    return Finding(estimand, found, per_seed(diffs))
+    diffs = outcome_differences(runs, estimand.variant, estimand.baseline, metric)
+    return judged_losses(diffs, bool(unlearned(runs, pair)), estimand, limit)
+
+
+def judged_losses(diffs: pd.Series, ranks: bool, estimand: Estimand, limit: float) -> Finding:
+    """Per-seed loss differences judged: by a t interval, or by ranks (``ranks``: a run that
+    diverged or did not learn is among them, its loss the worst or its own)."""
+    values = diffs.to_numpy(dtype=float)
+    estimate = (
+        rank_estimate(values, estimand.level)
+        if ranks
+        else difference_estimate(values, estimand.level)
+    )
+    return Finding(estimand, judge(estimate, estimand.margin, limit), per_seed(diffs))
+
+
+def outcome_differences(runs: pd.DataFrame, variant: str, baseline: str, metric: str) -> pd.Series:
+    """``metric`` of ``variant`` − ``baseline`` over the seeds both ran, a run that diverged
+    (or has no loss) counted as +inf, the worst outcome: both diverged, a tie (0)."""
+    a, b = (worst_losses(runs, name, metric) for name in (variant, baseline))
+    seeds = a.index.intersection(b.index)
+    with np.errstate(invalid="ignore"):
+        diffs = a[seeds] - b[seeds]
+    return diffs.fillna(0.0)
+
+
+def worst_losses(runs: pd.DataFrame, variant: str, metric: str) -> pd.Series:
+    """``{seed: metric}`` of the variant's runs that finished or diverged, a diverged one (or
+    one without a loss) as +inf."""
+    mine = runs[(runs["variant"] == variant) & runs["status"].isin(["finished", "diverged"])]
+    losses = column(mine, metric).where(mine["status"] == "finished", np.inf)
+    return pd.Series(losses.fillna(np.inf).to_numpy(), index=mine["seed"].to_numpy())
 
 
 def ratio_finding(

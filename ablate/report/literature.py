@@ -64,8 +64,9 @@ def summary_markdown(frame: pd.DataFrame) -> str:
         "",
         claims_markdown(evidence, holm_column(evidence)),
         "",
-        f"The family: the {len(evidence)} evidence claims, Holm over their tests of no effect "
-        f"at α {ALPHA:g} (this table's verdicts; a report's own adjust over its claims only). "
+        f"The family: the {len(evidence)} evidence claims, Holm over the "
+        f"{int(evidence['p_value'].notna().sum())} tests of no effect they have at α "
+        f"{ALPHA:g} (this table's verdicts; a report's own adjust over its claims only). "
         "*agrees* / *disagrees*: the Holm-adjusted p passes, the estimate on the predicted / "
         "the other side; *inconclusive*: it does not, with the seeds that would detect the "
         "measured effect at 80% power. A diverged run is an outcome: for a loss, spikes or LR "

@@ -129,7 +129,7 @@ def stored_divergence(
             rows = mine[mine["seed"] == probed.seed]
             statuses = zip(rows["lr"], rows["status"], strict=True)
             points = [(float(lr), status != "diverged") for lr, status in statuses]
-            bound = spanned(probed, edge_of_points(probed.seed, points)) if points else probed
+            bound = spanned(probed, edge_of_points(probed.seed, points), points)
             if (bound.last_stable, bound.first_unstable) != (
                 probed.last_stable,
                 probed.first_unstable,
@@ -142,16 +142,24 @@ def stored_divergence(
     return replace(studies, max_lr=found), moved
 
 
-def spanned(probed: SeedBoundary, stored: SeedBoundary) -> SeedBoundary:
-    """A seed's divergence bracket wide enough for both what its probes found and what every
-    stored run places (:func:`ablate.core.boundary.edge_of_points`): where they disagree, a
-    run that diverged below the probes' bracket, the edge lies somewhere between them, so the
-    bracket spans both (its width then widens the variant's interval)."""
+def spanned(
+    probed: SeedBoundary, stored: SeedBoundary, points: list[tuple[float, bool]]
+) -> SeedBoundary:
+    """A seed's divergence bracket wide enough for what its probes found and for every stored
+    run (``points``: LR, did not diverge): a run that diverged below the probes' bracket
+    (:func:`ablate.core.boundary.edge_of_points` places the edge there) widens it down; one
+    that did not diverge above it widens it up to the first LR that diverged above that run
+    (none: no upper end). Where they disagree the edge lies somewhere between, and the width
+    widens the variant's interval."""
     lows = [e for e in (probed.last_stable, stored.last_stable) if e is not None]
-    highs = [e for e in (probed.first_unstable, stored.first_unstable) if e is not None]
-    return SeedBoundary(
-        probed.seed, min(lows, default=None), max(highs, default=None), probed.probes
-    )
+    high = probed.first_unstable
+    survived = [lr for lr, ok in points if ok]
+    if high is not None and survived and max(survived) > high:
+        above = [lr for lr, ok in points if not ok and lr > max(survived)]
+        high = min(above, default=None)
+    elif high is not None and stored.first_unstable is not None:
+        high = max(high, stored.first_unstable)
+    return SeedBoundary(probed.seed, min(lows, default=None), high, probed.probes)
 
 
 def bracket_text(bound: SeedBoundary) -> str:

@@ -39,7 +39,7 @@ from scipy.stats import ttest_1samp
 from statsmodels.stats.power import TTestPower
 
 from ablate.core.sequential import ALPHA, look_alpha
-from ablate.report.analysis import holm_rows
+from ablate.report.analysis import holm_rows, signed_rank
 
 POWER = 0.8
 MAX_PAIRS = 10_000  # beyond this a design "cannot" reach a verdict: reported as such
@@ -64,7 +64,8 @@ class Estimate:
     as the ratio (its interval from a t interval of per-seed log2 values); ``spread`` is the
     per-seed SD on the analysis scale (nats, or log2) and ``widen`` what the interval adds for
     a lattice's resolution (log2), both for :func:`seeds_to_decide`; ``resolved`` is false
-    where every seed fell in one bracket."""
+    where every seed fell in one bracket; ``ranked``: by ranks, a run that diverged counted as
+    the worst (its interval may have an infinite end)."""
 
     value: float
     low: float
@@ -75,6 +76,7 @@ class Estimate:
     spread: float = math.nan
     widen: float = 0.0
     resolved: bool = True
+    ranked: bool = False
 
     @property
     def null(self) -> float:
@@ -109,6 +111,8 @@ class Verdict:
         if e.scale == "ratio":
             low, high, bound = math.log(low), math.log(high), math.log(bound)
         half = (high - low) / 2
+        if not math.isfinite(half):  # an end at infinity (by ranks): no edge it could cross
+            return math.inf
         if self.word is Word.EQUIVALENT:
             room = min(bound - high, low + bound)
         elif self.word is Word.EXCEEDS:
@@ -132,6 +136,8 @@ class Verdict:
             return f"equivalent within {margin}" + (" (differs from no effect)" * self.differs)
         if self.word is Word.DIFFERS:
             return f"differs from {self.estimate.null:g}, not shown to exceed {margin}"
+        if self.estimate.ranked:
+            return "inconclusive (on ranks: no count of more seeds is projected)"
         if self.more_seeds is None:
             return f"inconclusive: {margin} is beyond what more seeds can settle"
         seeds = "seed" if self.more_seeds == 1 else "seeds"
@@ -145,9 +151,13 @@ def estimability(estimate: Estimate, limit: float = NOT_ESTIMABLE) -> str:
         return "fewer than 2 seeds"
     if not estimate.resolved:
         return "every seed in one bracket: a finer lattice or more seeds resolve it"
-    if not (math.isfinite(estimate.low) and math.isfinite(estimate.high)):
+    if math.isnan(estimate.low) or math.isnan(estimate.high):
+        return "no interval"
+    if not estimate.ranked and not (math.isfinite(estimate.low) and math.isfinite(estimate.high)):
         return "no finite interval"
     if estimate.scale == "ratio" and wide(estimate.low, estimate.high, limit):
+        if 2 * estimate.widen > math.log2(limit):  # the brackets alone: not the seeds' spread
+            return f"its seeds' brackets alone span more than {limit:g}×: an edge is ambiguous"
         return f"its interval is wider than {limit:g}×: more seeds narrow it"
     return ""
 
@@ -220,6 +230,16 @@ def difference_estimate(values: np.ndarray, level: float) -> Estimate:
     sd = float(values.std(ddof=1))
     half = float(stats.t.ppf(0.5 + level / 2, n - 1)) * sd / math.sqrt(n)
     return Estimate(mean, mean - half, mean + half, level, n, "difference", sd)
+
+
+def rank_estimate(values: np.ndarray, level: float) -> Estimate:
+    """Per-seed differences that may hold +inf or -inf (a run that diverged, the worst) by
+    ranks: the Hodges–Lehmann estimate and its exact signed-rank interval at ``level``
+    (:func:`ablate.report.analysis.signed_rank`)."""
+    found = signed_rank(np.asarray(values, dtype=float), level)
+    return Estimate(
+        found.mean, found.ci_low, found.ci_high, level, found.n_pairs, "difference", ranked=True
+    )
 
 
 def ratio_estimate(

@@ -42,11 +42,11 @@ PENDING = {  # report -> why it still predates the analysis plan (issue 72)
     "reports/scaling/scaling.d64/report.md": RETRAIN,
     "reports/scaling/scaling.d96/report.md": RETRAIN,
 }
-NUMBER = r"[-+]?\d+(?:\.\d+)?(?:e[-+]?\d+)?"
+NUMBER = r"[-+]?(?:inf|\d+(?:\.\d+)?(?:e[-+]?\d+)?)"
 # an Answer clause: "<value> [<low>, <high>] (<level>% interval, <n> seeds): **<verdict>**"
 CLAUSE = re.compile(
     rf"(×?)({NUMBER})(?: nats(?: per decade of parameters)?)? \[({NUMBER}), ({NUMBER})\] "
-    rf"\(({NUMBER})% interval, (\d+) (?:seeds|sizes)\): \*\*([^*]+)\*\*"
+    rf"\(({NUMBER})% interval, (\d+) (?:seeds|sizes)(?:; [^)]*)?\): \*\*([^*]+)\*\*"
 )
 POSITIVE = re.compile(r"(?<![-+\d.])(\d+(?:\.\d+)?(?:e[-+]?\d+)?) \[(\d[^,\]]*), (\d[^\]]*)\]")
 LEADS = {  # an Answer sentence's lead -> the plan table's estimand

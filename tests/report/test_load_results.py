@@ -59,8 +59,17 @@ def test_a_run_that_diverged_below_the_probes_bracket_widens_it_down() -> None:
     ]
     runs = pd.DataFrame(rows, columns=["run_id", "seed", "lr", "status"])
     runs["family"] = ["f"] * 6 + ["g"]
+    above = pd.DataFrame(  # seed 1 again: it trained at 0.771 above its probes' divergence
+        [("g1", 1, 0.771, "finished", "f"), ("g2", 1, 0.841, "diverged", "f")],
+        columns=["run_id", "seed", "lr", "status", "family"],
+    )
     studies, moved = stored_divergence(StoredStudies(max_lr={"rms": result}), runs)
     seed0, seed1 = studies.max_lr["rms"].divergence_bounds
     assert (seed0.last_stable, seed0.first_unstable) == (0.545, 0.707)  # somewhere between
     assert (seed1.last_stable, seed1.first_unstable) == (0.648, 0.707)
     assert moved == ["rms seed 0 [0.648, 0.707] → [0.545, 0.707]"]
+    studies, moved = stored_divergence(
+        StoredStudies(max_lr={"rms": result}), pd.concat([runs, above], ignore_index=True)
+    )
+    seed1 = studies.max_lr["rms"].divergence_bounds[1]
+    assert (seed1.last_stable, seed1.first_unstable) == (0.648, 0.841)  # up to the next one

@@ -104,9 +104,9 @@ def test_a_diverged_run_ranks_worst_in_an_outcome_and_voids_only_a_probe() -> No
     assert loss["p_value"] == pytest.approx(ranks.pvalue)
     assert probe["verdict"] == "no verdict" and probe["pairs"] == 5
     assert verdict_text(probe) == (
-        "no verdict: runs diverged (b 0 of 6, a 1 of 6); the 5 pair(s) that trained lie on "
-        "no side; it would take runs where both train (a lower LR or more warmup); 2 of the "
-        "runs did not learn"
+        "no verdict: runs diverged (b 0 of 6, a 1 of 6); of the 5 pair(s) that trained, 0 lie "
+        "on the claim's side and their mean on no side; it would take runs where both train (a "
+        "lower LR or more warmup); 2 of the runs did not learn"
     )
 
 

@@ -1,0 +1,92 @@
+"""The declared analysis plan: which estimands a design has, their shares of α and levels,
+and the rules read back from a stored plan (defaults for one stored before they were kept)."""
+
+from __future__ import annotations
+
+import pytest
+
+from ablate.core.experiment import AnalysisConfig
+from ablate.report.plan import (
+    DIVERGENCE,
+    FACTOR,
+    FACTOR_DIVERGENCE,
+    GRID,
+    MATCHED,
+    SHARED_LR,
+    SPEED,
+    TUNED_GAIN,
+    TWO_BY_TWO,
+    USABLE,
+    analysis_plan,
+    plan_lines,
+    primary_design,
+    rules_of,
+    stages_of,
+)
+
+
+def _manifest(**extra: object) -> dict:
+    return {
+        "variants": ["ln", "rms"],
+        "runs": [{"group": "main"}, {"group": "tuned"}, {"group": "crossover"}],
+        "stages": ["main", "curve", "tuned", "crossover", "usable", "decide", "max_lr"],
+        "decide": {"looks": [3, 5, 7, 9]},
+        **extra,
+    }
+
+
+def test_the_default_designs_family_and_its_levels() -> None:
+    plan = analysis_plan(_manifest(), TWO_BY_TWO)
+    found = {e.key: e for e in plan.estimands}
+    assert list(found) == [MATCHED, TUNED_GAIN, USABLE, DIVERGENCE, SPEED]
+    assert found[MATCHED].primary and found[MATCHED].share == 0.5
+    assert all(found[k].share == 0.125 for k in (TUNED_GAIN, USABLE, DIVERGENCE, SPEED))
+    assert sum(e.share for e in plan.estimands) == pytest.approx(1.0)
+    # decide:'s seeds: its four looks divide the shares of the estimands measured on them
+    assert found[MATCHED].level == pytest.approx(1 - 0.05 * 0.5 / 4)
+    assert found[TUNED_GAIN].level == pytest.approx(1 - 0.05 * 0.125 / 4)
+    assert found[USABLE].level == pytest.approx(1 - 0.05 * 0.125)  # its own seeds: one look
+    text = "\n".join(plan_lines(plan))
+    row = "| quality at matched settings | rms − ln | difference, ±0.02 nats | primary | 0.5 | 4 |"
+    assert f"{row} 99.38% |" in text
+    assert "| usable LR | rms / ln | ratio, ×/÷1.5 |" in text
+
+
+def test_without_a_cross_over_no_tuned_gain_and_on_the_simulator_no_speed() -> None:
+    plan = analysis_plan(_manifest(), "same settings", simulated=True)
+    assert [e.key for e in plan.estimands] == [MATCHED, USABLE, DIVERGENCE]
+    shared = analysis_plan(
+        {"variants": ["ln", "rms"], "runs": [{"group": "main"}], "stages": ["main"]},
+        SHARED_LR,
+        simulated=True,
+    )
+    (only,) = shared.estimands
+    assert only.share == 1.0 and only.level == pytest.approx(0.95)  # the whole of α
+
+
+def test_a_grid_is_asked_about_its_factors() -> None:
+    manifest = {
+        "variants": ["ln.true", "ln.false", "rms.true", "rms.false"],
+        "grid": [["model.norm.kind", ["layernorm", "rmsnorm"]], ["model.norm.bias", [True, False]]],
+        "runs": [{"group": "main"}],
+        "stages": ["main", "max_lr"],
+    }
+    plan = analysis_plan(manifest, SHARED_LR)
+    assert plan.primary == GRID
+    assert [(e.key, e.contrast) for e in plan.estimands] == [
+        (FACTOR, ("model.norm.kind", "rmsnorm", "layernorm")),
+        (FACTOR_DIVERGENCE, ("model.norm.kind", "rmsnorm", "layernorm")),
+        (FACTOR, ("model.norm.bias", "false", "true")),
+        (FACTOR_DIVERGENCE, ("model.norm.bias", "false", "true")),
+    ]
+    assert [e.share for e in plan.estimands] == [0.25, 0.25, 0.25, 0.25]
+
+
+def test_the_rules_and_stages_read_back_from_any_stored_plan() -> None:
+    assert rules_of({"min_effect": 0.05}) == AnalysisConfig(min_effect=0.05)  # kept alone
+    stored = {"analysis": {"min_effect": 0.01, "alpha": 0.1, "lr_margin": 2.0}}
+    assert rules_of(stored).alpha == 0.1 and rules_of(stored).lr_margin == 2.0
+    older = {"runs": [{"group": "main"}, {"group": "tuned"}], "usable_within": 0.1}
+    assert stages_of(older) == {"main", "tuned", "max_lr", "usable"}
+    assert primary_design({"runs": [{"group": "main"}]}, True, False) == SHARED_LR
+    assert primary_design(_manifest(), crossed=False, same=False) == "tuned"
