@@ -89,7 +89,8 @@ def said(found: Finding) -> str:
 
 
 def ranks_text(found: Finding) -> str:
-    """For an estimate by ranks: how many seeds had a run that diverged (counted the worst)."""
+    """For an estimate by ranks: how many seeds had a run that diverged (counted the worst:
+    a rank estimate is taken only where one did)."""
     if not found.estimate.ranked:
         return ""
     lost = sum(1 for _, value in found.values if np.isinf(value))

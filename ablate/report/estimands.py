@@ -158,7 +158,7 @@ def factor_finding(
 ) -> Finding:
     """A grid factor level's main effect on the final loss of ``runs`` (its scored split):
     per seed, the mean over the other factors' cells of level − first level; by ranks where a
-    run of the grid did not learn (a diverged one the worst: +inf)."""
+    run of the grid diverged (the worst: +inf)."""
     design = Design.from_manifest(stored.manifest)
     assert design is not None and estimand.contrast is not None
     key, level, base = estimand.contrast
@@ -171,8 +171,7 @@ def factor_finding(
     grid = factor_runs(worst, design, metric)
     with np.errstate(invalid="ignore"):
         values = level_contrast(grid, design.keys, key, level, base).fillna(0.0)
-    lost = bool(unlearned(factor_runs(runs, design), list(design.cells)))
-    return judged_losses(values, lost, estimand, limit)
+    return judged_losses(values, estimand, limit)
 
 
 def factor_divergence(stored: StoredExperiment, estimand: Estimand, limit: float) -> Finding:
@@ -207,20 +206,20 @@ def matched(
 
 def loss_finding(runs: pd.DataFrame, estimand: Estimand, limit: float) -> Finding:
     """The final-loss Δ (variant − baseline) on ``runs``' scored split, paired by seed; where
-    a compared run did not learn, by ranks (:func:`outcome_differences`)."""
+    a compared run diverged, by ranks (:func:`outcome_differences`)."""
     metric = f"final_{scored_split(runs)}_loss"
-    pair = [estimand.baseline, estimand.variant]
     diffs = outcome_differences(runs, estimand.variant, estimand.baseline, metric)
-    return judged_losses(diffs, bool(unlearned(runs, pair)), estimand, limit)
+    return judged_losses(diffs, estimand, limit)
 
 
-def judged_losses(diffs: pd.Series, ranks: bool, estimand: Estimand, limit: float) -> Finding:
-    """Per-seed loss differences judged: by a t interval, or by ranks (``ranks``: a run that
-    diverged or did not learn is among them, its loss the worst or its own)."""
+def judged_losses(diffs: pd.Series, estimand: Estimand, limit: float) -> Finding:
+    """Per-seed loss differences judged: by a t interval, or by ranks where a run that
+    diverged is among them (+inf: the worst; a run that finished without learning counts at
+    its own loss)."""
     values = diffs.to_numpy(dtype=float)
     estimate = (
         rank_estimate(values, estimand.level)
-        if ranks
+        if np.isinf(values).any()
         else difference_estimate(values, estimand.level)
     )
     return Finding(estimand, judge(estimate, estimand.margin, limit), per_seed(diffs))

@@ -283,7 +283,7 @@ def plan_lines(plan: AnalysisPlan) -> list[str]:
         sign = "/" if e.scale == "ratio" else ("vs" if e.contrast else "−")
         rows.append(
             f"| {e.title} | {e.variant} {sign} {e.baseline} | {e.scale}, {margin} | "
-            f"{'primary' if e.primary else 'secondary'} | {e.share:.3g} | {e.looks} | "
+            f"{'primary' if e.primary else 'secondary'} | {e.share:.4g} | {e.looks} | "
             f"{100 * e.level:.4g}% |"
         )
     secondary = {e.key for e in plan.estimands if not e.primary}

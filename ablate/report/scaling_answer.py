@@ -128,7 +128,7 @@ def scaling_plan_lines(manifest: dict, gaps: dict[str, Verdict]) -> list[str]:
         "| --- | --- | --- | --- | --- | --- | --- |",
         *[
             f"| {TITLE} | {variant} − {baseline} | difference, ±{rules.min_effect:g} nats | "
-            f"primary | {share:.3g} | 1 | {100 * (1 - rules.alpha * share):.4g}% |"
+            f"primary | {share:.4g} | 1 | {100 * (1 - rules.alpha * share):.4g}% |"
             for variant in gaps
         ],
     ]
