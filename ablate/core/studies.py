@@ -32,6 +32,7 @@ SEARCH_KEYS = (
     "stable",
     "best",
     "stable_region",
+    "reruns",
 )
 TRIAL_KEYS = ("lr", "number", "run_id", "stable", "state", "value", "warmup_steps")
 BEST_KEYS = ("lr", "run_id", "value", "warmup_steps")
@@ -109,8 +110,8 @@ class BestTrial:
 
 @dataclass
 class SearchResult:
-    """One variant's LR x warmup study: every counted trial, the best stable one and the
-    stable region's ranges (``{"lr": [low, high], "warmup_steps": [low, high]}``)."""
+    """One variant's LR x warmup study: its counted trials (by slot), the best stable one, the
+    stable region's ranges (``{"lr": [low, high], ...}``) and the slots re-run (``reruns``)."""
 
     study: str
     trial_table: list[Trial]
@@ -120,6 +121,7 @@ class SearchResult:
     stable: int
     best: BestTrial | None
     stable_region: dict[str, list[float]] | None
+    reruns: list[int] = field(default_factory=list)
 
     @property
     def run_ids(self) -> list[str]:
@@ -145,6 +147,7 @@ class SearchResult:
             stable=stored["stable"],
             best=BestTrial.from_stored(stored.get("best")),
             stable_region=stored.get("stable_region"),
+            reruns=stored.get("reruns", []),
         )
 
 

@@ -170,13 +170,14 @@ def tune_warmup(
     """The variant's best warmup at ``lr``: a TPE study (``<experiment>.<variant>.warmup``,
     its per-trial seeds from ``curve.sampler_seed``) of ``curve.warmup_trials`` trials, each
     the mean final loss over the curve seeds (run together in the executor's pool; an unstable
-    run counted as min(ℓ, ℓ0)), no pruning; a rerun continues the stored study. None when no
-    trial completed."""
+    run counted as min(ℓ, ℓ0)), no pruning; a rerun continues the stored study, a trial cut
+    short (failed, as an interrupt leaves it) re-run first in its slot
+    (:func:`ablate.launch.search.rerun_cut_trials`). None when no trial completed."""
     from optuna.distributions import IntDistribution
     from optuna.samplers import TPESampler
     from optuna.trial import TrialState
 
-    from ablate.launch.search import TrialSeededSampler, trial_value
+    from ablate.launch.search import TrialSeededSampler, rerun_cut_trials, trial_value
     from ablate.launch.storage import open_study
 
     cfg = experiment.curve
@@ -186,11 +187,16 @@ def tune_warmup(
         experiment, variant, "warmup", url, sampler=TrialSeededSampler(tpe, cfg.sampler_seed)
     )
     space = {"warmup_steps": IntDistribution(cfg.warmup_min, cfg.warmup_max)}
+    rerun_cut_trials(study, say)
     while len(study.get_trials(states=(TrialState.COMPLETE,))) < cfg.warmup_trials:
         trial = study.ask(space)
         warmup = int(trial.params["warmup_steps"])
         specs = [warmup_spec(experiment, variant, lr, warmup, s) for s in experiment.curve_seeds()]
-        value = statistics.fmean(trial_value(summary) for summary in executor.run(specs))
+        try:
+            value = statistics.fmean(trial_value(summary) for summary in executor.run(specs))
+        except BaseException:  # cut short (Ctrl-C, SIGTERM, a crash): re-run by the next run
+            study.tell(trial, state=TrialState.FAIL)
+            raise
         study.tell(trial, value)
         say(f"warmup {variant}: {warmup} steps at lr {lr:.3g}: mean val {value:.4f}")
     best = [t for t in study.trials if t.state == TrialState.COMPLETE]

@@ -21,6 +21,12 @@ counts complete and pruned trials over every process sharing the storage, so rer
 the study and parallel processes share the work: a worker starts a trial only while complete +
 pruned + running trials are fewer than ``n_trials``, and on an RDB storage stays until the running
 ones are done or retried.
+
+A trial cut short (Ctrl-C, SIGTERM, a crash: Optuna fails it; a dead worker: failed by its
+stale heartbeat) is re-run with its parameters, its intermediate values and its **slot**, the
+place in the study's sequence that seeds the sampler (:func:`slot_of`): the next trials are
+proposed as if it had never been cut, so a study's trials are a function of the experiment file
+however often it was interrupted. :attr:`SearchResult.reruns` lists the slots re-run.
 """
 
 from __future__ import annotations
@@ -77,12 +83,76 @@ def trial_seed(seed: int, number: int) -> int:
     return int(np.random.SeedSequence((seed, number)).generate_state(1)[0])
 
 
+SLOT = "slot"  # a trial's user attribute: its place in the study's sequence, kept by a re-run
+RETRY_OF = "failed_trial"  # the system attribute a re-run names its cut trial's number by
+
+
+def slot_of(trial: FrozenTrial) -> int:
+    """The trial's place in its study's sequence: the trial number of an uncut study, kept by
+    the re-run of a cut trial (a trial stored before slots were: its number)."""
+    return int(trial.user_attrs.get(SLOT, trial.number))
+
+
+def assign_slot(study: optuna.Study, trial: FrozenTrial) -> int:
+    """The slot of a trial just asked for, stored on it. A re-run's is its cut trial's (its
+    user attributes carry it, or Optuna's retry names the cut trial's number); a new trial's
+    is its number less the re-runs numbered before it: unique among processes asking at once
+    (trial numbers are), and the number it would have had in a study never cut."""
+    if SLOT in trial.user_attrs:
+        return slot_of(trial)
+    others = study.get_trials(deepcopy=False)
+    failed = trial.system_attrs.get(RETRY_OF)
+    if failed is not None:
+        slot = next((slot_of(t) for t in others if t.number == failed), trial.number)
+    else:
+        reruns = sum(1 for t in others if t.number < trial.number and RETRY_OF in t.system_attrs)
+        slot = trial.number - reruns
+    study._storage.set_trial_user_attr(trial._trial_id, SLOT, slot)
+    return slot
+
+
+def rerun_cut_trials(study: optuna.Study, say: PrintFn) -> list[int]:
+    """Queue every failed trial whose slot no other trial holds again, with its parameters,
+    user attributes (slot, run id: the re-run takes over the run) and intermediate values (the
+    pruner sees what it saw); the slots queued."""
+    trials = study.get_trials(deepcopy=False)
+    held = {slot_of(t) for t in trials if t.state != TrialState.FAIL}
+    queued = []
+    for cut in trials:
+        slot = slot_of(cut)
+        if cut.state != TrialState.FAIL or slot in held or not cut.params:
+            continue
+        study.add_trial(
+            optuna.trial.create_trial(
+                state=TrialState.WAITING,
+                params=cut.params,
+                distributions=cut.distributions,
+                user_attrs={**cut.user_attrs, SLOT: slot},
+                system_attrs={RETRY_OF: cut.number},
+                intermediate_values=cut.intermediate_values,
+            )
+        )
+        held.add(slot)
+        queued.append(slot)
+        say(f"{study.study_name} #{slot} was cut short: re-run with its parameters")
+    return queued
+
+
+def rerun_slots(study: optuna.Study) -> list[int]:
+    """The slots of the study's trials that were cut short and re-run (held by a later trial)."""
+    trials = study.get_trials(deepcopy=False)
+    held = {slot_of(t) for t in trials if t.state != TrialState.FAIL}
+    return sorted({slot_of(t) for t in trials if t.state == TrialState.FAIL} & held)
+
+
 class TrialSeededSampler(optuna.samplers.BaseSampler):
     """A sampler re-created for every trial with a seed hashed from (seed, trial number).
 
     One fixed seed per process would make two processes on one study (or a resumed study)
     propose the same parameters again; trial numbers are unique across processes, so these
-    seeds are too, and a single process still repeats exactly. The seed is numpy's
+    seeds are too, and a single process still repeats exactly. The number hashed is the
+    trial's slot (:func:`assign_slot`): a cut trial's re-run takes its slot, so the trials after
+    it are seeded as in a study never cut. The seed is numpy's
     ``SeedSequence`` hash of the pair, not an arithmetic of it: Mersenne Twister streams of
     nearby small seeds can begin alike (``RandomState(0)`` and ``RandomState(3)`` draw 0.549,
     0.715 and 0.551, 0.708), which made trials 0 and 3 of every study near-duplicates. TPE and
@@ -96,7 +166,7 @@ class TrialSeededSampler(optuna.samplers.BaseSampler):
         self._inner = make(seed=seed)
 
     def before_trial(self, study: optuna.Study, trial: FrozenTrial) -> None:
-        self._inner = self._make(seed=trial_seed(self._seed, trial.number))
+        self._inner = self._make(seed=trial_seed(self._seed, assign_slot(study, trial)))
         self._inner.before_trial(study, trial)
 
     def infer_relative_search_space(
@@ -205,6 +275,7 @@ def run_search(
         sampler=make_sampler(experiment),
         pruner=make_pruner(experiment),
     )
+    rerun_cut_trials(study, say)
     base = experiment.variants[variant]
     seed = experiment.search_seed()
 
@@ -379,7 +450,7 @@ def search_summary(study: optuna.Study) -> SearchResult:
         study=study.study_name,
         trial_table=[
             Trial(
-                number=t.number,
+                number=slot_of(t),
                 state=t.state.name,
                 value=t.value,
                 lr=t.params.get("lr"),
@@ -389,7 +460,7 @@ def search_summary(study: optuna.Study) -> SearchResult:
             )
             for t in study.get_trials(deepcopy=False, states=COUNTED)
         ],
-        trials=len(study.trials),
+        trials=len({slot_of(t) for t in study.get_trials(deepcopy=False)}),
         complete=len(complete),
         pruned=len(study.get_trials(deepcopy=False, states=(TrialState.PRUNED,))),
         stable=len(stable),
@@ -402,4 +473,5 @@ def search_summary(study: optuna.Study) -> SearchResult:
         if best
         else None,
         stable_region=region,
+        reruns=rerun_slots(study),
     )

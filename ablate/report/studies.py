@@ -231,6 +231,19 @@ def edges_of_best(trials: pd.DataFrame, best: BestTrial | None) -> list[str]:
     return found
 
 
+def _rerun_lines(reruns: dict[str, list[int]]) -> list[str]:
+    """The trials cut short (an interrupt, a crash, a dead worker) and re-run, if any."""
+    cut = [f"{v} #{slot}" for v, slots in reruns.items() for slot in slots]
+    if not cut:
+        return []
+    return [
+        f"Re-run after being cut short: {', '.join(cut)}, each with its parameters, its run and "
+        "its place in the sampler's sequence, so the trials after it are those of a search "
+        "never cut.",
+        "",
+    ]
+
+
 def search_section(studies: Studies, variants: list[str], startup: int | None = None) -> Section:
     """Markdown, CSV and figure of the LR x warmup search; ``startup``: TPE's random start-up
     trials per study (None: not recorded)."""
@@ -266,6 +279,7 @@ def search_section(studies: Studies, variants: list[str], startup: int | None = 
         "",
         *_startup_lines(startup),
         *_edge_lines(edges),
+        *_rerun_lines({v: r.reruns for v, r in found.items()}),
     ]
     section = Section(lines, {"search_trials.csv": trials})
     if len(trials):

@@ -4,17 +4,22 @@ from __future__ import annotations
 
 import json
 import math
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import optuna
 import pandas as pd
 import pytest
 import yaml
-from conftest import REPO, TINY, simulated_experiment
+from conftest import REPO, TINY, simulated_experiment, write_experiment
 
 from ablate.core.folders import ExperimentFolder
 from ablate.core.load import load_experiment
+from ablate.core.plan import RunSpec
+from ablate.core.record import RunRecord
 from ablate.launch.pipeline import Context, margin_boundaries, run_experiment, run_studies_only
+from ablate.launch.simulator import SimulatedExecutor
 from ablate.launch.storage import open_storage, storage_url
 
 
@@ -272,3 +277,97 @@ def test_the_stages_run_in_the_documented_order() -> None:
         "shared", "search", "curve", "tuned", "decide", "crossover", "usable", "max_lr",
         "studies", "convert", "report",
     ]  # fmt: skip
+
+
+@dataclass
+class CutOnce(SimulatedExecutor):
+    """The simulator, cut by a Ctrl-C when a ``group`` run is asked for after ``after`` of
+    them are stored (once: the marker file says it was cut)."""
+
+    group: str = "search"
+    after: int = 1
+    marker: Path = Path("cut")
+
+    def _maybe_cut(self, specs: list[RunSpec]) -> None:
+        if self.marker.exists() or all(s.group != self.group for s in specs):
+            return
+        stored = [p for p in self.root.glob("*/*/summary.json") if _group(p) == self.group]
+        if len(stored) >= self.after:
+            self.marker.touch()
+            raise KeyboardInterrupt
+
+    def obtain(self, spec: RunSpec, *args: Any, **kwargs: Any) -> RunRecord:
+        self._maybe_cut([spec])
+        return super().obtain(spec, *args, **kwargs)
+
+    def run(self, specs: list[RunSpec]) -> list[RunRecord]:
+        self._maybe_cut(specs)
+        return super().run(specs)
+
+
+def _group(summary: Path) -> str:
+    return json.loads(summary.read_text())["group"]
+
+
+STUDIES = {  # a stage's study -> the experiment's sections that make it
+    "search": {"search": {"n_trials": 6, "lr_min": 1e-3, "lr_max": 3e-2, "warmup_max": 10}},
+    "warmup": {"curve": {"lr_min": 1e-3, "lr_max": 3e-2, "warmup_trials": 4, "warmup_startup": 2}},
+    "max_lr": {
+        "search": {"n_trials": 2, "lr_min": 1e-3, "lr_max": 3e-2, "pruner": "none"},
+        "max_lr": {"factor": 2.0, "lr_max": 10.0},
+    },
+}
+
+
+def _studied(tmp_path: Path, study: str) -> Path:
+    """The tiny experiment on the simulator with the sections that make ``study`` (the
+    search's 6 trials put the median pruner to work), its studies in a SQLite file."""
+    tmp_path.mkdir()
+    truth = {"variants": {"layernorm": {"opt_lr": 0.004}, "rmsnorm": {"opt_lr": 0.009}}}
+    return write_experiment(
+        tmp_path / "e.yaml",
+        **STUDIES[study],
+        runtime={"backend": "simulate", "simulate": truth},
+        storage=f"sqlite:///{tmp_path / 'studies.db'}",
+    )
+
+
+def _outcome(home: Path) -> tuple[Any, ...]:
+    """What the answer of the experiment in ``home`` is made of: every stored run's id and
+    result, the search trials, and the report without the re-run note (its own folder's name
+    taken out)."""
+    runs = {
+        p.parent.name: (s["group"], s["final_val_loss"], s["status"])
+        for p in home.glob("results/tiny/*/summary.json")
+        for s in [json.loads(p.read_text())]
+    }
+    table = home / "rep/tiny/search_trials.csv"
+    trials = pd.read_csv(table).to_dict("list") if table.exists() else None
+    kept = [
+        line.replace(str(home), "HOME")
+        for line in (home / "rep/tiny/report.md").read_text().splitlines()
+        if line and not line.startswith("Re-run after being cut short")
+    ]
+    return runs, trials, kept
+
+
+@pytest.mark.usefixtures("unrendered_figures")
+@pytest.mark.parametrize(("group", "after"), [("search", 2), ("warmup", 1), ("max_lr", 1)])
+def test_an_interrupted_study_gives_the_uninterrupted_answer(
+    tmp_path: Path, group: str, after: int
+) -> None:
+    whole = run_experiment(
+        _studied(tmp_path / "a", group), tmp_path / "a/results", tmp_path / "a/rep"
+    )
+    path = _studied(tmp_path / "b", group)
+    cut = CutOnce(tmp_path / "b/results", group=group, after=after, marker=tmp_path / "cut")
+    with pytest.raises(KeyboardInterrupt):
+        run_experiment(path, tmp_path / "b/results", tmp_path / "b/rep", executor=cut)
+    again = run_experiment(path, tmp_path / "b/results", tmp_path / "b/rep")
+    assert (tmp_path / "cut").exists() and again.missing == []
+    assert _outcome(tmp_path / "b") == _outcome(tmp_path / "a")
+    reruns = {v: r.reruns for v, r in again.studies.search.items() if r.reruns}
+    assert reruns == ({"layernorm": [after]} if group == "search" else {})
+    named = f"layernorm #{after}" in (tmp_path / "b/rep/tiny/report.md").read_text()
+    assert named == (group == "search")  # the report names the trial re-run
+    assert all(not r.reruns for r in whole.studies.search.values())
