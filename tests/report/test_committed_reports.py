@@ -25,7 +25,6 @@ RETRAIN = "not rebuilt under the analysis plan yet: its store must be retrained"
 GPU = "made on a lent GPU: rebuilt when one is lent again"
 PENDING = {  # report -> why it still predates the analysis plan (issue 72)
     "reports/convert/report.md": RETRAIN,
-    "reports/deepnorm/report.md": RETRAIN,
     "reports/gpu/reports/litgpt_pythia_gpu/report.md": GPU,
     "reports/gpu/reports/own_model_gpu/report.md": GPU,
     "reports/gpu/reports/smoke_gpu/report.md": GPU,
