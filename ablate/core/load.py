@@ -19,7 +19,7 @@ import copy
 import importlib.util
 import itertools
 import math
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -30,7 +30,7 @@ from ablate.core.claims import LOSSES, OUTCOMES
 from ablate.core.config import NAME_PATTERN, SEED_LIMIT, ConfigError, RunConfig
 from ablate.core.experiment import ConvertConfig, ConvertPlan, Experiment, ExperimentFile
 from ablate.core.norm_kinds import KIND_KEYS
-from ablate.core.overrides import flatten_overrides, level_name, run_fingerprint
+from ablate.core.overrides import flatten_overrides, level_name, run_fingerprint, unread_key
 from ablate.core.schema import allowed_keys, has_key, section_model, value_prefix
 
 # logger name -> the packages that provide it (any one of them will do)
@@ -187,6 +187,15 @@ def build_run_config(raw: dict[str, Any], where: str) -> RunConfig:
         return RunConfig.model_validate(raw)
     except ValidationError as exc:
         raise format_validation(exc, where) from None
+
+
+def _check_keys_read(keys: Iterable[str], configs: list[RunConfig], at: str) -> None:
+    """Refuse a key (of the base, or a grid factor) that none of ``configs`` reads
+    (:func:`unread_key`): it changes nothing."""
+    for key in keys:
+        unread = [unread_key(config, [key]) for config in configs]
+        if configs and all(unread) and unread[0]:
+            raise ConfigError(f"{at}{key}: changes nothing in any variant: {unread[0][1]}")
 
 
 def _check_data_file(config: RunConfig, where: str) -> None:
@@ -420,6 +429,9 @@ def resolve_experiment(
             raise ConfigError(f"{at}: must be a mapping of dotted keys to values")
         overrides = flatten_overrides(overrides)
         config = _variant_config(base_raw, overrides, at, path.parent)
+        unread = None if vname in factors else unread_key(config, overrides)
+        if unread:
+            raise ConfigError(f"{at}: {unread[0]}: changes nothing here: {unread[1]}")
         fingerprint = run_fingerprint(config)
         if fingerprint in seen:
             raise ConfigError(
@@ -429,6 +441,10 @@ def resolve_experiment(
         seen[fingerprint] = label
         variants[str(vname)] = config
         resolved_overrides[str(vname)] = overrides
+    base_keys = flatten_overrides({"model": top.model, "train": top.train})
+    _check_keys_read(base_keys, list(variants.values()), f"{where}: ")
+    grid_keys = dict.fromkeys(key for levels in factors.values() for key in levels)
+    _check_keys_read(grid_keys, [variants[v] for v in factors], f"{where}: grid.")
     convert = _convert_plan(top.convert, variants, top.seeds, where) if top.convert else None
     experiment = Experiment(
         name=name,

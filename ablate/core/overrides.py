@@ -3,7 +3,8 @@
 A variant names dotted keys (``model.norm.kind: rmsnorm``), spelled out key by key by
 :func:`flatten_overrides` (:func:`ablate.core.load.apply_overrides` sets them on the base, and
 refuses an unknown one); a ``grid:`` level is named by :func:`level_name`; :func:`differences`
-and :func:`run_fingerprint` say what two resolved configs differ in and whether they are one run.
+and :func:`run_fingerprint` say what two resolved configs differ in and whether they are one run;
+:func:`unread_key` finds a key a config names but does not read (a no-op variant).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from typing import Any
 
 from ablate.core.config import RunConfig
 from ablate.core.experiment import Experiment
+from ablate.core.norm_kinds import KINDS
 from ablate.core.schema import section_model
 
 
@@ -31,6 +33,25 @@ def flatten_overrides(overrides: dict[str, Any], prefix: str = "") -> dict[str, 
         else:
             flat[dotted] = value
     return flat
+
+
+def unread_key(config: RunConfig, keys: Iterable[str]) -> tuple[str, str] | None:
+    """The first of the dotted ``keys`` that ``config`` does not read, and why: a norm key where
+    placement none leaves no norm, a key its norm kind does not read, ``fp32_reduction`` at
+    precision 32 (nothing in bf16/fp16 to reduce); None when it reads them all."""
+    norm = config.model.norm
+    for key in keys:
+        name = key.removeprefix("model.norm.")
+        if name == key:
+            continue
+        if norm.placement == "none" and not norm.qk_norm and name not in ("placement", "qk_norm"):
+            return key, "placement none has no norm (nor qk_norm) to set it on"
+        if name in KINDS[norm.kind].unused():
+            readers = ", ".join(k.name for k in KINDS.values() if name in k.reads)
+            return key, f"norm kind {norm.kind} does not read it (read by: {readers})"
+        if name == "fp32_reduction" and config.train.precision == "32":
+            return key, "at train.precision 32 there is no bf16/fp16 input to reduce in fp32"
+    return None
 
 
 DERIVED = {"model.norm.bias": "model.norm.kind"}  # a default that follows another key's value
