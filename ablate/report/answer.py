@@ -14,10 +14,12 @@ from collections.abc import Callable
 import numpy as np
 
 from ablate.core.boundary import variant_boundary
+from ablate.core.plan import CONVERTED
 from ablate.report.crossover import settings_of
 from ablate.report.estimands import Finding, Findings, TwoByTwo, described
 from ablate.report.load import StoredExperiment
 from ablate.report.plan import (
+    CONVERT,
     DIVERGENCE,
     FACTOR,
     FACTOR_DIVERGENCE,
@@ -242,6 +244,25 @@ def speed_sentence(found: Findings) -> str | None:
     )
 
 
+def convert_sentence(found: Findings, stored: StoredExperiment) -> str | None:
+    """The converted checkpoint against the same weights unchanged, and the swap's own jump."""
+    rows = [f for f in found.found if f.estimand.key == CONVERT]
+    if not rows:
+        return None
+    info = stored.manifest.get("convert") or {}
+    done = stored.convert[stored.convert["status"] == "finished"]
+    converted = done[done["variant"] == CONVERTED]
+    jump = (converted["loss_after_swap"] - converted["loss_before_swap"]).mean()
+    steps = int(converted["planned_steps"].iloc[0]) if len(converted) else 0
+    return (
+        f"**The converted checkpoint** (the `{info.get('source')}` runs' final weights with "
+        f"the norms converted, biases `{info.get('bias')}`, against the same weights "
+        f"unchanged, both trained {steps} more steps on the same batches): "
+        + joined([f"{pair(f)} {said(f)}" for f in rows])
+        + f"; the swap itself moved the loss by {jump:+.4f} at once (descriptive)."
+    )
+
+
 def plural(n: int, word: str) -> str:
     """``1 seed``, ``7 seeds``."""
     return f"{n} {word}{'s' * (n != 1)}"
@@ -332,6 +353,7 @@ def answer_lines(found: Findings, stored: StoredExperiment) -> list[str]:
         usable_sentence(found),
         divergence_sentence(found, stored),
         speed_sentence(found),
+        convert_sentence(found, stored),
         change_sentence(found),
     ]
     return [HEADING, "", *[f"- {s}" for s in sentences if s], ""]

@@ -25,6 +25,7 @@ from ablate.report.factorial import Design, factor_runs, level_contrast
 from ablate.report.load import StoredExperiment, load_experiment_results
 from ablate.report.margins import boundary_frame
 from ablate.report.plan import (
+    CONVERT,
     DIVERGENCE,
     FACTOR,
     FACTOR_DIVERGENCE,
@@ -145,6 +146,8 @@ def measure(
     if estimand.key == SPEED:
         lead = stored.tuned if len(stored.tuned) else stored.main
         return ratio_finding(estimand, speed_logs(lead, estimand), 0.0, True, rules.not_estimable)
+    if estimand.key == CONVERT:
+        return loss_finding(stored.convert, estimand, rules.not_estimable)
     if estimand.key in (FACTOR, FACTOR_TUNED):
         runs = stored.main if estimand.key == FACTOR else stored.tuned
         return factor_finding(stored, runs, estimand, rules.not_estimable)

@@ -14,6 +14,8 @@ For each variant against the baseline (the first variant):
 - **the usable LR** and **the divergence edge** (secondary): per-seed ratios to the
   baseline's (the usable-LR walks' edges; the divergence brackets).
 - **training speed** (secondary): tokens/s end to end, paired by seed (not on the simulator).
+- **the converted checkpoint** (secondary, with ``convert:``): the source's weights with the
+  other norm swapped in against the same weights unchanged, each trained on, paired by seed.
 
 A grid (``grid:``) is asked about its factors instead: each factor level's main effect against
 the factor's first level, averaged over the other factors within each seed, on the final loss
@@ -32,14 +34,16 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from ablate.core.experiment import AnalysisConfig
+from ablate.core.plan import CONTROL, CONVERTED
 from ablate.report.verdict import Scale
 
-MATCHED, TUNED_GAIN, USABLE, DIVERGENCE, SPEED = (
+MATCHED, TUNED_GAIN, USABLE, DIVERGENCE, SPEED, CONVERT = (
     "matched",
     "tuned_gain",
     "usable",
     "divergence",
     "speed",
+    "convert",
 )
 FACTOR, FACTOR_TUNED, FACTOR_DIVERGENCE = "factor", "factor_tuned", "factor_divergence"
 # how the primary estimand is measured, by design
@@ -51,7 +55,7 @@ GRID = "grid"
 class Estimand:
     """One verdict-bearing quantity: what it is, its scale and margin, its share of α."""
 
-    key: str  # MATCHED, TUNED_GAIN, USABLE, DIVERGENCE, SPEED or a grid's FACTOR*
+    key: str  # MATCHED, TUNED_GAIN, USABLE, DIVERGENCE, SPEED, CONVERT or a grid's FACTOR*
     variant: str
     baseline: str
     title: str
@@ -182,6 +186,19 @@ def analysis_plan(manifest: dict, primary: str, simulated: bool = False) -> Anal
                     lead_looks,
                 )
             )
+    if "convert" in stages:
+        found.append(
+            Estimand(
+                CONVERT,
+                CONVERTED,
+                CONTROL,
+                "the converted checkpoint",
+                "difference",
+                rules.min_effect,
+                False,
+                1,
+            )
+        )
     return AnalysisPlan(rules, shared(found, rules), primary)
 
 
@@ -264,6 +281,8 @@ SECONDARY_TEXT = {
     "the brackets' resolution)",
     SPEED: "training tokens/s, paired by seed on the leading runs, end to end on this machine "
     "(not a kernel benchmark)",
+    CONVERT: "the final loss of the source's weights with the norms converted, against the same "
+    "weights unchanged, both trained on over the same batches, paired by seed",
     FACTOR_TUNED: "each factor level's main effect with every cell at its own tuned LR and "
     "warmup (not at matched settings)",
     FACTOR_DIVERGENCE: "each factor level's main effect on the divergence edge, as a ratio "
@@ -317,6 +336,7 @@ SECONDARY_NAMES = {
     USABLE: "Usable LR",
     DIVERGENCE: "Divergence edge",
     SPEED: "Training speed",
+    CONVERT: "The converted checkpoint",
     FACTOR_TUNED: "Factors at each cell's tuned LR",
     FACTOR_DIVERGENCE: "Factors on the divergence edge",
 }

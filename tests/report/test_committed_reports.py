@@ -24,7 +24,6 @@ REPORTS = sorted(p.relative_to(REPO).as_posix() for p in (REPO / "reports").rglo
 RETRAIN = "not rebuilt under the analysis plan yet: its store must be retrained"
 GPU = "made on a lent GPU: rebuilt when one is lent again"
 PENDING = {  # report -> why it still predates the analysis plan (issue 72)
-    "reports/convert/report.md": RETRAIN,
     "reports/gpu/reports/litgpt_pythia_gpu/report.md": GPU,
     "reports/gpu/reports/own_model_gpu/report.md": GPU,
     "reports/gpu/reports/smoke_gpu/report.md": GPU,
@@ -53,6 +52,7 @@ LEADS = {  # an Answer sentence's lead -> the plan table's estimand
     "Usable LR": "usable LR",
     "Divergence edge": "divergence edge",
     "Training speed": "training speed",
+    "The converted checkpoint": "the converted checkpoint",
     "Factors at the shared LR (matched settings)": "factor at the shared LR",
     "Factors at each cell's tuned LR": "factor at each cell's tuned LR",
     "Factors on the divergence edge": "factor on the divergence edge",

@@ -7,6 +7,7 @@ import pytest
 
 from ablate.core.experiment import AnalysisConfig
 from ablate.report.plan import (
+    CONVERT,
     DIVERGENCE,
     FACTOR,
     FACTOR_DIVERGENCE,
@@ -62,6 +63,16 @@ def test_without_a_cross_over_no_tuned_gain_and_on_the_simulator_no_speed() -> N
     )
     (only,) = shared.estimands
     assert only.share == 1.0 and only.level == pytest.approx(0.95)  # the whole of α
+
+
+def test_a_conversion_is_a_secondary_estimand_of_its_own() -> None:
+    manifest = {"variants": ["ln", "rms"], "runs": [], "stages": ["main", "convert"]}
+    plan = analysis_plan(manifest, SHARED_LR, simulated=True)
+    assert [(e.key, e.variant, e.baseline, e.primary) for e in plan.estimands] == [
+        (MATCHED, "rms", "ln", True),
+        (CONVERT, "converted", "continued", False),
+    ]
+    assert [e.share for e in plan.estimands] == [0.5, 0.5]
 
 
 def test_a_grid_is_asked_about_its_factors() -> None:
