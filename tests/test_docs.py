@@ -281,3 +281,14 @@ def test_norms_md_documents_the_placement_keys_and_the_stabilisers() -> None:
         "`model.softcap_output",
     ]
     assert [key for key in keys if key not in text] == []
+
+
+def test_the_main_job_writes_nothing_the_docs_or_tests_quote() -> None:
+    """`make run` keeps its results and report under results/ (ignored by git): the committed
+    example in reports/ln_vs_rms, which the README and these tests quote, stays as committed
+    on a machine whose bits differ."""
+    makefile = (REPO / "Makefile").read_text()
+    recipe = makefile.split("\nrun: setup\n", 1)[1].split("\n\n", 1)[0]
+    (command,) = [line.strip() for line in recipe.splitlines() if "ablate run" in line]
+    assert command.endswith("ablate run experiments/ln_vs_rms.yaml --report-dir results/reports")
+    assert "/results/" in (REPO / ".gitignore").read_text().splitlines()
