@@ -145,6 +145,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="also say which planned runs this results store holds and which would be trained",
     )
     validate.add_argument(
+        "--time",
+        action="store_true",
+        help="time each distinct model's training step on this machine (kept for later "
+        "validates, which price the plan from the stored times)",
+    )
+    validate.add_argument(
         "--simulate",
         action="store_true",
         help="run the whole design on the simulator (at the truth runtime.simulate states) "

@@ -40,9 +40,12 @@ def cmd_validate(args: argparse.Namespace, console: Console) -> int:
 
     experiment = load_experiment(args.experiment, args.backend, settings=settings_of(args))
     console.print(f"[bold]{experiment.name}[/bold]: {experiment.description}".rstrip(": "))
+    for line in setting_lines(experiment, args):
+        console.print(line, markup=False, highlight=False, soft_wrap=True)
     design = None
     if experiment.scale is None:
-        design = _simulated_design(args.experiment, settings_of(args))
+        if args.simulate:
+            design = _simulated_design(args.experiment, settings_of(args))
         _print_plan(experiment, args, console, design)
     else:
         from ablate.launch.scale import resolve_sizes
@@ -54,7 +57,8 @@ def cmd_validate(args: argparse.Namespace, console: Console) -> int:
                 f"{size.tokens:,} tokens per run"
             )
             total += _print_plan(size.experiment, args, console)
-        console.print(f"at most, all sizes: {total / 60:.1f} min")
+        priced = f"{total / 60:.1f} min" if total == total else "not priced (`--time`)"
+        console.print(f"at most, all sizes: {priced}")
     lines = difference_lines(experiment)
     for line in lines[: SHOWN_VARIANTS + 1]:  # the heading, then a line per variant
         console.print(line, markup=False, highlight=False, soft_wrap=True)
@@ -78,6 +82,37 @@ def _simulated_design(path: Path, settings: list[str]) -> Design:
     from ablate.launch.expect import simulate_design
 
     return simulate_design(load_experiment(path, "simulate", settings=settings))
+
+
+def setting_lines(experiment: Experiment, args: argparse.Namespace) -> list[str]:
+    """Each ``--set`` and ``--seeds`` of the command line, as the file now resolves it."""
+    from ablate.core.overrides import flat_config
+
+    lines = []
+    for setting in settings_of(args):
+        key = setting.split("=", 1)[0].strip()
+        if key.split(".", 1)[0] in ("data", "model", "train", "runtime"):
+            values = {name: flat_config(cfg).get(key) for name, cfg in experiment.variants.items()}
+            shown = {repr(v) for v in values.values()}
+            resolved = (
+                shown.pop()
+                if len(shown) == 1
+                else "; ".join(f"{name} {value!r}" for name, value in values.items())
+            )
+        else:
+            resolved = repr(_attribute(experiment, key))
+        lines.append(f"set {key}: {resolved}")
+    if lines:
+        lines.append("(the description above is the file's own, written before these settings)")
+    return lines
+
+
+def _attribute(experiment: Experiment, key: str) -> Any:
+    """The resolved value of a dotted key outside the run config (``search.n_trials``)."""
+    value: Any = experiment
+    for part in key.split("."):
+        value = value.get(part) if isinstance(value, dict) else getattr(value, part, None)
+    return value
 
 
 def settings_of(args: argparse.Namespace) -> list[str]:
@@ -132,15 +167,21 @@ def _print_plan(
 
         stored = stored_counts(experiment, args.results_dir)
     expected = design.counts if design is not None else None
-    plan = describe_plan(experiment, res.workers, res.threads, stored, expected)
+    timing = bool(getattr(args, "time", False))
+    plan = describe_plan(experiment, res.workers, res.threads, stored, expected, timing)
+    if plan.timed:
+        from ablate.launch.step_times import store_step_times
+
+        store_step_times(plan.timed)
     groups = ", ".join(planned_groups(experiment))
     what = "runs" if stored is None else "runs to train (beyond those stored)"
     console.print(
         f"seeds {experiment.seeds}; up to {plan.runs} {what} ({groups}); "
         f"{res.workers} worker(s) x {res.threads} thread(s)"
     )
+    shown = plan.table.head(SHOWN_VARIANTS).astype(object)
     console.print(
-        plan.table.head(SHOWN_VARIANTS).to_markdown(index=False, floatfmt=".1f"),
+        shown.where(shown.notna(), "–").to_markdown(index=False, floatfmt=".1f"),
         markup=False,
         highlight=False,
         soft_wrap=True,
@@ -170,6 +211,12 @@ BUSY_LOAD = 0.5  # a 1-minute load average above which the timed steps shared th
 def estimate_lines(plan: PlanEstimate, experiment: Experiment, design: Design | None) -> list[str]:
     """The wall time expected and at most, the Slurm tasks and hours where runs go there, and
     a warning where the steps were timed on a busy machine."""
+    if plan.untimed:
+        return [
+            f"cost: not priced: {plan.untimed} distinct model(s) of this plan have no step time "
+            "stored on this machine; `ablate validate --time` times them (a few steps each) "
+            "and keeps them for the next validate"
+        ]
     lines = []
     if plan.expected_wall_time_s is not None:
         lines.append(
@@ -202,8 +249,11 @@ def estimate_lines(plan: PlanEstimate, experiment: Experiment, design: Design | 
     if plan.load > BUSY_LOAD:
         lines.append(
             f"the steps were timed on a busy machine (1-minute load {plan.load:.1f} on "
-            f"{os.cpu_count()} cores): the times may be high; validate again when it is idle"
+            f"{os.cpu_count()} cores): the times may be high; `validate --time` again when it "
+            "is idle"
         )
+    if not plan.timed:
+        lines.append("step times: as stored on this machine by an earlier `ablate validate --time`")
     return lines
 
 

@@ -27,14 +27,26 @@ PATIENCE_S = 1800
 
 
 def test_validate_prints_the_plan_with_cost(
-    tiny_experiment: Path, capsys: pytest.CaptureFixture
+    tiny_experiment: Path,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    monkeypatch.setenv("ABLATE_CACHE", str(tmp_path / "cache"))  # no step time stored yet
     assert main(["validate", str(tiny_experiment)]) == 0
+    out = capsys.readouterr().out
+    assert "cost: not priced: 2 distinct model(s)" in out and "at most: " not in out
+    assert main(["validate", str(tiny_experiment), "--time", "--simulate"]) == 0
     out = capsys.readouterr().out
     assert "4 runs" in out and "layernorm" in out and "rmsnorm" in out
     assert "expected wall time: " in out and "(4 runs: the counts this design" in out
     assert "at most: " in out and "step_time_ms" in out and "parameters" in out
+    assert "as stored on this machine" not in out
     assert "up to 4 runs (main);" in out  # only the stages the file has
+    assert main(["validate", str(tiny_experiment)]) == 0  # priced from the stored step time
+    out = capsys.readouterr().out
+    assert "at most: " in out and "as stored on this machine" in out
+    assert "expected wall time: " not in out  # the simulator runs only when asked
     assert "  layernorm: nothing (the base itself)" in out
     assert (
         "  rmsnorm: model.norm.kind: 'layernorm' -> 'rmsnorm'; model.norm.bias: True -> False "
@@ -48,7 +60,7 @@ def test_validate_estimates_every_size_of_a_scale_section(
     path = write_experiment(
         tmp_path / "s.yaml", scale={"sizes": [{"d_model": 16}, {"d_model": 32, "n_heads": 4}]}
     )
-    assert main(["validate", str(path)]) == 0
+    assert main(["validate", str(path), "--time"]) == 0
     out = capsys.readouterr().out
     assert "size d16: 7,664 parameters, 1,280 tokens per run" in out
     assert "size d32: 21,472 parameters, 1,280 tokens per run" in out

@@ -4,7 +4,8 @@
 missing or bad data file, or a model its source cannot build (an unknown litgpt name or field, a
 factory that does not import or returns the wrong shape), fails with one line before anything is
 written. :func:`describe_plan` builds each variant's model once, times a few real optimizer
-steps at the thread count the executor will use, and turns that into an estimate of every run's
+steps at the thread count the executor will use (or reads the step time stored on this
+machine: :mod:`ablate.launch.step_times`), and turns that into an estimate of every run's
 time and of the whole experiment's wall time: at most (every study stage at its cap) and, given
 the run counts the design reaches on the simulator (:mod:`ablate.launch.expect`), expected.
 Fixed costs are added as measured on a 2-core CPU: each run's set-up (model, Trainer, files),
@@ -16,6 +17,7 @@ kept, so the estimate can say when it was busy.
 
 from __future__ import annotations
 
+import math
 import os
 import time
 from dataclasses import dataclass
@@ -42,6 +44,7 @@ from ablate.core.plan import (
 from ablate.core.studies import StoredStudies
 from ablate.launch.devices import CONTEXT_MB, Measured, fit_error, shape_key
 from ablate.launch.progress import StepsLeft
+from ablate.launch.step_times import StepTime, now, stored_step_times, time_key
 from ablate.launch.workers import Resources, in_worker, sigint_deferred, worker_pool
 from ablate.nn.model import count_parameters, next_token_objective, parameter_groups
 from ablate.nn.sources import ModelSourceError, build_model
@@ -70,6 +73,8 @@ class PlanEstimate:
     expected_wall_time_s: float | None
     train_s: float
     load: float
+    timed: dict[str, StepTime]  # step times measured by this call, by :func:`time_key`
+    untimed: int  # distinct models with no step time (not timed, none stored): not priced
 
 
 CPU = torch.device("cpu")
@@ -213,17 +218,21 @@ def describe_plan(
     threads: int,
     stored: Stored | None = None,
     expected: Stored | None = None,
+    time_now: bool = True,
 ) -> PlanEstimate:
-    """Per variant: runs by group (at most), steps, parameters, measured step time, estimated
-    time; with ``stored`` (:func:`stored_counts`) only the runs still to train are counted and
+    """Per variant: runs by group (at most), steps, parameters, step time, estimated time;
+    with ``stored`` (:func:`stored_counts`) only the runs still to train are counted and
     timed; with ``expected`` (the runs the design trains on the simulator, counted as a store's)
-    the expected wall time beside the maximal one."""
+    the expected wall time beside the maximal one. Steps are timed now (``time_now``) or read
+    from the step times stored on this machine (:mod:`ablate.launch.step_times`); a model with
+    neither has no price (NaN)."""
     held = stored or Stored({}, set())
     corpora = check_inputs(experiment)
     rows = []
     likely_runs, likely_s = 0, 0.0
-    measured: dict[str, tuple[int, float]] = {}  # one build and timing per distinct model
-    load = os.getloadavg()[0]
+    measured: dict[str, tuple[int, StepTime | None]] = {}  # one build per distinct model
+    timed: dict[str, StepTime] = {}
+    cached = {} if time_now else stored_step_times()
     before = torch.get_num_threads()
     torch.set_num_threads(threads)
     try:
@@ -232,8 +241,16 @@ def describe_plan(
             key = step_key(cfg, corpus)
             if key not in measured:
                 model = build_model(cfg.model, corpus.vocab_size, seed=0)
-                measured[key] = (count_parameters(model), time_steps(model, cfg, corpus))
-            parameters, step_time = measured[key]
+                stored_as = time_key(key, threads, torch.__version__)
+                if time_now:
+                    load = os.getloadavg()[0]
+                    timed[stored_as] = StepTime(time_steps(model, cfg, corpus), load, now())
+                measured[key] = (
+                    count_parameters(model),
+                    timed.get(stored_as) or cached.get(stored_as),
+                )
+            parameters, found = measured[key]
+            step_time = found.step_s if found else math.nan
             extra = runs_left(experiment, name, cfg, held)
             seeds = extra.pop("main")[0]
             run_time = estimate_run_time(cfg, step_time, len(corpus.val)) + RUN_SETUP_S
@@ -286,7 +303,9 @@ def describe_plan(
         likely_runs if expected is not None else None,
         likely_wall,
         likely_s if expected is not None else most_s,
-        load,
+        max((t.load for _, t in measured.values() if t), default=0.0),
+        timed,
+        sum(1 for _, t in measured.values() if t is None),
     )
 
 

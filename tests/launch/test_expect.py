@@ -64,7 +64,7 @@ def test_validate_gives_the_expected_time_apart_from_the_most_and_slurm_tasks(
 ) -> None:
     slurm = {"launcher": "slurm", "slurm": {"cpus_per_task": 2, "array_parallelism": 2}}
     path = write_experiment(tmp_path / "e.yaml", runtime=slurm, max_lr=MAX_LR)
-    assert main(["validate", str(path)]) == 0
+    assert main(["validate", str(path), "--time", "--simulate"]) == 0
     out = capsys.readouterr().out
     expected = next(line for line in out.splitlines() if line.startswith("expected wall time"))
     most = next(line for line in out.splitlines() if line.startswith("at most"))
