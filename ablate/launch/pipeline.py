@@ -56,6 +56,7 @@ from ablate.core.plan import (
     plan_runs,
     plan_sweep,
     plan_tuned,
+    planned_groups,
     study_runs,
 )
 from ablate.core.stability import (
@@ -121,8 +122,9 @@ def run_experiment(
         console or Console(stderr=True),
         executor,
     )
-    with pacing(ExperimentPace(ctx.folder, lambda: _steps_to_train(ctx))):
-        return _run_stages(ctx)
+    pace = ExperimentPace(ctx.folder, lambda: _steps_to_train(ctx))
+    with pacing(pace):
+        return _run_stages(ctx, pace)
 
 
 def _steps_to_train(ctx: Context) -> StepsLeft:
@@ -133,10 +135,17 @@ def _steps_to_train(ctx: Context) -> StepsLeft:
     return steps_to_train(ctx.experiment, ctx.results_dir)
 
 
-def _run_stages(ctx: Context) -> PipelineResult:
-    """Every stage of :data:`STAGES` that has work, in order, over the context's executor."""
+def _run_stages(ctx: Context, pace: ExperimentPace | None = None) -> PipelineResult:
+    """Every stage of :data:`STAGES` that has work, in order, over the context's executor;
+    before each that trains, a header: its place among them, and with ``pace`` the whole
+    experiment's steps and time left at most."""
+    training = training_stages(ctx.experiment)
     for stage in STAGES:
         if stage.wanted(ctx):
+            if stage.name in training:
+                where = f"stage {training.index(stage.name) + 1} of {len(training)}"
+                left = f"; {pace.text()}" if pace is not None else ""
+                ctx.say(f"{where}: {TITLES[stage.name]}{left}")
             stage.run(ctx)
     plan = ctx.plan
     _, missing = split_done(plan.specs, ctx.results_dir)  # as stored now, by any process
@@ -251,6 +260,25 @@ STAGES: tuple[Stage, ...] = (
     Stage("convert", lambda ctx: bool(ctx.plan.continued), convert),
     Stage("report", lambda ctx: True, report),
 )
+
+
+TITLES = {  # what a stage that trains does, as its header names it
+    "shared": "the A/B at the shared LR (and the LR sweep)",
+    "search": "the LR x warmup search",
+    "curve": "each variant's LR curve and its warmup study",
+    "tuned": "the A/B at each variant's tuned settings",
+    "decide": "seeds added until the verdicts are reached",
+    "crossover": "the cross-over: each variant at the other's settings",
+    "usable": "the usable-LR walks",
+    "max_lr": "the max stable LR brackets",
+    "convert": "the checkpoint conversion",
+}
+
+
+def training_stages(experiment: Experiment) -> list[str]:
+    """The stages of :data:`STAGES` that train runs for this file, in pipeline order."""
+    planned = {"shared", *planned_groups(experiment)}
+    return [s.name for s in STAGES if s.name in TITLES and s.name in planned]
 
 
 def studies_configured(experiment: Experiment) -> bool:

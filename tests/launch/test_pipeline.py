@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import json
 import math
 from dataclasses import dataclass
@@ -13,12 +14,19 @@ import pandas as pd
 import pytest
 import yaml
 from conftest import REPO, TINY, simulated_experiment, write_experiment
+from rich.console import Console
 
 from ablate.core.folders import ExperimentFolder
 from ablate.core.load import load_experiment
 from ablate.core.plan import RunSpec
 from ablate.core.record import RunRecord
-from ablate.launch.pipeline import Context, margin_boundaries, run_experiment, run_studies_only
+from ablate.launch.pipeline import (
+    Context,
+    margin_boundaries,
+    run_experiment,
+    run_studies_only,
+    training_stages,
+)
 from ablate.launch.simulator import SimulatedExecutor
 from ablate.launch.storage import open_storage, storage_url
 
@@ -371,3 +379,17 @@ def test_an_interrupted_study_gives_the_uninterrupted_answer(
     named = f"layernorm #{after}" in (tmp_path / "b/rep/tiny/report.md").read_text()
     assert named == (group == "search")  # the report names the trial re-run
     assert all(not r.reruns for r in whole.studies.search.values())
+
+
+@pytest.mark.usefixtures("unrendered_figures")
+def test_each_stage_that_trains_opens_with_its_place_and_the_time_left(tmp_path: Path) -> None:
+    out = io.StringIO()
+    experiment = simulated_experiment(tmp_path, search={"n_trials": 2, "pruner": "none"})
+    console = Console(file=out, width=300)
+    run_experiment(experiment, tmp_path / "r", tmp_path / "rep", console=console)
+    headers = [line for line in out.getvalue().splitlines() if line.startswith("stage ")]
+    assert [line.split(":", 1)[0] for line in headers] == [
+        f"stage {k} of 4" for k in range(1, 5)
+    ]  # shared, search, tuned, cross-over
+    assert all("steps left at most" in line for line in headers)
+    assert training_stages(experiment) == ["shared", "search", "tuned", "crossover"]
