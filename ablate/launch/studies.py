@@ -144,8 +144,8 @@ def result_lines(search: dict[str, SearchResult], max_lr: dict[str, BoundaryResu
             else f"; NON-MONOTONE: {len(found.contradictions)} stored run(s) contradict it"
         )
         lines.append(
-            f"max stable lr {variant}: {shown} after {found.runs_total} runs (median of seeds, "
-            f"95% interval){check}"
+            f"max stable lr {variant}: {shown} after {found.runs_total} runs (geometric mean of "
+            f"seeds, 95% interval){check}"
         )
     for variant, result in search.items():
         best = result.best

@@ -14,11 +14,13 @@ Mix-LN's deep layers, outlier features).
 
 from __future__ import annotations
 
+import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
+from matplotlib.ticker import MaxNLocator
 
 from ablate.report.analysis import block_rows, last_probe_step
-from ablate.report.figures import Drawing
+from ablate.report.figures import Drawing, legend_outside, readable_log_ticks, variant_color
 from ablate.report.section import Section
 from ablate.report.text import sig
 
@@ -116,7 +118,13 @@ def depth_figure(profile: pd.DataFrame, variants: list[str]) -> Drawing | None:
                 mine = profile[profile["variant"] == variant].sort_values("layer")
                 if mine.empty:
                     continue
-                line = ax.plot(mine["layer"], mine[f"{quantity}_mean"], marker="o", label=variant)
+                line = ax.plot(
+                    mine["layer"],
+                    mine[f"{quantity}_mean"],
+                    marker="o",
+                    color=variant_color(variants.index(variant), len(variants)),
+                    label=variant,
+                )
                 ax.fill_between(
                     mine["layer"],
                     mine[f"{quantity}_min"],
@@ -124,11 +132,15 @@ def depth_figure(profile: pd.DataFrame, variants: list[str]) -> Drawing | None:
                     color=line[0].get_color(),
                     alpha=0.15,
                 )
-            ax.set_yscale("log")
+            values = profile[[f"{quantity}_min", f"{quantity}_max"]].to_numpy(dtype=float)
+            if np.nanmin(values) > 0 and np.nanmax(values) / np.nanmin(values) >= 10:
+                ax.set_yscale("log")  # a range of a decade or more; else plain numbers
+                readable_log_ticks(ax, "y")
+            ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # blocks are counted
             ax.set_title(f"{titles[quantity]} after each block, last probe step", fontsize=10)
             ax.set_xlabel("block")
             ax.grid(alpha=0.3, which="both")
-            ax.legend(fontsize=8)
+        legend_outside(axes[-1])  # one legend for both panels, off the lines
         return fig
 
     return draw

@@ -19,7 +19,8 @@ import numpy as np
 import pandas as pd
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
-from matplotlib.ticker import NullFormatter
+from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
+from matplotlib.transforms import blended_transform_factory
 
 from ablate.report.analysis import block_rows, column, curve_band, probe_band
 
@@ -37,15 +38,46 @@ def save_figure(draw: Drawing, path: Path) -> None:
     fig.savefig(path, dpi=DPI)
 
 
+def plain(value: float, _: object = None) -> str:
+    """A tick label as a plain number (``0.002``, ``1.15``), never ``2×10⁻³``."""
+    return f"{value:.3g}"
+
+
+def readable_log_ticks(ax: Axes, which: str) -> None:
+    """Label a log axis (``x`` or ``y``) a reader can read: where its view spans under two
+    decades, at 1, 2 and 5 of each decade, as plain numbers (a narrow range otherwise shows one
+    power-of-ten label, or none)."""
+    axis = ax.xaxis if which == "x" else ax.yaxis
+    low, high = ax.get_xlim() if which == "x" else ax.get_ylim()
+    if low <= 0 or high / low >= 100:
+        return
+    axis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
+    axis.set_major_formatter(FuncFormatter(plain))
+    axis.set_minor_formatter(NullFormatter())
+
+
+def variant_color(index: int, variants: int) -> str | tuple[float, ...]:
+    """The colour of the ``index``-th of ``variants`` variants: ``C0``.. as everywhere, and
+    for more than ten (the cycle would repeat) tab20's twenty."""
+    if variants <= 10:
+        return f"C{index}"
+    return tuple(mpl.colormaps["tab20"](index % 20))
+
+
+def legend_outside(ax: Axes) -> None:
+    """The axes' legend to their right, outside the data (a long legend covers curves)."""
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0)
+
+
 def _variant_bands(ax: Axes, band: pd.DataFrame, x: str, variants: list[str]) -> None:
     """One :func:`_band` per variant with rows in ``band``, coloured by the variant's place."""
     for i, variant in enumerate(variants):
         mine = band[band["variant"] == variant]
         if len(mine):
-            _band(ax, mine, x, f"C{i}", variant)
+            _band(ax, mine, x, variant_color(i, len(variants)), variant)
 
 
-def _band(ax: Axes, band: pd.DataFrame, x: str, color: str, label: str) -> None:
+def _band(ax: Axes, band: pd.DataFrame, x: str, color: str | tuple[float, ...], label: str) -> None:
     """Mean line and ± std band (std 0 where one seed) of a :func:`curve_band` frame."""
     n = int(band["count"].max())
     ax.plot(band[x], band["mean"], color=color, label=f"{label} (n={n})")
@@ -102,7 +134,7 @@ def loss_figure(
             ax.set_xlabel("optimizer step")
             ax.set_ylabel(LOSS_UNIT)
             ax.grid(alpha=0.3)
-            ax.legend()
+        legend_outside(ax_train)  # one legend for both panels, off the bands
         if title:
             fig.suptitle(title)
             fig.tight_layout()
@@ -292,7 +324,7 @@ def sweep_figure(
 
     def draw() -> Figure:
         initial_loss, floor = losses
-        fig = Figure(figsize=(7.5, 4.5))
+        fig = Figure(figsize=(11, 4.5))
         ax = fig.subplots()
         for i, variant in enumerate(variants):
             mine = table[table["variant"] == variant]
@@ -310,14 +342,22 @@ def sweep_figure(
             found = boundaries[boundaries["variant"] == variant] if len(boundaries) else boundaries
             if len(found) and pd.notna(found["max_stable_lr"].iloc[0]):
                 row = found.iloc[0]
-                ax.axvspan(
-                    row["max_stable_lr_low"], row["max_stable_lr_high"], color=color, alpha=0.15
+                top = blended_transform_factory(ax.transData, ax.transAxes)
+                ax.plot(
+                    [row["max_stable_lr_low"], row["max_stable_lr_high"]],
+                    [0.97 - 0.035 * i] * 2,
+                    color=color,
+                    linewidth=5,
+                    alpha=0.45,
+                    solid_capstyle="butt",
+                    transform=top,
                 )
                 ax.axvline(
                     row["max_stable_lr"],
                     color=color,
                     linestyle=":",
-                    label=f"{variant}: max stable LR, median of seeds (band: 95% interval)",
+                    label=f"{variant}: max stable LR, geometric mean of seeds "
+                    "(bar at the top: 95% interval)",
                 )
         ax.axhline(initial_loss, color="grey", linestyle="--", linewidth=1, label="ℓ0 = ln(vocab)")
         _floor_line(ax, floor)
@@ -325,8 +365,9 @@ def sweep_figure(
         ax.set_xlabel("peak learning rate")
         ax.set_ylabel("final val loss, min(ℓ, ℓ0), mean over seeds (nats)")
         ax.set_title("learning-rate sweep")
+        ax.set_xlim(table["lr"].min() / 1.5, table["lr"].max() * 1.5)  # the bars may reach past
         ax.grid(alpha=0.3, which="both")
-        ax.legend(fontsize=8)
+        legend_outside(ax)
         return fig
 
     return draw
@@ -367,9 +408,7 @@ def stability_map_figure(trials: pd.DataFrame, variants: list[str]) -> Drawing:
                 pruned["lr"], pruned["warmup_steps"], color="grey", marker="+", s=60, label="pruned"
             )
             ax.set_xscale("log")
-            ax.xaxis.set_minor_formatter(
-                NullFormatter()
-            )  # a narrow LR range: no crowded minor labels
+            readable_log_ticks(ax, "x")
             ax.set_title(f"{variant}: search trials")
             ax.set_xlabel("peak learning rate")
             ax.set_ylabel("warmup steps")

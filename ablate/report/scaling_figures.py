@@ -18,7 +18,7 @@ from ablate.report.fits import LineFit, PowerLaw
 PANELS = (
     ("final_loss", f"final val loss, {LOSS_UNIT}"),
     ("best_lr", "best LR of the search"),
-    ("max_stable_lr", "max stable LR (median of seeds, 95% interval)"),
+    ("max_stable_lr", "max stable LR (geometric mean of seeds, 95% interval)"),
     ("lr_sensitivity", "LR sensitivity (nats)"),
 )
 
@@ -61,7 +61,7 @@ def scaling_figure(
 
 
 def _boundaries(ax: Axes, mine: pd.DataFrame, color: str, variant: str) -> None:
-    """Each size's max stable LR (median of seeds) with its 95% interval as an error bar;
+    """Each size's max stable LR (geometric mean of seeds) with its 95% interval as an error bar;
     hollow where other stored runs contradict a seed's bracket (it is not fitted)."""
     for contradicted, rows in mine.groupby(mine["max_lr_contradictions"] > 0):
         mid = rows["max_stable_lr"]
