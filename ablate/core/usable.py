@@ -7,8 +7,9 @@ chosen optimum finds the reference's usable boundary within one step in every re
 bracket of coarse moves (which assumes the loss crosses the band once) misses it in most: above
 the optimum real runs excurse up and come back, so a point far above the band's edge can pass
 it again. The seed's loss at the optimum is its own run there, not the variant's best over
-seeds, so seed offsets cancel. A variant's answer is the median over seeds with their range;
-where every seed stops at the same point, the boundary is known only to the lattice's step.
+seeds, so seed offsets cancel. A variant's answer is the geometric mean over seeds with their
+range (as the max stable LR's and the Answer's ratio are); where every seed stops at the same
+point, the boundary is known only to the lattice's step.
 """
 
 from __future__ import annotations
@@ -64,7 +65,7 @@ def next_lr(walk: SeedWalk, lrs: list[float]) -> float | None:
 
 @dataclass(frozen=True)
 class Usable:
-    """A variant's usable boundary: the median of its seeds' edges, their range, the start
+    """A variant's usable boundary: the geometric mean of its seeds' edges, their range, the start
     (its optimum) and the number of seeds; ``resolved`` false where every seed stopped at one
     lattice point (the step bounds it)."""
 
@@ -85,19 +86,17 @@ class Usable:
 
 
 def usable_boundary(walks: list[SeedWalk], start: float) -> Usable | None:
-    """The median over the seeds' edges (in log, on the lattice: the lower middle one for an
-    even count) with their range; None without a seed."""
+    """The geometric mean of the seeds' edges with their range; None without a seed."""
     if not walks:
         return None
     edges = sorted(w.edge for w in walks)
-    middle = edges[(len(edges) - 1) // 2]
-    return Usable(middle, edges[0], edges[-1], start, len(edges))
+    return Usable(statistics.geometric_mean(edges), edges[0], edges[-1], start, len(edges))
 
 
 def usable_ratio(first: list[SeedWalk], second: list[SeedWalk]) -> tuple[float, float, float]:
-    """second's edge over first's per seed both walked: (median, lowest, highest)."""
+    """second's edge over first's per seed both walked: (geometric mean, lowest, highest)."""
     mine = {w.seed: w.edge for w in first}
     ratios = sorted(w.edge / mine[w.seed] for w in second if w.seed in mine)
     if not ratios:
         return math.nan, math.nan, math.nan
-    return statistics.median_low(ratios), ratios[0], ratios[-1]
+    return statistics.geometric_mean(ratios), ratios[0], ratios[-1]

@@ -1,6 +1,6 @@
 """The report's usable-LR boundary: each seed's walk up from its variant's tuned optimum
 (:mod:`ablate.core.usable`), read back from the stored runs of the ``usable`` stage, the
-variant's median edge with the seeds' range, the usable range's width in octaves, and each
+variant's geometric-mean edge with the seeds' range, the usable range's width in octaves, and each
 variant's edge over the baseline's per seed. Where every seed stops at one lattice point, the
 edge is known to the lattice's step only, and the text says so.
 """
@@ -38,8 +38,8 @@ def seed_walks(runs: pd.DataFrame, variant: str, within: float) -> list[SeedWalk
 
 
 def usable_table(stored: StoredExperiment) -> pd.DataFrame:
-    """Per variant: the optimum walked from, the median edge and the seeds' range, the width
-    in octaves, and the edge over the baseline's (median and range over seeds)."""
+    """Per variant: the optimum walked from, the geometric-mean edge and the seeds' range, the
+    width in octaves, and the edge over the baseline's (geometric mean and range over seeds)."""
     within = stored.manifest.get("usable_within")
     if within is None:
         return pd.DataFrame()
@@ -95,7 +95,7 @@ def summary_line(table: pd.DataFrame) -> list[str]:
     return [
         f"- **Usable LR** (the largest LR whose final loss stays within "
         f"{table['within'].iloc[0]:g} nats of the seed's at the tuned optimum, walked in "
-        f"2^(1/{PER_OCTAVE}) steps; median over seeds): {text}."
+        f"2^(1/{PER_OCTAVE}) steps; geometric mean over seeds): {text}."
     ]
 
 
@@ -109,9 +109,9 @@ def usable_section(stored: StoredExperiment) -> Section:
         {
             "variant": table["variant"],
             "tuned optimum": table["optimum_lr"].map(sig),
-            "usable LR, median (seeds' range)": [edge_text(r) for _, r in table.iterrows()],
+            "usable LR, geometric mean (seeds' range)": [edge_text(r) for _, r in table.iterrows()],
             "octaves above the optimum": table["octaves"].map(lambda v: f"{v:.2f}"),
-            f"÷ {baseline}'s, per seed: median (range)": [
+            f"÷ {baseline}'s, per seed: geometric mean (range)": [
                 "–"
                 if pd.isna(r["ratio_to_baseline"])
                 else f"{r['ratio_to_baseline']:.3g}× ({r['ratio_low']:.3g}–{r['ratio_high']:.3g})"

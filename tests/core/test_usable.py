@@ -37,13 +37,15 @@ def test_a_walk_not_yet_stopped_asks_for_its_next_point() -> None:
     assert nan.failed_at == LRS[1]
 
 
-def test_the_boundary_is_the_median_seed_with_the_range_and_the_width_in_octaves() -> None:
+def test_the_boundary_is_the_seeds_geometric_mean_with_the_range_and_width_in_octaves() -> None:
     walks = [
-        walk_seed(s, _losses([2.3] * (k + 1) + [2.9]), LRS, 0.1) for s, k in enumerate([2, 4, 3])
+        walk_seed(s, _losses([2.3] * (k + 1) + [2.9]), LRS, 0.1) for s, k in enumerate([2, 4, 4])
     ]
     found = usable_boundary(walks, LRS[0])
-    assert found.value == LRS[3] and found.low == LRS[2] and found.high == LRS[4]
-    assert found.octaves == pytest.approx(0.75) and found.resolved and found.seeds == 3
+    assert found.value == pytest.approx((LRS[2] * LRS[4] ** 2) ** (1 / 3))  # not the middle seed
+    assert found.low == LRS[2] and found.high == LRS[4]
+    assert found.octaves == pytest.approx((2 + 4 + 4) / 3 / 4) and found.resolved
+    assert found.seeds == 3
     same = usable_boundary([walks[0], walks[0]], LRS[0])
     assert not same.resolved  # every seed at one point: the lattice's step bounds it
 
@@ -51,5 +53,5 @@ def test_the_boundary_is_the_median_seed_with_the_range_and_the_width_in_octaves
 def test_the_ratio_pairs_seeds() -> None:
     first = [walk_seed(s, _losses([2.3, 2.3, 2.9]), LRS, 0.1) for s in (0, 1)]
     second = [walk_seed(s, _losses([2.3, 2.3, 2.3, 2.3, 2.9]), LRS, 0.1) for s in (0, 1, 5)]
-    median, low, high = usable_ratio(first, second)
-    assert median == pytest.approx(2**0.5) and low == high == pytest.approx(2**0.5)
+    mean, low, high = usable_ratio(first, second)
+    assert mean == pytest.approx(2**0.5) and low == high == pytest.approx(2**0.5)
