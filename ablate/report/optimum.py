@@ -62,8 +62,9 @@ def optimum_table(frame: pd.DataFrame, variants: list[str]) -> pd.DataFrame:
 
 
 def curve_differences(frame: pd.DataFrame, variants: list[str]) -> pd.DataFrame:
-    """Δ (variant − baseline) at every sweep LR over the seeds both ran stably there, with
-    its 95% t interval: the comparison along the whole curve, not at one argmin."""
+    """Δ (variant − baseline) at every sweep LR where both ran stably on a seed, over those
+    seeds, with its 95% t interval: the comparison along the whole curve, not at one argmin (an
+    LR with no such seed has no row)."""
     rows = []
     base = frame[(frame["variant"] == variants[0]) & frame["stable"]]
     for variant in variants[1:]:
@@ -72,6 +73,8 @@ def curve_differences(frame: pd.DataFrame, variants: list[str]) -> pd.DataFrame:
             a = here.set_index("seed")["final_val_loss"]
             b = base[base["lr"] == lr].set_index("seed")["final_val_loss"]
             seeds = a.index.intersection(b.index)
+            if seeds.empty:
+                continue
             diff = mean_difference(a[seeds] - b[seeds])
             rows.append(
                 {

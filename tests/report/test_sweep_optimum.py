@@ -69,3 +69,10 @@ def test_unstable_runs_are_no_points_of_the_curve() -> None:
     text = "\n".join(optimum_section(frame, ["ln", "rms"]).lines)
     assert "below its resolution" in text  # every resample the same grid point
     assert curve_differences(frame, ["ln", "rms"])["lr"].max() <= 2**-7
+
+
+def test_an_lr_where_no_seed_ran_both_stably_has_no_row() -> None:
+    frame = _frame({"ln": 2**-8.0, "rms": 2**-8.0}, {0: 0.0, 1: 0.002}, unstable_above=2**-7)
+    frame.loc[frame["variant"] == "rms", "stable"] = True  # only the baseline failed up there
+    diffs = curve_differences(frame, ["ln", "rms"])
+    assert (diffs["pairs"] > 0).all() and diffs["lr"].max() <= 2**-7
