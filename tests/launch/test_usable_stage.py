@@ -1,0 +1,62 @@
+"""The usable stage: a walk per variant and seed, the same runs however many workers fill a
+round (a point a walk never reaches is trained ahead, not planned)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from conftest import simulated_experiment
+
+from ablate.core.plan import RunSpec
+from ablate.core.record import RunRecord
+from ablate.launch.simulator import SimulatedExecutor
+from ablate.launch.usable import round_lrs, usable_stage
+
+
+@dataclass
+class Rounds(SimulatedExecutor):
+    """The simulator, counting the runs of each round it is given."""
+
+    rounds: list[int] = field(default_factory=list)
+
+    def run(self, specs: list[RunSpec]) -> list[RunRecord]:
+        self.rounds.append(len(specs))
+        return super().run(specs)
+
+
+def _walked(tmp_path: Path, slots: int) -> tuple[list[str], list[int], list[list[str]]]:
+    truth = {"variants": {"layernorm": {"opt_lr": 0.004}, "rmsnorm": {"opt_lr": 0.009}}}
+    experiment = simulated_experiment(
+        tmp_path,
+        runtime={"backend": "simulate", "simulate": truth},
+        max_lr={"within": 0.1, "lr_max": 1.0, "seeds": [0, 1]},
+    )
+    executor = Rounds(tmp_path / "results")
+    recorded: list[list[str]] = []
+    planned = usable_stage(
+        experiment,
+        executor,
+        {"layernorm": 0.004, "rmsnorm": 0.009},
+        lambda specs: recorded.append([s.run_id for s in specs]),
+        lambda _: None,
+        slots,
+    )
+    return [s.run_id for s in planned], executor.rounds, recorded
+
+
+def test_free_workers_walk_ahead_and_the_stage_plans_the_same_runs(tmp_path: Path) -> None:
+    (tmp_path / "one").mkdir()
+    (tmp_path / "eight").mkdir()
+    one, one_rounds, _ = _walked(tmp_path / "one", 1)
+    eight, eight_rounds, recorded = _walked(tmp_path / "eight", 8)
+    assert eight == one and recorded[-1] == one  # the runs and their order: one step a round
+    assert len(eight_rounds) < len(one_rounds) and max(one_rounds) <= 4
+    assert sum(eight_rounds) >= sum(one_rounds)  # trained ahead, some never reached
+
+
+def test_a_round_fills_the_workers_with_each_walks_next_points() -> None:
+    lattice = {"ln": [1.0, 2.0, 4.0, 8.0], "rms": [2.0, 4.0, 8.0]}
+    pending = {("ln", 0): 2.0, ("rms", 0): 4.0}
+    assert round_lrs(pending, lattice, 1) == {("ln", 0): [2.0], ("rms", 0): [4.0]}
+    assert round_lrs(pending, lattice, 5) == {("ln", 0): [2.0, 4.0], ("rms", 0): [4.0, 8.0]}
