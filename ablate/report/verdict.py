@@ -242,18 +242,27 @@ def rank_estimate(values: np.ndarray, level: float) -> Estimate:
     )
 
 
+LATTICE_SD = 1 / math.sqrt(6)  # the least spread of a ratio of lattice edges, per ``widen``
+
+
 def ratio_estimate(
     log2_values: np.ndarray, level: float, widen: float = 0.0, resolved: bool = True
 ) -> Estimate:
     """The geometric mean of per-seed ratios (given as log2) and its t interval at ``level``,
-    widened by ``widen`` (log2: a lattice's resolution)."""
+    widened by ``widen`` (log2: the half-widths of the two brackets each ratio is read off).
+
+    Values read off a lattice can agree exactly while the edges they stand for do not: two
+    seeds whose edges both moved one step give a spread of 0. So the spread used is at least
+    the lattice's own (Sheppard's: an edge uniform over its bracket of width 2h has an SD of
+    2h/√12, a ratio of two such edges (2h each) one of ``widen``/√6), never the 0 a grid can
+    show (:data:`LATTICE_SD`)."""
     logs = np.asarray(log2_values, dtype=float)
     logs = logs[np.isfinite(logs)]
     n = len(logs)
     centre = float(logs.mean()) if n else math.nan
     if n < 2:
         return Estimate(2.0**centre, math.nan, math.nan, level, n, "ratio", resolved=resolved)
-    sd = float(logs.std(ddof=1))
+    sd = max(float(logs.std(ddof=1)), widen * LATTICE_SD)
     half = float(stats.t.ppf(0.5 + level / 2, n - 1)) * sd / math.sqrt(n) + widen
     return Estimate(
         2.0**centre,

@@ -213,3 +213,15 @@ def test_a_verdict_decided_at_its_edge_is_a_close_call() -> None:
     wide_margin = judge(_difference(-0.008, -0.002), 0.02)
     assert wide_margin.slack == pytest.approx(0.012 / 0.003)
     assert math.isnan(judge(_difference(-0.04, 0.01), 0.02).slack)  # undecided: no edge
+
+
+def test_ratios_read_off_a_lattice_never_claim_less_spread_than_the_lattice_has() -> None:
+    # both seeds' edges moved one 2^(1/4) step: a spread of 0 is the grid's, not the runs'
+    two = ratio_estimate(np.array([0.25, 0.25]), 0.99375, widen=0.25)
+    assert two.spread == pytest.approx(0.25 / math.sqrt(6))
+    assert judge(two, 1.5, 100.0).word is Word.NOT_ESTIMABLE  # not "exceeds" on 2 seeds
+    five = ratio_estimate(np.full(5, 0.25), 0.99375, widen=0.25)
+    half = math.log2(five.high) - 0.25
+    assert half == pytest.approx(0.25 + stats.t.ppf(0.996875, 4) * 0.25 / math.sqrt(6 * 5))
+    spread = ratio_estimate(np.array([0.0, 0.5, 1.0, 0.25, 0.75]), 0.95, widen=0.25)
+    assert spread.spread == pytest.approx(np.std([0.0, 0.5, 1.0, 0.25, 0.75], ddof=1))  # above
