@@ -319,3 +319,50 @@ def test_a_cancelled_trained_run_resumes_from_its_checkpoint_bit_for_bit(tmp_pat
     stored = pd.read_csv(run.metrics)
     for column in ("step", "train_loss", "grad_norm", "val_loss"):
         assert stored[column].equals(expected[column]), column
+
+
+def test_a_search_trial_cancelled_mid_run_leaves_the_trials_of_an_uncut_search(
+    tmp_path: Path,
+) -> None:
+    """scancel of the task training a search trial's run (``ablate search`` through Slurm):
+    the run is queued again, the trial waits for it, and the study's trials are those of the
+    same search run locally and uncut."""
+    search = {"n_trials": 2, "lr_min": 1e-3, "lr_max": 0.1, "warmup_max": 10, "pruner": "none"}
+    one = {"layernorm": {"model.norm.kind": "layernorm"}}
+    journal = f"journal:{tmp_path / 'studies.log'}"
+    path = simulated_file(
+        tmp_path, pace_s=2.0, seeds=[0], search=search, variants=one, storage=journal
+    )
+    controller = ablate_process("search", str(path), cwd=tmp_path)
+
+    def second_trial_running() -> bool:
+        try:
+            trials = study_trials(journal, "tiny.layernorm.search")
+        except KeyError:  # the study is not created yet
+            return False
+        return any(t.number == 1 and t.state.name == "RUNNING" for t in trials)
+
+    wait_for(second_trial_running, timeout=120, what="the second search trial")
+    time.sleep(0.5)  # into its run
+    subprocess.run(["scancel", wait_for(running_tasks, what="its task")[0]], check=True)
+    out, _ = controller.communicate(timeout=240)
+    assert controller.returncode == 0, out
+    assert "cancelled: queueing run" in out
+    uncut = tmp_path / "uncut"
+    uncut.mkdir()
+    local_journal = f"journal:{uncut / 'studies.log'}"
+    local = write_experiment(
+        uncut / "e.yaml",
+        runtime={"backend": "simulate"},
+        seeds=[0],
+        search=search,
+        variants=one,
+        storage=local_journal,
+    )
+    assert main(["search", str(local), "--results-dir", str(uncut / "results")]) == 0
+    name = "tiny.layernorm.search"
+    trials = {
+        url: [(t.number, t.state.name, t.params, t.value) for t in study_trials(url, name)]
+        for url in (journal, local_journal)
+    }
+    assert trials[journal] == trials[local_journal] and len(trials[journal]) == 2
