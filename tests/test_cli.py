@@ -457,7 +457,7 @@ def test_sigkill_at_random_points_then_rerun_equals_an_uninterrupted_run(tmp_pat
     killed = tmp_path / "killed"
     exp_dir = killed / "tiny"
     kills = 0
-    for attempt in range(3):
+    for attempt in range(2):  # a kill each: one after a run, one at a random moment
         started = time.time()
         proc = ablate_process(
             "run",
@@ -484,7 +484,7 @@ def test_sigkill_at_random_points_then_rerun_equals_an_uninterrupted_run(tmp_pat
             cut_short = [p.parent.name for p in exp_dir.glob("*/status.json")]
             assert kept and cut_short and not set(kept) & set(cut_short)
     assert kills >= 2
-    print(f"kills={kills} of 3 attempts")  # shown with pytest -s
+    print(f"kills={kills} of 2 attempts")  # shown with pytest -s
     done = len(list(exp_dir.glob("*/summary.json")))
     rerun = ablate_process(
         "run", str(path), "--results-dir", str(killed), *one_thread, cwd=tmp_path

@@ -113,23 +113,6 @@ def running_tasks() -> list[str]:
     return shown.stdout.split()
 
 
-def test_a_job_cancelled_mid_run_is_resubmitted_and_nothing_is_lost_or_twice(
-    tmp_path: Path,
-) -> None:
-    path = simulated_file(tmp_path, pace_s=6.0, seeds=[0])
-    controller = ablate_process("run", str(path), cwd=tmp_path)
-    victim = wait_for(running_tasks, what="a running task")[0]
-    time.sleep(2.0)  # into the run: its claim is taken and its folder written
-    subprocess.run(["scancel", victim], check=True)
-    out, _ = controller.communicate(timeout=120)
-    assert controller.returncode == 0, out
-    assert f"job {victim} cancelled: queueing run" in out
-    jobs = jobs_of(path)
-    assert sorted(job["attempt"] for job in jobs.values()) == [1, 2]
-    runs = load_summaries(ExperimentFolder(tmp_path / "results" / "tiny"))
-    assert len(runs) == 2 and set(runs["status"]) == {"finished"}  # each run stored once
-
-
 def test_a_task_with_three_slots_trains_three_at_once_and_loses_only_those_it_trains(
     tmp_path: Path,
 ) -> None:
@@ -321,12 +304,12 @@ def test_a_cancelled_trained_run_resumes_from_its_checkpoint_bit_for_bit(tmp_pat
         assert stored[column].equals(expected[column]), column
 
 
-def test_a_search_trial_cancelled_mid_run_leaves_the_trials_of_an_uncut_search(
+def test_a_job_cancelled_mid_run_is_resubmitted_and_nothing_is_lost_or_twice(
     tmp_path: Path,
 ) -> None:
     """scancel of the task training a search trial's run (``ablate search`` through Slurm):
-    the run is queued again, the trial waits for it, and the study's trials are those of the
-    same search run locally and uncut."""
+    the run is queued again and stored once, the trial waits for it, and the study's trials
+    are those of the same search run locally and uncut."""
     search = {"n_trials": 2, "lr_min": 1e-3, "lr_max": 0.1, "warmup_max": 10, "pruner": "none"}
     one = {"layernorm": {"model.norm.kind": "layernorm"}}
     journal = f"journal:{tmp_path / 'studies.log'}"
@@ -348,6 +331,9 @@ def test_a_search_trial_cancelled_mid_run_leaves_the_trials_of_an_uncut_search(
     out, _ = controller.communicate(timeout=240)
     assert controller.returncode == 0, out
     assert "cancelled: queueing run" in out
+    assert sorted(job["attempt"] for job in jobs_of(path).values()) == [1, 2]
+    runs = load_summaries(ExperimentFolder(tmp_path / "results" / "tiny"))
+    assert len(runs) == 2 and set(runs["status"]) == {"finished"}  # each run stored once
     uncut = tmp_path / "uncut"
     uncut.mkdir()
     local_journal = f"journal:{uncut / 'studies.log'}"
