@@ -10,6 +10,7 @@ import sys
 import tomllib
 from pathlib import Path
 
+import pandas as pd
 import pytest
 from conftest import REPO
 from pydantic import BaseModel
@@ -292,3 +293,19 @@ def test_the_main_job_writes_nothing_the_docs_or_tests_quote() -> None:
     (command,) = [line.strip() for line in recipe.splitlines() if "ablate run" in line]
     assert command.endswith("ablate run experiments/ln_vs_rms.yaml --report-dir results/reports")
     assert "/results/" in (REPO / ".gitignore").read_text().splitlines()
+
+
+def test_the_readme_opens_with_the_default_answer_its_verdicts_give() -> None:
+    """The one-sentence answer before "Start here" states the primary estimand's number and
+    verdict and calls the stability and speed estimands inconclusive only while answer.csv
+    does."""
+    opening = README.read_text(encoding="utf-8").split("## Start here", 1)[0]
+    answer = pd.read_csv(REPO / "reports" / "ln_vs_rms" / "answer.csv").set_index("estimand")
+    primary = answer.loc["quality at matched settings"]
+    shown = f"{primary.estimate:+.4f} [{primary.low:+.4f}, {primary.high:+.4f}]"
+    assert shown.replace("-", "−").lstrip("+") in opening.replace("\n", " ")
+    assert f"*{primary.verdict}* to LayerNorm's within ±{primary.margin:g} nats" in " ".join(
+        opening.split()
+    )
+    rest = answer.loc[["usable LR", "divergence edge", "training speed"], "verdict"]
+    assert set(rest) == {"inconclusive"} and "*inconclusive*" in opening
