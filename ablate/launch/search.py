@@ -111,12 +111,17 @@ def assign_slot(study: optuna.Study, trial: FrozenTrial) -> int:
     return slot
 
 
+def held_slots(trials: Sequence[FrozenTrial]) -> set[int]:
+    """The slots a trial that did not fail holds (done, running or queued)."""
+    return {slot_of(t) for t in trials if t.state != TrialState.FAIL}
+
+
 def rerun_cut_trials(study: optuna.Study, say: PrintFn) -> list[int]:
     """Queue every failed trial whose slot no other trial holds again, with its parameters,
     user attributes (slot, run id: the re-run takes over the run) and intermediate values (the
     pruner sees what it saw); the slots queued."""
     trials = study.get_trials(deepcopy=False)
-    held = {slot_of(t) for t in trials if t.state != TrialState.FAIL}
+    held = held_slots(trials)
     queued = []
     for cut in trials:
         slot = slot_of(cut)
@@ -141,8 +146,7 @@ def rerun_cut_trials(study: optuna.Study, say: PrintFn) -> list[int]:
 def rerun_slots(study: optuna.Study) -> list[int]:
     """The slots of the study's trials that were cut short and re-run (held by a later trial)."""
     trials = study.get_trials(deepcopy=False)
-    held = {slot_of(t) for t in trials if t.state != TrialState.FAIL}
-    return sorted({slot_of(t) for t in trials if t.state == TrialState.FAIL} & held)
+    return sorted({slot_of(t) for t in trials if t.state == TrialState.FAIL} & held_slots(trials))
 
 
 class TrialSeededSampler(optuna.samplers.BaseSampler):
