@@ -59,6 +59,7 @@ def cmd_validate(args: argparse.Namespace, console: Console) -> int:
             total += _print_plan(size.experiment, args, console)
         priced = f"{total / 60:.1f} min" if total == total else "not priced (`--time`)"
         console.print(f"at most, all sizes: {priced}")
+    _print_committed(experiment, console)
     lines = difference_lines(experiment)
     for line in lines[: SHOWN_VARIANTS + 1]:  # the heading, then a line per variant
         console.print(line, markup=False, highlight=False, soft_wrap=True)
@@ -73,6 +74,15 @@ def cmd_validate(args: argparse.Namespace, console: Console) -> int:
         for line in simulated_lines(design):
             console.print(line, markup=False, highlight=False, soft_wrap=True)
     return EXIT_OK
+
+
+def _print_committed(experiment: Experiment, console: Console) -> None:
+    """The committed report's measured time of this file's experiment, where there is one."""
+    from ablate.report.times import committed_time, time_line
+
+    row = committed_time(experiment.path, experiment.name)
+    if row is not None:
+        console.print(time_line(row), markup=False, highlight=False, soft_wrap=True)
 
 
 def _simulated_design(path: Path, settings: list[str]) -> Design:
@@ -228,6 +238,10 @@ def estimate_lines(plan: PlanEstimate, experiment: Experiment, design: Design | 
         f"at most: {plan.wall_time_s / 60:.1f} min ({plan.runs} runs: every stage at its cap; "
         f"measured step time x steps, plus evaluation; of which {plan.fixed_s:.0f} s fixed "
         "costs: run set-up, pool starts, start-up and report)"
+    )
+    lines.append(
+        f"both assume an idle machine: {plan.workers} worker(s) and no other work; on a "
+        "busy one it takes longer"
     )
     runtime = experiment.base.runtime
     if runtime.launcher == "slurm" and design is not None:

@@ -20,6 +20,7 @@ from conftest import REPO, ablate_process, write_experiment
 from ablate.cli import main
 from ablate.core.folders import ExperimentFolder
 from ablate.core.load import load_experiment
+from ablate.report.times import read_times
 
 # how long a subprocess may take: generous, so that a machine running something else passes too
 # (each wait ends as soon as the event it waits for happens)
@@ -46,12 +47,24 @@ def test_validate_prints_the_plan_with_cost(
     assert main(["validate", str(tiny_experiment)]) == 0  # priced from the stored step time
     out = capsys.readouterr().out
     assert "at most: " in out and "as stored on this machine" in out
+    assert "both assume an idle machine: " in out
+    assert "committed: " not in out  # a file outside the checkout: no committed time
     assert "expected wall time: " not in out  # the simulator runs only when asked
     assert "  layernorm: nothing (the base itself)" in out
     assert (
         "  rmsnorm: model.norm.kind: 'layernorm' -> 'rmsnorm'; model.norm.bias: True -> False "
         "(follows model.norm.kind)"
     ) in out
+
+
+def test_validate_quotes_the_committed_time_of_a_committed_experiment(
+    capsys: pytest.CaptureFixture,
+) -> None:
+    assert main(["validate", str(REPO / "experiments" / "smoke.yaml")]) == 0
+    out = capsys.readouterr().out
+    row = read_times(REPO / "reports").loc["smoke"]
+    assert f"committed: {row.wall_min:.1f} min wall for {row.runs} runs" in out
+    assert f"machine {row.machine} (reports/smoke: reports/times.csv)" in out
 
 
 def test_validate_estimates_every_size_of_a_scale_section(

@@ -20,6 +20,7 @@ from ablate.core import store
 from ablate.core.config import RunConfig
 from ablate.core.experiment import ExperimentFile
 from ablate.core.schema import model_in
+from ablate.report.times import read_times
 
 README = REPO / "README.md"
 DOCS = REPO / "docs"
@@ -309,3 +310,40 @@ def test_the_readme_opens_with_the_default_answer_its_verdicts_give() -> None:
     )
     rest = answer.loc[["usable LR", "divergence edge", "training speed"], "verdict"]
     assert set(rest) == {"inconclusive"} and "*inconclusive*" in opening
+
+
+# every time the README and the docs quote: (page, pattern, the report whose reports/times.csv
+# row it comes from); groups named after the row's columns (run_hours: run_minutes / 60)
+SEEDS_8, SEEDS_16 = "reference_seeds_8_15/reference", "reference_seeds_16_23/reference"
+TIME_CLAIMS = [
+    ("README.md", r"The smoke run .*?: (?P<runs>\d+) runs in (?P<wall_min>[\d.]+) min", "smoke"),
+    ("README.md", r"`make run` is the main job below: (?P<wall_min>[\d.]+) min", "ln_vs_rms"),
+    ("README.md", r"(?P<runs>\d+) runs, (?P<wall_min>[\d.]+) min on 2 idle CPU cores", "ln_vs_rms"),
+    ("README.md", r"experiments/ln_vs_rms\.yaml .*\((?P<wall_min>[\d.]+) min\)", "ln_vs_rms"),
+    ("experiments.md", r"expected against (?P<wall_min>[\d.]+) min measured", "ln_vs_rms"),
+    ("stability-and-search.md", r"the base LR, (?P<run_hours>[\d.]+) h", "reference"),
+    ("stability-and-search.md", r"544 more, (?P<run_hours>[\d.]+) h", SEEDS_8),
+    ("stability-and-search.md", r"544 runs, (?P<run_hours>[\d.]+) h", SEEDS_16),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("page", "pattern", "report"), TIME_CLAIMS)
+def test_every_time_the_docs_quote_is_the_committed_reports_record(
+    page: str, pattern: str, report: str
+) -> None:
+    """Each time is its report's row of reports/times.csv, to the digits it is quoted with."""
+    found = re.search(pattern, " ".join(_page(page).split()))
+    assert found, f"{page}: no match for {pattern}"
+    row = read_times(REPO / "reports").loc[report]
+    for column, text in found.groupdict().items():
+        recorded = row["run_minutes"] / 60 if column == "run_hours" else row[column]
+        digits = len(text.split(".")[1]) if "." in text else 0
+        assert float(text) == round(float(recorded), digits), (page, column)
+
+
+def test_no_experiment_file_states_a_time_of_its_own() -> None:
+    """An experiment file's comments leave its time to reports/times.csv and validate."""
+    timed = re.compile(r"\d\s*(?:min|minutes|h|hours)\b")
+    files = sorted((REPO / "experiments").rglob("*.yaml"))
+    stated = [f.name for f in files if timed.search(f.read_text(encoding="utf-8"))]
+    assert len(files) > 10 and stated == []

@@ -7,6 +7,8 @@ Layout (``root`` defaults to ``results/``)::
     root/<experiment>/optuna.db        the Optuna storage (SQLite; PostgreSQL when configured)
     root/<experiment>/optuna.db.retries/  one file per stale trial being retried (its claim)
     root/<experiment>/report.json      {"report_dir"}: where ``ablate run`` last wrote the report
+    root/<experiment>/jobs.jsonl       a line per ``ablate run`` that trained: its wall time,
+                                       runs, workers, CPU, machine load (ablate.core.jobs)
     root/<experiment>/mlruns/          MLflow's file store, when that logger is on
     root/<experiment>/scale.json       a ``scale:`` experiment: its sizes, each an experiment
                                        of its own in root/<experiment>/<experiment>.<size>/
@@ -277,6 +279,11 @@ class ExperimentFolder:
     @property
     def report_where(self) -> Path:
         return self.path / "report.json"
+
+    @property
+    def jobs(self) -> Path:
+        """The record of each ``ablate run`` that trained here (:mod:`ablate.core.jobs`)."""
+        return self.path / "jobs.jsonl"
 
     @property
     def inference(self) -> Path:

@@ -370,9 +370,10 @@ def write_manifest(folder: ExperimentFolder, manifest: dict[str, Any]) -> None:
 
 def results_digest(folder: ExperimentFolder) -> str:
     """16 hex digits of sha256 over every file a report is built from, by content: the plan,
-    the studies, the inference table and each run's summary (in run-id order; a summary is
-    written last, after the run's metrics and probes)."""
+    the studies, the inference table, the jobs' times where there are any, and each run's
+    summary (in run-id order; a summary is written last, after the run's metrics and probes)."""
     paths = [folder.manifest, folder.stability, folder.inference]
+    paths += [folder.jobs] if folder.jobs.is_file() else []  # a store from before job records
     paths += sorted(run.summary for run in folder.runs())
     digest = hashlib.sha256()
     for path in paths:

@@ -18,6 +18,7 @@ from rich.console import Console
 from ablate.core import store
 from ablate.core.experiment import Experiment
 from ablate.core.folders import ExperimentFolder
+from ablate.core.jobs import JobClock
 from ablate.core.plan import RunSpec, Settings, plan_manifest
 from ablate.core.record import RunRecord
 from ablate.core.studies import Studies
@@ -56,6 +57,7 @@ class Context:
     given: InitVar[Executor | None] = None  # default: the one the runtime names
     executor: Executor = field(init=False)
     plan: Plan = field(default_factory=Plan)
+    job: JobClock | None = None  # this invocation's clock, until its record is stored
 
     def __post_init__(self, given: Executor | None) -> None:
         runtime = self.experiment.base.runtime

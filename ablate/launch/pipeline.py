@@ -22,7 +22,8 @@ Stages, in order (each one only those the file configures):
 5. **max_lr** — the largest stable LR per variant, bracketed seed by seed, then held against
    every other stored run of the variant at the same budget (:func:`check_boundaries`);
 6. **convert** — continued training of the finished source runs, as stored and norm-swapped;
-7. **report** — rebuilt from the store (skipped when it is up to date).
+7. **job** — this invocation's wall time, runs and machine load stored (``jobs.jsonl``);
+8. **report** — rebuilt from the store (skipped when it is up to date).
 
 :data:`STAGES` is that list, in order, each a :class:`ablate.launch.context.Stage`: when it is
 wanted and what it runs, given one :class:`ablate.launch.context.Context` (the experiment, the
@@ -36,6 +37,7 @@ prints; everything else is here.
 from __future__ import annotations
 
 import importlib
+import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -47,6 +49,7 @@ from ablate.core import store
 from ablate.core.boundary import edge_of_points, variant_boundary
 from ablate.core.experiment import Experiment
 from ablate.core.folders import ExperimentFolder
+from ablate.core.jobs import JobClock, append_job
 from ablate.core.load import load_experiment
 from ablate.core.plan import (
     RunSpec,
@@ -122,9 +125,37 @@ def run_experiment(
         console or Console(stderr=True),
         executor,
     )
+    ctx.job = JobClock.start(runs_stored(ctx.folder))
     pace = ExperimentPace(ctx.folder, lambda: _steps_to_train(ctx))
-    with pacing(pace):
-        return _run_stages(ctx, pace)
+    try:
+        with pacing(pace):
+            return _run_stages(ctx, pace)
+    except KeyboardInterrupt:
+        record_job(ctx, "interrupted")
+        raise
+    except Exception:
+        record_job(ctx, "failed")
+        raise
+
+
+def runs_stored(folder: ExperimentFolder) -> int:
+    """How many runs of the folder are done (finished, diverged or pruned)."""
+    return sum(1 for run in folder.runs() if run.is_done())
+
+
+def record_job(ctx: Context, outcome: str) -> None:
+    """Store this invocation's wall time and what it trained (:mod:`ablate.core.jobs`), once:
+    where it trained anything, or was cut or failed part-way (its time then counts towards the
+    experiment's); never for the simulator, whose time is not the experiment's."""
+    runtime = ctx.experiment.base.runtime
+    if ctx.job is None or runtime.backend == "simulate":
+        return
+    chosen = ctx.resources(os.cpu_count() or 1)
+    how = (runtime.backend, runtime.launcher, chosen.workers, chosen.threads)
+    record = ctx.job.record(runs_stored(ctx.folder), outcome, how)
+    ctx.job = None
+    if record.runs_trained or outcome != "finished":
+        append_job(ctx.folder.jobs, record)
 
 
 def _steps_to_train(ctx: Context) -> StepsLeft:
@@ -258,6 +289,7 @@ STAGES: tuple[Stage, ...] = (
     Stage("max_lr", _configured("max_lr"), max_lr),
     Stage("studies", _has_studies, record_studies),
     Stage("convert", lambda ctx: bool(ctx.plan.continued), convert),
+    Stage("job", lambda ctx: True, lambda ctx: record_job(ctx, "finished")),
     Stage("report", lambda ctx: True, report),
 )
 

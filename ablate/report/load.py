@@ -16,6 +16,7 @@ import pandas as pd
 from ablate.core import store
 from ablate.core.boundary import SeedBoundary, edge_of_points
 from ablate.core.folders import ExperimentFolder
+from ablate.core.jobs import read_jobs
 from ablate.core.studies import StoredStudies
 from ablate.report.analysis import column
 
@@ -40,6 +41,7 @@ class StoredExperiment:
     configs: dict[str, dict]  # run id -> its stored config.json, for the main runs
     stored_runs: pd.DataFrame  # every finished run in the folder, planned or not (studies' too)
     divergence_moved: list[str] = field(default_factory=list)  # brackets the stored runs widened
+    jobs: pd.DataFrame = field(default_factory=pd.DataFrame)  # each ``ablate run``'s wall time
 
 
 def load_experiment_results(folder: ExperimentFolder) -> StoredExperiment:
@@ -73,6 +75,7 @@ def load_experiment_results(folder: ExperimentFolder) -> StoredExperiment:
         inference=folder.read_inference(),
         configs=_configs(folder, main),
         stored_runs=stored_runs,
+        jobs=read_jobs(folder.jobs),
     )
 
 

@@ -41,7 +41,7 @@ def main_label(manifest: dict) -> str:
     if len(settings) == 1:
         lr, warmup = settings.pop()
         return f"shared LR (every variant at lr {lr:g}, warmup {warmup})"
-    return "main runs (each variant at the LR and warmup its file gives it)"
+    return "each variant at the LR and warmup its file gives it"
 
 
 def final_eval_note(configs: dict[str, dict]) -> str:

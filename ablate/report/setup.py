@@ -2,7 +2,8 @@
 
 Model shape and parameters, the norm of each variant, the data (source, tokenizer, vocabulary),
 the budget (steps x batch x context), optimizer, schedule and precision, each stage's runs and
-steps, and what decided the bits (torch, threads, CPU capability, the RMSNorm kernel's build).
+steps, what decided the bits (torch, threads, CPU capability, the RMSNorm kernel's build) and
+what training cost (run time summed; the wall time of each ``ablate run``: ``jobs.csv``).
 A variant whose config differs from the baseline's beyond the norm (and the grid's declared
 factors) is flagged here and at the top of the report: its differences are not the norm's.
 """
@@ -142,17 +143,65 @@ STAGE_ORDER = (
 STUDY_GROUPS = {"warmup"}  # stored by group, not in the manifest
 
 
-def _stage_text(stored: StoredExperiment) -> str:
-    """Runs and steps of each stage: the planned ones from the manifest, the warmup studies'
-    by group, the other studies' from the runs each names (search trials, max-LR probes)."""
+def _stage_runs(stored: StoredExperiment) -> list[tuple[str, pd.DataFrame]]:
+    """Each stage's runs: the planned ones from the manifest, the warmup studies' by group,
+    the other studies' from the runs each names (search trials, max-LR probes)."""
     every = stored.stored_runs
     parts = [
-        _runs_of(group, (every if group in STUDY_GROUPS else stored.runs).query("group == @group"))
+        (group, (every if group in STUDY_GROUPS else stored.runs).query("group == @group"))
         for group in STAGE_ORDER
     ]
     for (variant, kind), ids in stored.studies.run_ids().items():
-        parts.append(_runs_of(f"{kind} ({variant})", every[every["run_id"].isin(ids)]))
-    return ", ".join(part for part in parts if part)
+        parts.append((f"{kind} ({variant})", every[every["run_id"].isin(ids)]))
+    return [(label, runs) for label, runs in parts if len(runs)]
+
+
+def _stage_text(stored: StoredExperiment) -> str:
+    """Runs and steps of each stage, then the distinct runs they add up to: a run two stages
+    share (a main run that is also a sweep point, a probe another variant's bracket reuses)
+    is counted once."""
+    parts = _stage_runs(stored)
+    if not parts:
+        return ""
+    listed = sum(len(runs) for _, runs in parts)
+    distinct = pd.concat([runs for _, runs in parts]).drop_duplicates("run_id")
+    shared = f", {listed - len(distinct)} of them in two stages" if listed > len(distinct) else ""
+    text = ", ".join(_runs_of(label, runs) for label, runs in parts)
+    return f"{text}; {len(distinct)} distinct runs in all{shared}"
+
+
+def compute_text(stored: StoredExperiment) -> str:
+    """What training cost: the distinct runs' own time summed, and the wall time of the
+    ``ablate run`` invocations that trained them (``jobs.csv``), with the workers, the CPU
+    and whether the machine was idle, where the store recorded them."""
+    runs = pd.concat([r for _, r in _stage_runs(stored)] or [stored.runs])
+    runs = runs.drop_duplicates("run_id")
+    summed = pd.to_numeric(runs.get("wall_time_s"), errors="coerce").sum() / 60
+    text = f"{len(runs)} runs, {summed:.1f} run-minutes (each run's own wall time, summed)"
+    jobs = stored.jobs
+    if not len(jobs):
+        return f"{text}; the job's wall time not recorded (a store from before job records)"
+    wall = jobs["wall_s"].sum() / 60
+    cut = int((jobs["outcome"] != "finished").sum())
+    times = (
+        f"{len(jobs)} invocation(s), {cut} of them cut short"
+        if cut
+        else f"{len(jobs)} invocation(s)"
+    )
+    setups = sorted(
+        {
+            f"{w} worker(s) x {t} thread(s)"
+            for w, t in zip(jobs["workers"], jobs["threads"], strict=True)
+        }
+    )
+    cpus = sorted({f"{c} cores of {m}" for c, m in zip(jobs["cores"], jobs["cpu"], strict=True)})
+    states = sorted(set(jobs["machine"]))
+    share = pd.to_numeric(jobs["others_share"], errors="coerce").max()
+    others = f", other work {share:.0%} of the cores at most" if share == share else ""
+    return (
+        f"{text}; wall time {wall:.1f} min in {times} of `ablate run`, "
+        f"{', '.join(setups)} on {', '.join(cpus)}, machine {'/'.join(states)}{others} (jobs.csv)"
+    )
 
 
 def _runs_of(label: str, runs: pd.DataFrame) -> str:
@@ -205,6 +254,8 @@ def setup_section(stored: StoredExperiment, variants: list[str]) -> Section:
         f"{base['train.lr']:g}, warmup {base['train.warmup_steps']} steps.",
         f"- **Stages:** {_stage_text(stored)}.",
         f"- **Numerics:** {_numerics_text(stored.runs)}.",
+        f"- **Compute:** {compute_text(stored)}.",
         "",
     ]
-    return Section(lines)
+    tables = {"jobs.csv": stored.jobs} if len(stored.jobs) else {}
+    return Section(lines, tables)

@@ -7,6 +7,7 @@ import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import optuna
@@ -17,18 +18,22 @@ from conftest import REPO, TINY, simulated_experiment, write_experiment
 from rich.console import Console
 
 from ablate.core.folders import ExperimentFolder
+from ablate.core.jobs import JobClock, read_jobs
 from ablate.core.load import load_experiment
 from ablate.core.plan import RunSpec
 from ablate.core.record import RunRecord
+from ablate.launch import pipeline
 from ablate.launch.pipeline import (
     Context,
     margin_boundaries,
+    record_job,
     run_experiment,
     run_studies_only,
     training_stages,
 )
 from ablate.launch.simulator import SimulatedExecutor
 from ablate.launch.storage import open_storage, storage_url
+from ablate.launch.workers import Resources
 
 
 def _smoke_like(tmp_path: Path, **extra: object) -> Path:
@@ -182,6 +187,19 @@ def _lands_in_the_report(tmp_path: Path, path: Path, norm_impls: dict[str, str])
     for variant in norm_impls:
         assert f"| {variant}" in report
     assert "Δ final vs baseline" in report
+    _timed_once(result, tmp_path, path)
+
+
+def _timed_once(result: Any, tmp_path: Path, path: Path) -> None:
+    """The invocation that trained is stored with its runs and copied into the report; one
+    that trains nothing adds no record and leaves the report current."""
+    jobs = read_jobs(result.folder.jobs)
+    assert list(jobs["runs_trained"]) == [4] and list(jobs["outcome"]) == ["finished"]
+    assert list(jobs["workers"]) == [1] and jobs["wall_s"].iloc[0] > 0
+    copied = pd.read_csv(result.report_dir / "jobs.csv")
+    assert list(copied["runs_trained"]) == [4]
+    again = run_experiment(path, tmp_path / "results", tmp_path / "reports", workers=1)
+    assert len(read_jobs(result.folder.jobs)) == 1 and not again.report_rebuilt
 
 
 @pytest.mark.trains
@@ -248,7 +266,6 @@ def test_a_new_stage_is_one_entry_that_sees_the_plan_and_adds_to_it(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from ablate.core.plan import RunSpec, with_train
-    from ablate.launch import pipeline
     from ablate.launch.context import Stage
 
     seen: dict[str, object] = {}
@@ -278,12 +295,44 @@ def test_a_new_stage_is_one_entry_that_sees_the_plan_and_adds_to_it(
     assert result.report_rebuilt and not result.missing
 
 
+@pytest.mark.parametrize(
+    ("backend", "trained", "outcome", "stored"),
+    [
+        ("train", 3, "finished", 1),
+        ("train", 0, "finished", 0),  # a rerun that trained nothing: no record
+        ("train", 0, "interrupted", 1),  # cut before a run was stored: its time still counts
+        ("simulate", 3, "finished", 0),  # the simulator's time is not the experiment's
+    ],
+)
+def test_a_job_is_recorded_where_it_trained_or_was_cut(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    backend: str,
+    trained: int,
+    outcome: str,
+    stored: int,
+) -> None:
+    folder = ExperimentFolder(tmp_path / "tiny")
+    folder.path.mkdir()
+    runtime = SimpleNamespace(backend=backend, launcher="local")
+    ctx = SimpleNamespace(
+        experiment=SimpleNamespace(base=SimpleNamespace(runtime=runtime)),
+        folder=folder,
+        job=JobClock.start(runs_stored=0),
+        resources=lambda jobs: Resources(2, 1),
+    )
+    monkeypatch.setattr(pipeline, "runs_stored", lambda folder: trained)
+    record_job(ctx, outcome)  # type: ignore[arg-type]
+    record_job(ctx, outcome)  # type: ignore[arg-type]  # once per invocation
+    assert len(read_jobs(folder.jobs)) == stored
+
+
 def test_the_stages_run_in_the_documented_order() -> None:
     from ablate.launch.pipeline import STAGES
 
     assert [s.name for s in STAGES] == [
         "shared", "search", "curve", "tuned", "decide", "crossover", "usable", "max_lr",
-        "studies", "convert", "report",
+        "studies", "convert", "job", "report",
     ]  # fmt: skip
 
 

@@ -588,6 +588,12 @@ def test_the_setup_section_says_what_was_trained(finished: Path, tmp_path: Path)
     assert "builtin_text, tokenizer byte, vocabulary 256" in setup
     assert "20 steps x batch 4 x context 16 = 1,280 tokens" in setup
     assert "shared LR 0.003, warmup 3 steps" in setup and "main 6 runs of 20 steps" in setup
+    assert "main 6 runs of 20 steps; 6 distinct runs in all." in setup  # none in two stages
+    job = json.loads((finished / "jobs.jsonl").read_text())
+    minutes = sum(s["wall_time_s"] for s in summaries) / 60
+    assert f"**Compute:** 6 runs, {minutes:.1f} run-minutes" in setup
+    assert f"wall time {job['wall_s'] / 60:.1f} min in 1 invocation(s)" in setup
+    assert f"1 worker(s) x 1 thread(s) on {job['cores']} cores of {job['cpu']}" in setup
     capability = torch.backends.cpu.get_cpu_capability()  # AVX2 where conftest's pin took
     assert f"CPU capability {capability}" in setup
     assert f"kernel build target: {build_target()}" in setup

@@ -1,0 +1,53 @@
+"""The Set-up section's counts: each stage's runs, the distinct runs they add up to, and what
+training cost, from the runs' own times and the stored job records."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pandas as pd
+
+from ablate.core.jobs import JOB_COLUMNS
+from ablate.report.setup import _stage_text, compute_text
+
+
+def _stored(jobs: pd.DataFrame) -> SimpleNamespace:
+    """Two main runs that are also points of a 3-run sweep, and a max-LR probe whose
+    bracket also names a main run."""
+    runs = pd.DataFrame(
+        {
+            "run_id": ["a", "b", "c", "p"],
+            "group": ["main", "main", "sweep", "max_lr"],
+            "planned_steps": [200] * 4,
+            "wall_time_s": [60.0, 60.0, 30.0, 90.0],
+        }
+    )
+    sweep = runs.iloc[:2].assign(group="sweep")  # a, b are also points of the sweep
+    studies = SimpleNamespace(run_ids=lambda: {("layernorm", "max_lr"): ["p", "a"]})
+    planned = pd.concat([runs.iloc[:3], sweep])
+    stored = SimpleNamespace(stored_runs=runs, runs=planned, studies=studies, jobs=jobs)
+    return stored
+
+
+def test_a_run_two_stages_share_is_counted_once() -> None:
+    text = _stage_text(_stored(pd.DataFrame(columns=JOB_COLUMNS)))  # type: ignore[arg-type]
+    assert text.startswith("main 2 runs of 200 steps, sweep 3 runs of 200 steps, max_lr ")
+    assert text.endswith("; 4 distinct runs in all, 3 of them in two stages")
+
+
+def test_compute_sums_the_runs_and_the_invocations() -> None:
+    jobs = pd.DataFrame(
+        [
+            {"wall_s": 90.0, "outcome": "interrupted", "workers": 2, "threads": 1, "cores": 2,
+             "cpu": "X", "machine": "idle", "others_share": 0.02},
+            {"wall_s": 150.0, "outcome": "finished", "workers": 2, "threads": 1, "cores": 2,
+             "cpu": "X", "machine": "busy", "others_share": 0.4},
+        ]
+    )  # fmt: skip
+    text = compute_text(_stored(jobs))  # type: ignore[arg-type]
+    assert text.startswith("4 runs, 4.0 run-minutes")  # (60 + 60 + 30 + 90) s
+    assert "wall time 4.0 min in 2 invocation(s), 1 of them cut short" in text
+    assert "2 worker(s) x 1 thread(s) on 2 cores of X, machine busy/idle" in text
+    assert "other work 40% of the cores at most" in text
+    unrecorded = compute_text(_stored(pd.DataFrame(columns=JOB_COLUMNS)))  # type: ignore[arg-type]
+    assert unrecorded.endswith("the job's wall time not recorded (a store from before job records)")
