@@ -113,6 +113,10 @@ def depth_figure(profile: pd.DataFrame, variants: list[str]) -> Drawing | None:
         fig = Figure(figsize=(11, 4.0))
         axes = fig.subplots(1, 2)
         titles = {"resid_rms": "residual stream RMS", "resid_kurtosis": "feature kurtosis"}
+        units = {
+            "resid_rms": "RMS (activation units)",
+            "resid_kurtosis": "kurtosis (1: features alike)",
+        }
         for ax, quantity in zip(axes, DEPTH_QUANTITIES, strict=True):
             for variant in variants:
                 mine = profile[profile["variant"] == variant].sort_values("layer")
@@ -139,6 +143,7 @@ def depth_figure(profile: pd.DataFrame, variants: list[str]) -> Drawing | None:
             ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # blocks are counted
             ax.set_title(f"{titles[quantity]} after each block, last probe step", fontsize=10)
             ax.set_xlabel("block")
+            ax.set_ylabel(f"{units[quantity]}; band: the seeds' range", fontsize=9)
             ax.grid(alpha=0.3, which="both")
         legend_outside(axes[-1])  # one legend for both panels, off the lines
         return fig

@@ -69,6 +69,12 @@ def legend_outside(ax: Axes) -> None:
     ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0)
 
 
+def legend_below(ax: Axes, columns: int = 2) -> None:
+    """The axes' legend under them in ``columns`` columns: long entries that would squeeze the
+    axes beside them, outside the data."""
+    ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.14), ncol=columns)
+
+
 def _variant_bands(ax: Axes, band: pd.DataFrame, x: str, variants: list[str]) -> None:
     """One :func:`_band` per variant with rows in ``band``, coloured by the variant's place."""
     for i, variant in enumerate(variants):
@@ -158,14 +164,14 @@ def loss_time_figure(metrics: pd.DataFrame, variants: list[str]) -> Drawing | No
             evals.groupby(["variant", "step"])["elapsed_s"].mean().reset_index(),
             on=["variant", "step"],
         )
-        fig = Figure(figsize=(6.5, 4.2))
+        fig = Figure(figsize=(9, 4.2))
         ax = fig.subplots()
         _variant_bands(ax, band, "elapsed_s", variants)
         ax.set_title("validation loss against wall-clock time")
         ax.set_xlabel("time since the start of training (s)")
         ax.set_ylabel(LOSS_UNIT)
         ax.grid(alpha=0.3)
-        ax.legend()
+        legend_outside(ax)
         return fig
 
     return draw
@@ -179,30 +185,31 @@ def difference_figure(diff: pd.DataFrame, variants: list[str]) -> Drawing | None
         return None
 
     def draw() -> Figure:
-        fig = Figure(figsize=(6.5, 4.2))
+        fig = Figure(figsize=(9, 4.2))
         ax = fig.subplots()
         for i, variant in enumerate(variants):
             mine = diff[diff["variant"] == variant]
             if mine.empty:
                 continue
-            n = int(mine["n_pairs"].max())
-            ax.plot(mine["step"], mine["mean"], color=f"C{i}", label=f"{variant} (n={n})")
-            ax.fill_between(mine["step"], mine["ci_low"], mine["ci_high"], color=f"C{i}", alpha=0.2)
+            n, color = int(mine["n_pairs"].max()), variant_color(i, len(variants))
+            ax.plot(mine["step"], mine["mean"], color=color, label=f"{variant} (n={n})")
+            ax.fill_between(mine["step"], mine["ci_low"], mine["ci_high"], color=color, alpha=0.2)
         ax.axhline(0.0, color="black", linewidth=1, label=f"{variants[0]} (baseline)")
         ax.set_title("val loss − baseline's, same seed (mean, 95% CI)")
         ax.set_xlabel("optimizer step")
         ax.set_ylabel("Δ cross-entropy (nats / token)")
         ax.grid(alpha=0.3)
-        ax.legend()
+        legend_outside(ax)
         return fig
 
     return draw
 
 
 PROBE_ROWS = (
-    ("resid_rms", "residual stream RMS after each block"),
-    ("grad_norm", "gradient norm of each block (before clipping)"),
+    ("resid_rms", "residual RMS after each block"),
+    ("grad_norm", "block gradient L2 norm (before clipping)"),
 )
+PROBE_COLUMNS = 4  # variants per row of panels; more wrap onto further rows
 
 
 def probe_figure(probes: pd.DataFrame, variants: list[str]) -> Drawing | None:
@@ -216,25 +223,33 @@ def probe_figure(probes: pd.DataFrame, variants: list[str]) -> Drawing | None:
 
     def draw() -> Figure:
         present = [v for v in variants if v in set(probes["variant"])]
-        fig = Figure(figsize=(4.6 * len(present), 6.8))
-        axes = fig.subplots(len(PROBE_ROWS), len(present), squeeze=False, sharey="row")
+        columns = min(len(present), PROBE_COLUMNS)
+        wraps = -(-len(present) // columns)  # rows of variants
+        fig = Figure(figsize=(4.2 * columns + 1.6, 3.2 * len(PROBE_ROWS) * wraps))
+        axes = fig.subplots(len(PROBE_ROWS) * wraps, columns, squeeze=False)
         n_layers = int(block_rows(probes)["layer"].max()) + 1
         colors = mpl.colormaps["viridis"](np.linspace(0.0, 0.85, max(n_layers, 1)))
-        for r, (quantity, title) in enumerate(PROBE_ROWS):
+        sites = set(block_rows(probes)["site"])
+        for r, (quantity, label) in enumerate(PROBE_ROWS):
             band = probe_band(probes, quantity)
-            band = band[band["site"].isin(set(block_rows(probes)["site"]))]
-            for c, variant in enumerate(present):
-                ax = axes[r][c]
+            band = band[band["site"].isin(sites)]
+            row_axes = [
+                axes[w * len(PROBE_ROWS) + r][c] for w in range(wraps) for c in range(columns)
+            ]
+            for ax, variant in zip(row_axes, present, strict=False):
                 for layer, mine in band[band["variant"] == variant].groupby("layer"):
                     ax.plot(
                         mine["step"], mine["mean"], color=colors[int(layer)], label=f"block {layer}"
                     )
                 ax.set_yscale("log")
-                ax.set_title(f"{variant}: {title}", fontsize=9)
+                readable_log_ticks(ax, "y")  # a narrow range: plain numbers, not 1.05×10⁰
+                ax.set_title(variant, fontsize=9)
                 ax.set_xlabel("optimizer step")
-                ax.set_ylabel("RMS (activation units)" if quantity == "resid_rms" else "L2 norm")
+                ax.set_ylabel(label, fontsize=8)
                 ax.grid(alpha=0.3, which="both")
-                ax.legend(fontsize=7)
+            for ax in row_axes[len(present) :]:
+                ax.set_visible(False)
+            legend_outside(row_axes[columns - 1])  # the blocks, once per quantity
         return fig
 
     return draw
@@ -253,7 +268,7 @@ def logit_figure(probes: pd.DataFrame, variants: list[str]) -> Drawing | None:
         return None
 
     def draw() -> Figure:
-        fig = Figure(figsize=(14, 4.0))
+        fig = Figure(figsize=(16, 4.0))
         axes = fig.subplots(1, len(LOGIT_PANELS))
         for ax, (quantity, title, unit) in zip(axes, LOGIT_PANELS, strict=True):
             mine = probes[probes["quantity"] == quantity]
@@ -264,8 +279,8 @@ def logit_figure(probes: pd.DataFrame, variants: list[str]) -> Drawing | None:
             ax.set_xlabel("optimizer step")
             ax.set_ylabel(unit)
             ax.grid(alpha=0.3)
-            if len(band):
-                ax.legend(fontsize=8)
+        if len(probes[probes["quantity"].isin([q for q, _, _ in LOGIT_PANELS])]):
+            legend_outside(axes[-1])  # one legend for the three panels, off the bands
         return fig
 
     return draw
@@ -285,23 +300,24 @@ def throughput_figure(runs: pd.DataFrame, variants: list[str]) -> Drawing | None
         return None
 
     def draw() -> Figure:
-        fig = Figure(figsize=(12, 3.8))
-        axes = fig.subplots(1, len(SPEED_PANELS))
+        fig = Figure(figsize=(13, max(3.0, 0.32 * len(variants) + 1.4)))
+        axes = fig.subplots(1, len(SPEED_PANELS), sharey=True)
         for ax, (key, title, unit) in zip(axes, SPEED_PANELS, strict=True):
             scale = 1000.0 if key == "step_time_median_s" else 1.0
             for i, variant in enumerate(variants):
                 values = scale * column(finished[finished["variant"] == variant], key).dropna()
                 if values.empty:
                     continue
-                ax.bar(i, values.mean(), color=f"C{i}", alpha=0.6)
-                ax.scatter(np.full(len(values), i), values, color="black", s=12, zorder=3)
-            ax.set_xticks(range(len(variants)), variants, rotation=30 if len(variants) > 3 else 0)
+                ax.barh(i, values.mean(), color=variant_color(i, len(variants)), alpha=0.6)
+                ax.scatter(values, np.full(len(values), i), color="black", s=12, zorder=3)
             ax.set_title(title, fontsize=10)
-            ax.set_ylabel(unit)
-            ax.grid(alpha=0.3, axis="y")
+            ax.set_xlabel(unit)
+            ax.grid(alpha=0.3, axis="x")
+        axes[0].set_yticks(range(len(variants)), variants, fontsize=8)
+        axes[0].invert_yaxis()  # the baseline on top, as in the tables
         kinds = set(finished.get("memory_kind", pd.Series(dtype=str)).dropna())
         if kinds:
-            axes[-1].set_xlabel("measured as: " + ", ".join(sorted(kinds)), fontsize=8)
+            axes[-1].set_xlabel("MiB, measured as: " + ", ".join(sorted(kinds)), fontsize=8)
         return fig
 
     return draw
@@ -324,11 +340,11 @@ def sweep_figure(
 
     def draw() -> Figure:
         initial_loss, floor = losses
-        fig = Figure(figsize=(11, 4.5))
+        fig = Figure(figsize=(10, 6.0))
         ax = fig.subplots()
         for i, variant in enumerate(variants):
             mine = table[table["variant"] == variant]
-            color = f"C{i}"
+            color = variant_color(i, len(variants))
             ax.plot(mine["lr"], mine["loss_mean"], color=color, marker="o", label=variant)
             bad = mine[mine["unstable"] > mine["unlearned"]]
             early = mine[(mine["unlearned"] > 0) & (mine["unstable"] == mine["unlearned"])]
@@ -356,8 +372,7 @@ def sweep_figure(
                     row["max_stable_lr"],
                     color=color,
                     linestyle=":",
-                    label=f"{variant}: max stable LR, geometric mean of seeds "
-                    "(bar at the top: 95% interval)",
+                    label=f"{variant}: max stable LR (seeds' geometric mean; bar: 95% interval)",
                 )
         ax.axhline(initial_loss, color="grey", linestyle="--", linewidth=1, label="ℓ0 = ln(vocab)")
         _floor_line(ax, floor)
@@ -365,9 +380,11 @@ def sweep_figure(
         ax.set_xlabel("peak learning rate")
         ax.set_ylabel("final val loss, min(ℓ, ℓ0), mean over seeds (nats)")
         ax.set_title("learning-rate sweep")
-        ax.set_xlim(table["lr"].min() / 1.5, table["lr"].max() * 1.5)  # the bars may reach past
+        edges = boundaries["max_stable_lr"].dropna() if len(boundaries) else pd.Series(dtype=float)
+        high = max([table["lr"].max(), *edges])
+        ax.set_xlim(table["lr"].min() / 1.5, high * 1.5)  # an interval's bar may reach past
         ax.grid(alpha=0.3, which="both")
-        legend_outside(ax)
+        legend_below(ax)
         return fig
 
     return draw
@@ -401,11 +418,16 @@ def stability_map_figure(trials: pd.DataFrame, variants: list[str]) -> Drawing:
                 color="red",
                 marker="x",
                 s=60,
-                label="unstable",
+                label="unstable" if len(unstable) else "_none",
             )
             pruned = mine[mine["state"] == "PRUNED"]
             ax.scatter(
-                pruned["lr"], pruned["warmup_steps"], color="grey", marker="+", s=60, label="pruned"
+                pruned["lr"],
+                pruned["warmup_steps"],
+                color="grey",
+                marker="+",
+                s=60,
+                label="pruned" if len(pruned) else "_none",
             )
             ax.set_xscale("log")
             readable_log_ticks(ax, "x")
@@ -449,7 +471,7 @@ def interaction_figure(pairs: list[tuple[str, str, pd.DataFrame]]) -> Drawing | 
             ax.set_xlabel(a)
             ax.set_ylabel("final val loss (mean ± std)")
             ax.grid(alpha=0.3)
-            ax.legend(fontsize=8)
+            legend_below(ax)
         return fig
 
     return draw
