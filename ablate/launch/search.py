@@ -23,7 +23,8 @@ pruned + running trials are fewer than ``n_trials``, and on an RDB storage stays
 ones are done or retried.
 
 A trial cut short (Ctrl-C, SIGTERM, a crash: Optuna fails it; a dead worker: failed by its
-stale heartbeat) is re-run with its parameters, its intermediate values and its **slot**, the
+stale heartbeat; kill -9 on this machine: failed by the next process, which finds its owner's
+process gone) is re-run with its parameters, its intermediate values and its **slot**, the
 place in the study's sequence that seeds the sampler (:func:`slot_of`): the next trials are
 proposed as if it had never been cut, so a study's trials are a function of the experiment file
 however often it was interrupted. :attr:`SearchResult.reruns` lists the slots re-run.
@@ -32,6 +33,8 @@ however often it was interrupted. :attr:`SearchResult.reruns` lists the slots re
 from __future__ import annotations
 
 import math
+import os
+import platform
 import time
 import warnings
 from collections import Counter
@@ -50,6 +53,7 @@ from ablate.core.experiment import Experiment
 from ablate.core.plan import RunSpec, with_train
 from ablate.core.record import RunRecord
 from ablate.core.stability import clipped_loss
+from ablate.core.store import process_alive
 from ablate.core.studies import BestTrial, SearchResult, Trial
 from ablate.launch.execute import POLL_S, Executor, Request
 from ablate.launch.storage import open_storage, open_study
@@ -84,6 +88,7 @@ def trial_seed(seed: int, number: int) -> int:
 
 
 SLOT = "slot"  # a trial's user attribute: its place in the study's sequence, kept by a re-run
+OWNER = "owner"  # a trial's user attribute: "host:pid" of the process that asked for it
 RETRY_OF = "failed_trial"  # the system attribute a re-run names its cut trial's number by
 
 
@@ -111,6 +116,26 @@ def assign_slot(study: optuna.Study, trial: FrozenTrial) -> int:
     return slot
 
 
+def mark_owner(study: optuna.Study, trial: FrozenTrial) -> None:
+    """Store which process asked for the trial, so a later process can tell it was killed."""
+    owner = f"{platform.node()}:{os.getpid()}"
+    study._storage.set_trial_user_attr(trial._trial_id, OWNER, owner)
+
+
+def fail_dead_trials(study: optuna.Study) -> list[int]:
+    """Fail the study's running trials whose process is gone from this machine (kill -9, a
+    crash with no time to tell: nothing else would fail a warmup trial or a trial on a journal
+    storage, which send no heartbeat); the numbers failed. A trial of a live process, or of
+    another machine, is left to its process (or its heartbeat)."""
+    failed = []
+    for trial in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
+        host, _, pid = str(trial.user_attrs.get(OWNER, "")).rpartition(":")
+        if host == platform.node() and pid.isdigit() and not process_alive(int(pid)):
+            study._storage.set_trial_state_values(trial._trial_id, TrialState.FAIL)
+            failed.append(trial.number)
+    return failed
+
+
 def held_slots(trials: Sequence[FrozenTrial]) -> set[int]:
     """The slots a trial that did not fail holds (done, running or queued)."""
     return {slot_of(t) for t in trials if t.state != TrialState.FAIL}
@@ -119,7 +144,9 @@ def held_slots(trials: Sequence[FrozenTrial]) -> set[int]:
 def rerun_cut_trials(study: optuna.Study, say: PrintFn) -> list[int]:
     """Queue every failed trial whose slot no other trial holds again, with its parameters,
     user attributes (slot, run id: the re-run takes over the run) and intermediate values (the
-    pruner sees what it saw); the slots queued."""
+    pruner sees what it saw); the slots queued. A running trial whose process is gone is failed
+    first (:func:`fail_dead_trials`)."""
+    fail_dead_trials(study)
     trials = study.get_trials(deepcopy=False)
     held = held_slots(trials)
     queued = []
@@ -170,6 +197,7 @@ class TrialSeededSampler(optuna.samplers.BaseSampler):
         self._inner = make(seed=seed)
 
     def before_trial(self, study: optuna.Study, trial: FrozenTrial) -> None:
+        mark_owner(study, trial)
         self._inner = self._make(seed=trial_seed(self._seed, assign_slot(study, trial)))
         self._inner.before_trial(study, trial)
 

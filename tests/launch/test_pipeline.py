@@ -5,6 +5,9 @@ from __future__ import annotations
 import io
 import json
 import math
+import signal
+import subprocess
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from types import SimpleNamespace
@@ -428,6 +431,34 @@ def test_an_interrupted_study_gives_the_uninterrupted_answer(
     named = f"layernorm #{after}" in (tmp_path / "b/rep/tiny/report.md").read_text()
     assert named == (group == "search")  # the report names the trial re-run
     assert all(not r.reruns for r in whole.studies.search.values())
+
+
+KILLED = """
+import os, signal, sys
+from pathlib import Path
+from ablate.launch.pipeline import run_experiment
+from ablate.launch.simulator import SimulatedExecutor
+
+class KilledAt(SimulatedExecutor):
+    def run(self, specs):
+        stored = [p for p in self.root.glob("*/*/summary.json") if '"warmup"' in p.read_text()]
+        if any(s.group == "warmup" for s in specs) and stored:
+            os.kill(os.getpid(), signal.SIGKILL)  # no handler runs: the trial stays RUNNING
+        return super().run(specs)
+
+home = Path(sys.argv[1])
+run_experiment(home / "e.yaml", home / "results", home / "rep", executor=KilledAt(home / "results"))
+"""
+
+
+@pytest.mark.usefixtures("unrendered_figures")
+def test_a_warmup_trial_killed_with_its_process_is_rerun_as_it_was(tmp_path: Path) -> None:
+    run_experiment(_studied(tmp_path / "a", "warmup"), tmp_path / "a/results", tmp_path / "a/rep")
+    path = _studied(tmp_path / "b", "warmup")
+    killed = subprocess.run([sys.executable, "-c", KILLED, str(tmp_path / "b")], check=False)
+    assert killed.returncode == -signal.SIGKILL
+    run_experiment(path, tmp_path / "b/results", tmp_path / "b/rep")
+    assert _outcome(tmp_path / "b") == _outcome(tmp_path / "a")
 
 
 @pytest.mark.usefixtures("unrendered_figures")

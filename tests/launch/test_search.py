@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import math
+import platform
+import subprocess
 import warnings
 from pathlib import Path
 
@@ -18,7 +20,9 @@ from optuna.trial import TrialState
 from ablate.core.stability import criterion_text
 from ablate.launch.pipeline import Context, run_studies_only
 from ablate.launch.search import (
+    OWNER,
     TrialSeededSampler,
+    fail_dead_trials,
     optimize_one,
     rerun_cut_trials,
     rerun_slots,
@@ -249,6 +253,35 @@ def test_a_cut_trial_is_rerun_in_its_slot_and_the_next_trials_are_the_uncut_ones
     done = [t for t in cut.trials if t.state == TrialState.COMPLETE]
     assert [(slot_of(t), t.params) for t in done] == [(t.number, t.params) for t in whole.trials]
     assert rerun_slots(cut) == [2] and rerun_slots(whole) == []
+
+
+def _dead_pid() -> int:
+    """The id of a process that has exited and been reaped."""
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    return gone.pid
+
+
+def test_a_trial_killed_with_its_process_is_rerun_in_its_slot() -> None:
+    whole = _random_study()
+    for _ in range(3):
+        trial = _ask(whole)
+        whole.tell(trial, trial.params["lr"])
+    cut = _random_study()
+    trial = _ask(cut)
+    cut.tell(trial, trial.params["lr"])
+    killed = _ask(cut)  # kill -9: nobody tells; it stays RUNNING with its owner gone
+    cut._storage.set_trial_user_attr(killed._trial_id, OWNER, f"{platform.node()}:{_dead_pid()}")
+    live = _ask(cut)  # a trial of a process still running (this one) is left alone
+    assert fail_dead_trials(cut) == [1] and fail_dead_trials(cut) == []
+    assert rerun_cut_trials(cut, say=lambda _: None) == [1]
+    cut.tell(live, live.params["lr"])
+    rerun = _ask(cut)
+    cut.tell(rerun, rerun.params["lr"])
+    done = sorted(
+        (slot_of(t), t.params["lr"]) for t in cut.trials if t.state == TrialState.COMPLETE
+    )
+    assert done == [(t.number, t.params["lr"]) for t in whole.trials]
 
 
 def test_a_dead_workers_retry_keeps_the_slot_of_the_trial_it_replaces() -> None:
