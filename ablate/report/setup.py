@@ -176,6 +176,8 @@ def compute_text(stored: StoredExperiment) -> str:
     and whether the machine was idle, where the store recorded them."""
     runs = pd.concat([r for _, r in _stage_runs(stored)] or [stored.runs])
     runs = runs.drop_duplicates("run_id")
+    if simulated_flag(stored):
+        return f"{len(runs)} runs, simulated (drawn in milliseconds: no training time to report)"
     summed = pd.to_numeric(runs.get("wall_time_s"), errors="coerce").sum() / 60
     text = f"{len(runs)} runs, {summed:.1f} run-minutes (each run's own wall time, summed)"
     jobs = stored.jobs

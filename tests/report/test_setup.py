@@ -8,6 +8,7 @@ from types import SimpleNamespace
 import pandas as pd
 
 from ablate.core.jobs import JOB_COLUMNS
+from ablate.core.simulate import SIMULATED_IMPL
 from ablate.report.setup import _stage_text, compute_text
 
 
@@ -26,6 +27,7 @@ def _stored(jobs: pd.DataFrame) -> SimpleNamespace:
     studies = SimpleNamespace(run_ids=lambda: {("layernorm", "max_lr"): ["p", "a"]})
     planned = pd.concat([runs.iloc[:3], sweep])
     stored = SimpleNamespace(stored_runs=runs, runs=planned, studies=studies, jobs=jobs)
+    stored.runs = stored.runs.assign(norm_impl="torch")
     return stored
 
 
@@ -49,5 +51,10 @@ def test_compute_sums_the_runs_and_the_invocations() -> None:
     assert "wall time 4.0 min in 2 invocation(s), 1 of them cut short" in text
     assert "2 worker(s) x 1 thread(s) on 2 cores of X, machine busy/idle" in text
     assert "other work 40% of the cores at most" in text
+    simulated = _stored(jobs)
+    simulated.runs = simulated.runs.assign(norm_impl=SIMULATED_IMPL)
+    assert compute_text(simulated).endswith(
+        "simulated (drawn in milliseconds: no training time to report)"
+    )  # type: ignore[arg-type]
     unrecorded = compute_text(_stored(pd.DataFrame(columns=JOB_COLUMNS)))  # type: ignore[arg-type]
     assert unrecorded.endswith("the job's wall time not recorded (a store from before job records)")
