@@ -112,9 +112,11 @@ def comparison_section(
         "optimum with its warmup study's best), trained at the full budget on the same seeds "
         "(matched initial weights and batches). Δ = variant − "
         "baseline over matched seeds. Headroom: how far above its tuned LR a variant's final "
-        "loss stays within `max_lr.within` of its loss there (the usable LR, median of its "
-        "seeds' walks); the max stable LR is where a run still learned at all (the median of "
-        "its seeds' at the `max_lr` budget, which may be shorter than the tuned runs').",
+        "loss stays within `max_lr.within` of its loss there (the usable LR, the geometric "
+        "mean of its seeds' walks, each up the 2^(1/4) lattice at the file's warmup from the "
+        "point nearest the tuned LR); the max stable LR is where a run still "
+        "learned at all (the geometric mean of its seeds' edges at the `max_lr` budget, which "
+        "may be shorter than the tuned runs').",
         "",
         shown.to_markdown(index=False),
         "",
