@@ -19,7 +19,7 @@ import numpy as np
 import pandas as pd
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
-from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
+from matplotlib.ticker import FuncFormatter, LogLocator, MaxNLocator, NullFormatter
 from matplotlib.transforms import blended_transform_factory
 
 from ablate.report.analysis import block_rows, column, curve_band, probe_band
@@ -39,19 +39,26 @@ def save_figure(draw: Drawing, path: Path) -> None:
 
 
 def plain(value: float, _: object = None) -> str:
-    """A tick label as a plain number (``0.002``, ``1.15``), never ``2×10⁻³``."""
-    return f"{value:.3g}"
+    """A tick label as a plain number (``0.002``, ``1.15``, ``200k``, ``2M``), never
+    ``2×10⁻³`` or ``2e+05``."""
+    for scale, suffix in ((1e9, "G"), (1e6, "M"), (1e4, "k")):
+        if abs(value) >= scale:
+            shown = value / (scale if suffix != "k" else 1e3)
+            return f"{shown:.3g}{suffix}"
+    return f"{value:.0f}" if abs(value) >= 1000 else f"{value:.3g}"
 
 
 def readable_log_ticks(ax: Axes, which: str) -> None:
     """Label a log axis (``x`` or ``y``) a reader can read: where its view spans under two
-    decades, at 1, 2 and 5 of each decade, as plain numbers (a narrow range otherwise shows one
-    power-of-ten label, or none)."""
+    decades, at 1, 2 and 5 of each decade, and under a factor of 3 at four evenly spaced
+    values, as plain numbers (a narrow range otherwise shows one power-of-ten label, or
+    none)."""
     axis = ax.xaxis if which == "x" else ax.yaxis
     low, high = ax.get_xlim() if which == "x" else ax.get_ylim()
     if low <= 0 or high / low >= 100:
         return
-    axis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
+    narrow = high / low < 3
+    axis.set_major_locator(MaxNLocator(4) if narrow else LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
     axis.set_major_formatter(FuncFormatter(plain))
     axis.set_minor_formatter(NullFormatter())
 
@@ -85,28 +92,45 @@ def _variant_bands(ax: Axes, band: pd.DataFrame, x: str, variants: list[str]) ->
 
 def _band(ax: Axes, band: pd.DataFrame, x: str, color: str | tuple[float, ...], label: str) -> None:
     """Mean line and ± std band (std 0 where one seed) of a :func:`curve_band` frame."""
-    n = int(band["count"].max())
+    low, high = int(band["count"].min()), int(band["count"].max())
+    n = f"{low}–{high}" if low < high else str(high)  # seeds that stopped early leave fewer
     ax.plot(band[x], band["mean"], color=color, label=f"{label} (n={n})")
     std = band["std"].fillna(0.0)
     ax.fill_between(band[x], band["mean"] - std, band["mean"] + std, color=color, alpha=0.2)
 
 
-def _floor_line(ax: Axes, floor: float | None) -> None:
-    """The unigram floor (a loss no better than predicting token frequencies), drawn where it
-    lies within the curves' range; beyond it, named in a corner, so that it never stretches
-    the axis away from where the variants differ. Call it after the curves are drawn."""
+def _corner(side: str, second: bool) -> float:
+    """Where a reference line's note goes, in axes fraction: the top or bottom corner, the
+    second note one line further in."""
+    shift = 0.06 if second else 0.0
+    return 0.98 - shift if side == "above" else 0.02 + shift
+
+
+def _floor_line(ax: Axes, floor: float | None, name: str = "unigram floor") -> None:
+    """The unigram floor (a loss no better than predicting token frequencies), or another
+    reference loss ``name``, drawn where it lies within the curves' range; beyond it, named in
+    a corner, so that it never stretches the axis away from where the variants differ. Call
+    it after the curves are drawn."""
     if floor is None or not np.isfinite(floor):
         return
     low, high = ax.get_ylim()
     if low <= floor <= high:
-        ax.axhline(floor, color="black", linestyle=":", linewidth=1, label="unigram floor")
+        style = (
+            {"color": "black", "linestyle": ":"}
+            if name == "unigram floor"
+            else {
+                "color": "grey",
+                "linestyle": "--",
+            }
+        )
+        ax.axhline(floor, linewidth=1, label=name, **style)
         ax.set_ylim(low, high)
         return
     side = "above" if floor > high else "below"
     ax.text(
         0.99,
-        0.98 if side == "above" else 0.02,
-        f"unigram floor {floor:.3f}: {side} the curves",
+        _corner(side, second=name != "unigram floor"),
+        f"{name} {floor:.3f}: {side} the curves",
         transform=ax.transAxes,
         ha="right",
         va="top" if side == "above" else "bottom",
@@ -310,6 +334,7 @@ def throughput_figure(runs: pd.DataFrame, variants: list[str]) -> Drawing | None
                     continue
                 ax.barh(i, values.mean(), color=variant_color(i, len(variants)), alpha=0.6)
                 ax.scatter(values, np.full(len(values), i), color="black", s=12, zorder=3)
+            ax.xaxis.set_major_locator(MaxNLocator(4))  # five-digit tokens/s labels fit
             ax.set_title(title, fontsize=10)
             ax.set_xlabel(unit)
             ax.grid(alpha=0.3, axis="x")
@@ -317,7 +342,7 @@ def throughput_figure(runs: pd.DataFrame, variants: list[str]) -> Drawing | None
         axes[0].invert_yaxis()  # the baseline on top, as in the tables
         kinds = set(finished.get("memory_kind", pd.Series(dtype=str)).dropna())
         if kinds:
-            axes[-1].set_xlabel("MiB, measured as: " + ", ".join(sorted(kinds)), fontsize=8)
+            axes[-1].set_xlabel("MiB, measured as: " + ", ".join(sorted(kinds)))
         return fig
 
     return draw
@@ -374,7 +399,7 @@ def sweep_figure(
                     linestyle=":",
                     label=f"{variant}: max stable LR (seeds' geometric mean; bar: 95% interval)",
                 )
-        ax.axhline(initial_loss, color="grey", linestyle="--", linewidth=1, label="ℓ0 = ln(vocab)")
+        _floor_line(ax, initial_loss, "ℓ0 = ln(vocab)")
         _floor_line(ax, floor)
         ax.set_xscale("log")
         ax.set_xlabel("peak learning rate")
@@ -435,7 +460,10 @@ def stability_map_figure(trials: pd.DataFrame, variants: list[str]) -> Drawing:
             ax.set_xlabel("peak learning rate")
             ax.set_ylabel("warmup steps")
             ax.grid(alpha=0.3)
-            ax.legend(fontsize=8)
+            legend = ax.legend(fontsize=8)
+            for handle, text in zip(legend.legend_handles, legend.get_texts(), strict=True):
+                if text.get_text() == "stable" and handle is not None:
+                    handle.set_color("grey")  # its colour is the loss's, not the kind's
             fig.colorbar(points, ax=ax, label="final val loss (unstable: min(ℓ, ℓ0))")
         return fig
 

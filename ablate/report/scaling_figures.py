@@ -10,9 +10,8 @@ import numpy as np
 import pandas as pd
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
-from matplotlib.ticker import FuncFormatter, NullFormatter
 
-from ablate.report.figures import LOSS_UNIT, Drawing
+from ablate.report.figures import LOSS_UNIT, Drawing, readable_log_ticks
 from ablate.report.fits import LineFit, PowerLaw
 
 PANELS = (
@@ -90,10 +89,8 @@ def _log_axes(ax: Axes, table: pd.DataFrame, quantity: str) -> None:
         return
     margin = 1.05 if quantity == "final_loss" else 1.5
     ax.set_ylim(values.min() / margin, values.max() * margin)
-    plain = FuncFormatter(lambda v, _: f"{v:.3g}")
-    ax.yaxis.set_major_formatter(plain)
-    narrow = values.max() / values.min() < 10  # less than a decade: label the minor ticks
-    ax.yaxis.set_minor_formatter(plain if narrow else NullFormatter())
+    readable_log_ticks(ax, "x")
+    readable_log_ticks(ax, "y")
 
 
 def _fit_line(
@@ -139,6 +136,7 @@ def gap_figure(
                 x = np.geomspace(mine["n_params"].min(), mine["n_params"].max(), 20)
                 ax.plot(x, [trend.at(np.log10(v))[0] for v in x], color=f"C{i}", linewidth=1)
         ax.set_xscale("log")
+        readable_log_ticks(ax, "x")
         ax.set_xlabel("parameters")
         ax.set_ylabel("Δ final val loss (nats / token)")
         ax.legend(fontsize=8)

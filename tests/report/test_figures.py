@@ -80,3 +80,44 @@ def test_a_sweep_point_with_a_collapsed_seed_is_not_called_diverged() -> None:
     labels = fig.axes[0].get_legend_handles_labels()[1]
     assert f"layernorm: {figures.UNSTABLE_POINT}" in labels
     assert "collapsed" in figures.UNSTABLE_POINT
+
+
+def test_tick_labels_are_plain_numbers() -> None:
+    shown = [figures.plain(v) for v in (0.002, 1.15, 2500, 12500, 2e5, 1e6, 2e6)]
+    assert shown == ["0.002", "1.15", "2500", "12.5k", "200k", "1M", "2M"]
+
+
+@pytest.mark.parametrize(("low", "high", "least"), [(1.0, 1.3, 3), (0.004, 0.05, 3)])
+def test_a_narrow_log_axis_gets_several_labelled_ticks(low: float, high: float, least: int) -> None:
+    fig = figures.Figure()
+    ax = fig.subplots()
+    ax.plot([1, 2], [low, high])
+    ax.set_yscale("log")
+    ax.set_ylim(low, high)
+    figures.readable_log_ticks(ax, "y")
+    fig.canvas.draw()
+    labels = [t.get_text() for t in ax.get_yticklabels() if t.get_text()]
+    inside = [v for v in ax.get_yticks() if low <= v <= high]
+    assert len(inside) >= least and all("×" not in t and "e+" not in t for t in labels)
+
+
+def test_a_curve_whose_seeds_stopped_early_names_how_many_it_averages() -> None:
+    metrics = _metrics(2.4, 1.7)
+    cut = metrics[~((metrics["run_id"] == "rmsnorm1") & (metrics["step"] > 50))]
+    fig = loss_figure(cut, ["layernorm", "rmsnorm"])()
+    labels = [t.get_text() for t in fig.axes[1].get_legend().get_texts()]
+    assert labels == ["layernorm (n=2)", "rmsnorm (n=1–2)"]
+
+
+def test_probe_panels_wrap_at_four_variants_a_row() -> None:
+    variants = [f"v{i}" for i in range(6)]
+    rows = [
+        {"variant": v, "run_id": f"{v}s{seed}", "seed": seed, "step": step, "quantity": q,
+         "site": "block", "layer": layer, "value": 1.0 + 0.1 * layer + 0.01 * step}
+        for v in variants for seed in (0, 1) for step in (0, 10, 20)
+        for q in ("resid_rms", "grad_norm") for layer in (0, 1)
+    ]  # fmt: skip
+    fig = figures.probe_figure(pd.DataFrame(rows), variants)()
+    visible = [ax for ax in fig.axes if ax.get_visible()]
+    assert len(fig.axes) == 2 * 2 * 4 and len(visible) == 2 * 6
+    assert [ax.get_title() for ax in visible[:4]] == ["v0", "v1", "v2", "v3"]
