@@ -14,7 +14,8 @@ combination is trained once per seed from the same initial weights and batches.
   level) − (effect of ``b`` at ``a``'s first level), averaged over further factors; a mean,
   interval and p-value over seeds as above. Zero means the effects add up.
 
-Diverged runs are counted, never averaged in (their final loss measures the blow-up).
+Diverged runs are counted, never averaged in (their final loss measures the blow-up); a
+collapsed run (finished at the unigram floor) is averaged in at its loss and counted apart.
 """
 
 from __future__ import annotations
@@ -119,6 +120,9 @@ def main_effects(runs: pd.DataFrame, design: Design) -> pd.DataFrame:
                     "runs": len(mine),
                     "finished": len(done),
                     "diverged": int((mine["status"] == "diverged").sum()),
+                    "collapsed": int(
+                        (column(mine[mine["status"] == "finished"], "stable") == 0).sum()
+                    ),
                     "mean": done.mean(),
                     "std": done.std(ddof=1),
                     **difference_columns(effect, EFFECT_COLUMNS),
@@ -187,11 +191,12 @@ def main_effects_markdown(table: pd.DataFrame) -> str:
         first = r.level == first_levels[r.factor]
         est = PairedDifference(r.seeds, r.effect, r.effect_ci_low, r.effect_ci_high, r.effect_p)
         effect, p = ("first level", "–") if first else _estimate_text(est)
+        collapsed = f", {r.collapsed} collapsed" if getattr(r, "collapsed", 0) else ""
         rows.append(
             {
                 "factor": r.factor,
                 "level": r.level,
-                "runs (finished / diverged)": f"{r.runs} ({r.finished} / {r.diverged})",
+                "runs (finished / diverged)": f"{r.runs} ({r.finished} / {r.diverged}){collapsed}",
                 "final val loss, mean ± std": f"{_num(r.mean)} ± {_num(r.std)}",
                 "effect vs first level [95% CI]": effect,
                 "p (seeds)": p,
@@ -229,7 +234,9 @@ def factor_section(
         "",
         "Main effects: each level against the factor's first level, averaged over the other "
         "factors' levels within each seed; 95% interval and p-value from a t-test over seeds "
-        "(descriptive; the Answer judges them at the plan's level).",
+        "(descriptive; the Answer judges them at the plan's level). A collapsed run (finished "
+        "without learning) is averaged in at its final loss, as in the quality table; a diverged "
+        "one is counted, not averaged.",
         "",
         main_effects_markdown(effects),
         "",

@@ -9,7 +9,14 @@ import pandas as pd
 import pytest
 from scipy import stats
 
-from ablate.report.factorial import Design, factor_section, interaction, main_effects, two_way
+from ablate.report.factorial import (
+    Design,
+    factor_section,
+    interaction,
+    main_effects,
+    main_effects_markdown,
+    two_way,
+)
 
 KIND, PLACE = "model.norm.kind", "model.norm.placement"
 _RNG = np.random.default_rng(0)
@@ -107,6 +114,19 @@ def test_diverged_runs_are_counted_and_left_out_of_every_contrast() -> None:
         np.mean([_loss("rmsnorm", "post", s) for s in range(2)])
     )
     assert interaction(runs, design, KIND, PLACE).n_pairs == 2
+
+
+def test_a_collapsed_run_is_averaged_at_its_loss_and_counted_apart() -> None:
+    runs = _runs().assign(stable=True)
+    collapsed = (runs["variant"] == "rmsnorm.post") & (runs["seed"] == 2)
+    runs.loc[collapsed, "stable"] = False  # finished at the floor: its loss stays in
+    table = main_effects(runs, _design()).set_index(["factor", "level"])
+    row = table.loc[(KIND, "rmsnorm")]
+    assert (row["finished"], row["diverged"], row["collapsed"]) == (6, 0, 1)
+    assert row["effect"] == pytest.approx(main_effects(_runs(), _design()).set_index(
+        ["factor", "level"]).loc[(KIND, "rmsnorm"), "effect"])  # fmt: skip
+    text = main_effects_markdown(table.reset_index())
+    assert "| 6 (6 / 0), 1 collapsed " in text and table.loc[(KIND, "layernorm"), "collapsed"] == 0
 
 
 def test_two_way_cells_and_interaction_contrast() -> None:
