@@ -180,6 +180,12 @@ def compute_text(stored: StoredExperiment) -> str:
         return f"{len(runs)} runs, simulated (drawn in milliseconds: no training time to report)"
     summed = pd.to_numeric(runs.get("wall_time_s"), errors="coerce").sum() / 60
     text = f"{len(runs)} runs, {summed:.1f} run-minutes (each run's own wall time, summed)"
+    unused = len(set(stored.stored_runs["run_id"]) - set(runs["run_id"]))
+    if unused:
+        text += (
+            f"; the store holds {unused} more finished run(s) no stage of this plan uses (a "
+            "walk's points past its edge, trained ahead on free workers, or an earlier plan's)"
+        )
     jobs = stored.jobs
     if not len(jobs):
         return f"{text}; the job's wall time not recorded (a store from before job records)"

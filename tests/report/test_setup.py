@@ -47,7 +47,12 @@ def test_compute_sums_the_runs_and_the_invocations() -> None:
         ]
     )  # fmt: skip
     text = compute_text(_stored(jobs))  # type: ignore[arg-type]
-    assert text.startswith("4 runs, 4.0 run-minutes")  # (60 + 60 + 30 + 90) s
+    assert text.startswith("4 runs, 4.0 run-minutes (each run's own wall time, summed); wall")
+    ahead = _stored(jobs)
+    ahead.stored_runs = pd.concat(
+        [ahead.stored_runs, ahead.stored_runs.iloc[:1].assign(run_id="w")]
+    )
+    assert "; the store holds 1 more finished run(s) no stage" in compute_text(ahead)  # type: ignore[arg-type]
     assert "wall time 4.0 min in 2 invocation(s), 1 of them cut short" in text
     assert "2 worker(s) x 1 thread(s) on 2 cores of X, machine busy/idle" in text
     assert "other work 40% of the cores at most" in text
