@@ -43,6 +43,7 @@ from ablate.nn.fast_norms import available, cpp_unavailable_reason
 from ablate.nn.model import count_parameters
 from ablate.nn.norms import build_norm, used_impls
 from ablate.nn.sources import build_model
+from ablate.report.figures import legend_outside, readable_log_ticks
 from ablate.training.data import load_corpus
 from ablate.training.memory import read_peak_memory, reset_peak_memory
 
@@ -248,11 +249,12 @@ def ratio_figure(table: pd.DataFrame, path: Path) -> Path:
         ax.axhline(1.0, color="grey", linewidth=1)
         ax.set_xscale("log", base=2)
         ax.set_yscale("log")
+        readable_log_ticks(ax, "y")  # ratios near 1: plain numbers, not 6×10⁻¹
         ax.set_xlabel("hidden size")
         ax.set_ylabel("fwd+bwd time / torch LayerNorm's")
         ax.set_title(f"{dtype}: norm kernels (lower is faster)")
         ax.grid(alpha=0.3, which="both")
-        ax.legend(fontsize=8)
+    legend_outside(axes[-1])  # one legend for the dtypes' panels, off the markers
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     return path
