@@ -165,7 +165,7 @@ def _print_plan(
     """The runs, the per-variant estimate table and the wall time of one experiment (expected,
     where ``design`` gives the run counts the protocol reaches on the simulator, and at most);
     the time at most."""
-    from ablate.core.plan import planned_groups
+    from ablate.core.stages import planned_groups
     from ablate.launch.estimate import describe_plan
     from ablate.launch.launchers import resources_for
 

@@ -22,6 +22,7 @@ from ablate.core.boundary import probes_per_seed
 from ablate.core.config import RunConfig
 from ablate.core.experiment import Experiment, SweepConfig
 from ablate.core.stability import criterion_text
+from ablate.core.stages import planned_groups
 
 SPEC_VERSION = 1
 USABLE_WALK = 5  # runs a usable walk takes per seed, about: the reference's end within an octave
@@ -392,25 +393,6 @@ def plan_manifest(
             for s in specs
         ],
     }
-
-
-def planned_groups(experiment: Experiment) -> list[str]:
-    """The stages whose runs this file plans, in pipeline order."""
-    present = {
-        "main": True,
-        "sweep": experiment.sweep is not None,
-        "search": experiment.search is not None,
-        "curve": experiment.curve is not None,
-        "tuned": experiment.search is not None or experiment.curve is not None,
-        "crossover": experiment.search is not None or experiment.curve is not None,
-        "usable": experiment.max_lr is not None
-        and experiment.max_lr.within is not None
-        and (experiment.search is not None or experiment.curve is not None),
-        "decide": experiment.decide is not None,
-        "max_lr": experiment.max_lr is not None,
-        "convert": experiment.convert is not None,
-    }
-    return [group for group, planned in present.items() if planned]
 
 
 def max_lr_probes(experiment: Experiment, start: float) -> int:

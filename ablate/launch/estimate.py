@@ -38,9 +38,9 @@ from ablate.core.plan import (
     plan_convert,
     plan_runs,
     plan_sweep,
-    planned_groups,
     study_runs,
 )
+from ablate.core.stages import BEFORE_MAX_LR, planned_groups
 from ablate.core.studies import StoredStudies
 from ablate.launch.devices import CONTEXT_MB, Measured, fit_error, shape_key
 from ablate.launch.progress import StepsLeft
@@ -366,9 +366,6 @@ def runs_left(
     return {
         stage: (held.remaining(variant, stage, n), steps) for stage, (n, steps) in stages.items()
     }
-
-
-BEFORE_MAX_LR = ("curve", "warmup", "search", "tuned", "crossover", "usable", "decide")
 
 
 def stored_counts(experiment: Experiment, results_dir: Path) -> Stored:

@@ -59,7 +59,6 @@ from ablate.core.plan import (
     plan_runs,
     plan_sweep,
     plan_tuned,
-    planned_groups,
     study_runs,
 )
 from ablate.core.stability import (
@@ -69,6 +68,7 @@ from ablate.core.stability import (
     criterion_text,
     verdict_at_margin,
 )
+from ablate.core.stages import planned_groups
 from ablate.core.studies import (
     BoundaryResult,
     MarginBoundary,

@@ -19,20 +19,10 @@ import pandas as pd
 
 from ablate.core import store
 from ablate.core.folders import ExperimentFolder, RunFolder, read_json
+from ablate.core.stages import STATUS_ORDER
 from ablate.launch.launchers import Job, every_launcher
 
 STATES = ("done", "failed", "interrupted", "running", "queued", "not started")
-STAGE_ORDER = (
-    "main",
-    "sweep",
-    "warmup",
-    "search",
-    "tuned",
-    "crossover",
-    "usable",
-    "max_lr",
-    "convert",
-)
 
 
 @dataclass(frozen=True)
@@ -106,7 +96,7 @@ def status_table(states: list[RunState]) -> pd.DataFrame:
         lambda ids: ", ".join(sorted({i.split("_")[0] for i in ids}))
     )
     table["jobs"] = arrays.reindex(table.index).fillna("")
-    order = sorted(table.index, key=lambda g: (STAGE_ORDER + (g,)).index(g))
+    order = sorted(table.index, key=lambda g: (STATUS_ORDER + (g,)).index(g))
     return table.loc[order].rename_axis("stage").reset_index()
 
 

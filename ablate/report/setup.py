@@ -16,6 +16,7 @@ import pandas as pd
 
 from ablate.core.overrides import beyond_the_norm, flatten
 from ablate.core.simulate import SIMULATED_IMPL
+from ablate.core.stages import BY_GROUP, REPORT_ORDER
 from ablate.report.load import StoredExperiment
 from ablate.report.section import Section
 
@@ -130,26 +131,13 @@ def _norm_text(configs: dict[str, dict[str, Any]], main: pd.DataFrame) -> str:
     )
 
 
-STAGE_ORDER = (
-    "main",
-    "sweep",
-    "curve",
-    "warmup",
-    "tuned",
-    "crossover",
-    "usable",
-    "convert",
-)  # the pipeline's order
-STUDY_GROUPS = {"warmup"}  # stored by group, not in the manifest
-
-
 def _stage_runs(stored: StoredExperiment) -> list[tuple[str, pd.DataFrame]]:
     """Each stage's runs: the planned ones from the manifest, the warmup studies' by group,
     the other studies' from the runs each names (search trials, max-LR probes)."""
     every = stored.stored_runs
     parts = [
-        (group, (every if group in STUDY_GROUPS else stored.runs).query("group == @group"))
-        for group in STAGE_ORDER
+        (group, (every if group in BY_GROUP else stored.runs).query("group == @group"))
+        for group in REPORT_ORDER
     ]
     for (variant, kind), ids in stored.studies.run_ids().items():
         parts.append((f"{kind} ({variant})", every[every["run_id"].isin(ids)]))

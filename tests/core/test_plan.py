@@ -14,11 +14,11 @@ from ablate.core.plan import (
     plan_manifest,
     plan_runs,
     plan_sweep,
-    planned_groups,
     seed_run_ids,
     study_runs,
     with_train,
 )
+from ablate.core.stages import planned_groups
 
 
 def test_plan_is_variants_times_seeds_seed_major(tiny_experiment: Path) -> None:
