@@ -8,22 +8,24 @@ Stages, in order (each one only those the file configures):
    one above the largest of ``seeds``, so the final comparison is not scored on the noise it
    was selected on);
 3. **curve** — every variant's final loss along a lattice of LRs on curve seeds apart from
-   the final ones, grown at an edge, and each variant's optimum (:mod:`ablate.launch.curve`);
+   the final ones, grown at an edge, each variant's optimum, and its warmup study there
+   (:mod:`ablate.launch.curve`);
 4. **tuned** — the tuned A/B: every variant at its own best (LR, warmup) from the search, or
-   at its curve's optimum LR with the search's best warmup, on the experiment's seeds,
+   at its curve's optimum LR with the warmup study's best, on the experiment's seeds,
    matched init and batch order as in the shared A/B;
-   **decide** — with ``decide:``, seeds added to the leading comparison (tuned, else shared)
+5. **decide** — with ``decide:``, seeds added to the leading comparison (tuned, else shared)
    until the report's verdict on each of its comparisons is reached (:mod:`ablate.launch.decide`);
-   **crossover** — on the tuned A/B's seeds, each variant at the baseline's tuned (LR, warmup)
+6. **crossover** — on the tuned A/B's seeds, each variant at the baseline's tuned (LR, warmup)
    and the baseline at each variant's, so every tuned Δ is also measured at a shared setting
    (:func:`ablate.core.plan.plan_crossover`; the report says when it depends on the LR);
-   **usable** — with ``max_lr.within`` and a tuned optimum, each variant's usable-LR boundary
+7. **usable** — with ``max_lr.within`` and a tuned optimum, each variant's usable-LR boundary
    walked up from its optimum on the max-LR seeds (:mod:`ablate.launch.usable`);
-5. **max_lr** — the largest stable LR per variant, bracketed seed by seed, then held against
+8. **max_lr** — the largest stable LR per variant, bracketed seed by seed, then held against
    every other stored run of the variant at the same budget (:func:`check_boundaries`);
-6. **convert** — continued training of the finished source runs, as stored and norm-swapped;
-7. **job** — this invocation's wall time, runs and machine load stored (``jobs.jsonl``);
-8. **report** — rebuilt from the store (skipped when it is up to date).
+9. **studies** — the search and max-LR studies' results recorded (``stability.json``);
+10. **convert** — continued training of the finished source runs, as stored and norm-swapped;
+11. **job** — this invocation's wall time, runs and machine load stored (``jobs.jsonl``);
+12. **report** — rebuilt from the store (skipped when it is up to date).
 
 :data:`STAGES` is that list, in order, each a :class:`ablate.launch.context.Stage`: when it is
 wanted and what it runs, given one :class:`ablate.launch.context.Context` (the experiment, the

@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import json
 import math
+import re
 import signal
 import subprocess
 import sys
@@ -337,6 +338,8 @@ def test_the_stages_run_in_the_documented_order() -> None:
         "shared", "search", "curve", "tuned", "decide", "crossover", "usable", "max_lr",
         "studies", "convert", "job", "report",
     ]  # fmt: skip
+    documented = re.findall(r"^\s*(\d+)\. \*\*(\w+)\*\*", pipeline.__doc__ or "", re.M)
+    assert documented == [(str(i), s.name) for i, s in enumerate(STAGES, 1)]  # the docstring too
 
 
 @dataclass
