@@ -10,9 +10,9 @@ import pandas as pd
 
 from ablate.core.plan import CONTROL, CONVERTED
 from ablate.report.analysis import DIFF_COLUMNS, column, difference_columns, paired_difference
-from ablate.report.figures import convert_figure
 from ablate.report.load import StoredExperiment
 from ablate.report.section import Section
+from ablate.report.study_figures import convert_figure
 from ablate.report.text import fmt, p_text, pm, signed
 
 

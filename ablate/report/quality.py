@@ -15,7 +15,6 @@ from ablate.report.analysis import curve_difference, last_probes
 from ablate.report.factorial import Design, factor_section
 from ablate.report.figures import (
     difference_figure,
-    interaction_figure,
     logit_figure,
     loss_figure,
     loss_time_figure,
@@ -24,6 +23,7 @@ from ablate.report.figures import (
 )
 from ablate.report.load import StoredExperiment, unigram_floor
 from ablate.report.section import Section
+from ablate.report.study_figures import interaction_figure
 from ablate.report.text import (
     budget_text,
     probes_markdown,

@@ -19,10 +19,10 @@ from ablate.report.analysis import (
     sweep_table,
 )
 from ablate.report.boundaries import boundary_table
-from ablate.report.figures import stability_map_figure, sweep_figure
 from ablate.report.load import StoredExperiment, unigram_floor
 from ablate.report.optimum import optimum_section
 from ablate.report.section import Section
+from ablate.report.study_figures import stability_map_figure, sweep_figure
 from ablate.report.text import budget_text, delta_ci
 
 SWEEP_FIGURE = "lr_sweep.png"

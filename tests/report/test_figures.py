@@ -7,7 +7,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from ablate.report import figures
+from ablate.report import figures, study_figures
 from ablate.report.figures import loss_figure
 
 
@@ -76,10 +76,10 @@ def test_a_sweep_point_with_a_collapsed_seed_is_not_called_diverged() -> None:
             "unlearned": [0, 0, 0],
         }
     )
-    fig = figures.sweep_figure(table, ["layernorm"], (5.5, 3.25), pd.DataFrame())()
+    fig = study_figures.sweep_figure(table, ["layernorm"], (5.5, 3.25), pd.DataFrame())()
     labels = fig.axes[0].get_legend_handles_labels()[1]
-    assert f"layernorm: {figures.UNSTABLE_POINT}" in labels
-    assert "collapsed" in figures.UNSTABLE_POINT
+    assert f"layernorm: {study_figures.UNSTABLE_POINT}" in labels
+    assert "collapsed" in study_figures.UNSTABLE_POINT
 
 
 def test_tick_labels_are_plain_numbers() -> None:
