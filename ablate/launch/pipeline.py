@@ -39,7 +39,6 @@ prints; everything else is here.
 from __future__ import annotations
 
 import importlib
-import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -51,7 +50,6 @@ from ablate.core import store
 from ablate.core.boundary import edge_of_points, variant_boundary
 from ablate.core.experiment import Experiment
 from ablate.core.folders import ExperimentFolder
-from ablate.core.jobs import JobClock, append_job
 from ablate.core.load import load_experiment
 from ablate.core.plan import (
     RunSpec,
@@ -82,6 +80,7 @@ from ablate.core.studies import (
 from ablate.launch.backends import check_what_trains, start_trainer_early
 from ablate.launch.context import Context, Stage
 from ablate.launch.execute import Executor, ready_conversions, split_done
+from ablate.launch.job import finish_job, record_job, start_job
 from ablate.launch.progress import ExperimentPace, StepsLeft, StudyProgress, pacing
 from ablate.launch.workers import sigint_deferred
 
@@ -127,7 +126,7 @@ def run_experiment(
         console or Console(stderr=True),
         executor,
     )
-    ctx.job = JobClock.start(runs_stored(ctx.folder))
+    ctx.job = start_job(ctx.folder)
     pace = ExperimentPace(ctx.folder, lambda: _steps_to_train(ctx))
     try:
         with pacing(pace):
@@ -138,26 +137,6 @@ def run_experiment(
     except Exception:
         record_job(ctx, "failed")
         raise
-
-
-def runs_stored(folder: ExperimentFolder) -> int:
-    """How many runs of the folder are done (finished, diverged or pruned)."""
-    return sum(1 for run in folder.runs() if run.is_done())
-
-
-def record_job(ctx: Context, outcome: str) -> None:
-    """Store this invocation's wall time and what it trained (:mod:`ablate.core.jobs`), once:
-    where it trained anything, or was cut or failed part-way (its time then counts towards the
-    experiment's); never for the simulator, whose time is not the experiment's."""
-    runtime = ctx.experiment.base.runtime
-    if ctx.job is None or runtime.backend == "simulate":
-        return
-    chosen = ctx.resources(os.cpu_count() or 1)
-    how = (runtime.backend, runtime.launcher, chosen.workers, chosen.threads)
-    record = ctx.job.record(runs_stored(ctx.folder), outcome, how)
-    ctx.job = None
-    if record.runs_trained or outcome != "finished":
-        append_job(ctx.folder.jobs, record)
 
 
 def _steps_to_train(ctx: Context) -> StepsLeft:
@@ -291,7 +270,7 @@ STAGES: tuple[Stage, ...] = (
     Stage("max_lr", _configured("max_lr"), max_lr),
     Stage("studies", _has_studies, record_studies),
     Stage("convert", lambda ctx: bool(ctx.plan.continued), convert),
-    Stage("job", lambda ctx: True, lambda ctx: record_job(ctx, "finished")),
+    Stage("job", lambda ctx: True, finish_job),
     Stage("report", lambda ctx: True, report),
 )
 

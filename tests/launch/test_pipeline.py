@@ -26,11 +26,11 @@ from ablate.core.jobs import JobClock, read_jobs
 from ablate.core.load import load_experiment
 from ablate.core.plan import RunSpec
 from ablate.core.record import RunRecord
-from ablate.launch import pipeline
+from ablate.launch import job, pipeline
+from ablate.launch.job import record_job
 from ablate.launch.pipeline import (
     Context,
     margin_boundaries,
-    record_job,
     run_experiment,
     run_studies_only,
     training_stages,
@@ -325,7 +325,7 @@ def test_a_job_is_recorded_where_it_trained_or_was_cut(
         job=JobClock.start(runs_stored=0),
         resources=lambda jobs: Resources(2, 1),
     )
-    monkeypatch.setattr(pipeline, "runs_stored", lambda folder: trained)
+    monkeypatch.setattr(job, "runs_stored", lambda folder: trained)
     record_job(ctx, outcome)  # type: ignore[arg-type]
     record_job(ctx, outcome)  # type: ignore[arg-type]  # once per invocation
     assert len(read_jobs(folder.jobs)) == stored
@@ -440,6 +440,7 @@ KILLED = """
 import os, signal, sys
 from pathlib import Path
 from ablate.launch.pipeline import run_experiment
+from ablate.launch.job import record_job
 from ablate.launch.simulator import SimulatedExecutor
 
 class KilledAt(SimulatedExecutor):
