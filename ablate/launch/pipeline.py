@@ -21,7 +21,8 @@ Stages, in order (each one only those the file configures):
 7. **usable** — with ``max_lr.within`` and a tuned optimum, each variant's usable-LR boundary
    walked up from its optimum on the max-LR seeds (:mod:`ablate.launch.usable`);
 8. **max_lr** — the largest stable LR per variant, bracketed seed by seed, then held against
-   every other stored run of the variant at the same budget (:func:`check_boundaries`);
+   every other stored run of the variant at the same budget
+   (:func:`ablate.launch.boundaries.check_boundaries`);
 9. **studies** — the search and max-LR studies' results recorded (``stability.json``);
 10. **convert** — continued training of the finished source runs, as stored and norm-swapped;
 11. **job** — this invocation's wall time, runs and machine load stored (``jobs.jsonl``);
@@ -43,17 +44,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-import pandas as pd
 from rich.console import Console
 
 from ablate.core import store
-from ablate.core.boundary import edge_of_points, variant_boundary
 from ablate.core.experiment import Experiment
 from ablate.core.folders import ExperimentFolder
 from ablate.core.load import load_experiment
 from ablate.core.plan import (
     RunSpec,
-    max_lr_family,
     plan_convert,
     plan_crossover,
     plan_runs,
@@ -62,22 +60,18 @@ from ablate.core.plan import (
     study_runs,
 )
 from ablate.core.stability import (
-    Observation,
-    below_window,
-    contradictions,
     criterion_text,
-    verdict_at_margin,
 )
 from ablate.core.stages import planned_groups
 from ablate.core.studies import (
     BoundaryResult,
-    MarginBoundary,
     SearchResult,
     StoredStudies,
     Studies,
     StudyResult,
 )
 from ablate.launch.backends import check_what_trains, start_trainer_early
+from ablate.launch.boundaries import check_boundaries, stored_stable_starts
 from ablate.launch.context import Context, Stage
 from ablate.launch.execute import Executor, ready_conversions, split_done
 from ablate.launch.job import finish_job, record_job, start_job
@@ -323,21 +317,6 @@ def max_lr_stage(ctx: Context, best: dict[str, float]) -> dict[str, BoundaryResu
     return check_boundaries(ctx.experiment, found, store.load_summaries(ctx.folder))
 
 
-def stored_stable_starts(experiment: Experiment, runs: pd.DataFrame) -> dict[str, float]:
-    """Per variant, the largest stable LR among its stored runs in the probes' family from the
-    other stages (not the probes themselves: a rerun starts where the first run did)."""
-    starts = {}
-    for variant in experiment.variants:
-        stable = [
-            o.lr
-            for o in observations(runs, variant, max_lr_family(experiment, variant))
-            if o.stable and o.group != "max_lr"
-        ]
-        if stable:
-            starts[variant] = max(stable)
-    return starts
-
-
 def _studies(
     ctx: Context, kind: str, best: dict[str, float] | None = None
 ) -> dict[str, StudyResult]:
@@ -359,76 +338,6 @@ def _studies(
     with StudyProgress(ctx.console, ctx.folder, kind, total) as progress:
         found = run_studies(ctx.experiment, ctx.executor, url, res, (kind,), progress.say, best)
         return found[kind]
-
-
-def observations(runs: pd.DataFrame, variant: str, family: str) -> list[Observation]:
-    """Every judged run of the variant in ``family`` (its configuration at the probes' budget,
-    any LR and warmup) in the store, as (run id, lr, stable, group, seed)."""
-    if runs.empty or "family" not in runs:
-        return []
-    mine = runs[(runs["variant"] == variant) & (runs["family"] == family) & runs["stable"].notna()]
-    return [
-        Observation(
-            r.run_id, float(r.lr), bool(r.stable), str(r.group), int(r.seed), r.status == "diverged"
-        )
-        for r in mine.itertuples()
-    ]
-
-
-def check_boundaries(
-    experiment: Experiment, found: dict[str, BoundaryResult], runs: pd.DataFrame
-) -> dict[str, BoundaryResult]:
-    """Each variant's seed brackets held against the store: stored runs of the same variant
-    and budget, at any warmup (sweep points, search trials, probes, main runs), on the wrong
-    side of their seed's bracket are its contradictions (runs below the stable window did not
-    learn yet and are listed apart); the same runs give the quality
-    boundary at every ``max_lr.margins`` collapse margin."""
-    checked = {}
-    for variant, result in found.items():
-        family = max_lr_family(experiment, variant)
-        seen = observations(runs, variant, family)
-        against = contradictions(result.seed_bounds, seen)
-        margins = margin_boundaries(experiment, variant, result.seeds, family_runs(runs, family))
-        checked[variant] = result.checked(len(seen), (against, below_window(seen)), margins)
-    return checked
-
-
-def family_runs(runs: pd.DataFrame, family: str) -> pd.DataFrame:
-    """The finished or diverged runs of ``family`` in the store."""
-    if runs.empty or "family" not in runs:
-        return runs
-    return runs[(runs["family"] == family) & runs["status"].isin(["finished", "diverged"])]
-
-
-def margin_boundaries(
-    experiment: Experiment, variant: str, seeds: list[int], runs: pd.DataFrame
-) -> list[MarginBoundary]:
-    """The quality boundary at each of ``max_lr.margins``: every seed's upper edge among the
-    variant's stored ``runs`` judged at that margin (a diverged run fails at any margin)."""
-    cfg = experiment.max_lr
-    assert cfg is not None
-    criterion = experiment.variants[variant].train.stability
-    mine = runs[runs["variant"] == variant] if len(runs) else runs
-    found = []
-    for margin in sorted(set(cfg.margins) | {criterion.final_margin}):
-        bounds = []
-        for seed in seeds:
-            points = [
-                (
-                    float(r.lr),
-                    verdict_at_margin(
-                        r.status,
-                        r.final_val_loss,
-                        (r.initial_loss, r.unigram_loss),
-                        criterion,
-                        margin,
-                    ),
-                )
-                for r in mine[mine["seed"] == seed].itertuples()
-            ]
-            bounds.append(edge_of_points(seed, points))
-        found.append(MarginBoundary(margin, bounds, variant_boundary(bounds)))
-    return found
 
 
 def write_studies(ctx: Context, studies: Studies) -> None:

@@ -27,10 +27,10 @@ from ablate.core.load import load_experiment
 from ablate.core.plan import RunSpec
 from ablate.core.record import RunRecord
 from ablate.launch import job, pipeline
+from ablate.launch.boundaries import margin_boundaries
 from ablate.launch.job import record_job
 from ablate.launch.pipeline import (
     Context,
-    margin_boundaries,
     run_experiment,
     run_studies_only,
     training_stages,
@@ -440,6 +440,7 @@ KILLED = """
 import os, signal, sys
 from pathlib import Path
 from ablate.launch.pipeline import run_experiment
+from ablate.launch.boundaries import margin_boundaries
 from ablate.launch.job import record_job
 from ablate.launch.simulator import SimulatedExecutor
 

@@ -1,0 +1,102 @@
+"""The max-LR stage's brackets held against the store: every other stored run of a variant at
+the probes' budget (sweep points, search trials, curve and main runs, probes) is a judged
+observation; one on the wrong side of its seed's bracket is a contradiction, and the same runs
+give the quality boundary at each of ``max_lr.margins``. Also where a rerun's brackets start:
+the largest stable LR the other stages stored. No Optuna here: the pipeline imports it for the
+studies only.
+"""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from ablate.core.boundary import edge_of_points, variant_boundary
+from ablate.core.experiment import Experiment
+from ablate.core.plan import max_lr_family
+from ablate.core.stability import Observation, below_window, contradictions, verdict_at_margin
+from ablate.core.studies import BoundaryResult, MarginBoundary
+
+
+def stored_stable_starts(experiment: Experiment, runs: pd.DataFrame) -> dict[str, float]:
+    """Per variant, the largest stable LR among its stored runs in the probes' family from the
+    other stages (not the probes themselves: a rerun starts where the first run did)."""
+    starts = {}
+    for variant in experiment.variants:
+        stable = [
+            o.lr
+            for o in observations(runs, variant, max_lr_family(experiment, variant))
+            if o.stable and o.group != "max_lr"
+        ]
+        if stable:
+            starts[variant] = max(stable)
+    return starts
+
+
+def observations(runs: pd.DataFrame, variant: str, family: str) -> list[Observation]:
+    """Every judged run of the variant in ``family`` (its configuration at the probes' budget,
+    any LR and warmup) in the store, as (run id, lr, stable, group, seed)."""
+    if runs.empty or "family" not in runs:
+        return []
+    mine = runs[(runs["variant"] == variant) & (runs["family"] == family) & runs["stable"].notna()]
+    return [
+        Observation(
+            r.run_id, float(r.lr), bool(r.stable), str(r.group), int(r.seed), r.status == "diverged"
+        )
+        for r in mine.itertuples()
+    ]
+
+
+def check_boundaries(
+    experiment: Experiment, found: dict[str, BoundaryResult], runs: pd.DataFrame
+) -> dict[str, BoundaryResult]:
+    """Each variant's seed brackets held against the store: stored runs of the same variant
+    and budget, at any warmup (sweep points, search trials, probes, main runs), on the wrong
+    side of their seed's bracket are its contradictions (runs below the stable window did not
+    learn yet and are listed apart); the same runs give the quality
+    boundary at every ``max_lr.margins`` collapse margin."""
+    checked = {}
+    for variant, result in found.items():
+        family = max_lr_family(experiment, variant)
+        seen = observations(runs, variant, family)
+        against = contradictions(result.seed_bounds, seen)
+        margins = margin_boundaries(experiment, variant, result.seeds, family_runs(runs, family))
+        checked[variant] = result.checked(len(seen), (against, below_window(seen)), margins)
+    return checked
+
+
+def family_runs(runs: pd.DataFrame, family: str) -> pd.DataFrame:
+    """The finished or diverged runs of ``family`` in the store."""
+    if runs.empty or "family" not in runs:
+        return runs
+    return runs[(runs["family"] == family) & runs["status"].isin(["finished", "diverged"])]
+
+
+def margin_boundaries(
+    experiment: Experiment, variant: str, seeds: list[int], runs: pd.DataFrame
+) -> list[MarginBoundary]:
+    """The quality boundary at each of ``max_lr.margins``: every seed's upper edge among the
+    variant's stored ``runs`` judged at that margin (a diverged run fails at any margin)."""
+    cfg = experiment.max_lr
+    assert cfg is not None
+    criterion = experiment.variants[variant].train.stability
+    mine = runs[runs["variant"] == variant] if len(runs) else runs
+    found = []
+    for margin in sorted(set(cfg.margins) | {criterion.final_margin}):
+        bounds = []
+        for seed in seeds:
+            points = [
+                (
+                    float(r.lr),
+                    verdict_at_margin(
+                        r.status,
+                        r.final_val_loss,
+                        (r.initial_loss, r.unigram_loss),
+                        criterion,
+                        margin,
+                    ),
+                )
+                for r in mine[mine["seed"] == seed].itertuples()
+            ]
+            bounds.append(edge_of_points(seed, points))
+        found.append(MarginBoundary(margin, bounds, variant_boundary(bounds)))
+    return found
