@@ -172,13 +172,14 @@ def tune_warmup(
     the mean final loss over the curve seeds (run together in the executor's pool; an unstable
     run counted as min(ℓ, ℓ0)), no pruning; a rerun continues the stored study, a trial cut
     short (failed, as an interrupt leaves it) re-run first in its slot
-    (:func:`ablate.launch.search.rerun_cut_trials`). None when no trial completed."""
+    (:func:`ablate.launch.trials.rerun_cut_trials`). None when no trial completed."""
     from optuna.distributions import IntDistribution
     from optuna.samplers import TPESampler
     from optuna.trial import TrialState
 
-    from ablate.launch.search import TrialSeededSampler, rerun_cut_trials, trial_value
+    from ablate.launch.search import trial_value
     from ablate.launch.storage import open_study
+    from ablate.launch.trials import TrialSeededSampler, rerun_cut_trials
 
     cfg = experiment.curve
     assert cfg is not None
