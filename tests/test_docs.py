@@ -132,7 +132,7 @@ def test_local_links_point_at_files_that_exist(page: str) -> None:
 def test_repository_paths_the_docs_name_exist(page: str) -> None:
     path = README if page == "README.md" else DOCS / page
     named = re.findall(
-        r"`((?:ablate|tests|experiments|reports)/[\w./-]+)`", path.read_text("utf-8")
+        r"`((?:ablate|research|tests|experiments|reports)/[\w./-]+)`", path.read_text("utf-8")
     )
     assert [p for p in named if not (REPO / p).exists()] == []
 
@@ -347,3 +347,18 @@ def test_no_experiment_file_states_a_time_of_its_own() -> None:
     files = sorted((REPO / "experiments").rglob("*.yaml"))
     stated = [f.name for f in files if timed.search(f.read_text(encoding="utf-8"))]
     assert len(files) > 10 and stated == []
+
+
+def test_nothing_in_the_package_imports_the_research_bench() -> None:
+    """research/ stays outside what `pip install .` ships: no module of ablate/ imports it."""
+    importing = []
+    for path in sorted((REPO / "ablate").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            names = (
+                [a.name for a in node.names] if isinstance(node, ast.Import)
+                else [node.module or ""] if isinstance(node, ast.ImportFrom) else []
+            )  # fmt: skip
+            importing += [path.name for n in names if n.split(".")[0] == "research"]
+    found = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]
+    assert importing == [] and found["packages"]["find"]["include"] == ["ablate*"]
+    assert (REPO / "research" / "held_to_runs.py").is_file()

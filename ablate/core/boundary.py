@@ -15,7 +15,7 @@ and the centre of the interval each is given with. Both intervals are Student-t 
 seeds on log2 LR, widened by the brackets' resolution (each seed's boundary is known only to
 within its bracket, so with no seed-to-seed spread the interval is still the width the brackets
 allow; on the lattice half a step per variant): with two or three seeds a bootstrap over seeds
-covers far less than its level (``python -m ablate.bench.estimators`` measures both).
+covers far less than its level (``python -m research.estimators`` measures both).
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """A variant's LR optimum from its loss curves, with an interval over seeds, and the ratio of
 two variants' optima (docs/stability-and-search.md, "The estimators against real runs"; held
-to the dense reference by ``python -m ablate.bench.held_to_runs``).
+to the dense reference by ``python -m research.held_to_runs``).
 
 A curve is one seed's final val losses at the LRs of a grid (the curve stage's lattice, or a
 sweep's LRs). The optimum is the grid argmin of the seeds' mean curve, bagged: the mean of its

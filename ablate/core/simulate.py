@@ -10,7 +10,7 @@ Per variant a :class:`~ablate.core.truth.TruthConfig` gives (docs/simulator.md):
   η*), and with a chance rising in log η (``spike_rate``, ``spike_lr``, ``spike_width``) an
   excursion, an exponential excess of mean ``spike_size``; or, instead of those, a measured
   ``noise`` table of (sd, chance, mean excess) per log2(η/η*), as the simulator fitted to real
-  runs (:mod:`ablate.bench.fit_reference`) has; the defaults have none. Too small an LR
+  runs (:mod:`research.fit_reference`) has; the defaults have none. Too small an LR
   climbs the valley's wall until the run no longer beats the floor: the criterion then calls
   it collapsed (not learned);
 - **the edges**: at or above the seed's divergence LR the train loss blows up after warmup (the

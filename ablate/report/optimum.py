@@ -1,6 +1,6 @@
 """The report's LR optima from the sweep: each variant's optimum from its own loss curves with an
 interval, whether two variants' optima differ, and Δ along the whole curve
-(:mod:`ablate.core.optimum`, held to real runs by ``python -m ablate.bench.held_to_runs``).
+(:mod:`ablate.core.optimum`, held to real runs by ``python -m research.held_to_runs``).
 
 A seed's curve is its stable sweep runs' final val losses (an unstable run is not a point of
 the valley). The sweep runs on the experiment's seeds, so the optimum here describes the

@@ -169,7 +169,6 @@ CALLERS_WITH_A_PATH = {  # the command line and the notebook's entry: they make 
     "ablate/core/folders.py",
     "ablate/core/store.py:load_results",
     "ablate/report/estimands.py:load_answer",
-    "ablate/bench/eval_noise.py:main",
 }
 
 

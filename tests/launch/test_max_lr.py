@@ -13,7 +13,6 @@ import optuna
 import pytest
 from conftest import search_workers, simulated_experiment, study_trials, write_experiment
 
-from ablate.bench.parallel_seeds import RoundCounter
 from ablate.core.experiment import Experiment
 from ablate.core.load import load_experiment
 from ablate.core.plan import RunSpec
@@ -24,6 +23,7 @@ from ablate.launch import max_lr, storage, studies
 from ablate.launch.max_lr import run_max_lr
 from ablate.launch.simulator import SimulatedExecutor
 from ablate.launch.storage import storage_url
+from research.parallel_seeds import RoundCounter
 
 
 class InterruptedExecutor(SimulatedExecutor):

@@ -1,5 +1,5 @@
 """One replication of an estimator on the simulator: its outcome, and the design put on a
-stated truth (:mod:`ablate.bench.estimators` scores many)."""
+stated truth (:mod:`research.estimators` scores many)."""
 
 from __future__ import annotations
 

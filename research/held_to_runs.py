@@ -1,5 +1,5 @@
 """The estimators held to real runs: the default protocol replayed on the dense reference
-(:mod:`ablate.bench.reference`) by resampling its seeds, each estimate scored against the
+(:mod:`research.reference`) by resampling its seeds, each estimate scored against the
 reference's answer from all of its seeds.
 
 A draw takes as many curve seeds as the protocol's curve has (4 in ln_vs_rms) and as many A/B
@@ -32,7 +32,7 @@ each norm:
 
 The tuned runs here keep the curve's warmup (the reference has one warmup): the warmup study
 is not replayed. With ``--simulated N`` the same replay runs on N reference-shaped studies
-drawn from the simulator fitted to the reference (:mod:`ablate.bench.fit_reference`), scored
+drawn from the simulator fitted to the reference (:mod:`research.fit_reference`), scored
 against its known truth, with the spread of the shares the bars read over the studies
 (:func:`spread_rows`: roughly what one reference of as many seeds can tell). Two more tables
 give how often the reference's own optimum repeats from fewer of its seeds
@@ -46,7 +46,7 @@ or held out, serves in turn as the pool of curve and A/B seeds scored against th
 of all the others (:func:`rotation_rows`: no seed gives both the curve and the answer).
 Run::
 
-    python -m ablate.bench.held_to_runs [reports/reference/runs.csv] \\
+    python -m research.held_to_runs [reports/reference/runs.csv] \\
         [--protocol experiments/ln_vs_rms.yaml] [--simulated 60] [--held-out runs.csv] \\
         [--write docs/stability-and-search.md] [--out reports/reference/held_to_runs.md]
 """
@@ -65,9 +65,6 @@ import numpy as np
 import pandas as pd
 import yaml
 
-from ablate.bench import fit_reference as fit
-from ablate.bench import reference as ref
-from ablate.bench.estimators import write_block
 from ablate.core.config import RunConfig
 from ablate.core.experiment import Experiment
 from ablate.core.load import load_experiment
@@ -75,9 +72,13 @@ from ablate.core.optimum import edge_sides, trained_lr, variant_optimum
 from ablate.core.sequential import ALPHA, look_alpha, looks
 from ablate.core.simulate import mean_loss
 from ablate.core.truth import SimulateConfig
+from research import REPO
+from research import fit_reference as fit
+from research import reference as ref
+from research.estimators import write_block
 
-PROTOCOL = Path("experiments/ln_vs_rms.yaml")
-REFERENCE_DESIGN = Path("experiments/reference.yaml")  # the model, data and budget simulated
+PROTOCOL = REPO / "experiments/ln_vs_rms.yaml"
+REFERENCE_DESIGN = REPO / "experiments/reference.yaml"  # the model, data and budget simulated
 QUARTER = 0.25 + 1e-9  # "within 2^(1/4)" on the log2 scale
 DRAW_LIMIT = 1000  # disjoint draws replayed on the reference: every one up to this many
 STUDY_DRAWS = 280  # disjoint draws replayed on each simulated study
@@ -624,7 +625,7 @@ def simulated_scores(
     estimators: Mapping[str, tuple[str, OptimumEstimator]] = OPTIMA,
 ) -> list[Scores]:
     """:func:`score_rows` on each of ``studies``, reference-shaped studies drawn from the
-    simulator at ``section`` (:func:`ablate.bench.fit_reference.simulated_curves`; ``draws``
+    simulator at ``section`` (:func:`research.fit_reference.simulated_curves`; ``draws``
     disjoint draws of each), against its known truth."""
     truth = simulated_truth(section, base, lattice, list(design.variants), band)
     return [score_rows(study, design, band, truth, draws, estimators) for study in studies]
@@ -725,7 +726,7 @@ def split_optima(
 ) -> tuple[np.ndarray, np.ndarray]:
     """For every way to take ``size`` of ``curves``' seeds (with ``once``, each split into two
     once: only the ways that hold the first seed), the lattice row of the lowest seed-mean
-    selection loss of those seeds and of the rest, as :func:`ablate.bench.reference.optimum`
+    selection loss of those seeds and of the rest, as :func:`research.reference.optimum`
     finds it (the lowest seed sum, the same argmin), by matrix products over ``block`` ways
     at a time: every split of 24 seeds in two is 1,352,078 of them."""
     n = len(curves.seeds)
@@ -819,7 +820,7 @@ def repeat_markdown(curves: dict[str, ref.Curves], design: Experiment) -> str:
 def shape_rows(
     curves: dict[str, ref.Curves], simulated: Sequence[dict[str, ref.Curves]] = ()
 ) -> pd.DataFrame:
-    """The reference's shape (:func:`ablate.bench.fit_reference.shape_statistics`: noise
+    """The reference's shape (:func:`research.fit_reference.shape_statistics`: noise
     below and above each optimum, the rise past it, non-monotone steps, the paired SD at the
     optima) with 95% percentile bootstrap intervals over its seeds, and, given studies drawn
     from the fitted simulator, their mean of each."""
@@ -918,7 +919,7 @@ def truth_markdown(truth: pd.DataFrame) -> str:
 def main(argv: list[str] | None = None) -> None:
     """Score the estimators on the reference (and with ``--simulated``, on studies drawn from
     the fitted simulator) and print, or write into a doc's marked blocks, the tables."""
-    parser = argparse.ArgumentParser(prog="python -m ablate.bench.held_to_runs")
+    parser = argparse.ArgumentParser(prog="python -m research.held_to_runs")
     parser.add_argument(
         "runs", type=Path, nargs="*", default=list(ref.REFERENCE_RUNS), help="runs.csv tables"
     )
@@ -982,7 +983,7 @@ def main(argv: list[str] | None = None) -> None:
 
 
 def loaded(paths: Path | Sequence[Path], design: Experiment) -> dict[str, ref.Curves]:
-    """:func:`ablate.bench.reference.load_reference` with the norms in the protocol's order
+    """:func:`research.reference.load_reference` with the norms in the protocol's order
     (a table lists them in the order its runs happened to be written; Δ is second − first)."""
     curves = ref.load_reference(paths)
     if set(curves) != set(design.variants):
@@ -1102,7 +1103,7 @@ def span(seeds: Sequence[int]) -> str:
 def report_text(args: argparse.Namespace, tables: dict[str, str]) -> str:
     """The tables as one markdown page, with the command that made them."""
     runs = " ".join(map(str, args.runs))
-    command = f"python -m ablate.bench.held_to_runs {runs} --protocol {args.protocol}"
+    command = f"python -m research.held_to_runs {runs} --protocol {args.protocol}"
     if args.held_out:
         command += f" --held-out {' '.join(map(str, args.held_out))}"
     if args.simulated:

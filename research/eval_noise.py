@@ -4,7 +4,7 @@ with the final val loss measured on the whole validation split (the summary's) a
 runs' last evaluation on the ``eval_batches`` fixed windows (metrics.csv's last ``val_loss``).
 The runs, their weights and their pairs are the same; only the evaluation differs.
 
-    python -m ablate.bench.eval_noise results/ln_vs_rms --out reports/bench/eval_noise.csv
+    python -m research.eval_noise results/ln_vs_rms --out reports/bench/eval_noise.csv
 
 (docs/results.md quotes the committed CSV).
 """
@@ -16,10 +16,10 @@ from pathlib import Path
 
 import pandas as pd
 
-from ablate.bench.calibration import PAIRED_GROUPS, paired_differences
 from ablate.core.folders import ExperimentFolder
 from ablate.core.plan import RunSpec
 from ablate.core.store import load_results, read_manifest
+from research.calibration import PAIRED_GROUPS, paired_differences
 
 
 def windows_final(metrics: pd.DataFrame) -> pd.Series:
@@ -76,7 +76,7 @@ def eval_noise_table(folder: ExperimentFolder) -> pd.DataFrame:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m ablate.bench.eval_noise")
+    parser = argparse.ArgumentParser(prog="python -m research.eval_noise")
     parser.add_argument("results", type=Path, help="an experiment's results folder")
     parser.add_argument("--out", type=Path, help="also write the table to this CSV file")
     args = parser.parse_args(argv)

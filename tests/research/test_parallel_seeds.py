@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ablate.bench.parallel_seeds import bracket, summary_line
 from ablate.core.load import load_experiment
+from research.parallel_seeds import bracket, summary_line
 
 LN_VS_RMS = Path(__file__).resolve().parents[2] / "experiments" / "ln_vs_rms.yaml"
 

@@ -7,7 +7,7 @@ The reference trains both norms of the default experiment at every point of an L
 :func:`load_reference` reads their ``runs.csv`` tables into one :class:`Curves` per variant:
 seed × LR tables of the selection loss (final val loss, an unstable run counted as min(ℓ, ℓ0),
 as every stage selects), the final test loss, and whether each run diverged or learned. The
-answers every estimator is scored against (:mod:`ablate.bench.held_to_runs`) are computed here
+answers every estimator is scored against (:mod:`research.held_to_runs`) are computed here
 from all seeds:
 
 - the LR optimum: the lattice point of the lowest seed-mean selection loss;
@@ -34,13 +34,14 @@ import pandas as pd
 from ablate.core.boundary import bracket_seed
 from ablate.core.stability import clipped_loss
 from ablate.core.usable import walk_seed
+from research import REPO
 
 REFERENCE_RUNS = (  # seeds 0-7, then seeds 8-15 (ablate run ... --seeds 8,...,15)
-    Path("reports/reference/runs.csv"),
-    Path("reports/reference_seeds_8_15/reference/runs.csv"),
+    REPO / "reports/reference/runs.csv",
+    REPO / "reports/reference_seeds_8_15/reference/runs.csv",
 )
 HELD_OUT_RUNS = (  # seeds 16-23 of the same file, run after every estimator was chosen
-    Path("reports/reference_seeds_16_23/reference/runs.csv"),
+    REPO / "reports/reference_seeds_16_23/reference/runs.csv",
 )
 Runs = Path | Sequence[Path]  # one or more runs.csv tables of a reference
 FINE_PER_OCTAVE = 4  # the reference's lattice through the basin: 2^(1/4)

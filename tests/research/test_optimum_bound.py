@@ -10,13 +10,13 @@ import yaml
 from conftest import REPO
 from test_reference import LRS, OPT, loss, write_runs
 
-from ablate.bench import fit_reference as fit
-from ablate.bench import held_to_runs as held
-from ablate.bench import optimum_bound as bound
-from ablate.bench import reference as ref
 from ablate.core.load import load_experiment
 from ablate.core.simulate import noise_row
 from ablate.core.truth import SimulateConfig
+from research import fit_reference as fit
+from research import held_to_runs as held
+from research import optimum_bound as bound
+from research import reference as ref
 
 
 def test_the_truth_table_shows_each_optimum_lowest_with_its_excursions_share() -> None:

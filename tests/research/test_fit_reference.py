@@ -13,11 +13,11 @@ import pytest
 import yaml
 from conftest import REPO
 
-from ablate.bench import fit_reference as fit
-from ablate.bench import reference as ref
 from ablate.core.load import load_experiment
 from ablate.core.simulate import mean_loss, run_sd, spike_chance, spike_size
 from ablate.core.truth import SimulateConfig, TruthConfig
+from research import fit_reference as fit
+from research import reference as ref
 
 LATTICE = load_experiment(REPO / "experiments" / "reference.yaml").sweep.lrs()
 SPIKY = {

@@ -15,10 +15,10 @@ import yaml
 from conftest import REPO
 from test_reference import LRS, OPT, write_runs
 
-from ablate.bench import held_to_runs as held
-from ablate.bench import reference as ref
 from ablate.core.experiment import Experiment
 from ablate.core.load import load_experiment
+from research import held_to_runs as held
+from research import reference as ref
 
 
 @pytest.fixture
@@ -390,7 +390,7 @@ def test_the_spread_over_studies_gives_the_mean_sd_and_standard_error_of_each_sh
 
 
 def test_each_simulated_study_is_drawn_afresh_and_scored_against_the_simulator_s_truth() -> None:
-    from ablate.bench import fit_reference as fit
+    from research import fit_reference as fit
 
     section = yaml.safe_load((REPO / fit.FITTED).read_text(encoding="utf-8"))
     design = load_experiment(REPO / "experiments" / "ln_vs_rms.yaml")

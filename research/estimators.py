@@ -9,7 +9,7 @@ covered it. :data:`ESTIMATORS` lists them; adding one is one function
 ``(design, replication, folder) -> Outcome`` and one entry. docs/stability-and-search.md holds
 the table this prints for experiments/ln_vs_rms.yaml:
 
-    python -m ablate.bench.estimators experiments/ln_vs_rms.yaml --replications 200 \\
+    python -m research.estimators experiments/ln_vs_rms.yaml --replications 200 \\
         --write docs/stability-and-search.md
 """
 
@@ -25,7 +25,14 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from ablate.bench.max_lr_replications import (
+from ablate.core.experiment import Experiment, SearchConfig
+from ablate.core.load import load_experiment
+from ablate.core.plan import RunSpec, seed_run_ids, with_train
+from ablate.core.simulate import TruthConfig, final_loss, valley_loss
+from ablate.launch.search import run_search, search_summary
+from ablate.launch.simulator import SimulatedExecutor
+from ablate.report.analysis import holm, paired_difference
+from research.max_lr_replications import (
     RATIO_RANGE,
     THREE_SEEDS,
     boundary_median,
@@ -37,7 +44,7 @@ from ablate.bench.max_lr_replications import (
     old_bracket_ratio,
     old_bracket_worst_seed,
 )
-from ablate.bench.optimum_replications import (
+from research.optimum_replications import (
     LLAMA_CURVATURE,
     LLAMA_SD,
     NOISY_SD,
@@ -50,14 +57,7 @@ from ablate.bench.optimum_replications import (
     optimum_ratio_apart,
     optimum_ratio_equal,
 )
-from ablate.bench.replication import Outcome, Replication, two_variants, with_truth
-from ablate.core.experiment import Experiment, SearchConfig
-from ablate.core.load import load_experiment
-from ablate.core.plan import RunSpec, seed_run_ids, with_train
-from ablate.core.simulate import TruthConfig, final_loss, valley_loss
-from ablate.launch.search import run_search, search_summary
-from ablate.launch.simulator import SimulatedExecutor
-from ablate.report.analysis import holm, paired_difference
+from research.replication import Outcome, Replication, two_variants, with_truth
 
 ALPHA = 0.05
 # the search ln_vs_rms ran before its curve stage replaced it, for a design without search:
@@ -289,7 +289,7 @@ def write_block(doc: Path, block: str, text: str) -> None:
 
 def main(argv: list[str] | None = None) -> None:
     """Score every estimator (or ``--only``) on a design and print or write the table."""
-    parser = argparse.ArgumentParser(prog="python -m ablate.bench.estimators")
+    parser = argparse.ArgumentParser(prog="python -m research.estimators")
     parser.add_argument(
         "experiment", type=Path, help="the design (its max_lr:, curve: and search: used)"
     )
@@ -304,7 +304,7 @@ def main(argv: list[str] | None = None) -> None:
         parser.error(f"--only: unknown {unknown}; known: {', '.join(ESTIMATORS)}")
     text = (
         f"{args.replications} replications of `{args.experiment}` "
-        f"(`python -m ablate.bench.estimators {args.experiment} --replications "
+        f"(`python -m research.estimators {args.experiment} --replications "
         f"{args.replications}`):\n\n{table(design, names, args.replications)}"
     )
     print(text)

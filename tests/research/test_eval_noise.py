@@ -10,10 +10,10 @@ import pandas as pd
 import pytest
 from conftest import REPO, write_experiment
 
-from ablate.bench.eval_noise import eval_noise_table, paired_sds, windows_final
-from ablate.bench.eval_noise import main as eval_noise_main
 from ablate.cli import main
 from ablate.core.folders import ExperimentFolder
+from research.eval_noise import eval_noise_table, paired_sds, windows_final
+from research.eval_noise import main as eval_noise_main
 
 
 def test_windows_final_is_each_runs_last_evaluated_step() -> None:

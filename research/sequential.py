@@ -3,14 +3,13 @@ matched differences the simulator draws (Δ + e − e₀ per seed, e ~ N(0, ``ru
 seed's shared effect cancels within a pair), how often the design says *different*,
 *equivalent* or stays *inconclusive*, and how many seeds it takes
 (:func:`ablate.report.verdict.sequential_words`, the rule the pipeline stops on).
-``python -m ablate.bench.sequential`` prints the table that docs/stability-and-search.md holds.
+``python -m research.sequential`` prints the table that docs/stability-and-search.md holds.
 """
 
 from __future__ import annotations
 
 import argparse
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 import yaml
@@ -19,13 +18,14 @@ from ablate.core.experiment import MIN_EFFECT, DecideConfig
 from ablate.core.sequential import ALPHA, look_alpha, looks
 from ablate.report.analysis import t_interval
 from ablate.report.verdict import look_words, sequential_words
+from research import REPO
 
 RUN_SD = 0.0100  # ln_vs_rms's run noise, 0.0094 [0.0067, 0.0154] (bench.calibration), rounded up
 LLAMA_RUN_SD = 0.0345  # llama_style's, calibrated the same way
 START = 3  # the seeds the default experiment starts from
 FITTED_PAIR = ("layernorm", "rmsnorm")  # the fitted simulator's variants, baseline first
 FITTED_MAX_SEEDS = 9  # ln_vs_rms's decide.max_seeds
-REFERENCE_DESIGN = Path("experiments/reference.yaml")  # the model the fitted simulator draws
+REFERENCE_DESIGN = REPO / "experiments/reference.yaml"  # the model the fitted simulator draws
 
 
 @dataclass(frozen=True)
@@ -122,11 +122,11 @@ def fitted_differences(
     """Matched differences (replication, seed, 1) of RMSNorm at its optimum minus LayerNorm at
     its own, drawn from the simulator fitted to the dense reference (its measured valley,
     excursions and noise that grows above the optimum), and that model's true Δ there."""
-    from ablate.bench import fit_reference as fit
-    from ablate.bench import reference as ref
     from ablate.core.load import load_experiment
     from ablate.core.simulate import mean_loss
     from ablate.core.truth import SimulateConfig
+    from research import fit_reference as fit
+    from research import reference as ref
 
     section = yaml.safe_load(fit.FITTED.read_text(encoding="utf-8"))
     sim = SimulateConfig(**section)

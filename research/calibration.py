@@ -1,9 +1,9 @@
 """What a committed report's runs say the simulator's truth should be: each run's own loss noise,
 the LR valley's curvature and the seeds' boundary jitter, each with the interval its few
-degrees of freedom allow, so that the estimator table (:mod:`ablate.bench.estimators`) is scored
+degrees of freedom allow, so that the estimator table (:mod:`research.estimators`) is scored
 at noise levels the real runs show rather than at guesses:
 
-    python -m ablate.bench.calibration reports/ln_vs_rms
+    python -m research.calibration reports/ln_vs_rms
 
 - **run noise** (nats): the sd of the paired differences between the two variants at the same
   seed and LR, over √2 (matched seeds share their init and batches, so what differs within a
@@ -149,7 +149,7 @@ def calibration_text(report: Path) -> str:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m ablate.bench.calibration")
+    parser = argparse.ArgumentParser(prog="python -m research.calibration")
     parser.add_argument("report", type=Path, help="a report folder (its runs.csv)")
     args = parser.parse_args(argv)
     if not (args.report / "runs.csv").exists():

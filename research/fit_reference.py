@@ -1,6 +1,6 @@
 """The simulator fitted to the dense reference, and the check that it looks like it.
 
-:func:`fit_simulate` turns the reference's runs (:mod:`ablate.bench.reference`) into a
+:func:`fit_simulate` turns the reference's runs (:mod:`research.reference`) into a
 ``runtime.simulate`` section (:mod:`ablate.core.simulate`) whose parts are fitted, not assumed:
 
 - **seed effects**: each seed's median offset from the per-LR median below the optimum, over
@@ -18,10 +18,10 @@
 
 :func:`shape_statistics` measures what the estimators feel (noise below and above the optimum,
 the rise one √2 step past it, the share of steps above it where a seed's loss falls, the paired
-SD at the optima); tests/bench/test_fit_reference.py checks that simulated reference-shaped
+SD at the optima); tests/research/test_fit_reference.py checks that simulated reference-shaped
 studies land inside the reference's bootstrap intervals of each. Run::
 
-    python -m ablate.bench.fit_reference [RUNS.csv ...] \\
+    python -m research.fit_reference [RUNS.csv ...] \\
         [--write reports/reference/fitted_simulate.yaml]
 """
 
@@ -39,13 +39,14 @@ import pandas as pd
 import yaml
 from scipy import optimize, special, stats
 
-from ablate.bench import reference as ref
 from ablate.core.config import RunConfig
 from ablate.core.plan import RunSpec, seed_run_ids, with_train
 from ablate.core.simulate import final_loss
 from ablate.core.truth import SimulateConfig
+from research import REPO
+from research import reference as ref
 
-FITTED = Path("reports/reference/fitted_simulate.yaml")
+FITTED = REPO / "reports/reference/fitted_simulate.yaml"
 MIN_RUNS = 4  # an LR needs this many finite, not-diverged runs to be fitted
 FALL = 0.02  # nats: a step above the optimum where a seed's loss falls more is non-monotone
 PENALTIES = 10.0 ** np.arange(-3.0, 4.01, 0.5)  # the mean curve's smoothing penalties tried
@@ -287,7 +288,7 @@ def simulated_curves(
     seed: int,
 ) -> dict[str, ref.Curves]:
     """A reference-shaped study drawn from the simulator at ``section`` (its ``seed``):
-    every variant at every LR on every seed, as :class:`~ablate.bench.reference.Curves` (the
+    every variant at every LR on every seed, as :class:`~research.reference.Curves` (the
     simulator has no test split: test is val)."""
     sim = SimulateConfig(**{**section, "seed": seed})
     runtime = base.runtime.model_copy(update={"backend": "simulate", "simulate": sim})
@@ -351,7 +352,7 @@ def reference_intervals(
 
 def main(argv: list[str] | None = None) -> None:
     """Fit the simulator to a reference and print (or write) its ``runtime.simulate``."""
-    parser = argparse.ArgumentParser(prog="python -m ablate.bench.fit_reference")
+    parser = argparse.ArgumentParser(prog="python -m research.fit_reference")
     parser.add_argument(
         "runs", type=Path, nargs="*", default=list(ref.REFERENCE_RUNS), help="runs.csv tables"
     )
@@ -361,7 +362,7 @@ def main(argv: list[str] | None = None) -> None:
     chosen = ", ".join(f"{v} {p:g}" for v, p in penalties.items())
     text = (
         f"# runtime.simulate fitted to {' '.join(map(str, args.runs))} by "
-        "python -m ablate.bench.fit_reference\n"
+        "python -m research.fit_reference\n"
         f"# mean curves smoothed with the penalties a left-out seed chose: {chosen}\n"
         + yaml.safe_dump(section, sort_keys=False, width=100)
     )

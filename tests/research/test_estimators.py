@@ -10,11 +10,11 @@ from pathlib import Path
 import pytest
 from conftest import REPO
 
-from ablate.bench import estimators
-from ablate.bench.estimators import ESTIMATORS, score
-from ablate.bench.replication import Outcome
 from ablate.core.experiment import Experiment
 from ablate.core.load import load_experiment
+from research import estimators
+from research.estimators import ESTIMATORS, score
+from research.replication import Outcome
 
 
 @pytest.fixture(scope="module")
@@ -108,6 +108,6 @@ def test_the_docs_table_is_the_commands_output() -> None:
     doc = (REPO / "docs" / "stability-and-search.md").read_text(encoding="utf-8")
     begin, end = estimators.markers(estimators.BLOCK)
     block = doc.split(begin)[1].split(end)[0]
-    assert "python -m ablate.bench.estimators experiments/ln_vs_rms.yaml" in block
+    assert "python -m research.estimators experiments/ln_vs_rms.yaml" in block
     for name in ESTIMATORS:
         assert f"| `{name}`" in block

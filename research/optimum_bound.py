@@ -4,7 +4,7 @@ estimators; one is an oracle that knows the truth's curve, and shows what the cu
 hold when it is known. None of the three is a bound on what any estimator could do.
 
 The fitted simulator's truth is each norm's lowest *expected* loss on the reference's 2^(1/4)
-lattice, excursions included (:func:`ablate.bench.held_to_runs.simulated_truth`). Two things
+lattice, excursions included (:func:`research.held_to_runs.simulated_truth`). Two things
 decide whether seeds can find it: how far the lattice points next to it lie above it, and how
 much of that gap is carried by rare, large excursions, which a few seeds mostly miss (their
 sample mean is typically below the expectation). :func:`truth_rows` tabulates both.
@@ -17,7 +17,7 @@ of one study share its seeds, so its draws are not independent):
   lattice, as if every point were run on every curve seed (twice the curve stage's points, no
   smoothing);
 - **the curve stage**: ``bagged_argmin`` on the protocol's √2 grid
-  (:func:`ablate.bench.held_to_runs.bagged_argmin`, that is
+  (:func:`research.held_to_runs.bagged_argmin`, that is
   :func:`ablate.core.optimum.variant_optimum`: the plain argmin's log2 LR averaged over
   bootstrap resamples of the seeds), the estimator the reports use, scored at the LR runs
   train at (its nearest 2^(1/4), :func:`ablate.core.optimum.trained_lr`) and as estimated (an
@@ -31,7 +31,7 @@ of one study share its seeds, so its draws are not independent):
 
 Run::
 
-    python -m ablate.bench.optimum_bound [--studies 8] [--draws 100] \\
+    python -m research.optimum_bound [--studies 8] [--draws 100] \\
         [--seeds 4 8 16 32] [--out reports/reference/optimum_bound.md]
 """
 
@@ -48,14 +48,14 @@ import numpy as np
 import pandas as pd
 import yaml
 
-from ablate.bench import fit_reference as fit
-from ablate.bench import held_to_runs as held
-from ablate.bench import reference as ref
 from ablate.core.experiment import Experiment
 from ablate.core.load import load_experiment
 from ablate.core.optimum import trained_lr
 from ablate.core.simulate import mean_loss, noise_row, valley_loss
 from ablate.core.truth import SimulateConfig, TruthConfig
+from research import fit_reference as fit
+from research import held_to_runs as held
+from research import reference as ref
 
 SEEDS_PER_STUDY = 64  # seeds of each simulated study that curve seeds are drawn from
 NEAR = 1.0  # octaves either side of each optimum that the truth table shows
@@ -108,7 +108,7 @@ def lattice_argmin(curves: ref.Curves, seeds: Sequence[int]) -> float:
 
 def curve_stage(curves: ref.Curves, seeds: Sequence[int], grid: Sequence[float]) -> float:
     """The curve stage's choice: ``bagged_argmin`` on the protocol's ``grid`` for these seeds
-    (:func:`ablate.bench.held_to_runs.protocol_grid`), unsnapped."""
+    (:func:`research.held_to_runs.protocol_grid`), unsnapped."""
     return held.bagged_argmin(curves, seeds, grid).lr
 
 
@@ -238,7 +238,7 @@ def markdown(truth: pd.DataFrame, bound: pd.DataFrame) -> tuple[str, str]:
 def main(argv: list[str] | None = None) -> None:
     """Draw the studies, score the three choices per number of curve seeds, print (or write)
     the tables."""
-    parser = argparse.ArgumentParser(prog="python -m ablate.bench.optimum_bound")
+    parser = argparse.ArgumentParser(prog="python -m research.optimum_bound")
     parser.add_argument("--fitted", type=Path, default=fit.FITTED, help="its runtime.simulate")
     parser.add_argument("--protocol", type=Path, default=held.PROTOCOL, help="its curve:")
     parser.add_argument("--studies", type=int, default=8, help="simulated studies")
@@ -265,7 +265,7 @@ def main(argv: list[str] | None = None) -> None:
         bound_rows(studies, truth.optima, design, args.seeds, args.draws, templates),
     )
     command = (
-        f"python -m ablate.bench.optimum_bound --studies {args.studies} --draws {args.draws} "
+        f"python -m research.optimum_bound --studies {args.studies} --draws {args.draws} "
         f"--seeds {' '.join(map(str, args.seeds))}"
     )
     text = (

@@ -10,16 +10,16 @@ from pathlib import Path
 
 import numpy as np
 
-from ablate.bench.replication import Outcome, two_variants, with_truth
 from ablate.core.experiment import CurveConfig, Experiment
 from ablate.core.optimum import Curve, optimum_ratio, variant_optimum
 from ablate.core.plan import RunSpec, with_train
 from ablate.core.simulate import simulate_run
+from research.replication import Outcome, two_variants, with_truth
 
 CURVE_SEEDS = (3, 4)  # the final seeds are the experiment's; these only shape the curve
 MORE_SEEDS = (3, 4, 5, 6)
 PER_OCTAVE = 2  # curve points per doubling of the LR, for a design without curve:
-# nats of each run's own noise: ln_vs_rms's calibration (python -m ablate.bench.calibration
+# nats of each run's own noise: ln_vs_rms's calibration (python -m research.calibration
 # reports/ln_vs_rms: 0.0094 [0.0067, 0.0154]; its valley's low wall 0.28-0.58 nats per squared
 # decade, as steep as the simulator's 0.3 or steeper, so the rows below are scored on a valley
 # no steeper than the real one)

@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import pytest
 
-from ablate.bench.sequential import (
+from ablate.core.experiment import MIN_EFFECT
+from ablate.core.sequential import ALPHA
+from research.sequential import (
     SCENARIOS,
     Scenario,
     fitted_differences,
@@ -14,8 +16,6 @@ from ablate.bench.sequential import (
     stopped_coverage,
     table,
 )
-from ablate.core.experiment import MIN_EFFECT
-from ablate.core.sequential import ALPHA
 
 REPLICATIONS = 4000
 BY_NAME = {s.name: s for s in SCENARIOS}

@@ -13,7 +13,6 @@ from pathlib import Path
 import numpy as np
 from scipy import stats
 
-from ablate.bench.replication import Outcome, two_variants, with_truth
 from ablate.core.boundary import (
     SeedBoundary,
     boundary_ratio,
@@ -27,11 +26,12 @@ from ablate.core.simulate import true_edge, warmup_gain
 from ablate.core.studies import BoundaryResult
 from ablate.launch.max_lr import max_lr_start, probe_spec, run_max_lr
 from ablate.launch.simulator import SimulatedExecutor
+from research.replication import Outcome, two_variants, with_truth
 
 RATIO_RANGE = (2.0, 4.0)  # the second variant's edges over the first's: log-uniform in it, so
 # that no lattice's step, √2 or 2^(1/8), lines up with the truth in every replication
 THREE_SEEDS = [0, 1, 2]  # the boundary seeds ln_vs_rms bracketed before it took five
-# sd of ln(edge) over seeds as reports/ln_vs_rms measures it (python -m ablate.bench.calibration):
+# sd of ln(edge) over seeds as reports/ln_vs_rms measures it (python -m research.calibration):
 OWN_JITTER = 0.140  # each variant's own: its paired ratio's jitter / √2
 SHARED_JITTER = 0.054  # a seed's, every variant alike: the rest of its boundary jitter, 0.150
 

@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from ablate.bench import reference as ref
+from research import reference as ref
 
 LRS = [2.0 ** (k / 4) for k in range(-40, -27)]  # 0.00098 .. 0.0078, 13 points
 OPT = 2.0**-8.5  # row 6

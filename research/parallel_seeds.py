@@ -4,13 +4,13 @@ simulator.
 A round of the max-LR stage obtains one probe per seed of a wave; where the seeds' runs go side
 by side (GPUs, Slurm slots) a round costs the wall time of one probe. Each replication draws
 edges with the per-seed jitter of the committed ln_vs_rms report
-(:func:`ablate.bench.max_lr_replications.max_lr_truth`); the file's first variant is bracketed
+(:func:`research.max_lr_replications.max_lr_truth`); the file's first variant is bracketed
 with k = 1 and each k asked for (``--parallel``), in folders of their own, on
 ``--replications`` truths (20). Prints per k: the median rounds and
 probes per variant, the share of seeds whose bracket holds their own true edge, and the median
 distance of the variant's boundary from its true median edge, in lattice steps.
 
-    python -m ablate.bench.parallel_seeds experiments/ln_vs_rms.yaml --parallel 2,5
+    python -m research.parallel_seeds experiments/ln_vs_rms.yaml --parallel 2,5
 """
 
 from __future__ import annotations
@@ -22,13 +22,13 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from ablate.bench.max_lr_replications import max_lr_truth, median_edge, probe_config
 from ablate.core.experiment import Experiment
 from ablate.core.load import load_experiment
 from ablate.core.simulate import true_edge
 from ablate.launch.execute import Obtained, Request, SayFn
 from ablate.launch.max_lr import run_max_lr
 from ablate.launch.simulator import SimulatedExecutor
+from research.max_lr_replications import max_lr_truth, median_edge, probe_config
 
 
 class RoundCounter(SimulatedExecutor):

@@ -10,8 +10,8 @@ import pandas as pd
 import pytest
 from conftest import REPO
 
-from ablate.bench import calibration
-from ablate.bench.calibration import (
+from research import calibration
+from research.calibration import (
     boundary_jitter,
     curvatures,
     pooled,
