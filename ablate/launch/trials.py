@@ -2,8 +2,8 @@
 re-run of a trial cut short; the sampler seeded per slot.
 
 A trial cut short (Ctrl-C, SIGTERM, a crash: Optuna fails it; a dead worker: failed by its
-stale heartbeat; kill -9 on this machine: failed by the next process, which finds its owner's
-process gone) is re-run with its parameters, its intermediate values and its **slot**, the
+stale heartbeat; kill -9 on this machine, where no heartbeat runs: failed by the next
+process, which finds its owner's process gone) is re-run with its parameters, its intermediate values and its **slot**, the
 place in the study's sequence that seeds the sampler (:func:`slot_of`): the next trials are
 proposed as if it had never been cut, so a study's trials are a function of the experiment file
 however often it was interrupted. :attr:`SearchResult.reruns` lists the slots re-run.
@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 import optuna
 from optuna.distributions import BaseDistribution
+from optuna.storages._heartbeat import is_heartbeat_enabled
 from optuna.trial import FrozenTrial, TrialState
 
 from ablate.core.store import process_alive
@@ -72,14 +73,20 @@ def mark_owner(study: optuna.Study, trial: FrozenTrial) -> None:
 
 def fail_dead_trials(study: optuna.Study) -> list[int]:
     """Fail the study's running trials whose process is gone from this machine (kill -9, a
-    crash with no time to tell: nothing else would fail a warmup trial or a trial on a journal
-    storage, which send no heartbeat); the numbers failed. A trial of a live process, or of
-    another machine, is left to its process (or its heartbeat)."""
+    crash with no time to tell), where nothing else would: a warmup study or a search on a
+    journal storage sends no heartbeat. A study with heartbeats is left to them (Optuna fails
+    a silent trial and queues its one retry; failing it here too raced that into two), as is
+    a trial of a live process or of another machine. The numbers failed."""
+    if is_heartbeat_enabled(study._storage):
+        return []
     failed = []
     for trial in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
         host, _, pid = str(trial.user_attrs.get(OWNER, "")).rpartition(":")
         if host == platform.node() and pid.isdigit() and not process_alive(int(pid)):
-            study._storage.set_trial_state_values(trial._trial_id, TrialState.FAIL)
+            try:
+                study._storage.set_trial_state_values(trial._trial_id, TrialState.FAIL)
+            except optuna.exceptions.UpdateFinishedTrialError:
+                continue  # another process finished or failed it meanwhile
             failed.append(trial.number)
     return failed
 

@@ -6,8 +6,10 @@ from __future__ import annotations
 import platform
 import subprocess
 import warnings
+from pathlib import Path
 
 import optuna
+from optuna.samplers import RandomSampler
 from optuna.storages import RetryHeartbeatStaleTrialCallback
 from optuna.trial import TrialState
 
@@ -94,3 +96,12 @@ def test_a_dead_workers_retry_keeps_the_slot_of_the_trial_it_replaces() -> None:
     trials = study.get_trials()
     assert retry.params == trials[0].params
     assert [slot_of(trials[t.number]) for t in (retry, new)] == [0, 1]
+
+
+def test_a_study_with_heartbeats_leaves_a_killed_trial_to_them(tmp_path: Path) -> None:
+    storage = optuna.storages.RDBStorage(f"sqlite:///{tmp_path / 's.db'}", heartbeat_interval=60)
+    study = optuna.create_study(storage=storage, sampler=TrialSeededSampler(RandomSampler, 7))
+    killed = _ask(study)
+    study._storage.set_trial_user_attr(killed._trial_id, OWNER, f"{platform.node()}:{_dead_pid()}")
+    assert fail_dead_trials(study) == []  # Optuna fails it when silent, and queues one retry
+    assert study.trials[0].state == TrialState.RUNNING
