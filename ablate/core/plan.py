@@ -18,14 +18,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ablate.core.boundary import probes_per_seed
 from ablate.core.config import RunConfig
 from ablate.core.experiment import Experiment, SweepConfig
-from ablate.core.stability import criterion_text
-from ablate.core.stages import planned_groups
 
 SPEC_VERSION = 1
-USABLE_WALK = 5  # runs a usable walk takes per seed, about: the reference's end within an octave
 # Keys added after results were stored, left out of a run's identity while at these defaults,
 # so the runs of earlier versions keep their ids (and are reused, not trained again).
 LATER_KEYS: dict[tuple[str, str], Any] = {
@@ -335,115 +331,3 @@ def plan_convert(experiment: Experiment) -> list[RunSpec]:
                 )
             )
     return specs
-
-
-def claims_manifest(experiment: Experiment) -> list[dict[str, Any]]:
-    """The file's claims as the report reads them, each with its baseline resolved."""
-    names = list(experiment.variants)
-    return [
-        {**claim.model_dump(mode="json"), "baseline": claim.against(names)}
-        for claim in experiment.claims
-    ]
-
-
-def plan_manifest(
-    experiment: Experiment, specs: list[RunSpec], decided: dict[str, Any] | None = None
-) -> dict[str, Any]:
-    """What the report needs to know of the plan: variants in order, seeds, factors, run ids,
-    and with ``decide:`` what the sequential design did (``decided``)."""
-    return {
-        "name": experiment.name,
-        "description": experiment.description,
-        "source": experiment.path,
-        "variants": list(experiment.variants),
-        "grid": [[key, levels] for key, levels in experiment.grid.items()],  # ordered
-        "factors": experiment.factors,
-        "convert": (
-            {"source": experiment.convert.source, "bias": experiment.convert.bias}
-            if experiment.convert
-            else None
-        ),
-        "seeds": experiment.seeds,
-        "min_effect": experiment.analysis.min_effect,
-        "analysis": experiment.analysis.model_dump(mode="json"),
-        "stages": planned_groups(experiment),
-        "spike_factor": experiment.analysis.spike_factor,
-        "spike_window": experiment.analysis.spike_window,
-        "usable_within": experiment.max_lr.within if experiment.max_lr else None,
-        "warmup_range": (
-            [experiment.curve.warmup_min, experiment.curve.warmup_max]
-            if experiment.curve and experiment.curve.warmup_trials
-            else None
-        ),
-        "search_startup": experiment.search.startup_trials() if experiment.search else None,
-        "command_line": experiment.command_line,  # what --set / --seeds changed in the file
-        **({"decide": decided} if decided else {}),
-        **({"claims": claims_manifest(experiment)} if experiment.claims else {}),
-        "criterion": criterion_text(experiment.base.train.stability),
-        "runs": [
-            {
-                "variant": s.variant,
-                "seed": s.seed,
-                "run_id": s.run_id,
-                "group": s.group,
-                "lr": s.config.train.lr,
-                "warmup_steps": s.config.train.warmup_steps,
-                "init_from": s.init_from,
-            }
-            for s in specs
-        ],
-    }
-
-
-def max_lr_probes(experiment: Experiment, start: float) -> int:
-    """An upper bound on one seed's probes from a stable ``start`` (the first seed's; the
-    others start at its boundary and take fewer): its quality bracket, then its divergence
-    bracket from there."""
-    cfg = experiment.max_lr
-    assert cfg is not None
-    return 2 * probes_per_seed(start, cfg.lr_max, cfg.per_octave, cfg.coarse_steps())
-
-
-def _counted(specs: list[RunSpec]) -> tuple[int, int]:
-    """(runs, steps of the longest) of planned specs; (0, 0) for none."""
-    return len(specs), max((s.config.steps() for s in specs), default=0)
-
-
-def study_runs(
-    experiment: Experiment, config: RunConfig, variant: str = ""
-) -> dict[str, tuple[int, int]]:
-    """Per group beyond the main runs: (runs of one variant, steps per run); max_lr at most.
-
-    The planners say what the sweep, the tuned A/B (planned at the base's settings: the
-    search's choice changes LR and warmup, not the count) and ``convert`` (continued and
-    converted runs, counted with their source ``variant``) will run; the search runs
-    ``n_trials``, the max-LR bracket at most :func:`max_lr_probes` probes per seed, and
-    ``decide:`` at most ``max_seeds`` − len(seeds) more seeds of the leading comparison.
-    """
-    runs: dict[str, tuple[int, int]] = {}
-    convert = experiment.convert
-    if convert is not None and variant == convert.source:
-        runs["convert"] = _counted(plan_convert(experiment))
-    per_step = config.tokens_per_step()
-    if experiment.sweep is not None:
-        runs["sweep"] = _counted([s for s in plan_sweep(experiment) if s.variant == variant])
-    at_base = {variant: Settings(config.train.lr, config.train.warmup_steps)}
-    if (search := experiment.search) is not None:
-        runs["search"] = (search.n_trials, (search.tokens or config.train.tokens) // per_step)
-    if (curve := experiment.curve) is not None:  # at its range: growing at an edge adds more
-        runs["curve"] = _counted([s for s in plan_curve(experiment) if s.variant == variant])
-        if curve.warmup_trials:
-            steps = (curve.tokens or config.train.tokens) // per_step
-            runs["warmup"] = (curve.warmup_trials * len(experiment.curve_seeds()), steps)
-    if search is not None or experiment.curve is not None:
-        runs["tuned"] = _counted([s for s in plan_tuned(experiment, at_base)])
-        runs["crossover"] = runs["tuned"]  # at most: none where both chose the same
-    if (decide := experiment.decide) is not None:  # at most: it stops once decided
-        runs["decide"] = (decide.max_seeds - len(experiment.seeds), config.steps())
-    if (max_lr := experiment.max_lr) is not None:
-        probes = max_lr_probes(experiment, max_lr.start or config.train.lr)
-        seeds = len(max_lr.seeds or experiment.seeds)
-        runs["max_lr"] = (probes * seeds, (max_lr.tokens or config.train.tokens) // per_step)
-        if max_lr.within is not None and "tuned" in runs:
-            runs["usable"] = (USABLE_WALK * seeds, config.steps())
-    return runs

@@ -19,9 +19,21 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from ablate.core.boundary import probes_per_seed
+from ablate.core.config import RunConfig
 from ablate.core.experiment import Experiment
+from ablate.core.plan import (
+    RunSpec,
+    Settings,
+    plan_convert,
+    plan_curve,
+    plan_sweep,
+    plan_tuned,
+)
 
 Planned = Callable[[Experiment], bool]
+Count = Callable[[Experiment, RunConfig, str], tuple[int, int]]  # (runs, steps) of one variant
+USABLE_WALK = 5  # runs a usable walk takes per seed, about: the reference's end within an octave
 
 
 @dataclass(frozen=True)
@@ -32,6 +44,7 @@ class RunGroup:
     name: str
     stage: str
     planned: Planned
+    count: Count  # at most, for the estimate: (runs of one variant, steps per run)
     found_by: str = "plan"  # "plan": the plan's record; "group": the group alone; "study"
     stored_as: str | None = None  # another group's name, where its runs are stored as those
 
@@ -55,18 +68,100 @@ def _warmup_study(experiment: Experiment) -> bool:
     return experiment.curve is not None and bool(experiment.curve.warmup_trials)
 
 
+def _counted(specs: list[RunSpec]) -> tuple[int, int]:
+    """(runs, steps of the longest) of planned specs; (0, 0) for none."""
+    return len(specs), max((s.config.steps() for s in specs), default=0)
+
+
+def _steps(tokens: int | None, config: RunConfig) -> int:
+    """Steps of a run of ``tokens`` (the variant's budget where None)."""
+    return (tokens or config.train.tokens) // config.tokens_per_step()
+
+
+def _main(experiment: Experiment, config: RunConfig, variant: str) -> tuple[int, int]:
+    return len(experiment.seeds), config.steps()
+
+
+def _sweep(experiment: Experiment, config: RunConfig, variant: str) -> tuple[int, int]:
+    return _counted([s for s in plan_sweep(experiment) if s.variant == variant])
+
+
+def _search(experiment: Experiment, config: RunConfig, variant: str) -> tuple[int, int]:
+    search = experiment.search
+    assert search is not None
+    return search.n_trials, _steps(search.tokens, config)
+
+
+def _curve(experiment: Experiment, config: RunConfig, variant: str) -> tuple[int, int]:
+    """At its range: growing at an edge adds more."""
+    return _counted([s for s in plan_curve(experiment) if s.variant == variant])
+
+
+def _warmup(experiment: Experiment, config: RunConfig, variant: str) -> tuple[int, int]:
+    curve = experiment.curve
+    assert curve is not None
+    return curve.warmup_trials * len(experiment.curve_seeds()), _steps(curve.tokens, config)
+
+
+def _tuned(experiment: Experiment, config: RunConfig, variant: str) -> tuple[int, int]:
+    """Planned at the base's settings: the choice changes LR and warmup, not the count; a
+    cross-over has at most as many (none where both chose the same)."""
+    at_base = {variant: Settings(config.train.lr, config.train.warmup_steps)}
+    return _counted(plan_tuned(experiment, at_base))
+
+
+def _usable(experiment: Experiment, config: RunConfig, variant: str) -> tuple[int, int]:
+    return USABLE_WALK * _max_lr_seeds(experiment), config.steps()
+
+
+def _decide(experiment: Experiment, config: RunConfig, variant: str) -> tuple[int, int]:
+    """At most ``max_seeds`` − len(seeds) more seeds of the leading comparison."""
+    decide = experiment.decide
+    assert decide is not None
+    return decide.max_seeds - len(experiment.seeds), config.steps()
+
+
+def _max_lr(experiment: Experiment, config: RunConfig, variant: str) -> tuple[int, int]:
+    cfg = experiment.max_lr
+    assert cfg is not None
+    probes = max_lr_probes(experiment, cfg.start or config.train.lr)
+    return probes * _max_lr_seeds(experiment), _steps(cfg.tokens, config)
+
+
+def _convert(experiment: Experiment, config: RunConfig, variant: str) -> tuple[int, int]:
+    """The continued and converted runs, counted with their source ``variant``."""
+    convert = experiment.convert
+    assert convert is not None
+    return _counted(plan_convert(experiment)) if variant == convert.source else (0, 0)
+
+
+def _max_lr_seeds(experiment: Experiment) -> int:
+    cfg = experiment.max_lr
+    assert cfg is not None
+    return len(cfg.seeds or experiment.seeds)
+
+
+def max_lr_probes(experiment: Experiment, start: float) -> int:
+    """An upper bound on one seed's probes from a stable ``start`` (the first seed's; the
+    others start at its boundary and take fewer): its quality bracket, then its divergence
+    bracket from there."""
+    cfg = experiment.max_lr
+    assert cfg is not None
+    return 2 * probes_per_seed(start, cfg.lr_max, cfg.per_octave, cfg.coarse_steps())
+
+
 RUN_GROUPS: tuple[RunGroup, ...] = (
-    RunGroup("main", "shared", lambda experiment: True),
-    RunGroup("sweep", "shared", _has("sweep")),
-    RunGroup("search", "search", _has("search"), found_by="study"),
-    RunGroup("curve", "curve", _has("curve")),
-    RunGroup("warmup", "curve", _warmup_study, found_by="group"),
-    RunGroup("tuned", "tuned", _chooses),
-    RunGroup("crossover", "crossover", _chooses),
-    RunGroup("usable", "usable", _walks),
-    RunGroup("decide", "decide", _has("decide"), stored_as="tuned"),
-    RunGroup("max_lr", "max_lr", _has("max_lr"), found_by="study"),
-    RunGroup("convert", "convert", _has("convert")),
+    RunGroup("main", "shared", lambda experiment: True, _main),
+    RunGroup("sweep", "shared", _has("sweep"), _sweep),
+    RunGroup("search", "search", _has("search"), _search, found_by="study"),
+    RunGroup("curve", "curve", _has("curve"), _curve),
+    RunGroup("warmup", "curve", _warmup_study, _warmup, found_by="group"),
+    RunGroup("tuned", "tuned", _chooses, _tuned),
+    RunGroup("crossover", "crossover", _chooses, _tuned),
+    RunGroup("usable", "usable", _walks, _usable),
+    RunGroup("decide", "decide", _has("decide"), _decide, stored_as="tuned"),
+    RunGroup("max_lr", "max_lr", _has("max_lr"), _max_lr, found_by="study"),
+    RunGroup("convert", "convert", _has("convert"), _convert),
 )
 
 
@@ -83,3 +178,21 @@ BY_GROUP = frozenset(g.name for g in RUN_GROUPS if g.found_by == "group")
 BEFORE_MAX_LR = frozenset(
     g.name for g in RUN_GROUPS if g.stage not in ("shared", "max_lr", "convert")
 )
+
+
+def planned_runs(
+    experiment: Experiment, config: RunConfig, variant: str = ""
+) -> dict[str, tuple[int, int]]:
+    """Per group the file plans, in :data:`RUN_GROUPS`' order: (runs of one variant at most,
+    steps per run), by each group's ``count``."""
+    planned = [g for g in RUN_GROUPS if g.planned(experiment)]
+    return {g.name: g.count(experiment, config, variant) for g in planned}
+
+
+def study_runs(
+    experiment: Experiment, config: RunConfig, variant: str = ""
+) -> dict[str, tuple[int, int]]:
+    """:func:`planned_runs` beyond the main runs."""
+    runs = planned_runs(experiment, config, variant)
+    del runs["main"]
+    return runs

@@ -19,7 +19,8 @@ from ablate.core import store
 from ablate.core.experiment import Experiment
 from ablate.core.folders import ExperimentFolder
 from ablate.core.jobs import JobClock
-from ablate.core.plan import RunSpec, Settings, plan_manifest
+from ablate.core.manifest import plan_manifest
+from ablate.core.plan import RunSpec, Settings
 from ablate.core.record import RunRecord
 from ablate.core.studies import Studies
 from ablate.launch.backends import make_executor

@@ -18,8 +18,9 @@ from ablate.core import store
 from ablate.core.boundary import lattice_index
 from ablate.core.experiment import Experiment
 from ablate.core.folders import ExperimentFolder
+from ablate.core.manifest import plan_manifest
 from ablate.core.optimum import Curve, Optimum, edge_sides, variant_optimum
-from ablate.core.plan import RunSpec, Settings, plan_curve, plan_manifest, with_train
+from ablate.core.plan import RunSpec, Settings, plan_curve, with_train
 from ablate.core.record import RunRecord
 from ablate.launch.context import Context
 from ablate.launch.execute import Executor

@@ -17,7 +17,8 @@ from typing import Any
 from ablate.core import store
 from ablate.core.experiment import Experiment
 from ablate.core.folders import ExperimentFolder
-from ablate.core.plan import RunSpec, plan_manifest, plan_runs, plan_tuned
+from ablate.core.manifest import plan_manifest
+from ablate.core.plan import RunSpec, plan_runs, plan_tuned
 from ablate.core.sequential import decide_seeds, look_alpha, looks
 from ablate.launch.context import Context
 from ablate.launch.execute import Executor

@@ -34,13 +34,8 @@ from ablate.core.config import ConfigError, DataError, RunConfig
 from ablate.core.experiment import Experiment
 from ablate.core.folders import ExperimentFolder
 from ablate.core.overrides import differences
-from ablate.core.plan import (
-    plan_convert,
-    plan_runs,
-    plan_sweep,
-    study_runs,
-)
-from ablate.core.stages import BEFORE_MAX_LR, planned_groups
+from ablate.core.plan import plan_convert, plan_runs, plan_sweep
+from ablate.core.stages import BEFORE_MAX_LR, planned_groups, planned_runs
 from ablate.core.studies import StoredStudies
 from ablate.launch.devices import CONTEXT_MB, Measured, fit_error, shape_key
 from ablate.launch.progress import StepsLeft
@@ -345,8 +340,8 @@ class Stored:
 
 def steps_to_train(experiment: Experiment, results_dir: Path) -> StepsLeft:
     """The steps every stage may still train with what ``results_dir`` holds, each stage at
-    its maximum (:func:`study_runs`), and the steps of one run per (variant, stage): what
-    :class:`~ablate.launch.progress.ExperimentPace` counts down."""
+    its maximum (:func:`~ablate.core.stages.planned_runs`), and the steps of one run per
+    (variant, stage): what :class:`~ablate.launch.progress.ExperimentPace` counts down."""
     held = stored_counts(experiment, results_dir)
     total, steps_of = 0, {}
     for name, cfg in experiment.variants.items():
@@ -360,9 +355,8 @@ def runs_left(
     experiment: Experiment, variant: str, cfg: RunConfig, held: Stored
 ) -> dict[str, tuple[int, int]]:
     """Per stage of one variant, main first: (runs still to train given ``held``, steps per
-    run); each study stage at its maximum (:func:`study_runs`)."""
-    stages = {"main": (len(experiment.seeds), cfg.steps())}
-    stages.update(study_runs(experiment, cfg, variant))
+    run); each study stage at its maximum (:func:`~ablate.core.stages.planned_runs`)."""
+    stages = planned_runs(experiment, cfg, variant)
     return {
         stage: (held.remaining(variant, stage, n), steps) for stage, (n, steps) in stages.items()
     }
@@ -450,9 +444,9 @@ def stored_lines(
     (``train.eval_batches``) is seen to retrain N runs."""
     folder = ExperimentFolder.of(results_dir, experiment.name)
     counts = counts or stored_counts(experiment, results_dir)
-    planned: dict[str, int] = {"main": len(experiment.seeds) * len(experiment.variants)}
+    planned: dict[str, int] = {}
     for variant, cfg in experiment.variants.items():
-        for group, (n, _) in study_runs(experiment, cfg, variant).items():
+        for group, (n, _) in planned_runs(experiment, cfg, variant).items():
             planned[group] = planned.get(group, 0) + n
     held = {g: sum(n for (_, group), n in counts.counts.items() if group == g) for g in planned}
     done = {g for _, g in counts.finished}

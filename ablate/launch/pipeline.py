@@ -57,12 +57,11 @@ from ablate.core.plan import (
     plan_runs,
     plan_sweep,
     plan_tuned,
-    study_runs,
 )
 from ablate.core.stability import (
     criterion_text,
 )
-from ablate.core.stages import planned_groups
+from ablate.core.stages import planned_groups, study_runs
 from ablate.core.studies import (
     BoundaryResult,
     SearchResult,

@@ -3,10 +3,11 @@ re-run of a trial cut short; the sampler seeded per slot.
 
 A trial cut short (Ctrl-C, SIGTERM, a crash: Optuna fails it; a dead worker: failed by its
 stale heartbeat; kill -9 on this machine, where no heartbeat runs: failed by the next
-process, which finds its owner's process gone) is re-run with its parameters, its intermediate values and its **slot**, the
-place in the study's sequence that seeds the sampler (:func:`slot_of`): the next trials are
-proposed as if it had never been cut, so a study's trials are a function of the experiment file
-however often it was interrupted. :attr:`SearchResult.reruns` lists the slots re-run.
+process, which finds its owner's process gone) is re-run with its parameters, its intermediate
+values and its **slot**, the place in the study's sequence that seeds the sampler
+(:func:`slot_of`): the next trials are proposed as if it had never been cut, so a study's
+trials are a function of the experiment file however often it was interrupted.
+:attr:`SearchResult.reruns` lists the slots re-run.
 
 The sampler is re-created for every trial with a seed hashed from (seed, slot)
 (:class:`TrialSeededSampler`), so processes sharing a study, and a resumed one, never propose

@@ -10,7 +10,8 @@ from conftest import TINY
 
 from ablate.core.config import ConfigError
 from ablate.core.load import load_experiment
-from ablate.core.plan import plan_manifest, plan_runs
+from ablate.core.manifest import plan_manifest
+from ablate.core.plan import plan_runs
 
 CLAIM = {"source": "S", "statement": "rms is lower", "variant": "rms", "metric": "final_val_loss"}
 

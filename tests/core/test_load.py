@@ -83,7 +83,8 @@ def test_what_cannot_be_scaled_is_one_line(
 def test_settings_on_the_command_line_are_an_edit_of_the_file_and_are_recorded(
     tmp_path: Path,
 ) -> None:
-    from ablate.core.plan import plan_manifest, plan_runs
+    from ablate.core.manifest import plan_manifest
+    from ablate.core.plan import plan_runs
 
     path = write_experiment(tmp_path / "e.yaml")
     set_here = load_experiment(

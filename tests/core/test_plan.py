@@ -11,14 +11,12 @@ from conftest import REPO, tiny_config, write_experiment
 from ablate.core.load import load_experiment
 from ablate.core.plan import (
     RunSpec,
-    plan_manifest,
     plan_runs,
     plan_sweep,
     seed_run_ids,
-    study_runs,
     with_train,
 )
-from ablate.core.stages import planned_groups
+from ablate.core.stages import planned_groups, study_runs
 
 
 def test_plan_is_variants_times_seeds_seed_major(tiny_experiment: Path) -> None:
@@ -30,9 +28,6 @@ def test_plan_is_variants_times_seeds_seed_major(tiny_experiment: Path) -> None:
         ("rmsnorm", 1),
     ]
     assert len({s.run_id for s in specs}) == 4
-    manifest = plan_manifest(load_experiment(tiny_experiment), specs)
-    assert manifest["variants"] == ["layernorm", "rmsnorm"] and manifest["seeds"] == [0, 1]
-    assert [r["run_id"] for r in manifest["runs"]] == [s.run_id for s in specs]
 
 
 def test_run_id_is_a_stable_content_hash() -> None:
@@ -134,9 +129,6 @@ def test_decide_plans_at_most_its_added_seeds_and_is_a_stage(tmp_path: Path) -> 
     assert planned_groups(experiment) == ["main", "decide"]
     seeds = {s.seed for s in plan_runs(experiment, [0, 1, 2, 3, 4])}
     assert seeds == {0, 1, 2, 3, 4}
-    manifest = plan_manifest(experiment, plan_runs(experiment), {"seeds": [0, 1, 2]})
-    assert manifest["decide"] == {"seeds": [0, 1, 2]}
-    assert "decide" not in plan_manifest(experiment, plan_runs(experiment))  # unchanged bytes
 
 
 def test_recent_keys_count_in_the_run_id_only_away_from_their_defaults() -> None:

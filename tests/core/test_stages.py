@@ -13,6 +13,8 @@ from ablate.core.stages import (
     RUN_GROUPS,
     STATUS_ORDER,
     planned_groups,
+    planned_runs,
+    study_runs,
 )
 
 
@@ -45,3 +47,17 @@ def test_every_group_is_trained_by_a_stage_of_the_pipeline() -> None:
 
     assert {g.stage for g in RUN_GROUPS} <= {s.name for s in STAGES}
     assert len({g.name for g in RUN_GROUPS}) == len(RUN_GROUPS)
+
+
+def test_each_group_counts_its_runs_for_the_estimate() -> None:
+    main = load_experiment(REPO / "experiments" / "ln_vs_rms.yaml")
+    runs = planned_runs(main, main.variants["rmsnorm"], "rmsnorm")
+    assert runs == {
+        "main": (3, 256), "curve": (36, 256), "warmup": (24, 256), "tuned": (3, 256),
+        "crossover": (3, 256), "usable": (25, 256), "decide": (6, 256), "max_lr": (150, 256),
+    }  # fmt: skip
+    smoke = load_experiment(REPO / "experiments" / "smoke.yaml")
+    assert study_runs(smoke, smoke.variants["layernorm"], "layernorm") == {
+        "sweep": (4, 100), "search": (4, 400), "tuned": (2, 400), "crossover": (2, 400),
+        "usable": (10, 400), "max_lr": (56, 400),
+    }  # fmt: skip

@@ -9,7 +9,8 @@ from conftest import simulated_experiment, write_experiment
 
 from ablate.cli import main
 from ablate.core.cluster import SlurmConfig
-from ablate.core.plan import plan_runs, study_runs
+from ablate.core.plan import plan_runs
+from ablate.core.stages import study_runs
 from ablate.launch.expect import CountingExecutor, simulate_design
 
 SEARCH = {"n_trials": 3, "lr_min": 1e-3, "lr_max": 0.1, "warmup_max": 10}
