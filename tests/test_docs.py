@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import importlib
 import json
 import re
 import subprocess
@@ -242,6 +243,8 @@ def test_the_names_the_architecture_quotes_are_defined_where_it_says() -> None:
         if module in FILE_SUFFIXES or name in FILE_SUFFIXES:
             continue  # report.md, a file
         source = REPO / "ablate" / package / f"{module}.py"
+        if not source.is_file():  # a package
+            source = REPO / "ablate" / package / module / "__init__.py"
         assert source.is_file(), f"{match.group(0)}: no module ablate.{package}.{module}"
         if name is not None:
             assert name in _defined_at_top(source), f"{match.group(0)}: not defined in {source}"
@@ -362,3 +365,21 @@ def test_nothing_in_the_package_imports_the_research_bench() -> None:
     found = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]
     assert importing == [] and found["packages"]["find"]["include"] == ["ablate*"]
     assert (REPO / "research" / "held_to_runs.py").is_file()
+
+
+STAGE_ROW = re.compile(r"^\| `(\w+)` \| `(ablate/launch/stages/\w+\.py)` \| ([^|]*) \|", re.M)
+
+
+def test_the_stage_map_is_the_pipelines_stages_and_their_groups() -> None:
+    from ablate.core.stages import RUN_GROUPS
+    from ablate.launch.stages import STAGES
+
+    text = ARCHITECTURE.read_text(encoding="utf-8")
+    rows = STAGE_ROW.findall(text[text.index("## The stage map") :])
+    assert [name for name, _, _ in rows] == [s.name for s in STAGES]
+    for name, module, groups in rows:
+        assert (REPO / module).exists() and importlib.import_module(
+            module.removesuffix(".py").replace("/", ".")
+        ).STAGE.name == name
+        stored = [m.group(1) for part in groups.split(", ") if (m := re.match(r"`(\w+)`", part))]
+        assert stored == [g.name for g in RUN_GROUPS if g.stage == name]

@@ -35,9 +35,13 @@ import math
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from ablate.core.boundary import SeedBoundary
 from ablate.core.config import StabilityConfig
+
+if TYPE_CHECKING:
+    from ablate.core.record import RunRecord
 
 FLOAT_SLACK = 1e-9  # relative: LRs equal up to float rounding are the same LR
 
@@ -204,6 +208,15 @@ def clipped_loss(loss: float | None, initial_loss: float) -> float:
     if loss is None or not math.isfinite(loss):
         return initial_loss
     return min(loss, initial_loss)
+
+
+def trial_value(record: RunRecord) -> float:
+    """What every stage selects on: the final val loss, an unstable run counted as
+    min(loss, ℓ0) and a run without one as ℓ0."""
+    loss = record.final_val_loss
+    if record.stable is False:
+        return clipped_loss(loss, record.initial_loss)
+    return loss if loss is not None else record.initial_loss
 
 
 def lr_sensitivity(losses: Sequence[float | None], initial_loss: float) -> float:

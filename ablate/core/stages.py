@@ -2,7 +2,7 @@
 
 A run's ``group`` (in its summary and the plan's record) says which stage trained it. Each
 :class:`RunGroup` names the group, the pipeline stage that trains it
-(:data:`ablate.launch.pipeline.STAGES`), when a file plans it, and how the store finds its
+(:data:`ablate.launch.stages.STAGES`), when a file plans it, and how the store finds its
 runs: in the plan's record (most), by the group alone (the warmup studies' trials), or through
 the study that names them (search trials, max-LR probes). ``decide:`` plans no group of its own:
 its runs are more seeds of the tuned A/B, stored as ``tuned``.

@@ -1,9 +1,8 @@
 """What every stage of the pipeline is given: one :class:`Context` (the experiment, its results
-folder, the executor, the plan so far) and one shape (:class:`Stage`: ``wanted(ctx)``,
-``run(ctx)``). :data:`ablate.launch.pipeline.STAGES` lists the stages in the order they run,
-each with when it is wanted; a stage module (:mod:`ablate.launch.curve`,
-:mod:`ablate.launch.decide`, :mod:`ablate.launch.usable`) has its ``run``, and a new stage is
-one such module and its entry there.
+folder, the executor, the plan so far) and one shape (:class:`Stage`: its name, ``wanted(ctx)``,
+``run(ctx)`` and, for a stage that trains, the title its header gives).
+:data:`ablate.launch.stages.STAGES` lists the stages in the order they run, each from its own
+module of :mod:`ablate.launch.stages`; a new stage is one such module and its line there.
 """
 
 from __future__ import annotations
@@ -99,3 +98,19 @@ class Stage:
     name: str
     wanted: Callable[[Context], bool]
     run: Callable[[Context], None]
+    title: str | None = None  # what a stage that trains does, as its header names it
+
+
+def always(ctx: Context) -> bool:
+    """Wanted in every experiment."""
+    return True
+
+
+def configured(section: str) -> Callable[[Context], bool]:
+    """Wanted where the experiment has ``section``."""
+    return lambda ctx: getattr(ctx.experiment, section) is not None
+
+
+def chose(ctx: Context) -> bool:
+    """Wanted where a search or curve chose a setting for the tuned A/B."""
+    return bool(ctx.plan.chosen)

@@ -16,7 +16,7 @@ lattice LR, obtained from the stage's executor, and a trial of the variant's ``m
 asked for at exactly that LR (the seed a user attribute). Probes already in the study are read
 back, never rerun. The study's objective (:data:`PROBE_METRIC`) makes the dashboard's best
 trial the largest stable LR. The variant's boundary is the geometric mean of its seeds' with an
-interval (:func:`ablate.core.boundary.variant_boundary`); :mod:`ablate.launch.boundaries` then
+interval (:func:`ablate.core.boundary.variant_boundary`); :mod:`ablate.launch.stages.max_lr` then
 holds each seed's bracket against every other stored run.
 """
 

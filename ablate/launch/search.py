@@ -44,7 +44,7 @@ from optuna.trial import TrialState
 from ablate.core.experiment import Experiment
 from ablate.core.plan import RunSpec, with_train
 from ablate.core.record import RunRecord
-from ablate.core.stability import clipped_loss
+from ablate.core.stability import clipped_loss, trial_value
 from ablate.core.studies import BestTrial, SearchResult, Trial
 from ablate.launch.execute import POLL_S, Executor, Request
 from ablate.launch.storage import open_storage, open_study
@@ -55,14 +55,6 @@ COUNTED = (TrialState.COMPLETE, TrialState.PRUNED)
 
 class RunFailedError(RuntimeError):
     """A trial's run raised an exception (stored as ``failed``); Optuna marks the trial FAIL."""
-
-
-def trial_value(record: RunRecord) -> float:
-    """The objective: final val loss, an unstable run counted as min(loss, ℓ0)."""
-    loss = record.final_val_loss
-    if record.stable is False:
-        return clipped_loss(loss, record.initial_loss)
-    return loss if loss is not None else record.initial_loss
 
 
 def _describe(record: RunRecord) -> str:

@@ -2,7 +2,8 @@
 
 :func:`run_studies` runs (or continues) the search and max-LR studies the experiment configures,
 rotated so parallel processes start on different variants, every run through the executor the
-stage is given; :func:`stored_result` reads a study's result back without running anything.
+stage is given; :func:`stage_studies` is what the search and max-LR stages call;
+:func:`stored_result` reads a study's result back without running anything.
 """
 
 from __future__ import annotations
@@ -12,11 +13,14 @@ from collections.abc import Mapping, Sequence
 from dataclasses import replace
 
 from ablate.core.experiment import Experiment
+from ablate.core.stages import study_runs
 from ablate.core.studies import BoundaryResult, SearchResult, StudyResult
+from ablate.launch.context import Context
 from ablate.launch.execute import Executor, LocalExecutor
 from ablate.launch.max_lr import ProbeNotStored, run_max_lr
+from ablate.launch.progress import StudyProgress
 from ablate.launch.search import PrintFn, next_search_step, run_search, search_summary
-from ablate.launch.storage import open_study
+from ablate.launch.storage import open_study, storage_label, storage_url
 from ablate.launch.workers import Resources, run_parallel, worker_say
 
 KINDS = ("search", "max_lr")  # the two studies of a variant
@@ -156,3 +160,23 @@ def result_lines(search: dict[str, SearchResult], max_lr: dict[str, BoundaryResu
         )
         lines.append(f"search {variant}: best {text}")
     return lines
+
+
+def stage_studies(
+    ctx: Context, kind: str, best: dict[str, float] | None = None
+) -> dict[str, StudyResult]:
+    """Every variant's study of ``kind``, with a progress line over their runs at most;
+    ``{variant: result}``."""
+    url = storage_url(ctx.experiment, ctx.results_dir, ctx.storage)
+    at_once = runs_at_once(ctx.experiment, (kind,))
+    res = ctx.resources(len(study_jobs(ctx.experiment, (kind,))) * at_once)  # runs at once
+    ctx.say(
+        f"{kind} studies in {storage_label(url)}: {res.workers} worker(s) x {res.threads} thread(s)"
+    )
+    total = sum(
+        study_runs(ctx.experiment, config, variant)[kind][0]
+        for variant, config in ctx.experiment.variants.items()
+    )
+    with StudyProgress(ctx.console, ctx.folder, kind, total) as progress:
+        found = run_studies(ctx.experiment, ctx.executor, url, res, (kind,), progress.say, best)
+        return found[kind]

@@ -3,6 +3,9 @@ every group names a stage the pipeline has."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 from conftest import REPO
 
 from ablate.core.load import load_experiment
@@ -42,11 +45,27 @@ def test_each_committed_file_plans_the_groups_its_sections_make() -> None:
     ]  # fmt: skip
 
 
-def test_every_group_is_trained_by_a_stage_of_the_pipeline() -> None:
-    from ablate.launch.pipeline import STAGES
+def test_every_group_is_trained_by_a_stage_of_the_pipeline_in_its_order() -> None:
+    from ablate.launch.stages import STAGES
 
-    assert {g.stage for g in RUN_GROUPS} <= {s.name for s in STAGES}
+    names = [s.name for s in STAGES]
+    assert {g.stage for g in RUN_GROUPS} <= set(names)
     assert len({g.name for g in RUN_GROUPS}) == len(RUN_GROUPS)
+    training = [s.name for s in STAGES if s.title is not None]  # a stage with a header trains
+    assert training == list(dict.fromkeys(sorted({g.stage for g in RUN_GROUPS}, key=names.index)))
+    # `ablate status` lists the stored groups in the order the pipeline trains them
+    at = [names.index(next(g.stage for g in RUN_GROUPS if g.name == n)) for n in STATUS_ORDER]
+    assert at == sorted(at)
+
+
+def test_the_pipeline_loads_no_study_or_report_library_until_a_stage_needs_it() -> None:
+    code = (
+        "import sys, ablate.launch.pipeline; "
+        "heavy = ('optuna', 'scipy', 'matplotlib', 'torch', 'ablate.report.summary'); "
+        "print(sorted(m for m in heavy if m in sys.modules))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
 
 
 def test_each_group_counts_its_runs_for_the_estimate() -> None:

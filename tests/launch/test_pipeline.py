@@ -26,16 +26,12 @@ from ablate.core.jobs import JobClock, read_jobs
 from ablate.core.load import load_experiment
 from ablate.core.plan import RunSpec
 from ablate.core.record import RunRecord
-from ablate.launch import job, pipeline
-from ablate.launch.boundaries import margin_boundaries
-from ablate.launch.job import record_job
-from ablate.launch.pipeline import (
-    Context,
-    run_experiment,
-    run_studies_only,
-    training_stages,
-)
+from ablate.launch import pipeline
+from ablate.launch.pipeline import Context, run_experiment, run_studies_only
 from ablate.launch.simulator import SimulatedExecutor
+from ablate.launch.stages import job, training_stages
+from ablate.launch.stages.job import record_job
+from ablate.launch.stages.max_lr import margin_boundaries
 from ablate.launch.storage import open_storage, storage_url
 from ablate.launch.workers import Resources
 
@@ -332,7 +328,7 @@ def test_a_job_is_recorded_where_it_trained_or_was_cut(
 
 
 def test_the_stages_run_in_the_documented_order() -> None:
-    from ablate.launch.pipeline import STAGES
+    from ablate.launch.stages import STAGES
 
     assert [s.name for s in STAGES] == [
         "shared", "search", "curve", "tuned", "decide", "crossover", "usable", "max_lr",
@@ -440,8 +436,8 @@ KILLED = """
 import os, signal, sys
 from pathlib import Path
 from ablate.launch.pipeline import run_experiment
-from ablate.launch.boundaries import margin_boundaries
-from ablate.launch.job import record_job
+from ablate.launch.stages.max_lr import margin_boundaries
+from ablate.launch.stages.job import record_job
 from ablate.launch.simulator import SimulatedExecutor
 
 class KilledAt(SimulatedExecutor):

@@ -11,7 +11,7 @@ from conftest import simulated_experiment
 from ablate.core.plan import RunSpec
 from ablate.core.record import RunRecord
 from ablate.launch.simulator import SimulatedExecutor
-from ablate.launch.usable import round_lrs, usable_stage
+from ablate.launch.stages.usable import round_lrs, usable_stage
 
 
 @dataclass

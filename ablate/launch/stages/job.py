@@ -10,7 +10,7 @@ import os
 
 from ablate.core.folders import ExperimentFolder
 from ablate.core.jobs import JobClock, append_job
-from ablate.launch.context import Context
+from ablate.launch.context import Context, Stage, always
 
 
 def runs_stored(folder: ExperimentFolder) -> int:
@@ -41,3 +41,6 @@ def record_job(ctx: Context, outcome: str) -> None:
 def finish_job(ctx: Context) -> None:
     """The stage: the invocation's record, as finished."""
     record_job(ctx, "finished")
+
+
+STAGE = Stage("job", always, finish_job)

@@ -20,12 +20,8 @@ from ablate.core.folders import ExperimentFolder
 from ablate.core.manifest import plan_manifest
 from ablate.core.plan import RunSpec, plan_runs, plan_tuned
 from ablate.core.sequential import decide_seeds, look_alpha, looks
-from ablate.launch.context import Context
+from ablate.launch.context import Context, Stage, configured
 from ablate.launch.execute import Executor
-from ablate.report.load import load_experiment_results
-from ablate.report.summary import NOT_QUALITY, leading_verdicts
-
-DECIDED = ("different", "equivalent", NOT_QUALITY)  # more seeds would not change these
 
 
 def run(ctx: Context) -> None:
@@ -57,6 +53,11 @@ def decide_stage(
     """Look at the leading comparison on ever more seeds until it is decided (see the module);
     ``others`` are the rest of the plan, for the manifest. The leading comparison's runs over
     every seed it took."""
+    # the report's statistics: loaded only for a file with ``decide:``
+    from ablate.report.load import load_experiment_results
+    from ablate.report.summary import NOT_QUALITY, leading_verdicts
+
+    decided = ("different", "equivalent", NOT_QUALITY)  # more seeds would not change these
     assert experiment.decide is not None
     seeds = decide_seeds(experiment)
     counts = looks(len(experiment.seeds), experiment.decide)
@@ -77,10 +78,13 @@ def decide_stage(
         found = leading_verdicts(load_experiment_results(folder))
         words = ", ".join(f"{variant} {word}" for variant, word in found.items())
         say(f"decide: look {look} of {len(counts)}, {count} seeds: {words}")
-        if all(word in DECIDED for word in found.values()):
+        if all(word in decided for word in found.values()):
             record["stopped"] = "decided"
             break
     else:
         record["stopped"] = "maximum"
     store.write_manifest(folder, plan_manifest(experiment, others + leading, record))
     return leading
+
+
+STAGE = Stage("decide", configured("decide"), run, "seeds added until the verdicts are reached")

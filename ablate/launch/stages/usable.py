@@ -19,10 +19,10 @@ from collections.abc import Callable
 
 from ablate.core.experiment import Experiment
 from ablate.core.plan import RunSpec, with_train
+from ablate.core.stability import trial_value
 from ablate.core.usable import next_lr, walk_lrs, walk_seed
-from ablate.launch.context import Context
+from ablate.launch.context import Context, Stage, chose
 from ablate.launch.execute import Executor
-from ablate.launch.search import trial_value
 
 Walker = tuple[str, int]  # (variant, seed)
 
@@ -109,3 +109,12 @@ def usable_stage(
     )
     record(planned)  # in the order one step per round plans them, whatever the workers
     return planned
+
+
+def walks(ctx: Context) -> bool:
+    """Wanted with ``max_lr.within`` and a tuned optimum to walk from."""
+    cfg = ctx.experiment.max_lr
+    return cfg is not None and cfg.within is not None and chose(ctx)
+
+
+STAGE = Stage("usable", walks, run, "the usable-LR walks")

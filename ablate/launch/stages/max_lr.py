@@ -1,20 +1,40 @@
-"""The max-LR stage's brackets held against the store: every other stored run of a variant at
-the probes' budget (sweep points, search trials, curve and main runs, probes) is a judged
-observation; one on the wrong side of its seed's bracket is a contradiction, and the same runs
-give the quality boundary at each of ``max_lr.margins``. Also where a rerun's brackets start:
-the largest stable LR the other stages stored. No Optuna here: the pipeline imports it for the
-studies only.
+"""The max-LR stage: every variant's largest stable LR bracketed seed by seed
+(:mod:`ablate.launch.max_lr`, an Optuna study per variant), then the brackets held against
+the store: every other stored run of a variant at the probes' budget (sweep points, search
+trials, curve and main runs, probes) is a judged observation; one on the wrong side of its
+seed's bracket is a contradiction, and the same runs give the quality boundary at each of
+``max_lr.margins``. A rerun's brackets start at the largest stable LR the other stages stored.
 """
 
 from __future__ import annotations
 
 import pandas as pd
 
+from ablate.core import store
 from ablate.core.boundary import edge_of_points, variant_boundary
 from ablate.core.experiment import Experiment
 from ablate.core.plan import max_lr_family
 from ablate.core.stability import Observation, below_window, contradictions, verdict_at_margin
 from ablate.core.studies import BoundaryResult, MarginBoundary
+from ablate.launch.context import Context, Stage, configured
+
+
+def max_lr_stage(ctx: Context, best: dict[str, float]) -> dict[str, BoundaryResult]:
+    """Bracket every variant's max stable LR seed by seed and check the brackets against the
+    store; each starts at the largest stable LR stored at the probes' budget (inside the
+    stable window, however narrow), else at its search's ``best`` LR."""
+    from ablate.launch.studies import stage_studies  # Optuna: only for a file with studies
+
+    runs = store.load_summaries(ctx.folder)
+    starts = {**best, **stored_stable_starts(ctx.experiment, runs)}
+    found = stage_studies(ctx, "max_lr", starts)
+    return check_boundaries(ctx.experiment, found, store.load_summaries(ctx.folder))
+
+
+def run(ctx: Context) -> None:
+    """The stage: every variant's brackets, started where the search found its best."""
+    studies = ctx.plan.studies
+    studies.max_lr = max_lr_stage(ctx, studies.best_lrs())
 
 
 def stored_stable_starts(experiment: Experiment, runs: pd.DataFrame) -> dict[str, float]:
@@ -100,3 +120,6 @@ def margin_boundaries(
             bounds.append(edge_of_points(seed, points))
         found.append(MarginBoundary(margin, bounds, variant_boundary(bounds)))
     return found
+
+
+STAGE = Stage("max_lr", configured("max_lr"), run, "the max stable LR brackets")

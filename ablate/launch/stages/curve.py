@@ -22,7 +22,8 @@ from ablate.core.manifest import plan_manifest
 from ablate.core.optimum import Curve, Optimum, edge_sides, variant_optimum
 from ablate.core.plan import RunSpec, Settings, plan_curve, with_train
 from ablate.core.record import RunRecord
-from ablate.launch.context import Context
+from ablate.core.stability import trial_value
+from ablate.launch.context import Context, Stage, configured
 from ablate.launch.execute import Executor
 
 
@@ -84,7 +85,6 @@ def record_curves(
     from optuna.distributions import FloatDistribution
     from optuna.trial import TrialState, create_trial
 
-    from ablate.launch.search import trial_value
     from ablate.launch.storage import open_study
 
     cfg = experiment.curve
@@ -178,7 +178,6 @@ def tune_warmup(
     from optuna.samplers import TPESampler
     from optuna.trial import TrialState
 
-    from ablate.launch.search import trial_value
     from ablate.launch.storage import open_study
     from ablate.launch.trials import TrialSeededSampler, rerun_cut_trials
 
@@ -223,3 +222,6 @@ def tune_warmups(
         if optimum is not None
     }
     return {variant: warmup for variant, warmup in found.items() if warmup is not None}
+
+
+STAGE = Stage("curve", configured("curve"), run, "each variant's LR curve and its warmup study")
