@@ -121,8 +121,8 @@ MACHINE_CHECKS = {
     "ablate/launch/estimate.py:check_models",
     "ablate/launch/estimate.py:check_fit",
     "ablate/launch/storage.py:check_storage_opens",
-    "ablate/launch/slurm.py:_submit",
-    "ablate/launch/slurm.py:_staff",  # a task's check_fit, read from the queue
+    "ablate/launch/slurm_executor.py:_submit",
+    "ablate/launch/slurm_executor.py:_staff",  # a task's check_fit, read from the queue
 }
 
 

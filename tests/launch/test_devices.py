@@ -19,7 +19,7 @@ from ablate.core.config import ConfigError
 from ablate.core.folders import ExperimentFolder
 from ablate.core.load import load_experiment
 from ablate.core.plan import RunSpec
-from ablate.launch import estimate, slurm, workers
+from ablate.launch import estimate, slurm_executor, slurm_task, workers
 from ablate.launch.devices import VISIBLE, Measured, fit_error, shape_key, take_device
 from ablate.launch.execute import Request
 from ablate.launch.slurm_queue import Queued, RunQueue
@@ -127,19 +127,19 @@ def test_a_slurm_task_whose_slots_would_not_fit_refuses_and_its_controller_exits
     folder = ExperimentFolder.of(tmp_path / "results", "tiny")
     queue = RunQueue(folder.slurm_queue)
     queue.put(Queued(Request(RunSpec("tiny", "layernorm", 0, cfg))))
-    monkeypatch.setattr(slurm, "gpu_ids", lambda accelerator: ("3",))  # torch sees one
+    monkeypatch.setattr(slurm_task, "gpu_ids", lambda accelerator: ("3",))  # torch sees one
     monkeypatch.setitem(estimate._MEASURED, shape_key(cfg), Measured(3 * 1024, 10 * 1024))
-    line = slurm.packed_fit_error(queue)
+    line = slurm_task.packed_fit_error(queue)
     assert line is not None and line.endswith("on GPU 3, which has 10.0 GiB free; at most 3 fit")
     fits = cfg.model_copy(update={"runtime": cfg.runtime.model_copy(update={"runs_per_device": 3})})
     queue.put(Queued(Request(RunSpec("tiny", "layernorm", 0, fits))))  # the same run id
-    assert slurm.packed_fit_error(queue) is None
+    assert slurm_task.packed_fit_error(queue) is None
     queue.refuse(line)
-    executor = slurm.SlurmExecutor(tmp_path / "results", None, SlurmConfig(), per_device=4)
+    executor = slurm_executor.SlurmExecutor(tmp_path / "results", None, SlurmConfig(), per_device=4)
     with pytest.raises(ConfigError, match="at most 3 fit"):
         executor._staff(folder, queue, print)
     assert queue.workers() == []
-    slurm.open_queue(folder)  # the next controller: its tasks check again
+    slurm_executor.open_queue(folder)  # the next controller: its tasks check again
     assert queue.refusal() is None
 
 

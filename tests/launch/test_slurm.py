@@ -23,7 +23,7 @@ from ablate.core.folders import ExperimentFolder
 from ablate.core.load import load_experiment
 from ablate.core.plan import plan_runs
 from ablate.core.store import load_summaries
-from ablate.launch.slurm import reported_step
+from ablate.launch.slurm_jobs import reported_step
 from ablate.launch.status import status_lines
 from ablate.launch.workers import torch_threads
 from ablate.training.run import execute_run

@@ -17,8 +17,9 @@ from conftest import tiny_config
 from ablate.core.cluster import SlurmConfig
 from ablate.core.folders import ExperimentFolder
 from ablate.core.plan import RunSpec
-from ablate.launch import slurm
+from ablate.launch import slurm_executor, slurm_task
 from ablate.launch.execute import Request
+from ablate.launch.slurm_jobs import Ending, Outcome, Submitted
 from ablate.launch.slurm_queue import Queued, RunQueue, task_change, wait_for_run
 
 
@@ -68,9 +69,9 @@ def _slot(queue_path: str, slot: int, writer: Any, run_id: str, ends: str) -> No
     if ends == "killed":
         os.kill(os.getpid(), signal.SIGKILL)  # as the kernel's OOM killer does
     if ends == "terminated":
-        os._exit(slurm.TERMINATED)  # its run is the task's to give back (queued again)
+        os._exit(slurm_task.TERMINATED)  # its run is the task's to give back (queued again)
     queue.set_busy("7_0", False, slot)
-    writer.send({run_id: ("done", None)})
+    writer.send({run_id: Outcome(Ending.DONE)})
 
 
 def test_a_slot_that_dies_fails_its_run_at_once_and_the_other_slots_go_on(
@@ -90,15 +91,16 @@ def test_a_slot_that_dies_fails_its_run_at_once_and_the_other_slots_go_on(
         processes[-1].start()
         writer.close()
         readers.append(reader)
-    assert slurm.collect_slots(queue, "7_0", processes, readers) == {kept: ("done", None)}
+    sent = {kept: Outcome(Ending.DONE)}
+    assert slurm_task.collect_slots(queue, "7_0", processes, readers) == sent
     line = "job 7_0: slot 0 died under it (killed by SIGKILL, as when out of memory)"
     assert queue.failure(killed) == line
     assert queue.failure(terminated) is None and queue.failure(kept) is None
     assert queue.busy("7_0") == 2 and queue.slot_run("7_0", 0) is None  # ended, not free
     # the controller, following the run while its task still runs, fails it at once
-    controller = slurm.SlurmExecutor(tmp_path / "results", None, SlurmConfig())
-    job = slurm.Submitted(killed, "7_0", 1, str(tmp_path / "logs"))
-    assert controller._live_outcome(folder, queue, job, "RUNNING", {}) == ("failed", line)
+    controller = slurm_executor.SlurmExecutor(tmp_path / "results", None, SlurmConfig())
+    job = Submitted(killed, "7_0", 1, str(tmp_path / "logs"))
+    assert controller._live_outcome(folder, queue, job, "RUNNING", {}) == Outcome.failed(line)
 
 
 def test_tasks_say_whether_they_started_and_how_many_slots_train(tmp_path: Path) -> None:
