@@ -25,10 +25,11 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from ablate.core.experiment import Experiment, SearchConfig
+from ablate.core.experiment import Experiment
 from ablate.core.load import load_experiment
 from ablate.core.plan import RunSpec, seed_run_ids, with_train
 from ablate.core.simulate import TruthConfig, final_loss, valley_loss
+from ablate.core.stage_sections import SearchConfig
 from ablate.launch.search import run_search, search_summary
 from ablate.launch.simulator import SimulatedExecutor
 from ablate.report.analysis import holm, paired_difference

@@ -10,10 +10,11 @@ from pathlib import Path
 
 import numpy as np
 
-from ablate.core.experiment import CurveConfig, Experiment
+from ablate.core.experiment import Experiment
 from ablate.core.optimum import Curve, optimum_ratio, variant_optimum
 from ablate.core.plan import RunSpec, with_train
 from ablate.core.simulate import simulate_run
+from ablate.core.stage_sections import CurveConfig
 from research.replication import Outcome, two_variants, with_truth
 
 CURVE_SEEDS = (3, 4)  # the final seeds are the experiment's; these only shape the curve

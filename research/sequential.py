@@ -14,8 +14,9 @@ from dataclasses import dataclass
 import numpy as np
 import yaml
 
-from ablate.core.experiment import MIN_EFFECT, DecideConfig
+from ablate.core.experiment import MIN_EFFECT
 from ablate.core.sequential import ALPHA, look_alpha, looks
+from ablate.core.stage_sections import DecideConfig
 from ablate.report.analysis import t_interval
 from ablate.report.verdict import look_words, sequential_words
 from research import REPO

@@ -17,11 +17,12 @@ from pathlib import Path
 import pandas as pd
 
 from ablate.core import store
-from ablate.core.experiment import Experiment, SweepConfig
+from ablate.core.experiment import Experiment
 from ablate.core.folders import ExperimentFolder
 from ablate.core.load import load_experiment
 from ablate.core.plan import RunSpec, plan_lr_grid
 from ablate.core.record import RunRecord
+from ablate.core.stage_sections import SweepConfig
 from ablate.launch.execute import execute
 
 

@@ -19,7 +19,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from ablate.core.config import RunConfig
-from ablate.core.experiment import Experiment, SweepConfig
+from ablate.core.experiment import Experiment
+from ablate.core.stage_sections import SweepConfig
 
 SPEC_VERSION = 1
 # Keys added after results were stored, left out of a run's identity while at these defaults,

@@ -13,7 +13,8 @@ the experiment already uses (its search and curve seeds too), so nothing stored 
 
 from __future__ import annotations
 
-from ablate.core.experiment import DecideConfig, Experiment
+from ablate.core.experiment import Experiment
+from ablate.core.stage_sections import DecideConfig
 
 ALPHA = 0.05  # the family-wise error the whole sequential design keeps
 

@@ -15,7 +15,8 @@ from ablate.core.experiment import Experiment
 from ablate.core.folders import ExperimentFolder
 from ablate.launch.execute import Executor, LocalExecutor
 from ablate.launch.launchers import Job, launcher
-from ablate.launch.workers import TRAINING_IMPORTS, Resources, pool_context, start_server
+from ablate.launch.resources import Resources
+from ablate.launch.workers import TRAINING_IMPORTS, pool_context, start_server
 
 
 def make_executor(

@@ -25,7 +25,7 @@ from ablate.core.studies import Studies
 from ablate.launch.backends import make_executor
 from ablate.launch.execute import Executor
 from ablate.launch.launchers import resources_for
-from ablate.launch.workers import Resources
+from ablate.launch.resources import Resources
 
 
 @dataclass

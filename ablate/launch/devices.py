@@ -1,7 +1,7 @@
 """Which GPU each pool worker trains on, and whether ``runtime.runs_per_device`` runs fit on one.
 
 A local pool on a machine with GPUs starts one worker per GPU times ``runs_per_device``
-(:func:`ablate.launch.workers.choose_resources`); each worker takes the next slot of a counter
+(:func:`ablate.launch.resources.choose_resources`); each worker takes the next slot of a counter
 the pool shares and sees only its GPU (``CUDA_VISIBLE_DEVICES``, set before torch touches CUDA:
 :func:`take_device`), so worker i trains on GPU i mod n, ``runs_per_device`` workers to a GPU.
 A run's bits do not depend on its neighbours: each is its own process with its own device

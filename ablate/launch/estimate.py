@@ -39,8 +39,9 @@ from ablate.core.stages import BEFORE_MAX_LR, planned_groups, planned_runs
 from ablate.core.studies import StoredStudies
 from ablate.launch.devices import CONTEXT_MB, Measured, fit_error, shape_key
 from ablate.launch.progress import StepsLeft
+from ablate.launch.resources import Resources
 from ablate.launch.step_times import StepTime, now, stored_step_times, time_key
-from ablate.launch.workers import Resources, in_worker, sigint_deferred, worker_pool
+from ablate.launch.workers import in_worker, sigint_deferred, worker_pool
 from ablate.nn.model import count_parameters, next_token_objective, parameter_groups
 from ablate.nn.sources import ModelSourceError, build_model
 from ablate.training.data import Corpus, batch_offsets, gather_windows, load_corpus

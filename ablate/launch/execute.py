@@ -4,7 +4,7 @@ stage is given, and this module's :class:`LocalExecutor` is the one that trains 
 A stage (:mod:`ablate.launch.pipeline`, the studies) only decides which RunSpecs it needs and
 hands them to its executor: ``obtain`` one (a search trial, a max-LR probe) or ``run`` many (an
 A/B). The local executor checks the store for finished runs, picks a worker count for the
-machine (:func:`ablate.launch.workers.local_resources`), and trains each pending spec through
+machine (:func:`ablate.launch.resources.local_resources`), and trains each pending spec through
 :func:`obtain`, the claim / train / reuse path, in this process when there is one worker and in
 the worker pool otherwise (:mod:`ablate.launch.workers`); workers report steps through a
 queue and the ``ablate`` process draws them (:mod:`ablate.launch.progress`). Other backends (the
@@ -30,12 +30,11 @@ from ablate.core.plan import RunSpec
 from ablate.core.record import RunRecord
 from ablate.launch.devices import run_gpus
 from ablate.launch.progress import ProgressBoard
+from ablate.launch.resources import Resources, local_resources
 from ablate.launch.workers import (
     TRAINING_IMPORTS,
-    Resources,
     drain,
     in_worker,
-    local_resources,
     pool_context,
     sigint_deferred,
     torch_threads,

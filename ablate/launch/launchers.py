@@ -24,7 +24,7 @@ from ablate.core.config import RuntimeConfig
 from ablate.core.folders import ExperimentFolder
 from ablate.core.launchers import launcher_names, registered
 from ablate.launch.execute import Executor
-from ablate.launch.workers import Resources, local_resources
+from ablate.launch.resources import Resources, local_resources
 
 
 @dataclass(frozen=True)
@@ -56,7 +56,7 @@ class Launcher(Protocol):
 
     def resources(self, runtime: RuntimeConfig, jobs: int) -> Resources | None:
         """How many of ``jobs`` runs or studies go at once, with how many threads each; None
-        to let the machine decide (:func:`ablate.launch.workers.choose_resources`)."""
+        to let the machine decide (:func:`ablate.launch.resources.choose_resources`)."""
         ...
 
     def jobs(self, folder: ExperimentFolder) -> dict[str, Job]:

@@ -64,10 +64,10 @@ from ablate.core.folders import ExperimentFolder
 from ablate.launch.backends import backend_executor
 from ablate.launch.execute import Executor
 from ablate.launch.launchers import Job
+from ablate.launch.resources import Resources
 from ablate.launch.slurm_executor import SlurmExecutor
 from ablate.launch.slurm_jobs import ACTIVE, job_states, submitted_jobs
 from ablate.launch.slurm_queue import RunQueue
-from ablate.launch.workers import Resources
 
 
 class SlurmLauncher:

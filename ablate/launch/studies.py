@@ -19,9 +19,10 @@ from ablate.launch.context import Context
 from ablate.launch.execute import Executor, LocalExecutor
 from ablate.launch.max_lr import ProbeNotStored, run_max_lr
 from ablate.launch.progress import StudyProgress
+from ablate.launch.resources import Resources
 from ablate.launch.search import PrintFn, next_search_step, run_search, search_summary
 from ablate.launch.storage import open_study, storage_label, storage_url
-from ablate.launch.workers import Resources, run_parallel, worker_say
+from ablate.launch.workers import run_parallel, worker_say
 
 KINDS = ("search", "max_lr")  # the two studies of a variant
 

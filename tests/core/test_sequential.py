@@ -6,9 +6,9 @@ from pathlib import Path
 
 from conftest import write_experiment
 
-from ablate.core.experiment import DecideConfig
 from ablate.core.load import load_experiment
 from ablate.core.sequential import decide_seeds, look_alpha, looks, reserved_seeds
+from ablate.core.stage_sections import DecideConfig
 
 
 def test_looks_step_from_the_start_and_end_at_the_maximum() -> None:

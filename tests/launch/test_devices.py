@@ -22,8 +22,9 @@ from ablate.core.plan import RunSpec
 from ablate.launch import estimate, slurm_executor, slurm_task, workers
 from ablate.launch.devices import VISIBLE, Measured, fit_error, shape_key, take_device
 from ablate.launch.execute import Request
+from ablate.launch.resources import Resources
 from ablate.launch.slurm_queue import Queued, RunQueue
-from ablate.launch.workers import Resources, run_parallel
+from ablate.launch.workers import run_parallel
 
 
 def test_each_worker_takes_the_next_gpu_in_turn(monkeypatch: pytest.MonkeyPatch) -> None:

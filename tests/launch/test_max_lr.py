@@ -257,7 +257,7 @@ def test_max_lr_studies_with_parallel_seeds_take_turns_only_while_too_few_to_fil
     round filling a pool; with 2 they run side by side, each round's probes one after another
     in its study's worker; one seed at a time, as they always did."""
     from ablate.launch.execute import LocalExecutor
-    from ablate.launch.workers import Resources
+    from ablate.launch.resources import Resources
 
     sections = {"seeds": [0, 1], "start": 0.01, "parallel_seeds": at_once}
     exp = load_experiment(write_experiment(tmp_path / "e.yaml", max_lr=sections))

@@ -28,12 +28,12 @@ from ablate.core.plan import RunSpec
 from ablate.core.record import RunRecord
 from ablate.launch import pipeline
 from ablate.launch.pipeline import Context, run_experiment, run_studies_only
+from ablate.launch.resources import Resources
 from ablate.launch.simulator import SimulatedExecutor
 from ablate.launch.stages import job, training_stages
 from ablate.launch.stages.job import record_job
 from ablate.launch.stages.max_lr import margin_boundaries
 from ablate.launch.storage import open_storage, storage_url
-from ablate.launch.workers import Resources
 
 
 def _smoke_like(tmp_path: Path, **extra: object) -> Path:

@@ -195,7 +195,7 @@ def test_searches_with_parallel_trials_take_turns_only_while_too_few_to_fill_the
     from ablate.core.load import load_experiment
     from ablate.launch import studies
     from ablate.launch.execute import LocalExecutor
-    from ablate.launch.workers import Resources
+    from ablate.launch.resources import Resources
 
     search = {"n_trials": 2, "parallel_trials": 2, "pruner": "none"}
     exp = load_experiment(write_experiment(tmp_path / "e.yaml", search=search))

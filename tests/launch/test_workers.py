@@ -20,7 +20,7 @@ from ablate.cli import main
 from ablate.core import folders, store
 from ablate.core.folders import ExperimentFolder
 from ablate.launch.devices import gpu_ids
-from ablate.launch.workers import Resources, choose_resources
+from ablate.launch.resources import Resources, choose_resources
 
 
 def test_a_runs_threads_do_not_depend_on_what_else_is_pending() -> None:
@@ -82,7 +82,8 @@ def test_ctrl_c_while_the_server_imports_lightning_kills_it_at_once() -> None:
 EARLY_SERVER = """
 import os, signal, sys
 from multiprocessing import forkserver
-from ablate.launch.workers import READY_ENV, Resources, pool_context, run_parallel, start_server
+from ablate.launch.workers import READY_ENV, pool_context, run_parallel, start_server
+from ablate.launch.resources import Resources
 start_server(pool_context(), wait=False)
 pid = forkserver._forkserver._forkserver_pid
 print(pid, flush=True)
@@ -160,7 +161,8 @@ def loaded(name):
 """
 POOLS_IMPORTING = """
 from loaded_job import loaded
-from ablate.launch.workers import TRAINING_IMPORTS, Resources, run_parallel
+from ablate.launch.workers import TRAINING_IMPORTS, run_parallel
+from ablate.launch.resources import Resources
 two = Resources(workers=2, threads=1)
 for imports in [(), TRAINING_IMPORTS, ()]:
     print(run_parallel(loaded, [("torch",), ("lightning",)], two, imports=imports))
