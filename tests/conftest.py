@@ -81,7 +81,8 @@ TINY: dict[str, Any] = {
 
 def tiny_config(**overrides: Any) -> RunConfig:
     """The tiny config with dotted-key overrides, e.g. ``tiny_config(**{"train.lr": 1.0})``."""
-    from ablate.core.load import apply_overrides, build_run_config
+    from ablate.core.load import build_run_config
+    from ablate.core.overrides import apply_overrides
 
     return build_run_config(apply_overrides(TINY, overrides, "test"), "test")
 

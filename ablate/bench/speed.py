@@ -37,7 +37,6 @@ from torch import nn
 from ablate.core import folders
 from ablate.core.config import NormConfig, RunConfig
 from ablate.core.experiment import Experiment
-from ablate.launch.estimate import time_steps
 from ablate.nn.anatomy import blocks_of, width_of
 from ablate.nn.fast_norms import available, cpp_unavailable_reason
 from ablate.nn.model import count_parameters
@@ -46,6 +45,7 @@ from ablate.nn.sources import build_model
 from ablate.report.figures import legend_outside, readable_log_ticks
 from ablate.training.data import load_corpus
 from ablate.training.memory import read_peak_memory, reset_peak_memory
+from ablate.training.timing import time_steps
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 IMPLS = {"layernorm": ("torch", "reference", "cpp"), "rmsnorm": ("torch", "reference", "cpp")}

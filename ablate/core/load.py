@@ -2,9 +2,10 @@
 convert, scale; every check of the file and its one-line :class:`ConfigError`.
 
 :func:`load_experiment` reads the YAML (a key given twice is an error), validates the base and
-every variant (:func:`apply_overrides` sets a variant's keys and refuses an unknown one,
-:func:`expand_grid` names a grid's cells), checks what the file needs from the machine (data
-files, logger packages, a token budget that buys a step) and resolves the ``convert:`` section.
+every variant (:func:`ablate.core.overrides.apply_overrides` sets a variant's keys and refuses
+an unknown one, :func:`ablate.core.overrides.expand_grid` names a grid's cells), checks what
+the file needs from the machine (data files, logger packages, a token budget that buys a
+step), checks across its sections (:mod:`ablate.core.checks`) and resolves ``convert:``.
 What this reads is typed from here on: a run carries its ``RunConfig`` to the optimizer
 without another validation. The few checks of the machine that need a package core must not
 load (the model builds, the study storage opens, sbatch accepts the job) raise the same
@@ -17,8 +18,6 @@ from __future__ import annotations
 
 import copy
 import importlib.util
-import itertools
-import math
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
@@ -26,12 +25,20 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
-from ablate.core.claims import LOSSES, OUTCOMES
+from ablate.core.checks import check_claims, check_decide
 from ablate.core.config import NAME_PATTERN, SEED_LIMIT, ConfigError, RunConfig
 from ablate.core.experiment import ConvertConfig, ConvertPlan, Experiment, ExperimentFile
 from ablate.core.norm_kinds import KIND_KEYS
-from ablate.core.overrides import flatten_overrides, level_name, run_fingerprint, unread_key
-from ablate.core.schema import allowed_keys, has_key, section_model, value_prefix
+from ablate.core.overrides import (
+    apply_overrides,
+    expand_grid,
+    flatten_overrides,
+    parse_settings,
+    run_fingerprint,
+    set_dotted,
+    unread_key,
+)
+from ablate.core.schema import allowed_keys, section_model
 
 # logger name -> the packages that provide it (any one of them will do)
 LOGGER_PACKAGES: dict[str, tuple[str, ...]] = {
@@ -90,67 +97,6 @@ def format_validation(exc: ValidationError, where: str) -> ConfigError:
     first = _describe_error(errors[0])
     more = f" (and {len(errors) - 1} more problem(s))" if len(errors) > 1 else ""
     return ConfigError(f"{where}: {first}{more}")
-
-
-def apply_overrides(base: dict[str, Any], overrides: dict[str, Any], where: str) -> dict[str, Any]:
-    """Return a copy of ``base`` with each key of ``overrides`` set, nested mappings merged key
-    by key (:func:`flatten_overrides`); unknown keys fail."""
-    result = copy.deepcopy(base)
-    for dotted, value in flatten_overrides(overrides).items():
-        parts = str(dotted).split(".")
-        owner = section_model(parts[:-1])
-        value_at = value_prefix(parts)
-        if value_at:
-            raise ConfigError(
-                f"{where}: override key {dotted!r} does not exist; {value_at} is a value, "
-                "not a section"
-            )
-        if owner is None or not has_key(owner, parts[-1]):
-            section = ".".join(parts[:-1])
-            allowed = allowed_keys(owner) if owner is not None else allowed_keys(RunConfig)
-            raise ConfigError(
-                f"{where}: override key {dotted!r} does not exist; "
-                f"allowed under {section or '(top level)'}: {allowed}"
-            )
-        node = result
-        for part in parts[:-1]:
-            child = node.setdefault(part, {})
-            if not isinstance(child, dict):
-                raise ConfigError(f"{where}: {'.'.join(parts[:-1])}: must be a mapping")
-            node = child
-        node[parts[-1]] = value
-    return result
-
-
-MAX_GRID_CELLS = 10_000  # a grid beyond this is refused (docs/experiments.md)
-
-
-def expand_grid(grid: dict[str, list[Any]], where: str) -> dict[str, dict[str, Any]]:
-    """Every combination of the grid's levels as ``{variant name: {dotted key: level}}``.
-
-    Names join the levels' names with ``.`` in the order the keys are written
-    (``layernorm.post``); the first combination is the report's baseline.
-    """
-    cells = math.prod(len(levels) for levels in grid.values()) if grid else 0
-    if cells > MAX_GRID_CELLS:
-        raise ConfigError(
-            f"{where}: grid: {cells:,} combinations; at most {MAX_GRID_CELLS:,} (each is a "
-            "variant, trained once per seed): split it into several files"
-        )
-    for key, levels in grid.items():
-        if not levels:
-            raise ConfigError(f"{where}: grid.{key}: give a non-empty list of levels")
-        names = [level_name(key, v) for v in levels]
-        if len(set(names)) != len(names):
-            raise ConfigError(f"{where}: grid.{key}: levels {levels} repeat; give distinct values")
-    combos = itertools.product(*grid.values()) if grid else []
-    keys = list(grid)
-    return {
-        ".".join(level_name(k, v) for k, v in zip(keys, combo, strict=True)): dict(
-            zip(keys, combo, strict=True)
-        )
-        for combo in combos
-    }
 
 
 def _read_yaml(path: Path) -> dict[str, Any]:
@@ -347,37 +293,6 @@ def load_experiment(
     return resolve_experiment(raw, path, where, command_line)
 
 
-def parse_settings(settings: Sequence[str]) -> dict[str, Any]:
-    """``KEY=VALUE`` strings as {dotted key: value}, each value parsed as YAML (``0.003``,
-    ``[0, 1]``, ``null``); a malformed one is a one-line error."""
-    found: dict[str, Any] = {}
-    for setting in settings:
-        key, sep, text = setting.partition("=")
-        key = key.strip()
-        if not sep or not key or not all(key.split(".")):
-            raise ConfigError(
-                f"--set {setting!r}: give KEY=VALUE with a dotted key, e.g. train.lr=0.003"
-            )
-        try:
-            found[key] = yaml.safe_load(text)
-        except yaml.YAMLError:
-            raise ConfigError(f"--set {setting!r}: the value is not YAML") from None
-    return found
-
-
-def set_dotted(raw: dict[str, Any], dotted: str, value: Any) -> None:
-    """Set ``dotted`` (``train.lr``) in the file's mapping, creating sections on the way."""
-    node = raw
-    parts = dotted.split(".")
-    for depth, part in enumerate(parts[:-1]):
-        child = node.setdefault(part, {})
-        if not isinstance(child, dict):
-            where = ".".join(parts[: depth + 1])
-            raise ConfigError(f"--set {dotted}: {where} is a value in the file, not a section")
-        node = child
-    node[parts[-1]] = value
-
-
 def resolve_experiment(
     raw: dict[str, Any], path: Path, where: str, command_line: dict[str, Any] | None = None
 ) -> Experiment:
@@ -477,59 +392,8 @@ def resolve_experiment(
     return experiment
 
 
-def check_claims(experiment: Experiment, where: str) -> None:
-    """Each claim names two variants the file has and a quantity the runs will record, or one
-    line."""
-    names = list(experiment.variants)
-    for i, claim in enumerate(experiment.claims):
-        at = f"{where}: claims.{i}"
-        for key, name in (("variant", claim.variant), ("baseline", claim.against(names))):
-            if name not in experiment.variants:
-                raise ConfigError(
-                    f"{at}.{key}: {name!r} is not a variant; allowed: {', '.join(names)}"
-                )
-        if claim.variant == claim.against(names):
-            raise ConfigError(f"{at}: variant and baseline are both {claim.variant!r}")
-        if claim.metric == "grad_spikes" and not experiment.analysis.spike_factor:
-            raise ConfigError(
-                f"{at}.metric: grad_spikes needs analysis.spike_factor (what a spike is)"
-            )
-        probed = experiment.variants[claim.variant].train.probes.interval
-        if claim.metric not in OUTCOMES and not probed:
-            raise ConfigError(
-                f"{at}.metric: {claim.metric} is a probe quantity; train.probes.interval is 0"
-            )
-        tunes = experiment.search is not None or experiment.curve is not None
-        if claim.runs == "tuned" and (claim.metric not in LOSSES or not tunes):
-            raise ConfigError(
-                f"{at}.runs: tuned reads the tuned A/B's losses: it needs a curve: or search: "
-                f"section and a metric of {', '.join(LOSSES)}"
-            )
-        if claim.metric == "final_test_loss" and not experiment.base.data.test_fraction:
-            raise ConfigError(f"{at}.metric: final_test_loss needs data.test_fraction")
-        if (claim.metric == "lr_sensitivity") != (claim.runs == "sweep"):
-            raise ConfigError(f"{at}: metric lr_sensitivity and runs: sweep go together")
-        if claim.runs == "sweep" and experiment.sweep is None:
-            raise ConfigError(f"{at}.runs: sweep reads the LR sweep: it needs a sweep: section")
-        if (claim.at == "lr_grid") != (claim.runs == "sweep"):
-            raise ConfigError(f"{at}.at: lr_grid is the estimand of runs: sweep, and only its")
-
-
 SIZE_KEYS = ("model.d_model", "model.n_layers", "model.n_heads")
 STUDY_SECTIONS = ("sweep", "search", "curve", "max_lr")
-
-
-def check_decide(experiment: Experiment, where: str) -> None:
-    """A ``decide:`` section with room for seeds and a comparison to decide, or one line."""
-    decide = experiment.decide
-    assert decide is not None
-    if decide.max_seeds <= len(experiment.seeds):
-        raise ConfigError(
-            f"{where}: decide.max_seeds is {decide.max_seeds}; it must exceed the "
-            f"{len(experiment.seeds)} seeds the experiment starts from (seeds: {experiment.seeds})"
-        )
-    if len(experiment.variants) < 2:
-        raise ConfigError(f"{where}: decide: needs two variants or more to compare")
 
 
 def check_scale(experiment: Experiment, where: str) -> None:

@@ -1,23 +1,30 @@
 """How a variant derives from the base: dotted overrides, grid levels, differences, fingerprints.
 
 A variant names dotted keys (``model.norm.kind: rmsnorm``), spelled out key by key by
-:func:`flatten_overrides` (:func:`ablate.core.load.apply_overrides` sets them on the base, and
+:func:`flatten_overrides` (:func:`apply_overrides` sets them on the base, and
 refuses an unknown one); a ``grid:`` level is named by :func:`level_name`; :func:`differences`
 and :func:`run_fingerprint` say what two resolved configs differ in and whether they are one run;
-:func:`unread_key` finds a key a config names but does not read (a no-op variant).
+:func:`unread_key` finds a key a config names but does not read (a no-op variant);
+:func:`expand_grid` names every cell of a grid; :func:`parse_settings` and :func:`set_dotted`
+read and apply ``--set KEY=VALUE``.
 """
 
 from __future__ import annotations
 
+import copy
+import itertools
 import json
+import math
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any
 
-from ablate.core.config import RunConfig
+import yaml
+
+from ablate.core.config import ConfigError, RunConfig
 from ablate.core.experiment import Experiment
 from ablate.core.norm_kinds import KINDS
-from ablate.core.schema import section_model
+from ablate.core.schema import allowed_keys, has_key, section_model, value_prefix
 
 
 def flatten_overrides(overrides: dict[str, Any], prefix: str = "") -> dict[str, Any]:
@@ -178,3 +185,95 @@ def _why_changed(key: str, named: set[str], derived: dict[str, str]) -> str:
     if key in named:
         return ""
     return f" (follows {derived[key]})" if key in derived else " (not named by the variant)"
+
+
+def apply_overrides(base: dict[str, Any], overrides: dict[str, Any], where: str) -> dict[str, Any]:
+    """Return a copy of ``base`` with each key of ``overrides`` set, nested mappings merged key
+    by key (:func:`flatten_overrides`); unknown keys fail."""
+    result = copy.deepcopy(base)
+    for dotted, value in flatten_overrides(overrides).items():
+        parts = str(dotted).split(".")
+        owner = section_model(parts[:-1])
+        value_at = value_prefix(parts)
+        if value_at:
+            raise ConfigError(
+                f"{where}: override key {dotted!r} does not exist; {value_at} is a value, "
+                "not a section"
+            )
+        if owner is None or not has_key(owner, parts[-1]):
+            section = ".".join(parts[:-1])
+            allowed = allowed_keys(owner) if owner is not None else allowed_keys(RunConfig)
+            raise ConfigError(
+                f"{where}: override key {dotted!r} does not exist; "
+                f"allowed under {section or '(top level)'}: {allowed}"
+            )
+        node = result
+        for part in parts[:-1]:
+            child = node.setdefault(part, {})
+            if not isinstance(child, dict):
+                raise ConfigError(f"{where}: {'.'.join(parts[:-1])}: must be a mapping")
+            node = child
+        node[parts[-1]] = value
+    return result
+
+
+MAX_GRID_CELLS = 10_000  # a grid beyond this is refused (docs/experiments.md)
+
+
+def expand_grid(grid: dict[str, list[Any]], where: str) -> dict[str, dict[str, Any]]:
+    """Every combination of the grid's levels as ``{variant name: {dotted key: level}}``.
+
+    Names join the levels' names with ``.`` in the order the keys are written
+    (``layernorm.post``); the first combination is the report's baseline.
+    """
+    cells = math.prod(len(levels) for levels in grid.values()) if grid else 0
+    if cells > MAX_GRID_CELLS:
+        raise ConfigError(
+            f"{where}: grid: {cells:,} combinations; at most {MAX_GRID_CELLS:,} (each is a "
+            "variant, trained once per seed): split it into several files"
+        )
+    for key, levels in grid.items():
+        if not levels:
+            raise ConfigError(f"{where}: grid.{key}: give a non-empty list of levels")
+        names = [level_name(key, v) for v in levels]
+        if len(set(names)) != len(names):
+            raise ConfigError(f"{where}: grid.{key}: levels {levels} repeat; give distinct values")
+    combos = itertools.product(*grid.values()) if grid else []
+    keys = list(grid)
+    return {
+        ".".join(level_name(k, v) for k, v in zip(keys, combo, strict=True)): dict(
+            zip(keys, combo, strict=True)
+        )
+        for combo in combos
+    }
+
+
+def parse_settings(settings: Sequence[str]) -> dict[str, Any]:
+    """``KEY=VALUE`` strings as {dotted key: value}, each value parsed as YAML (``0.003``,
+    ``[0, 1]``, ``null``); a malformed one is a one-line error."""
+    found: dict[str, Any] = {}
+    for setting in settings:
+        key, sep, text = setting.partition("=")
+        key = key.strip()
+        if not sep or not key or not all(key.split(".")):
+            raise ConfigError(
+                f"--set {setting!r}: give KEY=VALUE with a dotted key, e.g. train.lr=0.003"
+            )
+        try:
+            found[key] = yaml.safe_load(text)
+        except yaml.YAMLError:
+            raise ConfigError(f"--set {setting!r}: the value is not YAML") from None
+    return found
+
+
+def set_dotted(raw: dict[str, Any], dotted: str, value: Any) -> None:
+    """Set ``dotted`` (``train.lr``) in the file's mapping, creating sections on the way."""
+    node = raw
+    parts = dotted.split(".")
+    for depth, part in enumerate(parts[:-1]):
+        child = node.setdefault(part, {})
+        if not isinstance(child, dict):
+            where = ".".join(parts[: depth + 1])
+            raise ConfigError(f"--set {dotted}: {where} is a value in the file, not a section")
+        node = child
+    node[parts[-1]] = value

@@ -10,9 +10,9 @@ from pathlib import Path
 
 from rich.console import Console
 
-from ablate.core.config import RuntimeConfig
 from ablate.core.experiment import Experiment
 from ablate.core.folders import ExperimentFolder
+from ablate.core.runtime import RuntimeConfig
 from ablate.launch.execute import Executor, LocalExecutor
 from ablate.launch.launchers import Job, launcher
 from ablate.launch.resources import Resources
@@ -98,15 +98,3 @@ class LocalLauncher:
 
 
 LOCAL = LocalLauncher()
-
-
-def check_what_trains(experiment: Experiment, results_dir: Path) -> None:
-    """Raise on corpora or models that cannot train, or stored runs on other data (the trainer
-    and torch are imported only here). A simulated experiment reads no data and builds no
-    model: it has nothing here to check, and loads neither."""
-    if experiment.base.runtime.backend == "simulate":
-        return
-    from ablate.launch.estimate import check_inputs
-    from ablate.launch.freshness import check_stored_data
-
-    check_stored_data(experiment, results_dir, check_inputs(experiment))

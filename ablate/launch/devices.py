@@ -5,9 +5,9 @@ A local pool on a machine with GPUs starts one worker per GPU times ``runs_per_d
 the pool shares and sees only its GPU (``CUDA_VISIBLE_DEVICES``, set before torch touches CUDA:
 :func:`take_device`), so worker i trains on GPU i mod n, ``runs_per_device`` workers to a GPU.
 A run's bits do not depend on its neighbours: each is its own process with its own device
-state. Before such a pool starts, the executor (:func:`ablate.launch.estimate.check_fit`) has
+state. Before such a pool starts, the executor (:func:`ablate.launch.preflight.check_fit`) has
 one worker train a few steps of each distinct run shape on the first GPU
-(:func:`ablate.launch.estimate.step_memory`) and refuses, as bad input, a ``runs_per_device``
+(:func:`ablate.launch.preflight.step_memory`) and refuses, as bad input, a ``runs_per_device``
 whose runs would not fit that GPU's free memory (:func:`fit_error`). Torch is imported only
 where a GPU is asked about.
 """
@@ -21,7 +21,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
-from ablate.core.config import RunConfig, RuntimeConfig
+from ablate.core.config import RunConfig
+from ablate.core.runtime import RuntimeConfig
 
 VISIBLE = "CUDA_VISIBLE_DEVICES"
 # a CUDA context's memory per process (torch's kernels, cuBLAS's workspace), which the

@@ -1,9 +1,7 @@
-"""What a plan will cost before it runs: inputs checked, parameters counted, step time measured.
+"""What a plan will cost before it runs: parameters counted, step time measured.
 
-``ablate validate``, ``ablate run`` and ``ablate search`` call :func:`check_inputs` first, so a
-missing or bad data file, or a model its source cannot build (an unknown litgpt name or field, a
-factory that does not import or returns the wrong shape), fails with one line before anything is
-written. :func:`describe_plan` builds each variant's model once, times a few real optimizer
+:func:`describe_plan` checks the inputs first (:func:`ablate.launch.preflight.check_inputs`),
+then builds each variant's model once, times a few real optimizer
 steps at the thread count the executor will use (or reads the step time stored on this
 machine: :mod:`ablate.launch.step_times`), and turns that into an estimate of every run's
 time and of the whole experiment's wall time: at most (every study stage at its cap) and, given
@@ -19,7 +17,6 @@ from __future__ import annotations
 
 import math
 import os
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -27,26 +24,23 @@ from typing import Any
 import pandas as pd
 import torch
 from pydantic import ValidationError
-from torch import nn
 
 from ablate.core import store
-from ablate.core.config import ConfigError, DataError, RunConfig
+from ablate.core.config import RunConfig
 from ablate.core.experiment import Experiment
 from ablate.core.folders import ExperimentFolder
 from ablate.core.overrides import differences
 from ablate.core.plan import plan_convert, plan_runs, plan_sweep
 from ablate.core.stages import BEFORE_MAX_LR, planned_groups, planned_runs
 from ablate.core.studies import StoredStudies
-from ablate.launch.devices import CONTEXT_MB, Measured, fit_error, shape_key
+from ablate.launch.preflight import check_inputs
 from ablate.launch.progress import StepsLeft
-from ablate.launch.resources import Resources
 from ablate.launch.step_times import StepTime, now, stored_step_times, time_key
-from ablate.launch.workers import in_worker, sigint_deferred, worker_pool
-from ablate.nn.model import count_parameters, next_token_objective, parameter_groups
-from ablate.nn.sources import ModelSourceError, build_model
-from ablate.training.data import Corpus, batch_offsets, gather_windows, load_corpus
+from ablate.nn.model import count_parameters
+from ablate.nn.sources import build_model
+from ablate.training.data import Corpus
+from ablate.training.timing import time_steps
 
-TIMED_STEPS = 5
 RUN_SETUP_S = 0.5  # per run: building the model and the Trainer, writing the run's files
 STAGE_START_S = 4.0  # per stage: starting the pool (or importing Lightning in this process)
 EXPERIMENT_FIXED_S = 6.0  # start-up (imports, corpora, plan) and writing the report
@@ -71,123 +65,6 @@ class PlanEstimate:
     load: float
     timed: dict[str, StepTime]  # step times measured by this call, by :func:`time_key`
     untimed: int  # distinct models with no step time (not timed, none stored): not priced
-
-
-CPU = torch.device("cpu")
-
-
-def check_corpora(experiment: Experiment) -> dict[str, Corpus]:
-    """Load every variant's corpus once; a bad source raises DataError with one line that names
-    the experiment file and the variant."""
-    cache: dict[str, Corpus] = {}
-    corpora = {}
-    for name, cfg in experiment.variants.items():
-        key = f"{cfg.data.model_dump_json()}|{cfg.model.seq_len}"
-        if key not in cache:
-            try:
-                cache[key] = load_corpus(cfg.data, cfg.model.seq_len)
-            except DataError as exc:
-                raise DataError(f"{experiment.path}: variants.{name}: {exc}") from None
-        corpora[name] = cache[key]
-    return corpora
-
-
-def check_models(experiment: Experiment, corpora: dict[str, Corpus]) -> None:
-    """Build each litgpt or python model once (ablate's own are checked by the schema); a model
-    its source cannot build raises ConfigError with one line naming the file and variant."""
-    seen: set[str] = set()
-    for name, cfg in experiment.variants.items():
-        vocab = corpora[name].vocab_size
-        key = f"{cfg.model.model_dump_json()}|{vocab}"
-        if cfg.model.source == "ablate" or key in seen:
-            continue
-        seen.add(key)
-        try:
-            build_model(cfg.model, vocab, seed=0)
-        except ModelSourceError as exc:
-            raise ConfigError(f"{experiment.path}: variants.{name}: {exc}") from None
-
-
-def check_inputs(experiment: Experiment) -> dict[str, Corpus]:
-    """:func:`check_corpora`, then :func:`check_models`; the corpora by variant."""
-    corpora = check_corpora(experiment)
-    check_models(experiment, corpora)
-    return corpora
-
-
-def time_steps(
-    model: nn.Module,
-    cfg: RunConfig,
-    corpus: Corpus,
-    steps: int = TIMED_STEPS,
-    device: torch.device = CPU,
-) -> float:
-    """Seconds per step (forward, backward of the objective, z-loss included, AdamW) of
-    ``model`` (trained in place, on
-    ``device``): the fastest of ``steps`` after a warm-up (another process on the machine
-    slows some of them; none makes one faster). ``*-true`` casts the model to its dtype,
-    ``*-mixed`` autocasts to it."""
-    precision = cfg.train.precision
-    dtype = torch.float16 if precision.startswith("16") else torch.bfloat16
-    if precision.endswith("-true"):
-        model.to(dtype)
-    optimizer = torch.optim.AdamW(parameter_groups(model, cfg.train.weight_decay), lr=1e-4)
-    seq_len, batch = cfg.model.seq_len, cfg.train.batch_size
-    offsets = batch_offsets(len(corpus.train), seq_len, batch, steps + 1, seed=0)
-    autocast = torch.autocast(device.type, dtype=dtype, enabled=precision.endswith("-mixed"))
-    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
-    times = []
-    for row in offsets:
-        tokens = gather_windows(corpus.train, row, seq_len).to(device)
-        sync()
-        start = time.perf_counter()
-        with autocast:
-            objective, _ = next_token_objective(model, tokens, cfg.train.z_loss)
-        objective.backward()
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
-        sync()
-        times.append(time.perf_counter() - start)
-    return min(times[1:])
-
-
-MEASURED_STEPS = 3  # training steps of the memory measurement (the first one warms up)
-
-
-def step_memory(cfg: RunConfig) -> Measured:
-    """In a worker that sees one GPU: train :data:`MEASURED_STEPS` steps of ``cfg``'s model
-    there; the allocator's reserved peak plus a CUDA context, and the device's free memory
-    with this process's context given back (it ends before the runs start)."""
-    device = torch.device("cuda", 0)
-    free_before, _ = torch.cuda.mem_get_info(device)
-    corpus = load_corpus(cfg.data, cfg.model.seq_len)
-    model = build_model(cfg.model, corpus.vocab_size, seed=0).to(device)
-    torch.cuda.reset_peak_memory_stats(device)
-    time_steps(model, cfg, corpus, MEASURED_STEPS, device)
-    peak = torch.cuda.max_memory_reserved(device) / 2**20
-    return Measured(peak + CONTEXT_MB, free_before / 2**20 + CONTEXT_MB)
-
-
-_MEASURED: dict[str, Measured] = {}  # each run shape's GPU memory, measured once per process
-
-
-def check_fit(configs: list[RunConfig], gpus: tuple[str, ...], threads: int) -> None:
-    """Raise :class:`ConfigError` where ``runtime.runs_per_device`` runs of any of
-    ``configs``'s shapes would not fit the first GPU's free memory; each shape is measured once
-    per process, in a worker of its own (:func:`step_memory`), so that this process never holds
-    a CUDA context."""
-    for cfg in configs:
-        per_device = cfg.runtime.runs_per_device
-        if per_device == 1 or not gpus:
-            continue
-        key = shape_key(cfg)
-        if key not in _MEASURED:
-            with worker_pool(Resources(1, threads, gpus[:1])) as pool:
-                with sigint_deferred():
-                    future = pool.submit(in_worker, step_memory, cfg)
-                _MEASURED[key] = future.result()
-        if (error := fit_error(per_device, _MEASURED[key], gpus[0])) is not None:
-            raise ConfigError(error)
 
 
 def estimate_run_time(cfg: RunConfig, step_time_s: float, val_tokens: int = 0) -> float:

@@ -29,6 +29,7 @@ from ablate.core.folders import ExperimentFolder
 from ablate.core.plan import RunSpec
 from ablate.core.record import RunRecord
 from ablate.launch.devices import run_gpus
+from ablate.launch.preflight import check_fit
 from ablate.launch.progress import ProgressBoard
 from ablate.launch.resources import Resources, local_resources
 from ablate.launch.workers import (
@@ -334,8 +335,6 @@ class LocalExecutor:
             min(len(requests), len(gpus) * runtime.runs_per_device or len(requests)), threads, gpus
         )
         if gpus:
-            from ablate.launch.estimate import check_fit  # torch: only where runs use GPUs
-
             check_fit([r.spec.config for r in requests], gpus, threads)
         found: list[Obtained] = []
         with worker_pool(res) as pool:
@@ -370,8 +369,6 @@ def execute(
         return summaries
     res = local_resources(pending[0].config.runtime, len(pending), workers, threads)
     if res.workers > 1 and res.gpus:
-        from ablate.launch.estimate import check_fit  # torch: only where runs use GPUs
-
         check_fit([spec.config for spec in pending], res.gpus, res.threads)
     on_gpus = f" on {len(res.gpus)} GPU(s)" if res.gpus else ""
     console.print(

@@ -20,9 +20,9 @@ from typing import Protocol
 
 from rich.console import Console
 
-from ablate.core.config import RuntimeConfig
 from ablate.core.folders import ExperimentFolder
 from ablate.core.launchers import launcher_names, registered
+from ablate.core.runtime import RuntimeConfig
 from ablate.launch.execute import Executor
 from ablate.launch.resources import Resources, local_resources
 

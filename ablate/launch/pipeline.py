@@ -51,9 +51,10 @@ from ablate.core.folders import ExperimentFolder
 from ablate.core.load import load_experiment
 from ablate.core.plan import RunSpec
 from ablate.core.studies import Studies
-from ablate.launch.backends import check_what_trains, start_trainer_early
+from ablate.launch.backends import start_trainer_early
 from ablate.launch.context import Context
 from ablate.launch.execute import Executor, split_done
+from ablate.launch.preflight import preflight
 from ablate.launch.progress import ExperimentPace, StepsLeft, pacing
 from ablate.launch.stages import STAGES, training_stages
 from ablate.launch.stages.job import record_job, start_job
@@ -92,8 +93,7 @@ def run_experiment(
         experiment = load_experiment(experiment)
     if executor is None:
         start_trainer_early(experiment, workers)
-    check_what_trains(experiment, Path(results_dir))
-    _check_storage(experiment, Path(results_dir), storage)
+    preflight(experiment, Path(results_dir), storage)
     ctx = Context(
         experiment,
         Path(results_dir),
@@ -150,23 +150,9 @@ def _run_stages(ctx: Context, pace: ExperimentPace | None = None) -> PipelineRes
     )
 
 
-def studies_configured(experiment: Experiment) -> bool:
-    """Whether the file has an Optuna study: a search, max-LR probes or a curve."""
-    return any(s is not None for s in (experiment.search, experiment.max_lr, experiment.curve))
-
-
-def _check_storage(experiment: Experiment, root: Path, storage: str | None) -> None:
-    """The studies' storage opens, or one line and exit 2 before anything trains (Optuna is
-    imported only for a file that has studies)."""
-    if studies_configured(experiment):
-        from ablate.launch.storage import check_storage_opens
-
-        check_storage_opens(experiment, root, storage)
-
-
 def run_studies_only(ctx: Context) -> Studies:
     """``ablate search``: the search and max-LR studies without training the A/Bs."""
-    _check_storage(ctx.experiment, ctx.results_dir, ctx.storage)
+    preflight(ctx.experiment, ctx.results_dir, ctx.storage)
     studies = Studies()
     if ctx.experiment.search is not None:
         studies.search = search_stage(ctx)

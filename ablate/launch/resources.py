@@ -10,7 +10,7 @@ import os
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
-from ablate.core.config import RuntimeConfig
+from ablate.core.runtime import RuntimeConfig
 from ablate.launch.devices import gpu_ids
 
 

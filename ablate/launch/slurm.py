@@ -59,8 +59,8 @@ from pathlib import Path
 
 from rich.console import Console
 
-from ablate.core.config import RuntimeConfig
 from ablate.core.folders import ExperimentFolder
+from ablate.core.runtime import RuntimeConfig
 from ablate.launch.backends import backend_executor
 from ablate.launch.execute import Executor
 from ablate.launch.launchers import Job

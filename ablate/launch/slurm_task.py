@@ -22,6 +22,7 @@ from ablate.core.folders import ExperimentFolder, write_json_atomic
 from ablate.core.store import store_fault_cause
 from ablate.launch.devices import VISIBLE, gpu_ids, named_gpus, visible_gpu
 from ablate.launch.execute import Executor, Request
+from ablate.launch.preflight import check_fit
 from ablate.launch.slurm_jobs import Ending, Outcome, Submitted, last_line, record_jobs
 from ablate.launch.slurm_queue import RunQueue, wait_for_run
 from ablate.launch.workers import die_with_parent
@@ -191,7 +192,7 @@ def _slot_main(
 def packed_fit_error(queue: RunQueue) -> str | None:
     """Where the runs queued when a task with several slots starts would not fit its first
     GPU ``runtime.runs_per_device`` at a time, the line that says so
-    (:func:`ablate.launch.estimate.check_fit`); None where they fit, where they train nothing
+    (:func:`ablate.launch.preflight.check_fit`); None where they fit, where they train nothing
     (the simulator) or where torch sees no GPU (they train on the CPU)."""
     found = (queue.read(run_id) for run_id in queue.waiting())
     configs = [q.request.spec.config for q in found if q is not None]
@@ -200,8 +201,6 @@ def packed_fit_error(queue: RunQueue) -> str | None:
     gpus = gpu_ids("cuda")
     if not gpus:
         return None
-    from ablate.launch.estimate import check_fit  # torch: only where runs use GPUs
-
     try:
         check_fit(configs, gpus, 1)
     except ConfigError as error:

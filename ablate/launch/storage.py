@@ -22,9 +22,10 @@ from optuna.storages import RetryHeartbeatStaleTrialCallback
 from optuna.trial import FrozenTrial
 from sqlalchemy.engine import make_url
 
-from ablate.core.config import ConfigError, RuntimeConfig
+from ablate.core.config import ConfigError
 from ablate.core.experiment import Experiment
 from ablate.core.folders import ExperimentFolder, retry_claims
+from ablate.core.runtime import RuntimeConfig
 
 GRACE_HEARTBEATS = 3  # a trial silent for this many heartbeats belongs to a dead worker
 

@@ -165,7 +165,7 @@ def test_no_module_outside_the_store_builds_a_path_in_an_experiment_folder() -> 
 
 
 CALLERS_WITH_A_PATH = {  # the command line and the notebook's entry: they make the folder object
-    "ablate/commands.py",
+    "ablate/commands/results.py",
     "ablate/core/folders.py",
     "ablate/core/store.py:load_results",
     "ablate/report/estimands.py:load_answer",

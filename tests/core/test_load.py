@@ -118,12 +118,15 @@ def test_settings_on_the_command_line_are_an_edit_of_the_file_and_are_recorded(
 # (Optuna), sbatch accepts the job (Slurm), runs_per_device runs fit a GPU (measured there);
 # every other config error is the loader's
 MACHINE_CHECKS = {
-    "ablate/launch/estimate.py:check_models",
-    "ablate/launch/estimate.py:check_fit",
+    "ablate/launch/preflight.py:check_models",
+    "ablate/launch/preflight.py:check_fit",
     "ablate/launch/storage.py:check_storage_opens",
     "ablate/launch/slurm_executor.py:_submit",
     "ablate/launch/slurm_executor.py:_staff",  # a task's check_fit, read from the queue
 }
+
+
+LOADER = ("ablate/core/load.py:", "ablate/core/overrides.py:", "ablate/core/checks.py:")
 
 
 def _config_errors_made(path: Path) -> set[str]:
@@ -143,5 +146,5 @@ def _config_errors_made(path: Path) -> set[str]:
 
 def test_every_config_error_is_made_by_the_loader_or_a_check_of_the_machine() -> None:
     made = set().union(*(_config_errors_made(p) for p in (REPO / "ablate").rglob("*.py")))
-    loader = {place for place in made if place.startswith("ablate/core/load.py:")}
+    loader = {place for place in made if place.startswith(LOADER)}
     assert len(loader) > 10 and made - loader == MACHINE_CHECKS

@@ -11,7 +11,8 @@ import pytest
 from conftest import TINY
 
 from ablate.core.config import ConfigError, RunConfig
-from ablate.core.load import apply_overrides, build_run_config
+from ablate.core.load import build_run_config
+from ablate.core.overrides import apply_overrides
 from ablate.core.plan import RunSpec
 from ablate.core.simulate import (
     edges,

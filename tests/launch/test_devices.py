@@ -19,7 +19,7 @@ from ablate.core.config import ConfigError
 from ablate.core.folders import ExperimentFolder
 from ablate.core.load import load_experiment
 from ablate.core.plan import RunSpec
-from ablate.launch import estimate, slurm_executor, slurm_task, workers
+from ablate.launch import preflight, resources, slurm_executor, slurm_task
 from ablate.launch.devices import VISIBLE, Measured, fit_error, shape_key, take_device
 from ablate.launch.execute import Request
 from ablate.launch.resources import Resources
@@ -104,9 +104,9 @@ def test_a_pool_whose_runs_would_not_fit_its_gpu_is_refused_before_anything_trai
         tmp_path / "e.yaml", runtime={"accelerator": "auto", "runs_per_device": 4}
     )
     exp = load_experiment(path)
-    monkeypatch.setattr(workers, "gpu_ids", lambda accelerator: ("0",))  # one GPU, said to be
+    monkeypatch.setattr(resources, "gpu_ids", lambda accelerator: ("0",))  # one GPU, said to be
     for cfg in exp.variants.values():  # measured: 3 GiB a run, 10 GiB free
-        monkeypatch.setitem(estimate._MEASURED, shape_key(cfg), Measured(3 * 1024, 10 * 1024))
+        monkeypatch.setitem(preflight._MEASURED, shape_key(cfg), Measured(3 * 1024, 10 * 1024))
     results = tmp_path / "results"
     reports = tmp_path / "reports"
     assert (
@@ -129,7 +129,7 @@ def test_a_slurm_task_whose_slots_would_not_fit_refuses_and_its_controller_exits
     queue = RunQueue(folder.slurm_queue)
     queue.put(Queued(Request(RunSpec("tiny", "layernorm", 0, cfg))))
     monkeypatch.setattr(slurm_task, "gpu_ids", lambda accelerator: ("3",))  # torch sees one
-    monkeypatch.setitem(estimate._MEASURED, shape_key(cfg), Measured(3 * 1024, 10 * 1024))
+    monkeypatch.setitem(preflight._MEASURED, shape_key(cfg), Measured(3 * 1024, 10 * 1024))
     line = slurm_task.packed_fit_error(queue)
     assert line is not None and line.endswith("on GPU 3, which has 10.0 GiB free; at most 3 fit")
     fits = cfg.model_copy(update={"runtime": cfg.runtime.model_copy(update={"runs_per_device": 3})})

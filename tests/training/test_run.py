@@ -257,7 +257,8 @@ def _smoke_spec(kind: str, placement: str, **overrides) -> RunSpec:
     """A run at the size of experiments/smoke.yaml with this norm kind and placement."""
     from conftest import REPO
 
-    from ablate.core.load import apply_overrides, build_run_config, load_experiment
+    from ablate.core.load import build_run_config, load_experiment
+    from ablate.core.overrides import apply_overrides
 
     base = load_experiment(REPO / "experiments" / "smoke.yaml").base.model_dump(mode="json")
     del base["model"]["norm"]["bias"]  # resolved for the base's kind; let each kind choose

@@ -1,0 +1,61 @@
+"""The checks of a resolved experiment that span its sections: each claim against the variants,
+the metrics the runs record and the stages that make them (:func:`check_claims`), and
+``decide:`` against the seeds and variants (:func:`check_decide`); each problem one line.
+"""
+
+from __future__ import annotations
+
+from ablate.core.claims import LOSSES, OUTCOMES
+from ablate.core.config import ConfigError
+from ablate.core.experiment import Experiment
+
+
+def check_claims(experiment: Experiment, where: str) -> None:
+    """Each claim names two variants the file has and a quantity the runs will record, or one
+    line."""
+    names = list(experiment.variants)
+    for i, claim in enumerate(experiment.claims):
+        at = f"{where}: claims.{i}"
+        for key, name in (("variant", claim.variant), ("baseline", claim.against(names))):
+            if name not in experiment.variants:
+                raise ConfigError(
+                    f"{at}.{key}: {name!r} is not a variant; allowed: {', '.join(names)}"
+                )
+        if claim.variant == claim.against(names):
+            raise ConfigError(f"{at}: variant and baseline are both {claim.variant!r}")
+        if claim.metric == "grad_spikes" and not experiment.analysis.spike_factor:
+            raise ConfigError(
+                f"{at}.metric: grad_spikes needs analysis.spike_factor (what a spike is)"
+            )
+        probed = experiment.variants[claim.variant].train.probes.interval
+        if claim.metric not in OUTCOMES and not probed:
+            raise ConfigError(
+                f"{at}.metric: {claim.metric} is a probe quantity; train.probes.interval is 0"
+            )
+        tunes = experiment.search is not None or experiment.curve is not None
+        if claim.runs == "tuned" and (claim.metric not in LOSSES or not tunes):
+            raise ConfigError(
+                f"{at}.runs: tuned reads the tuned A/B's losses: it needs a curve: or search: "
+                f"section and a metric of {', '.join(LOSSES)}"
+            )
+        if claim.metric == "final_test_loss" and not experiment.base.data.test_fraction:
+            raise ConfigError(f"{at}.metric: final_test_loss needs data.test_fraction")
+        if (claim.metric == "lr_sensitivity") != (claim.runs == "sweep"):
+            raise ConfigError(f"{at}: metric lr_sensitivity and runs: sweep go together")
+        if claim.runs == "sweep" and experiment.sweep is None:
+            raise ConfigError(f"{at}.runs: sweep reads the LR sweep: it needs a sweep: section")
+        if (claim.at == "lr_grid") != (claim.runs == "sweep"):
+            raise ConfigError(f"{at}.at: lr_grid is the estimand of runs: sweep, and only its")
+
+
+def check_decide(experiment: Experiment, where: str) -> None:
+    """A ``decide:`` section with room for seeds and a comparison to decide, or one line."""
+    decide = experiment.decide
+    assert decide is not None
+    if decide.max_seeds <= len(experiment.seeds):
+        raise ConfigError(
+            f"{where}: decide.max_seeds is {decide.max_seeds}; it must exceed the "
+            f"{len(experiment.seeds)} seeds the experiment starts from (seeds: {experiment.seeds})"
+        )
+    if len(experiment.variants) < 2:
+        raise ConfigError(f"{where}: decide: needs two variants or more to compare")

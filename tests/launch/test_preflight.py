@@ -1,0 +1,52 @@
+"""The one pre-flight step: each check refuses bad input with its one-line error before
+anything is written, and a simulated experiment reads no data (torch is never loaded)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import REPO, write_experiment
+
+from ablate.core.config import ConfigError, DataError
+from ablate.core.load import load_experiment
+from ablate.launch.preflight import preflight, studies_configured
+
+
+def test_a_missing_data_file_stops_it_before_the_results_folder_exists(tmp_path: Path) -> None:
+    path = write_experiment(tmp_path / "e.yaml")
+    experiment = load_experiment(path)
+    missing = experiment.base.data.model_copy(update={"source": "file", "path": "nope.txt"})
+    base = experiment.base.model_copy(update={"data": missing})
+    broken = experiment.model_copy(
+        update={"variants": {n: base for n in experiment.variants}, "base": base}
+    )
+    with pytest.raises(DataError, match="variants.layernorm"):
+        preflight(broken, tmp_path / "results", None)
+    assert not (tmp_path / "results").exists()
+
+
+def test_a_storage_that_does_not_open_stops_a_file_with_studies(tmp_path: Path) -> None:
+    experiment = load_experiment(REPO / "experiments" / "smoke.yaml", backend="simulate")
+    assert studies_configured(experiment)
+    with pytest.raises(ConfigError):
+        preflight(experiment, tmp_path / "results", "postgresql://nobody@127.0.0.1:9/none")
+
+
+def test_a_simulated_experiment_loads_no_torch(tmp_path: Path) -> None:
+    code = (
+        "import sys; from pathlib import Path; from ablate.core.load import load_experiment; "
+        "from ablate.launch.preflight import preflight; "
+        "e = load_experiment(sys.argv[1], backend='simulate'); "
+        "preflight(e, Path(sys.argv[2]), None); print('torch' in sys.modules)"
+    )
+    smoke = str(REPO / "experiments" / "smoke.yaml")
+    out = subprocess.run(
+        [sys.executable, "-c", code, smoke, str(tmp_path / "r")],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert out.stdout.strip() == "False"
