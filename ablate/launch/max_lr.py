@@ -26,7 +26,7 @@ import math
 import statistics
 import warnings
 from collections.abc import Callable, Generator
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -182,6 +182,133 @@ def seed_waves(seeds: list[int], at_once: int) -> list[list[int]]:
     return [seeds[i : i + at_once] for i in range(0, len(seeds), at_once)]
 
 
+@dataclass
+class ProbeStudy:
+    """The variant's ``max_lr`` study: the probes it holds by (lattice index, seed), those this
+    call trained, and how a round of probes is asked of it and obtained (:meth:`obtain`)."""
+
+    experiment: Experiment
+    variant: str
+    study: optuna.Study
+    family: str
+    stored: dict[ProbeKey, Probe]
+    ran: set[ProbeKey] = field(default_factory=set)
+
+    @classmethod
+    def open(cls, experiment: Experiment, variant: str, url: str) -> ProbeStudy:
+        """The study as stored, with the probes of the variant's family it holds."""
+        cfg = experiment.max_lr
+        assert cfg is not None
+        study = open_study(experiment, variant, "max_lr", url)
+        family = max_lr_family(experiment, variant)
+        return cls(experiment, variant, study, family, stored_probes(study, family, cfg.per_octave))
+
+    def get(self, key: ProbeKey) -> Probe | None:
+        """The stored probe at ``key``, marked reused unless this call trained it."""
+        found = self.stored.get(key)
+        return replace(found, reused=key not in self.ran) if found is not None else None
+
+    def obtain(self, wanted: list[ProbeKey], executor: Executor, say: PrintFn) -> None:
+        """One round: each wanted probe enqueued (fixed) at its lattice LR within the section's
+        range, which the dashboard plots, asked as a trial (one left WAITING earlier is popped
+        first and run at its own LR and seed; the caller asks again for what is still
+        missing), all obtained at once (:meth:`Executor.obtain_all`) and told; a round cut or
+        failed tells its untold trials failed."""
+        cfg = self.experiment.max_lr
+        assert cfg is not None
+        trials = []
+        for index, seed in wanted:
+            lr = lattice_lr(index, cfg.per_octave)
+            self.study.enqueue_trial({"lr": lr}, user_attrs={"seed": seed})
+            span = FloatDistribution(min(cfg.lr_min, lr), max(cfg.lr_max, lr), log=True)
+            trials.append(self.study.ask({"lr": span}))
+        asked = [
+            (t, t.params["lr"], t.user_attrs.get("seed", s))
+            for t, (_, s) in zip(trials, wanted, strict=True)
+        ]
+        specs = [probe_spec(self.experiment, self.variant, lr, seed) for _, lr, seed in asked]
+        try:
+            found = executor.obtain_all([Request(spec) for spec in specs], say)
+        except BaseException:
+            for trial in trials:
+                self.study.tell(trial, state=TrialState.FAIL)
+            raise
+        for told, ((trial, lr, seed), record) in enumerate(zip(asked, found, strict=True)):
+            if isinstance(record, Exception):
+                for left, _, _ in asked[told:]:
+                    self.study.tell(left, state=TrialState.FAIL)
+                raise record
+            self._tell(trial, probe_of_run(lr, seed, record), cfg.per_octave)
+
+    def _tell(self, trial: optuna.Trial, probe: Probe, per_octave: int) -> None:
+        """A trained probe into its trial (value and attributes) and the stored probes."""
+        for name, value in probe.stored().items():
+            trial.set_user_attr(name, value)
+        trial.set_user_attr("probe_key", self.family)
+        self.study.tell(trial, probe_value(probe.lr, probe.stable))
+        key = (lattice_index(probe.lr, per_octave), probe.seed)
+        self.stored[key] = probe
+        self.ran.add(key)
+
+
+@dataclass
+class Brackets:
+    """Every seed's brackets as they advance: the probes each was sent (in order, each once),
+    and each seed's quality and divergence boundary once its walk ends."""
+
+    variant: str
+    seeds: list[int]
+    per_octave: int
+    say: PrintFn
+    probes: dict[int, list[Probe]] = field(default_factory=dict)
+    seen: set[ProbeKey] = field(default_factory=set)
+    bounds: dict[int, SeedBoundary] = field(default_factory=dict)
+    divergence: dict[int, SeedBoundary] = field(default_factory=dict)
+
+    def walks(self, experiment: Experiment, wave: list[int], start: float) -> dict[int, SeedWalk]:
+        """The wave's seeds' walks, each starting from the boundaries of the waves before it."""
+        before = list(self.bounds.values()), list(self.divergence.values())
+        first = next_seed_start(before[0], start)
+        return {seed: seed_walk(experiment, seed, first, before[1]) for seed in wave}
+
+    def answer(self, seed: int, walk: SeedWalk, lr: float, study: ProbeStudy) -> float | None:
+        """Send the walk every probe it asks for that is stored; the first LR it asks for that
+        is not, or None once its brackets are done."""
+        while (found := study.get(key := (lattice_index(lr, self.per_octave), seed))) is not None:
+            if key not in self.seen:
+                self.seen.add(key)
+                self.probes.setdefault(seed, []).append(found)
+                self.say(probe_line(self.variant, found))
+            try:
+                lr = walk.send(found)
+            except StopIteration as done:
+                self.bounds[seed], went = done.value
+                if went is not None:
+                    self.divergence[seed] = went
+                return None
+        return lr
+
+    def result(self, experiment: Experiment, study: ProbeStudy) -> BoundaryResult:
+        """The variant's boundaries from its seeds' (and the study labelled with it)."""
+        seed_bounds = [self.bounds[seed] for seed in self.seeds]
+        divergence_bounds = [self.divergence[s] for s in self.seeds if s in self.divergence]
+        boundary = variant_boundary(seed_bounds)
+        label_boundary_study(study.study, boundary)
+        shown = [p for seed in self.seeds for p in self.probes.get(seed, [])]
+        return BoundaryResult(
+            variant=self.variant,
+            study=study.study.study_name,
+            seeds=self.seeds,
+            per_octave=self.per_octave,
+            seed_bounds=seed_bounds,
+            boundary=boundary,
+            divergence_bounds=divergence_bounds,
+            divergence=variant_boundary(divergence_bounds),
+            probes=shown,
+            run_ids=[probe_spec(experiment, self.variant, p.lr, p.seed).run_id for p in shown],
+        )
+
+
 def run_max_lr(
     experiment: Experiment,
     variant: str,
@@ -200,104 +327,22 @@ def run_max_lr(
     :class:`ProbeNotStored` at the first probe it would have to run."""
     cfg = experiment.max_lr
     assert cfg is not None
-    study = open_study(experiment, variant, "max_lr", url)
-    seeds = cfg.seeds or experiment.seeds
-    family = max_lr_family(experiment, variant)
-    stored = stored_probes(study, family, cfg.per_octave)
-    ran: set[ProbeKey] = set()  # probes this call trained (the others are read back)
-
-    def run_round(wanted: list[ProbeKey]) -> None:
-        # each LR is enqueued (fixed) within the section's range, which the dashboard plots; a
-        # trial left WAITING earlier is popped first and run at its own LR and seed, and the
-        # caller asks again for what is still missing
-        trials = []
-        for index, seed in wanted:
-            lr = lattice_lr(index, cfg.per_octave)
-            study.enqueue_trial({"lr": lr}, user_attrs={"seed": seed})
-            span = FloatDistribution(min(cfg.lr_min, lr), max(cfg.lr_max, lr), log=True)
-            trials.append(study.ask({"lr": span}))
-        asked = [
-            (t, t.params["lr"], t.user_attrs.get("seed", s))
-            for t, (_, s) in zip(trials, wanted, strict=True)
-        ]
-        requests = [Request(probe_spec(experiment, variant, lr, seed)) for _, lr, seed in asked]
-        try:
-            found = executor.obtain_all(requests, say)
-        except BaseException:
-            for trial in trials:
-                study.tell(trial, state=TrialState.FAIL)
-            raise
-        for told, ((trial, lr, seed), record) in enumerate(zip(asked, found, strict=True)):
-            if isinstance(record, Exception):
-                for left, _, _ in asked[told:]:
-                    study.tell(left, state=TrialState.FAIL)
-                raise record
-            probe = probe_of_run(lr, seed, record)
-            for name, value in probe.stored().items():
-                trial.set_user_attr(name, value)
-            trial.set_user_attr("probe_key", family)
-            study.tell(trial, probe_value(lr, probe.stable))
-            key = (lattice_index(lr, cfg.per_octave), seed)
-            stored[key] = probe
-            ran.add(key)
-
+    study = ProbeStudy.open(experiment, variant, url)
+    brackets = Brackets(variant, cfg.seeds or experiment.seeds, cfg.per_octave, say)
     start = max_lr_start(experiment, variant, best_lr)
-    probes: dict[int, list[Probe]] = {seed: [] for seed in seeds}
-    seen: set[ProbeKey] = set()
-    bounds: dict[int, SeedBoundary] = {}
-    divergence: dict[int, SeedBoundary] = {}
-
-    def answer_stored(seed: int, walk: SeedWalk, lr: float) -> float | None:
-        # send the walk every probe it asks for that is stored; the first LR it asks for that
-        # is not, or None once its brackets are done
-        while (key := (lattice_index(lr, cfg.per_octave), seed)) in stored:
-            found = replace(stored[key], reused=key not in ran)
-            if key not in seen:
-                seen.add(key)
-                probes[seed].append(found)
-                say(probe_line(variant, found))
-            try:
-                lr = walk.send(found)
-            except StopIteration as done:
-                bounds[seed], went = done.value
-                if went is not None:
-                    divergence[seed] = went
-                return None
-        return lr
-
-    for wave in seed_waves(seeds, cfg.parallel_seeds):
-        before = list(bounds.values()), list(divergence.values())
-        walks = {
-            s: seed_walk(experiment, s, next_seed_start(before[0], start), before[1]) for s in wave
-        }
-        asking: dict[int, float] = {seed: next(walk) for seed, walk in walks.items()}
+    for wave in seed_waves(brackets.seeds, cfg.parallel_seeds):
+        walks = brackets.walks(experiment, wave, start)
+        asking = {seed: next(walk) for seed, walk in walks.items()}
         while asking:
-            asking = {
-                s: lr for s in asking if (lr := answer_stored(s, walks[s], asking[s])) is not None
-            }
+            answered = {s: brackets.answer(s, walks[s], lr, study) for s, lr in asking.items()}
+            asking = {s: lr for s, lr in answered.items() if lr is not None}
             wanted = [(lattice_index(lr, cfg.per_octave), seed) for seed, lr in asking.items()]
             if wanted and stored_only:
                 lr, seed = lattice_lr(wanted[0][0], cfg.per_octave), wanted[0][1]
                 raise ProbeNotStored(f"max_lr {variant}: seed {seed} at lr={lr:.4g} not probed yet")
             if wanted:
-                run_round(wanted)
-    seed_bounds = [bounds[seed] for seed in seeds]
-    divergence_bounds = [divergence[seed] for seed in seeds if seed in divergence]
-    boundary = variant_boundary(seed_bounds)
-    label_boundary_study(study, boundary)
-    shown = [p for seed in seeds for p in probes[seed]]
-    return BoundaryResult(
-        variant=variant,
-        study=study.study_name,
-        seeds=seeds,
-        per_octave=cfg.per_octave,
-        seed_bounds=seed_bounds,
-        boundary=boundary,
-        divergence_bounds=divergence_bounds,
-        divergence=variant_boundary(divergence_bounds),
-        probes=shown,
-        run_ids=[probe_spec(experiment, variant, p.lr, p.seed).run_id for p in shown],
-    )
+                study.obtain(wanted, executor, say)
+    return brackets.result(experiment, study)
 
 
 def probe_line(variant: str, probe: Probe) -> str:

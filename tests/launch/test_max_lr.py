@@ -13,17 +13,18 @@ import optuna
 import pytest
 from conftest import search_workers, simulated_experiment, study_trials, write_experiment
 
+from ablate.core.boundary import lattice_index, lattice_lr
 from ablate.core.experiment import Experiment
 from ablate.core.load import load_experiment
 from ablate.core.plan import RunSpec
 from ablate.core.record import RunRecord
 from ablate.core.simulate import edges, true_edge
-from ablate.core.studies import BoundaryResult
+from ablate.core.studies import BoundaryResult, Probe
 from ablate.launch import max_lr, storage, studies
-from ablate.launch.max_lr import run_max_lr
+from ablate.launch.execute import Obtained, Request, SayFn
+from ablate.launch.max_lr import Brackets, run_max_lr
 from ablate.launch.simulator import SimulatedExecutor
 from ablate.launch.storage import storage_url
-from research.parallel_seeds import RoundCounter
 
 
 class InterruptedExecutor(SimulatedExecutor):
@@ -38,6 +39,18 @@ class InterruptedExecutor(SimulatedExecutor):
         if self.calls == self.at:
             raise KeyboardInterrupt
         return super().obtain(spec, *args, **kwargs)
+
+
+class RoundCounter(SimulatedExecutor):
+    """The simulator, recording how many runs each round (``obtain_all`` call) asked for."""
+
+    def __init__(self, root: Path) -> None:
+        super().__init__(root)
+        self.rounds: list[int] = []
+
+    def obtain_all(self, requests: list[Request], say: SayFn = print) -> list[Obtained]:
+        self.rounds.append(len(requests))
+        return super().obtain_all(requests, say)
 
 
 def _run(exp: Experiment, root: Path, variant: str = "rmsnorm", **kwargs: Any) -> BoundaryResult:
@@ -275,3 +288,40 @@ def test_max_lr_studies_with_parallel_seeds_take_turns_only_while_too_few_to_fil
     studies.run_studies(exp, executor, url, Resources(workers, 1), ("max_lr",))
     side_by_side = (workers, 1) if at_once > 1 else (workers, None)
     assert seen == ([(1, None)] * 2 if turns else [side_by_side] * 2)
+
+
+class StoredTruth:
+    """A study holding every probe: stable up to lattice index ``edge``, diverged from
+    ``edge + 3`` (what :class:`Brackets` reads through ``get``)."""
+
+    def __init__(self, edge: int, per_octave: int) -> None:
+        self.edge, self.per_octave, self.asked = edge, per_octave, []
+
+    def get(self, key: tuple[int, int]) -> Probe:
+        self.asked.append(key)
+        index, seed = key
+        lr = lattice_lr(index, self.per_octave)
+        return Probe(lr, seed, stable=index <= self.edge, diverged=index >= self.edge + 3)
+
+
+def test_brackets_walk_a_seed_to_both_edges_from_stored_probes_alone(tmp_path: Path) -> None:
+    exp = simulated_experiment(tmp_path, max_lr={"seeds": [0], "start": 0.01, "lr_max": 50.0})
+    per_octave = exp.max_lr.per_octave
+    edge = lattice_index(0.01, per_octave) + 9
+    lines: list[str] = []
+    brackets = Brackets("rmsnorm", [0], per_octave, lines.append)
+    walk = brackets.walks(exp, [0], 0.01)[0]
+    truth = StoredTruth(edge, per_octave)
+    assert brackets.answer(0, walk, next(walk), truth) is None  # done: nothing left to train
+    quality, went = brackets.bounds[0], brackets.divergence[0]
+    assert (quality.last_stable, quality.first_unstable) == (
+        lattice_lr(edge, per_octave),
+        lattice_lr(edge + 1, per_octave),
+    )
+    assert (went.last_stable, went.first_unstable) == (
+        lattice_lr(edge + 2, per_octave),
+        lattice_lr(edge + 3, per_octave),
+    )
+    shown = brackets.probes[0]
+    assert len({p.lr for p in shown}) == len(shown) == len(lines)  # each probe shown once
+    assert len(truth.asked) > len(shown)  # the divergence walk re-read the quality bracket's
