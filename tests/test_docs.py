@@ -390,3 +390,18 @@ def test_the_stage_map_is_the_pipelines_stages_and_their_groups() -> None:
         ).STAGE.name == name
         stored = [m.group(1) for part in groups.split(", ") if (m := re.match(r"`(\w+)`", part))]
         assert stored == [g.name for g in RUN_GROUPS if g.stage == name]
+
+
+SECTION_ROW = re.compile(r"^\| `(\w+)` \| ((?:`report\.\w+`(?:, )?)+) \|", re.M)
+
+
+def test_the_section_map_is_the_report_registry() -> None:
+    from ablate.report.sections import SECTIONS
+
+    text = ARCHITECTURE.read_text(encoding="utf-8")
+    map_text = text[text.index("## The section map") : text.index("## Packages")]
+    rows = SECTION_ROW.findall(map_text)
+    assert [name for name, _ in rows] == [section.__name__ for section in SECTIONS]
+    for _, modules in rows:
+        for module in re.findall(r"`report\.(\w+)`", modules):
+            assert (REPO / "ablate" / "report" / f"{module}.py").is_file(), module

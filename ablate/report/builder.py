@@ -37,30 +37,15 @@ import markdown
 import pandas as pd
 
 from ablate.core import folders, store
-from ablate.core.experiment import SPIKE_WINDOW
 from ablate.core.folders import ExperimentFolder
-from ablate.report.analysis import noise_floor
-from ablate.report.answer import answer_lines
-from ablate.report.boundaries import max_lr_section
-from ablate.report.claims import claims_section
-from ablate.report.comparison import comparison_section
-from ablate.report.convert import convert_section
-from ablate.report.crossover import crossover_section
-from ablate.report.depth import depth_section
-from ablate.report.estimands import answer_table, findings, seed_values
-from ablate.report.factorial import Design
+from ablate.report.context import ReportContext
 from ablate.report.figures import save_figure
-from ablate.report.inference import inference_section
 from ablate.report.load import StoredExperiment, load_experiment_results
-from ablate.report.plan import plan_lines
-from ablate.report.quality import factors_section, main_label, main_section
+from ablate.report.quality import main_label
 from ablate.report.scaling import scaling_section
 from ablate.report.section import Section
-from ablate.report.setup import impurity_flag, setup_section, simulated_flag
-from ablate.report.studies import attach_studies, curve_section, search_section, sweep_section
-from ablate.report.summary import quality_tables, summary_lines
+from ablate.report.sections import SECTIONS
 from ablate.report.text import quality_markdown
-from ablate.report.usable import usable_section
 
 
 @dataclass(frozen=True)
@@ -146,86 +131,17 @@ def finish_build(report_dir: Path, started: float, built_from: str) -> None:
     )
 
 
-def decided_seeds(manifest: dict) -> str:
-    """With ``decide:``, the seeds the leading comparison took beyond the file's."""
-    decided = manifest.get("decide")
-    if not decided or decided["seeds"] == manifest["seeds"]:
-        return ""
-    return f" (the leading comparison, seeds until decided: {decided['seeds']})"
-
-
-def runs_table(stored: StoredExperiment) -> pd.DataFrame:
-    """Every run the report stands on, each with its group: the planned ones, the warmup
-    studies' and the search trials and max-LR probes the studies name."""
-    every = stored.stored_runs
-    ids = set(stored.runs["run_id"])
-    if "group" in every:
-        ids |= set(every.loc[every["group"] == "warmup", "run_id"])
-    for found in stored.studies.run_ids().values():
-        ids |= set(found)
-    return every[every["run_id"].isin(ids)]
-
-
 def report_sections(
     stored: StoredExperiment, variants: list[str]
 ) -> tuple[Section, pd.DataFrame, str]:
-    """Every section of the report in reading order, joined; the variant table; and the
-    quality tables as ``ablate run`` prints them (``variants.md``), each named by its group."""
-    manifest = stored.manifest
-    table, tuned = quality_tables(stored, variants)
-    noise = noise_floor(stored.main)
-    sweep, sensitivity = sweep_section(stored, variants)
-    table = attach_studies(table, sensitivity, stored.studies)
-    report = Section(
-        [
-            f"# {manifest['name']}",
-            "",
-            manifest.get("description") or "",
-            "",
-            f"Variants: {', '.join(variants)} (baseline: {variants[0]}); "
-            f"seeds: {manifest['seeds']}{decided_seeds(manifest)}.",
-            "",
-        ],
-        {"variants.csv": table, "runs.csv": runs_table(stored)},
-    )
-    design = Design.from_manifest(manifest)
-    # a manifest from before the spike keys were kept has neither: none counted
-    spikes = (manifest.get("spike_factor"), manifest.get("spike_window", SPIKE_WINDOW))
-    factors, effects = factors_section(stored.main, design) if design else (Section(), None)
-    found = findings(stored)
-    report.lines += simulated_flag(stored) + impurity_flag(stored, variants)
-    report.lines += answer_lines(found, stored) + plan_lines(found.plan)
-    report.tables |= {"answer.csv": answer_table(found), "answer_seeds.csv": seed_values(found)}
-    report.lines += summary_lines(table, noise, stored, tuned, found, effects)
-    report.extend(setup_section(stored, variants))
-    claims = manifest.get("claims", [])
-    report.extend(claims_section(claims, stored, *spikes))
-    if stored.missing:
-        report.lines += [
-            f"**Incomplete:** {len(stored.missing)} planned run(s) have no result yet: "
-            f"{'; '.join(stored.missing)}.",
-            "",
-        ]
-    report.extend(factors)
-    if tuned is not None:
-        report.extend(comparison_section(stored, table, tuned))
-        report.extend(crossover_section(stored))
-    for section in (
-        main_section(stored, table, noise),
-        depth_section(stored.main, stored.probes, stored.metrics, variants, *spikes),
-        inference_section(stored.inference, variants, manifest.get("source") or "FILE"),
-        convert_section(stored),
-        sweep,
-        curve_section(stored, variants),
-        usable_section(stored),
-        max_lr_section(stored.studies, design, found.plan.rules.not_estimable),
-        search_section(stored.studies, variants, stored.manifest.get("search_startup")),
-    ):
-        report.extend(section)
-    criterion = stored.studies.criterion or manifest.get("criterion")
-    if criterion:
-        report.lines += ["## Stability criterion", "", f"A run is {criterion}.", ""]
-    return report, table, printed_tables(stored, table, tuned)
+    """Every section of :data:`~ablate.report.sections.SECTIONS` in reading order, joined, over
+    one :class:`~ablate.report.context.ReportContext`; the variant table; and the quality
+    tables as ``ablate run`` prints them (``variants.md``), each named by its group."""
+    ctx = ReportContext.of(stored, variants)
+    report = Section()
+    for section in SECTIONS:
+        report.extend(section(ctx))
+    return report, ctx.table, printed_tables(stored, ctx.table, ctx.tuned)
 
 
 def printed_tables(

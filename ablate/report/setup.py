@@ -255,3 +255,15 @@ def setup_section(stored: StoredExperiment, variants: list[str]) -> Section:
     ]
     tables = {"jobs.csv": stored.jobs} if len(stored.jobs) else {}
     return Section(lines, tables)
+
+
+def runs_table(stored: StoredExperiment) -> pd.DataFrame:
+    """Every run the report stands on, each with its group: the planned ones, the warmup
+    studies' and the search trials and max-LR probes the studies name."""
+    every = stored.stored_runs
+    ids = set(stored.runs["run_id"])
+    if "group" in every:
+        ids |= set(every.loc[every["group"] == "warmup", "run_id"])
+    for found in stored.studies.run_ids().values():
+        ids |= set(found)
+    return every[every["run_id"].isin(ids)]
