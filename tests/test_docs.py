@@ -396,12 +396,12 @@ SECTION_ROW = re.compile(r"^\| `(\w+)` \| ((?:`report\.\w+`(?:, )?)+) \|", re.M)
 
 
 def test_the_section_map_is_the_report_registry() -> None:
-    from ablate.report.sections import SECTIONS
+    from ablate.report.sections import SECTIONS, section_name
 
     text = ARCHITECTURE.read_text(encoding="utf-8")
     map_text = text[text.index("## The section map") : text.index("## Packages")]
     rows = SECTION_ROW.findall(map_text)
-    assert [name for name, _ in rows] == [section.__name__ for section in SECTIONS]
+    assert [name for name, _ in rows] == [section_name(section) for section in SECTIONS]
     for _, modules in rows:
         for module in re.findall(r"`report\.(\w+)`", modules):
             assert (REPO / "ablate" / "report" / f"{module}.py").is_file(), module

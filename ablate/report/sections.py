@@ -192,3 +192,9 @@ SECTIONS: tuple[Build, ...] = (
     search,
     criterion,
 )
+
+
+def section_name(build: Build) -> str:
+    """A section's name in the registry: its function's, or its module's where the function
+    is a module's ``section``."""
+    return build.__module__.rsplit(".", 1)[-1] if build.__name__ == "section" else build.__name__

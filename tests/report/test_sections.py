@@ -11,7 +11,7 @@ from ablate.launch.pipeline import run_experiment
 from ablate.report.context import ReportContext
 from ablate.report.load import load_experiment_results
 from ablate.report.section import Section
-from ablate.report.sections import SECTIONS
+from ablate.report.sections import SECTIONS, section_name
 
 
 def test_the_report_is_the_registrys_sections_in_order(tmp_path: Path) -> None:
@@ -25,7 +25,7 @@ def test_the_report_is_the_registrys_sections_in_order(tmp_path: Path) -> None:
     written = (result.report_dir / "report.md").read_text(encoding="utf-8")
     headings = [line for line in joined if line.startswith("## ")]
     assert headings == [line for line in written.splitlines() if line.startswith("## ")]
-    by_name = {section.__name__: part for section, part in zip(SECTIONS, built, strict=True)}
+    by_name = {section_name(section): part for section, part in zip(SECTIONS, built, strict=True)}
     assert by_name["title"].lines[0] == f"# {exp.name}"
     assert set(by_name["answer"].tables) == {"answer.csv", "answer_seeds.csv"}
     assert len(by_name["answer"].tables["answer.csv"]) == len(ctx.found.found)
