@@ -1,38 +1,15 @@
 """The staged protocol of one experiment, callable from Python: ``run_experiment(path)``.
 
-Stages, in order (each one only those the file configures):
+The stages run in the order of :data:`ablate.launch.stages.STAGES` (the stage map of
+docs/architecture.md lists them with the run groups each stores), each only where the file
+configures it: the shared-LR A/B and sweep, the search, the curve, the tuned A/B, ``decide:``,
+the cross-over, the usable-LR walks, the max-LR brackets, the studies' record, the
+conversion, this invocation's job record and the report. Each is a module of
+:mod:`ablate.launch.stages` whose docstring says what it does.
 
-1. **shared** — the shared-LR A/B: every variant x seed at the base's LR and warmup, and the
-   LR sweep;
-2. **search** — an Optuna study per variant over LR x warmup, on the search seed (by default
-   one above the largest of ``seeds``, so the final comparison is not scored on the noise it
-   was selected on);
-3. **curve** — every variant's final loss along a lattice of LRs on curve seeds apart from
-   the final ones, grown at an edge, each variant's optimum, and its warmup study there
-   (:mod:`ablate.launch.stages.curve`);
-4. **tuned** — the tuned A/B: every variant at its own best (LR, warmup) from the search, or
-   at its curve's optimum LR with the warmup study's best, on the experiment's seeds,
-   matched init and batch order as in the shared A/B;
-5. **decide** — with ``decide:``, seeds added to the leading comparison (tuned, else shared)
-   until the report's verdict on each of its comparisons is reached
-   (:mod:`ablate.launch.stages.decide`);
-6. **crossover** — on the tuned A/B's seeds, each variant at the baseline's tuned (LR, warmup)
-   and the baseline at each variant's, so every tuned Δ is also measured at a shared setting
-   (:func:`ablate.core.plan.plan_crossover`; the report says when it depends on the LR);
-7. **usable** — with ``max_lr.within`` and a tuned optimum, each variant's usable-LR boundary
-   walked up from its optimum on the max-LR seeds (:mod:`ablate.launch.stages.usable`);
-8. **max_lr** — the largest stable LR per variant, bracketed seed by seed, then held against
-   every other stored run of the variant at the same budget
-   (:func:`ablate.launch.stages.max_lr.check_boundaries`);
-9. **studies** — the search and max-LR studies' results recorded (``stability.json``);
-10. **convert** — continued training of the finished source runs, as stored and norm-swapped;
-11. **job** — this invocation's wall time, runs and machine load stored (``jobs.jsonl``);
-12. **report** — rebuilt from the store (skipped when it is up to date).
-
-:data:`ablate.launch.stages.STAGES` is that list, in order, one module each, each a
-:class:`ablate.launch.context.Stage`: when it is wanted and what it runs, given one
-:class:`ablate.launch.context.Context` (the experiment, the executor, the results folder and
-the plan so far, which each stage updates). A stage only
+:data:`~ablate.launch.stages.STAGES` holds them as :class:`ablate.launch.context.Stage`: when it
+is wanted and what it runs, given one :class:`ablate.launch.context.Context` (the experiment,
+the executor, the results folder and the plan so far, which each stage updates). A stage only
 decides which RunSpecs it needs; every run of every stage goes through the one executor the
 context carries (:class:`ablate.launch.execute.Executor`: the local trainer or the simulator,
 here or wherever the launcher sends runs: :mod:`ablate.launch.launchers`). The CLI parses and
