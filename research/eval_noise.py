@@ -69,7 +69,7 @@ def eval_noise_table(folder: ExperimentFolder) -> pd.DataFrame:
     runs = split_evaluated(folder, results.runs)
     if not len(runs):
         return pd.DataFrame()
-    order = [v for v in read_manifest(folder)["variants"] if v in set(runs["variant"])]
+    order = [v for v in read_manifest(folder).variants if v in set(runs["variant"])]
     first, second = order[:2]  # the baseline first, as the report pairs them
     table = paired_sds(runs, windows_final(results.metrics), first, second)
     return table.assign(comparison=f"{second} - {first}")

@@ -33,6 +33,7 @@ if TYPE_CHECKING:
 
     from ablate.core.config import RunConfig
     from ablate.core.experiment import Experiment
+    from ablate.core.manifest import Manifest
 
 # ablate's modules, pandas and Optuna are imported by the helpers that use them, not here: the
 # process that only hands tests to the workers (make test's pytest-xdist) loads this file
@@ -85,6 +86,19 @@ def tiny_config(**overrides: Any) -> RunConfig:
     from ablate.core.overrides import apply_overrides
 
     return build_run_config(apply_overrides(TINY, overrides, "test"), "test")
+
+
+def stored_manifest(**stored: Any) -> Manifest:
+    """A plan's record as a test needs it, from the keys it gives: the name, variants (ln, rms)
+    and seeds defaulted, and each run its variant, seed and id where not given."""
+    from ablate.core.manifest import Manifest
+
+    runs = [
+        {"variant": "ln", "seed": 0, "run_id": f"r{i}", **run}
+        for i, run in enumerate(stored.pop("runs", []))
+    ]
+    defaults = {"name": "tiny", "variants": ["ln", "rms"], "seeds": [0]}
+    return Manifest.from_stored({**defaults, **stored, "runs": runs})
 
 
 def write_experiment(path: Path, **extra: Any) -> Path:

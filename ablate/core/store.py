@@ -36,6 +36,7 @@ from ablate.core.folders import (
     write_json_atomic,
     write_json_if_changed,
 )
+from ablate.core.manifest import Manifest
 from ablate.core.plan import RunSpec
 from ablate.core.record import RECORD_KEYS
 from ablate.core.studies import StoredStudies
@@ -151,7 +152,7 @@ def load_results(
 def planned_run_ids(folder: ExperimentFolder) -> set[str]:
     """The runs the experiment's plan holds: the manifest's (main, sweep, tuned, convert) and
     the studies' (the search trials, the max-LR probes' runs)."""
-    planned = {r["run_id"] for r in read_manifest(folder)["runs"]}
+    planned = {r.run_id for r in read_manifest(folder).runs}
     for ids in read_studies(folder).run_ids().values():
         planned |= set(ids)
     return planned
@@ -362,10 +363,10 @@ def claimed_run(root: Path, spec: RunSpec, take_over: bool = False) -> Iterator[
         release_run(folder, spec.run_id)
 
 
-def write_manifest(folder: ExperimentFolder, manifest: dict[str, Any]) -> None:
+def write_manifest(folder: ExperimentFolder, manifest: Manifest) -> None:
     """Record the current plan (name, variants in order, seeds, run ids) as experiment.json;
     an unchanged plan leaves the file (and its time stamp) alone."""
-    write_json_if_changed(folder.manifest, manifest)
+    write_json_if_changed(folder.manifest, manifest.stored())
 
 
 def results_digest(folder: ExperimentFolder) -> str:
@@ -407,19 +408,17 @@ def remembered_report_dir(folder: ExperimentFolder) -> Path | None:
     return Path(where["report_dir"]) if where and where.get("report_dir") else None
 
 
-def read_manifest(folder: ExperimentFolder) -> dict[str, Any]:
+def read_manifest(folder: ExperimentFolder) -> Manifest:
     """The plan stored with an experiment; without one, what the run folders themselves say."""
     manifest = read_json(folder.manifest)
     if manifest is not None:
-        return manifest
+        return Manifest.from_stored(manifest)
     runs = load_summaries(folder)
-    return {
-        "name": folder.path.name,
-        "description": "",
-        "variants": sorted(runs["variant"].unique()) if len(runs) else [],
-        "seeds": sorted(int(s) for s in runs["seed"].unique()) if len(runs) else [],
-        "runs": [],
-    }
+    return Manifest(
+        name=folder.path.name,
+        variants=sorted(runs["variant"].unique()) if len(runs) else [],
+        seeds=sorted(int(s) for s in runs["seed"].unique()) if len(runs) else [],
+    )
 
 
 def read_studies(folder: ExperimentFolder) -> StoredStudies:

@@ -260,14 +260,14 @@ def stored_counts(experiment: Experiment, results_dir: Path) -> Stored:
         if folder.run(spec.run_id).is_done():
             count(spec.variant, spec.group)
     ours = _study_runs_of_this_plan(experiment, folder)  # run id -> (variant, trained for)
-    manifest = store.read_manifest(folder) if folder.path.is_dir() else {}
-    recorded: dict[str, dict] = {}  # the first stage that planned a run (a walk reuses the curve's)
-    for entry in manifest.get("runs", []):
-        if entry["run_id"] in ours:
-            recorded.setdefault(entry["run_id"], entry)
+    manifest = store.read_manifest(folder) if folder.path.is_dir() else None
+    recorded: dict[str, str] = {}  # the first stage that planned a run (a walk reuses the curve's)
+    for entry in manifest.runs if manifest is not None else []:
+        if entry.run_id in ours:
+            recorded.setdefault(entry.run_id, entry.group)
     tuned: dict[str, int] = {}
     for run_id, (variant, trained_for) in ours.items():
-        group = recorded.get(run_id, {}).get("group") or trained_for
+        group = recorded.get(run_id) or trained_for
         if group in EXACT_GROUPS:
             continue
         if group == "tuned":
@@ -275,7 +275,7 @@ def stored_counts(experiment: Experiment, results_dir: Path) -> Stored:
             group = "tuned" if tuned[variant] <= len(experiment.seeds) else "decide"
         count(variant, group)
     finished = _finished_studies(folder, set(ours))
-    if (manifest.get("decide") or {}).get("stopped"):
+    if manifest is not None and (manifest.decide or {}).get("stopped"):
         finished |= {(v, "decide") for v in experiment.variants}
     for variant, group in list(finished):
         if group == "max_lr":

@@ -37,7 +37,7 @@ class RunState:
 
 def known_runs(folder: ExperimentFolder, jobs: dict[str, Job]) -> dict[str, str]:
     """Every run the experiment knows of (planned, stored, submitted), by run id: its stage."""
-    runs = {run["run_id"]: run["group"] for run in store.read_manifest(folder).get("runs", [])}
+    runs = {run.run_id: run.group for run in store.read_manifest(folder).runs}
     for run in folder.runs():
         config = read_json(run.config) or {}
         runs.setdefault(run.path.name, str(config.get("group", "?")))

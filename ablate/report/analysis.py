@@ -17,6 +17,7 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
+from ablate.core.manifest import PlannedRun
 from ablate.core.stability import (
     Observation,
     below_window,
@@ -254,7 +255,7 @@ def probe_band(probes: pd.DataFrame, quantity: str) -> pd.DataFrame:
 
 
 def sweep_frame(
-    manifest_runs: list[dict], runs: pd.DataFrame, group: str = "sweep"
+    planned: list[PlannedRun], runs: pd.DataFrame, group: str = "sweep"
 ) -> pd.DataFrame:
     """One row per stored run of ``group`` (the sweep's, or the curve's): variant, seed, lr,
     status, stable, final and clipped loss.
@@ -265,19 +266,19 @@ def sweep_frame(
     """
     by_id = runs.set_index("run_id") if len(runs) else None
     rows = []
-    for entry in manifest_runs:
-        if entry.get("group") != group or by_id is None or entry["run_id"] not in by_id.index:
+    for entry in planned:
+        if entry.group != group or by_id is None or entry.run_id not in by_id.index:
             continue
-        summary = by_id.loc[entry["run_id"]]
+        summary = by_id.loc[entry.run_id]
         initial = float(summary["initial_loss"])
         stable = bool(summary["stable"]) if pd.notna(summary["stable"]) else False
         loss = summary["final_val_loss"]
         rows.append(
             {
-                "variant": entry["variant"],
-                "seed": entry["seed"],
-                "lr": entry["lr"],
-                "run_id": entry["run_id"],
+                "variant": entry.variant,
+                "seed": entry.seed,
+                "lr": entry.lr,
+                "run_id": entry.run_id,
                 "status": summary["status"],
                 "stable": stable,
                 "final_val_loss": loss,

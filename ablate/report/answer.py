@@ -168,7 +168,7 @@ def attribution(gain: Finding, primary: Finding | None, crossed: TwoByTwo | None
 
 def tuned_sentence(found: Findings, stored: StoredExperiment) -> str | None:
     """Sentence 2: the tuned gain and its attribution (or where it is the primary)."""
-    variants = stored.manifest["variants"]
+    variants = stored.manifest.variants
     if found.plan.primary == SHARED_LR:
         return None
     lead = f"**Each at its own tuned setting** ({settings_text(stored, variants)})"
@@ -249,7 +249,7 @@ def convert_sentence(found: Findings, stored: StoredExperiment) -> str | None:
     rows = [f for f in found.found if f.estimand.key == CONVERT]
     if not rows:
         return None
-    info = stored.manifest.get("convert") or {}
+    info = stored.manifest.convert or {}
     done = stored.convert[stored.convert["status"] == "finished"]
     converted = done[done["variant"] == CONVERTED]
     jump = (converted["loss_after_swap"] - converted["loss_before_swap"]).mean()

@@ -165,14 +165,14 @@ def build_report(folder: ExperimentFolder, report_dir: Path) -> Report:
     """Rebuild every table and figure of an experiment from its stored results."""
     built_from = store.results_digest(folder)  # before reading: a result stored meanwhile
     stored = load_experiment_results(folder)  # leaves this build not current
-    variants = stored.manifest["variants"] or sorted(stored.main["variant"].unique())
+    variants = stored.manifest.variants or sorted(stored.main["variant"].unique())
     started = start_build(report_dir)
     report, table, printed = report_sections(stored, variants)
     write_section(report, report_dir)
     text = "\n".join(report.lines)
     folders.write_text_atomic(report_dir / "variants.md", printed)
     folders.write_text_atomic(report_dir / "report.md", text)
-    page = markdown_to_html(text, report_dir, str(stored.manifest["name"]))
+    page = markdown_to_html(text, report_dir, stored.manifest.name)
     folders.write_text_atomic(report_dir / "report.html", page)
     finish_build(report_dir, started, built_from)
     figures = [report_dir / name for name in report.figures]

@@ -124,7 +124,7 @@ def run_values(
 def sweep_values(stored: StoredExperiment) -> pd.DataFrame:
     """Per variant and seed of the sweep: its LR sensitivity (:func:`ablate.report.analysis.
     seed_sensitivities`), each a finished value: the divergences are inside it."""
-    frame = seed_sensitivities(sweep_frame(stored.manifest.get("runs", []), stored.runs))
+    frame = seed_sensitivities(sweep_frame(stored.manifest.runs, stored.runs))
     return frame.assign(status="finished", stable=True, lr=math.nan)
 
 

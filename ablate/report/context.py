@@ -52,7 +52,7 @@ class ReportContext:
         design = Design.from_manifest(manifest)
         factors, effects = factors_section(stored.main, design) if design else (Section(), None)
         # a manifest from before the spike keys were kept has neither: none counted
-        spikes = (manifest.get("spike_factor"), manifest.get("spike_window", SPIKE_WINDOW))
+        spikes = (manifest.spike_factor, manifest.spike_window or SPIKE_WINDOW)
         return cls(
             stored,
             variants,

@@ -46,7 +46,7 @@ def convert_table(runs: pd.DataFrame) -> pd.DataFrame:
 def convert_section(stored: StoredExperiment) -> Section:
     """The checkpoint-conversion section: jump, recovery, mapping, figure (none without runs)."""
     runs = stored.convert
-    info = stored.manifest.get("convert") or {}
+    info = stored.manifest.convert or {}
     if runs.empty:
         return Section()
     table = convert_table(runs)

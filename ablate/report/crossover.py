@@ -103,7 +103,7 @@ class TwoByTwo:
 def two_by_two(stored: StoredExperiment, variant: str) -> TwoByTwo | None:
     """The variant's 2×2 with the baseline over the seeds with all four runs finished; None
     without a cross-over (no tuned run, or both tuned at one setting)."""
-    baseline = stored.manifest["variants"][0]
+    baseline = stored.manifest.variants[0]
     base, mine = settings_of(stored.tuned, baseline), settings_of(stored.tuned, variant)
     if base is None or mine is None or base == mine or stored.crossover.empty:
         return None
@@ -137,7 +137,7 @@ def described_row(variant: str, part: str, values: pd.Series) -> dict[str, objec
 def crossover_table(stored: StoredExperiment) -> pd.DataFrame:
     """Per variant with a 2×2: every part of it (:meth:`TwoByTwo.parts`)."""
     rows = []
-    for variant in stored.manifest["variants"][1:]:
+    for variant in stored.manifest.variants[1:]:
         crossed = two_by_two(stored, variant)
         if crossed is not None:
             rows += [described_row(variant, p, v) for p, v in crossed.parts().items()]

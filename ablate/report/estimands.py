@@ -104,7 +104,7 @@ def unlearned(runs: pd.DataFrame, variants: list[str]) -> str:
 def crossing(stored: StoredExperiment) -> tuple[dict[str, TwoByTwo], bool, str]:
     """Each variant's 2×2; whether the tuned settings coincide for every variant; and the
     cross-over runs that did not learn ("" where all did)."""
-    variants = stored.manifest["variants"]
+    variants = stored.manifest.variants
     crossed = {v: c for v in variants[1:] if (c := two_by_two(stored, v)) is not None}
     settings = {settings_of(stored.tuned, v) for v in variants}
     same = len(stored.tuned) > 0 and len(settings) == 1 and None not in settings
@@ -115,7 +115,7 @@ def crossing(stored: StoredExperiment) -> tuple[dict[str, TwoByTwo], bool, str]:
 def findings(stored: StoredExperiment) -> Findings:
     """The plan for this store and every estimand of it measured and judged."""
     crossed, same, lost = crossing(stored)
-    variants = stored.manifest["variants"]
+    variants = stored.manifest.variants
     complete = len(crossed) == len(variants) - 1 and not lost
     design = primary_design(stored.manifest, complete, same)
     plan = analysis_plan(stored.manifest, design, simulated(stored))
@@ -257,7 +257,7 @@ def ratio_finding(
 def usable_logs(stored: StoredExperiment, estimand: Estimand) -> tuple[pd.Series, float]:
     """Per seed, log2 of the variant's usable edge over the baseline's; the resolution to
     widen by: each edge lies within one walk step above it, so their ratio within one step."""
-    within = stored.manifest.get("usable_within")
+    within = stored.manifest.usable_within
     runs = usable_runs(stored)
     if within is None or runs.empty:
         return pd.Series(dtype=float), 0.0

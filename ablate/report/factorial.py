@@ -26,6 +26,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from ablate.core.manifest import Manifest
 from ablate.report.analysis import (
     PairedDifference,
     column,
@@ -51,9 +52,9 @@ class Design:
     cells: dict[str, dict[str, str]]  # grid variant -> factor -> level text
 
     @classmethod
-    def from_manifest(cls, manifest: dict) -> Design | None:
+    def from_manifest(cls, manifest: Manifest) -> Design | None:
         """The design of an experiment.json with a grid, else None."""
-        grid = manifest.get("grid") or []
+        grid = manifest.grid
         if not grid:
             return None
         return cls(
@@ -61,7 +62,7 @@ class Design:
             levels={key: [level_text(v) for v in levels] for key, levels in grid},
             cells={
                 variant: {k: level_text(v) for k, v in levels.items()}
-                for variant, levels in (manifest.get("factors") or {}).items()
+                for variant, levels in manifest.factors.items()
             },
         )
 

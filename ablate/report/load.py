@@ -17,6 +17,7 @@ from ablate.core import store
 from ablate.core.boundary import SeedBoundary, edge_of_points
 from ablate.core.folders import ExperimentFolder
 from ablate.core.jobs import read_jobs
+from ablate.core.manifest import Manifest
 from ablate.core.studies import StoredStudies
 from ablate.report.analysis import column
 
@@ -25,7 +26,7 @@ from ablate.report.analysis import column
 class StoredExperiment:
     """What the store holds of an experiment: its plan, runs, main-run metrics, studies."""
 
-    manifest: dict
+    manifest: Manifest
     runs: pd.DataFrame  # every planned run with a result (main and sweep)
     main: pd.DataFrame  # the main variant x seed runs (the shared-LR A/B)
     tuned: pd.DataFrame  # the tuned A/B: each variant at its best search settings
@@ -48,22 +49,22 @@ def load_experiment_results(folder: ExperimentFolder) -> StoredExperiment:
     """Read the manifest, the planned runs' summaries, metrics and probes, and stability.json."""
     manifest = store.read_manifest(folder)
     runs = stored_runs = store.load_summaries(folder)
-    planned = {r["run_id"] for r in manifest["runs"]}
-    main_ids = {r["run_id"] for r in manifest["runs"] if r.get("group", "main") == "main"}
+    planned = {r.run_id for r in manifest.runs}
+    main_ids = manifest.group_ids("main")
     if planned:
         runs = runs[runs["run_id"].isin(planned)]
     main = runs[runs["run_id"].isin(main_ids)] if main_ids else runs
     studies, moved = stored_divergence(
-        store.read_studies(folder).in_order(manifest["variants"]), stored_runs
+        store.read_studies(folder).in_order(manifest.variants), stored_runs
     )
-    tuned = runs[runs["run_id"].isin(_group_ids(manifest, "tuned"))]
-    convert = runs[runs["run_id"].isin(_group_ids(manifest, "convert"))]
+    tuned = runs[runs["run_id"].isin(manifest.group_ids("tuned"))]
+    convert = runs[runs["run_id"].isin(manifest.group_ids("convert"))]
     return StoredExperiment(
         manifest=manifest,
         runs=runs,
         main=main,
         tuned=tuned,
-        crossover=runs[runs["run_id"].isin(_group_ids(manifest, "crossover"))],
+        crossover=runs[runs["run_id"].isin(manifest.group_ids("crossover"))],
         metrics=store.load_metrics(folder, main),  # the main and tuned runs' curves are drawn
         tuned_metrics=store.load_metrics(folder, tuned) if len(tuned) else pd.DataFrame(),
         probes=store.load_probes(folder, main),
@@ -84,26 +85,22 @@ def _configs(folder: ExperimentFolder, runs: pd.DataFrame) -> dict[str, dict]:
     return {rid: config for rid, config in found.items() if config is not None}
 
 
-def _group_ids(manifest: dict, group: str) -> set[str]:
-    return {r["run_id"] for r in manifest["runs"] if r.get("group") == group}
-
-
-def missing_runs(folder: ExperimentFolder, manifest: dict, runs: pd.DataFrame) -> list[str]:
+def missing_runs(folder: ExperimentFolder, manifest: Manifest, runs: pd.DataFrame) -> list[str]:
     """'variant seed=N [group lr] (state)' for every planned run without a result, each once."""
     have = set(runs["run_id"]) if len(runs) else set()
     missing: dict[str, str] = {}
-    for r in manifest["runs"]:
-        if r["run_id"] in have or r["run_id"] in missing:
+    for r in manifest.runs:
+        if r.run_id in have or r.run_id in missing:
             continue
-        group = r.get("group", "main")
+        group = r.group
         if group == "main":
             where = ""
         elif group in ("convert", "tuned", "crossover"):
             where = f" ({group})"
         else:
-            where = f" ({group}, lr={r['lr']:.3g})"
-        state = store.pending_state(folder.run(r["run_id"]))
-        missing[r["run_id"]] = f"{r['variant']} seed={r['seed']}{where}: {state}"
+            where = f" ({group}, lr={r.lr:.3g})"
+        state = store.pending_state(folder.run(r.run_id))
+        missing[r.run_id] = f"{r.variant} seed={r.seed}{where}: {state}"
     return list(missing.values())
 
 

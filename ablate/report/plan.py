@@ -34,6 +34,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from ablate.core.experiment import AnalysisConfig
+from ablate.core.manifest import Manifest
 from ablate.core.plan import CONTROL, CONVERTED
 from ablate.report.verdict import Scale
 
@@ -87,28 +88,29 @@ class AnalysisPlan:
     primary: str  # how the primary estimand is measured (TWO_BY_TWO, SAME_SETTINGS, ...)
 
 
-def rules_of(manifest: dict) -> AnalysisConfig:
-    """The ``analysis:`` rules the plan was stored with (defaults for a plan stored before
+def rules_of(analysis: dict | None, min_effect: float | None) -> AnalysisConfig:
+    """The ``analysis:`` rules a plan was stored with (defaults for a plan stored before
     they were kept; ``min_effect`` was kept on its own)."""
-    stored = dict(manifest.get("analysis") or {})
-    stored.setdefault("min_effect", manifest.get("min_effect", AnalysisConfig().min_effect))
+    stored = dict(analysis or {})
+    if min_effect is not None:
+        stored.setdefault("min_effect", min_effect)
     return AnalysisConfig(**stored)
 
 
-def stages_of(manifest: dict) -> set[str]:
+def stages_of(manifest: Manifest) -> set[str]:
     """The stages the plan holds (stored since the plan was declared; before that, read off
     the planned runs' groups and the usable band)."""
-    if "stages" in manifest:
-        return set(manifest["stages"])
-    found = {r.get("group", "main") for r in manifest["runs"]}
-    if manifest.get("usable_within") is not None:
+    if manifest.stages is not None:
+        return set(manifest.stages)
+    found = {r.group for r in manifest.runs}
+    if manifest.usable_within is not None:
         found.add("max_lr")
         if found & {"tuned", "curve", "search"}:
             found.add("usable")
     return found
 
 
-def primary_design(manifest: dict, crossed: bool, same: bool) -> str:
+def primary_design(manifest: Manifest, crossed: bool, same: bool) -> str:
     """How the primary estimand is measured: over the cross-over's 2×2 (``crossed``: its runs
     exist and every one learned), on the tuned runs at one setting (``same``), on the tuned
     runs alone, or at the shared LR."""
@@ -119,14 +121,14 @@ def primary_design(manifest: dict, crossed: bool, same: bool) -> str:
     return TWO_BY_TWO if crossed else TUNED_ONLY
 
 
-def analysis_plan(manifest: dict, primary: str, simulated: bool = False) -> AnalysisPlan:
+def analysis_plan(manifest: Manifest, primary: str, simulated: bool = False) -> AnalysisPlan:
     """Every verdict-bearing estimand of the design, with its share of α (see the module)."""
-    rules = rules_of(manifest)
-    if manifest.get("grid"):
+    rules = rules_of(manifest.analysis, manifest.min_effect)
+    if manifest.grid:
         return AnalysisPlan(rules, shared(grid_estimands(manifest, rules), rules), GRID)
     stages = stages_of(manifest)
-    variants = manifest["variants"]
-    decided = manifest.get("decide")
+    variants = manifest.variants
+    decided = manifest.decide
     lead_looks = len(decided["looks"]) if decided else 1  # decide: adds the leading A/B's seeds
     found: list[Estimand] = []
     for variant in variants[1:]:
@@ -202,13 +204,13 @@ def analysis_plan(manifest: dict, primary: str, simulated: bool = False) -> Anal
     return AnalysisPlan(rules, shared(found, rules), primary)
 
 
-def grid_estimands(manifest: dict, rules: AnalysisConfig) -> list[Estimand]:
+def grid_estimands(manifest: Manifest, rules: AnalysisConfig) -> list[Estimand]:
     """A grid's estimands: each factor level's main effect against the factor's first level,
     averaged over the other factors within each seed: on the final loss at the shared LR
     (primary: every cell at one setting), at each cell's tuned LR, and on the divergence
     edge."""
     stages = stages_of(manifest)
-    decided = manifest.get("decide")
+    decided = manifest.decide
     looks = len(decided["looks"]) if decided else 1
     tuned = "tuned" in stages
     kinds = [(FACTOR, "factor at the shared LR", "difference", rules.min_effect, True)]
@@ -221,7 +223,7 @@ def grid_estimands(manifest: dict, rules: AnalysisConfig) -> list[Estimand]:
             (FACTOR_DIVERGENCE, "factor on the divergence edge", "ratio", rules.lr_margin, False)
         )
     found = []
-    for key, levels in manifest["grid"]:
+    for key, levels in manifest.grid:
         names = [str(v).lower() if isinstance(v, bool) else str(v) for v in levels]
         for level in names[1:]:
             for kind, title, scale, margin, primary in kinds:

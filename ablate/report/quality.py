@@ -11,6 +11,7 @@ import math
 
 import pandas as pd
 
+from ablate.core.manifest import Manifest
 from ablate.report.analysis import curve_difference, last_probes
 from ablate.report.factorial import Design, factor_section
 from ablate.report.figures import (
@@ -33,11 +34,10 @@ from ablate.report.text import (
 )
 
 
-def main_label(manifest: dict) -> str:
+def main_label(manifest: Manifest) -> str:
     """What the main runs are: the shared LR and warmup when every one has the same, else the
     file's settings per variant (a grid over warmup, say)."""
-    main = [r for r in manifest["runs"] if r.get("group", "main") == "main"]
-    settings = {(r["lr"], r["warmup_steps"]) for r in main}
+    settings = {(r.lr, r.warmup_steps) for r in manifest.runs if r.group == "main"}
     if len(settings) == 1:
         lr, warmup = settings.pop()
         return f"shared LR (every variant at lr {lr:g}, warmup {warmup})"

@@ -70,7 +70,7 @@ def _best_lr(studies: Studies, variant: str) -> float:
 
 def _sensitivity(stored: StoredExperiment) -> dict[str, tuple[float, bool]]:
     """variant -> (LR sensitivity, whether the sweep's best LR is inside its grid)."""
-    frame = sweep_frame(stored.manifest["runs"], stored.runs)
+    frame = sweep_frame(stored.manifest.runs, stored.runs)
     if frame.empty:
         return {}
     table = sensitivity_table(sweep_table(frame), frame)

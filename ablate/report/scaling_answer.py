@@ -73,7 +73,7 @@ def slope_estimate(sizes: list[SizeAnswer], level: float) -> Estimate:
 
 def gap_verdicts(manifest: dict, answers: dict[str, list[SizeAnswer]]) -> dict[str, Verdict]:
     """Per variant, the gap's slope judged at the family's level (Bonferroni over variants)."""
-    rules = rules_of(manifest)
+    rules = rules_of(manifest.get("analysis"), manifest.get("min_effect"))
     level = 1 - rules.alpha / max(len(answers), 1)
     return {
         variant: judge(slope_estimate(sizes, level), rules.min_effect, rules.not_estimable)
@@ -120,7 +120,7 @@ def scaling_answer_lines(
 
 def scaling_plan_lines(manifest: dict, gaps: dict[str, Verdict]) -> list[str]:
     """The scaling report's analysis plan: its one estimand per variant and the family."""
-    rules = rules_of(manifest)
+    rules = rules_of(manifest.get("analysis"), manifest.get("min_effect"))
     baseline = manifest["variants"][0]
     share = 1 / max(len(gaps), 1)
     rows = [

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from ablate.core.manifest import Manifest
 from ablate.report.answer import answer_lines
 from ablate.report.boundaries import max_lr_section
 from ablate.report.claims import claims_section
@@ -38,22 +39,22 @@ def title(ctx: ReportContext) -> Section:
     manifest = ctx.stored.manifest
     return Section(
         [
-            f"# {manifest['name']}",
+            f"# {manifest.name}",
             "",
-            manifest.get("description") or "",
+            manifest.description or "",
             "",
             f"Variants: {', '.join(ctx.variants)} (baseline: {ctx.variants[0]}); "
-            f"seeds: {manifest['seeds']}{decided_seeds(manifest)}.",
+            f"seeds: {manifest.seeds}{decided_seeds(manifest)}.",
             "",
         ],
         {"variants.csv": ctx.table, "runs.csv": runs_table(ctx.stored)},
     )
 
 
-def decided_seeds(manifest: dict) -> str:
+def decided_seeds(manifest: Manifest) -> str:
     """With ``decide:``, the seeds the leading comparison took beyond the file's."""
-    decided = manifest.get("decide")
-    if not decided or decided["seeds"] == manifest["seeds"]:
+    decided = manifest.decide
+    if not decided or decided["seeds"] == manifest.seeds:
         return ""
     return f" (the leading comparison, seeds until decided: {decided['seeds']})"
 
@@ -79,7 +80,7 @@ def summary(ctx: ReportContext) -> Section:
 
 def claims(ctx: ReportContext) -> Section:
     """Each claim of the file: its paired effect and verdict."""
-    return claims_section(ctx.stored.manifest.get("claims", []), ctx.stored, *ctx.spikes)
+    return claims_section(ctx.stored.manifest.claims, ctx.stored, *ctx.spikes)
 
 
 def incomplete(ctx: ReportContext) -> Section:
@@ -108,7 +109,7 @@ def crossover(ctx: ReportContext) -> Section:
 def criterion(ctx: ReportContext) -> Section:
     """What a stable run is, as the studies or the plan recorded it."""
     stored = ctx.stored
-    found = stored.studies.criterion or stored.manifest.get("criterion")
+    found = stored.studies.criterion or stored.manifest.criterion
     return Section(["## Stability criterion", "", f"A run is {found}.", ""] if found else [])
 
 
@@ -135,7 +136,7 @@ def depth(ctx: ReportContext) -> Section:
 
 def inference(ctx: ReportContext) -> Section:
     """The stored inference benchmark, where one was run."""
-    source = ctx.stored.manifest.get("source") or "FILE"
+    source = ctx.stored.manifest.source or "FILE"
     return inference_section(ctx.stored.inference, ctx.variants, source)
 
 
@@ -166,7 +167,7 @@ def max_lr(ctx: ReportContext) -> Section:
 
 def search(ctx: ReportContext) -> Section:
     """The LR x warmup search, with ``search:``."""
-    startup = ctx.stored.manifest.get("search_startup")
+    startup = ctx.stored.manifest.search_startup
     return search_section(ctx.stored.studies, ctx.variants, startup)
 
 

@@ -46,7 +46,7 @@ def impure(stored: StoredExperiment, variants: list[str]) -> dict[str, list[str]
     configs = variant_configs(stored, variants)
     if variants[0] not in configs:
         return {}
-    declared = [key for key, _ in stored.manifest.get("grid") or []]
+    declared = [key for key, _ in stored.manifest.grid]
     found = {
         name: beyond_the_norm(configs[variants[0]], flat, declared)
         for name, flat in configs.items()

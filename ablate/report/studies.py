@@ -53,7 +53,7 @@ def attach_studies(
 
 def sweep_section(stored: StoredExperiment, variants: list[str]) -> tuple[Section, pd.DataFrame]:
     """The LR sweep (Markdown, CSVs, figure), and the sensitivity table."""
-    frame = sweep_frame(stored.manifest["runs"], stored.runs)
+    frame = sweep_frame(stored.manifest.runs, stored.runs)
     if frame.empty:
         return Section(), pd.DataFrame()
     table = sweep_table(frame)
@@ -109,7 +109,7 @@ def _budget_lines(stored: StoredExperiment) -> list[str]:
 
 def curve_section(stored: StoredExperiment, variants: list[str]) -> Section:
     """The curve stage's optima (Markdown, CSVs): none without curve runs."""
-    frame = sweep_frame(stored.manifest["runs"], stored.runs, "curve")
+    frame = sweep_frame(stored.manifest.runs, stored.runs, "curve")
     if frame.empty:
         return Section()
     seeds = sorted(frame["seed"].unique().tolist())
@@ -131,7 +131,7 @@ def curve_section(stored: StoredExperiment, variants: list[str]) -> Section:
 def warmup_lines(stored: StoredExperiment) -> list[str]:
     """Each variant's warmup study at its tuned LR: the warmups tried, the best, and whether
     the best is an end of the searched range (the optimum may lie beyond it)."""
-    span = stored.manifest.get("warmup_range")
+    span = stored.manifest.warmup_range
     every = stored.stored_runs
     if not span or "group" not in every or stored.tuned.empty:
         return []

@@ -19,6 +19,7 @@ import numpy as np
 import pandas as pd
 
 from ablate.core.experiment import MIN_EFFECT
+from ablate.core.manifest import Manifest
 from ablate.core.sequential import ALPHA, look_alpha
 from ablate.report import boundaries, usable
 from ablate.report.analysis import holm, matched_differences, scored_split, variant_table
@@ -42,10 +43,10 @@ class Judging:
     alpha: float  # the level: α, or one look's with ``decide:``
 
 
-def look_level(manifest: dict) -> float:
+def look_level(manifest: Manifest) -> float:
     """The level each of ``decide:``'s looks tests at: α over its looks
     (:mod:`ablate.core.sequential`), else α."""
-    decided = manifest.get("decide")
+    decided = manifest.decide
     return look_alpha(len(decided["looks"])) if decided else ALPHA
 
 
@@ -69,9 +70,9 @@ def leading_verdicts(stored: StoredExperiment) -> dict[str, str]:
     there is one, else the shared LR's), its p Holm-adjusted with the shared A/B's, its TOST
     Bonferroni-adjusted, at one look's level. It decides when to stop adding seeds; the report
     judges the seeds it stopped at by the analysis plan."""
-    table, tuned = with_holm(*quality_tables(stored, stored.manifest["variants"]))
+    table, tuned = with_holm(*quality_tables(stored, stored.manifest.variants))
     how = Judging(
-        stored.manifest.get("min_effect", MIN_EFFECT),
+        stored.manifest.min_effect if stored.manifest.min_effect is not None else MIN_EFFECT,
         comparisons(table, tuned),
         look_level(stored.manifest),
     )
@@ -170,10 +171,10 @@ def quality_tables(
     return table, tuned
 
 
-def decide_lines(manifest: dict) -> list[str]:
+def decide_lines(manifest: Manifest) -> list[str]:
     """With ``decide:``: the seeds the leading comparison used, of how many, and why it
     stopped."""
-    decided = manifest.get("decide")
+    decided = manifest.decide
     if not decided:
         return []
     why = {
@@ -220,10 +221,10 @@ def lead_lines(
 ) -> list[str]:
     """Which comparison the evidence leads with, and why; a design too small to estimate its
     own noise is flagged."""
-    decided = stored.manifest.get("decide")
-    seeds = decided["seeds"] if decided else stored.manifest["seeds"]
+    decided = stored.manifest.decide
+    seeds = decided["seeds"] if decided else stored.manifest.seeds
     lines = []
-    curve_seeds = sorted({r["seed"] for r in stored.manifest["runs"] if r.get("group") == "curve"})
+    curve_seeds = sorted({r.seed for r in stored.manifest.runs if r.group == "curve"})
     if tuned is not None:
         search_seed = stored.studies.search_seed
         chosen = (
@@ -267,7 +268,7 @@ def summary_lines(
     """The evidence: every sentence carries the number behind it."""
     lines = ["## Evidence", ""]
     if stored.missing:
-        planned = len({r["run_id"] for r in stored.manifest["runs"]})
+        planned = len({r.run_id for r in stored.manifest.runs})
         lines.append(
             f"- **Partial results:** {len(stored.missing)} of {planned} planned runs have no "
             "result yet; everything below uses the runs that are stored."

@@ -20,7 +20,7 @@ from ablate.report.text import sig
 
 def usable_runs(stored: StoredExperiment) -> pd.DataFrame:
     """The ``usable`` stage's stored runs with their selection loss (``value``)."""
-    ids = {r["run_id"] for r in stored.manifest["runs"] if r.get("group") == "usable"}
+    ids = stored.manifest.group_ids("usable")
     mine = stored.runs[stored.runs["run_id"].isin(ids)]
     return mine.assign(value=selection_values(mine))
 
@@ -40,13 +40,13 @@ def seed_walks(runs: pd.DataFrame, variant: str, within: float) -> list[SeedWalk
 def usable_table(stored: StoredExperiment) -> pd.DataFrame:
     """Per variant: the optimum walked from, the geometric-mean edge and the seeds' range, the
     width in octaves, and the edge over the baseline's (geometric mean and range over seeds)."""
-    within = stored.manifest.get("usable_within")
+    within = stored.manifest.usable_within
     if within is None:
         return pd.DataFrame()
     runs = usable_runs(stored)
     if runs.empty:
         return pd.DataFrame()
-    variants = [v for v in stored.manifest["variants"] if v in set(runs["variant"])]
+    variants = [v for v in stored.manifest.variants if v in set(runs["variant"])]
     walks = {v: seed_walks(runs, v, within) for v in variants}
     rows = []
     for variant in variants:

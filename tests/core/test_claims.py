@@ -34,7 +34,7 @@ def test_a_claim_reaches_the_manifest_with_its_baseline_resolved(tmp_path: Path)
     manifest = plan_manifest(experiment, plan_runs(experiment))
     expected = {**CLAIM, "direction": "lower", "baseline": "ln", "runs": "main"}
     expected |= {"at": "one_lr", "mechanism": False}
-    assert manifest["claims"] == [expected]
+    assert manifest.claims == [expected]
 
 
 @pytest.mark.parametrize(

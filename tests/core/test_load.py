@@ -103,7 +103,7 @@ def test_settings_on_the_command_line_are_an_edit_of_the_file_and_are_recorded(
     ids = [s.run_id for s in plan_runs(set_here)]
     assert ids == [s.run_id for s in plan_runs(same)]  # the run ids follow the config
     manifest = plan_manifest(set_here, plan_runs(set_here))
-    assert manifest["command_line"] == set_here.command_line
+    assert manifest.command_line == set_here.command_line
     for bad, says in (
         ("train.lr", "give KEY=VALUE"),
         ("train.lrr=1", "with --set train.lrr=1: train.lrr: unknown key"),

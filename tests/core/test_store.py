@@ -18,6 +18,7 @@ import pytest
 
 from ablate.core import folders, store
 from ablate.core.folders import ExperimentFolder, RunFolder
+from ablate.core.manifest import Manifest
 from ablate.core.studies import BestTrial, SearchResult, StoredStudies
 
 
@@ -61,7 +62,7 @@ def test_only_finished_and_diverged_runs_count(tmp_path: Path) -> None:
 def test_empty_experiment_gives_an_empty_frame_with_the_contract_columns(tmp_path: Path) -> None:
     frame = store.load_summaries(ExperimentFolder(tmp_path / "nothing"))
     assert frame.empty and list(frame.columns) == list(store.SUMMARY_KEYS)
-    assert store.read_manifest(ExperimentFolder(tmp_path / "nothing"))["variants"] == []
+    assert store.read_manifest(ExperimentFolder(tmp_path / "nothing")).variants == []
 
 
 def test_load_results_gives_runs_metrics_and_probes(tmp_path: Path) -> None:
@@ -172,8 +173,8 @@ def test_an_experiment_folder_is_one_with_a_plan_or_a_run(tmp_path: Path) -> Non
     assert store.is_experiment(exp)
     (tmp_path / "r1" / "config.json").unlink()
     assert not store.is_experiment(exp)
-    store.write_manifest(exp, {"name": "x", "variants": [], "seeds": [0], "runs": []})
-    assert store.is_experiment(exp) and store.read_manifest(exp)["name"] == "x"
+    store.write_manifest(exp, Manifest("x", [], [0]))
+    assert store.is_experiment(exp) and store.read_manifest(exp).name == "x"
 
 
 def _claim_after(root: str, barrier: Any, take_over: bool, out: Any, done: Any) -> None:

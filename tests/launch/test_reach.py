@@ -74,8 +74,6 @@ def test_with_decide_the_plan_says_how_far_seeds_may_go(tmp_path: Path) -> None:
     assert "0 stored pair(s)" in line
     run_experiment(exp, results_dir=tmp_path / "results", report_dir=tmp_path / "reports")
     (line,) = reach_lines(exp, tmp_path / "results")[1:]
-    used = len(
-        store.read_manifest(ExperimentFolder(tmp_path / "results" / "tiny"))["decide"]["seeds"]
-    )
+    used = len(store.read_manifest(ExperimentFolder(tmp_path / "results" / "tiny")).decide["seeds"])
     assert used > 3 and f"over {used} stored pairs" in line  # the added seeds' pairs count
     assert line.endswith("(the file plans 3, up to 7 with decide:)")

@@ -118,7 +118,7 @@ def test_ln_vs_rms_on_the_simulator_finds_the_truth_at_every_stage(
     for variant in exp.variants:  # tuned at its curve's optimum: within 2^(1/4) of the truth
         lrs = set(tuned.loc[tuned["variant"] == variant, "lr"])
         assert len(lrs) == 1 and abs(math.log2(lrs.pop() / sim.truth(variant).opt_lr)) < 0.25
-    decided = store.read_manifest(result.folder)["decide"]  # the file's decide: section
+    decided = store.read_manifest(result.folder).decide  # the file's decide: section
     assert decided["stopped"] == "decided" and decided["seeds"][:3] == [0, 1, 2]
     assert sorted(tuned["seed"]) == sorted(2 * decided["seeds"])  # every seed it took, matched
     main = runs[runs["group"] == "main"].pivot(

@@ -9,6 +9,7 @@ import pandas as pd
 import pytest
 from scipy import stats
 
+from ablate.core.manifest import PlannedRun
 from ablate.report.analysis import (
     column,
     curve_band,
@@ -152,9 +153,7 @@ def _sweep(points: dict[float, list[tuple[str, bool, float | None]]]) -> tuple[l
     for lr, seeds in points.items():
         for seed, (status, stable, loss) in enumerate(seeds):
             run_id = f"{lr}-{seed}"
-            manifest.append(
-                {"group": "sweep", "variant": "ln", "seed": seed, "lr": lr, "run_id": run_id}
-            )
+            manifest.append(PlannedRun("ln", seed, run_id, "sweep", lr))
             runs.append(
                 {
                     "run_id": run_id,

@@ -18,7 +18,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
-from conftest import TINY, max_lr_result, write_experiment
+from conftest import TINY, max_lr_result, stored_manifest, write_experiment
 from scipy import stats
 
 from ablate.cli import main
@@ -151,8 +151,8 @@ def _partial_copy(finished: Path, dest: Path) -> Path:
     """The finished store with one run running, one failed and one never started."""
     shutil.copytree(finished, dest)
     manifest = store.read_manifest(ExperimentFolder(dest))
-    rms = [r for r in manifest["runs"] if r["group"] == "main" and r["variant"] == "rmsnorm"]
-    running, failed, gone = (dest / r["run_id"] for r in rms)
+    rms = [r for r in manifest.runs if r.group == "main" and r.variant == "rmsnorm"]
+    running, failed, gone = (dest / r.run_id for r in rms)
     (running / "summary.json").unlink()
     folders.write_json_atomic(running / "status.json", {"status": "running", "pid": os.getpid()})
     summary = json.loads((failed / "summary.json").read_text())
@@ -267,7 +267,7 @@ def _runs(diffs: list[float]) -> pd.DataFrame:
 class _Stored:
     missing: list[str] = []
     divergence_moved: list[str] = []
-    manifest = {"runs": [], "seeds": [0, 1, 2], "variants": ["ln", "rms"]}
+    manifest = stored_manifest(seeds=[0, 1, 2])
     main = _runs([0.01, -0.02, 0.04])
     tuned = pd.DataFrame()
     crossover = pd.DataFrame()
@@ -333,11 +333,7 @@ def test_a_comparison_with_unstable_runs_says_so_instead_of_a_verdict() -> None:
 
 def test_the_evidence_leads_with_the_tuned_comparison_without_adjusting_p() -> None:
     stored = _Stored()
-    stored.manifest = {
-        "runs": [{"group": "tuned", "run_id": "x"}],
-        "seeds": [0, 1],
-        "variants": ["ln", "rms"],
-    }
+    stored.manifest = stored_manifest(runs=[{"group": "tuned", "run_id": "x"}], seeds=[0, 1])
     stored.studies = StoredStudies(
         search_seed=2,
         max_lr={

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 import pytest
-from conftest import REPO
+from conftest import REPO, stored_manifest
 
 from ablate.report.crossover import TwoByTwo, crossover_table
 
@@ -33,7 +33,7 @@ def test_the_parts_of_a_two_by_two_are_its_cells_algebra() -> None:
 
 class _Stored:
     def __init__(self, runs: pd.DataFrame) -> None:
-        self.manifest = {"variants": ["layernorm", "rmsnorm"]}
+        self.manifest = stored_manifest(variants=["layernorm", "rmsnorm"])
         self.tuned = runs[runs["group"] == "tuned"]
         self.crossover = runs[runs["group"] == "crossover"]
 

@@ -7,6 +7,7 @@ import math
 import numpy as np
 import pandas as pd
 import pytest
+from conftest import stored_manifest
 from scipy import stats
 
 from ablate.report.factorial import (
@@ -49,7 +50,7 @@ def _design() -> Design:
             for p in ("pre", "post")
         },
     }
-    design = Design.from_manifest(manifest)
+    design = Design.from_manifest(stored_manifest(**manifest))
     assert design is not None
     return design
 
@@ -161,7 +162,7 @@ def test_factor_section_renders_every_table() -> None:
     assert "## Factors" in text and f"### {KIND} × {PLACE}" in text
     assert "first level" in text and "Interaction (effect of" in text
     assert len(effects) == 4 and text.count("\n| ") == (1 + 4) + (1 + 2)
-    assert Design.from_manifest({"grid": [], "factors": {}}) is None
+    assert Design.from_manifest(stored_manifest(grid=[], factors={})) is None
 
 
 def test_a_level_whose_runs_all_diverged_has_no_effect_and_is_not_the_first_level() -> None:

@@ -8,6 +8,7 @@ import math
 import numpy as np
 import pandas as pd
 import pytest
+from conftest import stored_manifest
 from scipy import stats
 
 from ablate.core.studies import StoredStudies
@@ -147,7 +148,7 @@ def test_probe_values_read_each_runs_last_probe_step() -> None:
 def _stored(main: pd.DataFrame, tuned: pd.DataFrame) -> StoredExperiment:
     empty = pd.DataFrame()
     return StoredExperiment(
-        manifest={},
+        manifest=stored_manifest(),
         runs=main,
         main=main,
         tuned=tuned,

@@ -4,8 +4,10 @@ and the rules read back from a stored plan (defaults for one stored before they 
 from __future__ import annotations
 
 import pytest
+from conftest import stored_manifest
 
 from ablate.core.experiment import AnalysisConfig
+from ablate.core.manifest import Manifest
 from ablate.report.plan import (
     CONVERT,
     DIVERGENCE,
@@ -26,14 +28,15 @@ from ablate.report.plan import (
 )
 
 
-def _manifest(**extra: object) -> dict:
-    return {
-        "variants": ["ln", "rms"],
-        "runs": [{"group": "main"}, {"group": "tuned"}, {"group": "crossover"}],
-        "stages": ["main", "curve", "tuned", "crossover", "usable", "decide", "max_lr"],
-        "decide": {"looks": [3, 5, 7, 9]},
-        **extra,
-    }
+def _manifest(**extra: object) -> Manifest:
+    return stored_manifest(
+        **{
+            "runs": [{"group": "main"}, {"group": "tuned"}, {"group": "crossover"}],
+            "stages": ["main", "curve", "tuned", "crossover", "usable", "decide", "max_lr"],
+            "decide": {"looks": [3, 5, 7, 9]},
+            **extra,
+        }
+    )
 
 
 def test_the_default_designs_family_and_its_levels() -> None:
@@ -57,16 +60,14 @@ def test_without_a_cross_over_no_tuned_gain_and_on_the_simulator_no_speed() -> N
     plan = analysis_plan(_manifest(), "same settings", simulated=True)
     assert [e.key for e in plan.estimands] == [MATCHED, USABLE, DIVERGENCE]
     shared = analysis_plan(
-        {"variants": ["ln", "rms"], "runs": [{"group": "main"}], "stages": ["main"]},
-        SHARED_LR,
-        simulated=True,
+        stored_manifest(runs=[{"group": "main"}], stages=["main"]), SHARED_LR, simulated=True
     )
     (only,) = shared.estimands
     assert only.share == 1.0 and only.level == pytest.approx(0.95)  # the whole of α
 
 
 def test_a_conversion_is_a_secondary_estimand_of_its_own() -> None:
-    manifest = {"variants": ["ln", "rms"], "runs": [], "stages": ["main", "convert"]}
+    manifest = stored_manifest(stages=["main", "convert"])
     plan = analysis_plan(manifest, SHARED_LR, simulated=True)
     assert [(e.key, e.variant, e.baseline, e.primary) for e in plan.estimands] == [
         (MATCHED, "rms", "ln", True),
@@ -76,12 +77,12 @@ def test_a_conversion_is_a_secondary_estimand_of_its_own() -> None:
 
 
 def test_a_grid_is_asked_about_its_factors() -> None:
-    manifest = {
-        "variants": ["ln.true", "ln.false", "rms.true", "rms.false"],
-        "grid": [["model.norm.kind", ["layernorm", "rmsnorm"]], ["model.norm.bias", [True, False]]],
-        "runs": [{"group": "main"}],
-        "stages": ["main", "max_lr"],
-    }
+    manifest = stored_manifest(
+        variants=["ln.true", "ln.false", "rms.true", "rms.false"],
+        grid=[["model.norm.kind", ["layernorm", "rmsnorm"]], ["model.norm.bias", [True, False]]],
+        runs=[{"group": "main"}],
+        stages=["main", "max_lr"],
+    )
     plan = analysis_plan(manifest, SHARED_LR)
     assert plan.primary == GRID
     assert [(e.key, e.contrast) for e in plan.estimands] == [
@@ -94,10 +95,11 @@ def test_a_grid_is_asked_about_its_factors() -> None:
 
 
 def test_the_rules_and_stages_read_back_from_any_stored_plan() -> None:
-    assert rules_of({"min_effect": 0.05}) == AnalysisConfig(min_effect=0.05)  # kept alone
-    stored = {"analysis": {"min_effect": 0.01, "alpha": 0.1, "lr_margin": 2.0}}
-    assert rules_of(stored).alpha == 0.1 and rules_of(stored).lr_margin == 2.0
-    older = {"runs": [{"group": "main"}, {"group": "tuned"}], "usable_within": 0.1}
+    assert rules_of(None, 0.05) == AnalysisConfig(min_effect=0.05)  # kept alone
+    stored = {"min_effect": 0.01, "alpha": 0.1, "lr_margin": 2.0}
+    assert rules_of(stored, None).alpha == 0.1 and rules_of(stored, 0.05).lr_margin == 2.0
+    assert rules_of(None, None) == AnalysisConfig()  # stored before either was kept
+    older = stored_manifest(runs=[{"group": "main"}, {"group": "tuned"}], usable_within=0.1)
     assert stages_of(older) == {"main", "tuned", "max_lr", "usable"}
-    assert primary_design({"runs": [{"group": "main"}]}, True, False) == SHARED_LR
+    assert primary_design(stored_manifest(runs=[{"group": "main"}]), True, False) == SHARED_LR
     assert primary_design(_manifest(), crossed=False, same=False) == "tuned"

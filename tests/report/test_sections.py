@@ -18,7 +18,7 @@ def test_the_report_is_the_registrys_sections_in_order(tmp_path: Path) -> None:
     exp = simulated_experiment(tmp_path, search={"n_trials": 3}, max_lr={"seeds": [0]})
     result = run_experiment(exp, tmp_path / "r", tmp_path / "rep")
     stored = load_experiment_results(result.folder)
-    ctx = ReportContext.of(stored, list(stored.manifest["variants"]))
+    ctx = ReportContext.of(stored, stored.manifest.variants)
     built = [section(ctx) for section in SECTIONS]
     assert all(isinstance(section, Section) for section in built)
     joined = [line for section in built for line in section.lines]

@@ -39,7 +39,7 @@ def run(ctx: Context) -> None:
     plan.specs = others + decide_stage(
         experiment, ctx.executor, ctx.folder, context, planned, ctx.say
     )
-    plan.decided = store.read_manifest(ctx.folder).get("decide")
+    plan.decided = store.read_manifest(ctx.folder).decide
 
 
 def decide_stage(

@@ -151,7 +151,7 @@ def test_the_usable_lr_is_walked_up_from_each_optimum_and_leads_the_stability_se
     runs = store.load_summaries(result.folder).set_index("run_id")
     tuned = runs[runs["group"] == "tuned"]
     table = pd.read_csv(result.report_dir / "usable_lr.csv").set_index("variant")
-    planned = pd.DataFrame(store.read_manifest(result.folder)["runs"])
+    planned = pd.DataFrame([r.stored() for r in store.read_manifest(result.folder).runs])
     for variant in ("layernorm", "rmsnorm"):
         walked = planned[(planned["group"] == "usable") & (planned["variant"] == variant)]
         optimum = tuned.loc[tuned["variant"] == variant, "lr"].iloc[0]

@@ -41,14 +41,14 @@ def _experiment(tmp_path: Path, gap: float, max_seeds: int, draw: int = 0, **ext
 
 def _seeds_of(results: Path) -> list[int]:
     manifest = store.read_manifest(ExperimentFolder(results / "tiny"))
-    return sorted({r["seed"] for r in manifest["runs"] if r["variant"] == "rmsnorm"})
+    return sorted({r.seed for r in manifest.runs if r.variant == "rmsnorm"})
 
 
 @pytest.mark.usefixtures("unrendered_figures")
 def test_a_large_gap_is_called_different_within_a_few_looks(tmp_path: Path) -> None:
     path = _experiment(tmp_path, gap=0.04, max_seeds=15)
     result = run_experiment(path, tmp_path / "results", tmp_path / "reports")
-    decided = store.read_manifest(result.folder)["decide"]
+    decided = store.read_manifest(result.folder).decide
     assert decided["stopped"] == "decided"
     assert decided["looks"] == [3, 5, 7, 9, 11, 13, 15]
     assert decided["alpha"] == 0.05 / 7
@@ -74,11 +74,11 @@ def test_no_gap_is_called_equivalent_and_a_larger_maximum_continues(tmp_path: Pa
     # a draw under which five seeds leave Δ = 0 inconclusive (draws 1-3 do; under draw 0 five
     # seeds already reach equivalence, which a null may)
     small = run_experiment(_experiment(tmp_path, 0.0, 5, draw=1), results, tmp_path / "r")
-    assert store.read_manifest(small.folder)["decide"]["stopped"] == "maximum"
+    assert store.read_manifest(small.folder).decide["stopped"] == "maximum"
     assert _seeds_of(results) == [0, 1, 2, 3, 4]
     first = {p: p.stat().st_mtime_ns for p in (results / "tiny").glob("*/summary.json")}
     again = run_experiment(_experiment(tmp_path, 0.0, 40, draw=1), results, tmp_path / "r")
-    decided = store.read_manifest(again.folder)["decide"]
+    decided = store.read_manifest(again.folder).decide
     assert decided["stopped"] == "decided"
     assert leading_verdicts(load_experiment_results(again.folder)) == {"rmsnorm": "equivalent"}
     assert _seeds_of(results) == sorted(decided["seeds"])
