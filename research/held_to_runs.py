@@ -75,7 +75,7 @@ from ablate.core.truth import SimulateConfig
 from research import REPO
 from research import fit_reference as fit
 from research import reference as ref
-from research.estimators import write_block
+from research.estimators import command_line, write_block
 
 PROTOCOL = REPO / "experiments/ln_vs_rms.yaml"
 REFERENCE_DESIGN = REPO / "experiments/reference.yaml"  # the model, data and budget simulated
@@ -977,7 +977,7 @@ def main(argv: list[str] | None = None) -> None:
     for block, text in tables.items():
         print(text, end="\n\n")
         if args.write is not None:
-            write_block(args.write, block, text)
+            write_block(args.write, block, text, command_line("research.held_to_runs", argv))
     if args.out is not None:
         args.out.write_text(report_text(args, tables), encoding="utf-8")
 

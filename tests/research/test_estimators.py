@@ -106,8 +106,20 @@ def test_an_estimator_is_one_function_and_one_entry(
 
 def test_the_docs_table_is_the_commands_output() -> None:
     doc = (REPO / "docs" / "stability-and-search.md").read_text(encoding="utf-8")
-    begin, end = estimators.markers(estimators.BLOCK)
-    block = doc.split(begin)[1].split(end)[0]
-    assert "python -m research.estimators experiments/ln_vs_rms.yaml" in block
+    command = "python -m research.estimators experiments/ln_vs_rms.yaml --replications 200"
+    begin, end = estimators.markers(
+        estimators.BLOCK, f"{command} --write docs/stability-and-search.md"
+    )
+    block = doc.split(begin)[1].split(end)[0]  # the opening comment names the command
     for name in ESTIMATORS:
         assert f"| `{name}`" in block
+
+
+def test_a_block_is_rewritten_between_markers_that_name_its_command(tmp_path: Path) -> None:
+    doc = tmp_path / "doc.md"
+    doc.write_text("before\n<!-- t:begin -->\nold\n<!-- t:end -->\nafter\n", encoding="utf-8")
+    estimators.write_block(doc, "t", "new", "python -m research.x --write doc.md")
+    begin, end = estimators.markers("t", "python -m research.x --write doc.md")
+    assert doc.read_text(encoding="utf-8") == f"before\n{begin}\nnew\n{end}\nafter\n"
+    estimators.write_block(doc, "t", "newer", "python -m research.x")  # found again by its name
+    assert "newer" in doc.read_text(encoding="utf-8") and "new\n" not in doc.read_text()
