@@ -24,6 +24,7 @@ from ablate.core.experiment import Experiment
 from ablate.core.plan import with_train
 from ablate.core.simulate import true_edge, warmup_gain
 from ablate.core.studies import BoundaryResult
+from ablate.launch.execute import Request
 from ablate.launch.max_lr import max_lr_start, probe_spec, run_max_lr
 from ablate.launch.simulator import SimulatedExecutor
 from research.replication import Outcome, two_variants, with_truth
@@ -106,7 +107,9 @@ def _brackets(
 
         def every_seed_stable(lr: float, variant: str = variant) -> bool:
             return all(
-                executor.obtain(probe_spec(design, variant, lr, seed), say=lambda _: None).stable
+                executor.obtain(
+                    Request(probe_spec(design, variant, lr, seed)), say=lambda _: None
+                ).stable
                 for seed in cfg.seeds or design.seeds
             )
 

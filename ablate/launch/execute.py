@@ -65,15 +65,14 @@ class Executor(Protocol):
 
     def obtain(
         self,
-        spec: RunSpec,
-        watch: EvalWatch | None = None,
-        take_over: bool = False,
+        request: Request,
         wait: bool = False,
         say: SayFn = print,
         progress: ProgressFn | None = None,
     ) -> RunRecord:
-        """The stored record of ``spec``, or run it now and store it (see :func:`obtain`);
-        ``progress`` sees (step, train loss) as it trains, where the executor reports steps."""
+        """The stored record of the request's run, or run it now and store it (see
+        :func:`obtain`): with ``wait``, a run another process holds is waited for; ``progress``
+        sees (step, train loss) as it trains, where the executor reports steps."""
 
     def run(self, specs: list[RunSpec]) -> list[RunRecord]:
         """Every spec not yet done; the records of all of them (stored and new)."""
@@ -102,7 +101,7 @@ def obtain_each(executor: Executor, requests: list[Request], say: SayFn) -> list
     found: list[Obtained] = []
     for request in requests:
         try:
-            found.append(executor.obtain(request.spec, request.watch, request.take_over, True, say))
+            found.append(executor.obtain(request, True, say))
         except Exception as exc:
             found.append(exc)
     return found
@@ -302,15 +301,14 @@ class LocalExecutor:
 
     def obtain(
         self,
-        spec: RunSpec,
-        watch: EvalWatch | None = None,
-        take_over: bool = False,
+        request: Request,
         wait: bool = False,
         say: SayFn = print,
         progress: ProgressFn | None = None,
     ) -> RunRecord:
         """Reuse or train one run here (:func:`obtain`), with ``threads`` torch threads when
         they are set (a Slurm task's ``cpus_per_task``; a study worker has set its own)."""
+        spec, watch, take_over = request.spec, request.watch, request.take_over
         with torch_threads(self.threads) if self.threads else nullcontext():
             return obtain(spec, self.root, progress, watch, take_over, wait, say)
 

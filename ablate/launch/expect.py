@@ -30,7 +30,7 @@ from ablate.core.experiment import Experiment
 from ablate.core.plan import RunSpec
 from ablate.core.record import RunRecord
 from ablate.launch.estimate import Stored, stored_counts
-from ablate.launch.execute import EvalWatch, Obtained, ProgressFn, Request, SayFn, split_done
+from ablate.launch.execute import Obtained, ProgressFn, Request, SayFn, split_done
 from ablate.launch.pipeline import run_experiment
 from ablate.launch.simulator import SimulatedExecutor
 from ablate.report.answer import HEADING
@@ -58,17 +58,15 @@ class CountingExecutor:
 
     def obtain(
         self,
-        spec: RunSpec,
-        watch: EvalWatch | None = None,
-        take_over: bool = False,
+        request: Request,
         wait: bool = False,
         say: SayFn = print,
         progress: ProgressFn | None = None,
     ) -> RunRecord:
         """The run, queued where it is not stored yet (a trial or probe)."""
-        _, pending = split_done([spec], self.root)
+        _, pending = split_done([request.spec], self.root)
         self.queue(len(pending))
-        return self.inner.obtain(spec, watch, take_over, wait, say, progress)
+        return self.inner.obtain(request, wait, say, progress)
 
     def obtain_all(self, requests: list[Request], say: SayFn = print) -> list[Obtained]:
         """The requests not stored yet, queued at once (a search round's trials)."""

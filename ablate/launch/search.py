@@ -173,7 +173,7 @@ def run_search(
 
     def objective(trial: optuna.Trial) -> float:
         request = propose(trial)
-        record = executor.obtain(request.spec, request.watch, request.take_over, True, say)
+        record = executor.obtain(request, True, say)
         return score(trial, record)
 
     deadline = time.monotonic() + (cfg.timeout_s or math.inf)

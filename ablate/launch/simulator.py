@@ -168,16 +168,15 @@ class SimulatedExecutor:
 
     def obtain(
         self,
-        spec: RunSpec,
-        watch: EvalWatch | None = None,
-        take_over: bool = False,
+        request: Request,
         wait: bool = False,
         say: SayFn = print,
         progress: ProgressFn | None = None,
     ) -> RunRecord:
-        """The stored record of ``spec``, else simulate and store it (a simulated run
-        reports no steps: ``progress`` is not called)."""
-        attempt = lambda: simulate_and_store(spec, self.root, watch, take_over)  # noqa: E731
+        """The stored record of the request's run, else simulate and store it (a simulated
+        run reports no steps: ``progress`` is not called)."""
+        spec = request.spec
+        attempt = lambda: simulate_and_store(spec, self.root, request.watch, request.take_over)  # noqa: E731
         return obtain_with(attempt, spec, self.root, wait, say)
 
     def obtain_all(self, requests: list[Request], say: SayFn = print) -> list[Obtained]:
@@ -193,7 +192,7 @@ class SimulatedExecutor:
         claimed = 0
         for spec in pending:
             try:
-                summaries.append(self.obtain(spec))
+                summaries.append(self.obtain(Request(spec)))
             except store.RunClaimed:
                 claimed += 1
         if pending and self.console is not None:

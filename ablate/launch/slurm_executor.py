@@ -23,7 +23,6 @@ from ablate.core.folders import ExperimentFolder, read_json
 from ablate.core.plan import RunSpec
 from ablate.core.record import RunRecord
 from ablate.launch.execute import (
-    EvalWatch,
     Executor,
     Obtained,
     ProgressFn,
@@ -105,18 +104,17 @@ class SlurmExecutor:
 
     def obtain(
         self,
-        spec: RunSpec,
-        watch: EvalWatch | None = None,
-        take_over: bool = False,
+        request: Request,
         wait: bool = False,
         say: SayFn = print,
         progress: ProgressFn | None = None,
     ) -> RunRecord:
-        """The stored record of ``spec``, else queued for the tasks and waited for (its
-        steps go to the run's progress file, not to ``progress``)."""
+        """The stored record of the request's run, else queued for the tasks and waited for
+        (its steps go to the run's progress file, not to ``progress``)."""
+        spec = request.spec
 
         def attempt() -> RunRecord:
-            found = self._through_jobs([Request(spec, watch, take_over)], say)[spec.run_id]
+            found = self._through_jobs([request], say)[spec.run_id]
             if found.record is None:
                 raise SlurmError(f"run {spec.run_id}: {found.why}")
             return found.record

@@ -214,9 +214,7 @@ def obtain_here(task: Executor, request: Request, folder: ExperimentFolder) -> O
     spec = request.spec
     report = ProgressFile(folder.run(spec.run_id).progress)
     try:
-        record = task.obtain(
-            spec, request.watch, request.take_over, wait=True, say=print, progress=report
-        )
+        record = task.obtain(request, wait=True, say=print, progress=report)
     except Exception as exc:
         if store_fault_cause(exc) is not None:
             raise

@@ -15,7 +15,7 @@ from ablate.core.folders import ExperimentFolder, RunFolder
 from ablate.core.load import load_experiment
 from ablate.core.plan import RunSpec, plan_runs
 from ablate.core.record import RunRecord
-from ablate.launch.execute import execute
+from ablate.launch.execute import Request, execute
 
 
 def _folder(root: Path, spec: RunSpec) -> RunFolder:
@@ -85,7 +85,7 @@ def test_a_done_runs_claim_left_by_a_dead_process_is_removed_a_live_ones_kept(
     path = write_experiment(tmp_path / "e.yaml", runtime={"backend": "simulate"})
     specs = plan_runs(load_experiment(path))[:2]
     for spec in specs:
-        SimulatedExecutor(tmp_path / "results").obtain(spec)
+        SimulatedExecutor(tmp_path / "results").obtain(Request(spec))
     folder = ExperimentFolder.of(tmp_path / "results", "tiny")
     dead = subprocess.Popen(["true"])
     dead.wait()  # killed between storing its summary and releasing its claim
@@ -175,7 +175,7 @@ def test_obtain_all_trains_a_rounds_runs_side_by_side_with_their_bits_alone(
 ) -> None:
     from conftest import tiny_config
 
-    from ablate.launch.execute import LocalExecutor, Request
+    from ablate.launch.execute import LocalExecutor
     from ablate.launch.workers import torch_threads
     from ablate.training.run import execute_run
 
@@ -196,7 +196,7 @@ def test_obtain_all_of_one_worker_trains_a_round_here_one_after_another(
     from conftest import tiny_config
 
     from ablate.launch import execute
-    from ablate.launch.execute import LocalExecutor, Request
+    from ablate.launch.execute import LocalExecutor
 
     def no_pool(*args: object, **kwargs: object) -> None:
         raise AssertionError("a pool was started")

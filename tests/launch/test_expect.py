@@ -11,6 +11,7 @@ from ablate.cli import main
 from ablate.core.cluster import SlurmConfig
 from ablate.core.plan import plan_runs
 from ablate.core.stages import study_runs
+from ablate.launch.execute import Request
 from ablate.launch.expect import CountingExecutor, simulate_design
 
 SEARCH = {"n_trials": 3, "lr_min": 1e-3, "lr_max": 0.1, "warmup_max": 10}
@@ -26,13 +27,13 @@ def test_queued_runs_are_served_by_the_tasks_already_running(tmp_path: Path) -> 
     assert (counter.submissions, counter.tasks) == (1, 4)  # 6 runs over 4 slots, 2 a task
     counter.run(specs[:6])  # all stored: nothing is submitted
     assert (counter.submissions, counter.tasks) == (1, 4)
-    counter.obtain(specs[6], wait=True)  # a trial or probe: a task still serving takes it
+    counter.obtain(Request(specs[6]), wait=True)  # a trial or probe: a task still serving takes it
     assert (counter.submissions, counter.tasks) == (1, 4)
     counter.run(specs[7:])  # 5 more: one task's last run, then fresh tasks for 4
     assert (counter.submissions, counter.tasks) == (3, 6)
     idle = CountingExecutor(tmp_path / "idle", SlurmConfig(array_parallelism=4, task_idle_s=0))
     idle.run(specs[:2])
-    idle.obtain(specs[2], wait=True)  # tasks that do not wait: a submission per call
+    idle.obtain(Request(specs[2]), wait=True)  # tasks that do not wait: a submission per call
     assert (idle.submissions, idle.tasks) == (2, 3)
     one_each = SlurmConfig(array_parallelism=4, runs_per_task=1)
     packed = CountingExecutor(tmp_path / "packed", one_each, slots=4)  # runs_per_device 4

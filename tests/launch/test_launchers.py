@@ -21,7 +21,7 @@ from ablate.core.launchers import launcher_names
 from ablate.core.load import load_experiment
 from ablate.core.plan import RunSpec, plan_runs
 from ablate.launch.backends import make_executor
-from ablate.launch.execute import Executor
+from ablate.launch.execute import Executor, Request
 from ablate.launch.launchers import every_launcher, launcher, resources_for
 from ablate.launch.status import run_states
 
@@ -83,7 +83,7 @@ def test_a_second_call_and_obtain_reuse_the_stored_runs(
     written = {run_id: folder.run(run_id).summary.stat().st_mtime_ns for run_id in first}
     again = {s.run_id: s for s in executor.run(specs)}
     assert again == first
-    assert executor.obtain(specs[0], wait=True) == first[specs[0].run_id]
+    assert executor.obtain(Request(specs[0]), wait=True) == first[specs[0].run_id]
     assert {r: folder.run(r).summary.stat().st_mtime_ns for r in first} == written
 
 

@@ -16,7 +16,6 @@ from conftest import search_workers, simulated_experiment, study_trials, write_e
 from ablate.core.boundary import lattice_index, lattice_lr
 from ablate.core.experiment import Experiment
 from ablate.core.load import load_experiment
-from ablate.core.plan import RunSpec
 from ablate.core.record import RunRecord
 from ablate.core.simulate import edges, true_edge
 from ablate.core.studies import BoundaryResult, Probe
@@ -34,11 +33,11 @@ class InterruptedExecutor(SimulatedExecutor):
         super().__init__(root)
         self.calls, self.at = 0, at
 
-    def obtain(self, spec: RunSpec, *args: Any, **kwargs: Any) -> RunRecord:
+    def obtain(self, request: Request, *args: Any, **kwargs: Any) -> RunRecord:
         self.calls += 1
         if self.calls == self.at:
             raise KeyboardInterrupt
-        return super().obtain(spec, *args, **kwargs)
+        return super().obtain(request, *args, **kwargs)
 
 
 class RoundCounter(SimulatedExecutor):

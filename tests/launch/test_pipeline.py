@@ -26,6 +26,7 @@ from ablate.core.load import load_experiment
 from ablate.core.plan import RunSpec
 from ablate.core.record import RunRecord
 from ablate.launch import pipeline
+from ablate.launch.execute import Request
 from ablate.launch.pipeline import Context, run_experiment, run_studies_only
 from ablate.launch.resources import Resources
 from ablate.launch.simulator import SimulatedExecutor
@@ -352,9 +353,9 @@ class CutOnce(SimulatedExecutor):
             self.marker.touch()
             raise KeyboardInterrupt
 
-    def obtain(self, spec: RunSpec, *args: Any, **kwargs: Any) -> RunRecord:
-        self._maybe_cut([spec])
-        return super().obtain(spec, *args, **kwargs)
+    def obtain(self, request: Request, *args: Any, **kwargs: Any) -> RunRecord:
+        self._maybe_cut([request.spec])
+        return super().obtain(request, *args, **kwargs)
 
     def run(self, specs: list[RunSpec]) -> list[RunRecord]:
         self._maybe_cut(specs)

@@ -21,7 +21,7 @@ from ablate.core.load import load_experiment
 from ablate.core.plan import RunSpec
 from ablate.core.simulate import true_edge, valley_loss
 from ablate.core.store import SUMMARY_KEYS
-from ablate.launch.execute import EvalWatch, Obtained, Request, SayFn, obtain_each
+from ablate.launch.execute import Obtained, Request, SayFn, obtain_each
 from ablate.launch.pipeline import PipelineResult, run_experiment
 from ablate.launch.simulator import SimulatedExecutor
 
@@ -65,14 +65,12 @@ class RecordingExecutor:
 
     def obtain(
         self,
-        spec: RunSpec,
-        watch: EvalWatch | None = None,
-        take_over: bool = False,
+        request: Request,
         wait: bool = False,
         say: SayFn = print,
     ) -> dict[str, Any]:
-        self.seen.append(spec)
-        return self.inner.obtain(spec, watch, take_over, wait, say)
+        self.seen.append(request.spec)
+        return self.inner.obtain(request, wait, say)
 
     def run(self, specs: list[RunSpec]) -> list[dict[str, Any]]:
         self.seen.extend(specs)
@@ -148,7 +146,7 @@ def test_a_simulated_run_is_stored_as_a_trained_one_and_reused(tmp_path: Path) -
     exp = simulated_ln_vs_rms(tmp_path)
     spec = RunSpec(exp.name, "rmsnorm", 0, exp.variants["rmsnorm"])
     executor = SimulatedExecutor(tmp_path)
-    summary = executor.obtain(spec)
+    summary = executor.obtain(Request(spec))
     assert set(SUMMARY_KEYS) <= summary.to_json().keys() and summary.stable is True
     folder = ExperimentFolder.of(tmp_path, exp.name).run(spec.run_id)
     assert json.loads(folder.summary.read_text()) == summary.to_json()
@@ -214,9 +212,9 @@ def test_a_paced_run_lasts_its_pace_and_keeps_its_id(tmp_path: Path) -> None:
     paced = RunSpec(exp.name, "rmsnorm", 0, paced_cfg)
     assert paced.run_id == spec.run_id  # the pace changes no result, so no id
     started = time.perf_counter()
-    summary = SimulatedExecutor(tmp_path).obtain(paced)
+    summary = SimulatedExecutor(tmp_path).obtain(Request(paced))
     assert time.perf_counter() - started >= 0.5
-    unpaced = SimulatedExecutor(tmp_path / "unpaced").obtain(spec)
+    unpaced = SimulatedExecutor(tmp_path / "unpaced").obtain(Request(spec))
     assert summary == dataclasses.replace(unpaced, wall_time_s=summary.wall_time_s)
 
 
