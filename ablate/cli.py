@@ -105,6 +105,9 @@ def installed_version() -> str:
         return "unknown"
 
 
+Subcommands = argparse._SubParsersAction  # what add_subparsers returns: one parser per command
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of every sub-command."""
     parser = argparse.ArgumentParser(
@@ -114,7 +117,17 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"ablate {installed_version()}")
     sub = parser.add_subparsers(dest="command", required=True)
+    _add_run(sub)
+    _add_search(sub)
+    _add_validate(sub)
+    _add_bench(sub)
+    _add_status(sub)
+    _add_report(sub)
+    return parser
 
+
+def _add_run(sub: Subcommands) -> None:
+    """``ablate run``: every stage of an experiment and its report."""
     run = sub.add_parser(
         "run",
         help="every stage: shared-LR A/B (+ sweep), search, tuned A/B, max stable LR, convert, "
@@ -128,11 +141,17 @@ def build_parser() -> argparse.ArgumentParser:
         help="root of the reports; the report goes to <dir>/<experiment>/ (default: reports/)",
     )
 
+
+def _add_search(sub: Subcommands) -> None:
+    """``ablate search``: the Optuna studies alone."""
     search = sub.add_parser(
         "search", help="run or continue only the Optuna studies (search: and max_lr:)"
     )
     _add_execution_args(search)
 
+
+def _add_validate(sub: Subcommands) -> None:
+    """``ablate validate``: the file checked, its plan and cost printed."""
     validate = sub.add_parser("validate", help="check an experiment file; print the plan and cost")
     validate.add_argument("experiment", type=Path, help="experiment YAML file")
     validate.add_argument("--workers", type=int, default=None, help="as for run")
@@ -157,6 +176,9 @@ def build_parser() -> argparse.ArgumentParser:
         "and print the verdicts and seeds it would reach; nothing is stored",
     )
 
+
+def _add_bench(sub: Subcommands) -> None:
+    """``ablate bench``: the norm kernels and training steps timed, or inference measured."""
     bench = sub.add_parser(
         "bench", help="time every norm kernel and the training step of each variant"
     )
@@ -197,6 +219,9 @@ def build_parser() -> argparse.ArgumentParser:
         "--results-dir", type=Path, default=None, help="--inference: use the stored weights"
     )
 
+
+def _add_status(sub: Subcommands) -> None:
+    """``ablate status``: where an experiment's runs stand."""
     status = sub.add_parser(
         "status",
         help="where an experiment's runs stand: per stage done, failed, interrupted, running, "
@@ -208,6 +233,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="an experiment's results folder, e.g. results/ln_vs_rms (or a root holding one)",
     )
 
+
+def _add_report(sub: Subcommands) -> None:
+    """``ablate report``: the report rebuilt from stored results."""
     report = sub.add_parser("report", help="rebuild tables and figures from stored results")
     report.add_argument(
         "results", type=Path, help="an experiment's results folder, e.g. results/ln_vs_rms"
@@ -219,7 +247,6 @@ def build_parser() -> argparse.ArgumentParser:
         help="report folder (default: where ablate run last wrote this experiment's report, "
         "else reports/<experiment>/)",
     )
-    return parser
 
 
 def os_error_line(exc: OSError) -> str:
