@@ -36,6 +36,7 @@ from ablate.core.studies import StoredStudies
 from ablate.launch.preflight import check_inputs
 from ablate.launch.progress import StepsLeft
 from ablate.launch.step_times import StepTime, now, stored_step_times, time_key
+from ablate.launch.workers import torch_threads
 from ablate.nn.model import count_parameters
 from ablate.nn.sources import build_model
 from ablate.training.data import Corpus
@@ -106,9 +107,8 @@ def describe_plan(
     measured: dict[str, tuple[int, StepTime | None]] = {}  # one build per distinct model
     timed: dict[str, StepTime] = {}
     cached = {} if time_now else stored_step_times()
-    before = torch.get_num_threads()
-    torch.set_num_threads(threads)
-    try:
+    left: dict[str, int] = {}  # runs left to train per group, over the variants
+    with torch_threads(threads):
         for name, cfg in experiment.variants.items():
             corpus = corpora[name]
             key = step_key(cfg, corpus)
@@ -125,6 +125,8 @@ def describe_plan(
             parameters, found = measured[key]
             step_time = found.step_s if found else math.nan
             extra = runs_left(experiment, name, cfg, held)
+            for group, (n, _) in extra.items():
+                left[group] = left.get(group, 0) + n
             seeds = extra.pop("main")[0]
             run_time = estimate_run_time(cfg, step_time, len(corpus.val)) + RUN_SETUP_S
             extra_time = stages_time(extra, step_time)
@@ -149,18 +151,13 @@ def describe_plan(
                     "est_variant_time_s": run_time * seeds + extra_time,
                 }
             )
-    finally:
-        torch.set_num_threads(before)
     table = pd.DataFrame(rows)
     runs = int(table["seeds"].sum()) + int(
         table[[c for c in table if c.endswith("_runs")]].fillna(0).to_numpy().sum()
     )
     parallel = max(1, min(workers, runs))
-    training = None
-    if stored is not None:  # a pool starts only for a stage with runs left to train
-        left = table[[c for c in table if c.endswith("_runs")]].fillna(0).sum()
-        training = {c.removesuffix("_runs") for c, n in left.items() if n > 0}
-        training |= {"main"} if int(table["seeds"].sum()) else set()
+    # a pool starts only for a stage with runs left to train
+    training = {group for group, n in left.items() if n > 0} if stored is not None else None
     fixed = fixed_costs(experiment, training)
     most_s = float(table["est_variant_time_s"].sum())
     wall = most_s / parallel + fixed
