@@ -49,6 +49,9 @@ import os, signal, sys, tempfile, threading, time
 from pathlib import Path
 from multiprocessing import forkserver
 from ablate.launch.workers import READY_ENV, pool_context, start_server
+# Ctrl-C raises here as in ablate's own process, whatever this one inherited (a shell that
+# started the test run in the background leaves SIGINT ignored, and so its children)
+signal.signal(signal.SIGINT, signal.default_int_handler)
 # an import as slow as torch and Lightning's on a busy machine, however fast this one is: the
 # Ctrl-C below always lands while the server imports
 slow = Path(tempfile.mkdtemp())
