@@ -25,14 +25,21 @@ if TYPE_CHECKING:
     from ablate.core.experiment import Experiment
 
 
-def cmd_run(args: argparse.Namespace, console: Console) -> int:
-    """Run every stage of an experiment (:mod:`ablate.launch.pipeline`) and print the outcome."""
+def _load(args: argparse.Namespace) -> Experiment:
+    """The experiment ``run`` or ``search`` trains, with ``--backend``, ``--launcher``,
+    ``--set`` and ``--seeds`` applied, once ``--workers`` and ``--threads`` are checked."""
     from ablate.core.load import load_experiment
-    from ablate.launch.pipeline import run_experiment
 
     positive(args.workers, "--workers")
     positive(args.threads, "--threads")
-    experiment = load_experiment(args.experiment, args.backend, args.launcher, settings_of(args))
+    return load_experiment(args.experiment, args.backend, args.launcher, settings_of(args))
+
+
+def cmd_run(args: argparse.Namespace, console: Console) -> int:
+    """Run every stage of an experiment (:mod:`ablate.launch.pipeline`) and print the outcome."""
+    from ablate.launch.pipeline import run_experiment
+
+    experiment = _load(args)
     warn_impure(experiment, console)
     if experiment.scale is not None:
         return _run_scaled(args, experiment, console)
@@ -82,13 +89,10 @@ def _run_scaled(args: argparse.Namespace, experiment: Experiment, console: Conso
 
 def cmd_search(args: argparse.Namespace, console: Console) -> int:
     """Run (or continue) the experiment's search and max-LR studies."""
-    from ablate.core.load import load_experiment
     from ablate.launch.backends import start_trainer_early, studies_use_a_pool
     from ablate.launch.pipeline import Context, run_studies_only
 
-    positive(args.workers, "--workers")
-    positive(args.threads, "--threads")
-    experiment = load_experiment(args.experiment, args.backend, args.launcher, settings_of(args))
+    experiment = _load(args)
     if experiment.scale is not None:
         raise UsageError(f"{args.experiment}: has a scale: section; run it with ablate run")
     if experiment.search is None and experiment.max_lr is None:
