@@ -325,7 +325,7 @@ def _dispatch(argv: list[str] | None) -> int:
     args = build_parser().parse_args(argv)
     from rich.console import Console
 
-    from ablate.core.config import ConfigError, DataError
+    from ablate.core.errors import ConfigError, DataError
     from ablate.core.store import StoreFault
 
     console = Console(soft_wrap=True)  # long lines stay whole in logs

@@ -6,7 +6,7 @@ the metrics the runs record and the stages that make them (:func:`check_claims`)
 from __future__ import annotations
 
 from ablate.core.claims import LOSSES, OUTCOMES
-from ablate.core.config import ConfigError
+from ablate.core.errors import ConfigError
 from ablate.core.experiment import Experiment
 
 

@@ -5,8 +5,9 @@ An experiment file is YAML with a *base* (``data``, ``model``, ``train``, ``runt
 ``seeds`` and named ``variants``. Each variant is a mapping of dotted keys to values
 (``model.norm.kind: rmsnorm``) applied to the base before validation, so any field can be
 ablated; the file's other sections and the resolved experiment are in
-:mod:`ablate.core.experiment`. Every problem raises :class:`ConfigError` with one line that names
-the file, the key and what is allowed (:mod:`ablate.core.load` raises and words those lines).
+:mod:`ablate.core.experiment`. Every problem raises :class:`~ablate.core.errors.ConfigError`
+with one line that names the file, the key and what is allowed (:mod:`ablate.core.load` raises
+and words those lines).
 """
 
 from __future__ import annotations
@@ -29,15 +30,6 @@ NormImpl = Literal["auto", "reference", "torch", "cpp"]
 
 NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 Seed = Annotated[int, Field(ge=0, lt=SEED_LIMIT)]
-
-
-class ConfigError(ValueError):
-    """A problem with an experiment file, as one line: ``FILE: KEY: what is wrong; allowed``."""
-
-
-class DataError(ValueError):
-    """A corpus that cannot be used, as one line naming the file and the problem (raised by
-    :mod:`ablate.training.data`; here so that catching it does not load torch)."""
 
 
 class NormConfig(StrictSection):

@@ -26,7 +26,8 @@ import yaml
 from pydantic import ValidationError
 
 from ablate.core.checks import check_claims, check_decide
-from ablate.core.config import NAME_PATTERN, SEED_LIMIT, ConfigError, RunConfig
+from ablate.core.config import NAME_PATTERN, SEED_LIMIT, RunConfig
+from ablate.core.errors import ConfigError
 from ablate.core.experiment import ConvertConfig, ConvertPlan, Experiment, ExperimentFile
 from ablate.core.norm_kinds import KIND_KEYS
 from ablate.core.overrides import (
@@ -38,7 +39,7 @@ from ablate.core.overrides import (
     set_dotted,
     unread_key,
 )
-from ablate.core.schema import allowed_keys, section_model
+from ablate.core.validation import format_validation
 
 # logger name -> the packages that provide it (any one of them will do)
 LOGGER_PACKAGES: dict[str, tuple[str, ...]] = {
@@ -73,35 +74,12 @@ class _UniqueKeyLoader(yaml.SafeLoader):
         return super().construct_mapping(node, deep=deep)
 
 
-def _describe_error(error: dict[str, Any]) -> str:
-    """One readable clause for one pydantic error, naming the key and what is allowed."""
-    loc = [str(p) for p in error["loc"]]
-    key = ".".join(loc) or "(top level)"
-    if error["type"] == "extra_forbidden":
-        parent = loc[:-1]
-        owner = (section_model(parent) if parent else None) or section_model(parent, ExperimentFile)
-        allowed = allowed_keys(owner) if owner is not None else "see docs/experiments.md"
-        return f"{key}: unknown key; allowed: {allowed}"
-    message = error["msg"].removeprefix("Value error, ")
-    if error["type"] == "value_error":
-        return message
-    value = error.get("input")
-    got = f"got {value!r}; " if value is not None and not isinstance(value, dict) else ""
-    return f"{key}: {got}{message[0].lower()}{message[1:]}"
-
-
-def format_validation(exc: ValidationError, where: str) -> ConfigError:
-    """A pydantic error as the one line of a config error: its first problem, and how many
-    more there are."""
-    errors = exc.errors()
-    first = _describe_error(errors[0])
-    more = f" (and {len(errors) - 1} more problem(s))" if len(errors) > 1 else ""
-    return ConfigError(f"{where}: {first}{more}")
-
-
 def _read_yaml(path: Path) -> dict[str, Any]:
     if not path.is_file():
-        raise ConfigError(f"{path}: file not found (give the path to an experiment .yaml file)")
+        raise ConfigError(
+            f"{path}: file not found (give the path to an experiment .yaml file)",
+            code="file_not_found",
+        )
     try:
         raw = yaml.load(path.read_text(encoding="utf-8"), Loader=_UniqueKeyLoader)  # noqa: S506
     except UnicodeDecodeError:
@@ -110,7 +88,7 @@ def _read_yaml(path: Path) -> dict[str, Any]:
         mark = getattr(exc, "problem_mark", None)
         where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
         problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
-        raise ConfigError(f"{path}: YAML syntax error at {where}{problem}") from None
+        raise ConfigError(f"{path}: YAML syntax error at {where}{problem}", code="yaml") from None
     if raw is None:
         raw = {}
     if not isinstance(raw, dict):
@@ -148,9 +126,15 @@ def _check_data_file(config: RunConfig, where: str) -> None:
     data = config.data
     if data.path is not None and data.source in ("text_file", "tokens_file"):
         if not Path(data.path).is_file():
-            raise ConfigError(f"{where}: data.path: file not found: {data.path}")
+            raise ConfigError(
+                f"{where}: data.path: file not found: {data.path}", "data.path", "file_not_found"
+            )
     if data.val_path is not None and not Path(data.val_path).is_file():
-        raise ConfigError(f"{where}: data.val_path: file not found: {data.val_path}")
+        raise ConfigError(
+            f"{where}: data.val_path: file not found: {data.val_path}",
+            "data.val_path",
+            "file_not_found",
+        )
 
 
 def _check_loggers(config: RunConfig, where: str) -> None:
@@ -175,13 +159,17 @@ def _check_budget(config: RunConfig, where: str) -> None:
     if config.steps() < 1:
         raise ConfigError(
             f"{where}: train.tokens: {config.train.tokens} buys no step; it must be at least "
-            f"train.batch_size * model.seq_len = {config.tokens_per_step()}"
+            f"train.batch_size * model.seq_len = {config.tokens_per_step()}",
+            "train.tokens",
+            "no_step",
         )
     if config.train.warmup_steps >= config.steps():
         raise ConfigError(
             f"{where}: train.warmup_steps: {config.train.warmup_steps} is not below the run's "
             f"{config.steps()} steps (train.tokens / (batch_size * seq_len)): the learning rate "
-            "would never reach its peak; give fewer warmup steps or more tokens"
+            "would never reach its peak; give fewer warmup steps or more tokens",
+            "train.warmup_steps",
+            "no_peak",
         )
 
 
@@ -306,10 +294,16 @@ def resolve_experiment(
     if not NAME_PATTERN.match(name):
         raise ConfigError(f"{where}: name: {name!r} is not allowed; use letters, digits, _ . -")
     if len(set(top.seeds)) != len(top.seeds):
-        raise ConfigError(f"{where}: seeds: {top.seeds} has duplicates; give distinct integers")
+        raise ConfigError(
+            f"{where}: seeds: {top.seeds} has duplicates; give distinct integers",
+            "seeds",
+            "repeats",
+        )
     if any(not 0 <= seed < SEED_LIMIT - 1 for seed in top.seeds):  # the search's is one above
         raise ConfigError(
-            f"{where}: seeds: {top.seeds}: seeds must be integers >= 0 and < 2**32 - 1"
+            f"{where}: seeds: {top.seeds}: seeds must be integers >= 0 and < 2**32 - 1",
+            "seeds",
+            "less_than",
         )
     base_raw = {
         "data": _resolve_paths(top.data, path.parent),
@@ -324,13 +318,17 @@ def resolve_experiment(
     clash = sorted(set(named) & set(factors))
     if clash:
         raise ConfigError(
-            f"{where}: variants.{clash[0]}: the grid makes a variant of that name too"
+            f"{where}: variants.{clash[0]}: the grid makes a variant of that name too",
+            f"variants.{clash[0]}",
+            "name_taken",
         )
     variant_raws = {**factors, **named}  # grid first: its first combination is the baseline
     if not variant_raws:
         raise ConfigError(
             f"{where}: variants: none given; name at least one under variants: or grid: "
-            "(the base alone is variants: {base: {}})"
+            "(the base alone is variants: {base: {}})",
+            "variants",
+            "empty",
         )
     variants: dict[str, RunConfig] = {}
     resolved_overrides: dict[str, dict[str, Any]] = {}
@@ -351,7 +349,9 @@ def resolve_experiment(
         if fingerprint in seen:
             raise ConfigError(
                 f"{at}: resolves to the same run as {seen[fingerprint]}; each variant must "
-                "change something (placement none has no norm: its kind does not matter)"
+                "change something (placement none has no norm: its kind does not matter)",
+                label,
+                "same_run",
             )
         seen[fingerprint] = label
         variants[str(vname)] = config

@@ -21,7 +21,8 @@ from typing import Any
 
 import yaml
 
-from ablate.core.config import ConfigError, RunConfig
+from ablate.core.config import RunConfig
+from ablate.core.errors import ConfigError
 from ablate.core.experiment import Experiment
 from ablate.core.norm_kinds import KINDS
 from ablate.core.schema import allowed_keys, has_key, section_model, value_prefix
@@ -205,7 +206,10 @@ def apply_overrides(base: dict[str, Any], overrides: dict[str, Any], where: str)
             allowed = allowed_keys(owner) if owner is not None else allowed_keys(RunConfig)
             raise ConfigError(
                 f"{where}: override key {dotted!r} does not exist; "
-                f"allowed under {section or '(top level)'}: {allowed}"
+                f"allowed under {section or '(top level)'}: {allowed}",
+                str(dotted),
+                "extra_forbidden",
+                tuple(allowed.split(", ")),
             )
         node = result
         for part in parts[:-1]:
@@ -234,10 +238,16 @@ def expand_grid(grid: dict[str, list[Any]], where: str) -> dict[str, dict[str, A
         )
     for key, levels in grid.items():
         if not levels:
-            raise ConfigError(f"{where}: grid.{key}: give a non-empty list of levels")
+            raise ConfigError(
+                f"{where}: grid.{key}: give a non-empty list of levels", f"grid.{key}", "empty"
+            )
         names = [level_name(key, v) for v in levels]
         if len(set(names)) != len(names):
-            raise ConfigError(f"{where}: grid.{key}: levels {levels} repeat; give distinct values")
+            raise ConfigError(
+                f"{where}: grid.{key}: levels {levels} repeat; give distinct values",
+                f"grid.{key}",
+                "repeats",
+            )
     combos = itertools.product(*grid.values()) if grid else []
     keys = list(grid)
     return {

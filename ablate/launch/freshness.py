@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ablate.core.config import DataError
+from ablate.core.errors import DataError
 from ablate.core.experiment import Experiment
 from ablate.core.folders import ExperimentFolder
 from ablate.core.plan import RunSpec

@@ -23,7 +23,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ablate.core.config import ConfigError, DataError, RunConfig
+from ablate.core.config import RunConfig
+from ablate.core.errors import ConfigError, DataError
 from ablate.core.experiment import Experiment
 from ablate.launch.devices import CONTEXT_MB, Measured, fit_error, shape_key
 from ablate.launch.resources import Resources

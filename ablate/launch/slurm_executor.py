@@ -18,7 +18,7 @@ from typing import Any, ClassVar
 from rich.console import Console
 
 from ablate.core.cluster import SlurmConfig
-from ablate.core.config import ConfigError
+from ablate.core.errors import ConfigError
 from ablate.core.folders import ExperimentFolder, read_json
 from ablate.core.plan import RunSpec
 from ablate.core.record import RunRecord

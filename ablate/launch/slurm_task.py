@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ablate.core.config import ConfigError
+from ablate.core.errors import ConfigError
 from ablate.core.folders import ExperimentFolder, write_json_atomic
 from ablate.core.store import store_fault_cause
 from ablate.launch.devices import VISIBLE, gpu_ids, named_gpus, visible_gpu

@@ -22,7 +22,7 @@ from optuna.storages import RetryHeartbeatStaleTrialCallback
 from optuna.trial import FrozenTrial
 from sqlalchemy.engine import make_url
 
-from ablate.core.config import ConfigError
+from ablate.core.errors import ConfigError
 from ablate.core.experiment import Experiment
 from ablate.core.folders import ExperimentFolder, retry_claims
 from ablate.core.runtime import RuntimeConfig

@@ -31,7 +31,8 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset
 
-from ablate.core.config import DataConfig, DataError
+from ablate.core.config import DataConfig
+from ablate.core.errors import DataError
 from ablate.core.plan import RunSpec
 from ablate.nn.model import name_seed
 from ablate.training import tokens

@@ -8,7 +8,7 @@ import pytest
 import yaml
 from conftest import TINY
 
-from ablate.core.config import ConfigError
+from ablate.core.errors import ConfigError
 from ablate.core.load import load_experiment
 from ablate.core.manifest import plan_manifest
 from ablate.core.plan import plan_runs

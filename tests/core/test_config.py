@@ -8,7 +8,7 @@ import pytest
 import yaml
 from conftest import REPO, tiny_config, write_experiment
 
-from ablate.core.config import ConfigError
+from ablate.core.errors import ConfigError
 from ablate.core.load import load_experiment
 from ablate.core.overrides import differences, flat_config, unexplained_differences
 
@@ -64,21 +64,21 @@ def test_the_base_alone_is_an_explicit_variant(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(
-    "text, fragment",
+    "text, key, code",
     [
-        ("", "variants: none given"),
-        ("# only a comment\n", "variants: none given"),
-        ("variants: {}\n", "variants: none given"),
-        ("seeds: [1180591620717411303424]\n" + ONE, "seeds must be integers >= 0 and < 2**32"),
-        ("seeds: [4294967295]\n" + ONE, "seeds must be integers >= 0 and < 2**32"),
-        ("data: {seed: 1180591620717411303424}\n" + ONE, "data.seed"),
-        ("search: {seed: 4294967296}\n" + ONE, "search.seed"),
+        ("", "variants", "empty"),
+        ("# only a comment\n", "variants", "empty"),
+        ("variants: {}\n", "variants", "empty"),
+        ("seeds: [1180591620717411303424]\n" + ONE, "seeds", "less_than"),
+        ("seeds: [4294967295]\n" + ONE, "seeds", "less_than"),
+        ("data: {seed: 1180591620717411303424}\n" + ONE, "data.seed", "less_than"),
+        ("search: {seed: 4294967296}\n" + ONE, "search.seed", "less_than"),
     ],
 )
 def test_empty_files_no_variants_and_huge_seeds_are_refused(
-    tmp_path: Path, text: str, fragment: str
+    tmp_path: Path, text: str, key: str, code: str
 ) -> None:
-    assert fragment in _error(tmp_path, text)
+    assert _error(tmp_path, text) == (key, code)
 
 
 def test_nested_and_dotted_variants_resolve_identically(tmp_path: Path) -> None:
@@ -132,66 +132,72 @@ def test_every_shipped_variant_differs_from_the_base_in_exactly_its_keys(path: P
             assert values[key] == value, (name, key)
 
 
-def _error(tmp_path: Path, text: str) -> str:
+def _refusal(tmp_path: Path, text: str) -> ConfigError:
+    """The error ``text`` as an experiment file raises: one line, starting with the file and
+    naming the key at fault."""
     path = tmp_path / "bad.yaml"
     path.write_text(text)
     with pytest.raises(ConfigError) as info:
         load_experiment(path)
     message = str(info.value)
     assert "\n" not in message and message.startswith(str(path))
-    return message
+    assert info.value.key is None or info.value.key in message
+    return info.value
+
+
+def _error(tmp_path: Path, text: str) -> tuple[str | None, str | None]:
+    """The key and the problem's code of the error ``text`` raises."""
+    refused = _refusal(tmp_path, text)
+    return refused.key, refused.code
 
 
 def test_unknown_key_names_the_key_and_the_allowed_ones(tmp_path: Path) -> None:
-    msg = _error(tmp_path, "model:\n  norm:\n    knd: rmsnorm\n")
-    assert "model.norm.knd: unknown key" in msg and "kind, placement, eps" in msg
-    msg = _error(tmp_path, "modle: {}\n")
-    assert "modle: unknown key" in msg and "variants" in msg
+    msg = str(_refusal(tmp_path, "model:\n  norm:\n    knd: rmsnorm\n"))
+    assert "model.norm.knd: unknown key" in msg and "kind, placement, eps" in msg  # the wording
+    refused = _refusal(tmp_path, "modle: {}\n")
+    assert (refused.key, refused.code) == ("modle", "extra_forbidden")
+    assert {"variants", "grid", "model", "train"} <= set(refused.allowed)
 
 
 def test_wrong_type_and_out_of_range(tmp_path: Path) -> None:
-    msg = _error(tmp_path, "train:\n  batch_size: many\n")
-    assert "train.batch_size" in msg and "'many'" in msg
-    msg = _error(tmp_path, "train:\n  lr: -0.1\n")
-    assert "train.lr" in msg and "greater than 0" in msg
-    msg = _error(tmp_path, "model:\n  norm:\n    kind: batchnorm\n")
-    assert "model.norm.kind" in msg and "got 'batchnorm'; input should be 'layernorm', 'rm" in msg
-    msg = _error(tmp_path, "seeds: [0, x]\n")
-    assert "seeds.1" in msg
+    assert _error(tmp_path, "train:\n  batch_size: many\n") == ("train.batch_size", "int_parsing")
+    assert _error(tmp_path, "train:\n  lr: -0.1\n") == ("train.lr", "greater_than")
+    refused = _refusal(tmp_path, "model:\n  norm:\n    kind: batchnorm\n")
+    assert (refused.key, refused.code) == ("model.norm.kind", "literal_error")
+    assert refused.allowed[:2] == ("layernorm", "rmsnorm") and "batchnorm" not in refused.allowed
+    assert _error(tmp_path, "seeds: [0, x]\n") == ("seeds.1", "int_parsing")
 
 
 def test_variant_errors_name_the_variant(tmp_path: Path) -> None:
-    msg = _error(tmp_path, "variants:\n  v1: {model.norm.knd: rmsnorm}\n")
-    assert "variants.v1" in msg and "'model.norm.knd' does not exist" in msg and "kind" in msg
-    msg = _error(tmp_path, "variants:\n  v1: {model.norm.placement: middle}\n")
-    assert (
-        "variants.v1" in msg
-        and "model.norm.placement" in msg
-        and "'pre', 'post', 'sandwich', 'deepnorm', 'reordered' or 'none'" in msg
-    )
-    msg = _error(tmp_path, "variants:\n  a: {train.lr: 0.01}\n  b: {train.lr: 0.01}\n")
-    assert "same run as variants.a" in msg
+    refused = _refusal(tmp_path, "variants:\n  v1: {model.norm.knd: rmsnorm}\n")
+    assert (refused.key, refused.code) == ("model.norm.knd", "extra_forbidden")
+    assert str(refused).startswith(f"{tmp_path / 'bad.yaml'}: variants.v1: ")
+    assert refused.allowed[:3] == ("kind", "placement", "eps")
+    refused = _refusal(tmp_path, "variants:\n  v1: {model.norm.placement: middle}\n")
+    assert str(refused).startswith(f"{tmp_path / 'bad.yaml'}: variants.v1: ")
+    assert (refused.key, refused.code) == ("model.norm.placement", "literal_error")
+    assert refused.allowed == ("pre", "post", "sandwich", "deepnorm", "reordered", "none")
+    same = _error(tmp_path, "variants:\n  a: {train.lr: 0.01}\n  b: {train.lr: 0.01}\n")
+    assert same == ("variants.b", "same_run")
 
 
 def test_budget_file_and_syntax_errors(tmp_path: Path) -> None:
-    msg = _error(tmp_path, "train: {tokens: 10}\n" + ONE)
-    assert "train.tokens" in msg and "buys no step" in msg
-    msg = _error(tmp_path, "data: {source: text_file, path: nowhere.txt}\n")
-    assert "data.path: file not found" in msg
-    msg = _error(tmp_path, "model: [unclosed\n")
-    assert "YAML syntax error" in msg and "line" in msg
-    msg = _error(tmp_path, "model: {d_model: 30, n_heads: 4}\n")
-    assert "divisible" in msg
-    msg = _error(tmp_path, "model: {d_model: 12, n_heads: 4, position: rope}\n")
-    assert "model.position: rope rotates pairs of features; d_model / n_heads = 3" in msg
-    msg = _error(tmp_path, "model: {mlp: relu}\n")
-    assert "model.mlp" in msg and "'gelu' or 'swiglu'" in msg
-    msg = _error(tmp_path, "data: {source: builtin_text, val_path: v.bin}\n")
-    assert "data.val_path: only for source tokens_file" in msg
-    msg = _error(tmp_path, "seeds: [1, 1]\n")
-    assert "duplicates" in msg
-    with pytest.raises(ConfigError, match="file not found"):
+    assert _error(tmp_path, "train: {tokens: 10}\n" + ONE) == ("train.tokens", "no_step")
+    missing = _error(tmp_path, "data: {source: text_file, path: nowhere.txt}\n")
+    assert missing == ("data.path", "file_not_found")
+    assert _error(tmp_path, "model: [unclosed\n") == (None, "yaml")
+    heads = _error(tmp_path, "model: {d_model: 30, n_heads: 4}\n")
+    assert heads == ("model.d_model", "value_error")
+    rope = _error(tmp_path, "model: {d_model: 12, n_heads: 4, position: rope}\n")
+    assert rope == ("model.position", "value_error")
+    refused = _refusal(tmp_path, "model: {mlp: relu}\n")
+    assert (refused.key, refused.allowed) == ("model.mlp", ("gelu", "swiglu"))
+    val = _error(tmp_path, "data: {source: builtin_text, val_path: v.bin}\n")
+    assert val == ("data.val_path", "value_error")
+    assert _error(tmp_path, "seeds: [1, 1]\n") == ("seeds", "repeats")
+    with pytest.raises(ConfigError) as info:
         load_experiment(tmp_path / "missing.yaml")
+    assert info.value.code == "file_not_found"
 
 
 def test_relative_data_path_is_relative_to_the_experiment_file(tmp_path: Path) -> None:
@@ -212,12 +218,12 @@ def test_study_sections_are_typed_and_checked(tmp_path: Path) -> None:
     assert exp.search.n_trials == 3 and exp.search.sampler == "tpe"
     assert exp.max_lr.per_octave == 8 and exp.max_lr.coarse_steps() == 8  # factor 2: 8 steps
     assert exp.storage == "journal:/tmp/j.log"
-    msg = _error(tmp_path, "max_lr: {factor: 3.0}\n")
-    assert "max_lr" in msg and "not a whole number of lattice steps" in msg
-    msg = _error(tmp_path, "search: {n_trails: 3}\n")
-    assert "search.n_trails: unknown key" in msg and "n_trials" in msg
-    msg = _error(tmp_path, "sweep: {lr_min: 1.0, lr_max: 0.1}\n")
-    assert "sweep.lr_min/lr_max" in msg and "must be below" in msg
+    assert _error(tmp_path, "max_lr: {factor: 3.0}\n") == ("max_lr.factor", "value_error")
+    refused = _refusal(tmp_path, "search: {n_trails: 3}\n")
+    assert (refused.key, refused.code) == ("search.n_trails", "extra_forbidden")
+    assert "n_trials" in refused.allowed
+    swapped = _error(tmp_path, "sweep: {lr_min: 1.0, lr_max: 0.1}\n")
+    assert swapped == ("sweep.lr_min", "value_error")
 
 
 def test_a_tpe_search_gets_past_its_start_up(tmp_path: Path) -> None:
@@ -226,21 +232,20 @@ def test_a_tpe_search_gets_past_its_start_up(tmp_path: Path) -> None:
     assert load_experiment(path).search.startup_trials() == 2  # half, not Optuna's 10
     path.write_text("search: {n_trials: 40}\n" + ONE)
     assert load_experiment(path).search.startup_trials() == 10
-    msg = _error(tmp_path, "search: {n_trials: 5, startup: 5}\n")
-    assert "search.startup (5) must be below n_trials (5)" in msg and "sampler: random" in msg
-    msg = _error(tmp_path, "search: {n_trials: 5, sampler: random, startup: 2}\n")
-    assert "search.startup applies to sampler tpe only" in msg
-    msg = _error(tmp_path, "max_lr: {factor: 1.0}\n")
-    assert "max_lr.factor" in msg and "greater than 1" in msg
+    all_startup = _error(tmp_path, "search: {n_trials: 5, startup: 5}\n")
+    assert all_startup == ("search.startup", "value_error")
+    random = _error(tmp_path, "search: {n_trials: 5, sampler: random, startup: 2}\n")
+    assert random == ("search.startup", "value_error")
+    assert _error(tmp_path, "max_lr: {factor: 1.0}\n") == ("max_lr.factor", "greater_than")
 
 
 def test_probe_and_logger_settings_are_checked(tmp_path: Path) -> None:
-    msg = _error(tmp_path, "train:\n  probes: {interval: -1}\n")
-    assert "train.probes.interval: got -1" in msg and "greater than or equal to 0" in msg
-    msg = _error(tmp_path, "train:\n  probes: {every: 3}\n")
-    assert "train.probes.every: unknown key; allowed: interval, attention" in msg
-    msg = _error(tmp_path, "runtime:\n  log_every_n_steps: 0\n")
-    assert "runtime.log_every_n_steps: got 0" in msg
+    interval = _error(tmp_path, "train:\n  probes: {interval: -1}\n")
+    assert interval == ("train.probes.interval", "greater_than_equal")
+    refused = _refusal(tmp_path, "train:\n  probes: {every: 3}\n")
+    assert (refused.key, refused.allowed) == ("train.probes.every", ("interval", "attention"))
+    logged = _error(tmp_path, "runtime:\n  log_every_n_steps: 0\n")
+    assert logged == ("runtime.log_every_n_steps", "greater_than_equal")
     path = tmp_path / "ok.yaml"
     path.write_text("train:\n  probes: {interval: 0, attention: false}\n" + ONE)
     probes = load_experiment(path).base.train.probes
@@ -291,25 +296,25 @@ def test_grid_level_names() -> None:
 
 
 def test_grid_errors_are_one_line(tmp_path: Path) -> None:
-    def grid_error(grid: dict, **extra) -> str:
+    def grid_error(grid: dict, **extra) -> tuple[str | None, str | None]:
         extra.setdefault("variants", {})
         path = write_experiment(tmp_path / "g.yaml", grid=grid, **extra)
         with pytest.raises(ConfigError) as info:
             load_experiment(path)
         assert "\n" not in str(info.value)
-        return str(info.value)
+        return info.value.key, info.value.code
 
-    assert "grid.model.norm.kind: give a non-empty list" in grid_error({"model.norm.kind": []})
-    assert "'model.norm.knd' does not exist" in grid_error({"model.norm.knd": ["rmsnorm"]})
-    msg = grid_error({"model.norm.kind": ["rmsnorm", "groupnorm"]})
-    assert "grid (groupnorm)" in msg and "model.norm.kind" in msg
-    msg = grid_error(
+    assert grid_error({"model.norm.kind": []}) == ("grid.model.norm.kind", "empty")
+    assert grid_error({"model.norm.knd": ["rmsnorm"]}) == ("model.norm.knd", "extra_forbidden")
+    wrong = grid_error({"model.norm.kind": ["rmsnorm", "groupnorm"]})
+    assert wrong == ("model.norm.kind", "literal_error")
+    same = grid_error(
         {"model.norm.kind": ["layernorm", "rmsnorm"], "model.norm.placement": ["none"]}
     )
-    assert "same run as grid (layernorm.none)" in msg and "kind does not matter" in msg
-    assert "repeat" in grid_error({"train.lr": [0.1, 0.1]})
-    msg = grid_error({"model.norm.kind": ["rmsnorm"]}, variants={"rmsnorm": {"train.lr": 0.1}})
-    assert "variants.rmsnorm: the grid makes a variant of that name too" in msg
+    assert same == ("grid (rmsnorm.none)", "same_run")
+    assert grid_error({"train.lr": [0.1, 0.1]}) == ("grid.train.lr", "repeats")
+    clash = grid_error({"model.norm.kind": ["rmsnorm"]}, variants={"rmsnorm": {"train.lr": 0.1}})
+    assert clash == ("variants.rmsnorm", "name_taken")
 
 
 def test_convert_section_resolves_control_and_converted_runs(tmp_path: Path) -> None:
@@ -439,9 +444,8 @@ def test_conversion_maps_ablates_own_model_only(tmp_path: Path) -> None:
 
 
 def test_warmup_as_long_as_the_run_is_bad_input(tmp_path: Path) -> None:
-    msg = _error(tmp_path, "train: {tokens: 819200, warmup_steps: 5000}\n" + ONE)
-    assert "train.warmup_steps: 5000 is not below the run's" in msg
-    assert "would never reach its peak" in msg
+    refused = _error(tmp_path, "train: {tokens: 819200, warmup_steps: 5000}\n" + ONE)
+    assert refused == ("train.warmup_steps", "no_peak")
 
 
 def test_a_lattice_sweep_is_fine_through_its_range_then_coarse_and_shares_the_curves_points(
@@ -459,9 +463,11 @@ def test_a_lattice_sweep_is_fine_through_its_range_then_coarse_and_shares_the_cu
     assert steps[:20] == pytest.approx([2**0.25] * 20)
     assert steps[20:] == pytest.approx([2**0.5] * 12)
     assert set(exp.curve.lrs(1, 1)) <= set(lrs)  # bit for bit: the protocol's grid is a subset
-    assert "needs sweep.per_octave" in _error(tmp_path, "sweep: {coarse_max: 1.0}\n" + ONE)
-    msg = _error(tmp_path, "sweep: {per_octave: 3, coarse_max: 1.0}\n" + ONE)
-    assert "must divide sweep.per_octave" in msg
+    coarse = _error(tmp_path, "sweep: {coarse_max: 1.0}\n" + ONE)
+    assert coarse == ("sweep.coarse_max", "value_error")
+    undivided = _refusal(tmp_path, "sweep: {per_octave: 3, coarse_max: 1.0}\n" + ONE)
+    assert undivided.code == "value_error" and undivided.key is not None
+    assert undivided.key.startswith("sweep.")
 
 
 def test_a_curve_is_the_lattice_of_its_range_grown_by_whole_octaves(tmp_path: Path) -> None:
@@ -473,8 +479,7 @@ def test_a_curve_is_the_lattice_of_its_range_grown_by_whole_octaves(tmp_path: Pa
     assert lrs[0] == pytest.approx(2**-9.5) and lrs[-1] == pytest.approx(2**-5.5)
     assert len(lrs) == 9 and exp.curve.lrs(1, 2)[0] == pytest.approx(2**-10.5)
     assert exp.curve.lrs(1, 2)[-1] == pytest.approx(2**-3.5)
-    msg = _error(tmp_path, "curve: {seeds: [7]}\n")
-    assert "curve.seeds" in msg
+    assert _error(tmp_path, "curve: {seeds: [7]}\n") == ("curve.seeds", "too_short")
 
 
 def test_the_cpp_kernel_is_offered_for_rmsnorm_and_layernorm_only() -> None:

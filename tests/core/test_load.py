@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from conftest import REPO, TINY, write_experiment
 
-from ablate.core.config import ConfigError
+from ablate.core.errors import ConfigError
 from ablate.core.load import load_experiment, size_experiment
 
 SIZES = [{"d_model": 16}, {"d_model": 32, "n_heads": 4}, {"d_model": 48, "n_layers": 2}]
@@ -126,7 +126,12 @@ MACHINE_CHECKS = {
 }
 
 
-LOADER = ("ablate/core/load.py:", "ablate/core/overrides.py:", "ablate/core/checks.py:")
+LOADER = (
+    "ablate/core/load.py:",
+    "ablate/core/validation.py:",
+    "ablate/core/overrides.py:",
+    "ablate/core/checks.py:",
+)
 
 
 def _config_errors_made(path: Path) -> set[str]:

@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 from conftest import TINY
 
-from ablate.core.config import ConfigError, RunConfig
+from ablate.core.config import RunConfig
+from ablate.core.errors import ConfigError
 from ablate.core.load import build_run_config
 from ablate.core.overrides import apply_overrides
 from ablate.core.plan import RunSpec

@@ -15,7 +15,7 @@ from conftest import tiny_config, write_experiment
 
 from ablate.cli import main
 from ablate.core.cluster import SlurmConfig
-from ablate.core.config import ConfigError
+from ablate.core.errors import ConfigError
 from ablate.core.folders import ExperimentFolder
 from ablate.core.load import load_experiment
 from ablate.core.plan import RunSpec

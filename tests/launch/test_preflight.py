@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from conftest import REPO, write_experiment
 
-from ablate.core.config import ConfigError, DataError
+from ablate.core.errors import ConfigError, DataError
 from ablate.core.load import load_experiment
 from ablate.launch.preflight import preflight, studies_configured
 

@@ -190,7 +190,7 @@ def test_backend_simulate_on_the_command_line_keeps_trained_results_apart(
 
 @pytest.mark.usefixtures("unrendered_figures")
 def test_a_simulated_experiment_reads_no_data_and_builds_no_model(tmp_path: Path) -> None:
-    from ablate.core.config import DataError
+    from ablate.core.errors import DataError
 
     (tmp_path / "short.txt").write_text("too short to train on")
     short = {"source": "text_file", "path": str(tmp_path / "short.txt")}

@@ -10,7 +10,8 @@ import pytest
 import torch
 from torch.utils.data import DataLoader
 
-from ablate.core.config import DataConfig, DataError
+from ablate.core.config import DataConfig
+from ablate.core.errors import DataError
 from ablate.training.data import (
     WindowBatches,
     batch_offsets,

@@ -11,7 +11,7 @@ from conftest import TINY, tiny_config, write_experiment
 
 from ablate.cli import main
 from ablate.core import load
-from ablate.core.config import ConfigError
+from ablate.core.errors import ConfigError
 from ablate.core.load import load_experiment
 from ablate.core.plan import RunSpec
 from ablate.training import loggers

@@ -13,7 +13,8 @@ import numpy as np
 import pytest
 import torch
 
-from ablate.core.config import DataConfig, DataError
+from ablate.core.config import DataConfig
+from ablate.core.errors import DataError
 from ablate.training import tokens
 from ablate.training.data import (
     batch_offsets,

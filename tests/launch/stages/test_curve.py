@@ -108,7 +108,7 @@ def test_each_variants_warmup_is_tuned_by_its_own_study_at_its_optimum(tmp_path:
 
 
 def test_a_warmup_study_must_get_past_its_random_start_up(tmp_path: Path) -> None:
-    from ablate.core.config import ConfigError
+    from ablate.core.errors import ConfigError
 
     path = _experiment(tmp_path, {"layernorm": 0.004}, warmup_trials=4, warmup_startup=4)
     with pytest.raises(ConfigError, match="must be below warmup_trials"):

@@ -11,7 +11,7 @@ import pytest
 from conftest import write_experiment
 
 from ablate.core import store
-from ablate.core.config import ConfigError
+from ablate.core.errors import ConfigError
 from ablate.core.folders import ExperimentFolder
 from ablate.core.load import load_experiment
 from ablate.core.sequential import decide_seeds
