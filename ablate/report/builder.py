@@ -39,6 +39,7 @@ import pandas as pd
 from ablate.core import folders, store
 from ablate.core.folders import ExperimentFolder
 from ablate.report.context import ReportContext
+from ablate.report.estimands import Findings
 from ablate.report.figures import save_figure
 from ablate.report.load import StoredExperiment, load_experiment_results
 from ablate.report.quality import main_label
@@ -50,7 +51,7 @@ from ablate.report.text import quality_markdown
 
 @dataclass(frozen=True)
 class Report:
-    """Paths of what :func:`build_report` wrote, and the variant table."""
+    """Paths of what :func:`build_report` wrote, the variant table, and the verdicts."""
 
     folder: Path
     markdown: Path
@@ -58,6 +59,7 @@ class Report:
     table: pd.DataFrame
     figures: list[Path]
     missing: list[str]
+    found: Findings  # every verdict the report states, as objects
 
     @property
     def table_markdown(self) -> str:
@@ -131,17 +133,14 @@ def finish_build(report_dir: Path, started: float, built_from: str) -> None:
     )
 
 
-def report_sections(
-    stored: StoredExperiment, variants: list[str]
-) -> tuple[Section, pd.DataFrame, str]:
-    """Every section of :data:`~ablate.report.sections.SECTIONS` in reading order, joined, over
-    one :class:`~ablate.report.context.ReportContext`; the variant table; and the quality
-    tables as ``ablate run`` prints them (``variants.md``), each named by its group."""
+def report_sections(stored: StoredExperiment, variants: list[str]) -> tuple[Section, ReportContext]:
+    """Every section of :data:`~ablate.report.sections.SECTIONS` in reading order, joined, and
+    the one :class:`~ablate.report.context.ReportContext` they were computed over."""
     ctx = ReportContext.of(stored, variants)
     report = Section()
     for section in SECTIONS:
         report.extend(section(ctx))
-    return report, ctx.table, printed_tables(stored, ctx.table, ctx.tuned)
+    return report, ctx
 
 
 def printed_tables(
@@ -167,9 +166,10 @@ def build_report(folder: ExperimentFolder, report_dir: Path) -> Report:
     stored = load_experiment_results(folder)  # leaves this build not current
     variants = stored.manifest.variants or sorted(stored.main["variant"].unique())
     started = start_build(report_dir)
-    report, table, printed = report_sections(stored, variants)
+    report, ctx = report_sections(stored, variants)
     write_section(report, report_dir)
     text = "\n".join(report.lines)
+    printed = printed_tables(stored, ctx.table, ctx.tuned)
     folders.write_text_atomic(report_dir / "variants.md", printed)
     folders.write_text_atomic(report_dir / "report.md", text)
     page = markdown_to_html(text, report_dir, stored.manifest.name)
@@ -180,9 +180,10 @@ def build_report(folder: ExperimentFolder, report_dir: Path) -> Report:
         report_dir,
         report_dir / "report.md",
         report_dir / "report.html",
-        table,
+        ctx.table,
         figures,
         stored.missing,
+        ctx.found,
     )
 
 

@@ -10,6 +10,8 @@ factors) is flagged here and at the top of the report: its differences are not t
 
 from __future__ import annotations
 
+import math
+from dataclasses import dataclass
 from typing import Any
 
 import pandas as pd
@@ -158,45 +160,79 @@ def _stage_text(stored: StoredExperiment) -> str:
     return f"{text}; {len(distinct)} distinct runs in all{shared}"
 
 
-def compute_text(stored: StoredExperiment) -> str:
-    """What training cost: the distinct runs' own time summed, and the wall time of the
-    ``ablate run`` invocations that trained them (``jobs.csv``), with the workers, the CPU
-    and whether the machine was idle, where the store recorded them."""
+@dataclass(frozen=True)
+class Compute:
+    """What training cost: the distinct runs the stages use and their own wall time summed
+    (``run_minutes``), the store's finished runs no stage of the plan uses (``unused``), and from
+    ``jobs.csv`` the ``ablate run`` invocations (none where the store predates job records):
+    their wall time, how many were cut short, the (workers, threads) and (cores, CPU) they ran
+    with, the machine's states and the largest share of the cores other work took (NaN: not
+    recorded)."""
+
+    runs: int
+    simulated: bool
+    run_minutes: float
+    unused: int
+    invocations: int
+    cut_short: int
+    wall_minutes: float
+    setups: frozenset[tuple[int, int]]
+    cpus: frozenset[tuple[int, str]]
+    machines: frozenset[str]
+    others_share: float
+
+
+def compute_of(stored: StoredExperiment) -> Compute:
+    """The :class:`Compute` of a store: its stages' distinct runs and its job records."""
     runs = pd.concat([r for _, r in _stage_runs(stored)] or [stored.runs])
     runs = runs.drop_duplicates("run_id")
-    if simulated_flag(stored):
-        return f"{len(runs)} runs, simulated (drawn in milliseconds: no training time to report)"
-    summed = pd.to_numeric(runs.get("wall_time_s"), errors="coerce").sum() / 60
-    text = f"{len(runs)} runs, {summed:.1f} run-minutes (each run's own wall time, summed)"
-    unused = len(set(stored.stored_runs["run_id"]) - set(runs["run_id"]))
-    if unused:
+    jobs = stored.jobs
+    return Compute(
+        runs=len(runs),
+        simulated=bool(simulated_flag(stored)),
+        run_minutes=pd.to_numeric(runs.get("wall_time_s"), errors="coerce").sum() / 60,
+        unused=len(set(stored.stored_runs["run_id"]) - set(runs["run_id"])),
+        invocations=len(jobs),
+        cut_short=int((jobs["outcome"] != "finished").sum()) if len(jobs) else 0,
+        wall_minutes=jobs["wall_s"].sum() / 60 if len(jobs) else math.nan,
+        setups=frozenset(zip(jobs["workers"], jobs["threads"], strict=True))
+        if len(jobs)
+        else frozenset(),
+        cpus=frozenset(zip(jobs["cores"], jobs["cpu"], strict=True)) if len(jobs) else frozenset(),
+        machines=frozenset(jobs["machine"]) if len(jobs) else frozenset(),
+        others_share=pd.to_numeric(jobs["others_share"], errors="coerce").max()
+        if len(jobs)
+        else math.nan,
+    )
+
+
+def compute_text(cost: Compute) -> str:
+    """The Set-up's Compute line: what training cost, in words."""
+    if cost.simulated:
+        return f"{cost.runs} runs, simulated (drawn in milliseconds: no training time to report)"
+    text = (
+        f"{cost.runs} runs, {cost.run_minutes:.1f} run-minutes (each run's own wall time, summed)"
+    )
+    if cost.unused:
         text += (
-            f"; the store holds {unused} more finished run(s) no stage of this plan uses (a "
+            f"; the store holds {cost.unused} more finished run(s) no stage of this plan uses (a "
             "walk's points past its edge, trained ahead on free workers, or an earlier plan's)"
         )
-    jobs = stored.jobs
-    if not len(jobs):
+    if not cost.invocations:
         return f"{text}; the job's wall time not recorded (a store from before job records)"
-    wall = jobs["wall_s"].sum() / 60
-    cut = int((jobs["outcome"] != "finished").sum())
     times = (
-        f"{len(jobs)} invocation(s), {cut} of them cut short"
-        if cut
-        else f"{len(jobs)} invocation(s)"
+        f"{cost.invocations} invocation(s), {cost.cut_short} of them cut short"
+        if cost.cut_short
+        else f"{cost.invocations} invocation(s)"
     )
-    setups = sorted(
-        {
-            f"{w} worker(s) x {t} thread(s)"
-            for w, t in zip(jobs["workers"], jobs["threads"], strict=True)
-        }
-    )
-    cpus = sorted({f"{c} cores of {m}" for c, m in zip(jobs["cores"], jobs["cpu"], strict=True)})
-    states = sorted(set(jobs["machine"]))
-    share = pd.to_numeric(jobs["others_share"], errors="coerce").max()
+    setups = sorted({f"{w} worker(s) x {t} thread(s)" for w, t in cost.setups})
+    cpus = sorted({f"{c} cores of {m}" for c, m in cost.cpus})
+    share = cost.others_share
     others = f", other work {share:.0%} of the cores at most" if share == share else ""
     return (
-        f"{text}; wall time {wall:.1f} min in {times} of `ablate run`, "
-        f"{', '.join(setups)} on {', '.join(cpus)}, machine {'/'.join(states)}{others} (jobs.csv)"
+        f"{text}; wall time {cost.wall_minutes:.1f} min in {times} of `ablate run`, "
+        f"{', '.join(setups)} on {', '.join(cpus)}, machine {'/'.join(sorted(cost.machines))}"
+        f"{others} (jobs.csv)"
     )
 
 
@@ -250,7 +286,7 @@ def setup_section(stored: StoredExperiment, variants: list[str]) -> Section:
         f"{base['train.lr']:g}, warmup {base['train.warmup_steps']} steps.",
         f"- **Stages:** {_stage_text(stored)}.",
         f"- **Numerics:** {_numerics_text(stored.runs)}.",
-        f"- **Compute:** {compute_text(stored)}.",
+        f"- **Compute:** {compute_text(compute_of(stored))}.",
         "",
     ]
     tables = {"jobs.csv": stored.jobs} if len(stored.jobs) else {}

@@ -28,11 +28,15 @@ from ablate.core.stability import Observation
 from ablate.core.studies import Probe, StoredStudies
 from ablate.nn.fast_norms import build_target
 from ablate.report.analysis import mean_difference
-from ablate.report.builder import build_report, markdown_to_html
+from ablate.report.boundaries import boundary_table
+from ablate.report.builder import Report, build_report, markdown_to_html
 from ablate.report.estimands import findings
-from ablate.report.plan import SPEED
+from ablate.report.load import load_experiment_results
+from ablate.report.plan import MATCHED, SPEED
+from ablate.report.setup import compute_of, compute_text
 from ablate.report.summary import by_variant, summary_lines, with_holm
 from ablate.report.text import probes_markdown, quality_markdown
+from ablate.report.verdict import Word
 
 VARIANTS = ["layernorm", "rmsnorm"]
 
@@ -161,6 +165,12 @@ def _partial_copy(finished: Path, dest: Path) -> Path:
     return dest
 
 
+def _assert_no_pair_judged(report: Report) -> None:
+    """Without one matched pair, every verdict of the plan is "not estimable" on 0 seeds."""
+    words = {f.estimand.key: (f.verdict.word, f.verdict.estimate.seeds) for f in report.found.found}
+    assert words == {MATCHED: (Word.NOT_ESTIMABLE, 0), SPEED: (Word.NOT_ESTIMABLE, 0)}
+
+
 @pytest.mark.trains
 def test_partial_experiment_says_what_is_missing(finished: Path, tmp_path: Path) -> None:
     exp = _partial_copy(finished, tmp_path / "tiny")
@@ -168,12 +178,10 @@ def test_partial_experiment_says_what_is_missing(finished: Path, tmp_path: Path)
     states = sorted(m.split(": ")[1] for m in report.missing)
     assert states == ["failed", "not started", "running"]
     assert all(m.startswith("rmsnorm seed=") for m in report.missing)
-    text = report.markdown.read_text()
-    assert "Partial results:** 3 of 6 planned runs" in text and "Incomplete" in text
     table = report.table.set_index("variant")
     assert table.loc["layernorm", "runs"] == 3 and table.loc["rmsnorm", "runs"] == 0
     assert table.loc["rmsnorm", "n_pairs"] == 0
-    assert "only 0 matched pair(s): no interval, so no verdict either way." in text
+    _assert_no_pair_judged(report)
     for name in ("loss_curves.png", "loss_time.png", "throughput.png", "probes.png", "logits.png"):
         assert (tmp_path / "rep" / name).stat().st_size > 10_000, name
     assert report.html.stat().st_size > 0
@@ -196,9 +204,7 @@ def test_an_experiment_whose_runs_all_failed_is_reported_not_crashed(
             (summary_path.parent / name).write_text(header + "\n")
     report = build_report(ExperimentFolder(exp), tmp_path / "rep")
     assert len(report.missing) == 6 and all(m.endswith(": failed") for m in report.missing)
-    text = report.markdown.read_text()
-    assert "Partial results:** 6 of 6 planned runs have no result yet" in text
-    assert "only 0 matched pair(s): no interval, so no verdict either way." in text
+    _assert_no_pair_judged(report)
 
 
 @pytest.mark.trains
@@ -298,27 +304,39 @@ def test_the_shared_lr_alone_is_the_primary_and_judged_at_its_level(diffs: list[
     table = _table(diff.mean, diff.ci_low, diff.ci_high, diff.n_pairs, p=diff.p_value)
     stored = _Stored()
     stored.main = _runs(diffs)
-    text = _evidence(table, stored)
+    found = findings(stored)
+    quality, speed = found.of(MATCHED, "rms"), found.of(SPEED, "rms")
+    assert quality is not None and speed is not None
     # by hand: the primary spends half of α 0.05 (the other half: the speed ratio)
     if len(diffs) < 2:
-        assert "not estimable with 1 seed(s) (fewer than 2 seeds)" in text
+        assert (quality.verdict.word, quality.verdict.why) == (
+            Word.NOT_ESTIMABLE,
+            "fewer than 2 seeds",
+        )
+        assert speed.verdict.word is Word.NOT_ESTIMABLE
     else:
         values = np.array(diffs)
         low, high = stats.ttest_1samp(values, 0.0).confidence_interval(0.975)
         word = (
-            "exceeds ±0.02"
+            Word.EXCEEDS
             if high < -0.02 or low > 0.02
-            else "equivalent within ±0.02"
+            else Word.EQUIVALENT
             if -0.02 < low and high < 0.02
-            else "inconclusive"
+            else Word.INCONCLUSIVE
         )
-        assert f"[{low:+.4f}, {high:+.4f}] (97.5% interval, {len(diffs)} seeds): **{word}" in text
-    assert "Unstable main runs: ln 0 diverged of 3, rms 0 diverged of 3." in text
-    speed = "×0.9" if len(diffs) > 1 else "**not estimable with 1 seed(s)"
-    assert f"Training throughput, rms / ln (the main runs, paired by seed): {speed}" in text
+        estimate = quality.verdict.estimate
+        assert (estimate.low, estimate.high, estimate.level) == pytest.approx((low, high, 0.975))
+        assert (quality.verdict.word, estimate.seeds) == (word, len(diffs))
+        ratios = (90.0 + np.arange(len(diffs))) / 100.0  # the throughput of _runs
+        assert speed.verdict.estimate.value == pytest.approx(stats.gmean(ratios))
+    text = _evidence(table, stored)
+    assert quality.verdict.text() in text and "Holm" not in text
     # no spread between seeds: the interval is the lattice's, 4 x 2^(±1/8)
-    assert "Max stable LR (learned at all), rms / ln: 4.00 [3.67, 4.36], paired over 2" in text
-    assert "shown" not in text and "Holm" not in text and "Too few seeds" not in text
+    rms = boundary_table(stored.studies).set_index("variant").loc["rms"]
+    assert (rms.ratio_to_baseline, rms.ratio_low, rms.ratio_high) == pytest.approx(
+        (4.0, 4 * 2 ** (-1 / 8), 4 * 2 ** (1 / 8)), abs=0.005
+    )
+    assert rms.seeds_bracketed == 2
 
 
 def test_a_comparison_with_unstable_runs_says_so_instead_of_a_verdict() -> None:
@@ -586,10 +604,12 @@ def test_the_setup_section_says_what_was_trained(finished: Path, tmp_path: Path)
     assert "shared LR 0.003, warmup 3 steps" in setup and "main 6 runs of 20 steps" in setup
     assert "main 6 runs of 20 steps; 6 distinct runs in all." in setup  # none in two stages
     job = json.loads((finished / "jobs.jsonl").read_text())
+    cost = compute_of(load_experiment_results(ExperimentFolder(finished)))
+    assert (cost.runs, cost.invocations, cost.cut_short, cost.unused) == (6, 1, 0, 0)
     minutes = sum(s["wall_time_s"] for s in summaries) / 60
-    assert f"**Compute:** 6 runs, {minutes:.1f} run-minutes" in setup
-    assert f"wall time {job['wall_s'] / 60:.1f} min in 1 invocation(s)" in setup
-    assert f"1 worker(s) x 1 thread(s) on {job['cores']} cores of {job['cpu']}" in setup
+    assert (cost.run_minutes, cost.wall_minutes) == pytest.approx((minutes, job["wall_s"] / 60))
+    assert (cost.setups, cost.cpus) == ({(1, 1)}, {(job["cores"], job["cpu"])})
+    assert f"- **Compute:** {compute_text(cost)}." in setup.splitlines()
     capability = torch.backends.cpu.get_cpu_capability()  # AVX2 where conftest's pin took
     assert f"CPU capability {capability}" in setup
     assert f"kernel build target: {build_target()}" in setup

@@ -9,7 +9,7 @@ import pandas as pd
 
 from ablate.core.jobs import JOB_COLUMNS
 from ablate.core.simulate import SIMULATED_IMPL
-from ablate.report.setup import _stage_text, compute_text
+from ablate.report.setup import _stage_text, compute_of, compute_text
 
 
 def _stored(jobs: pd.DataFrame) -> SimpleNamespace:
@@ -46,20 +46,24 @@ def test_compute_sums_the_runs_and_the_invocations() -> None:
              "cpu": "X", "machine": "busy", "others_share": 0.4},
         ]
     )  # fmt: skip
-    text = compute_text(_stored(jobs))  # type: ignore[arg-type]
-    assert text.startswith("4 runs, 4.0 run-minutes (each run's own wall time, summed); wall")
+    cost = compute_of(_stored(jobs))  # type: ignore[arg-type]
+    assert (cost.runs, cost.run_minutes, cost.unused, cost.simulated) == (4, 4.0, 0, False)
+    assert (cost.invocations, cost.cut_short, cost.wall_minutes) == (2, 1, 4.0)
+    assert (cost.setups, cost.cpus) == ({(2, 1)}, {(2, "X")})
+    assert cost.machines == {"busy", "idle"} and cost.others_share == 0.4
+    # the wording, once: the line as the Set-up prints it
+    assert compute_text(cost) == (
+        "4 runs, 4.0 run-minutes (each run's own wall time, summed); wall time 4.0 min in 2 "
+        "invocation(s), 1 of them cut short of `ablate run`, 2 worker(s) x 1 thread(s) on 2 "
+        "cores of X, machine busy/idle, other work 40% of the cores at most (jobs.csv)"
+    )
     ahead = _stored(jobs)
     ahead.stored_runs = pd.concat(
         [ahead.stored_runs, ahead.stored_runs.iloc[:1].assign(run_id="w")]
     )
-    assert "; the store holds 1 more finished run(s) no stage" in compute_text(ahead)  # type: ignore[arg-type]
-    assert "wall time 4.0 min in 2 invocation(s), 1 of them cut short" in text
-    assert "2 worker(s) x 1 thread(s) on 2 cores of X, machine busy/idle" in text
-    assert "other work 40% of the cores at most" in text
+    assert compute_of(ahead).unused == 1  # type: ignore[arg-type]
     simulated = _stored(jobs)
     simulated.runs = simulated.runs.assign(norm_impl=SIMULATED_IMPL)
-    assert compute_text(simulated).endswith(
-        "simulated (drawn in milliseconds: no training time to report)"
-    )  # type: ignore[arg-type]
-    unrecorded = compute_text(_stored(pd.DataFrame(columns=JOB_COLUMNS)))  # type: ignore[arg-type]
-    assert unrecorded.endswith("the job's wall time not recorded (a store from before job records)")
+    assert compute_of(simulated).simulated  # type: ignore[arg-type]
+    unrecorded = compute_of(_stored(pd.DataFrame(columns=JOB_COLUMNS)))  # type: ignore[arg-type]
+    assert unrecorded.invocations == 0 and unrecorded.run_minutes == 4.0
