@@ -18,9 +18,18 @@ import yaml
 from conftest import REPO, ablate_process, write_experiment
 
 from ablate.cli import main
+from ablate.commands.validate import estimate_lines
 from ablate.core.folders import ExperimentFolder
+from ablate.core.jobs import read_jobs
 from ablate.core.load import load_experiment
-from ablate.report.times import read_times
+from ablate.core.overrides import difference_lines
+from ablate.core.stability import criterion_text
+from ablate.core.stages import planned_groups
+from ablate.launch.estimate import describe_plan, stored_counts, stored_of_plan
+from ablate.launch.expect import simulate_design, simulated_lines
+from ablate.launch.launchers import resources_for
+from ablate.launch.scale import resolve_sizes
+from ablate.report.times import committed_time, read_times, time_line
 
 # how long a subprocess may take: generous, so that a machine running something else passes too
 # (each wait ends as soon as the event it waits for happens)
@@ -34,27 +43,35 @@ def test_validate_prints_the_plan_with_cost(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setenv("ABLATE_CACHE", str(tmp_path / "cache"))  # no step time stored yet
+    experiment = load_experiment(tiny_experiment)
+    unpriced = describe_plan(experiment, 1, 1, time_now=False)
+    assert unpriced.untimed == 2 and unpriced.table["step_time_ms"].isna().all()
     assert main(["validate", str(tiny_experiment)]) == 0
-    out = capsys.readouterr().out
-    assert "cost: not priced: 2 distinct model(s)" in out and "at most: " not in out
+    assert estimate_lines(unpriced, experiment, None) == _printed(capsys, "cost: ")
     assert main(["validate", str(tiny_experiment), "--time", "--simulate"]) == 0
     out = capsys.readouterr().out
-    assert "4 runs" in out and "layernorm" in out and "rmsnorm" in out
-    assert "expected wall time: " in out and "(4 runs: the counts this design" in out
-    assert "at most: " in out and "step_time_ms" in out and "parameters" in out
-    assert "as stored on this machine" not in out
-    assert "up to 4 runs (main);" in out  # only the stages the file has
+    design = simulate_design(load_experiment(tiny_experiment, "simulate"))
+    assert all(line in out.splitlines() for line in simulated_lines(design))
+    priced = describe_plan(experiment, 1, 1, None, design.counts, time_now=False)  # as stored
+    assert (priced.untimed, priced.runs, priced.expected_runs, priced.timed) == (0, 4, 4, {})
+    assert list(priced.table["variant"]) == ["layernorm", "rmsnorm"]
+    assert (priced.table["step_time_ms"] > 0).all() and (priced.table["parameters"] > 0).all()
+    assert planned_groups(experiment) == ["main"]  # only the stages the file has
     assert main(["validate", str(tiny_experiment)]) == 0  # priced from the stored step time
     out = capsys.readouterr().out
-    assert "at most: " in out and "as stored on this machine" in out
-    assert "both assume an idle machine: " in out
-    assert "committed: " not in out  # a file outside the checkout: no committed time
-    assert "expected wall time: " not in out  # the simulator runs only when asked
-    assert "  layernorm: nothing (the base itself)" in out
-    assert (
-        "  rmsnorm: model.norm.kind: 'layernorm' -> 'rmsnorm'; model.norm.bias: True -> False "
-        "(follows model.norm.kind)"
-    ) in out
+    res = resources_for(experiment.base.runtime, 4)  # validate's workers x threads
+    stored = describe_plan(experiment, res.workers, res.threads, time_now=False)
+    assert stored.expected_runs is None  # the simulator runs only when asked
+    assert all(line in out.splitlines() for line in estimate_lines(stored, experiment, None))
+    assert committed_time(experiment.path, experiment.name) is None  # outside the checkout
+    assert all(line in out.splitlines() for line in difference_lines(experiment))
+    # the wording, once: a key the variant does not name is marked as following its kind
+    assert "model.norm.bias: True -> False (follows model.norm.kind)" in out
+
+
+def _printed(capsys: pytest.CaptureFixture, start: str) -> list[str]:
+    """The lines the last command printed that start with ``start``."""
+    return [line for line in capsys.readouterr().out.splitlines() if line.startswith(start)]
 
 
 def test_validate_quotes_the_committed_time_of_a_committed_experiment(
@@ -62,9 +79,9 @@ def test_validate_quotes_the_committed_time_of_a_committed_experiment(
 ) -> None:
     assert main(["validate", str(REPO / "experiments" / "smoke.yaml")]) == 0
     out = capsys.readouterr().out
-    row = read_times(REPO / "reports").loc["smoke"]
-    assert f"committed: {row.wall_min:.1f} min wall for {row.runs} runs" in out
-    assert f"machine {row.machine} (reports/smoke: reports/times.csv)" in out
+    row = committed_time(REPO / "experiments" / "smoke.yaml", "smoke")
+    assert row is not None and row.equals(read_times(REPO / "reports").loc["smoke"])
+    assert time_line(row) in out.splitlines()
 
 
 def test_validate_estimates_every_size_of_a_scale_section(
@@ -75,8 +92,8 @@ def test_validate_estimates_every_size_of_a_scale_section(
     )
     assert main(["validate", str(path), "--time"]) == 0
     out = capsys.readouterr().out
-    assert "size d16: 7,664 parameters, 1,280 tokens per run" in out
-    assert "size d32: 21,472 parameters, 1,280 tokens per run" in out
+    sizes = [(s.label, s.n_params, s.tokens) for s in resolve_sizes(load_experiment(path))]
+    assert sizes == [("d16", 7_664, 1_280), ("d32", 21_472, 1_280)]
     assert out.count("at most:") == 2 and "at most, all sizes:" in out
     assert "expected wall time" not in out  # the simulator previews one size
 
@@ -183,18 +200,17 @@ def test_smoke_experiment_end_to_end_on_the_simulator(tmp_path: Path) -> None:
         assert found["runs_total"] == len(found["probes"])
         assert studies["search"][variant]["complete"] + studies["search"][variant]["pruned"] == 4
     text = (report_dir / "report.md").read_text()
-    assert "Maximum stable learning rate" in text and "LR sensitivity" in text
-    assert "Stability criterion" in text and "the unigram floor − 0.1 (collapsed)" in text
-    assert "## Shared LR and tuned settings" in text and "The tuned A/B: each variant" in text
+    written = {p.name for p in report_dir.iterdir()}  # the max-LR, sweep and tuned sections'
+    assert {"max_lr.csv", "lr_sensitivity.csv", "sweep.csv", "variants_tuned.csv"} <= written
+    assert criterion_text(load_experiment(smoke).base.train.stability) in text
     assert text.index("## Answer") < text.index("## Analysis plan") < text.index("## Evidence")
 
     _docs_notebook_snippet_matches_the_report(exp_dir, report_dir)
 
+    jobs = len(_jobs(exp_dir))
     again = ablate_process("run", smoke, "--backend", "simulate", *journal, cwd=tmp_path)
     out, _ = again.communicate(timeout=PATIENCE_S)
-    assert again.returncode == 0 and "12 of 12 runs already done" in out, out
-    assert "(up to date)" in out and "4 of 4 runs already done" in out, out  # the tuned A/B
-    assert "[stored]" in out and "max_lr layernorm" in out
+    assert again.returncode == 0 and len(_jobs(exp_dir)) == jobs, out  # it trained nothing
     after = {p.parent.name for p in exp_dir.glob("*/summary.json")}
     assert after == {s["run_id"] for s in summaries}  # nothing was drawn again
 
@@ -255,6 +271,20 @@ def _wait_until(condition, what: str, timeout: float = PATIENCE_S) -> None:  # n
         time.sleep(0.05)
 
 
+def _stored_and_left(
+    path: Path, results: Path
+) -> tuple[dict[str, int], dict[tuple[str, ...], int], int]:
+    """What ``validate --results-dir`` counts of the file at ``path``: the stored runs per stage
+    (all 4 planned are main), the planned runs that retrain a stored twin by the keys they
+    differ in, and the runs left to train."""
+    experiment = load_experiment(path)
+    counts = stored_counts(experiment, results)
+    held = stored_of_plan(experiment, results, counts)
+    assert held.planned == {"main": 4}
+    left = describe_plan(experiment, 1, 1, counts, time_now=False).runs
+    return held.held, held.retrained, left
+
+
 @pytest.mark.usefixtures("unrendered_figures")
 def test_after_a_config_change_load_results_gives_the_reports_numbers(
     tmp_path: Path, capsys: pytest.CaptureFixture
@@ -263,15 +293,13 @@ def test_after_a_config_change_load_results_gives_the_reports_numbers(
     args = ["--results-dir", str(tmp_path / "results"), "--report-dir", str(tmp_path / "reports")]
     assert main(["run", str(path), *args]) == 0
     assert main(["validate", str(path), *args[:2]]) == 0
-    out = capsys.readouterr().out
-    assert "(stored of planned): main 4 of 4" in out and "up to 0 runs to train" in out
+    assert _stored_and_left(path, tmp_path / "results") == ({"main": 4}, {}, 0)
     changed = yaml.safe_load(path.read_text())
     changed["train"]["eval_batches"] = 4  # a new configuration: 4 new runs beside the old 4
     path.write_text(yaml.safe_dump(changed))
     assert main(["validate", str(path), *args[:2]]) == 0
-    out = capsys.readouterr().out
-    assert "(stored of planned): main 0 of 4" in out and "up to 4 runs to train" in out
-    assert "4 planned run(s) retrain a stored run that differs only in train.eval_batches" in out
+    retrained = {("train.eval_batches",): 4}
+    assert _stored_and_left(path, tmp_path / "results") == ({"main": 0}, retrained, 4)
     assert main(["run", str(path), *args]) == 0
     exp_dir, report_dir = tmp_path / "results" / "tiny", tmp_path / "reports" / "tiny"
     import ablate
@@ -297,8 +325,7 @@ def test_keys_set_on_the_command_line_train_as_an_edited_file_and_are_recorded(
     edited["train"]["eval_batches"], edited["seeds"] = 4, [2, 3]
     path.write_text(yaml.safe_dump(edited))
     assert main(["validate", str(path), *args[:2]]) == 0  # the edit's runs are those stored
-    out = capsys.readouterr().out
-    assert "(stored of planned): main 4 of 4" in out and "up to 0 runs to train" in out
+    assert _stored_and_left(path, tmp_path / "results") == ({"main": 4}, {}, 0)
     assert main(["run", str(path), "--seeds", "0,x"]) == 2
     assert "--seeds: '0,x': give comma-separated integers" in capsys.readouterr().err
 
@@ -498,13 +525,13 @@ def test_sigkill_at_random_points_then_rerun_equals_an_uninterrupted_run(tmp_pat
             assert kept and cut_short and not set(kept) & set(cut_short)
     assert kills >= 2
     print(f"kills={kills} of 2 attempts")  # shown with pytest -s
-    done = len(list(exp_dir.glob("*/summary.json")))
+    done, jobs = len(list(exp_dir.glob("*/summary.json"))), len(_jobs(exp_dir))
     rerun = ablate_process(
         "run", str(path), "--results-dir", str(killed), *one_thread, cwd=tmp_path
     )
     out, _ = rerun.communicate(timeout=PATIENCE_S)
     assert rerun.returncode == 0, out
-    assert f"{done} of 4 runs already done" in out
+    assert _jobs(exp_dir)["runs_trained"].iloc[jobs:].sum() == 4 - done
     after = {p.parent.name: p.read_text() for p in exp_dir.glob("*/summary.json")}
     for run_id, text in kept.items():
         assert after[run_id] == text  # kept, never redone
@@ -512,7 +539,7 @@ def test_sigkill_at_random_points_then_rerun_equals_an_uninterrupted_run(tmp_pat
     assert _losses(exp_dir) == expected  # same runs, bitwise the same losses
     _no_debris(exp_dir)
     cached = _cached_rerun(path, "--results-dir", str(killed), *one_thread)
-    assert "4 of 4 runs already done" in cached, cached
+    assert len(_jobs(exp_dir)) == jobs + (done < 4), cached  # it trained nothing
     assert "lightning imported: False" in cached, cached  # a finished experiment trains nothing
 
 
@@ -534,6 +561,12 @@ def test_two_concurrent_runs_share_the_work_and_run_each_run_once(tmp_path: Path
     owners = {json.loads(p.read_text())["pid"] for p in exp_dir.glob("*/env.json")}
     assert owners == {first.pid, second.pid}, outputs
     _no_debris(exp_dir)
+
+
+def _jobs(exp_dir: Path) -> pd.DataFrame:
+    """The records of the ``ablate run`` invocations that trained runs of ``exp_dir``'s
+    experiment (or were cut short): one that trained nothing leaves none."""
+    return read_jobs(ExperimentFolder(exp_dir).jobs)
 
 
 def _cached_rerun(path: Path, *args: str) -> str:

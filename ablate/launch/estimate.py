@@ -309,14 +309,26 @@ def _finished_studies(folder: ExperimentFolder, usable: set[str]) -> set[tuple[s
     return {study for study, ids in studies.run_ids().items() if ids and set(ids) <= usable}
 
 
-def stored_lines(
+@dataclass(frozen=True)
+class StoredOfPlan:
+    """What a results folder holds of a plan, per stage in pipeline order: the runs stored
+    (``held``) and planned (a study stage's count is its estimate: the studies choose as they
+    go), the stages whose study finished, and, per set of keys, how many planned main, sweep or
+    convert runs retrain a stored twin (same variant, seed and stage) that differs from them
+    only in those keys (``()``: only in the runtime)."""
+
+    folder: Path
+    held: dict[str, int]
+    planned: dict[str, int]
+    finished: frozenset[str]
+    retrained: dict[tuple[str, ...], int]
+
+
+def stored_of_plan(
     experiment: Experiment, results_dir: Path, counts: Stored | None = None
-) -> list[str]:
-    """What ``results_dir`` already holds of the plan, per stage (stored of planned; a study
-    stage's count is its estimate, the studies choose as they go), and for each planned main,
-    sweep or convert run to train whose stored twin (same variant, seed and stage) differs
-    from it only in some keys, those keys, so that a change that does not alter training
-    (``train.eval_batches``) is seen to retrain N runs."""
+) -> StoredOfPlan:
+    """The :class:`StoredOfPlan` of ``experiment`` in ``results_dir`` (``counts``: its
+    :func:`stored_counts`, where already read)."""
     folder = ExperimentFolder.of(results_dir, experiment.name)
     counts = counts or stored_counts(experiment, results_dir)
     planned: dict[str, int] = {}
@@ -324,13 +336,6 @@ def stored_lines(
         for group, (n, _) in planned_runs(experiment, cfg, variant).items():
             planned[group] = planned.get(group, 0) + n
     held = {g: sum(n for (_, group), n in counts.counts.items() if group == g) for g in planned}
-    done = {g for _, g in counts.finished}
-    parts = [
-        f"{g} {held[g]} (finished)" if g in done else f"{g} {min(held[g], n)} of {n}"
-        for g, n in planned.items()
-        if n
-    ]
-    lines = [f"stored in {folder.path}, per stage (stored of planned): {', '.join(parts)}"]
     specs = plan_runs(experiment) + plan_sweep(experiment) + plan_convert(experiment)
     todo = [s for s in specs if not folder.run(s.run_id).is_done()]
     twins = _stored_twins(folder)
@@ -340,7 +345,27 @@ def stored_lines(
         if twin is not None:
             keys = tuple(differences(RunConfig.model_validate(twin), spec.config))
             retrained[keys] = retrained.get(keys, 0) + 1
-    for keys, count in retrained.items():
+    finished = frozenset(g for _, g in counts.finished)
+    return StoredOfPlan(folder.path, held, planned, finished, retrained)
+
+
+def stored_lines(
+    experiment: Experiment, results_dir: Path, counts: Stored | None = None
+) -> list[str]:
+    """:func:`stored_of_plan` in words, as ``ablate validate --results-dir`` prints it: stored
+    of planned per stage, then a line per set of keys that makes stored runs train again (so
+    that a change that does not alter training, ``train.eval_batches``, is seen to retrain N
+    runs)."""
+    found = stored_of_plan(experiment, results_dir, counts)
+    parts = [
+        f"{g} {found.held[g]} (finished)"
+        if g in found.finished
+        else f"{g} {min(found.held[g], n)} of {n}"
+        for g, n in found.planned.items()
+        if n
+    ]
+    lines = [f"stored in {found.folder}, per stage (stored of planned): {', '.join(parts)}"]
+    for keys, count in found.retrained.items():
         lines.append(
             f"  {count} planned run(s) retrain a stored run that differs only in "
             f"{', '.join(keys) or 'the runtime'}"
