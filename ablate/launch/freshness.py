@@ -12,6 +12,7 @@ refused with one line and exit 2: those results describe other data, and nothing
 from __future__ import annotations
 
 from pathlib import Path
+from typing import NamedTuple
 
 from ablate.core.errors import DataError
 from ablate.core.experiment import Experiment
@@ -25,9 +26,26 @@ def data_key(data: dict, seq_len: int) -> str:
     return f"{sorted(data.items())}|{seq_len}"
 
 
-def stale_runs(folder: ExperimentFolder, corpora: dict[str, Corpus]) -> list[tuple[str, str, str]]:
-    """(run id, stored digest, digest now) of each finished run whose data section is in
-    ``corpora`` (by :func:`data_key`) and whose batches were drawn from other ids."""
+class StaleRun(NamedTuple):
+    """A finished run whose data is no longer the file's: its id, the ``data_digest`` it
+    stored and the digest of the corpus as it is now."""
+
+    run_id: str
+    stored: str
+    now: str
+
+
+class StaleDataError(DataError):
+    """Stored runs trained on data other than what the file names now: which (``stale``)."""
+
+    def __init__(self, message: str, stale: list[StaleRun]) -> None:
+        super().__init__(message)
+        self.stale = stale
+
+
+def stale_runs(folder: ExperimentFolder, corpora: dict[str, Corpus]) -> list[StaleRun]:
+    """Each finished run whose data section is in ``corpora`` (by :func:`data_key`) and whose
+    batches were drawn from other ids."""
     stale = []
     for run in folder.runs():
         record, stored = run.read_record(), run.read_config()
@@ -39,15 +57,15 @@ def stale_runs(folder: ExperimentFolder, corpora: dict[str, Corpus]) -> list[tup
             continue
         now = expected_data_digest(spec, corpus)
         if now != record.data_digest:
-            stale.append((spec.run_id, record.data_digest, now))
+            stale.append(StaleRun(spec.run_id, record.data_digest, now))
     return stale
 
 
 def check_stored_data(
     experiment: Experiment, results_dir: Path, corpora: dict[str, Corpus]
 ) -> None:
-    """Raise DataError when stored runs of ``experiment`` trained on data other than what its
-    variants (``corpora`` by variant) name now."""
+    """Raise :class:`StaleDataError` when stored runs of ``experiment`` trained on data other
+    than what its variants (``corpora`` by variant) name now."""
     by_key = {
         data_key(cfg.data.model_dump(mode="json"), cfg.model.seq_len): corpora[name]
         for name, cfg in experiment.variants.items()
@@ -56,8 +74,9 @@ def check_stored_data(
     stale = stale_runs(folder, by_key)
     if stale:
         run_id, then, now = stale[0]
-        raise DataError(
+        raise StaleDataError(
             f"{experiment.path}: data: {len(stale)} stored run(s) in {folder.path} trained on "
             f"other data than the file names now (run {run_id}: data_digest {then}, now {now}); "
-            "move that folder aside, or delete those runs, to train on the new data"
+            "move that folder aside, or delete those runs, to train on the new data",
+            stale,
         )

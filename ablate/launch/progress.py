@@ -14,7 +14,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, NamedTuple
 
 from rich.console import Console
 from rich.progress import (
@@ -138,6 +138,16 @@ def _progress(console: Console, *extra: TextColumn, transient: bool) -> Progress
     )
 
 
+class Standing(NamedTuple):
+    """Where a :class:`ProgressBoard`'s runs stand: how many ended, of how many, how many
+    train now, and the share of all their steps done."""
+
+    finished: int
+    total: int
+    running: int
+    share: float
+
+
 class ProgressBoard:
     """Rich progress: an overall bar over all steps, and one line per active run."""
 
@@ -162,15 +172,20 @@ class ProgressBoard:
         self.heartbeat.__exit__(*exc)
         self.progress.stop()
 
-    def progress_line(self) -> str:
-        """Where the runs stand, for a log: runs done of all, the steps' share, the time left."""
+    def standing(self) -> Standing:
+        """Where the runs stand now."""
         task = self.progress.tasks[self.overall]
         share = task.completed / self.total_steps if self.total_steps else 1.0
+        return Standing(self.finished, len(self.specs), len(self.tasks), share)
+
+    def progress_line(self) -> str:
+        """Where the runs stand, for a log: runs done of all, the steps' share, the time left."""
+        now = self.standing()
         elapsed = time.monotonic() - self.started_at
         return (
-            f"progress ({self.stages}): {self.finished} of {len(self.specs)} runs done, "
-            f"{len(self.tasks)} running, {share:.0%} of their steps, "
-            f"{remaining_text(elapsed, share)}"
+            f"progress ({self.stages}): {now.finished} of {now.total} runs done, "
+            f"{now.running} running, {now.share:.0%} of their steps, "
+            f"{remaining_text(elapsed, now.share)}"
         )
 
     def start(self, spec: RunSpec) -> None:
@@ -279,21 +294,46 @@ def run_label(spec: RunSpec) -> str:
     return f"{label} {spec.group} lr={train.lr:.3g} warmup={train.warmup_steps}"
 
 
+class RunOutcome(NamedTuple):
+    """How a run ended, as :func:`outcome_line` prints it: its status (a record's, or
+    ``collapsed`` for a finished run that learned nothing), why (a divergence's or collapse's
+    reason, a failure's error; None otherwise), the step it diverged at, its final val loss and
+    its wall time."""
+
+    status: str
+    reason: str | None
+    step: int | None
+    val_loss: float | None
+    wall_time_s: float
+
+
+def run_outcome(record: RunRecord) -> RunOutcome:
+    """The :class:`RunOutcome` of a stored run."""
+    status, reason, step = record.status, None, None
+    if status == "diverged":
+        reason, step = record.diverged_reason, record.diverged_step
+    if status == "failed":
+        reason = record.error
+    if status == "finished" and record.stable is False:  # trained, learned nothing
+        status, reason = "collapsed", record.unstable_reason
+    return RunOutcome(status, reason, step, record.final_val_loss, record.wall_time_s)
+
+
+def outcome_text(outcome: RunOutcome) -> str:
+    """``status[ why], val loss V, Ts``: a :class:`RunOutcome` in words."""
+    extra = {
+        "diverged": f" at step {outcome.step} ({outcome.reason})",
+        "failed": f": {outcome.reason}",
+        "collapsed": f" ({outcome.reason})",
+    }.get(outcome.status, "")
+    val = outcome.val_loss
+    val_text = f"val loss {val:.4f}" if val is not None else "no val loss"
+    return f"{outcome.status}{extra}, {val_text}, {outcome.wall_time_s:.1f}s"
+
+
 def outcome_line(spec: RunSpec, record: RunRecord | None, error: str | None) -> str:
     """One line saying how a run ended."""
     head = f"{run_label(spec)} [{spec.run_id}]"
     if record is None:
         return f"{head}: {error}"
-    status = record.status
-    val = record.final_val_loss
-    val_text = f"val loss {val:.4f}" if val is not None else "no val loss"
-    extra = (
-        f" at step {record.diverged_step} ({record.diverged_reason})"
-        if status == "diverged"
-        else ""
-    )
-    if status == "failed":
-        extra = f": {record.error}"
-    if status == "finished" and record.stable is False:  # trained, learned nothing
-        status, extra = "collapsed", f" ({record.unstable_reason})"
-    return f"{head}: {status}{extra}, {val_text}, {record.wall_time_s:.1f}s"
+    return f"{head}: {outcome_text(run_outcome(record))}"

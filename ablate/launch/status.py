@@ -14,6 +14,7 @@ jobs. Where a stage waits on jobs it says how many of their tasks are training.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import pandas as pd
 
@@ -100,19 +101,54 @@ def status_table(states: list[RunState]) -> pd.DataFrame:
     return table.loc[order].rename_axis("stage").reset_index()
 
 
+class Waiting(NamedTuple):
+    """A stage a controller waits on: its runs running and queued, the launcher's label for
+    its jobs (``Slurm job``), their arrays (empty where no launcher holds them) and how many
+    of their tasks train."""
+
+    stage: str
+    running: int
+    queued: int
+    label: str
+    jobs: str
+    tasks: int
+
+
+def waiting_stages(states: list[RunState], label: str) -> list[Waiting]:
+    """Each stage with runs running or queued (``label``: as :func:`submitted` gives it)."""
+    table = status_table(states)
+    waiting = table[(table["running"] + table["queued"]) > 0]
+    return [
+        Waiting(
+            row.stage,
+            int(row.running),
+            int(row.queued),
+            label,
+            row.jobs,
+            len({s.job for s in states if s.group == row.stage and s.state == "running" and s.job}),
+        )
+        for row in waiting.itertuples()
+    ]
+
+
+def waiting_line(waiting: Waiting) -> str:
+    """``waiting for STAGE: R running, Q queued`` and, under jobs, their arrays and tasks."""
+    held = (
+        f" ({waiting.label} {waiting.jobs}; {waiting.tasks} task(s) training)"
+        if waiting.jobs
+        else ""
+    )
+    return f"waiting for {waiting.stage}: {waiting.running} running, {waiting.queued} queued{held}"
+
+
 def status_lines(folder: ExperimentFolder) -> list[str]:
     """The table, and what a controller is waiting for."""
     jobs, label = submitted(folder)
     states = run_states(folder, jobs)
     if not states:
         return [f"{folder.path}: no planned or stored runs"]
-    table = status_table(states)
-    lines = [table.to_markdown(index=False)]
-    waiting = table[(table["running"] + table["queued"]) > 0]
-    for row in waiting.itertuples():
-        tasks = {s.job for s in states if s.group == row.stage and s.state == "running" and s.job}
-        held = f" ({label} {row.jobs}; {len(tasks)} task(s) training)" if row.jobs else ""
-        lines.append(f"waiting for {row.stage}: {row.running} running, {row.queued} queued{held}")
-    if waiting.empty:
+    waiting = waiting_stages(states, label)
+    lines = [status_table(states).to_markdown(index=False), *map(waiting_line, waiting)]
+    if not waiting:
         lines.append("nothing is running or queued")
     return lines

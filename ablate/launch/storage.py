@@ -45,7 +45,8 @@ _OPENED: dict[tuple[Any, ...], optuna.storages.BaseStorage] = {}
 
 def check_storage_opens(experiment: Experiment, root: Path, override: str | None) -> None:
     """Open the studies' storage before anything trains; one that cannot be opened (no
-    server, wrong database, bad URL) is bad input: a :class:`ConfigError` line naming it."""
+    server, wrong database, bad URL) is bad input: a :class:`ConfigError` line naming it
+    (key ``storage``, code ``storage_unopened``)."""
     url = storage_url(experiment, root, override)
     try:
         open_storage(url, experiment.base.runtime)
@@ -53,7 +54,9 @@ def check_storage_opens(experiment: Experiment, root: Path, override: str | None
         reason = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else type(exc).__name__
         where = "--storage" if override else "storage"
         raise ConfigError(
-            f"{experiment.path}: {where}: cannot open {storage_label(url)} ({reason})"
+            f"{experiment.path}: {where}: cannot open {storage_label(url)} ({reason})",
+            key="storage",
+            code="storage_unopened",
         ) from None
 
 

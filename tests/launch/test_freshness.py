@@ -8,6 +8,9 @@ import pytest
 from conftest import REPO, write_experiment
 
 from ablate.cli import main
+from ablate.core.load import load_experiment
+from ablate.launch.freshness import StaleDataError
+from ablate.launch.preflight import preflight
 
 
 @pytest.mark.trains
@@ -23,10 +26,15 @@ def test_an_edited_text_file_is_refused_and_nothing_is_deleted(
     assert main(["run", str(path), *args]) == 0
     stored = sorted((tmp_path / "results" / "tiny").glob("*/summary.json"))
     assert len(stored) == 2
-    assert main(["run", str(path), *args]) == 0  # the same text: reused
-    assert "2 of 2 runs already done" in capsys.readouterr().out
+    summaries = {p: p.read_bytes() for p in stored}
+    assert main(["run", str(path), *args]) == 0  # the same text: reused, not trained again
+    assert {p: p.read_bytes() for p in stored} == summaries
     text.write_text(text.read_text(encoding="utf-8").replace("the", "teh"), encoding="utf-8")
+    capsys.readouterr()
     assert main(["run", str(path), *args]) == 2
-    err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and "2 stored run(s)" in err[0] and "trained on other data" in err[0]
-    assert sorted((tmp_path / "results" / "tiny").glob("*/summary.json")) == stored
+    assert len(capsys.readouterr().err.strip().splitlines()) == 1
+    with pytest.raises(StaleDataError) as refused:
+        preflight(load_experiment(path), tmp_path / "results", None)
+    assert sorted(run.run_id for run in refused.value.stale) == [p.parent.name for p in stored]
+    assert all(run.stored != run.now for run in refused.value.stale)
+    assert {p: p.read_bytes() for p in stored} == summaries  # nothing deleted or rewritten

@@ -461,7 +461,21 @@ def test_a_warmup_trial_killed_with_its_process_is_rerun_as_it_was(tmp_path: Pat
 
 
 @pytest.mark.usefixtures("unrendered_figures")
-def test_each_stage_that_trains_opens_with_its_place_and_the_time_left(tmp_path: Path) -> None:
+def test_each_stage_that_trains_opens_with_its_place_and_the_time_left(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from ablate.launch import progress
+
+    paced: list[str] = []  # every text the experiment's pace gave
+    counted: list[int | None] = []  # the steps it had counted as left, each time
+    text = progress.ExperimentPace.text
+
+    def recorded(pace: progress.ExperimentPace) -> str:
+        paced.append(text(pace))
+        counted.append(pace.steps_left)
+        return paced[-1]
+
+    monkeypatch.setattr(progress.ExperimentPace, "text", recorded)
     out = io.StringIO()
     experiment = simulated_experiment(tmp_path, search={"n_trials": 2, "pruner": "none"})
     console = Console(file=out, width=300)
@@ -470,5 +484,6 @@ def test_each_stage_that_trains_opens_with_its_place_and_the_time_left(tmp_path:
     assert [line.split(":", 1)[0] for line in headers] == [
         f"stage {k} of 4" for k in range(1, 5)
     ]  # shared, search, tuned, cross-over
-    assert all("steps left at most" in line for line in headers)
+    assert all(any(line.endswith(f"; {p}") for p in paced) for line in headers)  # the time left
+    assert counted and None not in counted  # the store was counted for each
     assert training_stages(experiment) == ["shared", "search", "tuned", "crossover"]

@@ -10,7 +10,7 @@ from conftest import simulated_experiment
 from ablate.cli import main
 from ablate.core.folders import read_json, write_json_atomic
 from ablate.launch.pipeline import run_experiment
-from ablate.launch.status import run_states, status_lines
+from ablate.launch.status import STATES, run_states, status_lines, status_table
 
 SEARCH = {"n_trials": 3, "lr_min": 1e-3, "lr_max": 0.1, "warmup_max": 10}
 
@@ -43,11 +43,8 @@ def test_a_removed_summary_is_not_started_and_a_failed_run_is_failed(
     assert states[result.specs[0].run_id] == "not started"
     assert states[result.specs[1].run_id] == "failed"
     assert sorted(states.values()).count("done") == 2
-    table = status_lines(result.folder)[0]
-    assert (
-        "| main    |      2 |        1 |             0 |         0 |        0 |             1 |"
-        in table
-    )
+    main_runs = status_table(run_states(result.folder)).set_index("stage").loc["main"]
+    assert main_runs[list(STATES)].tolist() == [2, 1, 0, 0, 0, 1]  # done ... not started
 
 
 def test_status_of_a_folder_that_is_not_an_experiment_is_one_line_and_exit_2(
@@ -67,10 +64,12 @@ def test_an_interrupted_run_is_its_own_state_and_a_root_of_one_experiment_is_rea
     states = {s.run_id: s.state for s in run_states(result.folder)}
     assert states[result.specs[0].run_id] == "interrupted"
     assert main(["status", str(root)]) == 0  # the root holds one experiment: that one
-    out = capsys.readouterr().out
-    assert "| main    |      3 |        0 |             1 |         0 |" in out
+    assert capsys.readouterr().out == "".join(f"{line}\n" for line in status_lines(result.folder))
+    main_runs = status_table(run_states(result.folder)).set_index("stage").loc["main"]
+    assert main_runs[list(STATES)].tolist() == [3, 0, 1, 0, 0, 0]  # done ... not started
     (root / "other").mkdir()
     (root / "other" / "experiment.json").write_text("{}")
     assert main(["status", str(root)]) == 2
     err = capsys.readouterr().err
-    assert "holds 2 experiments; give one of:" in err and str(result.folder.path) in err
+    assert len(err.splitlines()) == 1  # one line naming both experiments to choose from
+    assert str(result.folder.path) in err and str(root / "other") in err

@@ -11,11 +11,15 @@ import subprocess
 import threading
 import time
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import pytest
 from conftest import search_workers, storage_of_kind, study_trials, write_experiment
 
+from ablate.core.errors import ConfigError
+from ablate.core.load import load_experiment
 from ablate.launch.execute import obtain
+from ablate.launch.storage import check_storage_opens, storage_label
 
 
 def _trained_trials(outputs: list[str]) -> list[int]:
@@ -163,8 +167,12 @@ def test_a_storage_that_cannot_be_opened_is_bad_input_before_anything_trains(
     results = tmp_path / "results"
     assert main(["run", str(path), "--results-dir", str(results)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and "storage: cannot open postgresql://u:***@127.0.0.1:1/nodb" in err[0]
-    assert "secret" not in err[0]
+    assert len(err) == 1 and storage_label(url) in err[0]
+    assert storage_label(url) == "postgresql://u:***@127.0.0.1:1/nodb"
+    assert urlsplit(url).password not in err[0]  # the password is never printed
+    with pytest.raises(ConfigError) as refused:
+        check_storage_opens(load_experiment(path), results, None)
+    assert (refused.value.key, refused.value.code) == ("storage", "storage_unopened")
     assert not results.exists()  # nothing trained, nothing written
     assert main(["search", str(path), "--results-dir", str(results)]) == 2
     assert not results.exists()

@@ -224,6 +224,7 @@ def test_a_worker_that_outlives_the_grace_after_ctrl_c_is_killed_and_named(
     out = _script_with_job(tmp_path, job, POOL_INTERRUPTED, str(tmp_path / "started"), timeout=30)
     assert out.returncode == 0, out.stderr
     assert 0.5 <= float(out.stdout) < INTERRUPT_LIMIT_S, out.stdout  # not the job's 600 s
+    # the wording is the point: the user is told the worker was killed (and its run redone)
     assert "was still busy 0.5 s after the stop and was killed" in out.stderr, out.stderr
 
 
@@ -302,6 +303,7 @@ def _assert_clean_interrupt(result: tuple[int, float, str], moment: float) -> No
     # -SIGINT: the signal landed while Python was already exiting; a shell shows that as 130
     assert code in (130, -signal.SIGINT), f"Ctrl-C at {moment:.2f} s: exit {code}\n{out}"
     assert took < INTERRUPT_LIMIT_S, f"Ctrl-C at {moment:.2f} s: {took:.1f} s to exit\n{out}"
+    # the wording is the point: Python's traceback must never reach the user on Ctrl-C
     assert "Traceback" not in out, f"Ctrl-C at {moment:.2f} s:\n{out}"
 
 
@@ -358,7 +360,6 @@ def test_ctrl_c_while_the_report_is_rebuilt_keeps_results_and_no_half_report_is_
         (reports / "tiny" / ".built.json").unlink(missing_ok=True)  # the rerun rebuilds it
         result = _interrupt_at(moment, *args, cwd=tmp_path)
         if result is not None and result[0] == 0:  # it was exiting when Ctrl-C came: done
-            assert "report:" in result[2]
             assert store.report_is_current(ExperimentFolder(root / "tiny"), reports / "tiny")
         elif result is not None:
             _assert_clean_interrupt(result, moment)
