@@ -95,8 +95,7 @@ def ranks_text(found: Finding) -> str:
     a rank estimate is taken only where one did)."""
     if not found.estimate.ranked:
         return ""
-    lost = sum(1 for _, value in found.values if np.isinf(value))
-    return f"; on ranks, {lost} with a run that diverged counted the worst"
+    return f"; on ranks, {found.diverged} with a run that diverged counted the worst"
 
 
 def pair(found: Finding) -> str:

@@ -16,6 +16,7 @@ divergence boundary and the grid factors' effects are :mod:`ablate.report.margin
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -34,7 +35,7 @@ from ablate.report.margins import (
     margin_table,
 )
 from ablate.report.section import Section
-from ablate.report.text import lr_interval_text
+from ablate.report.text import Shown, lr_interval_text, lr_shown
 from ablate.report.verdict import NOT_ESTIMABLE
 
 
@@ -127,15 +128,25 @@ def shown_table(table: pd.DataFrame, limit: float) -> pd.DataFrame:
     )
 
 
+def ratio_shown(row: Any, limit: float = NOT_ESTIMABLE) -> Shown:
+    """What a :func:`boundary_table` row's ratio to the baseline prints as: no number where
+    two or more seeds all fall in one bracket each (else :func:`ablate.report.text.lr_shown`)."""
+    shown = lr_shown(row.ratio_to_baseline, row.ratio_low, row.ratio_high, limit)
+    if shown is not Shown.MISSING and row.ratio_pairs >= 2 and row.one_bracket:
+        return Shown.ONE_BRACKET
+    return shown
+
+
 def ratio_cell(row: Any, limit: float) -> str:
     """A boundary ratio and its 95% interval, or why it has no number."""
-    if row.ratio_to_baseline is None or pd.isna(row.ratio_to_baseline):
-        return "–"
-    if row.ratio_pairs >= 2 and row.one_bracket:
+    if ratio_shown(row, limit) is Shown.ONE_BRACKET:
         return f"not estimable with {row.ratio_pairs} seeds: every seed in one bracket"
     return lr_interval_text(
         row.ratio_to_baseline, row.ratio_low, row.ratio_high, row.ratio_pairs, limit
     )
+
+
+ONE_SEED_NOTE = "; with one seed the interval is the lattice's, not the seeds' spread"
 
 
 def _ratio_lines(table: pd.DataFrame, limit: float) -> list[str]:
@@ -143,11 +154,10 @@ def _ratio_lines(table: pd.DataFrame, limit: float) -> list[str]:
     for row in table.iloc[1:].itertuples():
         if row.ratio_to_baseline is None or pd.isna(row.ratio_to_baseline):
             continue
-        one = "; with one seed the interval is the lattice's, not the seeds' spread"
         lines.append(
             f"- Max stable LR (learned at all), {row.variant} / {table['variant'].iloc[0]}: "
             f"{ratio_cell(row, limit)}, paired over {row.seeds_bracketed} seed(s) (95%, "
-            f"descriptive{one if row.seeds_bracketed == 1 else ''})."
+            f"descriptive{ONE_SEED_NOTE if row.seeds_bracketed == 1 else ''})."
         )
     return lines
 
@@ -193,11 +203,29 @@ def summary_lines(
     return lines + _ratio_lines(table, limit) + margins + factor_lines(effects, limit)
 
 
-def _unbracketed_text(found: BoundaryResult) -> str:
-    """Why a variant has no boundary: every probe unstable, or every probe stable."""
+@dataclass(frozen=True)
+class NoBoundary:
+    """Why a variant has no boundary: ``stable``, every seed was stable up to the range's
+    end, else every probe was unstable; ``lowest`` and ``highest``: the LRs probed (None where
+    none was)."""
+
+    stable: bool
+    lowest: float | None
+    highest: float | None
+
+
+def no_boundary(found: BoundaryResult) -> NoBoundary:
+    """:class:`NoBoundary` of a variant whose seeds bracketed no boundary."""
     lrs = [p.lr for p in found.probes]
-    span = f"{min(lrs):.3g} to {max(lrs):.3g}" if lrs else "none"
-    if any(p.stable for p in found.probes):
+    stable = any(p.stable for p in found.probes)
+    return NoBoundary(stable, min(lrs), max(lrs)) if lrs else NoBoundary(stable, None, None)
+
+
+def _unbracketed_text(found: BoundaryResult) -> str:
+    """Why a variant has no boundary, in words (:func:`no_boundary`)."""
+    why = no_boundary(found)
+    span = "none" if why.lowest is None else f"{why.lowest:.3g} to {why.highest:.3g}"
+    if why.stable:
         return f"every seed was stable up to the range's end ({span} probed)."
     return (
         f"every probe ({span}) was unstable, on every seed; if none diverged, the budget may "

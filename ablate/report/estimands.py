@@ -68,6 +68,11 @@ class Finding:
     def seeds(self) -> tuple[int, ...]:
         return tuple(seed for seed, _ in self.values)
 
+    @property
+    def diverged(self) -> int:
+        """How many seeds' values are infinite: a run that diverged, counted the worst."""
+        return sum(1 for _, value in self.values if math.isinf(value))
+
 
 def per_seed(values: pd.Series) -> tuple[tuple[int, float], ...]:
     """A series of per-seed values as (seed, value) pairs."""

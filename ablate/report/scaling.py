@@ -15,7 +15,8 @@ the largest size, labelled as an extrapolation, and says what the design cannot 
 from __future__ import annotations
 
 import math
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, NamedTuple
 
 import numpy as np
 import pandas as pd
@@ -43,6 +44,7 @@ QUANTITIES = {
     "lr_sensitivity": "LR sensitivity",
 }
 EXTRAPOLATION_FACTOR = 10  # the max stable LR is extrapolated to 10x the largest size
+EDGE_NOTE = " (every size's sweep is best at its grid's edge: no optimum)"
 
 
 def _boundary(studies: Studies, variant: str) -> dict[str, float | int]:
@@ -178,8 +180,7 @@ def exponent_text(fit: PowerLaw, edge: bool = False) -> str:
     if not fit.estimable:
         return fit.not_estimable_text()
     low, high = fit.interval
-    note = " (every size's sweep is best at its grid's edge: no optimum)" if edge else ""
-    return f"{fit.exponent:+.3f} [{low:+.3f}, {high:+.3f}]{note}"
+    return f"{fit.exponent:+.3f} [{low:+.3f}, {high:+.3f}]{EDGE_NOTE if edge else ''}"
 
 
 def _interval(low: float, high: float, fmt: str = "+.3f") -> str:
@@ -221,15 +222,16 @@ def summary_lines(
         if parts:
             lines.append(f"Exponent of {label} in parameters (95%): {'; '.join(parts)}.")
     target = EXTRAPOLATION_FACTOR * float(table["n_params"].max())
+    predicted = extrapolations(fits, variants, target)
     for variant in variants:
         fit = fits.get((variant, "max_stable_lr"))
-        if fit is not None and not fit.estimable:
+        if fit is not None and variant not in predicted:
             lines.append(
                 f"No extrapolation of {variant}'s max stable LR: its exponent is "
                 f"{fit.not_estimable_text()}."
             )
         elif fit is not None:
-            value, low, high = fit.predict(target)
+            value, low, high = predicted[variant]
             lines.append(
                 f"**Extrapolation**, not a measurement: {variant}'s max stable LR at "
                 f"{target:,.0f} parameters (10x the largest run) would be {value:.3g} "
@@ -238,19 +240,80 @@ def summary_lines(
     return [f"- {line}" for line in lines]
 
 
-def baseline_lines(table: pd.DataFrame) -> list[str]:
-    """How far every size's loss is below the trivial baselines, and the seed-to-seed noise."""
+def extrapolations(
+    fits: dict[tuple[str, str], PowerLaw], variants: list[str], target: float
+) -> dict[str, tuple[float, float, float]]:
+    """Per variant whose max-stable-LR exponent is estimable, its fitted line's value at
+    ``target`` parameters and that value's 95% interval; a variant whose fit is not estimable
+    (or that has none) is not extrapolated."""
+    fitted = {variant: fits.get((variant, "max_stable_lr")) for variant in variants}
+    return {
+        variant: fit.predict(target)
+        for variant, fit in fitted.items()
+        if fit is not None and fit.estimable
+    }
+
+
+@dataclass(frozen=True)
+class Baselines:
+    """The trivial baselines every size's final loss is held against: a uniform guess over the
+    vocabulary (``uniform``, nats) and the unigram frequencies (``unigram``); the range of the
+    final losses and of their seed-to-seed std; ``all_below``: every final loss is below the
+    unigram loss (else some size learned less than word frequencies)."""
+
+    uniform: float
+    unigram: float
+    loss_min: float
+    loss_max: float
+    std_min: float
+    std_max: float
+
+    @property
+    def all_below(self) -> bool:
+        return not self.loss_max >= self.unigram  # no losses at all: none above it
+
+
+def baselines(table: pd.DataFrame) -> Baselines | None:
+    """The trivial baselines and the losses' range, or None where the table has no unigram
+    loss or vocabulary size."""
     floor = table["unigram_loss"].dropna()
     vocab = table["vocab_size"].dropna()
     if floor.empty or vocab.empty:
+        return None
+    losses, std = table["final_loss"].dropna(), table["final_loss_std"]
+    return Baselines(
+        math.log(vocab.iloc[0]), floor.iloc[0], losses.min(), losses.max(), std.min(), std.max()
+    )
+
+
+def baseline_lines(table: pd.DataFrame) -> list[str]:
+    """How far every size's loss is below the trivial baselines, and the seed-to-seed noise."""
+    found = baselines(table)
+    if found is None:
         return []
-    unigram, losses = floor.iloc[0], table["final_loss"].dropna()
-    where = "all below it" if (losses < unigram).all() else "NOT all below it: some learned less"
+    where = "all below it" if found.all_below else "NOT all below it: some learned less"
     return [
-        f"Trivial baselines: a uniform guess {math.log(vocab.iloc[0]):.3f} nats, unigram "
-        f"frequencies {unigram:.4f}; final losses {losses.min():.4f}–{losses.max():.4f}, "
-        f"{where}. Seed-to-seed std of the final loss: {table['final_loss_std'].min():.4f}–"
-        f"{table['final_loss_std'].max():.4f}."
+        f"Trivial baselines: a uniform guess {found.uniform:.3f} nats, unigram "
+        f"frequencies {found.unigram:.4f}; final losses {found.loss_min:.4f}–"
+        f"{found.loss_max:.4f}, {where}. Seed-to-seed std of the final loss: "
+        f"{found.std_min:.4f}–{found.std_max:.4f}."
+    ]
+
+
+class Contradicted(NamedTuple):
+    """A size and variant whose max-stable-LR bracket ``runs`` other stored runs of that size
+    contradict (stable above it, or unstable below): left out of the max-stable-LR fit."""
+
+    size: str
+    variant: str
+    runs: int
+
+
+def contradicted(table: pd.DataFrame) -> list[Contradicted]:
+    """The table's contradicted brackets, in its row order."""
+    rows = table[table["max_lr_contradictions"] > 0]
+    return [
+        Contradicted(r.size, r.variant, int(r.max_lr_contradictions)) for r in rows.itertuples()
     ]
 
 
@@ -269,12 +332,9 @@ def ratio_lines(table: pd.DataFrame, variants: list[str]) -> list[str]:
                 f"Max stable LR, {variant} / {variants[0]} (paired by seed, 95% interval; an "
                 f"interval that holds 1 shows no difference): {shown}."
             )
-    contradicted = table[table["max_lr_contradictions"] > 0]
-    if len(contradicted):
-        named = ", ".join(
-            f"{r.size} {r.variant} ({r.max_lr_contradictions} run(s))"
-            for r in contradicted.itertuples()
-        )
+    against = contradicted(table)
+    if against:
+        named = ", ".join(f"{c.size} {c.variant} ({c.runs} run(s))" for c in against)
         lines.append(
             f"Brackets contradicted by other stored runs of their size (stable above, or "
             f"unstable below; see each size's report), left out of the max-stable-LR fit: "

@@ -9,6 +9,7 @@ describes these points, not whether the points measure what a scaling law needs.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -27,23 +28,47 @@ def span_line(table: pd.DataFrame) -> str:
     return f"{line}: under one decade, so an exponent here describes these sizes, not a law."
 
 
-def budget_line(table: pd.DataFrame, manifest: dict[str, Any]) -> str | None:
-    """With one token budget for every size, how far tokens per parameter fall from the
-    smallest size to the largest (None when the budget is per parameter)."""
+@dataclass(frozen=True)
+class FixedBudget:
+    """One token budget for every size: its ``tokens``, the ``smallest`` and ``largest``
+    sizes' names and tokens per parameter (``small_ratio``, ``large_ratio``), and the tokens
+    the largest would train at :data:`COMPUTE_OPTIMAL` tokens per parameter (``needed``)."""
+
+    tokens: int
+    smallest: str
+    largest: str
+    small_ratio: float
+    large_ratio: float
+    needed: float
+
+
+def fixed_budget(table: pd.DataFrame, manifest: dict[str, Any]) -> FixedBudget | None:
+    """The :class:`FixedBudget` of a study with one token budget (None when the budget is per
+    parameter)."""
     if manifest.get("tokens_per_parameter"):
         return None
     sizes = table.groupby("size", sort=False)[["n_params", "tokens"]].first()
     small, large = sizes["n_params"].idxmin(), sizes["n_params"].idxmax()
-    tokens = int(sizes["tokens"].iloc[0])
     per_param = sizes["tokens"] / sizes["n_params"]
     needed = COMPUTE_OPTIMAL * float(sizes.loc[large, "n_params"])
+    tokens = int(sizes["tokens"].iloc[0])
+    return FixedBudget(tokens, small, large, per_param[small], per_param[large], needed)
+
+
+def budget_line(table: pd.DataFrame, manifest: dict[str, Any]) -> str | None:
+    """With one token budget for every size, how far tokens per parameter fall from the
+    smallest size to the largest (None when the budget is per parameter)."""
+    found = fixed_budget(table, manifest)
+    if found is None:
+        return None
+    large = found.largest
     return (
-        f"Every size trains on the same {tokens:,} tokens: {per_param[small]:.2f} per parameter "
-        f"at {small}, {per_param[large]:.2f} at {large}. The larger models are trained less per "
-        "parameter, so a trend with size here mixes size with training length. "
-        "`scale.tokens_per_parameter` gives each size a budget in proportion; at "
+        f"Every size trains on the same {found.tokens:,} tokens: {found.small_ratio:.2f} per "
+        f"parameter at {found.smallest}, {found.large_ratio:.2f} at {large}. The larger models "
+        "are trained less per parameter, so a trend with size here mixes size with training "
+        "length. `scale.tokens_per_parameter` gives each size a budget in proportion; at "
         f"{COMPUTE_OPTIMAL} tokens per parameter (Hoffmann et al., 2022) {large} alone would "
-        f"train {needed:,.0f} tokens, {needed / tokens:.0f}× this budget."
+        f"train {found.needed:,.0f} tokens, {found.needed / found.tokens:.0f}× this budget."
     )
 
 

@@ -7,10 +7,13 @@ stable LR and the LR sensitivity to the variant table.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import pandas as pd
 
 from ablate.core.studies import BestTrial, Studies
 from ablate.report.analysis import (
+    PairedDifference,
     mean_difference,
     seed_sensitivities,
     selection_values,
@@ -128,19 +131,26 @@ def curve_section(stored: StoredExperiment, variants: list[str]) -> Section:
     return Section(lines, found.tables)
 
 
-def warmup_lines(stored: StoredExperiment) -> list[str]:
-    """Each variant's warmup study at its tuned LR: the warmups tried, the best, and whether
-    the best is an end of the searched range (the optimum may lie beyond it)."""
+@dataclass(frozen=True)
+class WarmupStudy:
+    """One variant's warmup study at its tuned LR: the warmups ``tried`` (ascending), the
+    ``best`` of them and its mean final val loss over the curve seeds (``loss``), and whether
+    the best is an end of the searched range (``at_edge``: the optimum may lie beyond it)."""
+
+    variant: str
+    tried: list[int]
+    best: int
+    loss: float
+    at_edge: bool
+
+
+def warmup_studies(stored: StoredExperiment) -> list[WarmupStudy]:
+    """Each tuned variant's :class:`WarmupStudy` (none without a warmup range or its runs)."""
     span = stored.manifest.warmup_range
     every = stored.stored_runs
     if not span or "group" not in every or stored.tuned.empty:
         return []
-    lines = [
-        "",
-        "Each variant's warmup study at its optimum LR (mean final val loss over the "
-        "curve seeds, an unstable run counted as min(ℓ, ℓ0)):",
-        "",
-    ]
+    found = []
     for variant, tuned in stored.tuned.groupby("variant", sort=False):
         runs = every[
             (every["group"] == "warmup")
@@ -151,15 +161,32 @@ def warmup_lines(stored: StoredExperiment) -> list[str]:
             continue
         means = runs.assign(value=selection_values(runs)).groupby("warmup_steps")["value"].mean()
         best = int(means.idxmin())
+        found.append(WarmupStudy(variant, list(means.index), best, means.min(), best in span))
+    return found
+
+
+def warmup_lines(stored: StoredExperiment) -> list[str]:
+    """Each variant's warmup study at its tuned LR (:func:`warmup_studies`) in words."""
+    span = stored.manifest.warmup_range
+    if not span or "group" not in stored.stored_runs or stored.tuned.empty:
+        return []
+    lines = [
+        "",
+        "Each variant's warmup study at its optimum LR (mean final val loss over the "
+        "curve seeds, an unstable run counted as min(ℓ, ℓ0)):",
+        "",
+    ]
+    for study in warmup_studies(stored):
         edge = (
             f" — **at the searched range's edge** ({span[0]}–{span[1]} steps): the optimum may "
             "lie beyond it; widen `curve.warmup_min`/`warmup_max`"
-            if best in span
+            if study.at_edge
             else ""
         )
         lines.append(
-            f"- {variant}: {len(means)} warmups tried ({', '.join(map(str, means.index))}), "
-            f"best {best} steps ({means.min():.4f}){edge}."
+            f"- {study.variant}: {len(study.tried)} warmups tried "
+            f"({', '.join(map(str, study.tried))}), best {study.best} steps ({study.loss:.4f})"
+            f"{edge}."
         )
     return [*lines, ""]
 
@@ -167,27 +194,34 @@ def warmup_lines(stored: StoredExperiment) -> list[str]:
 def seed_sensitivity_lines(per_seed: pd.DataFrame, variants: list[str]) -> list[str]:
     """The LR sensitivity over seeds, each against its own best: each variant's mean with its
     95% t interval, and each one's difference to the baseline paired by seed (descriptive)."""
-    wide = per_seed.pivot(index="seed", columns="variant", values="lr_sensitivity")
-    present = [v for v in variants if v in wide]
-    if len(wide) < 2 or not present:
+    own, paired = seed_sensitivity_intervals(per_seed, variants)
+    if not own:
         return []
-    parts = []
-    for variant in present:
-        found = mean_difference(wide[variant])
-        parts.append(f"{variant} {found.mean:.4g} [{found.ci_low:.4g}, {found.ci_high:.4g}]")
-    diffs = []
-    for variant in present[1:]:
-        found = mean_difference(wide[variant] - wide[present[0]])
-        diffs.append(
-            f"{variant} − {present[0]} {delta_ci(found.mean, found.ci_low, found.ci_high)}"
-        )
+    baseline = next(iter(own))
+    parts = [f"{v} {f.mean:.4g} [{f.ci_low:.4g}, {f.ci_high:.4g}]" for v, f in own.items()]
+    diffs = [f"{v} − {baseline} {delta_ci(f.mean, f.ci_low, f.ci_high)}" for v, f in paired.items()]
+    seeds = per_seed["seed"].nunique()
     return [
-        f"Over seeds, each against its own best ({len(wide)} seeds, 95% t intervals, "
+        f"Over seeds, each against its own best ({seeds} seeds, 95% t intervals, "
         f"descriptive): {'; '.join(parts)}"
         + (f"; paired by seed, {'; '.join(diffs)}" if diffs else "")
         + ".",
         "",
     ]
+
+
+def seed_sensitivity_intervals(
+    per_seed: pd.DataFrame, variants: list[str]
+) -> tuple[dict[str, PairedDifference], dict[str, PairedDifference]]:
+    """Each variant's LR sensitivity over seeds (mean, 95% t interval), and each one's
+    difference to the first present variant paired by seed; both empty under two seeds."""
+    wide = per_seed.pivot(index="seed", columns="variant", values="lr_sensitivity")
+    present = [v for v in variants if v in wide]
+    if len(wide) < 2 or not present:
+        return {}, {}
+    own = {v: mean_difference(wide[v]) for v in present}
+    paired = {v: mean_difference(wide[v] - wide[present[0]]) for v in present[1:]}
+    return own, paired
 
 
 def _edge_best_lines(sensitivity: pd.DataFrame) -> list[str]:
@@ -253,10 +287,7 @@ def search_section(studies: Studies, variants: list[str], startup: int | None = 
     trials = pd.DataFrame(
         [{"variant": v, **t.stored()} for v, r in found.items() for t in r.trial_table]
     )
-    edges = {
-        v: edges_of_best(trials[trials["variant"] == v] if len(trials) else trials, r.best)
-        for v, r in found.items()
-    }
+    edges = best_edges(studies, trials)
     best = pd.DataFrame(
         [
             {
@@ -277,8 +308,8 @@ def search_section(studies: Studies, variants: list[str], startup: int | None = 
         "",
         best.to_markdown(index=False, floatfmt=".4g"),
         "",
-        *_startup_lines(startup),
-        *_edge_lines(edges),
+        *startup_lines(startup),
+        *edge_lines(edges),
         *_rerun_lines({v: r.reruns for v, r in found.items()}),
     ]
     section = Section(lines, {"search_trials.csv": trials})
@@ -295,7 +326,17 @@ def search_section(studies: Studies, variants: list[str], startup: int | None = 
     return section
 
 
-def _startup_lines(startup: int | None) -> list[str]:
+def best_edges(studies: Studies, trials: pd.DataFrame) -> dict[str, list[str]]:
+    """Per searched variant, the sides of the search its best trial has no trial beyond
+    (:func:`edges_of_best` over its rows of ``trials``, the search's trial table)."""
+    return {
+        v: edges_of_best(trials[trials["variant"] == v] if len(trials) else trials, r.best)
+        for v, r in studies.search.items()
+    }
+
+
+def startup_lines(startup: int | None) -> list[str]:
+    """The sampler's random start-up trials per study, in words (nothing: not recorded)."""
     if startup is None:
         return []
     return [
@@ -305,7 +346,7 @@ def _startup_lines(startup: int | None) -> list[str]:
     ]
 
 
-def _edge_lines(edges: dict[str, list[str]]) -> list[str]:
+def edge_lines(edges: dict[str, list[str]]) -> list[str]:
     """A warning for each variant whose best trial no trial brackets on some side."""
     shown = {v: e for v, e in edges.items() if e}
     if not shown:

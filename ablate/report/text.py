@@ -7,6 +7,7 @@ keep significant figures (``9.9e-05``); p-values below 0.001 go to scientific no
 from __future__ import annotations
 
 import math
+from enum import StrEnum
 
 import pandas as pd
 
@@ -44,6 +45,31 @@ def interval_text(value: float | None, low: float | None, high: float | None) ->
     return f"{three(value)} [{three(low)}, {three(high)}]"  # type: ignore[arg-type]
 
 
+class Shown(StrEnum):
+    """What the report prints for a positive quantity with an interval (an LR, a ratio of
+    them): nothing but a dash without a value; no number where there is no interval, where
+    every seed of a ratio fell in one bracket, or where the interval is too wide; else the
+    number and its interval."""
+
+    MISSING = "missing"
+    NO_INTERVAL = "no interval"
+    ONE_BRACKET = "one bracket"
+    TOO_WIDE = "too wide"
+    NUMBER = "number"
+
+
+def lr_shown(
+    value: float | None, low: float | None, high: float | None, limit: float = NOT_ESTIMABLE
+) -> Shown:
+    """Which of :class:`Shown` a positive quantity gets: too wide where its interval spans
+    more than ``limit``× (:func:`ablate.report.verdict.wide`)."""
+    if value is None or pd.isna(value):
+        return Shown.MISSING
+    if low is None or high is None or pd.isna(low) or pd.isna(high):
+        return Shown.NO_INTERVAL
+    return Shown.TOO_WIDE if wide(low, high, limit) else Shown.NUMBER
+
+
 def lr_interval_text(
     value: float | None,
     low: float | None,
@@ -52,13 +78,14 @@ def lr_interval_text(
     limit: float = NOT_ESTIMABLE,
 ) -> str:
     """:func:`interval_text` of a positive quantity (an LR, a ratio of them), or ``not
-    estimable with n seed(s)`` where its interval spans more than ``limit``× (no number is
-    printed: :func:`ablate.report.verdict.wide`); a dash without a value."""
-    if value is None or pd.isna(value):
+    estimable with n seed(s)`` where it has no number to print (:func:`lr_shown`); a dash
+    without a value."""
+    shown = lr_shown(value, low, high, limit)
+    if shown is Shown.MISSING:
         return "–"
-    if low is None or high is None or pd.isna(low) or pd.isna(high):
+    if shown is Shown.NO_INTERVAL:
         return f"not estimable with {int(seeds)} seed(s)"
-    if wide(low, high, limit):
+    if shown is Shown.TOO_WIDE:
         return f"not estimable with {int(seeds)} seed(s): wider than {limit:g}×"
     return interval_text(value, low, high)
 

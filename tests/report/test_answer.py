@@ -8,11 +8,11 @@ import math
 
 import pandas as pd
 
-from ablate.report.answer import move_text, said, value_text
+from ablate.report.answer import move_text, ranks_text, said, value_text
 from ablate.report.crossover import TwoByTwo
 from ablate.report.estimands import Finding
 from ablate.report.plan import MATCHED, Estimand
-from ablate.report.verdict import Estimate, judge
+from ablate.report.verdict import Estimate, Word, judge
 
 ESTIMAND = Estimand(MATCHED, "rms", "ln", "quality", "difference", 0.02, True, 4, 0.5, 0.05)
 
@@ -45,11 +45,11 @@ def test_an_estimate_that_is_not_estimable_prints_no_number() -> None:
 
 def test_an_estimate_by_ranks_says_how_many_seeds_a_divergence_decided() -> None:
     ranked = Estimate(-0.019, -math.inf, 0.065, 0.975, 8, "difference", ranked=True)
-    text = _said(ranked, values=((0, -0.02), (4, -math.inf), (5, 0.01)))
-    assert (
-        "(97.5% interval, 8 seeds; on ranks, 1 with a run that diverged counted the worst)" in text
-    )
-    assert "[-inf, +0.0650]" in text and "on ranks: no count of more seeds" in text
+    found = Finding(ESTIMAND, judge(ranked, 0.02), ((0, -0.02), (4, -math.inf), (5, 0.01)))
+    assert found.diverged == 1 and found.verdict.word is Word.INCONCLUSIVE
+    assert value_text(ranked, 0.02) == "-0.0190 nats [-inf, +0.0650]"  # its infinite end too
+    text = said(found)
+    assert ranks_text(found) in text and found.verdict.text() in text
 
 
 def test_the_2x2_names_what_moving_between_the_settings_changes() -> None:

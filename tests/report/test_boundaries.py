@@ -9,7 +9,16 @@ import pytest
 from conftest import max_lr_result
 
 from ablate.core.studies import Probe, Studies
-from ablate.report.boundaries import boundary_table, max_lr_section, summary_lines
+from ablate.report.boundaries import (
+    ONE_SEED_NOTE,
+    NoBoundary,
+    boundary_table,
+    max_lr_section,
+    no_boundary,
+    ratio_shown,
+    summary_lines,
+)
+from ablate.report.text import Shown
 
 
 def test_a_ratio_whose_seeds_disagree_is_printed_without_a_verdict() -> None:
@@ -21,11 +30,13 @@ def test_a_ratio_whose_seeds_disagree_is_printed_without_a_verdict() -> None:
     )
     table = boundary_table(studies)
     rms = table.set_index("variant").loc["rms"]
-    assert rms["ratio_low"] < 1 < rms["ratio_high"]
+    assert rms["ratio_low"] < 1 < rms["ratio_high"] and rms["ratio_pairs"] == 3
+    row = table.iloc[1]
+    assert ratio_shown(row) is Shown.NUMBER  # its number, and no verdict: it is descriptive
     text = "\n".join(summary_lines(studies))
-    shown = f"{rms['ratio_to_baseline']:.3g} [{rms['ratio_low']:.3g}, {rms['ratio_high']:.3g}]"
-    assert f"rms / ln: {shown}, paired over 3 seed(s) (95%, descriptive)" in text
-    assert "shown" not in text
+    assert (
+        f"{rms['ratio_to_baseline']:.3g} [{rms['ratio_low']:.3g}, {rms['ratio_high']:.3g}]" in text
+    )
 
 
 def test_the_boundary_is_the_geometric_mean_its_interval_is_centred_on() -> None:
@@ -56,9 +67,9 @@ def test_one_seed_says_its_interval_is_the_lattices_only() -> None:
     studies = Studies(
         max_lr={"ln": max_lr_result("ln", {0: 0.1}), "rms": max_lr_result("rms", {0: 0.4})}
     )
-    text = "\n".join(summary_lines(studies))
-    assert "paired over 1 seed(s)" in text
-    assert "with one seed the interval is the lattice's, not the seeds' spread" in text
+    rms = boundary_table(studies).set_index("variant").loc["rms"]
+    assert rms["seeds_bracketed"] == 1 and rms["ratio_pairs"] == 1
+    assert ONE_SEED_NOTE in "\n".join(summary_lines(studies))
 
 
 def test_a_variant_with_no_boundary_says_why() -> None:
@@ -66,10 +77,11 @@ def test_a_variant_with_no_boundary_says_why() -> None:
     unstable = [Probe(1e-3, 0, False, False), Probe(1e-6, 0, False, False)]
     stable_to_the_end = max_lr_result("ln", {0: 1e3}, probes=stable)  # stable up to lr_max
     never = max_lr_result("rms", {0: 1e-9}, probes=unstable)  # unstable down to lr_min
-    text = "\n".join(summary_lines(Studies(max_lr={"ln": stable_to_the_end, "rms": never})))
-    assert "ln: **no boundary found**: every seed was stable up to the range's end" in text
-    assert "rms: **no boundary found**: every probe (1e-06 to 0.001) was unstable" in text
-    assert "Max stable LR (" not in text  # no boundary to give
+    assert no_boundary(stable_to_the_end) == NoBoundary(True, 1.0, 100.0)
+    assert no_boundary(never) == NoBoundary(False, 1e-6, 1e-3)
+    studies = Studies(max_lr={"ln": stable_to_the_end, "rms": never})
+    assert (boundary_table(studies)["seeds_bracketed"] == 0).all()
+    assert len(summary_lines(studies)) == 2  # each variant's reason, no boundary to give
 
 
 def test_seeds_that_all_share_one_step_print_no_ratio() -> None:
@@ -81,8 +93,8 @@ def test_seeds_that_all_share_one_step_print_no_ratio() -> None:
     )
     rms = boundary_table(studies).set_index("variant").loc["rms"]
     assert rms["one_bracket"] and rms["ratio_low"] > 1  # the interval alone would exclude 1
+    assert ratio_shown(boundary_table(studies).iloc[1]) is Shown.ONE_BRACKET
     text = "\n".join(summary_lines(studies))
-    assert "rms / ln: not estimable with 3 seeds: every seed in one bracket" in text
     assert f"{rms['ratio_to_baseline']:.3g} [" not in text
 
 
@@ -95,8 +107,8 @@ def test_an_interval_wider_than_a_hundredfold_prints_no_number() -> None:
     )
     rms = boundary_table(studies).set_index("variant").loc["rms"]
     assert rms["ratio_high"] / rms["ratio_low"] > 100
+    assert ratio_shown(boundary_table(studies).iloc[1]) is Shown.TOO_WIDE
     text = "\n".join(summary_lines(studies))
-    assert "rms / ln: not estimable with 3 seed(s): wider than 100×" in text
     assert f"{rms['ratio_high']:.3g}" not in text
     section = "\n".join(max_lr_section(studies).lines)
     assert f"{rms['max_stable_lr_high']:.3g}" not in section  # nor the boundary's own

@@ -17,6 +17,7 @@ from ablate.report.factorial import (
     main_effects,
     main_effects_markdown,
     two_way,
+    two_way_markdown,
 )
 
 KIND, PLACE = "model.norm.kind", "model.norm.placement"
@@ -127,7 +128,9 @@ def test_a_collapsed_run_is_averaged_at_its_loss_and_counted_apart() -> None:
     assert row["effect"] == pytest.approx(main_effects(_runs(), _design()).set_index(
         ["factor", "level"]).loc[(KIND, "rmsnorm"), "effect"])  # fmt: skip
     text = main_effects_markdown(table.reset_index())
-    assert "| 6 (6 / 0), 1 collapsed " in text and table.loc[(KIND, "layernorm"), "collapsed"] == 0
+    assert table.loc[(KIND, "layernorm"), "collapsed"] == 0
+    # the wording is the point: a collapsed run is counted apart from the finished ones
+    assert "| 6 (6 / 0), 1 collapsed " in text
 
 
 def test_two_way_cells_and_interaction_contrast() -> None:
@@ -157,10 +160,14 @@ def test_two_way_cells_and_interaction_contrast() -> None:
 
 
 def test_factor_section_renders_every_table() -> None:
-    lines, effects, _ = factor_section(_runs(), _design())
+    lines, effects, pairs = factor_section(_runs(), _design())
     text = "\n".join(lines)
-    assert "## Factors" in text and f"### {KIND} × {PLACE}" in text
-    assert "first level" in text and "Interaction (effect of" in text
+    assert [(a, b) for a, b, _ in pairs] == [(KIND, PLACE)]  # one two-way table, one pair
+    assert main_effects_markdown(effects) in lines
+    assert two_way_markdown(pairs[0][2], KIND, PLACE) in lines
+    assert list(effects["effect"].isna()) == [True, False, True, False]  # the first levels
+    est = interaction(_runs(), _design(), KIND, PLACE)  # its line follows the two-way table
+    assert est is not None and f"{est.mean:.4f} [{est.ci_low:.4f}, {est.ci_high:.4f}]" in text
     assert len(effects) == 4 and text.count("\n| ") == (1 + 4) + (1 + 2)
     assert Design.from_manifest(stored_manifest(grid=[], factors={})) is None
 

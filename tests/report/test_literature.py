@@ -12,6 +12,7 @@ import pandas as pd
 import pytest
 from conftest import REPO
 
+from ablate.report.claims import NO_VERDICT, decision_text
 from ablate.report.literature import gather, main, summary_markdown
 
 LITERATURE = REPO / "reports" / "literature"
@@ -35,10 +36,11 @@ def test_the_summary_keeps_mechanism_checks_apart_and_no_verdict_has_a_side() ->
     for row in gathered.itertuples():
         part = rest if row.role == "mechanism check" else evidence
         assert re.search(rf"\| {re.escape(row.statement)} +\|", part), row.statement
-    for line in text.splitlines():
-        if line.startswith("|") and "no verdict" in line:
-            assert "the claim's side" in line or "against the claim" in line or "no side" in line
-            assert "it would take" in line
+    unjudged = gathered[gathered["verdict"] == NO_VERDICT].to_dict("records")
+    assert unjudged  # the suite has such claims: each says its side and what it would take
+    for row in unjudged:
+        assert 0 <= row["on_side"] <= row["pairs"]  # the trained pairs on the claim's side
+        assert decision_text(row) in text
 
 
 def test_the_readme_gives_each_evidence_claims_verdict_on_a_line_of_its_own() -> None:
@@ -47,7 +49,8 @@ def test_the_readme_gives_each_evidence_claims_verdict_on_a_line_of_its_own() ->
     for row in gathered[gathered["role"] == "evidence"].itertuples():
         lines = [line for line in readme if f": {row.statement} |" in line]
         assert len(lines) == 1, row.statement
-        assert f"**{row.verdict}**" in lines[0] and f"literature/{row.report}/" in lines[0]
+        link = LITERATURE.relative_to(REPO) / row.report / "report.md"
+        assert f"**{row.verdict}**" in lines[0] and f"]({link})" in lines[0]
 
 
 def test_a_folder_without_claims_is_one_line_and_exit_2(
@@ -55,4 +58,5 @@ def test_a_folder_without_claims_is_one_line_and_exit_2(
 ) -> None:
     assert main([str(tmp_path)]) == 2
     err = capsys.readouterr().err
+    # the one line names what is missing: the message is the point of this exit
     assert err.count("\n") == 1 and "no */claims.csv" in err

@@ -10,6 +10,7 @@ from conftest import max_lr_result
 from ablate.core.studies import MarginBoundary, Studies
 from ablate.report.factorial import Design
 from ablate.report.margins import factor_effects, factor_lines
+from ablate.report.text import Shown, lr_shown, ratio_text, three
 
 
 def test_in_a_grid_each_factors_effect_on_the_boundary_is_a_paired_main_effect() -> None:
@@ -43,9 +44,10 @@ def test_in_a_grid_each_factors_effect_on_the_boundary_is_a_paired_main_effect()
     assert kind["ratio"] == pytest.approx(2.0, rel=0.1) and kind["shown"]  # RMS: twice the LR
     bias = table.loc[("quality", "bias")]
     assert bias["low"] < 1 < bias["high"] and not bias["shown"]  # bias: no move shown
-    text = "\n".join(factor_lines(factor_effects(studies, design)))
-    assert "kind rmsnorm vs layernorm (main effect over seeds): ×2." in text
-    assert "bias false vs true" in text and "moves" not in text and "shown" not in text
+    kind_line, bias_line = factor_lines(factor_effects(studies, design))[:2]
+    # each line is descriptive: the ratio and its interval, whether or not it holds 1
+    assert f"×{ratio_text(kind['ratio'], kind['low'], kind['high'])} (95%" in kind_line
+    assert f"×{ratio_text(bias['ratio'], bias['low'], bias['high'])} (95%" in bias_line
 
 
 def _margins(edges_by_margin: dict[float, dict[int, float]]) -> list[MarginBoundary]:
@@ -74,7 +76,12 @@ def test_a_margin_whose_interval_spans_a_hundredfold_prints_no_number() -> None:
     )
     table = margin_table(Studies(max_lr={"ln": ln, "rms": rms}))
     (line,) = [line for line in margin_lines(table) if "rms / ln" in line and "margin" in line]
-    wide = table[(table["boundary"] == "quality, margin 0.3") & (table["variant"] == "rms")]
-    assert float(wide["ratio_high"].iloc[0] / wide["ratio_low"].iloc[0]) > 100
-    assert "margin 0.3: not estimable with 3 seed(s): wider than 100×" in line
-    assert "margin 0.1: 3." in line and "depends" not in line
+    rms = table[table["variant"] == "rms"].set_index("boundary")
+    wide, narrow = rms.loc["quality, margin 0.3"], rms.loc["quality, margin 0.1"]
+    assert float(wide["ratio_high"] / wide["ratio_low"]) > 100
+    assert lr_shown(wide["ratio_to_baseline"], wide["ratio_low"], wide["ratio_high"]) is (
+        Shown.TOO_WIDE
+    )
+    assert f"{three(wide['ratio_high'])}" not in line and f"{three(wide['ratio_low'])}" not in line
+    assert narrow["ratio_to_baseline"] == pytest.approx(3.0, rel=0.1)
+    assert f"{three(narrow['ratio_to_baseline'])} [{three(narrow['ratio_low'])}," in line

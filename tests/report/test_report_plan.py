@@ -53,7 +53,8 @@ def test_the_default_designs_family_and_its_levels() -> None:
     text = "\n".join(plan_lines(plan))
     row = "| quality at matched settings | rms − ln | difference, ±0.02 nats | primary | 0.5 | 4 |"
     assert f"{row} 99.38% |" in text
-    assert "| usable LR | rms / ln | ratio, ×/÷1.5 |" in text
+    assert (found[USABLE].scale, found[USABLE].margin) == ("ratio", 1.5)
+    assert (found[USABLE].variant, found[USABLE].baseline) == ("rms", "ln")
 
 
 def test_without_a_cross_over_no_tuned_gain_and_on_the_simulator_no_speed() -> None:

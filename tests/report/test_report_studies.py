@@ -6,7 +6,13 @@ from __future__ import annotations
 import pandas as pd
 
 from ablate.core.studies import BestTrial, SearchResult, Studies, Trial
-from ablate.report.studies import edges_of_best, search_section
+from ablate.report.studies import (
+    best_edges,
+    edge_lines,
+    edges_of_best,
+    search_section,
+    startup_lines,
+)
 
 
 def _trials(lrs: list[float], warmups: list[int]) -> pd.DataFrame:
@@ -37,12 +43,13 @@ def test_the_search_section_says_its_start_up_and_flags_an_edge() -> None:
             "rmsnorm": _study([1e-3, 3e-3, 1e-2], [10, 30, 50], best=2),
         }
     )
-    text = "\n".join(search_section(studies, ["layernorm", "rmsnorm"], startup=2).lines)
-    assert "The first 2 trials of each study were the sampler's random start-up" in text
-    assert "**Best at the edge of what the search tried** (rmsnorm: LR highest tried" in text
-    assert "layernorm: " not in text.split("**Best at the edge")[1]
-    quiet = "\n".join(search_section(studies, ["layernorm", "rmsnorm"]).lines)
-    assert "start-up" not in quiet  # not recorded: not claimed
+    section = search_section(studies, ["layernorm", "rmsnorm"], startup=2)
+    edges = best_edges(studies, section.tables["search_trials.csv"])
+    assert edges == {"layernorm": [], "rmsnorm": ["LR highest tried", "warmup highest tried"]}
+    assert edge_lines(edges)[0] in section.lines  # the one warning, for rmsnorm alone
+    assert startup_lines(2)[0] in section.lines and startup_lines(None) == []
+    quiet = search_section(studies, ["layernorm", "rmsnorm"]).lines
+    assert startup_lines(2)[0] not in quiet  # not recorded: not claimed
 
 
 def test_the_lr_sensitivity_has_an_interval_over_seeds() -> None:
@@ -52,7 +59,7 @@ def test_the_lr_sensitivity_has_an_interval_over_seeds() -> None:
     from scipy import stats
 
     from ablate.report.analysis import seed_sensitivities
-    from ablate.report.studies import seed_sensitivity_lines
+    from ablate.report.studies import seed_sensitivity_intervals, seed_sensitivity_lines
 
     rows = []
     for seed, shift in enumerate((0.0, 0.1, 0.3)):
@@ -65,8 +72,11 @@ def test_the_lr_sensitivity_has_an_interval_over_seeds() -> None:
     assert per_seed[("ln", 0)] == pytest.approx(ln[0]) and per_seed[("ln", 1)] == pytest.approx(
         ln[1]
     )
-    (line, _) = seed_sensitivity_lines(seed_sensitivities(frame), ["ln", "rms"])
+    own, paired = seed_sensitivity_intervals(seed_sensitivities(frame), ["ln", "rms"])
     diffs = (per_seed["rms"] - per_seed["ln"]).to_numpy()
     low, high = stats.ttest_1samp(diffs, 0.0).confidence_interval(0.95)
-    assert f"rms − ln {diffs.mean():+.4f} [{low:+.4f}, {high:+.4f}]" in line
+    rms = paired["rms"]
+    assert (rms.mean, rms.ci_low, rms.ci_high) == pytest.approx((diffs.mean(), low, high))
+    assert list(own) == ["ln", "rms"] and own["ln"].mean == pytest.approx(per_seed["ln"].mean())
+    (line, _) = seed_sensitivity_lines(seed_sensitivities(frame), ["ln", "rms"])
     assert line.startswith("Over seeds, each against its own best (3 seeds")

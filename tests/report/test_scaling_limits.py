@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import pandas as pd
+import pytest
 
-from ablate.report.scaling_limits import limits_lines
+from ablate.report.scaling_limits import fixed_budget, limits_lines, seeds_line
 
 
 def _table(params: list[float], tokens: list[int], seeds: int) -> pd.DataFrame:
@@ -26,8 +27,16 @@ def test_a_fixed_budget_under_a_decade_on_one_seed_says_all_three() -> None:
         "- 3 sizes over 0.92 decades of parameters: under one decade, so an exponent here "
         "describes these sizes, not a law."
     )
-    assert "the same 262,144 tokens: 1.19 per parameter at s0, 0.14 at s2." in budget
-    assert "s2 alone would train 36,825,600 tokens, 140× this budget." in budget  # 20 x params
+    found = fixed_budget(table, {})
+    assert found is not None and (found.tokens, found.smallest, found.largest) == (
+        262_144,
+        "s0",
+        "s2",
+    )
+    assert (found.small_ratio, found.large_ratio) == pytest.approx(
+        (262_144 / 220_544, 262_144 / 1_841_280)
+    )
+    assert found.needed == 20 * 1_841_280 and budget.startswith("- ")  # 20 tokens per param
     assert seeds.startswith("- Each size's max stable LR is one seed's bracket")
 
 
@@ -45,4 +54,5 @@ def test_a_budget_per_parameter_over_a_decade_on_three_seeds_states_only_the_spa
 
 def test_sizes_without_a_bracketed_seed_say_nothing_of_seeds() -> None:
     table = _table([1e5, 1e6], [262_144] * 2, seeds=0)
-    assert not any("seed's bracket" in line for line in limits_lines(table, {}))
+    assert seeds_line(table) is None
+    assert len(limits_lines(table, {})) == 5  # heading, span and budget: no line on seeds

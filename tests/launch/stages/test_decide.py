@@ -16,8 +16,11 @@ from ablate.core.folders import ExperimentFolder
 from ablate.core.load import load_experiment
 from ablate.core.sequential import decide_seeds
 from ablate.launch.pipeline import run_experiment
+from ablate.report.estimands import findings
 from ablate.report.load import load_experiment_results
+from ablate.report.plan import MATCHED
 from ablate.report.summary import leading_verdicts
+from ablate.report.verdict import Word
 
 
 def _experiment(tmp_path: Path, gap: float, max_seeds: int, draw: int = 0, **extra: Any) -> Path:
@@ -53,19 +56,18 @@ def test_a_large_gap_is_called_different_within_a_few_looks(tmp_path: Path) -> N
     assert decided["looks"] == [3, 5, 7, 9, 11, 13, 15]
     assert decided["alpha"] == 0.05 / 7
     assert len(decided["seeds"]) < 15
-    assert leading_verdicts(load_experiment_results(result.folder)) == {"rmsnorm": "different"}
-    summary = (result.report_dir / "report.md").read_text()
-    assert f"**Seeds until decided:** {len(decided['seeds'])} seeds of at most 15" in summary
-    assert "its stopping rule decided every leading comparison" in summary
+    stored = load_experiment_results(result.folder)
+    assert leading_verdicts(stored) == {"rmsnorm": "different"}
     # the Answer's interval at the primary's level (all of α: no other estimand on the
     # simulator, over 7 looks) is wider than the evidence's 95% one
-    answer = summary.split("## Answer", 1)[1]
-    assert "(99.29% interval, 3 seeds): **differs from 0" in answer
-    wide = answer.split("rmsnorm − layernorm ")[1].split(" (99.29%")[0]
+    primary = findings(stored).of(MATCHED, "rmsnorm")
+    assert primary is not None and primary.verdict.word is Word.DIFFERS
+    assert primary.estimate.level == pytest.approx(1 - 0.05 / 7)
+    assert primary.estimate.seeds == 3 == len(decided["seeds"])
+    summary = (result.report_dir / "report.md").read_text()
     narrow = summary.split("95% CI [")[1].split("]")[0]
-    wl, wh = map(float, wide.split("[")[1].rstrip("]").split(", "))
     nl, nh = map(float, narrow.split(", "))
-    assert wl < nl < nh < wh
+    assert primary.estimate.low < nl < nh < primary.estimate.high
 
 
 @pytest.mark.usefixtures("unrendered_figures")
@@ -86,11 +88,9 @@ def test_no_gap_is_called_equivalent_and_a_larger_maximum_continues(tmp_path: Pa
     assert {p: p.stat().st_mtime_ns for p in first} == first  # the stored runs were reused
     summaries = list((results / "tiny").glob("*/summary.json"))
     assert len(summaries) == 2 * len(decided["seeds"])
-    text = (again.report_dir / "report.md").read_text()
-    assert (
-        f"seeds: [0, 1, 2] (the leading comparison, seeds until decided: {decided['seeds']})"
-        in text
-    )
+    primary = findings(load_experiment_results(again.folder)).of(MATCHED, "rmsnorm")
+    assert primary is not None  # the report judges every seed the stopping rule took
+    assert sorted(primary.seeds) == sorted(decided["seeds"]) == list(range(15))
 
 
 def test_added_seeds_skip_the_seeds_the_search_uses(tmp_path: Path) -> None:
