@@ -888,9 +888,14 @@ def scores_text(scores: Scores, design: Experiment) -> str:
     text = scores_markdown(scores.rows)
     if scores.decided.empty:
         return text
+    return f"{text}\n\n{decide_caption(design)}\n\n{scores_markdown(scores.decided)}"
+
+
+def decide_caption(design: Experiment) -> str:
+    """The line over the tuned A/B replayed with ``decide:``'s seeds: how it was judged."""
     assert design.decide is not None
     counts = looks(len(design.seeds), design.decide)
-    caption = (
+    return (
         f"The tuned A/B as `decide:` runs it: looks at {', '.join(map(str, counts))} A/B "
         f"seeds, each at α {ALPHA:g}/{len(counts)}, judged as the report judges it beside the "
         f"shared-LR comparison on the first {len(design.seeds)} (at the reference's LR nearest "
@@ -899,7 +904,6 @@ def scores_text(scores: Scores, design: Experiment) -> str:
         f"1 − α/({len(counts)} looks × 2 comparisons); the cross-over judged on the seeds it "
         "stopped at:"
     )
-    return f"{text}\n\n{caption}\n\n{scores_markdown(scores.decided)}"
 
 
 def truth_markdown(truth: pd.DataFrame) -> str:
@@ -996,6 +1000,68 @@ def seeds_of(curves: dict[str, ref.Curves]) -> tuple[int, ...]:
     return next(iter(curves.values())).seeds
 
 
+@dataclass(frozen=True)
+class HeldOut:
+    """The held-out seeds replayed against the reference: the ``fresh`` (held-out) seeds, the
+    ``answer_seeds`` their protocol is scored against (the pooled ones not held out), how many
+    seeds there are in ``every``; their own answers (``fresh_truth``), every seed's
+    (``pooled_truth``), the protocol's scores on the held-out seeds (``scores``) and on every
+    seed (``pooled_scores``), and how often every seed's answer repeats (``repeats``)."""
+
+    fresh_seeds: tuple[int, ...]
+    answer_seeds: tuple[int, ...]
+    every: int
+    fresh_truth: pd.DataFrame
+    pooled_truth: pd.DataFrame
+    scores: Scores
+    pooled_scores: Scores
+    repeats: pd.DataFrame
+
+
+def held_out(
+    truth: Truth,
+    fresh: dict[str, ref.Curves],
+    pooled: dict[str, ref.Curves],
+    design: Experiment,
+    band: float = ref.BAND,
+    estimators: Mapping[str, tuple[str, OptimumEstimator]] = OPTIMA,
+) -> HeldOut:
+    """The held-out seeds' own answers, the answers of every seed (``pooled``: the reference's
+    and the held-out ones), and the protocol replayed on every disjoint draw of the held-out
+    seeds (each of ``estimators``), scored against ``truth``: the reference's answers from its
+    own seeds (:func:`reference_truth`; none of them held out). Then the protocol replayed on
+    every seed, scored against the answers of them all, and how often those answers repeat
+    (:func:`repeat_rows`): what more seeds in the answer change."""
+    fresh_seeds = tuple(sorted(seeds_of(fresh)))
+    return HeldOut(
+        fresh_seeds=fresh_seeds,
+        answer_seeds=tuple(sorted(set(seeds_of(pooled)) - set(fresh_seeds))),
+        every=len(seeds_of(pooled)),
+        fresh_truth=truth_rows(fresh, band),
+        pooled_truth=truth_rows(pooled, band),
+        scores=score_rows(fresh, design, band, truth, estimators=estimators),
+        pooled_scores=score_rows(pooled, design, band, estimators=estimators),
+        repeats=repeat_rows(pooled, len(design.curve_seeds())),
+    )
+
+
+def held_out_markdown(found: HeldOut, design: Experiment) -> str:
+    """:class:`HeldOut` as captioned markdown tables."""
+    fresh, every = span(found.fresh_seeds), found.every
+    parts = {
+        f"Seeds {fresh} alone": truth_markdown(found.fresh_truth),
+        f"All {every} seeds": truth_markdown(found.pooled_truth),
+        f"The protocol on seeds {fresh}, scored against the answers of seeds "
+        f"{span(found.answer_seeds)}": scores_text(found.scores, design),
+        f"The protocol on all {every} seeds, scored against their answers (the held-out seeds "
+        "now in the answer too)": scores_text(found.pooled_scores, design),
+        f"How often the answer of all {every} seeds repeats": found.repeats.to_markdown(
+            index=False
+        ),
+    }
+    return "\n\n".join(f"{caption}:\n\n{table}" for caption, table in parts.items())
+
+
 def held_out_text(
     truth: Truth,
     fresh: dict[str, ref.Curves],
@@ -1004,30 +1070,9 @@ def held_out_text(
     band: float = ref.BAND,
     estimators: Mapping[str, tuple[str, OptimumEstimator]] = OPTIMA,
 ) -> str:
-    """The held-out seeds' own answers, the answers of every seed (``pooled``: the reference's
-    and the held-out ones), and the protocol replayed on every disjoint draw of the held-out
-    seeds (each of ``estimators``), scored against ``truth``: the reference's answers from its
-    own seeds (:func:`reference_truth`; none of them held out). Then the protocol replayed on
-    every seed, scored against the answers of them all, and how often those answers repeat
-    (:func:`repeat_rows`): what more seeds in the answer change."""
-    scores = score_rows(fresh, design, band, truth, estimators=estimators)
-    every = len(seeds_of(pooled))
-    parts = {
-        f"Seeds {span(seeds_of(fresh))} alone": truth_markdown(truth_rows(fresh, band)),
-        f"All {every} seeds": truth_markdown(truth_rows(pooled, band)),
-        f"The protocol on seeds {span(seeds_of(fresh))}, scored against the answers of seeds "
-        f"{span(sorted(set(seeds_of(pooled)) - set(seeds_of(fresh))))}": scores_text(
-            scores, design
-        ),
-        f"The protocol on all {every} seeds, scored against their answers (the held-out seeds "
-        "now in the answer too)": scores_text(
-            score_rows(pooled, design, band, estimators=estimators), design
-        ),
-        f"How often the answer of all {every} seeds repeats": repeat_rows(
-            pooled, len(design.curve_seeds())
-        ).to_markdown(index=False),
-    }
-    return "\n\n".join(f"{caption}:\n\n{table}" for caption, table in parts.items())
+    """:func:`held_out_markdown` of :func:`held_out`."""
+    found = held_out(truth, fresh, pooled, design, band, estimators)
+    return held_out_markdown(found, design)
 
 
 ROTATED = (  # the score columns the rotation shows: shares of draws, then the regret

@@ -81,9 +81,14 @@ def bracket(design: Experiment, replication: int, at_once: int) -> Bracketed:
     return Bracketed(len(executor.rounds), len(found.probes), holding, len(found.seed_bounds), off)
 
 
+def share_holding(found: list[Bracketed]) -> float:
+    """The share of the replications' seeds whose bracket holds their edge."""
+    return sum(b.seeds_holding for b in found) / sum(b.seeds for b in found)
+
+
 def summary_line(at_once: int, found: list[Bracketed]) -> str:
     """One k's figures over the replications."""
-    held = sum(b.seeds_holding for b in found) / sum(b.seeds for b in found)
+    held = share_holding(found)
     return (
         f"k={at_once}: rounds {statistics.median(b.rounds for b in found):g}, "
         f"probes {statistics.median(b.probes for b in found):g}, "

@@ -42,7 +42,14 @@ from dataclasses import dataclass
 import numpy as np
 
 from ablate.core.config import RunConfig
-from ablate.core.stability import DivergenceRule, Stop, Verdict, floor_value, run_verdict
+from ablate.core.stability import (
+    DivergenceRule,
+    Stop,
+    StopKind,
+    Verdict,
+    floor_value,
+    run_verdict,
+)
 from ablate.core.truth import SimulateConfig, TruthConfig
 
 BLOWN_UP = 10.0  # nats above ℓ0: the train loss of a diverging run
@@ -266,7 +273,7 @@ def simulate_run(
             run.evals.append((step, val))
             if watch is not None and step < total and watch(step, val):
                 run.status = "pruned"
-                run.stop = Stop(step, f"pruned by Optuna at step {step}")
+                run.stop = Stop(step, StopKind.PRUNED)
                 return run
     return run
 

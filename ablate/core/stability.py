@@ -35,6 +35,7 @@ import math
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
+from enum import Enum
 from typing import TYPE_CHECKING
 
 from ablate.core.boundary import SeedBoundary
@@ -76,17 +77,71 @@ def floor_value(cfg: StabilityConfig, initial_loss: float, unigram: float) -> fl
     return unigram if cfg.floor == "unigram" and math.isfinite(unigram) else initial_loss
 
 
+class Instability(Enum):
+    """Why a run was judged unstable: the opening of its reason."""
+
+    DIVERGED = "diverged"  # stopped early by the divergence rule (its :class:`Stop` says how)
+    NON_FINITE = "non-finite"  # no finite final val loss to judge
+    COLLAPSED = "collapsed"  # final val loss not below the line: stuck, or learned and lost it
+    NOT_LEARNED_YET = "not learned yet"  # not below the line, but still improving at its end
+
+
+@dataclass(frozen=True)
+class FloorMiss:
+    """A final val loss ``final`` not below ``floor`` − ``margin``; ``best`` the run's best val
+    loss where it was below that line (it learned, then lost it), ``drop`` how far the val loss
+    fell over its last evaluation."""
+
+    final: float
+    floor: float
+    margin: float
+    unigram: bool  # the floor is the unigram floor (else the initial loss ℓ0)
+    best: float | None
+    drop: float
+
+    def where(self) -> str:
+        """``final val loss 3.27 not below the unigram floor 3.25 − 0.1``."""
+        name = "unigram floor" if self.unigram else "initial loss ℓ0"
+        return (
+            f"final val loss {self.final:.4g} not below the {name} {self.floor:.4g} − "
+            f"{self.margin:g}"
+        )
+
+
 @dataclass(frozen=True)
 class Verdict:
-    """Whether a run was stable, and if not, why and at which step."""
+    """Whether a run was stable, and if not, of which :class:`Instability`, at which step, and
+    the numbers behind it: the early ``stop`` (diverged) or the ``miss`` of the floor."""
 
     stable: bool
-    reason: str | None = None
+    kind: Instability | None = None
     step: int | None = None
+    stop: Stop | None = None
+    miss: FloorMiss | None = None
+
+    @property
+    def reason(self) -> str | None:
+        """The reason in words, as run summaries store it (None: stable)."""
+        if self.kind is None:
+            return None
+        if self.stop is not None:
+            return f"diverged: {self.stop.reason}"
+        if self.miss is None:
+            return "no finite final val loss"
+        if self.kind is Instability.NOT_LEARNED_YET:
+            return (
+                f"not learned yet: {self.miss.where()}, still improving "
+                f"({self.miss.drop:.3g} over its last evaluation)"
+            )
+        if self.miss.best is not None:
+            return (
+                f"collapsed: learned (best val loss {self.miss.best:.4g}), then {self.miss.where()}"
+            )
+        return f"collapsed: {self.miss.where()}"
 
 
 IMPROVING_DROP = 0.01  # nats: a val loss that fell more over the last evaluation still improves
-NOT_LEARNED_YET = "not learned yet"  # the reason's opening for a run still improving at its end
+NOT_LEARNED_YET = Instability.NOT_LEARNED_YET.value  # the reason's opening for such a run
 
 
 def not_learned_yet(reason: object) -> bool:
@@ -102,30 +157,22 @@ def final_loss_verdict(
     step: int,
 ) -> Verdict:
     """Criterion 2: a run whose final val loss (the last of ``val_losses``, every evaluation in
-    order) is not below floor − margin collapsed; its reason tells a run that learned and lost
+    order) is not below floor − margin collapsed; its verdict tells a run that learned and lost
     it, one still improving at its last evaluation (not learned yet) and one stuck apart."""
     final = val_losses[-1] if len(val_losses) else None
     if final is None or not math.isfinite(final):
-        return Verdict(False, "no finite final val loss", step)
+        return Verdict(False, Instability.NON_FINITE, step)
     floor = floor_value(cfg, initial_loss, unigram)
     line = floor - cfg.final_margin
     if final < line:
         return Verdict(True)
-    name = "unigram floor" if floor == unigram else "initial loss ℓ0"
-    where = f"final val loss {final:.4g} not below the {name} {floor:.4g} − {cfg.final_margin:g}"
     finite = [v for v in val_losses if math.isfinite(v)]
     drop = finite[-2] - final if len(finite) > 1 else 0.0
-    if min(finite) < line:
-        return Verdict(
-            False, f"collapsed: learned (best val loss {min(finite):.4g}), then {where}", step
-        )
-    if drop > IMPROVING_DROP:
-        return Verdict(
-            False,
-            f"not learned yet: {where}, still improving ({drop:.3g} over its last evaluation)",
-            step,
-        )
-    return Verdict(False, f"collapsed: {where}", step)
+    best = min(finite) if min(finite) < line else None
+    miss = FloorMiss(final, floor, cfg.final_margin, floor == unigram, best, drop)
+    if best is None and drop > IMPROVING_DROP:
+        return Verdict(False, Instability.NOT_LEARNED_YET, step, miss=miss)
+    return Verdict(False, Instability.COLLAPSED, step, miss=miss)
 
 
 def verdict_at_margin(
@@ -145,12 +192,37 @@ def verdict_at_margin(
     return final_loss_verdict(final, at_margin, initial_loss, unigram, 0).stable
 
 
+class StopKind(Enum):
+    """Why a run stopped early."""
+
+    NON_FINITE = "non-finite"  # a NaN or infinite train loss
+    ABOVE_THRESHOLD = "above threshold"  # the (mean) train loss above the divergence threshold
+    PRUNED = "pruned"  # the search's pruner ended it at an evaluation
+
+
 @dataclass(frozen=True)
 class Stop:
-    """Where and why a run stopped early."""
+    """Where and why a run stopped early: its ``kind``, and for a divergence the ``loss`` (the
+    non-finite one, or the mean of ``steps`` steps in a ``window``) against ``threshold``."""
 
     step: int
-    reason: str
+    kind: StopKind
+    loss: float = math.nan
+    threshold: float = math.nan
+    window: int = 1
+    steps: int = 1  # the steps the mean covered (fewer than ``window`` early in a run)
+    after_warmup: bool = False
+
+    @property
+    def reason(self) -> str:
+        """The reason in words, as run summaries store it."""
+        if self.kind is StopKind.PRUNED:
+            return f"pruned by Optuna at step {self.step}"
+        if self.kind is StopKind.NON_FINITE:
+            return f"non-finite loss ({self.loss})"
+        what = "loss" if self.window == 1 else f"mean loss of {self.steps} steps"
+        after = " after warmup" if self.after_warmup else ""
+        return f"{what} {self.loss:.4g} > threshold {self.threshold:.4g}{after}"
 
 
 class DivergenceRule:
@@ -174,13 +246,19 @@ class DivergenceRule:
         if self.threshold is None:
             self.threshold = divergence_threshold(self.cfg, self.initial_loss, loss)
         if not math.isfinite(loss):
-            return Stop(step, f"non-finite loss ({loss})")
+            return Stop(step, StopKind.NON_FINITE, loss)
         self.recent.append(loss)
         mean = sum(self.recent) / len(self.recent)
         if step > self.warmup_steps and mean > self.threshold:
-            what = "loss" if self.recent.maxlen == 1 else f"mean loss of {len(self.recent)} steps"
-            after = " after warmup" if self.warmup_steps else ""
-            return Stop(step, f"{what} {mean:.4g} > threshold {self.threshold:.4g}{after}")
+            return Stop(
+                step,
+                StopKind.ABOVE_THRESHOLD,
+                mean,
+                self.threshold,
+                self.recent.maxlen or 1,
+                len(self.recent),
+                bool(self.warmup_steps),
+            )
         return None
 
 
@@ -196,7 +274,7 @@ def run_verdict(
     evaluations in order); None when it cannot be judged (pruned, failed, interrupted).
     ``losses`` are the run's ℓ0 and the corpus's unigram loss."""
     if status == "diverged" and stop is not None:
-        return Verdict(False, f"diverged: {stop.reason}", stop.step)
+        return Verdict(False, Instability.DIVERGED, stop.step, stop=stop)
     if status != "finished":
         return None
     initial_loss, unigram = losses

@@ -12,6 +12,7 @@ file plans. With fewer than two stored pairs there is nothing to size it from, a
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
@@ -22,7 +23,7 @@ from ablate.core.folders import ExperimentFolder
 from ablate.core.plan import plan_runs
 from ablate.core.sequential import decide_seeds
 from ablate.report.analysis import matched_differences
-from ablate.report.verdict import reach
+from ablate.report.verdict import Reach, reach
 
 
 def stored_comparison_runs(experiment: Experiment, results_dir: Path) -> tuple[str, pd.DataFrame]:
@@ -40,19 +41,52 @@ def stored_comparison_runs(experiment: Experiment, results_dir: Path) -> tuple[s
     return "shared LR", runs[runs["run_id"].isin(planned)]
 
 
-def reach_lines(experiment: Experiment, results_dir: Path) -> list[str]:
-    """One line per comparison: what its stored pairs detect and what min_effect needs."""
+@dataclass(frozen=True)
+class ComparisonReach:
+    """One planned comparison, ``variant`` − ``baseline``: what its stored pairs detect."""
+
+    variant: str
+    baseline: str
+    reach: Reach
+
+
+@dataclass(frozen=True)
+class StoredReach:
+    """What the stored pairs of ``where`` ("tuned" or "shared LR") detect per comparison, at
+    ``min_effect``, against the ``planned_seeds`` the file plans (``max_seeds``: decide:'s
+    ceiling; None without decide:)."""
+
+    where: str
+    min_effect: float
+    planned_seeds: int
+    max_seeds: int | None
+    comparisons: list[ComparisonReach]
+
+
+def stored_reach(experiment: Experiment, results_dir: Path) -> StoredReach:
+    """Per comparison against the baseline, the reach of the pairs the store holds."""
     where, runs = stored_comparison_runs(experiment, results_dir)
     m = experiment.analysis.min_effect
     variants = list(experiment.variants)
-    planned = str(len(experiment.seeds))
-    if experiment.decide is not None:
-        planned += f", up to {experiment.decide.max_seeds} with decide:"
-    lines = [f"what the stored {where} pairs detect (analysis.min_effect {m:g} nats):"]
+    comparisons = []
     for variant in variants[1:]:
         diffs = matched_differences(runs, variant, variants[0]) if len(runs) else pd.Series()
         found = reach(diffs.to_numpy(dtype=float), m)
-        label = f"  {variant} − {variants[0]}"
+        comparisons.append(ComparisonReach(variant, variants[0], found))
+    ceiling = experiment.decide.max_seeds if experiment.decide is not None else None
+    return StoredReach(where, m, len(experiment.seeds), ceiling, comparisons)
+
+
+def render_reach(stored: StoredReach) -> list[str]:
+    """One line per comparison: what its stored pairs detect and what min_effect needs."""
+    m = stored.min_effect
+    planned = str(stored.planned_seeds)
+    if stored.max_seeds is not None:
+        planned += f", up to {stored.max_seeds} with decide:"
+    lines = [f"what the stored {stored.where} pairs detect (analysis.min_effect {m:g} nats):"]
+    for comparison in stored.comparisons:
+        found = comparison.reach
+        label = f"  {comparison.variant} − {comparison.baseline}"
         if found.pairs < 2:
             lines.append(f"{label}: {found.pairs} stored pair(s), nothing to size it from yet")
             continue
@@ -61,3 +95,8 @@ def reach_lines(experiment: Experiment, results_dir: Path) -> list[str]:
             f"{found.mde:.4f} at 80% power; {found.needed_text(m)} (the file plans {planned})"
         )
     return lines
+
+
+def reach_lines(experiment: Experiment, results_dir: Path) -> list[str]:
+    """:func:`render_reach` of :func:`stored_reach`."""
+    return render_reach(stored_reach(experiment, results_dir))

@@ -29,7 +29,7 @@ import lightning as L
 import torch
 
 from ablate.core.config import StabilityConfig
-from ablate.core.stability import DivergenceRule, Stop
+from ablate.core.stability import DivergenceRule, Stop, StopKind
 from ablate.training.loggers import log_metrics
 from ablate.training.memory import read_peak_memory, reset_peak_memory
 from ablate.training.task import LanguageModelTask
@@ -135,7 +135,7 @@ class EvalStop(EarlyStop):
         if trainer.is_global_zero:  # under DDP one process talks to Optuna and tells the rest
             prune = self.watch(step, pl_module.last_val_loss)
         if trainer.strategy.broadcast(prune, src=0):
-            self.request_stop(trainer, Stop(step, f"pruned by Optuna at step {step}"))
+            self.request_stop(trainer, Stop(step, StopKind.PRUNED))
 
 
 class MetricsRecorder(Resumable):

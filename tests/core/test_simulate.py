@@ -23,6 +23,7 @@ from ablate.core.simulate import (
     true_edge,
     verdict_of,
 )
+from ablate.core.stability import IMPROVING_DROP, Instability, Verdict
 from ablate.core.truth import SimulateConfig
 
 TRUTH = {
@@ -102,21 +103,22 @@ def test_a_seeds_shared_edge_jitter_moves_every_variant_alike() -> None:
     assert len(moved) == 5 and {edges(alone, "rms", s, 0).divergence for s in range(5)} == {0.8}
 
 
-def _reason(cfg: RunConfig, variant: str) -> str | None:
+def _verdict(cfg: RunConfig, variant: str) -> Verdict | None:
     run = simulate_run(cfg, variant, 0, RunSpec("sim", variant, 0, cfg).run_id)
-    verdict = verdict_of(cfg, run)
-    return verdict.reason if verdict else None
+    return verdict_of(cfg, run)
 
 
 def test_too_small_an_lr_does_not_learn_yet_and_a_collapse_is_stuck() -> None:
     status, stable = judged(sim_config(**{"train.lr": 1e-7}), "ln", 0)
     assert (status, stable) == ("finished", False)
     # below the optimum the run is still falling at its end: not learned yet, not collapsed
-    low = _reason(sim_config(**{"train.lr": 1e-5}), "ln")  # heads for 3.76, above the line
-    assert low.startswith("not learned yet:") and "still improving" in low
+    low = _verdict(sim_config(**{"train.lr": 1e-5}), "ln")  # heads for 3.76, above the line
+    assert low is not None and low.kind is Instability.NOT_LEARNED_YET and low.miss is not None
+    assert low.miss.drop > IMPROVING_DROP and low.miss.best is None
     # in the collapse band it reached the floor by mid-run and stayed: stuck, collapsed
-    band = _reason(sim_config(**{"train.lr": 0.5, "train.eval_interval": 5}), "rms")
-    assert band.startswith("collapsed: final val loss") and "still improving" not in band
+    band = _verdict(sim_config(**{"train.lr": 0.5, "train.eval_interval": 5}), "rms")
+    assert band is not None and band.kind is Instability.COLLAPSED and band.miss is not None
+    assert band.miss.drop <= IMPROVING_DROP and band.miss.best is None
 
 
 def test_a_watcher_prunes_at_an_evaluation() -> None:

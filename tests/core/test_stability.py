@@ -11,7 +11,11 @@ from ablate.core.config import StabilityConfig
 from ablate.core.stability import (
     IMPROVING_DROP,
     DivergenceRule,
+    Instability,
     Observation,
+    Stop,
+    StopKind,
+    Verdict,
     below_window,
     clipped_loss,
     contradictions,
@@ -24,32 +28,45 @@ L0 = math.log(256)
 UNIGRAM = 3.25  # about the default text's unigram cross-entropy
 
 
-def _judge(
+def _verdict(
     curve: list[float], final_val: float, warmup: int = 5, **criterion: object
-) -> tuple[bool, str | None]:
-    """Apply the whole criterion to a constructed train-loss curve and final val loss."""
+) -> Stop | Verdict:
+    """Apply the whole criterion to a constructed train-loss curve and final val loss: where
+    the divergence rule stops the run, else the final loss's verdict."""
     cfg = StabilityConfig(window=2, **criterion)
     rule = DivergenceRule(cfg, L0, warmup_steps=warmup)  # what the training callback applies
     for step, loss in enumerate(curve, start=1):
         stop = rule.check(step, loss)
         if stop is not None:
-            return False, stop.reason
-    verdict = final_loss_verdict([final_val], cfg, L0, UNIGRAM, len(curve))
-    return verdict.stable, verdict.reason
+            return stop
+    return final_loss_verdict([final_val], cfg, L0, UNIGRAM, len(curve))
+
+
+def _judge(
+    curve: list[float], final_val: float, warmup: int = 5, **criterion: object
+) -> tuple[bool, str | None]:
+    """(stable, reason) of :func:`_verdict`."""
+    found = _verdict(curve, final_val, warmup, **criterion)
+    if isinstance(found, Stop):
+        return False, found.reason
+    return found.stable, found.reason
 
 
 def test_criterion_on_constructed_loss_curves() -> None:
     healthy = [5.56, 5.0, 4.2, 3.6, 3.1, 2.8, 2.6, 2.5]
     assert _judge(healthy, 2.55) == (True, None)
     nan = [5.5, 5.0, math.nan, 3.0]
-    stable, reason = _judge(nan, 3.0)
-    assert not stable and "non-finite" in reason
+    stop = _verdict(nan, 3.0)
+    assert isinstance(stop, Stop) and (stop.kind, stop.step) == (StopKind.NON_FINITE, 3)
     explosion = [5.5, 4.0, 3.5, 3.2, 3.0, 2.9, 7.5, 40.0]
-    stable, reason = _judge(explosion, 2.9)
-    assert not stable and "threshold 6.045" in reason  # ℓ0 + 0.5: step 1 was below ℓ0
+    stop = _verdict(explosion, 2.9)
+    assert isinstance(stop, Stop) and (stop.kind, stop.step) == (StopKind.ABOVE_THRESHOLD, 8)
+    assert stop.threshold == pytest.approx(L0 + 0.5)  # ℓ0 + 0.5: step 1 was below ℓ0
+    assert stop.loss == pytest.approx((7.5 + 40.0) / 2) and stop.window == stop.steps == 2
     plateau = [5.55, 5.54, 5.53, 5.52, 5.50, 5.49, 5.48, 5.48]
-    stable, reason = _judge(plateau, 5.47)
-    assert not stable and reason.startswith("collapsed") and "unigram floor 3.25" in reason
+    verdict = _verdict(plateau, 5.47)
+    assert not verdict.stable and verdict.kind is Instability.COLLAPSED
+    assert verdict.miss is not None and (verdict.miss.floor, verdict.miss.unigram) == (3.25, True)
     spike_in_warmup = [5.5, 9.0, 4.0, 3.5, 3.2, 3.0, 2.9, 2.8]  # tolerated during warmup
     assert _judge(spike_in_warmup, 2.8) == (True, None)
     one_batch_spike = [5.5, 4.0, 3.5, 3.2, 3.0, 2.9, 7.0, 2.9]  # above the threshold once
@@ -59,27 +76,42 @@ def test_criterion_on_constructed_loss_curves() -> None:
 def test_a_run_that_ends_at_the_unigram_floor_collapsed() -> None:
     learned_bytes = [5.56, 4.5, 3.8, 3.4, 3.3, 3.28, 3.27, 3.27]  # never diverges
     stable, reason = _judge(learned_bytes, 3.27)
-    assert not stable and reason == (
+    assert not stable and reason == (  # the wording run summaries store, byte for byte
         "collapsed: final val loss 3.27 not below the unigram floor 3.25 − 0.1"
     )
     assert _judge(learned_bytes, 3.15)[0] is False  # the margin: 3.15 is not below 3.15
     assert _judge(learned_bytes, 3.14) == (True, None)
     stable, reason = _judge(learned_bytes, 3.27, floor="initial")  # the old criterion
     assert stable and reason is None
-    assert "initial loss ℓ0 5.545" in _judge(learned_bytes, 5.5, floor="initial")[1]
+    above_l0 = _verdict(learned_bytes, 5.5, floor="initial").miss
+    assert above_l0 is not None and not above_l0.unigram and above_l0.floor == pytest.approx(L0)
 
 
 def test_a_collapsed_run_says_whether_it_learned_and_lost_it_is_still_improving_or_stuck() -> None:
     cfg = StabilityConfig()  # the line: the unigram floor 3.25 − 0.1 = 3.15
 
-    def reason(val_losses: list[float]) -> str | None:
-        return final_loss_verdict(val_losses, cfg, L0, UNIGRAM, 100).reason
+    def verdict(val_losses: list[float]) -> Verdict:
+        return final_loss_verdict(val_losses, cfg, L0, UNIGRAM, 100)
 
-    assert reason([5.0, 4.2, 3.7, 3.3]).startswith("not learned yet: final val loss 3.3")
-    assert "still improving (0.4 over its last evaluation)" in reason([5.0, 4.2, 3.7, 3.3])
-    assert reason([5.0, 3.6, 3.3, 3.295]).startswith("collapsed: final val loss 3.295")  # stuck
-    lost = reason([5.0, 3.0, 2.9, 3.3])  # it learned, then went back to the floor
-    assert lost.startswith("collapsed: learned (best val loss 2.9), then final val loss 3.3")
+    improving = verdict([5.0, 4.2, 3.7, 3.3])
+    assert improving.kind is Instability.NOT_LEARNED_YET and improving.miss is not None
+    assert (improving.miss.final, improving.miss.best) == (3.3, None)
+    assert improving.miss.drop == pytest.approx(0.4)
+    assert improving.reason == (  # the wording run summaries store, byte for byte
+        "not learned yet: final val loss 3.3 not below the unigram floor 3.25 − 0.1, "
+        "still improving (0.4 over its last evaluation)"
+    )
+    stuck = verdict([5.0, 3.6, 3.3, 3.295])
+    assert stuck.kind is Instability.COLLAPSED and stuck.miss is not None
+    assert (stuck.miss.final, stuck.miss.best) == (3.295, None)
+    lost = verdict([5.0, 3.0, 2.9, 3.3])  # it learned, then went back to the floor
+    assert lost.kind is Instability.COLLAPSED and lost.miss is not None
+    assert (lost.miss.final, lost.miss.best) == (3.3, 2.9)
+    assert lost.reason == (
+        "collapsed: learned (best val loss 2.9), then final val loss 3.3 not below the "
+        "unigram floor 3.25 − 0.1"
+    )
+    assert verdict([5.0, math.nan]).kind is Instability.NON_FINITE
     assert final_loss_verdict([5.0, 3.1], cfg, L0, UNIGRAM, 100).stable  # below the line
     assert IMPROVING_DROP == 0.01
 
@@ -99,13 +131,19 @@ def test_clipped_loss_and_sensitivity() -> None:
 
 
 def test_criterion_text_names_the_settings() -> None:
-    text = criterion_text(StabilityConfig(final_margin=0.25))
-    assert "non-finite" in text and "max(ℓ0, step-1 loss) + 0.5 after warmup" in text
-    assert "mean train loss of 5 steps" in text and "the unigram floor − 0.25 (collapsed)" in text
+    # the wording is the point: study manifests store this text, byte for byte
+    assert criterion_text(StabilityConfig(final_margin=0.25)) == (
+        "unstable if the train loss becomes non-finite, or the mean train loss of 5 steps "
+        "exceeds the start loss max(ℓ0, step-1 loss) + 0.5 after warmup (diverged), or the "
+        "final val loss is not below the unigram floor − 0.25 (collapsed)"
+    )
     one = criterion_text(
         StabilityConfig(threshold=7, after_warmup=False, window=1, floor="initial")
     )
-    assert "the train loss exceeds 7 at any step" in one and "ℓ0 = ln(vocab) − 0.1" in one
+    assert one == (
+        "unstable if the train loss becomes non-finite, or the train loss exceeds 7 at any "
+        "step (diverged), or the final val loss is not below ℓ0 = ln(vocab) − 0.1 (collapsed)"
+    )
 
 
 def _profile(stable_between: tuple[float, float], hole: float | None = None):  # noqa: ANN202

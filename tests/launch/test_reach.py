@@ -14,7 +14,7 @@ from ablate.core.folders import ExperimentFolder
 from ablate.core.load import load_experiment
 from ablate.launch.expect import simulate_design, simulated_lines
 from ablate.launch.pipeline import run_experiment
-from ablate.launch.reach import reach_lines
+from ablate.launch.reach import reach_lines, render_reach, stored_reach
 
 
 @pytest.mark.usefixtures("unrendered_figures")
@@ -28,10 +28,16 @@ def test_the_stored_pairs_size_what_min_effect_needs(tmp_path: Path) -> None:
     table = runs.pivot_table(index="seed", columns="variant", values="final_val_loss")
     diffs = table["rmsnorm"] - table["layernorm"]
     sd = float(diffs.std(ddof=1))
-    head, line = reach_lines(exp, root)
+    stored = stored_reach(exp, root)
+    assert (stored.where, stored.min_effect, stored.planned_seeds) == ("shared LR", 0.01, 4)
+    assert stored.max_seeds is None
+    (found,) = stored.comparisons
+    assert (found.variant, found.baseline, found.reach.pairs) == ("rmsnorm", "layernorm", 4)
+    assert found.reach.sd == pytest.approx(sd)
+    head, _ = reach_lines(exp, root)  # the wording: one pin of the printed heading
     assert head == "what the stored shared LR pairs detect (analysis.min_effect 0.01 nats):"
-    assert f"paired SD {sd:.4f} over 4 stored pairs" in line and "(the file plans 4)" in line
-    needed = int(line.split("±0.01 needs ")[1].split(" pairs")[0])
+    needed = found.reach.pairs_needed
+    assert needed is not None
 
     def power(pairs: int) -> float:  # two-sided at 0.05: its upper tail (ablate.report.verdict)
         return TTestPower().power(0.01 / sd, pairs, 0.025, alternative="larger")
@@ -70,10 +76,12 @@ def test_validate_simulate_prints_the_verdicts_and_seeds_and_stores_nothing(
 def test_with_decide_the_plan_says_how_far_seeds_may_go(tmp_path: Path) -> None:
     noisy = {"backend": "simulate", "simulate": {"run_sd": 0.012}}  # 3 seeds do not decide it
     exp = simulated_experiment(tmp_path, seeds=[0, 1, 2], decide={"max_seeds": 7}, runtime=noisy)
-    (line,) = reach_lines(exp, tmp_path / "results")[1:]
-    assert "0 stored pair(s)" in line
+    (before,) = stored_reach(exp, tmp_path / "results").comparisons
+    assert before.reach.pairs == 0
     run_experiment(exp, results_dir=tmp_path / "results", report_dir=tmp_path / "reports")
-    (line,) = reach_lines(exp, tmp_path / "results")[1:]
+    stored = stored_reach(exp, tmp_path / "results")
     used = len(store.read_manifest(ExperimentFolder(tmp_path / "results" / "tiny")).decide["seeds"])
-    assert used > 3 and f"over {used} stored pairs" in line  # the added seeds' pairs count
+    assert used > 3 and stored.comparisons[0].reach.pairs == used  # the added seeds' pairs
+    assert (stored.planned_seeds, stored.max_seeds) == (3, 7)
+    (line,) = render_reach(stored)[1:]  # the wording of decide:'s ceiling, pinned once
     assert line.endswith("(the file plans 3, up to 7 with decide:)")

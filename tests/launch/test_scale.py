@@ -10,12 +10,14 @@ import pytest
 import yaml
 from conftest import LENIENT, REPO, write_experiment
 
-from ablate.core.folders import ExperimentFolder
+from ablate.core.folders import ExperimentFolder, read_json
 from ablate.core.load import load_experiment
 from ablate.core.plan import plan_runs
 from ablate.launch.scale import parameter_count, resolve_sizes, run_scaled
 from ablate.nn.model import shared_init_digest
 from ablate.nn.sources import build_model
+from ablate.report.scaling_answer import gap_verdicts, size_answers
+from ablate.report.verdict import Word
 
 SIZES = [{"d_model": 16}, {"d_model": 32, "n_heads": 4}]
 STUDIES = {
@@ -77,13 +79,15 @@ def test_every_size_runs_every_stage_and_an_added_size_trains_only_itself(
     for column in ("final_loss", "best_lr", "max_stable_lr_low", "lr_sensitivity"):
         assert table[column].notna().all(), column
     assert table["diff_vs_baseline"].isna().tolist() == [True, False, True, False]
-    text = (reports / "tiny" / "report.md").read_text()
-    assert "**rmsnorm − layernorm**" in text and "nats per decade" in text
-    answer = text.split("## Answer", 1)[1].split("## Analysis plan")[0]
-    assert "**The gap against size** (rmsnorm − layernorm): **not estimable" in answer  # 2 sizes
-    assert "**Quality at matched settings, by size**" in answer
-    assert "Extrapolation**, not a measurement" not in text  # two sizes: no exponent to extend
-    assert "max stable LR: its exponent is not estimable from 2 sizes" in text
+    scaled = ExperimentFolder(root / "tiny")
+    manifest = read_json(scaled.scale)
+    answers = size_answers(manifest, scaled)  # the report's Answer: each size's primary ...
+    assert [a.size for a in answers["rmsnorm"]] == ["d16", "d32"]
+    (gap,) = gap_verdicts(manifest, answers).values()  # ... and the gap against size
+    assert gap.word is Word.NOT_ESTIMABLE and gap.estimate.seeds == 2  # 2 sizes: no residual
+    fits = pd.read_csv(reports / "tiny" / "scaling_fits.csv")
+    assert len(fits) and (fits["sizes"] == 2).all()
+    assert not fits["estimable"].any()  # two sizes: no exponent to extend
     for name in ("scaling.png", "scaling_gap.png", "scaling_fits.csv", "report.html"):
         assert (reports / "tiny" / name).is_file(), name
     for size in ("d16", "d32"):  # each size's own report (matched inits: the test above)

@@ -181,14 +181,19 @@ def test_held_out_seeds_are_replayed_against_the_reference_s_answers(
     curves = ref.load_reference(runs)
     fresh = ref.load_reference(tmp_path / "fresh.csv")
     pooled = ref.load_reference([runs, tmp_path / "fresh.csv"])
-    text = held.held_out_text(held.reference_truth(curves, ref.BAND), fresh, pooled, design)
-    assert "Seeds 100–107 alone:" in text and "All 16 seeds:" in text
-    assert "scored against the answers of seeds 0–7:" in text
-    assert "| layernorm | LR optimum" in text  # the held-out seeds' own answers
+    found = held.held_out(held.reference_truth(curves, ref.BAND), fresh, pooled, design)
+    assert found.fresh_seeds == tuple(range(100, 108)) and found.every == 16
+    assert found.answer_seeds == tuple(range(8))  # scored against the reference's seeds
+    own = found.fresh_truth.set_index(["variant", "answer"])  # the held-out seeds' own answers
+    assert own.loc[("layernorm", "LR optimum"), "value"] == OPT
+    assert found.pooled_truth.equals(held.truth_rows(pooled))
+    assert set(found.pooled_scores.rows["variant"]) == {"layernorm", "rmsnorm"}
+    assert ("layernorm", "8 seeds against the other 8", 6435, "100.0%") in {
+        tuple(row) for row in found.repeats.itertuples(index=False)
+    }
+    text = held.held_out_markdown(found, design)
     bagged = {row[2:5] for row in table_rows(text) if row[:2] == ("bagged_argmin", "layernorm")}
     assert bagged == {("280", "100.0%", "100.0%"), ("1000", "100.0%", "100.0%")}  # both in 2^(1/4)
-    assert "The protocol on all 16 seeds, scored against their answers" in text
-    assert "How often the answer of all 16 seeds repeats:" in text
     assert ("layernorm", "8 seeds against the other 8", "6435", "100.0%") in table_rows(text)
     with pytest.raises(SystemExit) as stop:  # before anything is scored
         held.main([str(runs), "--held-out", str(runs)])
@@ -291,7 +296,8 @@ def test_the_committed_tables_are_what_the_harness_gives_on_the_committed_refere
     assert truth in committed and truth in docs
     found = table_rows(scores) - table_rows(committed)
     assert len(table_rows(scores)) == 5 and not found, found  # 2 headers, 2 rows, decide's row
-    assert "The tuned A/B as `decide:` runs it: looks at 3, 5, 7, 9 A/B seeds" in committed
+    assert held.looks(len(design.seeds), design.decide) == [3, 5, 7, 9]
+    assert held.decide_caption(design) in committed  # the line over decide's row, as it is now
     assert not table_rows(scores) - table_rows(docs)
     repeat = held.repeat_markdown(curves, design)
     assert repeat in committed and repeat in docs
@@ -304,10 +310,11 @@ def test_the_committed_held_out_table_is_what_the_harness_gives() -> None:
     design = load_experiment(REPO / "experiments" / "ln_vs_rms.yaml")
     chosen = {"bagged_argmin": held.OPTIMA["bagged_argmin"]}  # the stage's; CI's time
     truth = held.reference_truth(curves, ref.BAND)
-    text = held.held_out_text(truth, fresh, ref.load_reference(paths), design, estimators=chosen)
+    found = held.held_out(truth, fresh, ref.load_reference(paths), design, estimators=chosen)
+    text = held.held_out_markdown(found, design)
     committed = (REPO / "reports" / "reference" / "held_to_runs.md").read_text(encoding="utf-8")
     docs = (REPO / "docs" / "stability-and-search.md").read_text(encoding="utf-8")
-    assert "Seeds 16–23 alone:" in text and "All 24 seeds:" in text
+    assert found.fresh_seeds == tuple(range(16, 24)) and found.every == 24
     assert len(table_rows(text)) > 20  # two tables of answers, bagged's 2 rows
     assert not table_rows(text) - table_rows(committed), table_rows(text) - table_rows(committed)
     assert not table_rows(text) - table_rows(docs)

@@ -83,4 +83,4 @@ def test_seed_counts_beyond_a_study_are_refused(capsys: pytest.CaptureFixture[st
     with pytest.raises(SystemExit) as stopped:
         bound.main(["--seeds", "4", str(bound.SEEDS_PER_STUDY + 1)])
     assert stopped.value.code == 2
-    assert "--seeds: each between 1 and 64" in capsys.readouterr().err
+    assert "--seeds: each between 1 and 64" in capsys.readouterr().err  # the refusal, in words

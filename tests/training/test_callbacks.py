@@ -14,6 +14,7 @@ from conftest import tiny_config
 from ablate.core.config import StabilityConfig
 from ablate.core.folders import RunFolder
 from ablate.core.plan import RunSpec
+from ablate.core.stability import StopKind
 from ablate.launch.search import pruning_watch
 from ablate.training.callbacks import DivergenceMonitor, EvalStop
 from ablate.training.run import execute_run
@@ -27,7 +28,7 @@ def _monitor(warmup: int, **criterion: object) -> DivergenceMonitor:
 
 def test_non_finite_loss_diverges_at_any_step() -> None:
     monitor = _monitor(10)
-    assert monitor.check(2, math.nan).reason.startswith("non-finite")
+    assert monitor.check(2, math.nan).kind is StopKind.NON_FINITE
     assert monitor.check(3, math.inf).step == 3
 
 
@@ -35,7 +36,8 @@ def test_threshold_applies_only_after_warmup() -> None:
     monitor = _monitor(10)
     assert monitor.check(10, 9.0) is None
     found = monitor.check(11, 9.0)
-    assert found is not None and found.step == 11 and "> threshold 5" in found.reason
+    assert found is not None and (found.step, found.kind) == (11, StopKind.ABOVE_THRESHOLD)
+    assert (found.loss, found.threshold, found.after_warmup) == (9.0, 5.0, True)
     assert monitor.check(50, 4.9) is None
 
 
@@ -65,7 +67,8 @@ def test_windowed_threshold_ignores_a_one_batch_spike_but_not_a_blow_up() -> Non
     losses = [5.5, 4.0, 3.5, 6.0, 8.0]  # the mean of these five is 5.4
     stops = [blow_up.check(step, loss) for step, loss in enumerate(losses, start=1)]
     assert stops[:4] == [None] * 4
-    assert stops[4] is not None and stops[4].step == 5 and "mean loss of 5 steps" in stops[4].reason
+    assert stops[4] is not None and (stops[4].step, stops[4].steps) == (5, 5)
+    assert stops[4].loss == pytest.approx(5.4) and stops[4].kind is StopKind.ABOVE_THRESHOLD
 
 
 def test_peak_memory_is_per_run_on_cpu() -> None:
