@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from ablate.core.manifest import Manifest
+from ablate.report import cost
 from ablate.report.answer import answer_lines
 from ablate.report.boundaries import max_lr_section
 from ablate.report.claims import claims_section
@@ -177,6 +178,7 @@ SECTIONS: tuple[Build, ...] = (
     answer,
     summary,
     setup,
+    cost.section,
     claims,
     incomplete,
     factors,

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import pandas as pd
 
@@ -133,30 +133,41 @@ def _norm_text(configs: dict[str, dict[str, Any]], main: pd.DataFrame) -> str:
     )
 
 
-def _stage_runs(stored: StoredExperiment) -> list[tuple[str, pd.DataFrame]]:
+class StageRuns(NamedTuple):
+    """The runs of one stage: its run group, its label (a study's names its variant) and the
+    runs."""
+
+    group: str
+    label: str
+    runs: pd.DataFrame
+
+
+def stage_runs(stored: StoredExperiment) -> list[StageRuns]:
     """Each stage's runs: the planned ones from the manifest, the warmup studies' by group,
     the other studies' from the runs each names (search trials, max-LR probes)."""
     every = stored.stored_runs
     parts = [
-        (group, (every if group in BY_GROUP else stored.runs).query("group == @group"))
+        StageRuns(
+            group, group, (every if group in BY_GROUP else stored.runs).query("group == @group")
+        )
         for group in REPORT_ORDER
     ]
     for (variant, kind), ids in stored.studies.run_ids().items():
-        parts.append((f"{kind} ({variant})", every[every["run_id"].isin(ids)]))
-    return [(label, runs) for label, runs in parts if len(runs)]
+        parts.append(StageRuns(kind, f"{kind} ({variant})", every[every["run_id"].isin(ids)]))
+    return [part for part in parts if len(part.runs)]
 
 
 def _stage_text(stored: StoredExperiment) -> str:
     """Runs and steps of each stage, then the distinct runs they add up to: a run two stages
     share (a main run that is also a sweep point, a probe another variant's bracket reuses)
     is counted once."""
-    parts = _stage_runs(stored)
+    parts = stage_runs(stored)
     if not parts:
         return ""
-    listed = sum(len(runs) for _, runs in parts)
-    distinct = pd.concat([runs for _, runs in parts]).drop_duplicates("run_id")
+    listed = sum(len(part.runs) for part in parts)
+    distinct = pd.concat([part.runs for part in parts]).drop_duplicates("run_id")
     shared = f", {listed - len(distinct)} of them in two stages" if listed > len(distinct) else ""
-    text = ", ".join(_runs_of(label, runs) for label, runs in parts)
+    text = ", ".join(_runs_of(part.label, part.runs) for part in parts)
     return f"{text}; {len(distinct)} distinct runs in all{shared}"
 
 
@@ -184,7 +195,7 @@ class Compute:
 
 def compute_of(stored: StoredExperiment) -> Compute:
     """The :class:`Compute` of a store: its stages' distinct runs and its job records."""
-    runs = pd.concat([r for _, r in _stage_runs(stored)] or [stored.runs])
+    runs = pd.concat([part.runs for part in stage_runs(stored)] or [stored.runs])
     runs = runs.drop_duplicates("run_id")
     jobs = stored.jobs
     return Compute(
