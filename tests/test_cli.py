@@ -18,7 +18,7 @@ import yaml
 from conftest import REPO, ablate_process, write_experiment
 
 from ablate.cli import main
-from ablate.commands.validate import estimate_lines
+from ablate.commands.validate import cost_line, estimate_lines
 from ablate.core.folders import ExperimentFolder
 from ablate.core.jobs import read_jobs
 from ablate.core.load import load_experiment
@@ -63,6 +63,8 @@ def test_validate_prints_the_plan_with_cost(
     stored = describe_plan(experiment, res.workers, res.threads, time_now=False)
     assert stored.expected_runs is None  # the simulator runs only when asked
     assert all(line in out.splitlines() for line in estimate_lines(stored, experiment, None))
+    assert stored.run_steps == {"main": 4 * 20}  # 4 runs of 20 steps
+    assert cost_line(stored, experiment) in out.splitlines()
     assert committed_time(experiment.path, experiment.name) is None  # outside the checkout
     assert all(line in out.splitlines() for line in difference_lines(experiment))
     # the wording, once: a key the variant does not name is marked as following its kind

@@ -162,7 +162,7 @@ def _print_plan(
         soft_wrap=True,
     )
     _print_more(len(plan.table), console)
-    for line in estimate_lines(plan, experiment, design):
+    for line in [*estimate_lines(plan, experiment, design), cost_line(plan, experiment)]:
         console.print(line, markup=False, highlight=False, soft_wrap=True)
     if experiment.base.runtime.backend == "simulate":
         console.print(
@@ -234,6 +234,24 @@ def estimate_lines(plan: PlanEstimate, experiment: Experiment, design: Design | 
     if not plan.timed:
         lines.append("step times: as stored on this machine by an earlier `ablate validate --time`")
     return lines
+
+
+def cost_line(plan: PlanEstimate, experiment: Experiment) -> str:
+    """The run-steps each stage may train, at most, and the verdicts of the Answer its runs
+    would feed (:func:`ablate.report.cost.planned_feeds`)."""
+    from ablate.core.manifest import plan_manifest
+    from ablate.core.plan import plan_runs
+    from ablate.report.cost import planned_feeds
+
+    feeds = planned_feeds(plan_manifest(experiment, plan_runs(experiment)))
+    parts = [
+        f"{group} {steps:,} ({', '.join(feeds.get(group, ())) or 'no verdict: evidence only'})"
+        for group, steps in plan.run_steps.items()
+        if steps
+    ]
+    total = sum(plan.run_steps.values())
+    listed = "; ".join(parts)
+    return f"run-steps at most, per stage (the verdicts it feeds): {listed}; {total:,} in all"
 
 
 TASK_START_S = 8.0  # a Slurm task's Python start and torch / Lightning import (test cluster)

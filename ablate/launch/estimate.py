@@ -66,6 +66,7 @@ class PlanEstimate:
     load: float
     timed: dict[str, StepTime]  # step times measured by this call, by :func:`time_key`
     untimed: int  # distinct models with no step time (not timed, none stored): not priced
+    run_steps: dict[str, int]  # per group, at most, over the variants: runs left x their steps
 
 
 def estimate_run_time(cfg: RunConfig, step_time_s: float, val_tokens: int = 0) -> float:
@@ -108,6 +109,7 @@ def describe_plan(
     timed: dict[str, StepTime] = {}
     cached = {} if time_now else stored_step_times()
     left: dict[str, int] = {}  # runs left to train per group, over the variants
+    run_steps: dict[str, int] = {}  # and their steps
     with torch_threads(threads):
         for name, cfg in experiment.variants.items():
             corpus = corpora[name]
@@ -125,8 +127,9 @@ def describe_plan(
             parameters, found = measured[key]
             step_time = found.step_s if found else math.nan
             extra = runs_left(experiment, name, cfg, held)
-            for group, (n, _) in extra.items():
+            for group, (n, steps) in extra.items():
                 left[group] = left.get(group, 0) + n
+                run_steps[group] = run_steps.get(group, 0) + n * steps
             seeds = extra.pop("main")[0]
             run_time = estimate_run_time(cfg, step_time, len(corpus.val)) + RUN_SETUP_S
             extra_time = stages_time(extra, step_time)
@@ -176,6 +179,7 @@ def describe_plan(
         max((t.load for _, t in measured.values() if t), default=0.0),
         timed,
         sum(1 for _, t in measured.values() if t is None),
+        run_steps,
     )
 
 
