@@ -83,6 +83,12 @@ def _add_setting_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--seeds", default=None, help="the experiment's seeds, comma-separated (as --set seeds=)"
     )
+    parser.add_argument(
+        "--primary-only",
+        action="store_true",
+        help="leave out the file's sections whose stages feed no primary verdict of its "
+        "analysis plan (as --set SECTION=null each; e.g. max_lr where tuned runs lead)",
+    )
 
 
 def _add_backend_arg(parser: argparse.ArgumentParser) -> None:

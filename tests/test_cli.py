@@ -29,6 +29,7 @@ from ablate.launch.estimate import describe_plan, stored_counts, stored_of_plan
 from ablate.launch.expect import simulate_design, simulated_lines
 from ablate.launch.launchers import resources_for
 from ablate.launch.scale import resolve_sizes
+from ablate.report.cost import secondary_sections
 from ablate.report.times import committed_time, read_times, time_line
 
 # how long a subprocess may take: generous, so that a machine running something else passes too
@@ -713,3 +714,36 @@ def test_a_full_store_is_one_line_on_stderr_and_exit_1(
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith(f"ablate run: error: {tmp_path / 'r'}: a run")
     assert "No space left on device" in err[0]
+
+
+@pytest.mark.usefixtures("unrendered_figures")
+def test_primary_only_leaves_out_the_secondary_stages_and_keeps_the_primary_verdict(
+    tmp_path: Path,
+) -> None:
+    doc = {
+        "runtime": {"backend": "simulate"},
+        "storage": f"journal:{tmp_path / 'studies.log'}",
+        "search": {"n_trials": 3},
+        "max_lr": {"seeds": [0], "within": 0.1},
+    }
+    path = write_experiment(tmp_path / "tiny.yaml", **doc)
+    assert secondary_sections(load_experiment(path)) == ["max_lr"]
+    results = ["--results-dir", str(tmp_path / "results")]
+    assert main(["run", str(path), *results, "--report-dir", str(tmp_path / "full")]) == 0
+    exp_dir = tmp_path / "results" / "tiny"
+    jobs = len(_jobs(exp_dir))
+    only = ["--report-dir", str(tmp_path / "only"), "--primary-only"]
+    assert main(["run", str(path), *results, *only]) == 0
+    assert len(_jobs(exp_dir)) == jobs  # every run it needs was stored: it trained none
+    manifest = json.loads((exp_dir / "experiment.json").read_text())
+    assert manifest["command_line"] == {"max_lr": None}
+    assert {"usable", "max_lr"}.isdisjoint(manifest["stages"])
+    full, primary = (pd.read_csv(tmp_path / d / "tiny" / "answer.csv") for d in ("full", "only"))
+    lead = full[full["estimand"] == "quality at matched settings"].iloc[0]
+    kept = primary[primary["estimand"] == lead["estimand"]].iloc[0]
+    numbers = ["share", "level", "estimate", "low", "high", "seeds", "more_seeds"]
+    assert kept[numbers].astype(float).tolist() == lead[numbers].astype(float).tolist()
+    assert (kept["verdict"], kept["differs"]) == (lead["verdict"], lead["differs"])
+    assert set(primary["estimand"]) < set(full["estimand"])  # no usable LR, no divergence edge
+    cost = pd.read_csv(tmp_path / "only" / "tiny" / "cost.csv")
+    assert {"usable", "max_lr"}.isdisjoint(cost["stage"])

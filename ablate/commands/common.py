@@ -41,6 +41,27 @@ def settings_of(args: argparse.Namespace) -> list[str]:
     return settings
 
 
+def load_with_settings(
+    args: argparse.Namespace, backend: str | None, launcher: str | None = None
+) -> tuple[Experiment, list[str]]:
+    """The experiment file with the command line's ``--set`` and ``--seeds``, and with
+    ``--primary-only`` every section whose stages feed no primary verdict set to null
+    (:func:`ablate.report.cost.secondary_sections`); and the settings that made it."""
+    from ablate.core.load import load_experiment
+
+    settings = settings_of(args)
+    experiment = load_experiment(args.experiment, backend, launcher, settings)
+    if not getattr(args, "primary_only", False):
+        return experiment, settings
+    from ablate.report.cost import secondary_sections
+
+    dropped = [f"{section}=null" for section in secondary_sections(experiment)]
+    if not dropped:
+        return experiment, settings
+    settings = settings + dropped
+    return load_experiment(args.experiment, backend, launcher, settings), settings
+
+
 def warn_impure(experiment: Experiment, console: Console) -> None:
     """A warning line per variant that changes more than the norm against the baseline."""
     from ablate.core.overrides import impure_variants, impurity_lines

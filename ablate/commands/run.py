@@ -12,10 +12,10 @@ from ablate.commands.common import (
     EXIT_OK,
     EXIT_RUN_FAILED,
     UsageError,
+    load_with_settings,
     positive,
     print_scaling_summary,
     print_studies,
-    settings_of,
     warn_impure,
 )
 
@@ -27,12 +27,11 @@ if TYPE_CHECKING:
 
 def _load(args: argparse.Namespace) -> Experiment:
     """The experiment ``run`` or ``search`` trains, with ``--backend``, ``--launcher``,
-    ``--set`` and ``--seeds`` applied, once ``--workers`` and ``--threads`` are checked."""
-    from ablate.core.load import load_experiment
-
+    ``--set``, ``--seeds`` and ``--primary-only`` applied, once ``--workers`` and ``--threads``
+    are checked."""
     positive(args.workers, "--workers")
     positive(args.threads, "--threads")
-    return load_experiment(args.experiment, args.backend, args.launcher, settings_of(args))
+    return load_with_settings(args, args.backend, args.launcher)[0]
 
 
 def cmd_run(args: argparse.Namespace, console: Console) -> int:

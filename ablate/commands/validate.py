@@ -10,7 +10,7 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ablate.commands.common import EXIT_OK, UsageError, settings_of, warn_impure
+from ablate.commands.common import EXIT_OK, UsageError, load_with_settings, warn_impure
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -23,17 +23,16 @@ if TYPE_CHECKING:
 def cmd_validate(args: argparse.Namespace, console: Console) -> int:
     """Print the plan of an experiment file and an estimate of its time (per size under
     ``scale:``)."""
-    from ablate.core.load import load_experiment
     from ablate.core.overrides import difference_lines
 
-    experiment = load_experiment(args.experiment, args.backend, settings=settings_of(args))
+    experiment, settings = load_with_settings(args, args.backend)
     console.print(f"[bold]{experiment.name}[/bold]: {experiment.description}".rstrip(": "))
-    for line in setting_lines(experiment, args):
+    for line in setting_lines(experiment, settings):
         console.print(line, markup=False, highlight=False, soft_wrap=True)
     design = None
     if experiment.scale is None:
         if args.simulate:
-            design = _simulated_design(args.experiment, settings_of(args))
+            design = _simulated_design(args.experiment, settings)
         _print_plan(experiment, args, console, design)
     else:
         from ablate.launch.scale import resolve_sizes
@@ -82,12 +81,13 @@ def _simulated_design(path: Path, settings: list[str]) -> Design:
     return simulate_design(load_experiment(path, "simulate", settings=settings))
 
 
-def setting_lines(experiment: Experiment, args: argparse.Namespace) -> list[str]:
-    """Each ``--set`` and ``--seeds`` of the command line, as the file now resolves it."""
+def setting_lines(experiment: Experiment, settings: list[str]) -> list[str]:
+    """Each ``--set``, ``--seeds`` and ``--primary-only`` setting of the command line, as the
+    file now resolves it."""
     from ablate.core.overrides import flat_config
 
     lines = []
-    for setting in settings_of(args):
+    for setting in settings:
         key = setting.split("=", 1)[0].strip()
         if key.split(".", 1)[0] in ("data", "model", "train", "runtime"):
             values = {name: flat_config(cfg).get(key) for name, cfg in experiment.variants.items()}

@@ -47,6 +47,7 @@ class RunGroup:
     count: Count  # at most, for the estimate: (runs of one variant, steps per run)
     found_by: str = "plan"  # "plan": the plan's record; "group": the group alone; "study"
     stored_as: str | None = None  # another group's name, where its runs are stored as those
+    section: str | None = None  # the file's section that plans it (None: main, or a choice's)
 
 
 def _has(section: str) -> Planned:
@@ -152,16 +153,16 @@ def max_lr_probes(experiment: Experiment, start: float) -> int:
 
 RUN_GROUPS: tuple[RunGroup, ...] = (
     RunGroup("main", "shared", lambda experiment: True, _main),
-    RunGroup("sweep", "shared", _has("sweep"), _sweep),
-    RunGroup("search", "search", _has("search"), _search, found_by="study"),
-    RunGroup("curve", "curve", _has("curve"), _curve),
-    RunGroup("warmup", "curve", _warmup_study, _warmup, found_by="group"),
+    RunGroup("sweep", "shared", _has("sweep"), _sweep, section="sweep"),
+    RunGroup("search", "search", _has("search"), _search, found_by="study", section="search"),
+    RunGroup("curve", "curve", _has("curve"), _curve, section="curve"),
+    RunGroup("warmup", "curve", _warmup_study, _warmup, found_by="group", section="curve"),
     RunGroup("tuned", "tuned", _chooses, _tuned),
     RunGroup("crossover", "crossover", _chooses, _tuned),
-    RunGroup("usable", "usable", _walks, _usable),
-    RunGroup("decide", "decide", _has("decide"), _decide, stored_as="tuned"),
-    RunGroup("max_lr", "max_lr", _has("max_lr"), _max_lr, found_by="study"),
-    RunGroup("convert", "convert", _has("convert"), _convert),
+    RunGroup("usable", "usable", _walks, _usable, section="max_lr"),
+    RunGroup("decide", "decide", _has("decide"), _decide, stored_as="tuned", section="decide"),
+    RunGroup("max_lr", "max_lr", _has("max_lr"), _max_lr, found_by="study", section="max_lr"),
+    RunGroup("convert", "convert", _has("convert"), _convert, section="convert"),
 )
 
 

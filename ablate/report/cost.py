@@ -15,7 +15,9 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from ablate.core.manifest import Manifest
+from ablate.core.experiment import Experiment
+from ablate.core.manifest import Manifest, plan_manifest
+from ablate.core.plan import plan_runs
 from ablate.core.stages import RUN_GROUPS
 from ablate.report.context import ReportContext
 from ablate.report.estimands import Findings
@@ -122,6 +124,20 @@ def planned_feeds(manifest: Manifest) -> dict[str, tuple[str, ...]]:
     crossed = "crossover" in stages_of(manifest)
     plan = analysis_plan(manifest, primary_design(manifest, crossed, False))
     return {g.name: _feeds(g.name, plan.estimands, plan.primary) for g in RUN_GROUPS}
+
+
+def secondary_sections(experiment: Experiment) -> list[str]:
+    """The file's sections whose stages feed no primary verdict of the plan as designed
+    (:func:`planned_feeds`): what ``--primary-only`` leaves out (the max-LR brackets and the
+    usable walks where tuned runs lead, an LR sweep). A section that plans one group feeding a
+    primary verdict (a curve's warmup study, ``decide:``) stays."""
+    manifest = plan_manifest(experiment, plan_runs(experiment))
+    crossed = "crossover" in stages_of(manifest)
+    plan = analysis_plan(manifest, primary_design(manifest, crossed, False))
+    primary = {g for e in plan.estimands if e.primary for g in fed_by(e, plan.primary)}
+    planned = [g for g in RUN_GROUPS if g.section is not None and g.planned(experiment)]
+    needed = {g.section for g in planned if g.name in primary}
+    return [s for s in dict.fromkeys(g.section for g in planned) if s not in needed]
 
 
 def cost_of(ctx: ReportContext) -> Cost:

@@ -86,6 +86,7 @@ class AnalysisPlan:
     rules: AnalysisConfig
     estimands: list[Estimand]
     primary: str  # how the primary estimand is measured (TWO_BY_TWO, SAME_SETTINGS, ...)
+    left_out: tuple[str, ...] = ()  # stage sections the run left out (:func:`left_out`)
 
 
 def rules_of(analysis: dict | None, min_effect: float | None) -> AnalysisConfig:
@@ -125,7 +126,8 @@ def analysis_plan(manifest: Manifest, primary: str, simulated: bool = False) -> 
     """Every verdict-bearing estimand of the design, with its share of α (see the module)."""
     rules = rules_of(manifest.analysis, manifest.min_effect)
     if manifest.grid:
-        return AnalysisPlan(rules, shared(grid_estimands(manifest, rules), rules), GRID)
+        found, out = grid_estimands(manifest, rules), tuple(left_out(manifest))
+        return AnalysisPlan(rules, shared(found, rules, bool(out)), GRID, out)
     stages = stages_of(manifest)
     variants = manifest.variants
     decided = manifest.decide
@@ -201,7 +203,8 @@ def analysis_plan(manifest: Manifest, primary: str, simulated: bool = False) -> 
                 1,
             )
         )
-    return AnalysisPlan(rules, shared(found, rules), primary)
+    out = tuple(left_out(manifest))
+    return AnalysisPlan(rules, shared(found, rules, bool(out)), primary, out)
 
 
 def grid_estimands(manifest: Manifest, rules: AnalysisConfig) -> list[Estimand]:
@@ -244,13 +247,27 @@ def grid_estimands(manifest: Manifest, rules: AnalysisConfig) -> list[Estimand]:
     return found
 
 
-def shared(estimands: list[Estimand], rules: AnalysisConfig) -> list[Estimand]:
+STAGE_SECTIONS = ("sweep", "search", "curve", "max_lr", "decide", "convert")
+
+
+def left_out(manifest: Manifest) -> list[str]:
+    """The file's stage sections the command line set to null (``--primary-only``, or ``--set
+    max_lr=null``): stages the run left out, whose verdicts the report does not state."""
+    return [
+        s for s in STAGE_SECTIONS if s in manifest.command_line and not manifest.command_line[s]
+    ]
+
+
+def shared(
+    estimands: list[Estimand], rules: AnalysisConfig, reserved: bool = False
+) -> list[Estimand]:
     """The estimands with their shares of α: the primary ones ``primary_share`` together, the
     secondary ones the rest, equally within each; the primary ones all of it without any
-    secondary."""
+    secondary, unless the secondary ones' share is ``reserved`` for stages the run left out
+    (:func:`left_out`): leaving them out then changes no primary verdict."""
     primary = [e for e in estimands if e.primary]
     secondary = [e for e in estimands if not e.primary]
-    first = rules.primary_share if secondary else 1.0
+    first = rules.primary_share if secondary or reserved else 1.0
     return [
         replace(
             e,
@@ -324,13 +341,21 @@ def plan_lines(plan: AnalysisPlan) -> list[str]:
         f"estimable* with under 2 seeds, every seed in one bracket, or a ratio's interval "
         f"wider than {rules.not_estimable:g}× (then no number is printed, only in the CSVs). "
         f"**The family:** the {len(plan.estimands)} estimand(s) below, Bonferroni at α "
-        f"{rules.alpha:g} (the primary {primary:g} of it), so the report's chance of "
+        f"{rules.alpha:g} (the primary {primary:g} of it{reserved_text(plan.left_out)}), so "
+        "the report's chance of "
         "any false verdict is at most α; everything else below is descriptive (95% intervals, "
         "no verdict).",
         "",
         *rows,
         "",
     ]
+
+
+def reserved_text(sections: tuple[str, ...]) -> str:
+    """Where stages were left out: that the secondary share stays reserved for them."""
+    if not sections:
+        return ""
+    return f"; the secondary share reserved for the stages left out: {', '.join(sections)}"
 
 
 SECONDARY_NAMES = {

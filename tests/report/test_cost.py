@@ -15,7 +15,16 @@ from ablate.core.plan import plan_runs
 from ablate.core.stages import RUN_GROUPS
 from ablate.launch.pipeline import run_experiment
 from ablate.report.context import ReportContext
-from ablate.report.cost import ALL, TUNED, cost_of, cost_table, fed_by, planned_feeds, section
+from ablate.report.cost import (
+    ALL,
+    TUNED,
+    cost_of,
+    cost_table,
+    fed_by,
+    planned_feeds,
+    secondary_sections,
+    section,
+)
 from ablate.report.load import load_experiment_results
 from ablate.report.plan import (
     DIVERGENCE,
@@ -109,3 +118,16 @@ def test_validate_names_the_verdicts_each_planned_stage_would_feed() -> None:
     assert feeds["main"] == () and feeds["crossover"] == ("quality at matched settings",)
     assert feeds["decide"] == feeds["warmup"] == ("quality at matched settings", "the tuned gain")
     assert feeds["max_lr"] == ("divergence edge",) and feeds["usable"] == ("usable LR",)
+
+
+@pytest.mark.parametrize(
+    "name, left_out",
+    [("ln_vs_rms", ["max_lr"]), ("smoke", ["sweep", "max_lr"]), ("bias", ["curve", "max_lr"])],
+)
+def test_primary_only_leaves_out_the_sections_that_feed_no_primary_verdict(
+    name: str, left_out: list[str]
+) -> None:
+    """The default's max-LR brackets and usable walks feed secondary verdicts only; a grid's
+    primary is its factors at the shared LR, so even its curve is secondary."""
+    experiment = load_experiment(REPO / "experiments" / f"{name}.yaml")
+    assert secondary_sections(experiment) == left_out

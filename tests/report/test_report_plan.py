@@ -21,6 +21,7 @@ from ablate.report.plan import (
     TWO_BY_TWO,
     USABLE,
     analysis_plan,
+    left_out,
     plan_lines,
     primary_design,
     rules_of,
@@ -104,3 +105,16 @@ def test_the_rules_and_stages_read_back_from_any_stored_plan() -> None:
     assert stages_of(older) == {"main", "tuned", "max_lr", "usable"}
     assert primary_design(stored_manifest(runs=[{"group": "main"}]), True, False) == SHARED_LR
     assert primary_design(_manifest(), crossed=False, same=False) == "tuned"
+
+
+def test_stages_left_out_keep_the_primary_share_their_verdicts_would_have_left() -> None:
+    alone = stored_manifest(runs=[{"group": "main"}], stages=["main"])
+    simulated = True  # no speed ratio: the primary is the only estimand
+    assert [e.share for e in analysis_plan(alone, SHARED_LR, simulated).estimands] == [1.0]
+    cut = stored_manifest(
+        runs=[{"group": "main"}], stages=["main"], command_line={"max_lr": None, "train.lr": 0.1}
+    )
+    assert left_out(cut) == ["max_lr"]
+    plan = analysis_plan(cut, SHARED_LR, simulated)
+    assert plan.left_out == ("max_lr",)
+    assert [e.share for e in plan.estimands] == [0.5]  # the rest reserved for max_lr's verdicts
