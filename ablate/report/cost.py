@@ -1,12 +1,16 @@
 """The report's Cost of the answer: what each stage trained (runs, run-steps, run-minutes) and
 which verdicts of the Answer its runs feed, and the run-steps per decided verdict.
 
-A stage feeds a verdict where the verdict is measured on its runs or where its runs chose the
-settings the verdict is measured at (:func:`fed_by`, by the design the plan measured the
-primary estimand with). A stage that feeds none (the shared-LR A/B where tuned runs lead, the
-LR sweep) is secondary evidence: the Answer stands without it. Run-steps are the steps each
-run trained (a run stopped early counts the steps it took); a run two stages share counts in
-each stage's row and once in the total. ``cost.csv`` holds the table.
+A stage feeds a verdict where it is run for it: the verdict is measured on its runs, or its
+runs chose the settings the verdict is measured at (:func:`fed_by`, by the design the plan
+measured the primary estimand with). A stage that feeds none (the shared-LR A/B where tuned
+runs lead, the LR sweep) is secondary evidence: the Answer stands without it. The divergence
+brackets also read the other stored runs of their family (a tuned run that diverged narrows a
+bracket: :func:`ablate.report.load.stored_divergence`); those runs are counted where they were
+run for. Run-steps are the steps each run trained (a run stopped early counts the steps it
+took). A run counts in the row of the stage that stored it (a usable walk's point on the curve:
+the curve's) and in a study's row where the study names it; once in the total. ``cost.csv``
+holds the table.
 """
 
 from __future__ import annotations
@@ -57,8 +61,8 @@ def fed_by(estimand: Estimand, design: str) -> frozenset[str]:
         return frozenset({"main"}) if design == SHARED_LR else frozenset({"tuned"})
     if key in (TUNED_GAIN, FACTOR_TUNED):
         return TUNED
-    if key == USABLE:
-        return frozenset({"usable", "curve"})
+    if key == USABLE:  # each seed walks up from the tuned optimum the search or curve found
+        return frozenset({"usable", "search", "curve"})
     if key in (DIVERGENCE, FACTOR_DIVERGENCE):
         return frozenset({"max_lr"})
     if key == CONVERT:
@@ -200,8 +204,8 @@ def cost_lines(cost: Cost) -> list[str]:
         "## Cost of the answer",
         "",
         "What each stage trained and which verdicts of the Answer its runs feed (measured on "
-        "them, or at the settings they chose); a run two stages share counts in each row and "
-        "once in the total (`cost.csv`).",
+        "them, or at the settings they chose); a run counts in the row of the stage that "
+        "stored it and of a study that names it, and once in the total (`cost.csv`).",
         "",
         "| stage | runs | run-steps | share | run-minutes | feeds |",
         "| --- | --- | --- | --- | --- | --- |",

@@ -51,7 +51,7 @@ def test_the_primary_is_fed_by_the_runs_of_its_design() -> None:
     assert TUNED == {"search", "curve", "warmup", "tuned", "decide"}
     assert fed_by(_estimand(SPEED), SHARED_LR) == {"main"}
     assert fed_by(_estimand(SPEED), TWO_BY_TWO) == {"tuned"}
-    assert fed_by(_estimand(USABLE), TWO_BY_TWO) == {"usable", "curve"}
+    assert fed_by(_estimand(USABLE), TWO_BY_TWO) == {"usable", "search", "curve"}
     assert fed_by(_estimand(DIVERGENCE), SHARED_LR) == {"max_lr"}
     with pytest.raises(ValueError):
         fed_by(_estimand("nothing"), SHARED_LR)
