@@ -51,7 +51,7 @@ def load_with_settings(
 
     settings = settings_of(args)
     experiment = load_experiment(args.experiment, backend, launcher, settings)
-    if not getattr(args, "primary_only", False):
+    if not args.primary_only:
         return experiment, settings
     from ablate.report.cost import secondary_sections
 

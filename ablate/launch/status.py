@@ -114,9 +114,9 @@ class Waiting(NamedTuple):
     tasks: int
 
 
-def waiting_stages(states: list[RunState], label: str) -> list[Waiting]:
-    """Each stage with runs running or queued (``label``: as :func:`submitted` gives it)."""
-    table = status_table(states)
+def waiting_stages(table: pd.DataFrame, states: list[RunState], label: str) -> list[Waiting]:
+    """Each stage of ``table`` (:func:`status_table` of ``states``) with runs running or queued
+    (``label``: as :func:`submitted` gives it)."""
     waiting = table[(table["running"] + table["queued"]) > 0]
     return [
         Waiting(
@@ -147,8 +147,9 @@ def status_lines(folder: ExperimentFolder) -> list[str]:
     states = run_states(folder, jobs)
     if not states:
         return [f"{folder.path}: no planned or stored runs"]
-    waiting = waiting_stages(states, label)
-    lines = [status_table(states).to_markdown(index=False), *map(waiting_line, waiting)]
+    table = status_table(states)
+    waiting = waiting_stages(table, states, label)
+    lines = [table.to_markdown(index=False), *map(waiting_line, waiting)]
     if not waiting:
         lines.append("nothing is running or queued")
     return lines

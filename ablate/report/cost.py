@@ -37,6 +37,7 @@ from ablate.report.plan import (
     TUNED_GAIN,
     TWO_BY_TWO,
     USABLE,
+    AnalysisPlan,
     Estimand,
     analysis_plan,
     primary_design,
@@ -122,22 +123,26 @@ def feeds(group: str, found: Findings) -> tuple[str, ...]:
     return _feeds(group, [f.estimand for f in found.found], found.plan.primary)
 
 
-def planned_feeds(manifest: Manifest) -> dict[str, tuple[str, ...]]:
-    """Before any run, the verdicts each run group would feed (:data:`RUN_GROUPS`' order): the
-    plan as designed, the primary over the cross-over's 2×2 where one is planned."""
+def designed_plan(manifest: Manifest) -> AnalysisPlan:
+    """The analysis plan before any run: the primary over the cross-over's 2×2 where one is
+    planned, every run assumed to learn."""
     crossed = "crossover" in stages_of(manifest)
-    plan = analysis_plan(manifest, primary_design(manifest, crossed, False))
+    return analysis_plan(manifest, primary_design(manifest, crossed, False))
+
+
+def planned_feeds(manifest: Manifest) -> dict[str, tuple[str, ...]]:
+    """Before any run, the verdicts each run group would feed (:data:`RUN_GROUPS`' order), by
+    the :func:`designed_plan`."""
+    plan = designed_plan(manifest)
     return {g.name: _feeds(g.name, plan.estimands, plan.primary) for g in RUN_GROUPS}
 
 
 def secondary_sections(experiment: Experiment) -> list[str]:
     """The file's sections whose stages feed no primary verdict of the plan as designed
-    (:func:`planned_feeds`): what ``--primary-only`` leaves out (the max-LR brackets and the
+    (:func:`designed_plan`): what ``--primary-only`` leaves out (the max-LR brackets and the
     usable walks where tuned runs lead, an LR sweep). A section that plans one group feeding a
     primary verdict (a curve's warmup study, ``decide:``) stays."""
-    manifest = plan_manifest(experiment, plan_runs(experiment))
-    crossed = "crossover" in stages_of(manifest)
-    plan = analysis_plan(manifest, primary_design(manifest, crossed, False))
+    plan = designed_plan(plan_manifest(experiment, plan_runs(experiment)))
     primary = {g for e in plan.estimands if e.primary for g in fed_by(e, plan.primary)}
     planned = [g for g in RUN_GROUPS if g.section is not None and g.planned(experiment)]
     needed = {g.section for g in planned if g.name in primary}

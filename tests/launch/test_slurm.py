@@ -28,6 +28,7 @@ from ablate.launch.status import (
     Waiting,
     run_states,
     status_lines,
+    status_table,
     submitted,
     waiting_line,
     waiting_stages,
@@ -76,7 +77,8 @@ def submitted_arrays(path: Path, name: str = "tiny") -> set[str]:
 def waiting_now(folder: ExperimentFolder) -> list[Waiting]:
     """What ``ablate status`` says a controller waits on now."""
     jobs, label = submitted(folder)
-    return waiting_stages(run_states(folder, jobs), label)
+    states = run_states(folder, jobs)
+    return waiting_stages(status_table(states), states, label)
 
 
 def final_losses(results: Path, name: str = "tiny") -> dict[str, float]:
