@@ -1,6 +1,7 @@
 """The checks of a resolved experiment that span its sections: each claim against the variants,
 the metrics the runs record and the stages that make them (:func:`check_claims`), and
-``decide:`` against the seeds and variants (:func:`check_decide`); each problem one line.
+``decide:`` against the seeds and variants (:func:`check_decide`), the curve's early stop
+against the runs' evaluations (:func:`check_curve_stop`); each problem one line.
 """
 
 from __future__ import annotations
@@ -59,3 +60,21 @@ def check_decide(experiment: Experiment, where: str) -> None:
         )
     if len(experiment.variants) < 2:
         raise ConfigError(f"{where}: decide: needs two variants or more to compare")
+
+
+def check_curve_stop(experiment: Experiment, where: str) -> None:
+    """``curve.stop_step`` an evaluation step before every variant's last curve step, or one
+    line (allowed: the multiples of ``train.eval_interval`` below it)."""
+    curve = experiment.curve
+    assert curve is not None and curve.stop_step is not None
+    for name, config in experiment.variants.items():
+        steps = (curve.tokens or config.train.tokens) // config.tokens_per_step()
+        every = config.train.eval_interval
+        if curve.stop_step % every or curve.stop_step >= steps:
+            raise ConfigError(
+                f"{where}: curve.stop_step: {curve.stop_step} is no evaluation step before "
+                f"{name}'s last curve step ({steps}); allowed: multiples of train.eval_interval "
+                f"({every}) below {steps}",
+                key="curve.stop_step",
+                code="no_step",
+            )

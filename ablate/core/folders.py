@@ -30,6 +30,8 @@ Layout (``root`` defaults to ``results/``)::
                           schedule, step, RNG, what the callbacks recorded); deleted just
                           before the summary of any status but interrupted
         summary.json      written last: its presence with a final status marks the run done
+                          (paused: held at the curve's early-stop step, its checkpoint kept,
+                          until the curve stops it or reopens it to train on)
         status.json       {"status": "running", ...} while the run is in progress (deleted
                           just before the summary)
         progress.json     {"step", "loss"}: a Slurm task's last reported step (the controller
@@ -58,7 +60,7 @@ import pandas as pd
 
 from ablate.core.record import RunRecord
 
-DONE_STATUSES = ("finished", "diverged", "pruned")
+DONE_STATUSES = ("finished", "diverged", "pruned", "paused")  # paused: until it is reopened
 REPORT_BUILT = ".built.json"  # in a report folder, written last: the files that build wrote
 # the columns of a run's metrics.csv (before val_loss joins them) and probes.csv
 METRIC_COLUMNS = ["step", "tokens", "train_loss", "lr", "grad_norm", "step_time_s", "elapsed_s"]
@@ -207,7 +209,7 @@ class RunFolder:
         return RunRecord.from_json(summary) if summary is not None else None
 
     def read_record(self) -> RunRecord | None:
-        """The run's record if it is complete (finished, diverged or pruned), else None."""
+        """The run's record if it is complete (finished, diverged, pruned or paused), else None."""
         record = self.read_any_record()
         return record if record is not None and record.status in DONE_STATUSES else None
 
@@ -221,8 +223,19 @@ class RunFolder:
         return stored
 
     def is_done(self) -> bool:
-        """True when the run finished, diverged or was pruned; anything else is redone."""
+        """True when the run finished, diverged, was pruned or paused; anything else is redone."""
         return self.read_record() is not None
+
+    def reopen(self) -> None:
+        """A paused run made pending again: its record goes, its checkpoint stays, so that
+        training it resumes there."""
+        self.summary.unlink(missing_ok=True)
+
+    def stop_paused(self, record: RunRecord) -> RunRecord:
+        """A paused run stored as stopped for good (``record``, status pruned): its checkpoint
+        goes first, so that a cut between the two leaves a paused run, stopped again."""
+        self.checkpoint.unlink(missing_ok=True)
+        return self.write_record(record)
 
     @property
     def checkpoint(self) -> Path:

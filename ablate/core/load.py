@@ -25,7 +25,7 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
-from ablate.core.checks import check_claims, check_decide
+from ablate.core.checks import check_claims, check_curve_stop, check_decide
 from ablate.core.config import NAME_PATTERN, SEED_LIMIT, RunConfig
 from ablate.core.errors import ConfigError
 from ablate.core.experiment import ConvertConfig, ConvertPlan, Experiment, ExperimentFile
@@ -388,6 +388,8 @@ def resolve_experiment(
         check_scale(experiment, where)
     if top.decide is not None:
         check_decide(experiment, where)
+    if experiment.curve is not None and experiment.curve.stop_step is not None:
+        check_curve_stop(experiment, where)
     check_claims(experiment, where)
     return experiment
 

@@ -75,6 +75,7 @@ class Manifest:
     decide: dict[str, Any] | None = None  # decide:'s record, where it ran
     claims: list[dict[str, Any]] = field(default_factory=list)
     criterion: str | None = None  # the stability criterion in words
+    curve_stop: dict[str, Any] | None = None  # the curve's early stop: {"step", "margin"}
 
     @classmethod
     def from_stored(cls, stored: dict[str, Any]) -> Manifest:
@@ -84,13 +85,12 @@ class Manifest:
         return cls(**{**found, "runs": runs})
 
     def stored(self) -> dict[str, Any]:
-        """As ``experiment.json`` holds it: every key in its place, ``decide`` and ``claims``
-        only where there are any."""
+        """As ``experiment.json`` holds it: every key in its place, ``decide``, ``claims`` and
+        ``curve_stop`` only where there are any."""
         record = {key: getattr(self, key) for key in STORED_KEYS}
-        if not self.decide:
-            del record["decide"]
-        if not self.claims:
-            del record["claims"]
+        for key in ("decide", "claims", "curve_stop"):
+            if not record[key]:
+                del record[key]
         return {**record, "runs": [run.stored() for run in self.runs]}
 
     def group_ids(self, group: str) -> set[str]:
@@ -119,6 +119,7 @@ STORED_KEYS = (
     "decide",
     "claims",
     "criterion",
+    "curve_stop",
 )
 
 
@@ -157,6 +158,11 @@ def plan_manifest(
         decide=decided or None,
         claims=claims_manifest(experiment),
         criterion=criterion_text(experiment.base.train.stability),
+        curve_stop=(
+            {"step": experiment.curve.stop_step, "margin": experiment.curve.stop_margin}
+            if experiment.curve and experiment.curve.stop_step
+            else None
+        ),
         runs=[
             PlannedRun(
                 s.variant,

@@ -93,6 +93,12 @@ class RuntimeConfig(StrictSection):
         le=100_000_000,
         description="save the checkpoint every this many optimizer steps instead (0: by time)",
     )
+    pause_step: int | None = Field(
+        None,
+        ge=1,
+        description="hold the run at this step: its checkpoint saved and kept, stored as "
+        "paused (the curve's early stop sets it: curve.stop_step)",
+    )
 
     @field_validator("launcher")
     @classmethod

@@ -250,7 +250,7 @@ def simulate_run(
 ) -> SimulatedRun:
     """Every step of the run: evaluations every ``eval_interval`` and at the last step, the
     divergence rule applied to each step's train loss, ``watch(step, val) -> stop?`` after each
-    evaluation before the last (a search's pruner)."""
+    evaluation before the last (a search's pruner), held at ``runtime.pause_step`` (paused)."""
     total = cfg.steps()
     start = math.log(cfg.runtime.simulate.vocab_size)
     target, diverges = final_loss(cfg, variant, seed, run_id)
@@ -274,6 +274,10 @@ def simulate_run(
             if watch is not None and step < total and watch(step, val):
                 run.status = "pruned"
                 run.stop = Stop(step, StopKind.PRUNED)
+                return run
+            if step == cfg.runtime.pause_step and step < total:  # resumed: simulated again
+                run.status = "paused"
+                run.stop = Stop(step, StopKind.PAUSED)
                 return run
     return run
 

@@ -198,6 +198,8 @@ class StopKind(Enum):
     NON_FINITE = "non-finite"  # a NaN or infinite train loss
     ABOVE_THRESHOLD = "above threshold"  # the (mean) train loss above the divergence threshold
     PRUNED = "pruned"  # the search's pruner ended it at an evaluation
+    PAUSED = "paused"  # a curve run held at the early stop's step, its checkpoint kept
+    FAR_ABOVE = "far above the best"  # the curve's early stop: ``loss`` nats above its best
 
 
 @dataclass(frozen=True)
@@ -218,6 +220,13 @@ class Stop:
         """The reason in words, as run summaries store it."""
         if self.kind is StopKind.PRUNED:
             return f"pruned by Optuna at step {self.step}"
+        if self.kind is StopKind.PAUSED:
+            return f"paused at step {self.step} for the curve's early stop"
+        if self.kind is StopKind.FAR_ABOVE:
+            return (
+                f"stopped at step {self.step}: {self.loss:.3g} nats above the curve's best "
+                f"point there (margin {self.threshold:.3g})"
+            )
         if self.kind is StopKind.NON_FINITE:
             return f"non-finite loss ({self.loss})"
         what = "loss" if self.window == 1 else f"mean loss of {self.steps} steps"

@@ -131,7 +131,8 @@ class CurveConfig(StrictSection):
     """Each variant's LR optimum from its own loss curve: every variant at every lattice LR
     2^(k / per_octave) of the range on curve seeds disjoint from the final ones, at the final
     budget; the range grows by an octave on the side where a curve's lowest point lies at its
-    edge, up to ``extend`` octaves (:mod:`ablate.core.optimum` fits it)."""
+    edge, up to ``extend`` octaves (:mod:`ablate.core.optimum` fits it). With ``stop_step``,
+    points far above the best at that step stop there (:mod:`ablate.core.early_stop`)."""
 
     seeds: list[Seed] | None = Field(
         None, min_length=2, description="default: the two above the largest of seeds"
@@ -151,6 +152,19 @@ class CurveConfig(StrictSection):
     warmup_min: int = Field(0, ge=0)
     warmup_max: int = Field(100, ge=0)
     sampler_seed: int = Field(0, ge=0)
+    stop_step: int | None = Field(
+        None,
+        ge=1,
+        description="an evaluation step at which every curve run pauses and the points far "
+        "above the best stop there (docs/early-stop.md); none: every point trains to the end",
+    )
+    stop_margin: float = Field(
+        0.2,
+        gt=0,
+        le=10,
+        description="nats above the best point at stop_step, mean over the curve seeds, "
+        "beyond which a point stops",
+    )
 
     @model_validator(mode="after")
     def _ordered(self) -> CurveConfig:

@@ -257,8 +257,8 @@ def probe_band(probes: pd.DataFrame, quantity: str) -> pd.DataFrame:
 def sweep_frame(
     planned: list[PlannedRun], runs: pd.DataFrame, group: str = "sweep"
 ) -> pd.DataFrame:
-    """One row per stored run of ``group`` (the sweep's, or the curve's): variant, seed, lr,
-    status, stable, final and clipped loss.
+    """One row per stored run of ``group`` (the sweep's, or the curve's) but those the curve's
+    early stop stopped: variant, seed, lr, status, stable, final and clipped loss.
 
     The clipped loss is min(final val loss, ℓ0) as Wortsman et al. (2023) define it: a run that
     diverged (stopped by the divergence rule) or has no finite loss counts as ℓ0; a run judged
@@ -270,6 +270,8 @@ def sweep_frame(
         if entry.group != group or by_id is None or entry.run_id not in by_id.index:
             continue
         summary = by_id.loc[entry.run_id]
+        if summary["status"] == "pruned":  # stopped early: no loss at the budget
+            continue
         initial = float(summary["initial_loss"])
         stable = bool(summary["stable"]) if pd.notna(summary["stable"]) else False
         loss = summary["final_val_loss"]

@@ -43,6 +43,7 @@ class StoredExperiment:
     stored_runs: pd.DataFrame  # every finished run in the folder, planned or not (studies' too)
     divergence_moved: list[str] = field(default_factory=list)  # brackets the stored runs widened
     jobs: pd.DataFrame = field(default_factory=pd.DataFrame)  # each ``ablate run``'s wall time
+    curve_evals: pd.DataFrame = field(default_factory=pd.DataFrame)  # the curve runs' evaluations
 
 
 def load_experiment_results(folder: ExperimentFolder) -> StoredExperiment:
@@ -77,7 +78,20 @@ def load_experiment_results(folder: ExperimentFolder) -> StoredExperiment:
         configs=_configs(folder, main),
         stored_runs=stored_runs,
         jobs=read_jobs(folder.jobs),
+        curve_evals=evaluations(folder, runs[runs["run_id"].isin(manifest.group_ids("curve"))]),
     )
+
+
+EVAL_COLUMNS = ["run_id", "variant", "seed", "lr", "step", "val_loss"]
+
+
+def evaluations(folder: ExperimentFolder, runs: pd.DataFrame) -> pd.DataFrame:
+    """Every evaluation of ``runs``: run id, variant, seed, peak LR, step and val loss."""
+    metrics = store.load_metrics(folder, runs) if len(runs) else pd.DataFrame()
+    if "val_loss" not in metrics:
+        return pd.DataFrame(columns=EVAL_COLUMNS)
+    found = metrics.dropna(subset=["val_loss"]).rename(columns={"peak_lr": "lr"})
+    return found[EVAL_COLUMNS].reset_index(drop=True)
 
 
 def _configs(folder: ExperimentFolder, runs: pd.DataFrame) -> dict[str, dict]:

@@ -126,9 +126,33 @@ def curve_section(stored: StoredExperiment, variants: list[str]) -> Section:
         "variant at its optimum below (and the search's best warmup, where there is a search).",
         "",
         *found.lines,
+        *early_stop_lines(stored),
         *warmup_lines(stored),
     ]
-    return Section(lines, found.tables)
+    return Section(lines, {**found.tables, CURVE_EVALS: stored.curve_evals})
+
+
+CURVE_EVALS = "curve_evals.csv"  # every evaluation of every curve run
+
+
+def early_stop_lines(stored: StoredExperiment) -> list[str]:
+    """What the curve's early stop stopped and what that spared; none where it was off."""
+    stop = stored.manifest.curve_stop
+    curve = stored.runs[stored.runs["run_id"].isin(stored.manifest.group_ids("curve"))]
+    if not stop or curve.empty:
+        return []
+    stopped = curve[curve["status"] == "pruned"]
+    points = curve.groupby(["variant", "lr"]).ngroups
+    spared = len(stopped) * (int(curve["planned_steps"].max()) - stop["step"])
+    return [
+        f"Early stop (`curve.stop_step` {stop['step']}): every curve run was held at step "
+        f"{stop['step']}, and a point whose val loss there lay more than {stop['margin']:g} nats "
+        "above its variant's best point, mean over the curve seeds, stopped there: "
+        f"{stopped.groupby(['variant', 'lr']).ngroups} of {points} points ({len(stopped)} runs), "
+        f"sparing {spared:,} run-steps. `{CURVE_EVALS}` holds every evaluation of every curve "
+        "run, to recompute the rule; docs/early-stop.md gives its replay on real curves.",
+        "",
+    ]
 
 
 @dataclass(frozen=True)

@@ -59,12 +59,21 @@ class Checkpointer(Resumable):
     (:class:`ablate.training.task.LanguageModelTask`) and the :class:`Resumable` callbacks'
     records. Written to a temporary name and renamed: a cut during a save leaves the previous
     checkpoint. ``wall_s`` is the run's wall time before this process (restored on resume);
-    ``resumed_from`` the step it resumed at (None: it started at step 0)."""
+    ``resumed_from`` the step it resumed at (None: it started at step 0). At ``pause_step``
+    it saves (unless the run resumed there) and raises :class:`RunPaused`."""
 
     resumed = ("wall_s",)
 
-    def __init__(self, path: Path, every_steps: int, every_s: float, started: float) -> None:
+    def __init__(
+        self,
+        path: Path,
+        every_steps: int,
+        every_s: float,
+        started: float,
+        pause_step: int | None = None,
+    ) -> None:
         self.path = path
+        self.pause_step = pause_step
         self.every_steps = every_steps
         self.every_s = every_s
         self.started = started  # time.perf_counter() when this process began the run
@@ -84,8 +93,13 @@ class Checkpointer(Resumable):
         self, trainer: L.Trainer, pl_module: L.LightningModule, batch, batch_idx: int
     ) -> None:
         step = trainer.global_step
-        if step == 0 or step == self.resumed_from or not self._due(trainer, step):
-            return
+        pause = step == self.pause_step
+        if step not in (0, self.resumed_from) and (pause or self._due(trainer, step)):
+            self._save(trainer)
+        if pause:
+            raise RunPaused(step)
+
+    def _save(self, trainer: L.Trainer) -> None:
         partial = self.path.with_name(f".{self.path.name}.partial")
         trainer.save_checkpoint(partial)
         if trainer.is_global_zero:
@@ -99,6 +113,15 @@ class Checkpointer(Resumable):
             return step % self.every_steps == 0
         due = bool(self.every_s) and time.monotonic() - self._last >= self.every_s
         return trainer.strategy.broadcast(due, src=0) if trainer.world_size > 1 else due
+
+
+class RunPaused(Exception):
+    """Raised by the :class:`Checkpointer` at its pause step, the checkpoint saved: the run is
+    stored as paused (:func:`ablate.training.trainer.fit`)."""
+
+    def __init__(self, step: int) -> None:
+        super().__init__(f"paused at step {step}")
+        self.step = step
 
 
 class EarlyStop(Resumable):

@@ -4,7 +4,8 @@
 folder (:class:`ablate.core.folders.RunFolder`) and returns the summary
 (:mod:`ablate.training.summary`). Divergence is a result (``status: diverged``); an exception
 inside training is stored as ``failed`` with the error; Ctrl-C stores ``interrupted`` and
-re-raises; a search's pruner stops a trial as ``pruned``. The stability verdict
+re-raises; a search's pruner stops a trial as ``pruned``; a run held at ``runtime.pause_step``
+(the curve's early stop) is stored as ``paused`` with its checkpoint. The stability verdict
 (:mod:`ablate.core.stability`) is recorded with every run, and so are the probes, the peak
 memory and the Lightning loggers' files. A run cut by Ctrl-C or SIGTERM keeps its last
 checkpoint (``runtime.checkpoint_minutes``): trained again, it resumes there and stores what the
@@ -62,6 +63,7 @@ from ablate.training.trainer import (
 )
 
 WEIGHTS_GROUPS = ("main", "convert")
+KEEPS_CHECKPOINT = ("interrupted", "paused")
 
 
 def save_weights(model: nn.Module, path: Path) -> None:
@@ -121,7 +123,7 @@ def _train_and_store(
         ModelProbe(cfg.train.probes.interval, cfg.train.probes.attention), PeakMemory(), monitor
     )
     every = cfg.runtime.checkpoint_steps, cfg.runtime.checkpoint_minutes * 60
-    checkpointer = Checkpointer(run.checkpoint, *every, start)
+    checkpointer = Checkpointer(run.checkpoint, *every, start, cfg.runtime.pause_step)
     observers = [recorder, observed.probe, observed.memory, checkpointer, *all_stoppers]
     handback = RankZeroHandBack(observers, run.handback)
     trainer = build_trainer(spec, prepared.steps, [*observers, handback], run)
@@ -153,7 +155,7 @@ def _train_and_store(
         # what a rerun would read instead of the record goes first: a kill before the record
         # leaves a run that is redone, never a stored one beside a stale status or checkpoint
         run.status.unlink(missing_ok=True)
-        if outcome.status != "interrupted":  # a cut run resumes from it; any other is stored
+        if outcome.status not in KEEPS_CHECKPOINT:  # a cut or paused run resumes from it
             run.checkpoint.unlink(missing_ok=True)
         summary = run.write_record(summary)
     if outcome.status == "interrupted" or caught:

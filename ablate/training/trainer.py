@@ -1,9 +1,9 @@
 """The Lightning side of one run: a quiet Trainer, fitting it, and how training ended.
 
 :func:`fit` trains, always evaluates the last step, and turns every ending into an
-:class:`Outcome` (finished, an early stop's status, interrupted, failed). Under ``ddp_spawn``
-the observing callbacks live in the spawned processes; :class:`RankZeroHandBack` brings rank
-0's state back to the process that built them.
+:class:`Outcome` (finished, an early stop's status, paused, interrupted, failed). Under
+``ddp_spawn`` the observing callbacks live in the spawned processes; :class:`RankZeroHandBack`
+brings rank 0's state back to the process that built them.
 """
 
 from __future__ import annotations
@@ -24,12 +24,13 @@ from torch import nn
 from ablate.core import folders
 from ablate.core.folders import RunFolder
 from ablate.core.plan import RunSpec
-from ablate.core.stability import Stop
+from ablate.core.stability import Stop, StopKind
 from ablate.core.store import store_fault_cause
 from ablate.nn.model import next_token_loss
 from ablate.training.callbacks import (
     EarlyStop,
     MetricsRecorder,
+    RunPaused,
 )
 from ablate.training.data import gather_windows
 from ablate.training.loggers import build_loggers, flatten
@@ -222,6 +223,8 @@ def fit(
             evaluate_last_step(trainer, task, data, recorder, spawned)  # always the last step
     except (KeyboardInterrupt, SystemExit):
         return Outcome("interrupted")
+    except RunPaused as paused:  # held at runtime.pause_step, its checkpoint saved
+        return Outcome("paused", Stop(paused.step, StopKind.PAUSED))
     except Exception as exc:  # a crash inside training is stored as a failed run
         if store_fault_cause(exc) is not None:
             raise  # a full or read-only store is no outcome of the run: the command stops

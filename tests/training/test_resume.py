@@ -106,3 +106,32 @@ def test_a_run_stored_whole_leaves_no_checkpoint(tmp_path: Path) -> None:
     run = ExperimentFolder.of(tmp_path, "tiny").run(spec.run_id)
     assert not run.checkpoint.exists()
     assert not list(run.path.glob(".*partial"))
+
+
+def test_a_paused_run_reopened_resumes_bitwise_equal(tmp_path: Path) -> None:
+    whole = execute_run(_spec(), tmp_path / "whole")
+    root = tmp_path / "paused"
+    run = ExperimentFolder.of(root, "tiny").run(whole.run_id)
+    first = CutAt(None)
+    paused = execute_run(_spec(**{"runtime.pause_step": 20}), root, stoppers=[first])
+    assert first.trained == list(range(1, 21))
+    assert (paused.status, paused.steps, paused.stable) == ("paused", 20, None)
+    frame = pd.read_csv(run.metrics)
+    assert paused.final_val_loss == frame.loc[frame["step"] == 20, "val_loss"].item()
+    assert run.checkpoint.is_file() and run.is_done()
+
+    run.reopen()  # reopened and trained again paused (a cut stage rerun): held there at once
+    again = CutAt(None)
+    assert execute_run(_spec(**{"runtime.pause_step": 20}), root, stoppers=[again]).steps == 20
+    assert again.trained == [] and run.checkpoint.is_file()
+
+    run.reopen()
+    second = CutAt(None)
+    resumed = execute_run(_spec(), root, stoppers=[second])
+    assert second.trained == list(range(21, STEPS + 1))
+    assert resumed.extra == {"resumed_from_step": 20}
+    for name in ("status", "steps", "final_val_loss", "best_val_loss", "final_train_loss"):
+        assert getattr(resumed, name) == getattr(whole, name), name
+    expected = _stored(ExperimentFolder.of(tmp_path / "whole", "tiny").run(whole.run_id))
+    pd.testing.assert_frame_equal(_stored(run)[0], expected[0], check_exact=True)
+    assert not run.checkpoint.exists()

@@ -12,10 +12,12 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import Callable
+from dataclasses import replace
 from functools import partial
 
 from ablate.core import store
 from ablate.core.boundary import lattice_index
+from ablate.core.early_stop import held_at, stop_of, stopped_points
 from ablate.core.experiment import Experiment
 from ablate.core.folders import ExperimentFolder
 from ablate.core.manifest import plan_manifest
@@ -61,7 +63,7 @@ def curve_stage(
     while True:
         specs = plan_curve(experiment, (grown[0], grown[1]))
         store.write_manifest(folder, plan_manifest(experiment, planned + specs))
-        ran = executor.run(specs)
+        ran = train_curve(experiment, executor, folder, specs, say)
         summaries = {s.run_id: s for s in ran}
         curves = {v: curve_of(specs, summaries, v) for v in experiment.variants}
         grid = cfg.lrs(grown[0], grown[1])
@@ -75,13 +77,54 @@ def curve_stage(
         say(f"curve: a lowest point at the grid's edge: grown to {lrs[0]:.3g}–{lrs[-1]:.3g}")
 
 
+def train_curve(
+    experiment: Experiment,
+    executor: Executor,
+    folder: ExperimentFolder,
+    specs: list[RunSpec],
+    say: Callable[[str], None],
+) -> list[RunRecord]:
+    """The curve's runs trained; with ``curve.stop_step``, every run held at that step first
+    (a stored one as it is), the points the early stop names (:mod:`ablate.core.early_stop`)
+    stored as stopped there and the rest reopened and trained on to the budget. A point's
+    runs stored whole are kept whole: what is stored is used, the rule only spares training."""
+    cfg = experiment.curve
+    assert cfg is not None
+    if cfg.stop_step is None:
+        return executor.run(specs)
+    step, margin = cfg.stop_step, cfg.stop_margin
+    held = {r.run_id: r for r in executor.run([held_at(spec, step) for spec in specs])}
+    stops = stopped_points(specs, held, folder, step, margin)
+    kept: list[RunRecord] = []
+    go_on: list[RunSpec] = []
+    for spec in specs:
+        record = held.get(spec.run_id)
+        point = stops.get((spec.variant, spec.config.train.lr))
+        paused = record is not None and record.status == "paused"
+        if point is None:
+            if paused:
+                folder.run(spec.run_id).reopen()
+            go_on.append(spec)
+        elif record is not None:
+            reason = stop_of(point, step, margin).reason
+            stopped = replace(record, status="pruned", stopped_reason=reason)
+            kept.append(folder.run(spec.run_id).stop_paused(stopped) if paused else record)
+    say(
+        f"curve: {len(stops)} of {len({(s.variant, s.config.train.lr) for s in specs})} points "
+        f"stopped at step {step}, more than {margin:g} nats above their variant's best there"
+    )
+    return kept + executor.run(go_on)
+
+
 def record_curves(
     experiment: Experiment, specs: list[RunSpec], summaries: list[RunRecord], url: str
 ) -> None:
     """Each variant's curve as its Optuna study ``<experiment>.<variant>.curve`` (in the
     dashboard beside the warmup and max-LR studies): one trial per lattice LR, its value the
     mean over the curve seeds of the final loss (an unstable run counted as min(ℓ, ℓ0)), each
-    seed's value and run id as user attributes. A point the study holds is not added again."""
+    seed's value and run id as user attributes; a point the early stop stopped is a pruned
+    trial, its mean at ``curve.stop_step`` the intermediate value there. A point the study
+    holds is not added again."""
     from optuna.distributions import FloatDistribution
     from optuna.trial import TrialState, create_trial
 
@@ -96,7 +139,9 @@ def record_curves(
         study = open_study(experiment, variant, "curve", url)
         held = {
             lattice_index(t.params["lr"], cfg.per_octave)
-            for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+            for t in study.get_trials(
+                deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED)
+            )
         }
         points: dict[float, list[RunSpec]] = {}
         for spec in specs:
@@ -107,11 +152,17 @@ def record_curves(
                 continue
             values = {str(r.seed): trial_value(by_id[r.run_id]) for r in runs}
             attrs = {"seed_values": values, "run_ids": [r.run_id for r in runs]}
+            mean = statistics.fmean(values.values())
+            stopped = any(by_id[r.run_id].status == "pruned" for r in runs)
             study.add_trial(
                 create_trial(
                     params={"lr": lr},
                     distributions=space,
-                    value=statistics.fmean(values.values()),
+                    value=None if stopped else mean,
+                    state=TrialState.PRUNED if stopped else TrialState.COMPLETE,
+                    intermediate_values={cfg.stop_step: mean}
+                    if stopped and cfg.stop_step
+                    else None,
                     user_attrs=attrs,
                 )
             )

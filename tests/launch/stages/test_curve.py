@@ -167,3 +167,50 @@ def test_the_usable_lr_is_walked_up_from_each_optimum_and_leads_the_stability_se
     text = (result.report_dir / "report.md").read_text()
     assert text.index("## Usable learning rate") < text.index("## Maximum stable learning rate")
     assert (table["within"] == 0.05).all()  # each variant walked to within 0.05 nats
+
+
+STOP_STEP = 10  # the tiny runs' first evaluation of 20 steps
+
+
+@pytest.mark.usefixtures("unrendered_figures")
+def test_the_early_stop_stops_far_points_and_trains_the_rest_as_whole(tmp_path: Path) -> None:
+    optima = {"layernorm": 0.004, "rmsnorm": 0.009}
+    (tmp_path / "whole").mkdir()
+    whole = run_experiment(
+        _experiment(tmp_path / "whole", optima), tmp_path / "whole/r", tmp_path / "whole/p"
+    )
+    path = _experiment(tmp_path, optima, stop_step=STOP_STEP, stop_margin=0.1)
+    early = run_experiment(path, tmp_path / "results", tmp_path / "reports")
+    runs = store.load_summaries(early.folder).set_index("run_id")
+    every = store.load_summaries(whole.folder).set_index("run_id")
+    curve = runs[runs["group"] == "curve"]
+    stopped = curve[curve["status"] == "pruned"]
+    assert len(stopped) and (stopped["steps"] == STOP_STEP).all()
+    assert stopped["stable"].isna().all()
+    rest = curve.drop(stopped.index)
+    assert (rest["status"] == "finished").all() and set(rest.index) <= set(every.index)
+    for column in ("final_val_loss", "steps"):  # a run held and trained on: as trained whole
+        assert rest[column].tolist() == every.loc[rest.index, column].tolist()
+    assert (
+        stopped["steps"].sum() + rest["steps"].sum()
+        < every.query("group == 'curve'")["steps"].sum()
+    )
+    evals = pd.read_csv(early.report_dir / "curve_evals.csv")
+    assert set(evals["run_id"]) == set(curve.index)  # the report's record of every evaluation
+    at_stop = evals[evals["step"] == STOP_STEP]
+    for variant in optima:  # the rule: a stopped point's mean gap at the step above the margin
+        means = at_stop[at_stop["variant"] == variant].groupby("lr")["val_loss"].mean()
+        mine = stopped[stopped["variant"] == variant]
+        assert set(mine["lr"]) == set(means[means - means.min() > 0.1].index)
+    optimum = pd.read_csv(early.report_dir / "curve_optimum.csv")
+    expected_optimum = pd.read_csv(whole.report_dir / "curve_optimum.csv")
+    pd.testing.assert_frame_equal(optimum, expected_optimum)
+    tuned = runs[runs["group"] == "tuned"].sort_values(["variant", "seed"])
+    expected = every[every["group"] == "tuned"].sort_values(["variant", "seed"])
+    assert tuned.index.tolist() == expected.index.tolist()  # the same optima, the same runs
+    again = run_experiment(path, tmp_path / "results", tmp_path / "reports")
+    assert store.load_summaries(again.folder).equals(store.load_summaries(early.folder))
+    url = f"journal:{tmp_path / 'studies.log'}"
+    trials = study_trials(url, "tiny.layernorm.curve")
+    pruned = [t for t in trials if t.state.name == "PRUNED"]
+    assert {t.params["lr"] for t in pruned} == set(stopped.query("variant == 'layernorm'")["lr"])

@@ -1,0 +1,233 @@
+"""The curve's early stop (:mod:`ablate.core.early_stop`) replayed on real runs: how often it
+stops a point that would have ended the best or within ``min_effect`` of it (a miss), and how
+often the best point at the stop step is not the best at the end (a ranking flip, which the
+rule must survive: it stops on a gap, never on a rank).
+
+The curves are real runs whose every evaluation is committed: each report's
+``curve_evals.csv`` with its ``runs.csv`` (the curve stage's 2^(1/2) lattice on 2–4 curve
+seeds), and the part of the dense reference retrained with its evaluations
+(``reports/reference_curves``: both norms, seeds 0–3, every 2^(1/4) of the basin), read as
+its full 2^(1/4) lattice and as each of its two 2^(1/2) lattices. A draw is one variant's
+curve on a subset of its seeds (every subset of two seeds or more): the rule sees the values
+at the step, the verdict the final values (an unstable run counted as min(ℓ, ℓ0), a diverged
+one as ℓ0, as every stage selects). Subsets of one curve share runs, so draws are not
+independent: the table gives the curves they come from.
+
+Run::
+
+    python -m research.early_stop [--steps 64 128] [--margins 0.1 0.15 0.2 0.3] \\
+        [--write docs/early-stop.md]
+    python -m research.early_stop --extract STORE_EXPERIMENT_DIR OUT_CSV  # a store's evals
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import math
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+from scipy.stats import spearmanr
+
+from ablate.core.early_stop import points_to_stop
+from research import REPO
+from research.estimators import write_block
+
+CURVE_REPORTS = {  # the committed curves: their report folders
+    "ln_vs_rms": "reports/ln_vs_rms",
+    "llama_style": "reports/llama_style",
+    "bias": "reports/bias",
+    "layernorm_scaling": "reports/literature/layernorm_scaling",
+    "reference 0-3": "reports/reference_curves",
+}
+MIN_EFFECT = 0.02  # the default experiment's analysis.min_effect, nats
+
+
+@dataclass(frozen=True)
+class Curve:
+    """One variant's curve: ``at`` (lr x seed) values at each evaluation step, ``final`` (lr x
+    seed) final values."""
+
+    source: str
+    variant: str
+    at: dict[int, pd.DataFrame]
+    final: pd.DataFrame
+
+
+def clipped(frame: pd.DataFrame, values: pd.Series) -> pd.Series:
+    """min(value, ℓ0); ℓ0 where missing or the run diverged (as every stage selects)."""
+    out = np.minimum(values.astype(float), frame["initial_loss"])
+    out[values.isna() | (frame["status"] == "diverged")] = frame["initial_loss"]
+    return out
+
+
+def load_curves(source: str, folder: Path) -> list[Curve]:
+    """Each variant's curve from ``folder``'s ``curve_evals.csv`` and ``runs.csv``."""
+    evals = pd.read_csv(folder / "curve_evals.csv")
+    runs = pd.read_csv(folder / "runs.csv").set_index("run_id")
+    runs = runs.loc[runs.index.intersection(evals["run_id"].unique())]
+    steps = evals.pivot_table(index="run_id", columns="step", values="val_loss")
+    curves = []
+    for variant, mine in runs.groupby("variant"):
+        at = {}
+        for step in steps.columns:
+            values = clipped(mine, steps.reindex(mine.index)[step])
+            at[int(step)] = values.groupby([mine["lr"], mine["seed"]]).mean().unstack()
+        final = clipped(mine, mine["final_val_loss"])
+        curves.append(
+            Curve(
+                source, str(variant), at, final.groupby([mine["lr"], mine["seed"]]).mean().unstack()
+            )
+        )
+    return curves
+
+
+def lattices(curve: Curve) -> Iterator[Curve]:
+    """The curve, and where its lattice is 2^(1/4) (the reference) each 2^(1/2) half of it."""
+    lrs = np.sort(curve.final.index.to_numpy())
+    steps = np.round(np.diff(np.log2(lrs)) * 4).astype(int)
+    yield curve
+    if len(steps) and (steps == 1).all():
+        for phase in (0, 1):
+            keep = lrs[phase::2]
+            at = {s: f.loc[keep] for s, f in curve.at.items()}
+            yield Curve(
+                f"{curve.source} (2^(1/2), {phase})", curve.variant, at, curve.final.loc[keep]
+            )
+
+
+@dataclass(frozen=True)
+class Draw:
+    """One draw's replay: points, points stopped, whether one stopped was within ``min_effect``
+    of the final best (a miss), the regret of the best point kept, whether the best at the step
+    is not the best at the end (a flip), and the rank correlation of the two orders."""
+
+    points: int
+    stopped: int
+    miss: bool
+    regret: float
+    flip: bool
+    rho: float
+
+
+def replay(curve: Curve, seeds: tuple[int, ...], step: int, margin: float) -> Draw:
+    """The rule at ``step`` with ``margin`` on the curve's runs of ``seeds``."""
+    at = curve.at[step][list(seeds)]
+    final = curve.final[list(seeds)].mean(axis=1)
+    values = {lr: row.to_dict() for lr, row in at.iterrows()}
+    stopped = {p.lr for p in points_to_stop(values, margin)}
+    near = set(final[final <= final.min() + MIN_EFFECT].index)
+    kept = final.drop(list(stopped))
+    mean_at = at.mean(axis=1)
+    rho = float(spearmanr(mean_at.to_numpy(), final.loc[mean_at.index].to_numpy()).statistic)
+    return Draw(
+        len(final),
+        len(stopped),
+        bool(stopped & near),
+        float(kept.min() - final.min()),
+        bool(mean_at.idxmin() != final.idxmin()),
+        rho,
+    )
+
+
+def draws(curves: list[Curve], step: int, margin: float) -> pd.DataFrame:
+    """Every curve on every subset of two seeds or more, replayed."""
+    rows = []
+    for curve in curves:
+        if step not in curve.at:
+            continue
+        seeds = list(curve.final.columns)
+        for k in range(2, len(seeds) + 1):
+            for subset in itertools.combinations(seeds, k):
+                found = replay(curve, subset, step, margin)
+                rows.append(
+                    {"source": curve.source, "variant": curve.variant, "seeds": k, **found.__dict__}
+                )
+    return pd.DataFrame(rows)
+
+
+def table(curves: list[Curve], steps: list[int], margins: list[float]) -> pd.DataFrame:
+    """Per step and margin: draws, curves, miss rate, share of points stopped, worst regret,
+    and the share of run-steps a curve spares (a stopped run trains ``step`` of ``total``)."""
+    total = max(max(c.at) for c in curves)
+    rows = []
+    for step, margin in itertools.product(steps, margins):
+        found = draws(curves, step, margin)
+        stopped = found["stopped"].sum() / found["points"].sum()
+        rows.append(
+            {
+                "step": step,
+                "margin": margin,
+                "draws": len(found),
+                "curves": found.groupby(["source", "variant"]).ngroups,
+                "miss_rate": found["miss"].mean(),
+                "points_stopped": stopped,
+                "worst_regret": found["regret"].max(),
+                "run_steps_spared": stopped * (1 - step / total),
+            }
+        )
+    return pd.DataFrame(rows)
+
+
+def flips(curves: list[Curve], step: int) -> pd.DataFrame:
+    """Each curve on all its seeds: does the best point at ``step`` end the best, and the
+    Spearman correlation of the two orders."""
+    rows = []
+    for curve in curves:
+        found = replay(curve, tuple(curve.final.columns), step, math.inf)
+        rows.append(
+            {"source": curve.source, "variant": curve.variant, "flip": found.flip, "rho": found.rho}
+        )
+    return pd.DataFrame(rows)
+
+
+def every_curve() -> list[Curve]:
+    """Every committed curve, and each 2^(1/2) half of the reference's."""
+    found = []
+    for source, folder in CURVE_REPORTS.items():
+        if (REPO / folder / "curve_evals.csv").exists():
+            for curve in load_curves(source, REPO / folder):
+                found.extend(lattices(curve))
+    return found
+
+
+def extract(experiment_dir: Path, out: Path) -> None:
+    """Every evaluation of a store's sweep and curve runs, as ``curve_evals.csv`` holds them."""
+    from ablate.core import store
+    from ablate.core.folders import ExperimentFolder
+    from ablate.report.load import evaluations
+
+    folder = ExperimentFolder.of(experiment_dir.parent, experiment_dir.name)
+    runs = store.load_summaries(folder)
+    evaluations(folder, runs[runs["group"].isin(["sweep", "curve"])]).to_csv(out, index=False)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--steps", type=int, nargs="+", default=[64, 128])
+    parser.add_argument("--margins", type=float, nargs="+", default=[0.1, 0.15, 0.2, 0.3])
+    parser.add_argument("--write", type=Path, help="a doc whose early-stop-replay block to rewrite")
+    parser.add_argument("--extract", type=Path, nargs=2, metavar=("EXPERIMENT_DIR", "OUT_CSV"))
+    args = parser.parse_args()
+    if args.extract:
+        extract(*args.extract)
+        return
+    curves = every_curve()
+    text = "\n\n".join(
+        [
+            table(curves, args.steps, args.margins).to_markdown(index=False, floatfmt=".3g"),
+            flips(curves, min(args.steps)).to_markdown(index=False, floatfmt=".3g"),
+        ]
+    )
+    if args.write:
+        command = "python -m research.early_stop --write " + args.write.as_posix()
+        write_block(args.write, "early-stop-replay", text, command)
+    print(text)
+
+
+if __name__ == "__main__":
+    main()

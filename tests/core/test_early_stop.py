@@ -1,0 +1,75 @@
+"""The curve's early stop: paired gaps above the best point, the points beyond the margin, a
+run's value at the step, and the file's check that the step is an evaluation."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from conftest import write_experiment
+
+from ablate.core import folders
+from ablate.core.early_stop import PointStop, gaps, held_at, points_to_stop, stop_of, value_at
+from ablate.core.errors import ConfigError
+from ablate.core.folders import ExperimentFolder
+from ablate.core.load import load_experiment
+from ablate.core.plan import plan_runs
+from ablate.core.record import RunRecord
+from ablate.core.stability import StopKind
+
+
+def test_gaps_are_paired_by_seed_from_the_lowest_mean() -> None:
+    values = {
+        0.001: {0: 3.0, 1: 3.4},
+        0.002: {0: 2.5, 1: 2.9},  # the best: mean 2.7
+        0.004: {0: 2.6, 1: 2.8},  # mean 2.7 too, paired gap 0.0
+        0.008: {1: 3.25},  # shares seed 1 only: 3.25 - 2.9
+    }
+    found = gaps(values)
+    assert found == pytest.approx({0.001: 0.5, 0.002: 0.0, 0.004: 0.0, 0.008: 0.35})
+    assert points_to_stop(values, 0.4) == [PointStop(0.001, pytest.approx(0.5))]
+    assert [p.lr for p in points_to_stop(values, 0.3)] == [0.001, 0.008]
+    assert math.isnan(gaps({0.001: {0: 2.0}, 0.002: {1: 3.0}})[0.002])  # no seed shared
+    assert points_to_stop({0.001: {0: 2.0}, 0.002: {1: 3.0}}, 0.1) == []
+
+
+def _record(**fields: object) -> RunRecord:
+    base = {key: None for key in RunRecord.__dataclass_fields__}
+    return RunRecord(**{**base, "initial_loss": 5.5, **fields})  # type: ignore[arg-type]
+
+
+def test_a_runs_value_is_its_clipped_val_loss_at_the_step(tmp_path: Path) -> None:
+    run = ExperimentFolder.of(tmp_path, "e").run("abc")
+    run.path.mkdir(parents=True)
+    frame = pd.DataFrame({"step": [1, 2, 3, 4], "val_loss": [None, 4.0, None, 6.0]})
+    folders.write_frame_atomic(run.metrics, frame)
+    assert value_at(run, _record(), 2) == 4.0
+    assert value_at(run, _record(), 4) == 5.5  # above ℓ0: counted as ℓ0
+    assert value_at(run, _record(), 3) == 5.5  # no evaluation there
+    assert value_at(run, _record(diverged_step=2), 2) == 5.5  # diverged by then
+    assert value_at(run, _record(diverged_step=3), 2) == 4.0
+
+
+def test_a_held_spec_is_the_same_run_paused_at_the_step(tmp_path: Path) -> None:
+    spec = plan_runs(load_experiment(write_experiment(tmp_path / "e.yaml")))[0]
+    held = held_at(spec, 10)
+    assert held.run_id == spec.run_id and held.config.runtime.pause_step == 10
+    assert spec.config.runtime.pause_step is None
+    stop = stop_of(PointStop(0.001, 0.31), 10, 0.2)
+    assert (stop.kind, stop.step, stop.loss, stop.threshold) == (StopKind.FAR_ABOVE, 10, 0.31, 0.2)
+    assert replace(held, config=spec.config) == spec
+
+
+@pytest.mark.parametrize("step", [5, 20, 30])  # not an evaluation (every 10), or not before 20
+def test_a_stop_step_that_is_no_evaluation_before_the_end_is_refused(
+    tmp_path: Path, step: int
+) -> None:
+    path = write_experiment(tmp_path / "e.yaml", curve={"stop_step": step})
+    with pytest.raises(ConfigError) as refused:
+        load_experiment(path)
+    assert (refused.value.key, refused.value.code) == ("curve.stop_step", "no_step")
+    ok = write_experiment(tmp_path / "ok.yaml", curve={"stop_step": 10})
+    assert load_experiment(ok).curve.stop_step == 10

@@ -1,0 +1,43 @@
+"""The early stop's replay on the committed curves: a draw's miss, flip and regret from known
+values, and the committed curves read back as the curve stage's lattices."""
+
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+
+from research.early_stop import Curve, draws, every_curve, replay, table
+
+
+def _curve() -> Curve:
+    lrs = [0.001, 0.002, 0.004]
+    at = pd.DataFrame({0: [3.0, 2.5, 2.6], 1: [3.1, 2.6, 2.5]}, index=lrs)  # at step 64
+    final = pd.DataFrame({0: [2.01, 2.0, 2.1], 1: [2.01, 2.0, 2.1]}, index=lrs)
+    return Curve("made", "v", {64: at, 256: final}, final)
+
+
+def test_a_point_stopped_within_min_effect_of_the_best_is_a_miss() -> None:
+    found = replay(_curve(), (0, 1), 64, 0.2)
+    assert (found.points, found.stopped) == (3, 1)  # 0.001: 0.5 above the best at step 64
+    assert found.miss  # it ended 0.01 above the best, within min_effect (0.02)
+    assert found.regret == 0.0 and not found.flip
+
+
+def test_a_far_point_is_no_miss_and_a_flip_is_counted() -> None:
+    curve = _curve()
+    curve.final.loc[0.001] = [2.5, 2.5]  # ends far above: stopping it is right
+    curve.final.loc[0.004] = [1.9, 1.9]  # the best at the end, not at step 64
+    found = replay(curve, (0, 1), 64, 0.2)
+    assert not found.miss and found.flip and found.regret == 0.0
+    assert len(draws([curve], 64, 0.2)) == 1  # one subset of two seeds or more
+
+
+def test_the_committed_curves_are_read_with_every_seed_and_lattice() -> None:
+    curves = every_curve()
+    ln = [c for c in curves if c.source == "ln_vs_rms"]
+    assert {c.variant for c in ln} == {"layernorm", "rmsnorm"}
+    assert list(ln[0].final.columns) == [3, 4, 5, 6]  # the curve seeds
+    assert sorted(ln[0].at) == [64, 128, 192, 256]
+    rows = table(curves, [64], [0.2]).iloc[0]
+    assert rows["miss_rate"] <= 0.05  # the rule's bar on real runs
+    assert rows["points_stopped"] == pytest.approx(0.49, abs=0.1)
