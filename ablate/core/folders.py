@@ -227,8 +227,10 @@ class RunFolder:
         return self.read_record() is not None
 
     def reopen(self) -> None:
-        """A paused run made pending again: its record goes, its checkpoint stays, so that
-        training it resumes there."""
+        """A paused run made pending again: its record goes, and the record of the Slurm job
+        that held it (whose task may live on, serving other runs), its checkpoint stays, so
+        that training it resumes there."""
+        self.experiment.slurm_job(self.run_id).unlink(missing_ok=True)
         self.summary.unlink(missing_ok=True)
 
     def stop_paused(self, record: RunRecord) -> RunRecord:

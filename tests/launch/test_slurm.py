@@ -91,23 +91,30 @@ def test_a_simulated_experiment_through_slurm_stores_what_the_local_run_stores(
     tmp_path: Path,
 ) -> None:
     search = {"n_trials": 2, "lr_min": 1e-3, "lr_max": 0.1, "warmup_max": 10, "parallel_trials": 2}
+    # a curve whose far points stop at step 10: held, stopped or reopened between jobs
+    curve = {"lr_min": 1e-3, "lr_max": 0.1, "per_octave": 1, "extend": 0, "stop_step": 10}
     journal = f"journal:{tmp_path / 'studies.log'}"  # the storage that works on NFS too
-    path = simulated_file(tmp_path, search=search, storage=journal)
+    path = simulated_file(tmp_path, search=search, curve=curve, storage=journal)
     done = run_ablate(path)
     assert done.returncode == 0, done.stdout
     local_dir = tmp_path / "local"
     local_dir.mkdir()
-    local = write_experiment(local_dir / "e.yaml", runtime={"backend": "simulate"}, search=search)
+    local = write_experiment(
+        local_dir / "e.yaml", runtime={"backend": "simulate"}, search=search, curve=curve
+    )
     results, report = str(local_dir / "results"), str(local_dir / "report")
     assert main(["run", str(local), "--results-dir", results, "--report-dir", report]) == 0
     slurm_losses = final_losses(tmp_path / "results")
     assert slurm_losses == final_losses(local_dir / "results")  # same run ids, same bits
+    runs = load_summaries(ExperimentFolder.of(tmp_path / "results", "tiny"))
+    assert set(runs.loc[runs["group"] == "curve", "status"]) == {"finished", "pruned"}
     jobs = jobs_of(path)
     assert set(jobs) == set(slurm_losses)  # every run was taken by a task, once
     assert all(job["attempt"] == 1 for job in jobs.values())
     first = re.search(r"submitted 4 task\(s\) to Slurm as job (\d+) for 4 queued", done.stdout)
     assert first is not None, done.stdout  # main A/B: a task a run
-    arrays = {job["job_id"].split("_")[0] for job in jobs.values()}
+    searched = runs.loc[runs["group"] == "search", "run_id"]
+    arrays = {jobs[run_id]["job_id"].split("_")[0] for run_id in searched}
     assert arrays == {first[1]}, done.stdout  # and its tasks served the searches too
     for trial in study_trials(journal, "tiny.layernorm.search"):  # reported from each job
         assert trial.state.name == "COMPLETE" and trial.intermediate_values

@@ -87,9 +87,11 @@ def train_curve(
     """The curve's runs trained; with ``curve.stop_step``, every run held at that step first
     (a stored one as it is), the points the early stop names (:mod:`ablate.core.early_stop`)
     stored as stopped there and the rest reopened and trained on to the budget. A point's
-    runs stored whole are kept whole: what is stored is used, the rule only spares training."""
+    runs stored whole are kept whole: what is stored is used, the rule only spares training.
+    A run held at another step resumes (:func:`reopen_held_elsewhere`)."""
     cfg = experiment.curve
     assert cfg is not None
+    reopen_held_elsewhere(folder, specs, cfg.stop_step)
     if cfg.stop_step is None:
         return executor.run(specs)
     step, margin = cfg.stop_step, cfg.stop_margin
@@ -114,6 +116,16 @@ def train_curve(
         f"stopped at step {step}, more than {margin:g} nats above their variant's best there"
     )
     return kept + executor.run(go_on)
+
+
+def reopen_held_elsewhere(folder: ExperimentFolder, specs: list[RunSpec], step: int | None) -> None:
+    """Reopen the specs' runs paused at another step than ``step`` (a file whose
+    ``curve.stop_step`` changed or went): they resume from their checkpoints."""
+    for spec in specs:
+        run = folder.run(spec.run_id)
+        record = run.read_record()
+        if record is not None and record.status == "paused" and record.steps != step:
+            run.reopen()
 
 
 def record_curves(

@@ -13,8 +13,11 @@ import yaml
 from conftest import study_trials, write_experiment
 
 from ablate.core import store
+from ablate.core.early_stop import held_at
 from ablate.core.load import load_experiment
+from ablate.core.plan import plan_curve
 from ablate.launch.pipeline import run_experiment
+from ablate.launch.simulator import SimulatedExecutor
 from ablate.report.estimands import findings
 from ablate.report.load import load_experiment_results
 from ablate.report.plan import TWO_BY_TWO
@@ -214,3 +217,16 @@ def test_the_early_stop_stops_far_points_and_trains_the_rest_as_whole(tmp_path: 
     trials = study_trials(url, "tiny.layernorm.curve")
     pruned = [t for t in trials if t.state.name == "PRUNED"]
     assert {t.params["lr"] for t in pruned} == set(stopped.query("variant == 'layernorm'")["lr"])
+
+
+@pytest.mark.usefixtures("unrendered_figures")
+def test_runs_held_at_a_step_the_file_no_longer_stops_at_train_on(tmp_path: Path) -> None:
+    path = _experiment(tmp_path, {"layernorm": 0.004, "rmsnorm": 0.009})
+    specs = plan_curve(load_experiment(path), (0, 0))
+    held = SimulatedExecutor(tmp_path / "results").run([held_at(s, STOP_STEP) for s in specs])
+    assert {r.status for r in held} == {"paused"}  # a store cut with curve.stop_step on
+    result = run_experiment(path, tmp_path / "results", tmp_path / "reports")  # now off
+    curve = store.load_summaries(result.folder).query("group == 'curve'")
+    assert set(curve["status"]) == {"finished"} and set(curve["run_id"]) >= {
+        s.run_id for s in specs
+    }
