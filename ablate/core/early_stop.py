@@ -107,3 +107,20 @@ def stopped_points(
         for variant, values in step_values(specs, records, folder, step).items()
         for point in points_to_stop(values, margin)
     }
+
+
+def held_short(record: RunRecord) -> bool:
+    """Whether the curve's early stop held the run short of its budget: paused at its step,
+    or stopped there for good (pruned, a curve run)."""
+    return record.status == "paused" or (record.status == "pruned" and record.group == "curve")
+
+
+def result_of(run: RunFolder, spec: RunSpec) -> RunRecord | None:
+    """The stored record that is ``spec``'s result: the run's done record, but one the early
+    stop held short only for a spec held at the same step. Any other spec of the run (the
+    curve trained whole, another stage that needs the same run) trains it on: from its
+    checkpoint where it was paused, else from the start."""
+    record = run.read_record()
+    if record is not None and held_short(record):
+        return record if record.steps == spec.config.runtime.pause_step else None
+    return record

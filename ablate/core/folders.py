@@ -31,7 +31,7 @@ Layout (``root`` defaults to ``results/``)::
                           before the summary of any status but interrupted
         summary.json      written last: its presence with a final status marks the run done
                           (paused: held at the curve's early-stop step, its checkpoint kept,
-                          until the curve stops it or reopens it to train on)
+                          until the curve stops it or trains it on)
         status.json       {"status": "running", ...} while the run is in progress (deleted
                           just before the summary)
         progress.json     {"step", "loss"}: a Slurm task's last reported step (the controller
@@ -60,7 +60,7 @@ import pandas as pd
 
 from ablate.core.record import RunRecord
 
-DONE_STATUSES = ("finished", "diverged", "pruned", "paused")  # paused: until it is reopened
+DONE_STATUSES = ("finished", "diverged", "pruned", "paused")  # paused: for a held request
 REPORT_BUILT = ".built.json"  # in a report folder, written last: the files that build wrote
 # the columns of a run's metrics.csv (before val_loss joins them) and probes.csv
 METRIC_COLUMNS = ["step", "tokens", "train_loss", "lr", "grad_norm", "step_time_s", "elapsed_s"]
@@ -225,13 +225,6 @@ class RunFolder:
     def is_done(self) -> bool:
         """True when the run finished, diverged, was pruned or paused; anything else is redone."""
         return self.read_record() is not None
-
-    def reopen(self) -> None:
-        """A paused run made pending again: its record goes, and the record of the Slurm job
-        that held it (whose task may live on, serving other runs), its checkpoint stays, so
-        that training it resumes there."""
-        self.experiment.slurm_job(self.run_id).unlink(missing_ok=True)
-        self.summary.unlink(missing_ok=True)
 
     def stop_paused(self, record: RunRecord) -> RunRecord:
         """A paused run stored as stopped for good (``record``, status pruned): its checkpoint

@@ -27,6 +27,7 @@ from typing import Any, Literal
 
 import pandas as pd
 
+from ablate.core.early_stop import result_of
 from ablate.core.folders import (
     DONE_STATUSES,
     REPORT_BUILT,
@@ -354,7 +355,7 @@ def claimed_run(root: Path, spec: RunSpec, take_over: bool = False) -> Iterator[
     claim_run(folder, spec.run_id, take_over)
     try:
         run = folder.run(spec.run_id)
-        if run.is_done():
+        if result_of(run, spec) is not None:
             raise RunClaimed(f"run {spec.run_id} was finished meanwhile by another process")
         run.reset()
         write_json_atomic(run.config, spec.to_json())

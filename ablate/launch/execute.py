@@ -25,6 +25,7 @@ from typing import Any, ClassVar, Protocol
 from rich.console import Console
 
 from ablate.core import store
+from ablate.core.early_stop import result_of
 from ablate.core.folders import ExperimentFolder
 from ablate.core.plan import RunSpec
 from ablate.core.record import RunRecord
@@ -114,7 +115,7 @@ def split_done(specs: list[RunSpec], root: Path) -> tuple[list[RunRecord], list[
     pending: list[RunSpec] = []
     for spec in {s.run_id: s for s in specs}.values():
         folder = ExperimentFolder.of(root, spec.experiment)
-        record = folder.run(spec.run_id).read_record()
+        record = result_of(folder.run(spec.run_id), spec)
         if record is None:
             pending.append(spec)
         else:
@@ -152,7 +153,7 @@ def obtain_with(
     """
     announced = False
     folder = ExperimentFolder.of(root, spec.experiment).run(spec.run_id)
-    while (record := folder.read_record()) is None:
+    while (record := result_of(folder, spec)) is None:
         try:
             return attempt()
         except store.RunClaimed as claimed:

@@ -18,6 +18,7 @@ from typing import Any, ClassVar
 from rich.console import Console
 
 from ablate.core.cluster import SlurmConfig
+from ablate.core.early_stop import result_of
 from ablate.core.errors import ConfigError
 from ablate.core.folders import ExperimentFolder, read_json
 from ablate.core.plan import RunSpec
@@ -127,11 +128,8 @@ class SlurmExecutor:
         found: dict[str, Obtained] = {}
         pending = []
         for request in requests:
-            record = (
-                ExperimentFolder.of(self.root, request.spec.experiment)
-                .run(request.spec.run_id)
-                .read_record()
-            )
+            folder = ExperimentFolder.of(self.root, request.spec.experiment)
+            record = result_of(folder.run(request.spec.run_id), request.spec)
             if record is None:
                 pending.append(request)
             else:
@@ -207,7 +205,7 @@ class SlurmExecutor:
         for run_id, attempt in list(runs.waiting.items()):
             if run_id in queued:
                 continue
-            found = self._queued_outcome(folder, queue, run_id, attempt, runs.states)
+            found = self._queued_outcome(folder, queue, runs.requests[run_id], attempt, runs)
             if isinstance(found, Submitted):
                 runs.live[run_id] = found
                 del runs.waiting[run_id]
@@ -226,7 +224,7 @@ class SlurmExecutor:
         or queued again (``runtime.slurm.retries`` times) where its task was lost."""
         for run_id, job in list(runs.live.items()):
             state = runs.states.get(job.job_id)
-            found = self._live_outcome(folder, queue, job, state, runs.ended_at)
+            found = self._live_outcome(folder, queue, job, state, runs)
             if found is None:
                 if board is not None and state == "RUNNING":
                     if (step := reported_step(folder, run_id)) is not None:
@@ -249,12 +247,12 @@ class SlurmExecutor:
         queue: RunQueue,
         job: Submitted,
         state: str | None,
-        ended_at: dict[str, float],
+        runs: Followed,
     ) -> Outcome | None:
         """What became of a run a task took: None while it trains, else its outcome (a task
         that ended without a result is given ``result_wait_s`` for it to appear first:
-        ``ended_at`` holds when it ended)."""
-        stored = folder.run(job.run_id).read_record()
+        ``runs.ended_at`` holds when it ended)."""
+        stored = result_of(folder.run(job.run_id), runs.requests[job.run_id].spec)
         if stored is not None:
             return Outcome.done(stored)
         failure = queue.failure(job.run_id)
@@ -263,7 +261,7 @@ class SlurmExecutor:
         if state is None or state in ACTIVE:
             return None
         found = job_outcome(job, state, folder)
-        waited = time.monotonic() - ended_at.setdefault(job.run_id, time.monotonic())
+        waited = time.monotonic() - runs.ended_at.setdefault(job.run_id, time.monotonic())
         if found.ending is Ending.FAILED and waited < self.config.result_wait_s:
             return None  # its result file may not have reached this node yet
         return found
@@ -272,20 +270,21 @@ class SlurmExecutor:
         self,
         folder: ExperimentFolder,
         queue: RunQueue,
-        run_id: str,
+        request: Request,
         attempt: int,
-        states: dict[str, str],
+        runs: Followed,
     ) -> Submitted | Outcome | None:
-        """What became of a run that left the queue: None (not yet recorded by the task that
-        took it), the task that took it, or done (another controller's task trained it)."""
-        record = folder.run(run_id).read_record()
+        """What became of the request's run once it left the queue: None (not yet recorded by its
+        task), the task that took it, or done (another controller's task trained it)."""
+        run_id = request.spec.run_id
+        record = result_of(folder.run(run_id), request.spec)
         if record is not None:
             return Outcome.done(record)
         job = recorded_jobs(folder, [run_id]).get(run_id)
         if job is not None:
             return job
         taker = queue.taken_by(run_id)
-        if taker is not None and states.get(taker, "RUNNING") not in ACTIVE:
+        if taker is not None and runs.states.get(taker, "RUNNING") not in ACTIVE:
             group = queue_group(folder, run_id)
             logs = str(task_logs(folder, self.config))
             return Submitted(run_id, taker, attempt, logs, group)
@@ -340,10 +339,12 @@ class SlurmExecutor:
     def _adopt(
         self, folder: ExperimentFolder, specs: list[RunSpec], say: SayFn
     ) -> dict[str, Submitted]:
-        """The recorded jobs of these specs that are still queued or running."""
+        """The recorded jobs of these specs still queued or running on runs with no record (a
+        held run the curve trains on has one: its live task serves others)."""
         recorded = list(recorded_jobs(folder, (spec.run_id for spec in specs)).values())
         states = job_states(job.job_id for job in recorded)
-        live = {job.run_id: job for job in recorded if states.get(job.job_id) in ACTIVE}
+        live = {j.run_id: j for j in recorded if states.get(j.job_id) in ACTIVE}
+        live = {i: j for i, j in live.items() if folder.run(i).read_record() is None}
         if live:
             ids = ", ".join(sorted({job.job_id.split("_")[0] for job in live.values()}))
             say(f"following {len(live)} runs a task of job {ids} trains")

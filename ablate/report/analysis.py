@@ -257,21 +257,22 @@ def probe_band(probes: pd.DataFrame, quantity: str) -> pd.DataFrame:
 def sweep_frame(
     planned: list[PlannedRun], runs: pd.DataFrame, group: str = "sweep"
 ) -> pd.DataFrame:
-    """One row per stored run of ``group`` (the sweep's, or the curve's) but those the curve's
-    early stop stopped: variant, seed, lr, status, stable, final and clipped loss.
+    """One row per stored run of ``group`` (the sweep's, or the curve's) but the points the
+    curve's early stop stopped (any of their runs pruned: a run another stage trained whole
+    later stays out with them): variant, seed, lr, status, stable, final and clipped loss.
 
     The clipped loss is min(final val loss, ℓ0) as Wortsman et al. (2023) define it: a run that
     diverged (stopped by the divergence rule) or has no finite loss counts as ℓ0; a run judged
     unstable for its final quality alone (collapsed) counts at its own loss, capped at ℓ0.
     """
     by_id = runs.set_index("run_id") if len(runs) else None
+    mine = [
+        e for e in planned if e.group == group and by_id is not None and e.run_id in by_id.index
+    ]
+    stopped = {(e.variant, e.lr) for e in mine if by_id.loc[e.run_id, "status"] == "pruned"}
     rows = []
-    for entry in planned:
-        if entry.group != group or by_id is None or entry.run_id not in by_id.index:
-            continue
+    for entry in (e for e in mine if (e.variant, e.lr) not in stopped):
         summary = by_id.loc[entry.run_id]
-        if summary["status"] == "pruned":  # stopped early: no loss at the budget
-            continue
         initial = float(summary["initial_loss"])
         stable = bool(summary["stable"]) if pd.notna(summary["stable"]) else False
         loss = summary["final_val_loss"]

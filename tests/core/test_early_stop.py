@@ -12,7 +12,15 @@ import pytest
 from conftest import write_experiment
 
 from ablate.core import folders
-from ablate.core.early_stop import PointStop, gaps, held_at, points_to_stop, stop_of, value_at
+from ablate.core.early_stop import (
+    PointStop,
+    gaps,
+    held_at,
+    points_to_stop,
+    result_of,
+    stop_of,
+    value_at,
+)
 from ablate.core.errors import ConfigError
 from ablate.core.folders import ExperimentFolder
 from ablate.core.load import load_experiment
@@ -38,7 +46,7 @@ def test_gaps_are_paired_by_seed_from_the_lowest_mean() -> None:
 
 def _record(**fields: object) -> RunRecord:
     base = {key: None for key in RunRecord.__dataclass_fields__}
-    return RunRecord(**{**base, "initial_loss": 5.5, **fields})  # type: ignore[arg-type]
+    return RunRecord(**{**base, "initial_loss": 5.5, "extra": {}, **fields})  # type: ignore[arg-type]
 
 
 def test_a_runs_value_is_its_clipped_val_loss_at_the_step(tmp_path: Path) -> None:
@@ -73,3 +81,20 @@ def test_a_stop_step_that_is_no_evaluation_before_the_end_is_refused(
     assert (refused.value.key, refused.value.code) == ("curve.stop_step", "no_step")
     ok = write_experiment(tmp_path / "ok.yaml", curve={"stop_step": 10})
     assert load_experiment(ok).curve.stop_step == 10
+
+
+def test_a_run_held_short_is_the_result_only_of_a_spec_held_at_its_step(tmp_path: Path) -> None:
+    spec = plan_runs(load_experiment(write_experiment(tmp_path / "e.yaml")))[0]
+    run = ExperimentFolder.of(tmp_path, spec.experiment).run(spec.run_id)
+    run.path.mkdir(parents=True)
+    for status in ("paused", "pruned"):  # held there, or stopped there by the curve
+        run.write_record(_record(status=status, group="curve", steps=10))
+        assert result_of(run, held_at(spec, 10)) is not None
+        assert result_of(run, held_at(spec, 20)) is None  # the file's step changed
+        assert result_of(run, spec) is None  # trained whole: another stage, or no early stop
+    run.write_record(_record(status="pruned", group="search", steps=10))  # a search's pruner
+    assert result_of(run, spec) is not None
+    run.write_record(_record(status="finished", group="curve", steps=20))
+    assert result_of(run, spec) is not None and result_of(run, held_at(spec, 10)) is not None
+    run.write_record(_record(status="failed", group="curve", steps=10))
+    assert result_of(run, held_at(spec, 10)) is None

@@ -187,6 +187,18 @@ def test_lr_sensitivity_is_wortsmans_mean_of_capped_losses_minus_the_best() -> N
     assert list(table["unlearned"]) == [2, 0, 0, 0] and list(table["unstable"]) == [2, 0, 1, 2]
 
 
+def test_a_point_the_early_stop_stopped_is_left_out_with_all_its_runs() -> None:
+    manifest, runs = _sweep(
+        {
+            1e-3: [("finished", True, 2.0), ("finished", True, 2.1)],
+            1e-2: [("pruned", None, 2.9), ("finished", True, 2.3)],  # seed 1 trained whole later
+        }
+    )
+    frame = sweep_frame(manifest, runs)
+    assert list(frame["lr"]) == [1e-3, 1e-3]
+    assert sweep_table(frame)["loss_mean"].tolist() == pytest.approx([2.05])
+
+
 def test_a_sweep_best_at_its_edge_is_flagged() -> None:
     manifest, runs = _sweep(
         {

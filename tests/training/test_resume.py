@@ -108,7 +108,7 @@ def test_a_run_stored_whole_leaves_no_checkpoint(tmp_path: Path) -> None:
     assert not list(run.path.glob(".*partial"))
 
 
-def test_a_paused_run_reopened_resumes_bitwise_equal(tmp_path: Path) -> None:
+def test_a_paused_run_trained_on_resumes_bitwise_equal(tmp_path: Path) -> None:
     whole = execute_run(_spec(), tmp_path / "whole")
     root = tmp_path / "paused"
     run = ExperimentFolder.of(root, "tiny").run(whole.run_id)
@@ -120,13 +120,7 @@ def test_a_paused_run_reopened_resumes_bitwise_equal(tmp_path: Path) -> None:
     assert paused.final_val_loss == frame.loc[frame["step"] == 20, "val_loss"].item()
     assert run.checkpoint.is_file() and run.is_done()
 
-    run.reopen()  # reopened and trained again paused (a cut stage rerun): held there at once
-    again = CutAt(None)
-    assert execute_run(_spec(**{"runtime.pause_step": 20}), root, stoppers=[again]).steps == 20
-    assert again.trained == [] and run.checkpoint.is_file()
-
-    run.reopen()
-    second = CutAt(None)
+    second = CutAt(None)  # the run itself, not held: trained on from its checkpoint
     resumed = execute_run(_spec(), root, stoppers=[second])
     assert second.trained == list(range(21, STEPS + 1))
     assert resumed.extra == {"resumed_from_step": 20}
@@ -135,3 +129,13 @@ def test_a_paused_run_reopened_resumes_bitwise_equal(tmp_path: Path) -> None:
     expected = _stored(ExperimentFolder.of(tmp_path / "whole", "tiny").run(whole.run_id))
     pd.testing.assert_frame_equal(_stored(run)[0], expected[0], check_exact=True)
     assert not run.checkpoint.exists()
+
+
+def test_a_run_resumed_at_its_pause_step_is_held_there_at_once(tmp_path: Path) -> None:
+    spec = _spec(**{"runtime.checkpoint_steps": 10})
+    with pytest.raises(KeyboardInterrupt):
+        execute_run(spec, tmp_path, stoppers=[CutAt(25)])  # its checkpoint at step 20
+    again = CutAt(None)
+    held = execute_run(_spec(**{"runtime.pause_step": 20}), tmp_path, stoppers=[again])
+    assert again.trained == [] and (held.status, held.steps) == ("paused", 20)
+    assert ExperimentFolder.of(tmp_path, "tiny").run(spec.run_id).checkpoint.is_file()

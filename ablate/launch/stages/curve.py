@@ -63,7 +63,7 @@ def curve_stage(
     while True:
         specs = plan_curve(experiment, (grown[0], grown[1]))
         store.write_manifest(folder, plan_manifest(experiment, planned + specs))
-        ran = train_curve(experiment, executor, folder, specs, say)
+        ran, specs = train_curve(experiment, executor, folder, specs, say)
         summaries = {s.run_id: s for s in ran}
         curves = {v: curve_of(specs, summaries, v) for v in experiment.variants}
         grid = cfg.lrs(grown[0], grown[1])
@@ -83,29 +83,29 @@ def train_curve(
     folder: ExperimentFolder,
     specs: list[RunSpec],
     say: Callable[[str], None],
-) -> list[RunRecord]:
-    """The curve's runs trained; with ``curve.stop_step``, every run held at that step first
-    (a stored one as it is), the points the early stop names (:mod:`ablate.core.early_stop`)
-    stored as stopped there and the rest reopened and trained on to the budget. A point's
-    runs stored whole are kept whole: what is stored is used, the rule only spares training.
-    A run held at another step resumes (:func:`reopen_held_elsewhere`)."""
+) -> tuple[list[RunRecord], list[RunSpec]]:
+    """The curve's runs trained, and the specs they answer; with ``curve.stop_step``, every
+    run held at that step first (a stored one as it is), the points the early stop names
+    (:mod:`ablate.core.early_stop`) stored as stopped there (their specs the held ones) and the
+    rest trained on to the budget from their checkpoints
+    (:func:`ablate.core.early_stop.result_of`). A point's runs stored whole are kept whole:
+    what is stored is used, the rule only spares training."""
     cfg = experiment.curve
     assert cfg is not None
-    reopen_held_elsewhere(folder, specs, cfg.stop_step)
     if cfg.stop_step is None:
-        return executor.run(specs)
+        return executor.run(specs), specs
     step, margin = cfg.stop_step, cfg.stop_margin
     held = {r.run_id: r for r in executor.run([held_at(spec, step) for spec in specs])}
     stops = stopped_points(specs, held, folder, step, margin)
     kept: list[RunRecord] = []
     go_on: list[RunSpec] = []
+    asked: list[RunSpec] = []
     for spec in specs:
         record = held.get(spec.run_id)
         point = stops.get((spec.variant, spec.config.train.lr))
         paused = record is not None and record.status == "paused"
+        asked.append(spec if point is None else held_at(spec, step))
         if point is None:
-            if paused:
-                folder.run(spec.run_id).reopen()
             go_on.append(spec)
         elif record is not None:
             reason = stop_of(point, step, margin).reason
@@ -115,17 +115,7 @@ def train_curve(
         f"curve: {len(stops)} of {len({(s.variant, s.config.train.lr) for s in specs})} points "
         f"stopped at step {step}, more than {margin:g} nats above their variant's best there"
     )
-    return kept + executor.run(go_on)
-
-
-def reopen_held_elsewhere(folder: ExperimentFolder, specs: list[RunSpec], step: int | None) -> None:
-    """Reopen the specs' runs paused at another step than ``step`` (a file whose
-    ``curve.stop_step`` changed or went): they resume from their checkpoints."""
-    for spec in specs:
-        run = folder.run(spec.run_id)
-        record = run.read_record()
-        if record is not None and record.status == "paused" and record.steps != step:
-            run.reopen()
+    return kept + executor.run(go_on), asked
 
 
 def record_curves(

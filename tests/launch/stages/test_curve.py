@@ -184,6 +184,7 @@ def test_the_early_stop_stops_far_points_and_trains_the_rest_as_whole(tmp_path: 
     )
     path = _experiment(tmp_path, optima, stop_step=STOP_STEP, stop_margin=0.1)
     early = run_experiment(path, tmp_path / "results", tmp_path / "reports")
+    assert early.missing == []  # a stopped run is its held spec's result
     runs = store.load_summaries(early.folder).set_index("run_id")
     every = store.load_summaries(whole.folder).set_index("run_id")
     curve = runs[runs["group"] == "curve"]
