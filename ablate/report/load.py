@@ -90,7 +90,8 @@ def evaluations(folder: ExperimentFolder, runs: pd.DataFrame) -> pd.DataFrame:
     metrics = store.load_metrics(folder, runs) if len(runs) else pd.DataFrame()
     if "val_loss" not in metrics:
         return pd.DataFrame(columns=EVAL_COLUMNS)
-    found = metrics.dropna(subset=["val_loss"]).rename(columns={"peak_lr": "lr"})
+    found = metrics.dropna(subset=["val_loss"]).drop(columns="lr")  # the step's scheduled LR
+    found = found.rename(columns={"peak_lr": "lr"})
     return found[EVAL_COLUMNS].reset_index(drop=True)
 
 

@@ -305,12 +305,20 @@ def setup_section(stored: StoredExperiment, variants: list[str]) -> Section:
 
 
 def runs_table(stored: StoredExperiment) -> pd.DataFrame:
-    """Every run the report stands on, each with its group: the planned ones, the warmup
-    studies' and the search trials and max-LR probes the studies name."""
+    """Every run the report stands on, each with its group (the stage that stored it) and
+    ``stages`` (every stage the Cost of the answer counts it in, ``;``-joined: a run two
+    stages share is in both): the planned ones, the warmup studies' and the search trials and
+    max-LR probes the studies name."""
     every = stored.stored_runs
     ids = set(stored.runs["run_id"])
     if "group" in every:
         ids |= set(every.loc[every["group"] == "warmup", "run_id"])
     for found in stored.studies.run_ids().values():
         ids |= set(found)
-    return every[every["run_id"].isin(ids)]
+    stages: dict[str, list[str]] = {}
+    for part in stage_runs(stored):
+        for run_id in part.runs["run_id"]:
+            stages.setdefault(run_id, []).append(part.group)
+    table = every[every["run_id"].isin(ids)].copy()
+    table["stages"] = [";".join(dict.fromkeys(stages.get(r, []))) for r in table["run_id"]]
+    return table

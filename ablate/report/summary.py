@@ -296,8 +296,9 @@ def summary_lines(
     if stored.divergence_moved:
         lines.append(
             "- **Divergence brackets widened by the stored runs**: where a stored run of a "
-            "seed's probes' family diverged below its probes' bracket, the seed's edge lies "
-            "somewhere between the two, and its bracket spans both: "
+            "seed's probes' family diverged below its probes' bracket, or did not diverge above "
+            "it, the seed's edge lies somewhere between the two, and its bracket spans both "
+            "(– where no run above it diverged): "
             f"{'; '.join(stored.divergence_moved)}."
         )
     return lines + [""]

@@ -79,7 +79,8 @@ def test_a_slot_that_dies_fails_its_run_at_once_and_the_other_slots_go_on(
 ) -> None:
     folder = ExperimentFolder.of(tmp_path / "results", "tiny")
     queue = RunQueue(folder.slurm_queue)
-    killed, terminated, kept = (_queued(seed).request.spec.run_id for seed in (0, 1, 2))
+    requests = {q.request.spec.run_id: q.request for q in (_queued(seed) for seed in (0, 1, 2))}
+    killed, terminated, kept = requests
     context = multiprocessing.get_context("fork")
     processes, readers = [], []
     for slot, (run_id, ends) in enumerate(
@@ -100,7 +101,8 @@ def test_a_slot_that_dies_fails_its_run_at_once_and_the_other_slots_go_on(
     # the controller, following the run while its task still runs, fails it at once
     controller = slurm_executor.SlurmExecutor(tmp_path / "results", None, SlurmConfig())
     job = Submitted(killed, "7_0", 1, str(tmp_path / "logs"))
-    assert controller._live_outcome(folder, queue, job, "RUNNING", {}) == Outcome.failed(line)
+    followed = slurm_executor.Followed(requests, {killed: job})
+    assert controller._live_outcome(folder, queue, job, "RUNNING", followed) == Outcome.failed(line)
 
 
 def test_tasks_say_whether_they_started_and_how_many_slots_train(tmp_path: Path) -> None:
