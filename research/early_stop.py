@@ -3,15 +3,17 @@ stops a point that would have ended the best or within ``min_effect`` of it (a m
 often the best point at the stop step is not the best at the end (a ranking flip, which the
 rule must survive: it stops on a gap, never on a rank).
 
-The curves are real runs whose every evaluation is committed: each report's
-``curve_evals.csv`` with its ``runs.csv`` (the curve stage's 2^(1/2) lattice on 2–4 curve
-seeds), and the part of the dense reference retrained with its evaluations
-(``reports/reference_curves``: both norms, seeds 0–3, every 2^(1/4) of the basin), read as
-its full 2^(1/4) lattice and as each of its two 2^(1/2) lattices. A draw is one variant's
-curve on a subset of its seeds (every subset of two seeds or more): the rule sees the values
-at the step, the verdict the final values (an unstable run counted as min(ℓ, ℓ0), a diverged
-one as ℓ0, as every stage selects). Subsets of one curve share runs, so draws are not
-independent: the table gives the curves they come from.
+The curves are real runs whose every evaluation is committed: each report's ``curve_evals.csv``
+with its ``runs.csv`` (the curve stage's 2^(1/2) lattice on 2–4 curve seeds; the default
+experiment's as trained before its early stop, ``ln_vs_rms_retrained``, whose curve runs are
+the earlier ``ln_vs_rms``'s to the bit), and, where it is committed, the part of the dense
+reference retrained with its evaluations (``reports/reference_curves``: both norms, seeds 0–3,
+every 2^(1/4) of the basin), read as its full 2^(1/4) lattice and as each of its two 2^(1/2)
+lattices. A curve whose points the early stop stopped is left out. A draw is one variant's
+curve on a subset of its seeds (every subset of two seeds or more): the rule sees the values at
+the step, the verdict the final values (an unstable run counted as min(ℓ, ℓ0), a diverged one
+as ℓ0, as every stage selects). Subsets of one curve share runs, so draws are not independent:
+the table gives the curves they come from.
 
 Run::
 
@@ -37,8 +39,8 @@ from ablate.core.early_stop import points_to_stop
 from research import REPO
 from research.estimators import write_block
 
-CURVE_REPORTS = {  # the committed curves: their report folders
-    "ln_vs_rms": "reports/ln_vs_rms",
+CURVE_REPORTS = {  # the committed curves trained whole: their report folders
+    "ln_vs_rms": "reports/ln_vs_rms_retrained",  # the default experiment before its early stop
     "llama_style": "reports/llama_style",
     "bias": "reports/bias",
     "layernorm_scaling": "reports/literature/layernorm_scaling",
@@ -66,13 +68,16 @@ def clipped(frame: pd.DataFrame, values: pd.Series) -> pd.Series:
 
 
 def load_curves(source: str, folder: Path) -> list[Curve]:
-    """Each variant's curve from ``folder``'s ``curve_evals.csv`` and ``runs.csv``."""
+    """Each variant's curve from ``folder``'s ``curve_evals.csv`` and ``runs.csv``; none
+    where the early stop stopped a point (what it would have ended at is not known)."""
     evals = pd.read_csv(folder / "curve_evals.csv")
     runs = pd.read_csv(folder / "runs.csv").set_index("run_id")
     runs = runs.loc[runs.index.intersection(evals["run_id"].unique())]
     steps = evals.pivot_table(index="run_id", columns="step", values="val_loss")
     curves = []
     for variant, mine in runs.groupby("variant"):
+        if (mine["status"] == "pruned").any():  # stopped early: its whole curve is unknown
+            continue
         at = {}
         for step in steps.columns:
             values = clipped(mine, steps.reindex(mine.index)[step])

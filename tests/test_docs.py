@@ -309,8 +309,8 @@ def test_the_main_job_writes_nothing_the_docs_or_tests_quote() -> None:
 
 def test_the_readme_opens_with_the_default_answer_its_verdicts_give() -> None:
     """The one-sentence answer before "Start here" states the primary estimand's number and
-    verdict and calls the stability and speed estimands inconclusive only while answer.csv
-    does."""
+    verdict, the speed's verdict and margin, and calls the stability estimands inconclusive
+    only while answer.csv does."""
     opening = README.read_text(encoding="utf-8").split("## Start here", 1)[0]
     answer = pd.read_csv(REPO / "reports" / "ln_vs_rms" / "answer.csv").set_index("estimand")
     primary = answer.loc["quality at matched settings"]
@@ -319,8 +319,11 @@ def test_the_readme_opens_with_the_default_answer_its_verdicts_give() -> None:
     assert f"*{primary.verdict}* to LayerNorm's within ±{primary.margin:g} nats" in " ".join(
         opening.split()
     )
-    rest = answer.loc[["usable LR", "divergence edge", "training speed"], "verdict"]
+    rest = answer.loc[["usable LR", "divergence edge"], "verdict"]
     assert set(rest) == {"inconclusive"} and "*inconclusive*" in opening
+    speed = answer.loc["training speed"]
+    said = f"and so is its training speed on this CPU within ×/÷{speed.margin:g}"
+    assert speed.verdict == "equivalent" and said in " ".join(opening.split())
 
 
 # every time the README and the docs quote: (page, pattern, the report whose reports/times.csv

@@ -175,17 +175,21 @@ def test_the_answers_primary_recomputes_from_runs_csv(report: str) -> None:
 
 def test_another_cpus_store_reaches_the_same_verdicts() -> None:
     # reports/ln_vs_rms_amd_epyc: the same experiment trained on an AMD EPYC, whose runs all
-    # differ from the committed ones; a verdict that moved would be a rule too sharp for it
+    # differ from the committed ones; a verdict on the losses or the LRs that moved would be a
+    # rule too sharp for it. Training speed is each machine's own wall clock: not compared.
     ours = pd.read_csv(REPO / "reports" / "ln_vs_rms" / "answer.csv")
     theirs = pd.read_csv(REPO / "reports" / "ln_vs_rms_amd_epyc" / "answer.csv")
     keys = ["estimand", "variant"]
     assert list(ours[keys].itertuples(index=False)) == list(theirs[keys].itertuples(index=False))
-    assert list(ours["verdict"]) == list(theirs["verdict"])
+    measured = ours["estimand"] != "training speed"
+    assert measured.sum() == 4
+    assert list(ours.loc[measured, "verdict"]) == list(theirs.loc[measured, "verdict"])
     runs = pd.read_csv(REPO / "reports" / "ln_vs_rms" / "runs.csv").set_index("run_id")
+    runs = runs[runs["status"] != "pruned"]  # the curve's early stop: no loss at the budget
     amd = pd.read_csv(REPO / "reports" / "ln_vs_rms_amd_epyc" / "runs.csv").set_index("run_id")
     shared = runs.index.intersection(amd.index)
     moved = (runs.loc[shared, "final_val_loss"] - amd.loc[shared, "final_val_loss"]).abs()
-    assert len(shared) > 200 and (moved > 1e-3).sum() > 100  # the bits did differ
+    assert len(shared) > 180 and (moved > 1e-3).sum() > 50  # the bits did differ
 
 
 def test_every_pending_report_exists() -> None:
