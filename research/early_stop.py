@@ -36,6 +36,8 @@ import pandas as pd
 from scipy.stats import spearmanr
 
 from ablate.core.early_stop import points_to_stop
+from ablate.core.experiment import MIN_EFFECT
+from ablate.core.stability import clipped_loss
 from research import REPO
 from research.estimators import write_block
 
@@ -46,7 +48,6 @@ CURVE_REPORTS = {  # the committed curves trained whole: their report folders
     "layernorm_scaling": "reports/literature/layernorm_scaling",
     "reference 0-3": "reports/reference_curves",
 }
-MIN_EFFECT = 0.02  # the default experiment's analysis.min_effect, nats
 
 
 @dataclass(frozen=True)
@@ -61,10 +62,13 @@ class Curve:
 
 
 def clipped(frame: pd.DataFrame, values: pd.Series) -> pd.Series:
-    """min(value, ℓ0); ℓ0 where missing or the run diverged (as every stage selects)."""
-    out = np.minimum(values.astype(float), frame["initial_loss"])
-    out[values.isna() | (frame["status"] == "diverged")] = frame["initial_loss"]
-    return out
+    """Each run's value as every stage selects (:func:`ablate.core.stability.clipped_loss`),
+    a run that diverged counted as ℓ0."""
+    found = [
+        clipped_loss(None if pd.isna(value) or status == "diverged" else float(value), start)
+        for value, status, start in zip(values, frame["status"], frame["initial_loss"], strict=True)
+    ]
+    return pd.Series(found, index=frame.index)
 
 
 def load_curves(source: str, folder: Path) -> list[Curve]:

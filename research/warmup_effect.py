@@ -20,10 +20,10 @@ from pathlib import Path
 
 import pandas as pd
 
+from ablate.core.experiment import MIN_EFFECT
 from research import REPO
 from research.estimators import write_block
 
-MIN_EFFECT = 0.02  # the default experiment's analysis.min_effect, nats
 WARMUP_REPORTS = {  # the committed warmup studies: their report folders
     "ln_vs_rms": "reports/ln_vs_rms",
     "llama_style": "reports/llama_style",
