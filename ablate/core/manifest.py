@@ -149,8 +149,8 @@ def plan_manifest(
         spike_window=analysis.spike_window,
         usable_within=experiment.max_lr.within if experiment.max_lr else None,
         warmup_range=(
-            [experiment.curve.warmup_min, experiment.curve.warmup_max]
-            if experiment.curve and experiment.curve.warmup_trials
+            list(experiment.curve.warmup_span())
+            if experiment.curve and experiment.curve.warmup_study_trials()
             else None
         ),
         search_startup=experiment.search.startup_trials() if experiment.search else None,

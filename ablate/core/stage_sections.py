@@ -151,6 +151,13 @@ class CurveConfig(StrictSection):
     warmup_startup: int = Field(4, ge=1, description="of those, the sampler's random start-up")
     warmup_min: int = Field(0, ge=0)
     warmup_max: int = Field(100, ge=0)
+    warmup_grid: list[int] | None = Field(
+        None,
+        min_length=2,
+        description="in place of the TPE study, each of these warmups tried once per variant "
+        "on every curve seed (Optuna's GridSampler), e.g. the octaves 1/8, 1/4 and 1/2 of the "
+        "run: the warmup needs finding only to where it moves the loss (docs/early-stop.md)",
+    )
     sampler_seed: int = Field(0, ge=0)
     stop_step: int | None = Field(
         None,
@@ -171,12 +178,32 @@ class CurveConfig(StrictSection):
         _check_range(self.lr_min, self.lr_max, "curve.lr_min/lr_max")
         if self.warmup_min > self.warmup_max:
             raise ValueError("curve.warmup_min must be <= curve.warmup_max")
+        if self.warmup_grid is not None:
+            if self.warmup_trials:
+                raise ValueError(
+                    "curve.warmup_grid and curve.warmup_trials are two studies of the warmup: "
+                    "give one (a grid tries each of its warmups, a TPE study warmup_trials)"
+                )
+            if min(self.warmup_grid) < 0 or len(set(self.warmup_grid)) < len(self.warmup_grid):
+                raise ValueError(
+                    f"curve.warmup_grid {self.warmup_grid}: distinct warmups of 0 steps or more"
+                )
         if self.warmup_trials and self.warmup_startup >= self.warmup_trials:
             raise ValueError(
                 f"curve.warmup_startup ({self.warmup_startup}) must be below warmup_trials "
                 f"({self.warmup_trials}): the sampler must get past its random start-up"
             )
         return self
+
+    def warmup_study_trials(self) -> int:
+        """Trials of each variant's warmup study: the grid's warmups, else ``warmup_trials``."""
+        return len(self.warmup_grid) if self.warmup_grid else self.warmup_trials
+
+    def warmup_span(self) -> tuple[int, int]:
+        """The warmups the study searches: the grid's ends, else warmup_min to warmup_max."""
+        if self.warmup_grid:
+            return min(self.warmup_grid), max(self.warmup_grid)
+        return self.warmup_min, self.warmup_max
 
     def lrs(self, low_octaves: int = 0, high_octaves: int = 0) -> list[float]:
         """The lattice LRs of the range, grown by these octaves below and above it."""

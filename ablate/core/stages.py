@@ -66,7 +66,7 @@ def _walks(experiment: Experiment) -> bool:
 
 
 def _warmup_study(experiment: Experiment) -> bool:
-    return experiment.curve is not None and bool(experiment.curve.warmup_trials)
+    return experiment.curve is not None and bool(experiment.curve.warmup_study_trials())
 
 
 def _counted(specs: list[RunSpec]) -> tuple[int, int]:
@@ -101,7 +101,7 @@ def _curve(experiment: Experiment, config: RunConfig, variant: str) -> tuple[int
 def _warmup(experiment: Experiment, config: RunConfig, variant: str) -> tuple[int, int]:
     curve = experiment.curve
     assert curve is not None
-    return curve.warmup_trials * len(experiment.curve_seeds()), _steps(curve.tokens, config)
+    return curve.warmup_study_trials() * len(experiment.curve_seeds()), _steps(curve.tokens, config)
 
 
 def _tuned(experiment: Experiment, config: RunConfig, variant: str) -> tuple[int, int]:

@@ -203,7 +203,7 @@ def warmup_lines(stored: StoredExperiment) -> list[str]:
     for study in warmup_studies(stored):
         edge = (
             f" — **at the searched range's edge** ({span[0]}–{span[1]} steps): the optimum may "
-            "lie beyond it; widen `curve.warmup_min`/`warmup_max`"
+            "lie beyond it; widen `curve.warmup_grid` (or `warmup_min`/`warmup_max`)"
             if study.at_edge
             else ""
         )

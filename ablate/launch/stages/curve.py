@@ -221,9 +221,10 @@ def tune_warmup(
     url: str,
     say: Callable[[str], None],
 ) -> int | None:
-    """The variant's best warmup at ``lr``: a TPE study (``<experiment>.<variant>.warmup``,
-    its per-trial seeds from ``curve.sampler_seed``) of ``curve.warmup_trials`` trials, each
-    the mean final loss over the curve seeds (run together in the executor's pool; an unstable
+    """The variant's best warmup at ``lr``: a study (``<experiment>.<variant>.warmup``, its
+    per-trial seeds from ``curve.sampler_seed``) of ``curve.warmup_trials`` TPE trials, or one
+    trial per warmup of ``curve.warmup_grid`` (queued, ascending), each the mean final loss
+    over the curve seeds (run together in the executor's pool; an unstable
     run counted as min(ℓ, ℓ0)), no pruning; a rerun continues the stored study, a trial cut
     short (failed, as an interrupt leaves it) re-run first in its slot
     (:func:`ablate.launch.trials.rerun_cut_trials`). None when no trial completed."""
@@ -240,9 +241,11 @@ def tune_warmup(
     study = open_study(
         experiment, variant, "warmup", url, sampler=TrialSeededSampler(tpe, cfg.sampler_seed)
     )
-    space = {"warmup_steps": IntDistribution(cfg.warmup_min, cfg.warmup_max)}
+    space = {"warmup_steps": IntDistribution(*cfg.warmup_span())}
     rerun_cut_trials(study, say)
-    while len(study.get_trials(states=(TrialState.COMPLETE,))) < cfg.warmup_trials:
+    for warmup in cfg.warmup_grid or []:  # each grid warmup queued once, ascending
+        study.enqueue_trial({"warmup_steps": warmup}, skip_if_exists=True)
+    while len(study.get_trials(states=(TrialState.COMPLETE,))) < cfg.warmup_study_trials():
         trial = study.ask(space)
         warmup = int(trial.params["warmup_steps"])
         specs = [warmup_spec(experiment, variant, lr, warmup, s) for s in experiment.curve_seeds()]
@@ -265,9 +268,9 @@ def tune_warmups(
     say: Callable[[str], None],
 ) -> dict[str, int]:
     """Each variant's best warmup at its curve's optimum from its own study
-    (:func:`tune_warmup`); none when ``curve.warmup_trials`` is 0."""
+    (:func:`tune_warmup`); none without a study (no ``warmup_trials``, no ``warmup_grid``)."""
     cfg = experiment.curve
-    if cfg is None or not cfg.warmup_trials:
+    if cfg is None or not cfg.warmup_study_trials():
         return {}
     found = {
         variant: tune_warmup(experiment, variant, optimum.lr, executor, url, say)

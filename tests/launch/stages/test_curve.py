@@ -114,6 +114,49 @@ def test_each_variants_warmup_is_tuned_by_its_own_study_at_its_optimum(tmp_path:
     assert len(store.load_summaries(result.folder)) == before  # the studies continue, done
 
 
+@pytest.mark.usefixtures("unrendered_figures")
+def test_a_warmup_grid_tries_each_warmup_once_and_tunes_at_the_best(tmp_path: Path) -> None:
+    grid = [2, 5, 10]
+    path = _experiment(tmp_path, {"layernorm": 0.004, "rmsnorm": 0.009}, warmup_grid=grid)
+    result = run_experiment(path, tmp_path / "results", tmp_path / "reports")
+    runs = store.load_summaries(result.folder)
+    url = f"journal:{tmp_path / 'studies.log'}"
+    for variant in ("layernorm", "rmsnorm"):
+        trials = study_trials(url, f"tiny.{variant}.warmup")
+        assert sorted(t.params["warmup_steps"] for t in trials) == grid  # each once, no more
+        trial_runs = runs[(runs["group"] == "warmup") & (runs["variant"] == variant)]
+        assert len(trial_runs) == len(grid) * 2 and set(trial_runs["seed"]) == {2, 3}
+        means = trial_runs.groupby("warmup_steps")["final_val_loss"].mean()
+        tuned = runs[(runs["group"] == "tuned") & (runs["variant"] == variant)]
+        assert set(tuned["warmup_steps"]) == {int(means.idxmin())}  # the grid's best, recomputed
+    studied = warmup_studies(load_experiment_results(result.folder))
+    assert [s.tried for s in studied] == [grid, grid]
+    assert [s.at_edge for s in studied] == [s.best in (2, 10) for s in studied]
+    before = len(runs)
+    run_experiment(path, tmp_path / "results", tmp_path / "reports")
+    assert len(store.load_summaries(result.folder)) == before  # the grid is done: nothing more
+
+
+@pytest.mark.parametrize(
+    ("curve", "why"),
+    [
+        ({"warmup_grid": [2, 5], "warmup_trials": 4}, "two studies"),
+        ({"warmup_grid": [2, 2, 5]}, "repeated warmup"),
+        ({"warmup_grid": [-1, 5]}, "negative warmup"),
+        ({"warmup_grid": [5]}, "one warmup: nothing to choose"),
+    ],
+)
+def test_a_warmup_grid_that_cannot_be_a_study_is_refused(
+    tmp_path: Path, curve: dict[str, object], why: str
+) -> None:
+    from ablate.core.errors import ConfigError
+
+    path = _experiment(tmp_path, {"layernorm": 0.004}, **curve)
+    with pytest.raises(ConfigError) as refused:
+        load_experiment(path)
+    assert refused.value.key.startswith("curve"), why
+
+
 def test_a_warmup_study_must_get_past_its_random_start_up(tmp_path: Path) -> None:
     from ablate.core.errors import ConfigError
 
