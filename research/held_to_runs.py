@@ -386,8 +386,6 @@ def judge(
     1 − 2α / family where the verdict is *equivalent*."""
     from scipy.stats import ttest_1samp
 
-    from ablate.report.verdict import tost_p, words
-
     result = ttest_1samp(diffs, 0.0, axis=1)
 
     def holds(level: float) -> np.ndarray:
@@ -404,6 +402,26 @@ def judge(
         found == "equivalent", holds(1 - 2 * alpha / family), holds(1 - alpha / family)
     )
     return Judged(diffs.mean(axis=1), holds(0.95), at_level, found)
+
+
+def tost_p(diffs: np.ndarray, min_effect: float) -> np.ndarray:
+    """The TOST p of |Δ| ≥ ``min_effect`` for matched differences along the last axis: the
+    larger of the two one-sided t-tests' p."""
+    from scipy.stats import ttest_1samp
+
+    above = ttest_1samp(diffs, -min_effect, axis=-1, alternative="greater").pvalue
+    below = ttest_1samp(diffs, min_effect, axis=-1, alternative="less").pvalue
+    return np.maximum(above, below)
+
+
+def words(p_value: np.ndarray, tost: np.ndarray, alpha: float = ALPHA) -> np.ndarray:
+    """The three words of the tests this replay judges by (``decide:``'s stopping rule until
+    2026-12-07, which now stops on the plan's primary verdict: :mod:`research.sequential`),
+    each p already adjusted for the family: ``different`` below α, else ``equivalent`` where
+    the TOST is below α, else ``inconclusive``."""
+    p_value, tost = np.asarray(p_value), np.asarray(tost)
+    equivalent = np.where(tost < alpha, "equivalent", "inconclusive")
+    return np.where(p_value < alpha, "different", equivalent)
 
 
 def holm_pair(p: np.ndarray, other: np.ndarray) -> np.ndarray:

@@ -1,9 +1,11 @@
 """``decide:``'s sequential design held against a known truth: over seeded replications of the
 matched differences the simulator draws (Δ + e − e₀ per seed, e ~ N(0, ``run_sd``) per run; the
-seed's shared effect cancels within a pair), how often the design says *different*,
-*equivalent* or stays *inconclusive*, and how many seeds it takes
-(:func:`ablate.report.verdict.sequential_words`, the rule the pipeline stops on).
-``python -m research.sequential`` prints the table that docs/stability-and-search.md holds.
+seed's shared effect cancels within a pair), how often it ends *exceeds*, *differs*,
+*equivalent* or *inconclusive*, and how many seeds it takes. Each look judges every comparison's
+primary estimand by the report's rule (:func:`ablate.report.verdict.judge` on the t interval at
+the primary's level, its share of α over the looks: :func:`interval_words`, the rule the
+pipeline stops on, vectorised). ``python -m research.sequential`` prints the table that
+docs/stability-and-search.md holds.
 """
 
 from __future__ import annotations
@@ -13,12 +15,12 @@ from dataclasses import dataclass
 
 import numpy as np
 import yaml
+from scipy import stats
 
-from ablate.core.experiment import MIN_EFFECT
-from ablate.core.sequential import ALPHA, look_alpha, looks
+from ablate.core.experiment import MIN_EFFECT, AnalysisConfig
+from ablate.core.sequential import ALPHA, looks
 from ablate.core.stage_sections import DecideConfig
 from ablate.report.analysis import t_interval
-from ablate.report.verdict import look_words, sequential_words
 from research import REPO
 
 RUN_SD = 0.0100  # ln_vs_rms's run noise, 0.0094 [0.0067, 0.0154] (bench.calibration), rounded up
@@ -43,6 +45,12 @@ class Scenario:
     def counts(self) -> list[int]:
         """The seed counts it looks at."""
         return looks(START, DecideConfig(max_seeds=self.max_seeds, step=self.step))
+
+    def level(self) -> float:
+        """Each look's level for each comparison's primary estimand, as the default plan gives
+        it: the primary share of α split over the comparisons, then over the looks."""
+        share = AnalysisConfig().primary_share / len(self.gaps)
+        return 1 - ALPHA * share / len(self.counts())
 
     def describe(self) -> str:
         gaps = ", ".join(f"{g:+g}" for g in self.gaps)
@@ -70,32 +78,75 @@ def draw(scenario: Scenario, replications: int, seed: int = 0) -> np.ndarray:
     return np.asarray(scenario.gaps) + noise[:, :, 1:] - noise[:, :, :1]
 
 
+def interval_words(diffs: np.ndarray, margin: float, level: float) -> tuple[np.ndarray, np.ndarray]:
+    """The report's rule (:func:`ablate.report.verdict.judge`) on matched ``diffs``
+    (replication, seed, comparison): each comparison's t interval at ``level`` read against
+    ``margin``, *exceeds*, *equivalent*, *differs* or *inconclusive*; and whether the interval
+    excludes no effect (a claim the words share); both (replication, comparison)."""
+    n = diffs.shape[1]
+    mean = diffs.mean(axis=1)
+    half = stats.t.ppf(0.5 + level / 2, n - 1) * diffs.std(axis=1, ddof=1) / np.sqrt(n)
+    low, high = mean - half, mean + half
+    excludes = (low > 0) | (high < 0)
+    found = np.select(
+        [(low > margin) | (high < -margin), (-margin < low) & (high < margin), excludes],
+        ["exceeds", "equivalent", "differs"],
+        "inconclusive",
+    )
+    return found, excludes
+
+
+def sequential_words(
+    diffs: np.ndarray, counts: list[int], margin: float, level: float
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``decide:``'s rule over replications: at each look (the first ``counts[k]`` seeds)
+    every comparison is judged (:func:`interval_words`), and a replication stops at the first
+    look where none is inconclusive. The words where each stopped and whether each interval
+    there excluded no effect (replication, comparison), and the seeds each used."""
+    final = np.full(diffs.shape[::2], "inconclusive", dtype=object)
+    excluded = np.zeros(diffs.shape[::2], dtype=bool)
+    used = np.full(len(diffs), counts[-1])
+    open_ = np.ones(len(diffs), dtype=bool)
+    for count in counts:
+        found, excludes = interval_words(diffs[open_, :count, :], margin, level)
+        decided = (found != "inconclusive").all(axis=1)
+        rows = np.flatnonzero(open_)
+        final[rows], excluded[rows] = found, excludes
+        used[rows[decided]] = count
+        open_[rows[decided]] = False
+        if not open_.any():
+            break
+    return final, excluded, used
+
+
 @dataclass(frozen=True)
 class Outcome:
     """What the design said over the replications of a scenario (fractions of them)."""
 
-    different: float  # shares of all (replication, comparison) words
+    exceeds: float  # shares of all (replication, comparison) words
+    differs: float
     equivalent: float
     inconclusive: float
-    any_false_different: float  # replications with a "different" where Δ = 0, at any look
+    any_false_differs: float  # replications whose interval excluded a true Δ = 0, at any look
     mean_seeds: float
 
 
 def outcome(scenario: Scenario, replications: int, seed: int = 0) -> Outcome:
     """Run the sequential design on ``replications`` draws of ``scenario``."""
     diffs = draw(scenario, replications, seed)
-    found, used = sequential_words(diffs, scenario.counts(), scenario.min_effect, ALPHA)
+    counts, level = scenario.counts(), scenario.level()
+    found, _, used = sequential_words(diffs, counts, scenario.min_effect, level)
     null = np.asarray(scenario.gaps) == 0
     ever = np.zeros(replications, dtype=bool)
-    level = look_alpha(len(scenario.counts()), ALPHA)
-    for count in scenario.counts():  # every look, stopping or not: the family-wise error
-        at_look = look_words(diffs[:, :count], scenario.min_effect, level)
-        ever |= ((at_look == "different") & null).any(axis=1)
+    for count in counts:  # every look, stopping or not: the family-wise error
+        _, excludes = interval_words(diffs[:, :count], scenario.min_effect, level)
+        ever |= (excludes & null).any(axis=1)
     return Outcome(
-        different=float((found == "different").mean()),
+        exceeds=float((found == "exceeds").mean()),
+        differs=float((found == "differs").mean()),
         equivalent=float((found == "equivalent").mean()),
         inconclusive=float((found == "inconclusive").mean()),
-        any_false_different=float(ever.mean()) if null.any() else float("nan"),
+        any_false_differs=float(ever.mean()) if null.any() else float("nan"),
         mean_seeds=float(used.mean()),
     )
 
@@ -103,15 +154,15 @@ def outcome(scenario: Scenario, replications: int, seed: int = 0) -> Outcome:
 def table(replications: int, seed: int = 0) -> str:
     """The markdown table of every scenario."""
     lines = [
-        "| scenario | design and truth | different | equivalent | inconclusive | "
-        "false different, any look | mean seeds |",
-        "|---|---|---|---|---|---|---|",
+        "| scenario | design and truth | exceeds | differs | equivalent | inconclusive | "
+        "false differs from 0, any look | mean seeds |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for scenario in SCENARIOS:
         o = outcome(scenario, replications, seed)
-        false = "—" if np.isnan(o.any_false_different) else f"{o.any_false_different:.1%}"
+        false = "—" if np.isnan(o.any_false_differs) else f"{o.any_false_differs:.1%}"
         lines.append(
-            f"| `{scenario.name}` | {scenario.describe()} | {o.different:.1%} | "
+            f"| `{scenario.name}` | {scenario.describe()} | {o.exceeds:.1%} | {o.differs:.1%} | "
             f"{o.equivalent:.1%} | {o.inconclusive:.1%} | {false} | {o.mean_seeds:.1f} |"
         )
     return "\n".join(lines)
@@ -148,18 +199,19 @@ def fitted_differences(
 @dataclass(frozen=True)
 class Coverage:
     """Where the sequential design stopped, how often its intervals held the true Δ: the one
-    at its looks' level (1 − α / looks, as the report gives it) and the unadjusted 95%."""
+    at its looks' level (the primary's, as the report gives it) and the unadjusted 95%."""
 
     at_looks: float
     unadjusted: float
-    different: float
+    excludes_zero: float
     mean_seeds: float
 
 
 def stopped_coverage(diffs: np.ndarray, delta: float, counts: list[int]) -> Coverage:
-    """:class:`Coverage` of one comparison's ``diffs`` (replication, seed, 1)."""
-    found, used = sequential_words(diffs, counts, MIN_EFFECT, ALPHA)
-    level = 1 - look_alpha(len(counts), ALPHA)
+    """:class:`Coverage` of one comparison's ``diffs`` (replication, seed, 1), judged at the
+    default plan's primary level over ``counts``' looks."""
+    level = 1 - ALPHA * AnalysisConfig().primary_share / len(counts)
+    _, excluded, used = sequential_words(diffs, counts, MIN_EFFECT, level)
     held = {"looks": [], "plain": []}
     for row, count in zip(diffs[:, :, 0], used, strict=True):
         for key, at in (("looks", level), ("plain", 0.95)):
@@ -168,7 +220,7 @@ def stopped_coverage(diffs: np.ndarray, delta: float, counts: list[int]) -> Cove
     return Coverage(
         float(np.mean(held["looks"])),
         float(np.mean(held["plain"])),
-        float((found == "different").mean()),
+        float(excluded.mean()),
         float(used.mean()),
     )
 
@@ -188,7 +240,7 @@ def main(argv: list[str] | None = None) -> None:
         print(
             f"fitted simulator, {args.fitted} replications, looks at {counts}, true Δ "
             f"{delta:+.4f}: interval at the looks' level covers {found.at_looks:.1%}, the "
-            f"unadjusted 95% {found.unadjusted:.1%}; different {found.different:.1%}; "
+            f"unadjusted 95% {found.unadjusted:.1%}; excluding Δ = 0 {found.excludes_zero:.1%}; "
             f"mean seeds {found.mean_seeds:.1f}"
         )
         return

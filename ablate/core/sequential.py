@@ -2,13 +2,14 @@
 level each look tests at.
 
 The leading comparison starts on the experiment's ``seeds`` (n₀ of them) and looks at n₀,
-n₀ + step, …, ``max_seeds`` matched seeds: K looks. At each look every comparison of the report
-is judged as the report judges it (:mod:`ablate.report.verdict`), at α / K: Bonferroni spending
-of α over the planned looks, so the chance of any false "different" or false "equivalent" over
-all K looks together is at most α whatever the looks' correlation (conservative: Pocock's
-boundary for K = 5 tests each look at 0.016 where this tests at 0.01). It stops at the first look
-where every leading comparison is decided, or at the last. The added seeds come after every seed
-the experiment already uses (its search and curve seeds too), so nothing stored is re-planned.
+n₀ + step, …, ``max_seeds`` matched seeds: K looks. At each look the analysis plan's primary
+estimand is judged as the report judges it (:mod:`ablate.report.verdict`), at its share of α
+divided by K: Bonferroni spending over the planned looks, so the chance of a false verdict over
+all K looks together is at most that share whatever the looks' correlation (conservative:
+Pocock's boundary for K = 5 tests each look at 0.016 where this tests at 0.01). It stops at the
+first look where every variant's primary verdict is decided, or at the last. The added seeds
+come after every seed the experiment already uses (its search and curve seeds too), so nothing
+stored is re-planned.
 """
 
 from __future__ import annotations
@@ -17,6 +18,8 @@ from ablate.core.experiment import Experiment
 from ablate.core.stage_sections import DecideConfig
 
 ALPHA = 0.05  # the family-wise error the whole sequential design keeps
+PRIMARY_RULE = "primary"  # decide's record: it stopped on the plan's primary verdicts (the
+# earlier rule, a paired t-test and TOST on the tuned A/B, left no "rule" in its record)
 
 
 def looks(start: int, decide: DecideConfig) -> list[int]:

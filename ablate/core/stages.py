@@ -5,10 +5,11 @@ A run's ``group`` (in its summary and the plan's record) says which stage traine
 (:data:`ablate.launch.stages.STAGES`), when a file plans it, and how the store finds its
 runs: in the plan's record (most), by the group alone (the warmup studies' trials), or through
 the study that names them (search trials, max-LR probes). ``decide:`` plans no group of its own:
-its runs are more seeds of the tuned A/B, stored as ``tuned``.
+its runs are more seeds of the tuned A/B and its cross-over, stored as ``tuned`` and
+``crossover``.
 
 :data:`RUN_GROUPS` is in the order the plan's record has always listed them (``decide`` after
-the walks, though it trains after the tuned A/B), so stored plans and reports keep their bytes.
+the walks, though it trains after the cross-over), so stored plans and reports keep their bytes.
 The orders derived from it: :func:`planned_groups` (what a file plans), :data:`STATUS_ORDER`
 (``ablate status``), :data:`REPORT_ORDER` (the report's Stages line, before the studies' runs)
 and :data:`BEFORE_MAX_LR` (the stages a finished max-LR study comes after).
@@ -116,10 +117,12 @@ def _usable(experiment: Experiment, config: RunConfig, variant: str) -> tuple[in
 
 
 def _decide(experiment: Experiment, config: RunConfig, variant: str) -> tuple[int, int]:
-    """At most ``max_seeds`` − len(seeds) more seeds of the leading comparison."""
+    """At most ``max_seeds`` − len(seeds) more seeds of the leading comparison: each a tuned
+    run, and a cross-over run too where the file chooses settings."""
     decide = experiment.decide
     assert decide is not None
-    return decide.max_seeds - len(experiment.seeds), config.steps()
+    per_seed = 2 if _chooses(experiment) else 1
+    return per_seed * (decide.max_seeds - len(experiment.seeds)), config.steps()
 
 
 def _max_lr(experiment: Experiment, config: RunConfig, variant: str) -> tuple[int, int]:

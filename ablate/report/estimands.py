@@ -128,6 +128,12 @@ def findings(stored: StoredExperiment) -> Findings:
     return Findings(plan, [f for f in found if f is not None], crossed if complete else {})
 
 
+def primary_verdicts(stored: StoredExperiment) -> dict[str, Verdict]:
+    """Each variant's verdict on the plan's primary estimand (quality at matched settings,
+    over the 2×2 where the cross-over's runs exist): what ``decide:`` spends seeds on."""
+    return {f.estimand.variant: f.verdict for f in findings(stored).found if f.estimand.primary}
+
+
 def simulated(stored: StoredExperiment) -> bool:
     """Whether the runs came from the simulator (their speed is its setting)."""
     impl = stored.main.get("norm_impl", pd.Series(dtype=str))

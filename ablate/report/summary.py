@@ -6,41 +6,29 @@ line is one of the plan's estimands (its verdict then comes from
 :mod:`ablate.report.estimands`): the comparisons' Δ with 95% intervals and paired t-test p
 (unadjusted, not verdicts), what the design could detect, the noise floor, unstable runs,
 speed, the usable LR and the boundaries (:mod:`ablate.report.boundaries`). With ``decide:`` it
-says how many seeds the leading comparison took and why it stopped;
-:func:`leading_verdicts` is the rule the pipeline's ``decide`` stage stops on.
+says how many seeds the leading comparison took and why it stopped.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
 
-from ablate.core.experiment import MIN_EFFECT
 from ablate.core.manifest import Manifest
-from ablate.core.sequential import ALPHA, look_alpha
+from ablate.core.sequential import ALPHA, PRIMARY_RULE, look_alpha
 from ablate.report import boundaries, usable
-from ablate.report.analysis import holm, matched_differences, scored_split, variant_table
+from ablate.report.analysis import matched_differences, scored_split, variant_table
 from ablate.report.answer import said
 from ablate.report.estimands import Finding, Findings
 from ablate.report.factorial import Design, level_text
 from ablate.report.load import StoredExperiment
 from ablate.report.plan import MATCHED, SHARED_LR, SPEED, TUNED_GAIN
 from ablate.report.text import p_text, signed
-from ablate.report.verdict import LookVerdict, look_verdict, reach
+from ablate.report.verdict import reach
 
 NOT_QUALITY = "not a quality comparison"
-
-
-@dataclass(frozen=True)
-class Judging:
-    """What ``decide:``'s looks judge every comparison of the leading A/B by."""
-
-    min_effect: float
-    family: int  # comparisons in the report
-    alpha: float  # the level: α, or one look's with ``decide:``
 
 
 def look_level(manifest: Manifest) -> float:
@@ -48,41 +36,6 @@ def look_level(manifest: Manifest) -> float:
     (:mod:`ablate.core.sequential`), else α."""
     decided = manifest.decide
     return look_alpha(len(decided["looks"])) if decided else ALPHA
-
-
-def looked(
-    row: pd.Series, baseline: pd.Series, runs: pd.DataFrame, how: Judging
-) -> LookVerdict | str | None:
-    """One look at one comparison (:func:`ablate.report.verdict.look_verdict`) from its own
-    paired differences; :data:`NOT_QUALITY` where either side has runs that diverged or
-    collapsed; None under 2 pairs."""
-    unlearned = [t for t in (unlearned_text(row), unlearned_text(baseline)) if t]
-    if unlearned and int(row["n_pairs"]) >= 2:
-        return NOT_QUALITY
-    p = row["p_holm"] if "p_holm" in row else row["paired_t_p"]
-    metric = f"final_{row.get('scored_on', 'val')}_loss"
-    diffs = matched_differences(runs, row["variant"], baseline["variant"], metric).to_numpy()
-    return look_verdict(diffs, how.min_effect, p, how.family, how.alpha)
-
-
-def leading_verdicts(stored: StoredExperiment) -> dict[str, str]:
-    """``decide:``'s stopping rule: each variant's word in the leading comparison (tuned if
-    there is one, else the shared LR's), its p Holm-adjusted with the shared A/B's, its TOST
-    Bonferroni-adjusted, at one look's level. It decides when to stop adding seeds; the report
-    judges the seeds it stopped at by the analysis plan."""
-    table, tuned = with_holm(*quality_tables(stored, stored.manifest.variants))
-    how = Judging(
-        stored.manifest.min_effect if stored.manifest.min_effect is not None else MIN_EFFECT,
-        comparisons(table, tuned),
-        look_level(stored.manifest),
-    )
-    lead, runs = (table, stored.main) if tuned is None else (tuned, stored.tuned)
-    found = {
-        row["variant"]: looked(row, lead.iloc[0], runs, how) for _, row in lead.iloc[1:].iterrows()
-    }
-    return {
-        v: (j.word if isinstance(j, LookVerdict) else j or "no verdict") for v, j in found.items()
-    }
 
 
 def reach_text(diffs: np.ndarray, min_effect: float) -> str:
@@ -181,9 +134,17 @@ def decide_lines(manifest: Manifest) -> list[str]:
         "decided": "its stopping rule decided every leading comparison",
         "maximum": "it reached max_seeds with a comparison still undecided",
     }.get(decided["stopped"], "the experiment has not finished deciding")
+    looked = f"looks at {', '.join(map(str, decided['looks']))} seeds"
+    if decided.get("rule") == PRIMARY_RULE:
+        return [
+            f"- **Seeds until decided:** {len(decided['seeds'])} seeds of at most "
+            f"{decided['max_seeds']} ({looked}, each judging the primary estimand by the "
+            "plan's own rule at its level, its share of α divided by the looks); it stopped "
+            f"because {why}: the Answer's primary verdict is the one it stopped on."
+        ]
     return [
         f"- **Seeds until decided:** {len(decided['seeds'])} seeds of at most "
-        f"{decided['max_seeds']} (looks at {', '.join(map(str, decided['looks']))} seeds, "
+        f"{decided['max_seeds']} ({looked}, "
         f"each testing the tuned A/B at α {ALPHA:g}/{len(decided['looks'])} = "
         f"{look_level(manifest):.4f}: Bonferroni spending over the looks; a paired t-test and "
         f"TOST, not the plan's rule); it stopped because {why}. The plan judges each estimand "
@@ -338,20 +299,3 @@ def speed_lines(stored: StoredExperiment, speeds: dict[str, Finding]) -> list[st
 def comparisons(table: pd.DataFrame, tuned: pd.DataFrame | None) -> int:
     """Paired comparisons against the baseline in the leading and shared A/B."""
     return len(table) - 1 + (len(tuned) - 1 if tuned is not None else 0)
-
-
-def with_holm(
-    table: pd.DataFrame, tuned: pd.DataFrame | None
-) -> tuple[pd.DataFrame, pd.DataFrame | None]:
-    """Both tables with ``p_holm``: their p-values adjusted together (Holm), when there is
-    more than one comparison (``decide:``'s stopping rule)."""
-    if comparisons(table, tuned) < 2:
-        return table, tuned
-    frames = [table] if tuned is None else [table, tuned]
-    adjusted = holm([p for f in frames for p in f["paired_t_p"].iloc[1:]])
-    out, start = [], 0
-    for frame in frames:
-        n = len(frame) - 1
-        out.append(frame.assign(p_holm=[float("nan"), *adjusted[start : start + n]]))
-        start += n
-    return out[0], (out[1] if tuned is not None else None)

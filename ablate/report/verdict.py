@@ -19,11 +19,9 @@ Each claim says the interval holds the truth, so an estimand makes a false claim
 probability at most 1 − level whatever the truth; Bonferroni over the family (the plan's shares
 of α) keeps the report's at α (why not Holm: docs/report.md, the analysis plan).
 
-**decide:'s stopping rule** (:func:`look_verdict`, :func:`sequential_words`): a look at the
-tuned A/B is *different* where its paired t-test rejects Δ = 0 at the look's level (Holm over
-the report's comparisons), *equivalent* where the TOST rejects |Δ| ≥ m (Bonferroni), else
-*inconclusive*. It decides when to stop adding seeds, not what the report says: the report
-judges the seeds it stopped at by the rule above, at the looks' level.
+**decide:'s stopping rule** is this rule too: it adds seeds until the primary estimand's
+verdict, judged here at the level the plan gives each look, is decided
+(:func:`ablate.report.estimands.primary_verdicts`).
 """
 
 from __future__ import annotations
@@ -35,11 +33,10 @@ from typing import Literal
 
 import numpy as np
 from scipy import stats
-from scipy.stats import ttest_1samp
 from statsmodels.stats.power import TTestPower
 
-from ablate.core.sequential import ALPHA, look_alpha
-from ablate.report.analysis import holm_rows, signed_rank
+from ablate.core.sequential import ALPHA
+from ablate.report.analysis import signed_rank
 
 POWER = 0.8
 MAX_PAIRS = 10_000  # beyond this a design "cannot" reach a verdict: reported as such
@@ -287,9 +284,6 @@ def claim_word(p: float, above: bool, predicted_above: bool, alpha: float = ALPH
     return "agrees" if above == predicted_above else "disagrees"
 
 
-# decide:'s stopping rule ------------------------------------------------------------------
-
-
 @dataclass(frozen=True)
 class Reach:
     """What a paired design of ``pairs`` differences with SD ``sd`` can detect."""
@@ -304,15 +298,6 @@ class Reach:
         if self.pairs_needed is None:
             return f"±{min_effect:g} is out of reach"
         return f"±{min_effect:g} needs {self.pairs_needed} pairs"
-
-
-@dataclass(frozen=True)
-class LookVerdict:
-    """One look of ``decide:`` at a comparison: different, equivalent or inconclusive."""
-
-    word: str  # "different", "equivalent" or "inconclusive"
-    tost_p: float  # the larger one-sided p against ±min_effect (× the family, at most 1)
-    reach: Reach
 
 
 def _power(effect_size: float, pairs: int, alpha: float) -> float:
@@ -355,74 +340,3 @@ def _pairs_for(effect_size: float, alpha: float) -> int | None:
         middle = (low + high) // 2
         low, high = (low, middle) if enough(middle) else (middle, high)
     return high
-
-
-def tost_p(diffs: np.ndarray, min_effect: float) -> np.ndarray:
-    """The TOST p of |Δ| ≥ ``min_effect`` for matched differences along the last axis: the
-    larger of the two one-sided t-tests' p."""
-    above = ttest_1samp(diffs, -min_effect, axis=-1, alternative="greater").pvalue
-    below = ttest_1samp(diffs, min_effect, axis=-1, alternative="less").pvalue
-    return np.maximum(above, below)
-
-
-def words(p_value: np.ndarray, tost: np.ndarray, alpha: float = ALPHA) -> np.ndarray:
-    """A look's word for each (p of Δ = 0, TOST p), both already adjusted for the family:
-    ``different`` below α, else ``equivalent`` where the TOST is below α, else
-    ``inconclusive``."""
-    p_value, tost = np.asarray(p_value), np.asarray(tost)
-    equivalent = np.where(tost < alpha, "equivalent", "inconclusive")
-    return np.where(p_value < alpha, "different", equivalent)
-
-
-def look_verdict(
-    diffs: np.ndarray, min_effect: float, p_value: float, family: int = 1, alpha: float = ALPHA
-) -> LookVerdict | None:
-    """One look at the matched ``diffs`` (variant − baseline) whose test of Δ = 0 gave
-    ``p_value`` (Holm-adjusted where there are several comparisons); in a ``family`` of
-    comparisons the TOST's p is Bonferroni-adjusted (× family, at most 1). None below 2
-    pairs."""
-    diffs = np.asarray(diffs, dtype=float)
-    found = reach(diffs, min_effect, alpha)
-    if found.pairs < 2 or not math.isfinite(found.sd):
-        return None
-    if found.sd == 0:
-        tost = 0.0 if abs(diffs[0]) < min_effect else 1.0
-    else:
-        tost = float(tost_p(diffs, min_effect))
-    tost = min(1.0, tost * family)
-    word = str(words(p_value if math.isfinite(p_value) else 1.0, tost, alpha))
-    return LookVerdict(word, tost, found)
-
-
-def look_words(diffs: np.ndarray, min_effect: float, level: float) -> np.ndarray:
-    """The words of one look at ``diffs`` (replication, seed, comparison): every comparison
-    judged as :func:`look_verdict` judges it (Holm over the comparisons, the TOST
-    Bonferroni-adjusted) at ``level``; (replication, comparison)."""
-    family = diffs.shape[-1]
-    p = holm_rows(ttest_1samp(diffs, 0.0, axis=1).pvalue)
-    tost = np.minimum(1.0, tost_p(np.moveaxis(diffs, 1, -1), min_effect) * family)
-    return words(p, tost, level)
-
-
-def sequential_words(
-    diffs: np.ndarray, counts: list[int], min_effect: float, alpha: float = ALPHA
-) -> tuple[np.ndarray, np.ndarray]:
-    """``decide:``'s rule over replications: ``diffs`` (replication, seed, comparison) are
-    matched differences to the baseline; at each look (the first ``counts[k]`` seeds) every
-    comparison is judged (:func:`look_words`) at α / len(counts), and a replication stops at
-    the first look where all of them are decided. Returns the words where each stopped
-    (replication, comparison) and the seeds each used."""
-    level = look_alpha(len(counts), alpha)
-    final = np.full(diffs.shape[::2], "inconclusive", dtype=object)
-    used = np.full(len(diffs), counts[-1])
-    open_ = np.ones(len(diffs), dtype=bool)
-    for count in counts:
-        found = look_words(diffs[open_, :count, :], min_effect, level)
-        decided = (found != "inconclusive").all(axis=1)
-        rows = np.flatnonzero(open_)
-        final[rows] = found
-        used[rows[decided]] = count
-        open_[rows[decided]] = False
-        if not open_.any():
-            break
-    return final, used

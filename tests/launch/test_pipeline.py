@@ -331,7 +331,7 @@ def test_the_stages_run_in_their_order() -> None:
     from ablate.launch.stages import STAGES
 
     assert [s.name for s in STAGES] == [
-        "shared", "search", "curve", "tuned", "decide", "crossover", "usable", "max_lr",
+        "shared", "search", "curve", "tuned", "crossover", "decide", "usable", "max_lr",
         "studies", "convert", "job", "report",
     ]  # fmt: skip  # docs/architecture.md's stage map too: tests/test_docs.py
 

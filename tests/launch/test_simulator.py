@@ -111,7 +111,8 @@ def test_ln_vs_rms_on_the_simulator_finds_the_truth_at_every_stage(
         for bound in boundaries[variant].seed_bounds:  # each seed's bracket holds its true edge
             truth = true_edge(probe_cfg, variant, bound.seed)
             assert bound.last_stable <= truth < bound.first_unstable
-            assert bound.first_unstable / bound.last_stable == pytest.approx(2 ** (1 / 8))
+            step = 2 ** (1 / exp.max_lr.per_octave)  # one step of the file's lattice
+            assert bound.first_unstable / bound.last_stable == pytest.approx(step)
         assert boundaries[variant].monotone
     runs = store.load_summaries(result.folder)
     tuned = runs[runs["group"] == "tuned"]
@@ -121,6 +122,8 @@ def test_ln_vs_rms_on_the_simulator_finds_the_truth_at_every_stage(
     decided = store.read_manifest(result.folder).decide  # the file's decide: section
     assert decided["stopped"] == "decided" and decided["seeds"][:3] == [0, 1, 2]
     assert sorted(tuned["seed"]) == sorted(2 * decided["seeds"])  # every seed it took, matched
+    crossover = runs[runs["group"] == "crossover"]  # the 2x2 on each of them
+    assert sorted(crossover["seed"]) == sorted(2 * decided["seeds"])
     main = runs[runs["group"] == "main"].pivot(
         index="seed", columns="variant", values="final_val_loss"
     )

@@ -34,7 +34,7 @@ from ablate.report.estimands import findings
 from ablate.report.load import load_experiment_results
 from ablate.report.plan import MATCHED, SPEED
 from ablate.report.setup import compute_of, compute_text
-from ablate.report.summary import by_variant, summary_lines, with_holm
+from ablate.report.summary import by_variant, summary_lines
 from ablate.report.text import probes_markdown, quality_markdown
 from ablate.report.verdict import Word
 
@@ -383,15 +383,6 @@ def test_the_evidence_leads_with_the_tuned_comparison_without_adjusting_p() -> N
     assert "As the plan's estimand (quality at matched settings)" in text
     assert "ln: **no boundary found**: every probe (0.0001 to 0.003) was unstable" in text
     assert "1 of 9 stored runs" in text and "stable sweep run abc seed 0 at lr 0.01" in text
-
-
-def test_decides_stopping_rule_holms_the_shared_and_tuned_p_together() -> None:
-    shared = _table(0.03, 0.01, 0.05, 2)
-    tuned = _table(-0.02, -0.04, -0.01, 2).assign(paired_t_p=[math.nan, 0.04])
-    shared, tuned = with_holm(shared, tuned)
-    # Holm over both: 0.01 x 2 = 0.02, then max(0.02, 0.04 x 1) = 0.04
-    assert shared["p_holm"].iloc[1] == pytest.approx(0.02)
-    assert tuned["p_holm"].iloc[1] == pytest.approx(0.04)
 
 
 def test_html_embeds_images_and_renders_tables(tmp_path: Path) -> None:

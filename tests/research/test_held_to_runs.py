@@ -419,3 +419,15 @@ def test_each_simulated_study_is_drawn_afresh_and_scored_against_the_simulator_s
     spread = held.spread_rows(found)
     assert spread["share"].tolist() == [*held.NORM_BARS, *held.NORM_BARS, *held.PAIR_BARS]
     assert spread["variant"].tolist() == ["layernorm"] * 2 + ["rmsnorm"] * 2 + ["both"] * 2
+
+
+def test_the_tost_is_statsmodels_ttost_paired_row_by_row() -> None:
+    from statsmodels.stats.weightstats import ttost_paired
+
+    rng = np.random.default_rng(1)
+    rows = rng.normal(rng.uniform(-0.03, 0.03, size=(40, 1)), 0.012, size=(40, 7))
+    ours = held.tost_p(rows, 0.02)
+    for row, p in zip(rows, ours, strict=True):
+        assert p == pytest.approx(ttost_paired(row, np.zeros_like(row), -0.02, 0.02)[0], rel=1e-9)
+    words = held.words(np.array([0.001, 0.6, 0.6]), np.array([0.5, 0.01, 0.2]), 0.05)
+    assert list(words) == ["different", "equivalent", "inconclusive"]

@@ -1,12 +1,16 @@
-"""The ``decide:`` stage: matched seeds added to the leading comparison (tuned, else the shared
-LR's), ``step`` at a time, until the report's verdict on every one of its comparisons is
-*different* or *equivalent*, or it has ``max_seeds`` (:mod:`ablate.core.sequential`).
+"""The ``decide:`` stage: matched seeds added to the leading comparison, ``step`` at a time,
+until the report's verdict on its primary estimand is decided for every variant (anything but
+*inconclusive* or *not estimable*), or it has ``max_seeds`` (:mod:`ablate.core.sequential`).
 
-Each look plans the leading comparison on the seeds so far (its stored runs are reused: a rerun
-with a larger ``max_seeds`` continues where the last one stopped), trains the new ones through
-the executor, and asks the report for its verdicts (:func:`ablate.report.summary.leading_verdicts`),
-so the loop stops on exactly what the report will say. The manifest records the looks, the
-seeds used and why it stopped.
+The leading comparison is the tuned A/B with its cross-over (both variants at both tuned
+settings: the 2×2 the primary estimand, quality at matched settings, is measured over), else the
+tuned A/B alone where every variant chose the same settings, else the shared LR's A/B. Each look
+plans it on the seeds so far (its stored runs are reused: a rerun with a larger ``max_seeds``
+continues where the last one stopped), trains the new ones through the executor, and asks the
+report for the primary's verdicts (:func:`ablate.report.estimands.primary_verdicts`), judged
+at the level the analysis plan gives each look, so the loop stops on exactly what the report
+will say. The stages that feed only secondary verdicts (the usable walks, the max-LR
+brackets) run after it. The manifest records the looks, the seeds used and why it stopped.
 """
 
 from __future__ import annotations
@@ -18,22 +22,25 @@ from ablate.core import store
 from ablate.core.experiment import Experiment
 from ablate.core.folders import ExperimentFolder
 from ablate.core.manifest import plan_manifest
-from ablate.core.plan import RunSpec, plan_runs, plan_tuned
-from ablate.core.sequential import decide_seeds, look_alpha, looks
+from ablate.core.plan import RunSpec, plan_crossover, plan_runs, plan_tuned
+from ablate.core.sequential import PRIMARY_RULE, decide_seeds, look_alpha, looks
 from ablate.launch.context import Context, Stage, configured
 from ablate.launch.execute import Executor
 
 
 def run(ctx: Context) -> None:
-    """The stage: seeds added to the leading comparison, the tuned one if any, until it is
-    decided (:func:`decide_stage`); the plan holds every seed it took, and its record."""
+    """The stage: seeds added to the leading comparison (see the module) until its primary
+    verdict is reached (:func:`decide_stage`); the plan holds every seed it took, and its
+    record."""
     experiment, plan = ctx.experiment, ctx.plan
     chosen = plan.chosen
-    leading = "tuned" if chosen else "main"
-    others = [s for s in plan.specs if s.group != leading]
+    leading = ("tuned", "crossover") if chosen else ("main",)
+    others = [s for s in plan.specs if s.group not in leading]
 
     def planned(seeds: list[int]) -> list[RunSpec]:
-        return plan_tuned(experiment, chosen, seeds) if chosen else plan_runs(experiment, seeds)
+        if not chosen:
+            return plan_runs(experiment, seeds)
+        return plan_tuned(experiment, chosen, seeds) + plan_crossover(experiment, chosen, seeds)
 
     context = others + plan.continued
     plan.specs = others + decide_stage(
@@ -54,10 +61,9 @@ def decide_stage(
     ``others`` are the rest of the plan, for the manifest. The leading comparison's runs over
     every seed it took."""
     # the report's statistics: loaded only for a file with ``decide:``
+    from ablate.report.estimands import primary_verdicts
     from ablate.report.load import load_experiment_results
-    from ablate.report.summary import NOT_QUALITY, leading_verdicts
 
-    decided = ("different", "equivalent", NOT_QUALITY)  # more seeds would not change these
     assert experiment.decide is not None
     seeds = decide_seeds(experiment)
     counts = looks(len(experiment.seeds), experiment.decide)
@@ -68,6 +74,7 @@ def decide_stage(
         "alpha": look_alpha(len(counts)),
         "seeds": [],
         "stopped": "running",
+        "rule": PRIMARY_RULE,
     }
     leading: list[RunSpec] = []
     for look, count in enumerate(counts, 1):
@@ -75,10 +82,10 @@ def decide_stage(
         record["seeds"] = seeds[:count]
         store.write_manifest(folder, plan_manifest(experiment, others + leading, record))
         executor.run(leading)
-        found = leading_verdicts(load_experiment_results(folder))
-        words = ", ".join(f"{variant} {word}" for variant, word in found.items())
+        found = primary_verdicts(load_experiment_results(folder))
+        words = ", ".join(f"{variant} {verdict.word}" for variant, verdict in found.items())
         say(f"decide: look {look} of {len(counts)}, {count} seeds: {words}")
-        if all(word in decided for word in found.values()):
+        if found and all(verdict.decided for verdict in found.values()):
             record["stopped"] = "decided"
             break
     else:

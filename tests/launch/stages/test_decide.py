@@ -16,10 +16,9 @@ from ablate.core.folders import ExperimentFolder
 from ablate.core.load import load_experiment
 from ablate.core.sequential import decide_seeds
 from ablate.launch.pipeline import run_experiment
-from ablate.report.estimands import findings
+from ablate.report.estimands import findings, primary_verdicts
 from ablate.report.load import load_experiment_results
 from ablate.report.plan import MATCHED
-from ablate.report.summary import leading_verdicts
 from ablate.report.verdict import Word
 
 
@@ -57,7 +56,9 @@ def test_a_large_gap_is_called_different_within_a_few_looks(tmp_path: Path) -> N
     assert decided["alpha"] == 0.05 / 7
     assert len(decided["seeds"]) < 15
     stored = load_experiment_results(result.folder)
-    assert leading_verdicts(stored) == {"rmsnorm": "different"}
+    assert decided["rule"] == "primary"
+    stopped_on = primary_verdicts(stored)  # the report's primary verdict is what it stopped on
+    assert list(stopped_on) == ["rmsnorm"] and stopped_on["rmsnorm"].differs
     # the Answer's interval at the primary's level (all of α: no other estimand on the
     # simulator, over 7 looks) is wider than the evidence's 95% one
     primary = findings(stored).of(MATCHED, "rmsnorm")
@@ -82,7 +83,8 @@ def test_no_gap_is_called_equivalent_and_a_larger_maximum_continues(tmp_path: Pa
     again = run_experiment(_experiment(tmp_path, 0.0, 40, draw=1), results, tmp_path / "r")
     decided = store.read_manifest(again.folder).decide
     assert decided["stopped"] == "decided"
-    assert leading_verdicts(load_experiment_results(again.folder)) == {"rmsnorm": "equivalent"}
+    stopped_on = primary_verdicts(load_experiment_results(again.folder))
+    assert {v: found.word for v, found in stopped_on.items()} == {"rmsnorm": Word.EQUIVALENT}
     assert _seeds_of(results) == sorted(decided["seeds"])
     assert decided["seeds"][:5] == [0, 1, 2, 3, 4] and len(decided["seeds"]) > 5
     assert {p: p.stat().st_mtime_ns for p in first} == first  # the stored runs were reused
@@ -90,7 +92,7 @@ def test_no_gap_is_called_equivalent_and_a_larger_maximum_continues(tmp_path: Pa
     assert len(summaries) == 2 * len(decided["seeds"])
     primary = findings(load_experiment_results(again.folder)).of(MATCHED, "rmsnorm")
     assert primary is not None  # the report judges every seed the stopping rule took
-    assert sorted(primary.seeds) == sorted(decided["seeds"]) == list(range(15))
+    assert sorted(primary.seeds) == sorted(decided["seeds"]) == list(range(17))
 
 
 def test_added_seeds_skip_the_seeds_the_search_uses(tmp_path: Path) -> None:
@@ -103,3 +105,36 @@ def test_added_seeds_skip_the_seeds_the_search_uses(tmp_path: Path) -> None:
 def test_decide_needs_room_for_more_seeds(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match=r"decide.max_seeds is 3; it must exceed the 3 seeds"):
         load_experiment(_experiment(tmp_path, 0.0, max_seeds=3))
+
+
+@pytest.mark.usefixtures("unrendered_figures")
+def test_with_a_cross_over_every_seed_added_is_a_2x2_and_the_walks_come_after(
+    tmp_path: Path,
+) -> None:
+    from ablate.launch.stages import STAGES
+
+    truth = {
+        "seed": 1,
+        "run_sd": 0.01,
+        "variants": {"layernorm": {"opt_lr": 0.004}, "rmsnorm": {"opt_lr": 0.016}},
+    }
+    path = write_experiment(
+        tmp_path / "e.yaml",
+        seeds=[0, 1, 2],
+        curve={"seeds": [20, 21], "lr_min": 1e-3, "lr_max": 3e-2},
+        runtime={"backend": "simulate", "simulate": truth},
+        decide={"max_seeds": 7, "step": 2},
+        storage=f"journal:{tmp_path / 'studies.log'}",
+    )
+    result = run_experiment(path, tmp_path / "results", tmp_path / "reports")
+    decided = store.read_manifest(result.folder).decide
+    assert len(decided["seeds"]) > 3  # under this draw a look added seeds
+    runs = store.load_summaries(result.folder)
+    for group in ("tuned", "crossover"):  # both variants at both settings on every seed taken
+        cells = runs[runs["group"] == group].groupby("seed")["variant"].apply(sorted)
+        assert sorted(cells.index) == sorted(decided["seeds"]), group
+        assert all(found == ["layernorm", "rmsnorm"] for found in cells), group
+    primary = findings(load_experiment_results(result.folder)).of(MATCHED, "rmsnorm")
+    assert primary is not None and sorted(primary.seeds) == sorted(decided["seeds"])
+    order = [stage.name for stage in STAGES]
+    assert order.index("crossover") < order.index("decide") < order.index("usable")
