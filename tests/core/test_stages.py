@@ -72,8 +72,8 @@ def test_each_group_counts_its_runs_for_the_estimate() -> None:
     main = load_experiment(REPO / "experiments" / "ln_vs_rms.yaml")
     runs = planned_runs(main, main.variants["rmsnorm"], "rmsnorm")
     assert runs == {
-        "main": (3, 256), "curve": (36, 256), "warmup": (24, 256), "tuned": (3, 256),
-        "crossover": (3, 256), "usable": (25, 256), "decide": (12, 256), "max_lr": (150, 256),
+        "main": (3, 256), "curve": (36, 256), "warmup": (12, 256), "tuned": (3, 256),
+        "crossover": (3, 256), "usable": (25, 256), "decide": (12, 256), "max_lr": (130, 256),
     }  # fmt: skip
     smoke = load_experiment(REPO / "experiments" / "smoke.yaml")
     assert study_runs(smoke, smoke.variants["layernorm"], "layernorm") == {

@@ -163,8 +163,11 @@ def test_the_answers_primary_recomputes_from_runs_csv(report: str) -> None:
     clause = CLAUSE.search(first)
     assert clause is not None
     _, value, low, high, level, seeds, _ = clause.groups()
+    plan = _plan_rows(text).set_index("estimand").loc["quality at matched settings"]
+    exact = 1 - 0.05 * float(plan["share"]) / int(plan["looks"])  # the level printed rounded
+    assert float(level) == pytest.approx(100 * exact, abs=0.005)
     effect = _main_effect(_runs(report))
-    interval = stats.ttest_1samp(effect, 0.0).confidence_interval(float(level) / 100)
+    interval = stats.ttest_1samp(effect, 0.0).confidence_interval(exact)
     assert int(seeds) == len(effect)
     assert float(value) == pytest.approx(effect.mean(), abs=6e-5)
     assert (float(low), float(high)) == (
@@ -174,7 +177,7 @@ def test_the_answers_primary_recomputes_from_runs_csv(report: str) -> None:
 
 
 def test_another_cpus_store_reaches_the_same_verdicts() -> None:
-    # reports/ln_vs_rms_amd_epyc: the same experiment trained on an AMD EPYC, whose runs all
+    # reports/ln_vs_rms_amd_epyc: the experiment trained on an AMD EPYC, whose runs all
     # differ from the committed ones; a verdict on the losses or the LRs that moved would be a
     # rule too sharp for it. Training speed is each machine's own wall clock: not compared.
     ours = pd.read_csv(REPO / "reports" / "ln_vs_rms" / "answer.csv")
@@ -189,7 +192,8 @@ def test_another_cpus_store_reaches_the_same_verdicts() -> None:
     amd = pd.read_csv(REPO / "reports" / "ln_vs_rms_amd_epyc" / "runs.csv").set_index("run_id")
     shared = runs.index.intersection(amd.index)
     moved = (runs.loc[shared, "final_val_loss"] - amd.loc[shared, "final_val_loss"]).abs()
-    assert len(shared) > 180 and (moved > 1e-3).sum() > 50  # the bits did differ
+    # the EPYC ran the protocol before the warmup grid (252 runs): the runs both protocols plan
+    assert len(shared) > 100 and (moved > 1e-3).sum() > 40  # the bits did differ
 
 
 def test_every_pending_report_exists() -> None:
