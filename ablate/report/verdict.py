@@ -143,7 +143,8 @@ class Verdict:
 
 def estimability(estimate: Estimate, limit: float = NOT_ESTIMABLE) -> str:
     """Why ``estimate`` is not a finding ("" when it is): too few seeds, one bracket, no
-    finite interval, or a ratio's interval wider than ``limit``."""
+    finite interval (on ranks: neither end bounded), or a ratio's interval wider than
+    ``limit``."""
     if estimate.seeds < 2:
         return "fewer than 2 seeds"
     if not estimate.resolved:
@@ -152,6 +153,10 @@ def estimability(estimate: Estimate, limit: float = NOT_ESTIMABLE) -> str:
         return "no interval"
     if not estimate.ranked and not (math.isfinite(estimate.low) and math.isfinite(estimate.high)):
         return "no finite interval"
+    if estimate.ranked and estimate.low == -math.inf and estimate.high == math.inf:
+        return (  # a signed-rank test of n seeds gives no p under 2 / 2^n
+            f"on ranks {estimate.seeds} seeds bound neither end at this level: more seeds do"
+        )
     if estimate.scale == "ratio" and wide(estimate.low, estimate.high, limit):
         if 2 * estimate.widen > math.log2(limit):  # the brackets alone: not the seeds' spread
             return f"its seeds' brackets alone span more than {limit:g}×: an edge is ambiguous"

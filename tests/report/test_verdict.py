@@ -16,6 +16,7 @@ from ablate.report.verdict import (
     Word,
     difference_estimate,
     judge,
+    rank_estimate,
     ratio_estimate,
     reach,
     seeds_to_decide,
@@ -87,6 +88,18 @@ def test_an_interval_the_data_cannot_support_is_not_estimable(estimate: Estimate
     found = judge(estimate, 1.5)
     assert found.word is Word.NOT_ESTIMABLE and why in found.why
     assert str(estimate.high) not in found.text() and str(estimate.seeds) in found.text()
+
+
+def test_on_ranks_an_interval_bounded_at_neither_end_is_not_estimable() -> None:
+    # three seeds, each run of the variant diverged (the worst): a signed-rank test of 3 seeds
+    # gives no p under 0.25, so at 99% neither end is bounded
+    unbounded = rank_estimate(np.array([np.inf, np.inf, np.inf]), 0.99)
+    assert (unbounded.low, unbounded.high) == (-np.inf, np.inf)
+    assert judge(unbounded, 0.02).word is Word.NOT_ESTIMABLE
+    # eight seeds, one diverged: one end bounded, a finding on ranks
+    one_sided = rank_estimate(np.array([np.inf, 0.01, -0.03, 0.02, -0.01, 0.0, 0.04, -0.02]), 0.975)
+    assert math.isfinite(one_sided.low) or math.isfinite(one_sided.high)
+    assert judge(one_sided, 0.02).word is not Word.NOT_ESTIMABLE
 
 
 def test_the_estimates_are_t_intervals_of_the_seeds() -> None:
