@@ -27,7 +27,6 @@ PENDING = {  # report -> why it still predates the analysis plan (issue 72)
     "reports/gpu/reports/litgpt_pythia_gpu/report.md": GPU,
     "reports/gpu/reports/own_model_gpu/report.md": GPU,
     "reports/gpu/reports/smoke_gpu/report.md": GPU,
-    "reports/precision/report.md": "2.5-3 h of retraining, not done yet",
     "reports/reference/report.md": RETRAIN,
     "reports/reference_seeds_16_23/reference/report.md": RETRAIN,
     "reports/reference_seeds_8_15/reference/report.md": RETRAIN,
