@@ -79,6 +79,7 @@ def load_curves(source: str, folder: Path) -> list[Curve]:
     runs = pd.read_csv(folder / "runs.csv").set_index("run_id")
     runs = runs.loc[runs.index.intersection(evals["run_id"].unique())]
     steps = evals.pivot_table(index="run_id", columns="step", values="val_loss")
+    steps = steps.loc[:, steps.notna().mean() >= 0.5]  # the eval steps, not a divergence's last
     curves = []
     for variant, mine in runs.groupby("variant"):
         if (mine["status"] == "pruned").any():  # stopped early: its whole curve is unknown
@@ -97,13 +98,15 @@ def load_curves(source: str, folder: Path) -> list[Curve]:
 
 
 def lattices(curve: Curve) -> Iterator[Curve]:
-    """The curve, and where its lattice is 2^(1/4) (the reference) each 2^(1/2) half of it."""
+    """The curve, and where its lattice has 2^(1/4) steps (the reference) each 2^(1/2) half of
+    it: the points of even and of odd quarter-octave index (a coarse tail of 2^(1/2) steps
+    falls into one of them)."""
     lrs = np.sort(curve.final.index.to_numpy())
-    steps = np.round(np.diff(np.log2(lrs)) * 4).astype(int)
+    quarters = np.round(np.log2(lrs) * 4).astype(int)
     yield curve
-    if len(steps) and (steps == 1).all():
+    if len(quarters) > 1 and (np.diff(quarters) == 1).any():
         for phase in (0, 1):
-            keep = lrs[phase::2]
+            keep = lrs[quarters % 2 == phase]
             at = {s: f.loc[keep] for s, f in curve.at.items()}
             yield Curve(
                 f"{curve.source} (2^(1/2), {phase})", curve.variant, at, curve.final.loc[keep]

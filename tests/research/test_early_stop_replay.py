@@ -6,7 +6,7 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from research.early_stop import Curve, draws, every_curve, replay, table
+from research.early_stop import Curve, draws, every_curve, lattices, replay, table
 
 
 def _curve() -> Curve:
@@ -32,12 +32,27 @@ def test_a_far_point_is_no_miss_and_a_flip_is_counted() -> None:
     assert len(draws([curve], 64, 0.2)) == 1  # one subset of two seeds or more
 
 
+def test_a_quarter_octave_curve_is_also_read_as_its_two_half_octave_lattices() -> None:
+    lrs = [2.0 ** (k / 4) for k in range(-36, -23)] + [2.0**-5.5]  # 2^(1/4), then one 2^(1/2)
+    final = pd.DataFrame({0: range(len(lrs)), 1: range(len(lrs))}, index=lrs, dtype=float)
+    whole, even, odd = lattices(Curve("ref", "v", {256: final}, final))
+    assert len(whole.final) == 14
+    assert list(even.final.index) == [2.0 ** (k / 4) for k in range(-36, -23, 2)] + [2.0**-5.5]
+    assert list(odd.final.index) == [2.0 ** (k / 4) for k in range(-35, -23, 2)]
+    half = Curve("half", "v", {256: even.final}, even.final)
+    assert len(list(lattices(half))) == 1  # a 2^(1/2) lattice is read as it is
+
+
 def test_the_committed_curves_are_read_with_every_seed_and_lattice() -> None:
     curves = every_curve()
     ln = [c for c in curves if c.source == "ln_vs_rms"]
     assert {c.variant for c in ln} == {"layernorm", "rmsnorm"}
     assert list(ln[0].final.columns) == [3, 4, 5, 6]  # the curve seeds
     assert sorted(ln[0].at) == [64, 128, 192, 256]
+    reference = [c for c in curves if c.source.startswith("reference 0-3")]
+    assert len(reference) == 6  # both norms, each whole and as its two 2^(1/2) halves
+    assert list(reference[0].final.columns) == [0, 1, 2, 3]
+    assert len(reference[0].final) == 22 and sorted(reference[0].at) == [64, 128, 192, 256]
     rows = table(curves, [64], [0.2]).iloc[0]
     assert rows["miss_rate"] <= 0.05  # the rule's bar on real runs
     assert rows["points_stopped"] == pytest.approx(0.49, abs=0.1)
