@@ -155,8 +155,9 @@ class CurveConfig(StrictSection):
         None,
         min_length=2,
         description="in place of the TPE study, each of these warmups tried once per variant "
-        "on every curve seed (Optuna's GridSampler), e.g. the octaves 1/8, 1/4 and 1/2 of the "
-        "run: the warmup needs finding only to where it moves the loss (docs/early-stop.md)",
+        "on every curve seed (queued trials of its Optuna study), e.g. the octaves 1/8, 1/4 "
+        "and 1/2 of the run: the warmup needs finding only to where it moves the loss "
+        "(docs/early-stop.md)",
     )
     sampler_seed: int = Field(0, ge=0)
     stop_step: int | None = Field(
