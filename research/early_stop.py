@@ -6,9 +6,9 @@ rule must survive: it stops on a gap, never on a rank).
 The curves are real runs whose every evaluation is committed: each report's ``curve_evals.csv``
 with its ``runs.csv`` (the curve stage's 2^(1/2) lattice on 2–4 curve seeds; the default
 experiment's as trained before its early stop, ``ln_vs_rms_retrained``, whose curve runs are
-the earlier ``ln_vs_rms``'s to the bit; the LLaMA-style one's from ``reports/earlier_protocol``), and,
-where it is committed, the part of the dense
-reference retrained with its evaluations (``reports/reference_curves``: both norms, seeds 0–3,
+the earlier ``ln_vs_rms``'s to the bit; the LLaMA-style one's from
+``reports/earlier_protocol``), and, where it is committed, the part of the dense reference
+retrained with its evaluations (``reports/reference_curves``: both norms, seeds 0–3,
 every 2^(1/4) of the basin), read as its full 2^(1/4) lattice and as each of its two 2^(1/2)
 lattices. A curve whose points the early stop stopped is left out. A draw is one variant's
 curve on a subset of its seeds (every subset of two seeds or more): the rule sees the values at

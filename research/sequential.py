@@ -31,6 +31,12 @@ FITTED_MAX_SEEDS = 9  # ln_vs_rms's decide.max_seeds
 REFERENCE_DESIGN = REPO / "experiments/reference.yaml"  # the model the fitted simulator draws
 
 
+def primary_level(looks: int, comparisons: int = 1) -> float:
+    """A look's level for one comparison's primary estimand, as the default plan gives it: the
+    primary share of α split over the comparisons, then over the looks."""
+    return 1 - ALPHA * AnalysisConfig().primary_share / comparisons / looks
+
+
 @dataclass(frozen=True)
 class Scenario:
     """A design (``max_seeds``, ``step``) and a truth (each comparison's true Δ)."""
@@ -47,10 +53,8 @@ class Scenario:
         return looks(START, DecideConfig(max_seeds=self.max_seeds, step=self.step))
 
     def level(self) -> float:
-        """Each look's level for each comparison's primary estimand, as the default plan gives
-        it: the primary share of α split over the comparisons, then over the looks."""
-        share = AnalysisConfig().primary_share / len(self.gaps)
-        return 1 - ALPHA * share / len(self.counts())
+        """Each look's level for each comparison's primary estimand (:func:`primary_level`)."""
+        return primary_level(len(self.counts()), len(self.gaps))
 
     def describe(self) -> str:
         gaps = ", ".join(f"{g:+g}" for g in self.gaps)
@@ -210,7 +214,7 @@ class Coverage:
 def stopped_coverage(diffs: np.ndarray, delta: float, counts: list[int]) -> Coverage:
     """:class:`Coverage` of one comparison's ``diffs`` (replication, seed, 1), judged at the
     default plan's primary level over ``counts``' looks."""
-    level = 1 - ALPHA * AnalysisConfig().primary_share / len(counts)
+    level = primary_level(len(counts))
     _, excluded, used = sequential_words(diffs, counts, MIN_EFFECT, level)
     held = {"looks": [], "plain": []}
     for row, count in zip(diffs[:, :, 0], used, strict=True):

@@ -343,8 +343,8 @@ class SlurmExecutor:
         held run the curve trains on has one: its live task serves others)."""
         recorded = list(recorded_jobs(folder, (spec.run_id for spec in specs)).values())
         states = job_states(job.job_id for job in recorded)
-        live = {j.run_id: j for j in recorded if states.get(j.job_id) in ACTIVE}
-        live = {i: j for i, j in live.items() if folder.run(i).read_record() is None}
+        active = (j for j in recorded if states.get(j.job_id) in ACTIVE)
+        live = {j.run_id: j for j in active if folder.run(j.run_id).read_record() is None}
         if live:
             ids = ", ".join(sorted({job.job_id.split("_")[0] for job in live.values()}))
             say(f"following {len(live)} runs a task of job {ids} trains")

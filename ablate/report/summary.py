@@ -294,8 +294,3 @@ def speed_lines(stored: StoredExperiment, speeds: dict[str, Finding]) -> list[st
             "times them back to back)."
         )
     return lines
-
-
-def comparisons(table: pd.DataFrame, tuned: pd.DataFrame | None) -> int:
-    """Paired comparisons against the baseline in the leading and shared A/B."""
-    return len(table) - 1 + (len(tuned) - 1 if tuned is not None else 0)
