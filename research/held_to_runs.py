@@ -23,9 +23,12 @@ each norm:
   t interval and the report's three-way verdict at ``analysis.min_effect``; and the same at
   the *other* norm's chosen LR (the cross-over), and whether the report would state the
   verdict *different* without "depends on the LR" (:func:`crossover_holds`); all of it on
-  the A/B seeds at one look, and again as ``decide:`` runs it (:func:`decide_replay`: looks
-  at 3, 5, 7 and 9 seeds, the report's levels and adjustments), scored also against the Δ
-  at the very LRs the draw trained at;
+  the A/B seeds at one look, and again as ``decide:`` ran it before the analysis plan
+  (:func:`decide_replay`: looks at 3, 5, 7 and 9 seeds, the report's levels and adjustments
+  then), scored also against the Δ at the very LRs the draw trained at;
+- the **2×2** as ``decide:`` runs it now (:func:`primary_replay`): the norm's main effect
+  over both norms at both trained LRs, per seed, judged at each look by the plan's primary
+  rule, scored against the reference's 2×2 at its optima and at the LRs the draw trained at;
 - the **usable-LR boundary**, walked upwards from the chosen optimum on as many of the draw's
   seeds as ``max_lr.seeds`` has (5: the A/B seeds, then curve seeds, as the protocol's seeds
   0–4 are), its median scored as within one reference step (2^(1/4)) of the reference's.
@@ -66,7 +69,7 @@ import pandas as pd
 import yaml
 
 from ablate.core.config import RunConfig
-from ablate.core.experiment import Experiment
+from ablate.core.experiment import AnalysisConfig, Experiment
 from ablate.core.load import load_experiment
 from ablate.core.optimum import edge_sides, trained_lr, variant_optimum
 from ablate.core.sequential import ALPHA, look_alpha, looks
@@ -76,6 +79,7 @@ from research import REPO
 from research import fit_reference as fit
 from research import reference as ref
 from research.estimators import command_line, write_block
+from research.sequential import primary_level, sequential_words
 
 PROTOCOL = REPO / "experiments/ln_vs_rms.yaml"
 REFERENCE_DESIGN = REPO / "experiments/reference.yaml"  # the model, data and budget simulated
@@ -284,6 +288,18 @@ class Truth:
         comparison that trained there measures."""
         first, second = self.tested
         return self.tested[second][second_lr] - self.tested[first][first_lr]
+
+    def main_effect_at(self, first_lr: float, second_lr: float) -> float:
+        """The norm's effect over the 2×2 of two lattice LRs (both norms at both, test): the
+        mean of Δ at ``first_lr`` and Δ at ``second_lr``, what the report's primary estimates
+        with each norm's tuned LR there."""
+        return (self.delta_at(first_lr, first_lr) + self.delta_at(second_lr, second_lr)) / 2
+
+    @property
+    def main_effect(self) -> float:
+        """:meth:`main_effect_at` the optima: the primary estimand's answer."""
+        first, second = self.tested
+        return self.main_effect_at(self.optima[first], self.optima[second])
 
 
 def reference_truth(curves: dict[str, ref.Curves], band: float) -> Truth:
@@ -501,12 +517,94 @@ def crossover_holds(tuned: Judged, shared: Sequence[Judged]) -> np.ndarray:
 
 
 @dataclass(frozen=True)
+class Primary:
+    """The 2×2 of many draws as ``decide:`` runs it (:func:`primary_replay`): per draw."""
+
+    seeds: np.ndarray  # the A/B seeds it stopped at
+    mean: np.ndarray  # the main effect's mean there
+    words: np.ndarray  # exceeds, differs, equivalent or inconclusive
+    excludes: np.ndarray  # its interval at the primary's level excludes 0
+    covered: np.ndarray  # its 95% t interval holds the truth's main effect
+    covered_at_level: np.ndarray  # its interval at the primary's level holds it
+    covers_target: np.ndarray  # its 95% interval holds the main effect where the draw trained
+
+
+def main_effects(replays: Sequence[Replay]) -> np.ndarray:
+    """Per draw and A/B seed (added ones after), the norm's main effect over the cross-over's
+    2×2: the mean of Δ at each norm's trained LR, the report's primary quality estimand."""
+    return np.stack([np.mean(list(r.cross.values()), axis=0) for r in replays])
+
+
+def primary_replay(
+    replays: Sequence[Replay], counts: Sequence[int], truth: Truth, min_effect: float
+) -> Primary:
+    """``decide:``'s rule on each replay's 2×2 (:mod:`research.sequential`'s vectorised
+    :func:`~research.sequential.sequential_words`, tested against the report's verdict module):
+    a look at each of ``counts`` seeds, the main effect's t interval at the primary's level
+    (its share of α over the looks) read against ``min_effect``, stopped at the first look
+    where it is not inconclusive. Scored against the truth's main effect at its optima and
+    at the LRs each draw trained at."""
+    effects = main_effects(replays)
+    level = primary_level(len(counts))
+    found, excluded, used = sequential_words(effects[:, :, None], list(counts), min_effect, level)
+    first, second = truth.tested
+    targets = np.array([truth.main_effect_at(r.chosen[first], r.chosen[second]) for r in replays])
+    mean, at_level = np.empty(len(effects)), np.zeros(len(effects), dtype=bool)
+    plain_low, plain_high = np.empty(len(effects)), np.empty(len(effects))
+    for count in np.unique(used):
+        rows = used == count
+        part = effects[rows, :count]
+        mean[rows] = part.mean(axis=1)
+        low, high = t_bounds(part, 0.95)
+        plain_low[rows], plain_high[rows] = low, high
+        low, high = t_bounds(part, level)
+        at_level[rows] = (low <= truth.main_effect) & (truth.main_effect <= high)
+    plain = (plain_low <= truth.main_effect) & (truth.main_effect <= plain_high)
+    return Primary(
+        seeds=used,
+        mean=mean,
+        words=found[:, 0],
+        excludes=excluded[:, 0],
+        covered=plain,
+        covered_at_level=at_level,
+        covers_target=(plain_low <= targets) & (targets <= plain_high),
+    )
+
+
+def t_bounds(diffs: np.ndarray, level: float) -> tuple[np.ndarray, np.ndarray]:
+    """The Student-t interval at ``level`` of each row's mean (matched differences along the
+    last axis)."""
+    from scipy.stats import ttest_1samp
+
+    interval = ttest_1samp(diffs, 0.0, axis=-1).confidence_interval(level)
+    return interval.low, interval.high
+
+
+def primary_row(found: Primary, draws: int) -> dict[str, float]:
+    """The scores of the 2×2 as ``decide:`` runs it over ``draws`` draws."""
+    return {
+        "draws": draws,
+        "A/B seeds, mean": float(found.seeds.mean()),
+        "decided": float(np.mean(found.words != "inconclusive")),
+        "CI covers": float(found.covered.mean()),
+        "CI at the primary's level covers": float(found.covered_at_level.mean()),
+        "CI covers the 2×2 where trained": float(found.covers_target.mean()),
+        "main effect, mean": float(found.mean.mean()),
+        "differs from 0": float(found.excludes.mean()),
+        "exceeds ±m": float(np.mean(found.words == "exceeds")),
+        "equivalent within ±m": float(np.mean(found.words == "equivalent")),
+    }
+
+
+@dataclass(frozen=True)
 class Scores:
     """The replay's scores: per estimator and norm (one look at the A/B seeds), and per
-    estimator the tuned A/B as ``decide:`` runs it (empty where the seeds are too few)."""
+    estimator the tuned A/B as ``decide:`` ran it before the analysis plan and the 2×2 as it
+    runs it now (both empty where the seeds are too few)."""
 
     rows: pd.DataFrame
     decided: pd.DataFrame
+    primary: pd.DataFrame
 
 
 def decide_counts(design: Experiment, seeds: int) -> list[int]:
@@ -538,7 +636,7 @@ def score_rows(
     n_ab = len(design.seeds)
     added = counts[-1] - n_ab if counts else 0
     draws = disjoint_draws(seeds, len(design.curve_seeds()), n_ab, limit, added)
-    rows, decided = [], []
+    rows, decided, primary = [], [], []
     for name, (what, estimator) in estimators.items():
         replays = [replay(curves, d, estimator, design, truth, band) for d in draws]
         effect = design.analysis.min_effect
@@ -550,6 +648,8 @@ def score_rows(
         if counts:
             found = decide_replay(replays, counts, truth.delta, effect)
             decided.append({"estimator": name, "what": what, **decided_row(found, len(replays))})
+            now = primary_replay(replays, counts, truth, effect)
+            primary.append({"estimator": name, "what": what, **primary_row(now, len(replays))})
         for variant in curves:
             errors = np.array([r.errors[variant] for r in replays])
             estimated = np.array([r.estimate_errors[variant] for r in replays])
@@ -582,7 +682,7 @@ def score_rows(
                     "if bracketed": float(np.mean(np.abs(bracketed) <= QUARTER)),
                 }
             )
-    return Scores(pd.DataFrame(rows), pd.DataFrame(decided))
+    return Scores(pd.DataFrame(rows), pd.DataFrame(decided), pd.DataFrame(primary))
 
 
 def decided_row(found: Decided, draws: int) -> dict[str, float]:
@@ -660,12 +760,14 @@ def mean_scores(found: Sequence[Scores]) -> Scores:
     return Scores(
         mean([f.rows for f in found], ["estimator", "what", "variant"]),
         mean([f.decided for f in found], ["estimator", "what"]),
+        mean([f.primary for f in found], ["estimator", "what"]),
     )
 
 
 NORM_BARS = ("trained at in 2^(1/4)", "usable in 2^(1/4)")  # the shares the bars read per norm
 PAIR_BARS = ("Δ CI covers", "different")  # and of the pair, at one look
-DECIDED_BARS = ("Δ CI covers", "Δ CI at the looks' level covers", "different")  # by decide:
+DECIDED_BARS = ("Δ CI covers", "Δ CI at the looks' level covers", "different")  # decide: before
+PRIMARY_BARS = ("CI covers", "CI at the primary's level covers", "differs from 0")  # and now
 
 
 def spread_rows(found: Sequence[Scores], estimator: str = "bagged_argmin") -> pd.DataFrame:
@@ -687,7 +789,11 @@ def spread_rows(found: Sequence[Scores], estimator: str = "bagged_argmin") -> pd
     ]
     if decided:
         frame = pd.concat(decided)
-        parts += [("as `decide:` runs it", "both", c, frame[c]) for c in DECIDED_BARS]
+        parts += [("tuned Δ, `decide:` before", "both", c, frame[c]) for c in DECIDED_BARS]
+    primary = [f.primary[f.primary["estimator"] == estimator] for f in found if len(f.primary)]
+    if primary:
+        frame = pd.concat(primary)
+        parts += [("the 2×2, `decide:` now", "both", c, frame[c]) for c in PRIMARY_BARS]
     return pd.DataFrame(
         [
             {
@@ -736,6 +842,17 @@ def truth_rows(curves: dict[str, ref.Curves], band: float = ref.BAND) -> pd.Data
     for name, (first_lr, second_lr) in settings.items():
         diffs = ref.paired_test_delta(curves[first], curves[second], first_lr, second_lr, seeds)
         rows.append({"variant": "both", "answer": name, **vars(paired_t(diffs))})
+    at_both = [
+        ref.paired_test_delta(curves[first], curves[second], lr, lr, seeds)
+        for lr in optima.values()
+    ]
+    rows.append(
+        {
+            "variant": "both",
+            "answer": "Δ at matched settings: the 2×2 of the optima (paired t)",
+            **vars(paired_t(np.mean(at_both, axis=0))),
+        }
+    )
     return pd.DataFrame(rows)
 
 
@@ -880,6 +997,9 @@ def percent_columns(frame: pd.DataFrame) -> list[str]:
         "if bracketed",
         "decided",
         "equivalent",
+        "CI ",
+        "differs",
+        "exceeds",
     )
     return [c for c in frame.columns if c.startswith(starts)]
 
@@ -906,16 +1026,36 @@ def scores_text(scores: Scores, design: Experiment) -> str:
     text = scores_markdown(scores.rows)
     if scores.decided.empty:
         return text
-    return f"{text}\n\n{decide_caption(design)}\n\n{scores_markdown(scores.decided)}"
+    return (
+        f"{text}\n\n{primary_caption(design)}\n\n{scores_markdown(scores.primary)}"
+        f"\n\n{decide_caption(design)}\n\n{scores_markdown(scores.decided)}"
+    )
+
+
+def primary_caption(design: Experiment) -> str:
+    """The line over the 2×2 replayed with ``decide:``'s seeds: how it was judged."""
+    assert design.decide is not None
+    counts = looks(len(design.seeds), design.decide)
+    level = primary_level(len(counts))
+    return (
+        f"The 2×2 as `decide:` runs it: the norm's main effect (the mean of Δ at each norm's "
+        f"trained LR, per seed), looks at {', '.join(map(str, counts))} A/B seeds, its t "
+        f"interval at the primary's level ({level:.2%}: α {ALPHA:g} × the primary's share "
+        f"{AnalysisConfig().primary_share:g} / {len(counts)} looks) read against "
+        f"±{design.analysis.min_effect:g}, stopped once *exceeds*, *differs* or *equivalent*; "
+        'scored against the reference\'s 2×2 at its optima ("CI covers", the unadjusted 95%) '
+        'and at the LRs the draw trained at; "differs from 0" counts *differs* and *exceeds*:'
+    )
 
 
 def decide_caption(design: Experiment) -> str:
-    """The line over the tuned A/B replayed with ``decide:``'s seeds: how it was judged."""
+    """The line over the tuned A/B replayed as ``decide:`` ran it before 2026-12-07."""
     assert design.decide is not None
     counts = looks(len(design.seeds), design.decide)
     return (
-        f"The tuned A/B as `decide:` runs it: looks at {', '.join(map(str, counts))} A/B "
-        f"seeds, each at α {ALPHA:g}/{len(counts)}, judged as the report judges it beside the "
+        "The tuned A/B as `decide:` ran it before the analysis plan: looks at "
+        f"{', '.join(map(str, counts))} A/B seeds, each at α {ALPHA:g}/{len(counts)}, judged as "
+        "the report judged it beside the "
         f"shared-LR comparison on the first {len(design.seeds)} (at the reference's LR nearest "
         f"{design.base.train.lr:g}; p Holm-adjusted, TOST Bonferroni over the two), stopped "
         "once *different* or *equivalent*; its interval at the looks' level, the report's, at "

@@ -105,6 +105,42 @@ def test_decide_stops_at_the_first_look_that_decides_and_scores_its_interval() -
     assert found.tuned.covered_at_level[2] and found.tuned.mean[0] == pytest.approx(-0.1, abs=0.01)
 
 
+def crossed_replay(at_first: list[float], at_second: list[float]) -> held.Replay:
+    """A replay that carries only what :func:`held.primary_replay` reads: Δ per seed at each
+    norm's trained LR (1.0 and 2.0)."""
+    cross = {"layernorm": np.array(at_first), "rmsnorm": np.array(at_second)}
+    chosen = {"layernorm": 1.0, "rmsnorm": 2.0}
+    return held.Replay(
+        chosen, {}, {}, {}, False, np.array(at_first), cross, np.array([]), 0.0, {}, {}
+    )
+
+
+def test_the_2x2_is_judged_on_the_main_effect_at_the_primary_s_level() -> None:
+    rng = np.random.default_rng(0)
+    # Δ −0.1 at LayerNorm's LR and +0.1 at RMSNorm's: the setting, not the norm
+    crossed = crossed_replay(
+        list(-0.1 + rng.normal(0, 0.001, 9)), list(0.1 + rng.normal(0, 0.001, 9))
+    )
+    worse = crossed_replay([-0.1] * 3 + [-0.1001] * 6, list(-0.1 + rng.normal(0, 0.001, 9)))
+    noisy = crossed_replay(list(rng.normal(0, 0.05, 9)), list(rng.normal(0, 0.05, 9)))
+    # the reference's test loss at the two LRs: Δ +0.01 at 1.0 and +0.03 at 2.0, 2×2 +0.02
+    tested = {"layernorm": {1.0: 2.0, 2.0: 2.0}, "rmsnorm": {1.0: 2.01, 2.0: 2.03}}
+    optima = {"layernorm": 1.0, "rmsnorm": 2.0}
+    truth = held.Truth(optima, 0.03, {}, tested, {}, tested)
+    assert truth.main_effect == pytest.approx(0.02)
+    found = held.primary_replay([crossed, worse, noisy], [3, 5, 7, 9], truth, 0.02)
+    assert found.seeds.tolist() == [3, 3, 9]
+    assert found.words.tolist() == ["equivalent", "exceeds", "inconclusive"]
+    assert found.excludes.tolist() == [False, True, False]
+    assert found.mean[0] == pytest.approx(0.0, abs=0.002)  # the tuned Δ here is +0.2
+    assert found.covered.tolist() == [False, False, True]  # of +0.02, at 95%
+    assert found.covers_target.tolist() == found.covered.tolist()  # each trained at the optima
+    # at 9 seeds with sd 0.05 the interval at 1 − 0.025/4 is wider than the 95% one
+    assert found.covered_at_level[2]
+    row = held.primary_row(found, 3)
+    assert row["differs from 0"] == pytest.approx(1 / 3) and row["A/B seeds, mean"] == 5.0
+
+
 def test_a_cliff_drags_the_old_vertex_below_the_optimum_and_not_the_argmin(
     tmp_path: Path, design: Experiment
 ) -> None:
@@ -295,9 +331,10 @@ def test_the_committed_tables_are_what_the_harness_gives_on_the_committed_refere
     docs = (REPO / "docs" / "stability-and-search.md").read_text(encoding="utf-8")
     assert truth in committed and truth in docs
     found = table_rows(scores) - table_rows(committed)
-    assert len(table_rows(scores)) == 5 and not found, found  # 2 headers, 2 rows, decide's row
+    assert len(table_rows(scores)) == 7 and not found, found  # 3 headers, 2 rows, 2 decide's
     assert held.looks(len(design.seeds), design.decide) == [3, 5, 7, 9]
-    assert held.decide_caption(design) in committed  # the line over decide's row, as it is now
+    assert held.primary_caption(design) in committed  # the lines over decide's rows
+    assert held.decide_caption(design) in committed
     assert not table_rows(scores) - table_rows(docs)
     repeat = held.repeat_markdown(curves, design)
     assert repeat in committed and repeat in docs
@@ -372,13 +409,20 @@ def _scores(share: float, covers: float) -> held.Scores:
             for e, x in (("bagged_argmin", covers), ("vertex", 0.0))
         ]
     )
-    return held.Scores(rows, decided)
+    primary = pd.DataFrame(
+        [
+            {"estimator": e, "what": "", **dict.fromkeys(held.PRIMARY_BARS, x)}
+            for e, x in (("bagged_argmin", 1 - covers), ("vertex", 0.0))
+        ]
+    )
+    return held.Scores(rows, decided, primary)
 
 
 def test_the_spread_over_studies_gives_the_mean_sd_and_standard_error_of_each_share() -> None:
     found = [_scores(0.8, 0.9), _scores(1.0, 0.9), _scores(0.9, 0.9)]
     frame = held.spread_rows(found)
-    assert len(frame) == 2 * len(held.NORM_BARS) + len(held.PAIR_BARS) + len(held.DECIDED_BARS)
+    bars = len(held.NORM_BARS) * 2 + len(held.PAIR_BARS)
+    assert len(frame) == bars + len(held.DECIDED_BARS) + len(held.PRIMARY_BARS)
     first = frame.iloc[0].to_dict()
     assert first == {
         "replay": "one look",
@@ -388,12 +432,16 @@ def test_the_spread_over_studies_gives_the_mean_sd_and_standard_error_of_each_sh
         "SD over studies": "10.0%",
         "SE of the mean": f"{0.1 / math.sqrt(3):.1%}",
     }
-    decided = frame[frame["replay"] == "as `decide:` runs it"]
+    decided = frame[frame["replay"] == "tuned Δ, `decide:` before"]
     assert set(decided["variant"]) == {"both"} and set(decided["SD over studies"]) == {"0.0%"}
+    primary = frame[frame["replay"] == "the 2×2, `decide:` now"]
+    assert primary["share"].tolist() == list(held.PRIMARY_BARS)
+    assert set(primary["mean"]) == {"10.0%"}
     means = held.mean_scores(found)
     bagged = means.rows[means.rows["estimator"] == "bagged_argmin"]
     assert bagged["different"].tolist() == pytest.approx([0.9, 0.9])
     assert means.decided["Δ CI covers"].tolist() == pytest.approx([0.9, 0.0])
+    assert means.primary["CI covers"].tolist() == pytest.approx([0.1, 0.0])
 
 
 def test_each_simulated_study_is_drawn_afresh_and_scored_against_the_simulator_s_truth() -> None:
