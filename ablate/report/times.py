@@ -1,6 +1,7 @@
 """What each committed experiment cost, in one generated table: ``reports/times.csv``.
 
-One row per report folder under the root: the experiment, its runs and their own time summed
+One row per report folder under the root (or folder of measured data, whose card is its
+``README.md``): the experiment, its runs and their own time summed
 (``runs.csv``), and, where the store recorded the ``ablate run`` invocations that trained them
 (``jobs.csv``, :mod:`ablate.core.jobs`), the wall time, workers, CPU and whether the machine
 was idle. The README, the docs and ``ablate validate`` take an experiment's time from here, and
@@ -32,9 +33,13 @@ COLUMNS = [
 TYPES = {"runs": "Int64", "invocations": "Int64", "workers": "string", "cores": "string"}
 
 
+CARDS = ("report.md", "README.md")  # a built report, or the card of measured data (no report)
+
+
 def report_folders(root: Path) -> list[Path]:
-    """Every folder under ``root`` holding a built report with its runs table."""
-    return sorted(p.parent for p in root.rglob("report.md") if (p.parent / "runs.csv").is_file())
+    """Every folder under ``root`` holding a runs table beside a built report or a data card."""
+    found = {p.parent for name in CARDS for p in root.rglob(name)}
+    return sorted(f for f in found if (f / "runs.csv").is_file())
 
 
 def _joined(values: pd.Series) -> str:

@@ -47,6 +47,16 @@ def test_validate_quotes_the_report_named_after_the_experiment(tmp_path: Path) -
     assert committed_time(Path("/x.yaml"), "x") is None  # a file outside any checkout
 
 
+def test_measured_data_with_a_card_is_timed_like_a_report(tmp_path: Path) -> None:
+    _report(tmp_path / "built", [60.0], None)
+    _report(tmp_path / "data", [60.0, 60.0], None)
+    (tmp_path / "data" / "report.md").rename(tmp_path / "data" / "README.md")  # a data card
+    (tmp_path / "notes").mkdir()
+    (tmp_path / "notes" / "README.md").write_text("# no runs here\n")
+    table = times_table(tmp_path)
+    assert table["report"].tolist() == ["built", "data"] and table["runs"].tolist() == [1, 2]
+
+
 def test_the_committed_table_is_what_the_committed_reports_record() -> None:
     committed = pd.read_csv(REPO / "reports" / "times.csv", dtype=TYPES)
     built = times_table(REPO / "reports")
