@@ -12,6 +12,7 @@ import time
 from functools import partial
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
 import yaml
@@ -144,8 +145,64 @@ def test_bad_data_file_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture) ->
     (tmp_path / "ids.bin").write_bytes(b"\x01")  # odd size: not uint16
     path = write_experiment(tmp_path / "e.yaml", data={"source": "tokens_file", "path": "ids.bin"})
     assert main(["run", str(path), "--results-dir", str(tmp_path / "r")]) == 2
-    assert "size must be even" in capsys.readouterr().err
+    assert "raw ids of uint16 (2 bytes each) but 1 bytes" in capsys.readouterr().err
     assert not (tmp_path / "r").exists()
+
+
+def _shard_set(folder: Path, top: int = 200) -> None:
+    """Three llm.c shards of 1,000 ids below ``top`` (train_*.bin) and a validation shard."""
+    from ablate.training.token_formats import write_shard
+
+    rng = np.random.default_rng(0)
+    for k in range(3):
+        write_shard(folder / f"train_{k:06d}.bin", rng.integers(0, 200, 1000))
+    write_shard(folder / "val_000000.bin", rng.integers(0, top, 500))
+
+
+def _truncate(path: Path) -> None:
+    with path.open("r+b") as handle:
+        handle.truncate(path.stat().st_size - 2)
+
+
+SHARD_MISTAKES = {  # what is wrong -> (what to do to the set, data keys, what the line says)
+    "id over the vocabulary": (lambda d: _shard_set(d, top=900), {}, "token id"),
+    "truncated shard": (lambda d: _truncate(d / "train_000001.bin"), {}, "truncated"),
+    "empty shard": (lambda d: (d / "train_000003.bin").write_bytes(b""), {}, "empty"),
+    "validation is a training shard": (
+        lambda d: None,
+        {"val_path": "train_000002.bin"},
+        "is both a training and a validation file",
+    ),
+    "validation copies a training shard": (
+        lambda d: (d / "val_000000.bin").write_bytes((d / "train_000000.bin").read_bytes()),
+        {},
+        "holds the same ids as training file",
+    ),
+    "too few ids for the budget": (
+        lambda d: None,
+        {"path": "train_000000.bin"},
+        "training ids 1.34 times over (epochs)",
+    ),
+}
+
+
+@pytest.mark.parametrize("mistake", list(SHARD_MISTAKES))
+def test_a_shard_set_mistake_exits_2_with_one_line_and_writes_nothing(
+    tmp_path: Path, capsys: pytest.CaptureFixture, mistake: str
+) -> None:
+    _shard_set(tmp_path)
+    spoil, keys, fragment = SHARD_MISTAKES[mistake]
+    spoil(tmp_path)
+    data = {"source": "tokens_file", "path": "train_*.bin", "val_path": "val_000000.bin"}
+    data.update(keys, vocab_size=256)
+    path = write_experiment(tmp_path / "e.yaml", data=data)
+    args = ["--results-dir", str(tmp_path / "r"), "--report-dir", str(tmp_path / "rep")]
+    if mistake == "too few ids for the budget":
+        args += ["--set", "train.tokens=1344"]  # 21 steps of 64 ids: 1,344 of 1,000
+    assert main(["run", str(path), *args]) == 2
+    err = capsys.readouterr().err.strip()
+    assert fragment in err and len(err.splitlines()) == 1 and str(path) in err
+    assert not (tmp_path / "r").exists() and not (tmp_path / "rep").exists()
 
 
 def test_missing_experiment_file_and_results_folder(

@@ -1,5 +1,6 @@
-"""Typed schema of one run's configuration: every section (data, model and its norm, train and
-its stability criterion and probes; runtime: :mod:`ablate.core.runtime`), key and default.
+"""Typed schema of one run's configuration: every section (model and its norm, train and its
+stability criterion and probes; data: :mod:`ablate.core.data_config`; runtime:
+:mod:`ablate.core.runtime`), key and default.
 
 An experiment file is YAML with a *base* (``data``, ``model``, ``train``, ``runtime``), a list of
 ``seeds`` and named ``variants``. Each variant is a mapping of dotted keys to values
@@ -13,13 +14,14 @@ and words those lines).
 from __future__ import annotations
 
 import re
-from typing import Annotated, Any, Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from ablate.core.data_config import DataConfig
 from ablate.core.norm_kinds import KINDS, with_kernel
 from ablate.core.runtime import RuntimeConfig
-from ablate.core.section import SEED_LIMIT, StrictSection
+from ablate.core.section import StrictSection
 
 NormKind = Literal[tuple(KINDS)]  # type: ignore[valid-type]  # the kinds of ablate.core.norm_kinds
 Placement = Literal["pre", "post", "sandwich", "deepnorm", "reordered", "none"]
@@ -29,7 +31,6 @@ Precision = Literal["32", "bf16-mixed", "bf16-true", "16-mixed", "16-true"]
 NormImpl = Literal["auto", "reference", "torch", "cpp"]
 
 NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
-Seed = Annotated[int, Field(ge=0, lt=SEED_LIMIT)]
 
 
 class NormConfig(StrictSection):
@@ -129,58 +130,6 @@ class NormConfig(StrictSection):
             raise ValueError(
                 "model.norm.depth_scale: scales the norm before each sublayer; placement "
                 f"{self.placement} has none (allowed: {', '.join(DEPTH_SCALED)})"
-            )
-        return self
-
-
-class DataConfig(StrictSection):
-    """Corpus, tokenization, split and batch-order seed."""
-
-    source: Literal["builtin_text", "synthetic", "text_file", "tokens_file"] = "builtin_text"
-    path: str | None = Field(None, description="file for text_file / tokens_file")
-    val_path: str | None = Field(
-        None, description="tokens_file: a separate validation file (val_fraction then unused)"
-    )
-    tokenizer: Literal["byte", "char", "bpe"] = "byte"
-    bpe_vocab_size: int = Field(
-        1024, ge=257, le=65536, description="bpe: ids in all (the 256 bytes and the merges)"
-    )
-    vocab_size: int | None = Field(
-        None, ge=2, le=65536, description="tokens_file: vocabulary size (default: max id + 1)"
-    )
-    val_fraction: float = Field(0.1, gt=0, lt=0.5)
-    test_fraction: float = Field(
-        0.0,
-        ge=0,
-        lt=0.5,
-        description="a test split held out after validation (the last test_fraction of the "
-        "ids), scored only at evaluations, never selected on; 0: none",
-    )
-    seed: Seed | None = Field(None, description="seed of the batch order; default: the run's seed")
-    synthetic_vocab: int = Field(64, ge=4, le=4096)
-    synthetic_tokens: int = Field(200_000, ge=10_000, le=50_000_000)
-    synthetic_branching: int = Field(4, ge=1, le=64)
-    synthetic_seed: Seed = 1234
-
-    @model_validator(mode="after")
-    def _path_needed(self) -> DataConfig:
-        if self.source in ("text_file", "tokens_file") and not self.path:
-            raise ValueError(f"data.source {self.source} needs data.path (a local file)")
-        if self.tokenizer == "bpe" and self.source not in ("text_file", "builtin_text"):
-            raise ValueError(
-                f"data.tokenizer: bpe needs text (text_file or builtin_text), not {self.source}"
-            )
-        if self.val_path and self.source != "tokens_file":
-            raise ValueError(f"data.val_path: only for source tokens_file, not {self.source}")
-        if self.test_fraction and (self.source == "tokens_file" or self.tokenizer == "bpe"):
-            raise ValueError(
-                "data.test_fraction: only for in-memory byte or char ids (builtin_text, "
-                f"synthetic, text_file), not source {self.source} with tokenizer {self.tokenizer}"
-            )
-        if self.val_fraction + self.test_fraction >= 0.5:
-            raise ValueError(
-                f"data.val_fraction + data.test_fraction ({self.val_fraction:g} + "
-                f"{self.test_fraction:g}) must stay below 0.5: most ids are for training"
             )
         return self
 

@@ -14,7 +14,8 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from ablate.core.claims import ClaimConfig
-from ablate.core.config import RunConfig, Seed, StrictSection
+from ablate.core.config import RunConfig
+from ablate.core.section import Seed, StrictSection
 from ablate.core.stage_sections import (
     CurveConfig,
     DecideConfig,

@@ -26,7 +26,8 @@ import yaml
 from pydantic import ValidationError
 
 from ablate.core.checks import check_claims, check_curve_stop, check_decide
-from ablate.core.config import NAME_PATTERN, SEED_LIMIT, RunConfig
+from ablate.core.config import NAME_PATTERN, RunConfig
+from ablate.core.data_paths import check_data_files, resolve_paths
 from ablate.core.errors import ConfigError
 from ablate.core.experiment import ConvertConfig, ConvertPlan, Experiment, ExperimentFile
 from ablate.core.norm_kinds import KIND_KEYS
@@ -39,6 +40,7 @@ from ablate.core.overrides import (
     set_dotted,
     unread_key,
 )
+from ablate.core.section import SEED_LIMIT
 from ablate.core.validation import format_validation
 
 # logger name -> the packages that provide it (any one of them will do)
@@ -96,15 +98,6 @@ def _read_yaml(path: Path) -> dict[str, Any]:
     return raw
 
 
-def _resolve_paths(section: dict[str, Any], base_dir: Path) -> dict[str, Any]:
-    """Make ``data.path`` and ``data.val_path`` absolute relative to the experiment file."""
-    for key in ("path", "val_path"):
-        path = section.get(key)
-        if isinstance(path, str) and path and not Path(path).is_absolute():
-            section = {**section, key: str((base_dir / path).resolve())}
-    return section
-
-
 def build_run_config(raw: dict[str, Any], where: str) -> RunConfig:
     """Validate one run's raw sections into a RunConfig, or raise a one-line ConfigError."""
     try:
@@ -120,21 +113,6 @@ def _check_keys_read(keys: Iterable[str], configs: list[RunConfig], at: str) -> 
         unread = [unread_key(config, [key]) for config in configs]
         if configs and all(unread) and unread[0]:
             raise ConfigError(f"{at}{key}: changes nothing in any variant: {unread[0][1]}")
-
-
-def _check_data_file(config: RunConfig, where: str) -> None:
-    data = config.data
-    if data.path is not None and data.source in ("text_file", "tokens_file"):
-        if not Path(data.path).is_file():
-            raise ConfigError(
-                f"{where}: data.path: file not found: {data.path}", "data.path", "file_not_found"
-            )
-    if data.val_path is not None and not Path(data.val_path).is_file():
-        raise ConfigError(
-            f"{where}: data.val_path: file not found: {data.val_path}",
-            "data.val_path",
-            "file_not_found",
-        )
 
 
 def _check_loggers(config: RunConfig, where: str) -> None:
@@ -178,9 +156,9 @@ def _variant_config(
 ) -> RunConfig:
     """The validated RunConfig of one variant: base plus its dotted overrides, all checks."""
     merged = apply_overrides(base_raw, overrides, where)
-    merged["data"] = _resolve_paths(merged["data"], base_dir)
+    merged["data"] = resolve_paths(merged["data"], base_dir, where)
     config = build_run_config(merged, where)
-    _check_data_file(config, where)
+    check_data_files(config, where)
     _check_budget(config, where)
     _check_loggers(config, where)
     _check_model_source(config, where)
@@ -306,13 +284,13 @@ def resolve_experiment(
             "less_than",
         )
     base_raw = {
-        "data": _resolve_paths(top.data, path.parent),
+        "data": resolve_paths(top.data, path.parent, where),
         "model": top.model,
         "train": top.train,
         "runtime": top.runtime,
     }
     base = build_run_config(base_raw, where)
-    _check_data_file(base, where)
+    check_data_files(base, where)
     factors = expand_grid(top.grid, where)
     named = {str(k): v for k, v in top.variants.items()}
     clash = sorted(set(named) & set(factors))

@@ -29,6 +29,8 @@ LATER_KEYS: dict[tuple[str, str], Any] = {
     ("data", "val_path"): None,
     ("data", "bpe_vocab_size"): 1024,
     ("data", "test_fraction"): 0.0,
+    ("data", "token_dtype"): "uint16",
+    ("data", "header_magics"): [],
     ("model", "mlp"): "gelu",
     ("model", "position"): "learned",
     ("model", "linear_bias"): True,

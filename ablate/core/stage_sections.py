@@ -10,7 +10,7 @@ from typing import Literal
 
 from pydantic import Field, model_validator
 
-from ablate.core.config import Seed, StrictSection
+from ablate.core.section import Seed, StrictSection
 
 
 def _check_range(low: float, high: float, what: str) -> None:

@@ -66,7 +66,23 @@ def check_corpora(experiment: Experiment) -> dict[str, Corpus]:
             except DataError as exc:
                 raise DataError(f"{experiment.path}: variants.{name}: {exc}") from None
         corpora[name] = cache[key]
+        check_epochs(cfg, corpora[name], f"{experiment.path}: variants.{name}")
     return corpora
+
+
+def check_epochs(cfg: RunConfig, corpus: Corpus, where: str) -> None:
+    """Refuse a token file or shard set too small for the budget: a run that would read its
+    training ids more than once (windows are drawn at random, so more than one epoch of them
+    repeats what the model saw), saying how many epochs the plan would read."""
+    if cfg.data.source != "tokens_file":
+        return
+    budget = cfg.steps() * cfg.tokens_per_step()
+    if budget > len(corpus.train):
+        raise DataError(
+            f"{where}: data.path: train.tokens {budget:,} would read its "
+            f"{len(corpus.train):,} training ids {budget / len(corpus.train):.2f} times over "
+            "(epochs); give more data or fewer train.tokens"
+        )
 
 
 def check_models(experiment: Experiment, corpora: dict[str, Corpus]) -> None:

@@ -98,18 +98,29 @@ def _model_text(c: dict[str, Any]) -> str:
     )
 
 
+def files_text(path: str | list[str] | None) -> str:
+    """``data.path`` in a line: the file, or a shard set's count, first and last file."""
+    if not path:
+        return ""
+    if isinstance(path, str):
+        return f" {path}"
+    return f" {len(path)} shards ({path[0]} … {path[-1]})"
+
+
 def _data_text(c: dict[str, Any], vocab: object) -> str:
     source = c["data.source"]
-    where = f" {c['data.path']}" if c.get("data.path") else ""
+    where = files_text(c.get("data.path"))
     tokenizer = c["data.tokenizer"]
     if tokenizer == "bpe":
         tokenizer = f"bpe ({c['data.bpe_vocab_size']} ids, trained on the train split)"
     test = c.get("data.test_fraction") or 0
     held_out = f", then a held-out test fraction {test}" if test else ""
-    return (
-        f"{source}{where}, tokenizer {tokenizer}, vocabulary {vocab}, validation fraction "
-        f"{c['data.val_fraction']}{held_out}"
+    validation = (
+        f"validation from{files_text(c['data.val_path'])}"
+        if c.get("data.val_path")
+        else f"validation fraction {c['data.val_fraction']}"
     )
+    return f"{source}{where}, tokenizer {tokenizer}, vocabulary {vocab}, {validation}{held_out}"
 
 
 def _training_text(c: dict[str, Any], steps: object) -> str:

@@ -6,9 +6,11 @@ Four sources (``data.source``):
   CPython, byte-level (vocabulary 256);
 - ``synthetic``: a random first-order Markov chain with a known entropy rate (the loss floor);
 - ``text_file``: any local UTF-8 file, byte- or char-level;
-- ``tokens_file``: pre-tokenized ids, raw uint16 (nanoGPT's ``train.bin``) or ``.npy``, of any
-  size: memory-mapped, never read whole (:mod:`ablate.training.tokens`); validation from the
-  same file (the last ``val_fraction``) or from ``data.val_path`` (nanoGPT's ``val.bin``).
+- ``tokens_file``: pre-tokenized ids of any size, one file or a shard set (a glob or a list,
+  read in order as one run of ids): raw uint16 (nanoGPT's ``train.bin``) or uint32, ``.npy``,
+  or llm.c's headered shards (modded-nanogpt's fineweb10B); memory-mapped, never read whole
+  (:mod:`ablate.training.tokens`); validation from the same ids (the last ``val_fraction``) or
+  from ``data.val_path`` (nanoGPT's ``val.bin``, a validation shard).
 
 The split is the last ``val_fraction`` of the tokens; with ``test_fraction`` a test split is held
 out after it (train | val | test), which only evaluations score and no stage selects on. The
@@ -35,7 +37,7 @@ from ablate.core.config import DataConfig
 from ablate.core.errors import DataError
 from ablate.core.plan import RunSpec
 from ablate.nn.model import name_seed
-from ablate.training import tokens
+from ablate.training import token_formats, tokens
 
 
 @dataclass(frozen=True)
@@ -55,10 +57,16 @@ class Corpus:
 def unigram_loss(train: np.ndarray, val: np.ndarray, vocab_size: int) -> float:
     """Cross-entropy (nats/token) on ``val`` of the token frequencies of ``train`` with add-½
     smoothing: what a model that learned only unigram statistics scores (the trivial floor)."""
-    counts = np.bincount(train, minlength=vocab_size).astype(np.float64) + 0.5
+    return counted_loss(
+        np.bincount(train, minlength=vocab_size), np.bincount(val, minlength=vocab_size)
+    )
+
+
+def counted_loss(train_counts: np.ndarray, val_counts: np.ndarray) -> float:
+    """:func:`unigram_loss` from each split's counts of every id."""
+    counts = train_counts.astype(np.float64) + 0.5
     log_probs = np.log(counts / counts.sum())
-    scored = np.bincount(val, minlength=vocab_size)  # counts, not a per-token array: bounded
-    return float(-(scored * log_probs).sum() / scored.sum())
+    return float(-(val_counts * log_probs).sum() / val_counts.sum())
 
 
 def builtin_text() -> bytes:
@@ -163,25 +171,32 @@ def _check_windows(train: Sized, val: Sized, seq_len: int) -> None:
         )
 
 
+def files_of(value: str | list[str]) -> list[Path]:
+    """``data.path`` or ``data.val_path`` as its files, in order (the loader expanded globs)."""
+    return [Path(v) for v in ([value] if isinstance(value, str) else value)]
+
+
 def token_file_corpus(cfg: DataConfig, seq_len: int) -> Corpus:
     """A ``tokens_file`` corpus, memory-mapped (:mod:`ablate.training.tokens`): ``data.path``
-    split by ``val_fraction``, or ``data.path`` for training and ``data.val_path`` for
-    validation."""
-    path = Path(cfg.path or "")
+    (one file or a shard set) split by ``val_fraction``, or ``data.path`` for training and
+    ``data.val_path`` for validation, which may share no file with it, by path or by content."""
+    magics = tuple(cfg.header_magics)
+    dtype = np.dtype(cfg.token_dtype)
     for key, needed in (("path", cfg.path), ("val_path", cfg.val_path)):
-        if needed is not None and not Path(needed).is_file():
-            raise DataError(f"data.{key}: file not found: {needed}")
+        for file in files_of(needed) if needed else []:
+            if not file.is_file():
+                raise DataError(f"data.{key}: file not found: {file}")
     try:
+        whole = token_formats.open_set(files_of(cfg.path or ""), dtype, magics)
         if cfg.val_path:
-            train, val = tokens.open_tokens(path), tokens.open_tokens(Path(cfg.val_path))
+            train, val = whole, token_formats.open_set(files_of(cfg.val_path), dtype, magics)
         else:
-            whole = tokens.open_tokens(path)
             train, val = whole.split(len(whole) - int(len(whole) * cfg.val_fraction))
         _check_windows(train, val, seq_len)
-        vocab, digest = tokens.scan(train, val, cfg.vocab_size)
+        vocab, digest = tokens.scan(train, val, cfg.vocab_size, separate=bool(cfg.val_path))
     except tokens.TokenFileError as exc:
         raise DataError(str(exc)) from None
-    floor = unigram_loss(tokens.sample(train), tokens.sample(val), vocab)
+    floor = counted_loss(tokens.unigram_counts(train, vocab), tokens.unigram_counts(val, vocab))
     return Corpus(tokens.MappedIds(train), tokens.MappedIds(val), vocab, digest, None, floor)
 
 

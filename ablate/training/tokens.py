@@ -1,15 +1,22 @@
-"""Token files of any size: memory-mapped for batches, scanned in bounded chunks, never read whole.
+"""Token files and shard sets of any size: memory-mapped for batches, scanned in bounded chunks,
+never read whole.
 
-A ``tokens_file`` (raw uint16 like nanoGPT's ``train.bin``, or ``.npy``) is opened as a
-:class:`TokenSpan`; batches read only their windows' pages through a memory map. What a run
-needs from the whole file — every id checked (non-negative, below the vocabulary), the digest
-and the unigram floor — comes from one :func:`scan`: :data:`CHUNK` ids at a time through one
-reused buffer, so memory stays bounded whatever the size. Spans of up to :data:`EXACT_LIMIT` ids
-are digested and counted exactly (the digest of an in-memory corpus with the same ids); larger
-ones from :data:`SAMPLE_BLOCKS` evenly spaced blocks of :data:`EXACT_LIMIT` ids in all, plus the
-lengths. A scan's result is cached under :func:`cache_dir`, keyed by each file's path, inode,
-size, modification and status-change times, so the runs of an experiment scan a file once and a
-file rewritten in any way is scanned again.
+A ``tokens_file`` is one file or a shard set, read in order as one run of ids: a
+:class:`TokenSet` of :class:`TokenSpan` (what each file holds and where:
+:mod:`ablate.training.token_formats`). Batches read only their windows' pages through a memory
+map per file (:class:`MappedIds`), so a window reads the same ids however the set is cut into
+files.
+
+What a run needs from the whole set — every id checked (non-negative, below the vocabulary),
+the digest and the unigram floor — comes from one :func:`scan`: :data:`CHUNK` ids at a time
+through one reused buffer, so memory stays bounded whatever the size. Up to
+:data:`EXACT_LIMIT` ids the digest is of the ids as int64 (an in-memory corpus's with the same
+ids); above it, of the raw bytes in order (every id counts, at the speed of reading them). The
+unigram floor of a large set comes from :data:`SAMPLE_BLOCKS` evenly spaced blocks. A scan's
+result is cached under :func:`cache_dir`, keyed by each file's path, inode, size, modification
+and status-change times, so the runs of an experiment scan a set once and a file rewritten in
+any way is scanned again. :func:`check_disjoint` refuses a validation file that is a training
+file too.
 """
 
 from __future__ import annotations
@@ -28,7 +35,9 @@ from ablate.core.folders import write_json_atomic
 CHUNK = 1 << 24  # ids per bounded read (32 MiB of uint16)
 EXACT_LIMIT = 1 << 24  # up to 16 Mi ids: exact digest and unigram counts
 SAMPLE_BLOCKS = 64  # above it: this many evenly spaced blocks
-CACHE_VERSION = 1  # bump when what a scan computes changes
+CACHE_VERSION = 2  # bump when what a scan computes changes (2: large sets digested whole)
+COUNT_BLOCK = 1 << 20  # ids per bincount in unigram_counts (8 MiB as int64)
+FINGERPRINT = 1 << 20  # bytes read from each end of a file to find a repeated file cheaply
 
 
 class TokenFileError(ValueError):
@@ -92,92 +101,182 @@ class TokenSpan:
         return [str(self.path.resolve()), stat.st_ino, stat.st_size, *times, *place]
 
 
-class MappedIds:
-    """A span's ids for batches: a memory map, made on first use, that pickles as the span, so a
-    spawned DDP process maps the file itself instead of receiving a copy of it."""
+@dataclass(frozen=True)
+class TokenSet:
+    """Spans read in order as one run of ids: a shard set, or one file (one span)."""
 
-    def __init__(self, span: TokenSpan) -> None:
-        self.span = span
-        self._map: np.ndarray | None = None
+    spans: tuple[TokenSpan, ...]
 
     def __len__(self) -> int:
-        return len(self.span)
+        return sum(len(s) for s in self.spans)
 
     @property
-    def array(self) -> np.ndarray:
-        if self._map is None:
-            self._map = self.span.memory_map()
-        return self._map
+    def starts(self) -> np.ndarray:
+        """Where each span's ids begin in the set, and the set's length after them."""
+        return np.concatenate([[0], np.cumsum([len(s) for s in self.spans])]).astype(np.int64)
+
+    def split(self, at: int) -> tuple[TokenSet, TokenSet]:
+        """The ids before ``at`` and from ``at`` on (a span that straddles ``at`` is cut)."""
+        head: list[TokenSpan] = []
+        tail: list[TokenSpan] = []
+        for span, start in zip(self.spans, self.starts, strict=False):
+            if start + len(span) <= at:
+                head.append(span)
+            elif start >= at:
+                tail.append(span)
+            else:
+                before, after = span.split(int(at - start))
+                head.append(before)
+                tail.append(after)
+        return TokenSet(tuple(head)), TokenSet(tuple(tail))
+
+    def read(self, start: int, count: int) -> np.ndarray:
+        """``count`` ids from ``start`` (clipped to the set), across files, in a new array."""
+        pieces = []
+        for span, first in zip(self.spans, self.starts, strict=False):
+            lo, hi = max(start, int(first)), min(start + count, int(first) + len(span))
+            if lo < hi:
+                pieces.append(span.read(lo - int(first), hi - lo))
+        dtype = self.spans[0].dtype if self.spans else np.dtype(np.uint16)
+        return np.concatenate(pieces) if pieces else np.zeros(0, dtype=dtype)
+
+    def chunks(self) -> Iterator[np.ndarray]:
+        """Every span's :meth:`TokenSpan.chunks`, in order (one reused buffer per span)."""
+        for span in self.spans:
+            yield from span.chunks()
+
+    def identity(self) -> list[object]:
+        """Each span's :meth:`TokenSpan.identity`, in order."""
+        return [span.identity() for span in self.spans]
+
+
+class MappedIds:
+    """A set's ids for batches: a memory map per file, made on first use, that pickles as the
+    set, so a spawned DDP process maps the files itself instead of receiving a copy of them."""
+
+    def __init__(self, ids: TokenSet) -> None:
+        self.ids = ids
+        self._maps: list[np.ndarray] | None = None
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    @property
+    def maps(self) -> list[np.ndarray]:
+        if self._maps is None:
+            self._maps = [span.memory_map() for span in self.ids.spans]
+        return self._maps
 
     def __getitem__(self, index: np.ndarray) -> np.ndarray:
-        return np.asarray(self.array[index])
+        """The ids at ``index`` (an array of positions in the set, any shape)."""
+        index = np.asarray(index)
+        if len(self.maps) == 1:
+            return np.asarray(self.maps[0][index])
+        starts = self.ids.starts
+        which = np.searchsorted(starts, index, side="right") - 1
+        found = np.empty(index.shape, dtype=np.result_type(*(m.dtype for m in self.maps)))
+        for k in np.unique(which):
+            inside = which == k
+            found[inside] = self.maps[k][index[inside] - starts[k]]
+        return found
 
-    def __getstate__(self) -> dict[str, TokenSpan]:
-        return {"span": self.span}
+    def __getstate__(self) -> dict[str, TokenSet]:
+        return {"ids": self.ids}
 
-    def __setstate__(self, state: dict[str, TokenSpan]) -> None:
-        self.span, self._map = state["span"], None
-
-
-def open_tokens(path: Path) -> TokenSpan:
-    """The ids of a raw uint16 or ``.npy`` file (1-D, integer), without reading them."""
-    if path.suffix == ".npy":
-        try:
-            header = np.load(path, mmap_mode="r", allow_pickle=False)
-        except ValueError:
-            raise TokenFileError(f"{path}: not a readable .npy array (numpy.save format)") from None
-        if header.ndim != 1 or not np.issubdtype(header.dtype, np.integer):
-            raise TokenFileError(
-                f"{path}: must hold a 1-D integer array, got {header.dtype}{header.shape}"
-            )
-        offset = header.offset if isinstance(header, np.memmap) else 0
-        return TokenSpan(path, header.dtype, offset, len(header))
-    size = path.stat().st_size
-    if size % 2:
-        raise TokenFileError(f"{path}: raw token files are uint16; the size must be even")
-    return TokenSpan(path, np.dtype(np.uint16), 0, size // 2)
+    def __setstate__(self, state: dict[str, TokenSet]) -> None:
+        self.ids, self._maps = state["ids"], None
 
 
-def checked_vocab(spans: list[TokenSpan], vocab_size: int | None) -> int:
-    """The vocabulary: ``vocab_size``, else the largest id + 1; every id is checked against it
-    (and, for a signed dtype, for being >= 0) one chunk at a time."""
-    top = 0
-    for span in spans:
-        signed = np.issubdtype(span.dtype, np.signedinteger)
-        for piece in span.chunks():
-            if signed and int(piece.min()) < 0:
-                raise TokenFileError(f"{span.path}: token ids must be >= 0, found {piece.min()}")
-            top = max(top, int(piece.max()) + 1)
-            if vocab_size is not None and top > vocab_size:
-                raise TokenFileError(
-                    f"{span.path}: token id {top - 1} >= data.vocab_size {vocab_size}"
-                )
-    return vocab_size or top
-
-
-def sample(span: TokenSpan) -> np.ndarray:
-    """All of ``span`` up to :data:`EXACT_LIMIT` ids, else :data:`SAMPLE_BLOCKS` evenly spaced
-    blocks that add up to :data:`EXACT_LIMIT`."""
-    if len(span) <= EXACT_LIMIT:
-        return span.read(0, len(span))
-    block = EXACT_LIMIT // SAMPLE_BLOCKS
-    starts = np.linspace(0, len(span) - block, SAMPLE_BLOCKS).astype(np.int64)
-    return np.concatenate([span.read(int(s), block) for s in starts])
-
-
-def digest(spans: list[TokenSpan]) -> str:
-    """sha256 prefix of the ids as int64, streamed; for spans over :data:`EXACT_LIMIT` ids in
-    all, of their lengths and :func:`sample` of each."""
+def scanned(sets: list[TokenSet], vocab_size: int | None) -> tuple[int, str]:
+    """One pass over every id: the vocabulary (``vocab_size``, else the largest id + 1; every
+    id checked against it and, for a signed dtype, for being >= 0) and the digest (of the ids
+    as int64 up to :data:`EXACT_LIMIT` ids in all, else of the raw bytes with each set's dtype
+    and length), one chunk at a time."""
+    exact = sum(len(s) for s in sets) <= EXACT_LIMIT
     h = hashlib.sha256()
-    if sum(len(s) for s in spans) <= EXACT_LIMIT:
-        for span in spans:
+    top = 0
+    for ids in sets:
+        if not exact:
+            dtype = ids.spans[0].dtype.str if ids.spans else ""
+            h.update(f"raw:{dtype}:{len(ids)}:".encode())
+        for span in ids.spans:
+            signed = np.issubdtype(span.dtype, np.signedinteger)
             for piece in span.chunks():
-                h.update(piece.astype(np.int64).tobytes())
-    else:
-        for span in spans:
-            h.update(f"sampled:{len(span)}:".encode())
-            h.update(sample(span).astype(np.int64).tobytes())
-    return h.hexdigest()[:16]
+                if signed and int(piece.min()) < 0:
+                    raise TokenFileError(
+                        f"{span.path}: token ids must be >= 0, found {piece.min()}"
+                    )
+                top = max(top, int(piece.max()) + 1)
+                if vocab_size is not None and top > vocab_size:
+                    raise TokenFileError(
+                        f"{span.path}: token id {top - 1} >= data.vocab_size {vocab_size}"
+                    )
+                h.update(piece.astype(np.int64).tobytes() if exact else piece)
+    return vocab_size or top, h.hexdigest()[:16]
+
+
+def sampled(ids: TokenSet) -> list[tuple[int, int]]:
+    """Where :func:`sample` reads, as (start, count): all of ``ids`` up to
+    :data:`EXACT_LIMIT` ids, else :data:`SAMPLE_BLOCKS` evenly spaced blocks that add up to
+    :data:`EXACT_LIMIT`."""
+    if len(ids) <= EXACT_LIMIT:
+        return [(0, len(ids))]
+    block = EXACT_LIMIT // SAMPLE_BLOCKS
+    starts = np.linspace(0, len(ids) - block, SAMPLE_BLOCKS).astype(np.int64)
+    return [(int(s), block) for s in starts]
+
+
+def sample(ids: TokenSet) -> np.ndarray:
+    """The ids :func:`sampled` names, in one array (across files as one run of ids)."""
+    return np.concatenate([ids.read(start, count) for start, count in sampled(ids)])
+
+
+def unigram_counts(ids: TokenSet, vocab_size: int) -> np.ndarray:
+    """How often each id occurs in :func:`sample`, counted :data:`COUNT_BLOCK` ids at a time
+    (a bincount converts its input to int64: whole, it would hold 8 bytes an id at once)."""
+    counts = np.zeros(vocab_size, dtype=np.int64)
+    for start, count in sampled(ids):
+        for at in range(start, start + count, COUNT_BLOCK):
+            piece = ids.read(at, min(COUNT_BLOCK, start + count - at))
+            counts += np.bincount(piece, minlength=vocab_size)
+    return counts
+
+
+def fingerprint(span: TokenSpan) -> str:
+    """sha256 prefix of a span's size and the first and last :data:`FINGERPRINT` bytes of its
+    ids: equal for the same file content, and cheap whatever the size."""
+    size = len(span) * span.dtype.itemsize
+    h = hashlib.sha256(f"{span.dtype.str}:{len(span)}:".encode())
+    with span.path.open("rb") as handle:
+        for start in (0, max(0, size - FINGERPRINT)):
+            handle.seek(span.offset + start)
+            h.update(handle.read(min(FINGERPRINT, size)))
+    return h.hexdigest()[:24]
+
+
+def content_digest(span: TokenSpan) -> str:
+    """sha256 of a span's ids, read whole in chunks."""
+    h = hashlib.sha256()
+    for piece in span.chunks():
+        h.update(piece)
+    return h.hexdigest()
+
+
+def check_disjoint(train: TokenSet, val: TokenSet) -> None:
+    """Refuse a validation file that is a training file too, by path or by content (the same
+    :func:`fingerprint`, then the same :func:`content_digest`)."""
+    seen = {span.path.resolve(): span for span in train.spans}
+    for span in val.spans:
+        if span.path.resolve() in seen:
+            raise TokenFileError(f"{span.path}: is both a training and a validation file")
+    prints: dict[str, TokenSpan] = {fingerprint(span): span for span in train.spans}
+    for span in val.spans:
+        twin = prints.get(fingerprint(span))
+        if twin is not None and content_digest(twin) == content_digest(span):
+            raise TokenFileError(
+                f"{span.path}: holds the same ids as training file {twin.path}: validation "
+                "must be data the model did not train on"
+            )
 
 
 def cache_dir() -> Path:
@@ -189,9 +288,13 @@ def cache_dir() -> Path:
     return Path(base) / "ablate"
 
 
-def scan(train: TokenSpan, val: TokenSpan, vocab_size: int | None) -> tuple[int, str]:
-    """The checked vocabulary and the digest of a train / val pair, from the cache when the
-    files are unchanged since they were last scanned."""
+def scan(
+    train: TokenSet, val: TokenSet, vocab_size: int | None, separate: bool = False
+) -> tuple[int, str]:
+    """The checked vocabulary and the digest of a train / val pair (:func:`scanned`), from the
+    cache when the files are unchanged since they were last scanned; a ``separate`` validation
+    set (``data.val_path``) is first checked to share no file with training
+    (:func:`check_disjoint`), once, like the rest of the scan."""
     identity = [CACHE_VERSION, train.identity(), val.identity(), vocab_size, EXACT_LIMIT]
     key = hashlib.sha256(json.dumps(identity).encode()).hexdigest()[:24]
     path = cache_dir() / "token_scans" / f"{key}.json"
@@ -200,7 +303,10 @@ def scan(train: TokenSpan, val: TokenSpan, vocab_size: int | None) -> tuple[int,
         return int(cached["vocab_size"]), str(cached["digest"])
     except (OSError, ValueError, KeyError):
         pass
-    found = {"vocab_size": checked_vocab([train, val], vocab_size), "digest": digest([train, val])}
+    if separate:
+        check_disjoint(train, val)
+    vocab, digest = scanned([train, val], vocab_size)
+    found = {"vocab_size": vocab, "digest": digest}
     try:
         write_json_atomic(path, {**found, "files": identity})
     except OSError:

@@ -207,6 +207,38 @@ def test_relative_data_path_is_relative_to_the_experiment_file(tmp_path: Path) -
     assert all(c.data.path == str(tmp_path / "corpus.txt") for c in exp.variants.values())
 
 
+def test_a_shard_set_glob_is_its_files_in_sorted_order(tmp_path: Path) -> None:
+    shards = tmp_path / "shards"
+    shards.mkdir()
+    for name in ("train_000002.bin", "train_000000.bin", "train_000001.bin", "val_000000.bin"):
+        (shards / name).write_bytes(b"\x01\x00" * 100)
+    data = {"source": "tokens_file", "path": "shards/train_*.bin"}
+    exp = load_experiment(write_experiment(tmp_path / "e.yaml", data=data))
+    expected = [str(shards / f"train_00000{k}.bin") for k in range(3)]
+    assert all(c.data.path == expected for c in exp.variants.values())
+    listed = {**data, "path": ["shards/train_000001.bin", "shards/train_000000.bin"]}
+    exp = load_experiment(write_experiment(tmp_path / "l.yaml", data=listed))  # as listed
+    assert exp.base.data.path == [
+        str(shards / "train_000001.bin"),
+        str(shards / "train_000000.bin"),
+    ]
+    one = {**data, "path": "shards/val_*.bin"}  # one match: one file, as before
+    assert load_experiment(write_experiment(tmp_path / "o.yaml", data=one)).base.data.path == str(
+        shards / "val_000000.bin"
+    )
+
+
+def test_a_shard_set_that_names_nothing_or_is_not_tokens_is_refused(tmp_path: Path) -> None:
+    none = _error(tmp_path, "data: {source: tokens_file, path: shards/train_*.bin}\n")
+    assert none == ("data.path", "file_not_found")
+    (tmp_path / "a.txt").write_text("hello " * 100)
+    (tmp_path / "b.txt").write_text("world " * 100)
+    text = _error(tmp_path, "data: {source: text_file, path: '*.txt'}\n")
+    assert text == ("data.path", "value_error")  # a text file is one file
+    dtype = _error(tmp_path, "data: {token_dtype: uint32}\n")
+    assert dtype == ("data.token_dtype", "value_error")
+
+
 def test_study_sections_are_typed_and_checked(tmp_path: Path) -> None:
     path = tmp_path / "e.yaml"
     path.write_text(

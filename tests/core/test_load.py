@@ -131,6 +131,7 @@ LOADER = (
     "ablate/core/validation.py:",
     "ablate/core/overrides.py:",
     "ablate/core/checks.py:",
+    "ablate/core/data_paths.py:",
 )
 
 

@@ -9,7 +9,7 @@ import pandas as pd
 
 from ablate.core.jobs import JOB_COLUMNS
 from ablate.core.simulate import SIMULATED_IMPL
-from ablate.report.setup import _stage_text, compute_of, compute_text
+from ablate.report.setup import _stage_text, compute_of, compute_text, files_text
 
 
 def _stored(jobs: pd.DataFrame) -> SimpleNamespace:
@@ -67,3 +67,12 @@ def test_compute_sums_the_runs_and_the_invocations() -> None:
     assert compute_of(simulated).simulated  # type: ignore[arg-type]
     unrecorded = compute_of(_stored(pd.DataFrame(columns=JOB_COLUMNS)))  # type: ignore[arg-type]
     assert unrecorded.invocations == 0 and unrecorded.run_minutes == 4.0
+
+
+def test_a_shard_set_is_named_by_its_count_and_ends() -> None:
+    assert files_text(None) == ""
+    assert files_text("/d/train.bin") == " /d/train.bin"
+    shards = [f"/d/fineweb_train_{k:06d}.bin" for k in range(1, 104)]
+    assert files_text(shards) == (
+        " 103 shards (/d/fineweb_train_000001.bin … /d/fineweb_train_000103.bin)"
+    )

@@ -15,6 +15,7 @@ import torch
 
 from ablate.core.config import DataConfig
 from ablate.core.errors import DataError
+from ablate.training import token_formats as formats
 from ablate.training import tokens
 from ablate.training.data import (
     batch_offsets,
@@ -32,8 +33,9 @@ def _ids(n: int = 5000, vocab: int = 300, seed: int = 0) -> np.ndarray:
     return np.minimum(rng.geometric(0.02, n) - 1, vocab - 1).astype(np.uint16)
 
 
-def _corpus(path: Path, **data: object):  # noqa: ANN202
-    return load_corpus(DataConfig(source="tokens_file", path=str(path), **data), SEQ_LEN)
+def _corpus(path: Path | list[Path], **data: object):  # noqa: ANN202
+    files = str(path) if isinstance(path, Path) else [str(p) for p in path]
+    return load_corpus(DataConfig(source="tokens_file", path=files, **data), SEQ_LEN)
 
 
 @pytest.mark.parametrize("suffix", [".bin", ".npy"])
@@ -47,7 +49,7 @@ def test_a_memory_mapped_file_gives_the_batches_of_the_in_memory_ids(
     else:
         ids.tofile(path)
     corpus = _corpus(path, vocab_size=300)
-    assert isinstance(corpus.train.array, np.memmap)  # mapped, not read
+    assert isinstance(corpus.train.maps[0], np.memmap)  # mapped, not read
     assert len(pickle.dumps(corpus.train)) < 1000  # a spawned process maps the file itself
     n_val = int(len(ids) * 0.1)
     train = torch.from_numpy(ids[: len(ids) - n_val].astype(np.int64))
@@ -74,8 +76,8 @@ def test_a_separate_validation_file_is_all_of_the_validation(tmp_path: Path) -> 
     train_ids.tofile(tmp_path / "train.bin")
     val_ids.tofile(tmp_path / "val.bin")
     corpus = _corpus(tmp_path / "train.bin", val_path=str(tmp_path / "val.bin"))
-    assert np.array_equal(corpus.train.array, train_ids)
-    assert np.array_equal(corpus.val.array, val_ids)
+    assert np.array_equal(corpus.train.maps[0], train_ids)
+    assert np.array_equal(corpus.val.maps[0], val_ids)
     assert corpus.vocab_size == int(max(train_ids.max(), val_ids.max())) + 1
     np.append(val_ids, np.uint16(900)).tofile(tmp_path / "bad_val.bin")
     with pytest.raises(DataError, match=r"bad_val\.bin: token id 900 >= data\.vocab_size 300"):
@@ -89,43 +91,42 @@ def test_every_id_is_checked_chunk_by_chunk(
     ids = _ids(3000, vocab=50)
     ids[-1] = 77  # in the last chunk, in the validation split
     ids.tofile(tmp_path / "t.bin")
-    span = tokens.open_tokens(tmp_path / "t.bin")
+    span = formats.open_tokens(tmp_path / "t.bin")
     assert [len(c) for c in span.chunks()] == [64] * 46 + [56]
     assert np.array_equal(np.concatenate([c.copy() for c in span.chunks()]), ids)
     with pytest.raises(tokens.TokenFileError, match="token id 77 >= data.vocab_size 50"):
-        tokens.checked_vocab([span], 50)
-    assert tokens.checked_vocab([span], None) == 78
+        tokens.scanned([tokens.TokenSet((span,))], 50)
+    assert tokens.scanned([tokens.TokenSet((span,))], None)[0] == 78
     signed = _ids(3000).astype(np.int32)
     signed[2000] = -5
     np.save(tmp_path / "s.npy", signed)
     with pytest.raises(tokens.TokenFileError, match="token ids must be >= 0, found -5"):
-        tokens.checked_vocab([tokens.open_tokens(tmp_path / "s.npy")], None)
+        tokens.scanned([formats.open_set([tmp_path / "s.npy"])], None)
 
 
-def test_a_large_file_is_digested_and_counted_from_evenly_spaced_blocks(
+def test_a_large_file_is_digested_whole_and_counted_from_evenly_spaced_blocks(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(tokens, "EXACT_LIMIT", 4096)
     monkeypatch.setattr(tokens, "SAMPLE_BLOCKS", 16)
     ids = _ids(200_000, seed=4)
     ids.tofile(tmp_path / "big.bin")
-    span = tokens.open_tokens(tmp_path / "big.bin")
-    sample = tokens.sample(span)
+    whole = formats.open_set([tmp_path / "big.bin"])
+    sample = tokens.sample(whole)
     assert len(sample) == 4096 and np.array_equal(sample[:256], ids[:256])
     assert np.array_equal(sample[-256:], ids[-256:])  # the blocks reach both ends
-    train, val = span.split(180_000)
+    train, val = whole.split(180_000)
     exact = unigram_loss(ids[:180_000], ids[180_000:], 300)
     estimate = unigram_loss(tokens.sample(train), tokens.sample(val), 300)
     assert abs(estimate - exact) < 0.05 * exact
-    first = tokens.digest([train, val])
+    first = tokens.scanned([train, val], None)[1]
+    raw = hashlib.sha256(b"raw:<u2:180000:" + ids[:180_000].tobytes() + b"raw:<u2:20000:")
+    raw.update(ids[180_000:].tobytes())
+    assert first == raw.hexdigest()[:16]  # every id, as stored
     changed = ids.copy()
-    changed[100] += 1  # inside the first sampled block
+    changed[100_300] += 1  # between the sampled blocks: the digest still sees it
     changed.tofile(tmp_path / "big.bin")
-    assert tokens.digest([train, val]) != first
-    changed[100_300] += 1  # between blocks: a sample cannot see it
-    changed[100] -= 1
-    changed.tofile(tmp_path / "big.bin")
-    assert tokens.digest([train, val]) == first
+    assert tokens.scanned([train, val], None)[1] != first
 
 
 def test_a_scan_is_cached_until_the_file_changes(
@@ -136,8 +137,8 @@ def test_a_scan_is_cached_until_the_file_changes(
     _ids().tofile(path)
     first = _corpus(path)
     scans: list[int] = []
-    real = tokens.checked_vocab
-    monkeypatch.setattr(tokens, "checked_vocab", lambda *a: (scans.append(1), real(*a))[1])
+    real = tokens.scanned
+    monkeypatch.setattr(tokens, "scanned", lambda *a: (scans.append(1), real(*a))[1])
     again = _corpus(path)
     assert scans == [] and (again.vocab_size, again.digest) == (first.vocab_size, first.digest)
     stat = path.stat()
@@ -183,3 +184,112 @@ def test_a_run_on_a_token_file_equals_the_run_on_the_same_ids_in_memory(tmp_path
     assert from_file.status == in_memory.status == "finished"
     for key in ("final_val_loss", "final_train_loss", "data_digest", "init_digest", "unigram_loss"):
         assert getattr(from_file, key) == getattr(in_memory, key), key
+
+
+def _shards(ids: np.ndarray, folder: Path, cuts: list[int], magic: int = 20240520) -> list[Path]:
+    """``ids`` cut at ``cuts`` into llm.c shards ``folder/train_00000k.bin``."""
+    folder.mkdir(exist_ok=True)
+    paths = []
+    for k, part in enumerate(np.split(ids, cuts)):
+        paths.append(folder / f"train_{k:06d}.bin")
+        formats.write_shard(paths[-1], part, magic)
+    return paths
+
+
+def test_a_shard_set_reads_as_the_one_file_it_was_cut_from(tmp_path: Path) -> None:
+    ids = _ids(6000, vocab=300, seed=5)
+    ids.tofile(tmp_path / "one.bin")
+    one = _corpus(tmp_path / "one.bin")
+    cuts = [700, 1900, 2000, 4100]  # five uneven shards
+    headered = _corpus(_shards(ids, tmp_path / "llmc", cuts))
+    npy = []
+    for k, part in enumerate(np.split(ids, [3000])):
+        npy.append(tmp_path / f"part_{k}.npy")
+        np.save(npy[-1], part)
+    for shards in (headered, _corpus(npy)):
+        assert (shards.digest, shards.vocab_size) == (one.digest, one.vocab_size)
+        assert shards.unigram_loss == one.unigram_loss
+        assert len(shards.train) == len(one.train) and len(shards.val) == len(one.val)
+        offsets = batch_offsets(len(one.train), SEQ_LEN, 16, 20, seed=1)
+        offsets[0, :4] = torch.tensor([690, 1895, 1990, 4090])  # windows across the cuts
+        for row in offsets:
+            assert torch.equal(
+                gather_windows(shards.train, row, SEQ_LEN), gather_windows(one.train, row, SEQ_LEN)
+            )
+        last = torch.tensor([len(one.val) - SEQ_LEN - 1])
+        assert torch.equal(
+            gather_windows(shards.val, last, SEQ_LEN), gather_windows(one.val, last, SEQ_LEN)
+        )
+    unpickled = pickle.loads(pickle.dumps(headered.train))
+    assert np.array_equal(unpickled[np.arange(650, 750)], ids[650:750])
+
+
+def test_a_set_split_for_validation_cuts_the_shard_it_falls_in(tmp_path: Path) -> None:
+    ids = _ids(1000, seed=6)
+    whole = formats.open_set(_shards(ids, tmp_path, [300, 600]))
+    train, val = whole.split(450)
+    assert [len(s) for s in train.spans] == [300, 150] and [len(s) for s in val.spans] == [150, 400]
+    assert np.array_equal(val.read(0, 550), ids[450:])
+    assert np.array_equal(train.read(290, 20), ids[290:310])
+
+
+def test_a_validation_file_that_is_a_training_file_is_refused(tmp_path: Path) -> None:
+    paths = _shards(_ids(3000, seed=10), tmp_path, [1000, 2000])
+    with pytest.raises(DataError, match=r"train_000002\.bin: is both a training and a validation"):
+        _corpus(paths, val_path=str(paths[2]))
+    (tmp_path / "val.bin").write_bytes(paths[1].read_bytes())  # a copy under another name
+    with pytest.raises(
+        DataError, match=r"val\.bin: holds the same ids as training file .*train_000001"
+    ):
+        _corpus(paths, val_path=str(tmp_path / "val.bin"))
+    formats.write_shard(tmp_path / "val.bin", _ids(1000, seed=11))
+    assert len(_corpus(paths, val_path=str(tmp_path / "val.bin")).val) == 1000
+
+
+@pytest.mark.trains
+def test_a_run_on_shards_equals_the_run_on_the_file_they_were_cut_from(tmp_path: Path) -> None:
+    from conftest import tiny_config
+
+    from ablate.core.plan import RunSpec
+    from ablate.training.data import builtin_text
+    from ablate.training.run import execute_run
+
+    ids = np.frombuffer(builtin_text(), dtype=np.uint8).astype(np.uint16)
+    ids.tofile(tmp_path / "help.bin")
+    cuts = list(np.linspace(0, len(ids), 6).astype(int)[1:-1])  # five shards
+    layouts = {
+        "one file": str(tmp_path / "help.bin"),
+        "five llm.c shards": [str(p) for p in _shards(ids, tmp_path / "llmc", cuts)],
+        "three .npy shards": [],
+    }
+    for k, part in enumerate(np.split(ids, cuts[::2])):
+        np.save(tmp_path / f"help_{k}.npy", part)
+        layouts["three .npy shards"].append(str(tmp_path / f"help_{k}.npy"))
+    found = {}
+    for name, path in layouts.items():
+        cfg = tiny_config(**{"data.source": "tokens_file", "data.path": path})
+        found[name] = execute_run(RunSpec("e", "a", 0, cfg), tmp_path / name)
+    keys = ("final_val_loss", "final_train_loss", "data_digest", "init_digest", "unigram_loss")
+    one = found["one file"]
+    assert one.status == "finished"
+    for name, result in found.items():
+        assert [getattr(result, k) for k in keys] == [getattr(one, k) for k in keys], name
+
+
+@pytest.mark.trains
+def test_uint32_ids_of_a_128256_token_vocabulary_train(tmp_path: Path) -> None:
+    from conftest import tiny_config
+
+    from ablate.core.plan import RunSpec
+    from ablate.training.run import execute_run
+
+    vocab = 128_256  # Llama 3's
+    ids = np.random.default_rng(12).integers(0, vocab, 6000).astype(np.uint32)
+    paths = [str(p) for p in _shards(ids, tmp_path, [3000], magic=20240801)]
+    cfg = tiny_config(
+        **{"data.source": "tokens_file", "data.path": paths, "data.vocab_size": vocab}
+    )
+    result = execute_run(RunSpec("e", "a", 0, cfg), tmp_path / "run")
+    assert result.status == "finished" and result.steps == cfg.steps()
+    assert abs(result.initial_loss - math.log(vocab)) < 0.5  # the embedding is 128,256 wide
+    assert math.isfinite(result.final_val_loss)
