@@ -33,6 +33,7 @@ from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from multiprocessing.context import BaseContext
 from pathlib import Path
+from types import FrameType
 from typing import Any, TypeVar
 
 from ablate.launch.devices import take_device
@@ -100,12 +101,29 @@ def _init_worker(
     _WORKER.stop, _WORKER.messages = stop, messages
 
 
-def _interrupt_once(signum: int, frame: object) -> None:
+def _interrupt_once(signum: int, frame: FrameType | None) -> None:
     """A worker's first Ctrl-C during a job: stop the experiment and interrupt the job; further
-    ones are ignored while the job stores its interrupted run."""
+    ones are ignored while the job stores its interrupted run. One that lands in a finalizer
+    (a ``__del__`` the garbage collector runs) is sent again :data:`FINALIZER_RETRY_S` later:
+    raised there, Python would print it as a traceback and drop it, and the job train on."""
+    if in_finalizer(frame):
+        threading.Timer(FINALIZER_RETRY_S, os.kill, (os.getpid(), signal.SIGINT)).start()
+        return
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     _WORKER.stop.set()
     raise KeyboardInterrupt
+
+
+FINALIZER_RETRY_S = 0.05  # after a Ctrl-C that landed in a finalizer, when to send it again
+
+
+def in_finalizer(frame: FrameType | None) -> bool:
+    """Whether ``frame`` or a frame it was called from is an object's ``__del__``."""
+    while frame is not None:
+        if frame.f_code.co_name == "__del__":
+            return True
+        frame = frame.f_back
+    return False
 
 
 def in_worker(job: Callable[..., T], *args: Any) -> T | None:

@@ -9,6 +9,7 @@ import random
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -367,3 +368,28 @@ def test_ctrl_c_while_the_report_is_rebuilt_keeps_results_and_no_half_report_is_
         assert {p: p.read_bytes() for p in root.rglob("*") if p.is_file()} == results
     assert main(list(args)) == 0
     assert store.report_is_current(ExperimentFolder(root / "tiny"), reports / "tiny")
+
+
+def test_a_ctrl_c_in_a_finalizer_is_sent_again_not_dropped(monkeypatch: pytest.MonkeyPatch) -> None:
+    # raised in a __del__, KeyboardInterrupt is printed as a traceback and lost (seen in CI:
+    # Lightning's Profiler.__del__); the worker's handler sends it again once out of there
+    from ablate.launch import workers
+
+    sent: list[int] = []
+    monkeypatch.setattr(workers.os, "kill", lambda pid, signum: sent.append(signum))
+    monkeypatch.setattr(workers._WORKER, "stop", threading.Event())
+    previous = signal.getsignal(signal.SIGINT)
+
+    class Collected:
+        def __del__(self) -> None:
+            workers._interrupt_once(signal.SIGINT, sys._getframe())
+
+    try:
+        Collected()  # finalized at once: nothing raised, nothing stopped yet
+        time.sleep(10 * workers.FINALIZER_RETRY_S)
+        assert sent == [signal.SIGINT] and not workers._WORKER.stop.is_set()
+        with pytest.raises(KeyboardInterrupt):
+            workers._interrupt_once(signal.SIGINT, sys._getframe())  # outside: interrupted
+        assert workers._WORKER.stop.is_set() and sent == [signal.SIGINT]
+    finally:
+        signal.signal(signal.SIGINT, previous)
