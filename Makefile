@@ -35,7 +35,7 @@ WARM := import importlib, pkgutil, ablate, optuna, pytest, xdist, importlinter; 
 KERNEL := from ablate.nn.fast_norms import cpp_unavailable_reason; cpp_unavailable_reason()
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install --quiet --no-compile -e '.[dev,litgpt]' --config-settings editable_mode=compat
+	$(BIN)/pip install --quiet --no-compile -e '.[dev,litgpt,data]' --config-settings editable_mode=compat
 	PYTHONDONTWRITEBYTECODE= $(BIN)/python -c '$(WARM)' & warm=$$!; \
 	$(BIN)/python -c '$(KERNEL)' && wait $$warm
 	touch $@

@@ -804,3 +804,21 @@ def test_primary_only_leaves_out_the_secondary_stages_and_keeps_the_primary_verd
     assert set(primary["estimand"]) < set(full["estimand"])  # no usable LR, no divergence edge
     cost = pd.read_csv(tmp_path / "only" / "tiny" / "cost.csv")
     assert {"usable", "max_lr"}.isdisjoint(cost["stage"])
+
+
+def test_a_text_dataset_without_its_column_exits_2_and_writes_nothing(
+    tmp_path: Path, capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    pq.write_table(pa.table({"body": ["hello world\n"] * 500}), tmp_path / "t.parquet")
+    data = {"source": "text_dataset", "path": "*.parquet"}
+    path = write_experiment(tmp_path / "e.yaml", data=data)
+    args = ["--results-dir", str(tmp_path / "r"), "--report-dir", str(tmp_path / "rep")]
+    monkeypatch.setenv("ABLATE_CACHE", str(tmp_path / "cache"))
+    assert main(["run", str(path), *args]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "t.parquet: no column 'text' (data.text_column)" in err and len(err.splitlines()) == 1
+    assert not (tmp_path / "r").exists() and not (tmp_path / "rep").exists()
+    assert not list((tmp_path / "cache").rglob("*.bin"))  # nothing tokenized either

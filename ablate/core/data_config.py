@@ -13,16 +13,24 @@ from ablate.core.section import Seed, StrictSection
 class DataConfig(StrictSection):
     """Corpus, tokenization, split and batch-order seed."""
 
-    source: Literal["builtin_text", "synthetic", "text_file", "tokens_file"] = "builtin_text"
+    source: Literal["builtin_text", "synthetic", "text_file", "tokens_file", "text_dataset"] = (
+        "builtin_text"
+    )
     path: str | list[str] | None = Field(
         None,
         description="file for text_file / tokens_file; tokens_file also a shard set: a glob "
-        "(its files in sorted order) or a list, read in order as one run of ids",
+        "(its files in sorted order) or a list, read in order as one run of ids; text_dataset: "
+        "parquet files (a glob or a list) or a Hugging Face save_to_disk folder",
     )
     val_path: str | list[str] | None = Field(
         None,
-        description="tokens_file: a separate validation file or shard set (val_fraction then "
-        "unused)",
+        description="tokens_file, text_dataset: a separate validation file, shard set or "
+        "dataset (val_fraction then unused)",
+    )
+    text_column: str = Field(
+        "text",
+        description="text_dataset: the column to read: text (tokenized by data.tokenizer) or "
+        "token ids (a list of ints a row, read as they are)",
     )
     token_dtype: Literal["uint16", "uint32"] = Field(
         "uint16",
@@ -34,7 +42,17 @@ class DataConfig(StrictSection):
         description="tokens_file: magic numbers of llm.c-layout shards (256 int32 of header, "
         "then token_dtype ids) beside the known 20240520 (uint16) and 20240801 (uint32)",
     )
-    tokenizer: Literal["byte", "char", "bpe"] = "byte"
+    tokenizer: Literal["byte", "char", "bpe", "file"] = "byte"
+    tokenizer_file: str | None = Field(
+        None,
+        description="tokenizer file: a local Hugging Face tokenizer.json (text_file, "
+        "text_dataset); relative to the experiment file",
+    )
+    eos_token: str | None = Field(
+        None,
+        description="text_dataset with a tokenizer file: a token of its vocabulary appended "
+        "after each row (a document), e.g. <|endoftext|>",
+    )
     bpe_vocab_size: int = Field(
         1024, ge=257, le=65536, description="bpe: ids in all (the 256 bytes and the merges)"
     )
@@ -60,15 +78,33 @@ class DataConfig(StrictSection):
 
     @model_validator(mode="after")
     def _path_needed(self) -> DataConfig:
-        if self.source in ("text_file", "tokens_file") and not self.path:
+        if self.source in ("text_file", "tokens_file", "text_dataset") and not self.path:
             raise ValueError(f"data.source {self.source} needs data.path (a local file)")
+        if (self.tokenizer == "file") != bool(self.tokenizer_file):
+            raise ValueError(
+                "data.tokenizer_file: give it with data.tokenizer: file (a local tokenizer.json), "
+                "and only then"
+            )
+        if self.tokenizer == "file" and self.source not in ("text_file", "text_dataset"):
+            raise ValueError(
+                f"data.tokenizer: file needs text (text_file or text_dataset), not {self.source}"
+            )
+        if self.source == "text_dataset" and self.tokenizer not in ("byte", "file"):
+            raise ValueError(
+                f"data.tokenizer: text_dataset reads byte or a tokenizer file, not "
+                f"{self.tokenizer} (train a tokenizer.json on the text, then give it)"
+            )
+        if self.eos_token and self.tokenizer != "file":
+            raise ValueError("data.eos_token: only with data.tokenizer: file (a token of its)")
         if self.tokenizer == "bpe" and self.source not in ("text_file", "builtin_text"):
             raise ValueError(
                 f"data.tokenizer: bpe needs text (text_file or builtin_text), not {self.source}"
             )
-        if self.val_path and self.source != "tokens_file":
-            raise ValueError(f"data.val_path: only for source tokens_file, not {self.source}")
-        if isinstance(self.path, list) and self.source != "tokens_file":
+        if self.val_path and self.source not in ("tokens_file", "text_dataset"):
+            raise ValueError(
+                f"data.val_path: only for source tokens_file or text_dataset, not {self.source}"
+            )
+        if isinstance(self.path, list) and self.source not in ("tokens_file", "text_dataset"):
             raise ValueError(
                 f"data.path: a shard set (a list or a glob of several files) is only for "
                 f"source tokens_file, not {self.source}: give one file"
@@ -81,7 +117,8 @@ class DataConfig(StrictSection):
                 f"data.token_dtype and data.header_magics: only for source tokens_file, not "
                 f"{self.source}"
             )
-        if self.test_fraction and (self.source == "tokens_file" or self.tokenizer == "bpe"):
+        mapped = self.source in ("tokens_file", "text_dataset")
+        if self.test_fraction and (mapped or self.tokenizer in ("bpe", "file")):
             raise ValueError(
                 "data.test_fraction: only for in-memory byte or char ids (builtin_text, "
                 f"synthetic, text_file), not source {self.source} with tokenizer {self.tokenizer}"

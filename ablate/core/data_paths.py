@@ -1,6 +1,7 @@
-"""Where an experiment's data files are: ``data.path`` and ``data.val_path`` made absolute
-relative to the experiment file, a glob expanded to its files in sorted order (a shard set), and
-every file checked to exist, each problem one :class:`~ablate.core.errors.ConfigError` line."""
+"""Where an experiment's data files are: ``data.path``, ``data.val_path`` and
+``data.tokenizer_file`` made absolute relative to the experiment file, a glob expanded to its
+files in sorted order (a shard set), and every file checked to exist (a text dataset's may be a
+folder), each problem one :class:`~ablate.core.errors.ConfigError` line."""
 
 from __future__ import annotations
 
@@ -28,6 +29,9 @@ def resolve_paths(section: dict[str, Any], base_dir: Path, where: str) -> dict[s
             continue
         files = [f for entry in entries for f in _expand(entry, base_dir, where, f"data.{key}")]
         section = {**section, key: files[0] if len(files) == 1 else files}
+    tokenizer = section.get("tokenizer_file")
+    if isinstance(tokenizer, str) and tokenizer and not Path(tokenizer).is_absolute():
+        section = {**section, "tokenizer_file": str((base_dir / tokenizer).resolve())}
     return section
 
 
@@ -45,11 +49,13 @@ def _expand(entry: str, base_dir: Path, where: str, key: str) -> list[str]:
 def check_data_files(config: RunConfig, where: str) -> None:
     """Refuse a ``data.path`` or ``data.val_path`` file that does not exist, in one line."""
     data = config.data
-    needed = {"path": data.path} if data.source in ("text_file", "tokens_file") else {}
-    needed["val_path"] = data.val_path
+    reads = ("text_file", "tokens_file", "text_dataset")
+    needed = {"path": data.path} if data.source in reads else {}
+    needed |= {"val_path": data.val_path, "tokenizer_file": data.tokenizer_file}
     for key, value in needed.items():
         for file in [value] if isinstance(value, str) else value or []:
-            if not Path(file).is_file():
+            found = Path(file).exists() if data.source == "text_dataset" else Path(file).is_file()
+            if not found:
                 raise ConfigError(
                     f"{where}: data.{key}: file not found: {file}", f"data.{key}", "file_not_found"
                 )

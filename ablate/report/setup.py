@@ -113,6 +113,10 @@ def _data_text(c: dict[str, Any], vocab: object) -> str:
     tokenizer = c["data.tokenizer"]
     if tokenizer == "bpe":
         tokenizer = f"bpe ({c['data.bpe_vocab_size']} ids, trained on the train split)"
+    if tokenizer == "file":
+        tokenizer = f"from {c['data.tokenizer_file']}"
+    if source == "text_dataset":
+        source = f"text_dataset (column {c['data.text_column']})"
     test = c.get("data.test_fraction") or 0
     held_out = f", then a held-out test fraction {test}" if test else ""
     validation = (

@@ -137,6 +137,12 @@ def load_tokens(cfg: DataConfig) -> tuple[np.ndarray, int, float | None, float |
         ids, floor = synthetic_tokens(cfg)
         return ids, cfg.synthetic_vocab, floor, None
     raw, text = source_text(cfg)
+    if cfg.tokenizer == "file":
+        from ablate.training.text_datasets import load_tokenizer
+
+        tokenizer = load_tokenizer(cfg.tokenizer_file or "")
+        ids = np.asarray(tokenizer.encode(text).ids, dtype=np.int64)
+        return ids, tokenizer.get_vocab_size(), None, len(ids) / len(raw)
     if cfg.tokenizer == "char" and cfg.source == "text_file":
         alphabet = sorted(set(text))
         index = {ch: i for i, ch in enumerate(alphabet)}
@@ -188,16 +194,58 @@ def token_file_corpus(cfg: DataConfig, seq_len: int) -> Corpus:
                 raise DataError(f"data.{key}: file not found: {file}")
     try:
         whole = token_formats.open_set(files_of(cfg.path or ""), dtype, magics)
+        val = None
         if cfg.val_path:
-            train, val = whole, token_formats.open_set(files_of(cfg.val_path), dtype, magics)
-        else:
+            val = token_formats.open_set(files_of(cfg.val_path), dtype, magics)
+    except tokens.TokenFileError as exc:
+        raise DataError(str(exc)) from None
+    return mapped_corpus(whole, val, cfg, seq_len, cfg.vocab_size)
+
+
+def mapped_corpus(
+    whole: tokens.TokenSet,
+    val: tokens.TokenSet | None,
+    cfg: DataConfig,
+    seq_len: int,
+    vocab_size: int | None,
+    per_byte: float | None = None,
+) -> Corpus:
+    """A corpus of token files: ``whole`` split by ``val_fraction``, or ``whole`` for training
+    and a separate ``val``; every id checked against ``vocab_size`` (else the vocabulary is the
+    largest id + 1), digested, and the unigram floor counted (:func:`tokens.scan`)."""
+    try:
+        if val is None:
             train, val = whole.split(len(whole) - int(len(whole) * cfg.val_fraction))
+        else:
+            train = whole
         _check_windows(train, val, seq_len)
-        vocab, digest = tokens.scan(train, val, cfg.vocab_size, separate=bool(cfg.val_path))
+        vocab, digest = tokens.scan(train, val, vocab_size, separate=bool(cfg.val_path))
     except tokens.TokenFileError as exc:
         raise DataError(str(exc)) from None
     floor = counted_loss(tokens.unigram_counts(train, vocab), tokens.unigram_counts(val, vocab))
-    return Corpus(tokens.MappedIds(train), tokens.MappedIds(val), vocab, digest, None, floor)
+    return Corpus(
+        tokens.MappedIds(train), tokens.MappedIds(val), vocab, digest, None, floor, per_byte
+    )
+
+
+def text_dataset_corpus(cfg: DataConfig, seq_len: int) -> Corpus:
+    """A ``text_dataset`` corpus: its column tokenized once into cached token files
+    (:mod:`ablate.training.text_datasets`), then mapped as a shard set (:func:`mapped_corpus`);
+    validation from its last ``val_fraction`` or from ``data.val_path``, tokenized the same way."""
+    from ablate.training import text_datasets  # pyarrow: only for this source
+
+    encoder = text_datasets.Encoder(cfg.tokenizer_file, cfg.eos_token)
+    found = {
+        key: text_datasets.tokenized(files_of(value), cfg.text_column, encoder, cfg.vocab_size)
+        for key, value in (("path", cfg.path), ("val_path", cfg.val_path))
+        if value
+    }
+    per_byte = None
+    if found["path"].text_bytes:
+        per_byte = sum(f.ids for f in found.values()) / sum(f.text_bytes for f in found.values())
+    sets = {key: token_formats.open_set(f.files, np.dtype(f.dtype)) for key, f in found.items()}
+    vocab = cfg.vocab_size or (encoder.vocab_size if found["path"].text_bytes else None)
+    return mapped_corpus(sets["path"], sets.get("val_path"), cfg, seq_len, vocab, per_byte)
 
 
 def bpe_corpus(cfg: DataConfig, seq_len: int) -> Corpus:
@@ -227,6 +275,8 @@ def load_corpus(cfg: DataConfig, seq_len: int) -> Corpus:
     """Load, split and check the corpus: both splits must hold at least one window."""
     if cfg.source == "tokens_file":
         return token_file_corpus(cfg, seq_len)
+    if cfg.source == "text_dataset":
+        return text_dataset_corpus(cfg, seq_len)
     if cfg.tokenizer == "bpe":
         return bpe_corpus(cfg, seq_len)
     ids, vocab, floor, per_byte = load_tokens(cfg)

@@ -239,6 +239,36 @@ def test_a_shard_set_that_names_nothing_or_is_not_tokens_is_refused(tmp_path: Pa
     assert dtype == ("data.token_dtype", "value_error")
 
 
+def test_a_text_dataset_takes_a_folder_and_a_tokenizer_beside_the_file(tmp_path: Path) -> None:
+    (tmp_path / "saved").mkdir()
+    (tmp_path / "tokenizer.json").write_text("{}")
+    data = {
+        "source": "text_dataset",
+        "path": "saved",
+        "tokenizer": "file",
+        "tokenizer_file": "tokenizer.json",
+    }
+    exp = load_experiment(write_experiment(tmp_path / "e.yaml", data=data))
+    assert exp.base.data.path == str(tmp_path / "saved")  # a folder: save_to_disk's
+    assert exp.base.data.tokenizer_file == str(tmp_path / "tokenizer.json")
+    gone = _error(tmp_path, "data: {source: text_dataset, path: nowhere}\n")
+    assert gone == ("data.path", "file_not_found")
+
+
+def test_a_tokenizer_file_is_given_with_its_tokenizer_and_for_text_only(tmp_path: Path) -> None:
+    (tmp_path / "t.json").write_text("{}")
+    alone = _error(tmp_path, "data: {tokenizer_file: t.json}\n")
+    assert alone == ("data.tokenizer_file", "value_error")
+    missing = _error(tmp_path, "data: {source: text_file, path: t.json, tokenizer: file}\n")
+    assert missing == ("data.tokenizer_file", "value_error")
+    ids = _error(tmp_path, "data: {tokenizer: file, tokenizer_file: t.json}\n")
+    assert ids == ("data.tokenizer", "value_error")  # builtin_text: byte ids only
+    bpe = _error(tmp_path, "data: {source: text_dataset, path: t.json, tokenizer: bpe}\n")
+    assert bpe == ("data.tokenizer", "value_error")
+    eos = _error(tmp_path, "data: {source: text_dataset, path: t.json, eos_token: x}\n")
+    assert eos == ("data.eos_token", "value_error")
+
+
 def test_study_sections_are_typed_and_checked(tmp_path: Path) -> None:
     path = tmp_path / "e.yaml"
     path.write_text(
