@@ -8,10 +8,10 @@ map per file (:class:`MappedIds`), so a window reads the same ids however the se
 files.
 
 What a run needs from the whole set — every id checked (non-negative, below the vocabulary),
-the digest and the unigram floor — comes from one :func:`scan`: :data:`CHUNK` ids at a time
-through one reused buffer, so memory stays bounded whatever the size. Up to
-:data:`EXACT_LIMIT` ids the digest is of the ids as int64 (an in-memory corpus's with the same
-ids); above it, of the raw bytes in order (every id counts, at the speed of reading them). The
+the digest and the unigram floor — comes from one :func:`scan`, a bounded piece at a time, so
+memory stays bounded whatever the size. Up to :data:`EXACT_LIMIT` ids the digest is of the ids
+as int64 (an in-memory corpus's with the same ids); above it, of each :data:`BLOCK` ids' raw
+bytes (every id counts), the blocks read and hashed by :data:`SCAN_THREADS` threads. The
 unigram floor of a large set comes from :data:`SAMPLE_BLOCKS` evenly spaced blocks. A scan's
 result is cached under :func:`cache_dir`, keyed by each file's path, inode, size, modification
 and status-change times, so the runs of an experiment scan a set once and a file rewritten in
@@ -25,6 +25,7 @@ import hashlib
 import json
 import os
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -32,10 +33,13 @@ import numpy as np
 
 from ablate.core.folders import write_json_atomic
 
-CHUNK = 1 << 24  # ids per bounded read (32 MiB of uint16)
+CHUNK = 1 << 24  # ids per bounded read of a small set or a span (32 MiB of uint16)
 EXACT_LIMIT = 1 << 24  # up to 16 Mi ids: exact digest and unigram counts
 SAMPLE_BLOCKS = 64  # above it: this many evenly spaced blocks
-CACHE_VERSION = 2  # bump when what a scan computes changes (2: large sets digested whole)
+CACHE_VERSION = 3  # bump when what a scan computes changes (3: large sets digested by blocks)
+BLOCK = 1 << 26  # ids per independently hashed block of a large set (its digest's unit)
+PIECE = 1 << 22  # ids a block's scan reads at a time (8 MiB of uint16)
+SCAN_THREADS = min(4, os.cpu_count() or 1)  # blocks read and hashed at once
 COUNT_BLOCK = 1 << 20  # ids per bincount in unigram_counts (8 MiB as int64)
 FINGERPRINT = 1 << 20  # bytes read from each end of a file to find a repeated file cheaply
 
@@ -140,10 +144,9 @@ class TokenSet:
         dtype = self.spans[0].dtype if self.spans else np.dtype(np.uint16)
         return np.concatenate(pieces) if pieces else np.zeros(0, dtype=dtype)
 
-    def chunks(self) -> Iterator[np.ndarray]:
-        """Every span's :meth:`TokenSpan.chunks`, in order (one reused buffer per span)."""
-        for span in self.spans:
-            yield from span.chunks()
+    def path_at(self, position: int) -> Path:
+        """The file that holds id ``position`` of the set."""
+        return self.spans[int(np.searchsorted(self.starts, position, side="right")) - 1].path
 
     def identity(self) -> list[object]:
         """Each span's :meth:`TokenSpan.identity`, in order."""
@@ -189,30 +192,59 @@ class MappedIds:
 
 def scanned(sets: list[TokenSet], vocab_size: int | None) -> tuple[int, str]:
     """One pass over every id: the vocabulary (``vocab_size``, else the largest id + 1; every
-    id checked against it and, for a signed dtype, for being >= 0) and the digest (of the ids
-    as int64 up to :data:`EXACT_LIMIT` ids in all, else of the raw bytes with each set's dtype
-    and length), one chunk at a time."""
-    exact = sum(len(s) for s in sets) <= EXACT_LIMIT
+    id checked against it and, for a signed dtype, for being >= 0) and the digest: of the ids
+    as int64 up to :data:`EXACT_LIMIT` ids in all, read in order; above it, of the sha256 of
+    each :data:`BLOCK` ids of the raw bytes, in order, with each set's dtype and length (blocks
+    of the set, not of its files: the same ids cut into other files give the same digest),
+    the blocks read and hashed by :data:`SCAN_THREADS` threads at once."""
+    if sum(len(s) for s in sets) <= EXACT_LIMIT:
+        h, top = hashlib.sha256(), 0
+        for ids in sets:
+            for at in range(0, len(ids), CHUNK):
+                piece = ids.read(at, CHUNK)
+                top = max(top, checked(piece, ids, at, vocab_size))
+                h.update(piece.astype(np.int64).tobytes())
+        return vocab_size or top, h.hexdigest()[:16]
+    blocks = [(ids, at) for ids in sets for at in range(0, len(ids), BLOCK)]
+    with ThreadPoolExecutor(max_workers=SCAN_THREADS) as pool:
+        found = list(pool.map(lambda block: hashed_block(*block, vocab_size), blocks))
     h = hashlib.sha256()
-    top = 0
     for ids in sets:
-        if not exact:
-            dtype = ids.spans[0].dtype.str if ids.spans else ""
-            h.update(f"raw:{dtype}:{len(ids)}:".encode())
-        for span in ids.spans:
-            signed = np.issubdtype(span.dtype, np.signedinteger)
-            for piece in span.chunks():
-                if signed and int(piece.min()) < 0:
-                    raise TokenFileError(
-                        f"{span.path}: token ids must be >= 0, found {piece.min()}"
-                    )
-                top = max(top, int(piece.max()) + 1)
-                if vocab_size is not None and top > vocab_size:
-                    raise TokenFileError(
-                        f"{span.path}: token id {top - 1} >= data.vocab_size {vocab_size}"
-                    )
-                h.update(piece.astype(np.int64).tobytes() if exact else piece)
+        dtype = ids.spans[0].dtype.str if ids.spans else ""
+        h.update(f"blocks:{dtype}:{len(ids)}:{BLOCK}:".encode())
+        h.update(
+            b"".join(
+                digest for (of, _), (_, digest) in zip(blocks, found, strict=True) if of is ids
+            )
+        )
+    top = max((block_top for block_top, _ in found), default=0)
     return vocab_size or top, h.hexdigest()[:16]
+
+
+def hashed_block(ids: TokenSet, start: int, vocab_size: int | None) -> tuple[int, bytes]:
+    """The largest id + 1 and the sha256 of the raw bytes of ids ``start`` to ``start`` +
+    :data:`BLOCK` of ``ids``, read :data:`PIECE` ids at a time (each checked)."""
+    h, top = hashlib.sha256(), 0
+    for at in range(start, min(start + BLOCK, len(ids)), PIECE):
+        piece = ids.read(at, min(PIECE, start + BLOCK - at))
+        top = max(top, checked(piece, ids, at, vocab_size))
+        h.update(piece)
+    return top, h.digest()
+
+
+def checked(piece: np.ndarray, ids: TokenSet, at: int, vocab_size: int | None) -> int:
+    """The largest id + 1 of ``piece`` (ids ``at`` on of ``ids``), refused in one line that
+    names the file where an id is negative or not below ``vocab_size``."""
+    if not len(piece):
+        return 0
+    if np.issubdtype(piece.dtype, np.signedinteger) and int(piece.min()) < 0:
+        where = ids.path_at(at + int(np.argmin(piece)))
+        raise TokenFileError(f"{where}: token ids must be >= 0, found {piece.min()}")
+    top = int(piece.max()) + 1
+    if vocab_size is not None and top > vocab_size:
+        where = ids.path_at(at + int(np.argmax(piece)))
+        raise TokenFileError(f"{where}: token id {top - 1} >= data.vocab_size {vocab_size}")
+    return top
 
 
 def sampled(ids: TokenSet) -> list[tuple[int, int]]:

@@ -119,14 +119,24 @@ def test_a_large_file_is_digested_whole_and_counted_from_evenly_spaced_blocks(
     exact = unigram_loss(ids[:180_000], ids[180_000:], 300)
     estimate = unigram_loss(tokens.sample(train), tokens.sample(val), 300)
     assert abs(estimate - exact) < 0.05 * exact
+    monkeypatch.setattr(tokens, "BLOCK", 50_000)
+    monkeypatch.setattr(tokens, "PIECE", 7_000)
     first = tokens.scanned([train, val], None)[1]
-    raw = hashlib.sha256(b"raw:<u2:180000:" + ids[:180_000].tobytes() + b"raw:<u2:20000:")
-    raw.update(ids[180_000:].tobytes())
-    assert first == raw.hexdigest()[:16]  # every id, as stored
+    expected = hashlib.sha256(b"blocks:<u2:180000:50000:")
+    for start in range(0, 180_000, 50_000):  # the sha256 of each block, in order
+        expected.update(hashlib.sha256(ids[start : min(start + 50_000, 180_000)]).digest())
+    expected.update(b"blocks:<u2:20000:50000:" + hashlib.sha256(ids[180_000:]).digest())
+    assert first == expected.hexdigest()[:16]  # every id, as stored
+    shards = formats.open_set(_shards(ids, tmp_path / "cut", [33_333, 120_001]))
+    assert tokens.scanned(list(shards.split(180_000)), None)[1] == first  # not the files
     changed = ids.copy()
     changed[100_300] += 1  # between the sampled blocks: the digest still sees it
     changed.tofile(tmp_path / "big.bin")
     assert tokens.scanned([train, val], None)[1] != first
+    with pytest.raises(
+        tokens.TokenFileError, match=r"big\.bin: token id \d+ >= data\.vocab_size 5"
+    ):
+        tokens.scanned([train, val], 5)
 
 
 def test_a_scan_is_cached_until_the_file_changes(
