@@ -89,16 +89,20 @@ class DataConfig(StrictSection):
             raise ValueError(
                 f"data.tokenizer: file needs text (text_file or text_dataset), not {self.source}"
             )
-        if self.source == "text_dataset" and self.tokenizer not in ("byte", "file"):
-            raise ValueError(
-                f"data.tokenizer: text_dataset reads byte or a tokenizer file, not "
-                f"{self.tokenizer} (train a tokenizer.json on the text, then give it)"
-            )
+        if self.source == "text_dataset" and self.tokenizer == "char":
+            raise ValueError("data.tokenizer: text_dataset reads byte, file or bpe, not char")
         if self.eos_token and self.tokenizer != "file":
             raise ValueError("data.eos_token: only with data.tokenizer: file (a token of its)")
-        if self.tokenizer == "bpe" and self.source not in ("text_file", "builtin_text"):
+        texts = ("text_file", "builtin_text", "text_dataset")
+        if self.tokenizer == "bpe" and self.source not in texts:
             raise ValueError(
-                f"data.tokenizer: bpe needs text (text_file or builtin_text), not {self.source}"
+                f"data.tokenizer: bpe needs text (text_file, builtin_text or text_dataset), not "
+                f"{self.source}"
+            )
+        if self.tokenizer == "bpe" and self.source == "text_dataset" and not self.val_path:
+            raise ValueError(
+                "data.tokenizer: bpe on a text_dataset needs data.val_path (the BPE learns from "
+                "the training rows alone; validation is another dataset)"
             )
         if self.val_path and self.source not in ("tokens_file", "text_dataset"):
             raise ValueError(

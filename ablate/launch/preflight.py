@@ -71,9 +71,9 @@ def check_corpora(experiment: Experiment) -> dict[str, Corpus]:
 
 
 def check_epochs(cfg: RunConfig, corpus: Corpus, where: str) -> None:
-    """Refuse a token file, shard set or text dataset too small for the budget: a run that would read its
-    training ids more than once (windows are drawn at random, so more than one epoch of them
-    repeats what the model saw), saying how many epochs the plan would read."""
+    """Refuse a token file, shard set or text dataset too small for the budget: a run that
+    would read its training ids more than once (windows are drawn at random, so more than one
+    epoch of them repeats what the model saw), saying how many epochs the plan would read."""
     if cfg.data.source not in ("tokens_file", "text_dataset"):
         return
     budget = cfg.steps() * cfg.tokens_per_step()

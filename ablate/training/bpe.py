@@ -4,13 +4,16 @@
 validation), trains a byte-level BPE of ``data.bpe_vocab_size`` ids on the training text alone,
 so no statistic of the validation text leaks into the vocabulary, and encodes both splits with
 it. The trained tokenizer is cached under :func:`ablate.training.tokens.cache_dir`, keyed by the
-sha256 of the training text and the settings, so every run of an experiment reuses one.
+sha256 of the training text and the settings, so every run of an experiment reuses one. A text
+dataset's BPE (:mod:`ablate.training.text_datasets`) learns from its training rows, streamed
+(:func:`cached_documents_tokenizer`).
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Callable, Iterable
 
 import numpy as np
 import tokenizers
@@ -26,8 +29,9 @@ def split_text(text: str, val_fraction: float) -> tuple[str, str]:
     return text[:cut], text[cut:]
 
 
-def train_tokenizer(text: str, vocab_size: int) -> Tokenizer:
-    """A byte-level BPE of ``vocab_size`` ids (the 256 bytes and the merges) learned on ``text``."""
+def train_tokenizer(text: str | Iterable[str], vocab_size: int) -> Tokenizer:
+    """A byte-level BPE of ``vocab_size`` ids (the 256 bytes and the merges) learned on
+    ``text`` (one string, or documents one after another)."""
     tokenizer = Tokenizer(models.BPE())
     tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tokenizer.decoder = decoders.ByteLevel()
@@ -36,7 +40,7 @@ def train_tokenizer(text: str, vocab_size: int) -> Tokenizer:
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
         show_progress=False,
     )
-    tokenizer.train_from_iterator([text], trainer)
+    tokenizer.train_from_iterator([text] if isinstance(text, str) else text, trainer)
     return tokenizer
 
 
@@ -48,6 +52,21 @@ def cached_tokenizer(train_text: str, vocab_size: int) -> Tokenizer:
     if path.is_file():
         return Tokenizer.from_file(str(path))
     tokenizer = train_tokenizer(train_text, vocab_size)
+    write_atomic(path, lambda tmp: tokenizer.save(str(tmp)))
+    return tokenizer
+
+
+def cached_documents_tokenizer(
+    documents: Callable[[], Iterable[str]], key: list[object], vocab_size: int
+) -> Tokenizer:
+    """The tokenizer trained on ``documents()`` (a text dataset's training rows, streamed),
+    cached under ``key`` (what names those documents: their files' contents and column) and
+    the size: from the cache, else trained and cached."""
+    name = json.dumps([key, vocab_size, "byte-bpe", tokenizers.__version__])
+    path = cache_dir() / "tokenizers" / f"{hashlib.sha256(name.encode()).hexdigest()[:24]}.json"
+    if path.is_file():
+        return Tokenizer.from_file(str(path))
+    tokenizer = train_tokenizer(documents(), vocab_size)
     write_atomic(path, lambda tmp: tokenizer.save(str(tmp)))
     return tokenizer
 

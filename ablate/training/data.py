@@ -234,7 +234,13 @@ def text_dataset_corpus(cfg: DataConfig, seq_len: int) -> Corpus:
     validation from its last ``val_fraction`` or from ``data.val_path``, tokenized the same way."""
     from ablate.training import text_datasets  # pyarrow: only for this source
 
-    encoder = text_datasets.Encoder(cfg.tokenizer_file, cfg.eos_token)
+    if cfg.tokenizer == "file":
+        encoder = text_datasets.Encoder.from_file(cfg.tokenizer_file or "", cfg.eos_token)
+    elif cfg.tokenizer == "bpe":
+        paths = files_of(cfg.path or "")
+        encoder = text_datasets.Encoder.trained(paths, cfg.text_column, cfg.bpe_vocab_size)
+    else:
+        encoder = text_datasets.Encoder()
     found = {
         key: text_datasets.tokenized(files_of(value), cfg.text_column, encoder, cfg.vocab_size)
         for key, value in (("path", cfg.path), ("val_path", cfg.val_path))

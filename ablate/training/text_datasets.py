@@ -3,14 +3,15 @@
 at a time, tokenized once and cached as token files.
 
 ``data.source: text_dataset`` reads one column, ``data.text_column``: text, tokenized with
-ablate's byte ids or a local Hugging Face ``tokenizer.json`` (``data.tokenizer: file``), each row
-a document (``data.eos_token`` appended after each); or token ids already (a list of ints a
-row), read as they are. The ids of each input file go to one raw token file (uint16, uint32 for
-a vocabulary over 65,536) under :func:`ablate.training.tokens.cache_dir`, in a folder keyed by
-the input files' contents and the tokenizer's, so every later run, and any experiment that reads
-the same text the same way, opens the token files at once (:mod:`ablate.training.tokens` maps
-them as a shard set). Each input file's content digest is itself cached by its path, inode,
-size and times, so a run does not read the text again to find its tokens.
+ablate's byte ids, a local Hugging Face ``tokenizer.json`` (``data.tokenizer: file``) or
+ablate's BPE learned on the training dataset's rows (``bpe``), each row a document
+(``data.eos_token`` appended after each); or token ids already (a list of ints a row), read as
+they are. The ids of each input file go to one raw token file (uint16, uint32 for a vocabulary
+over 65,536) under :func:`ablate.training.tokens.cache_dir`, in a folder keyed by the input
+files' contents and the tokenizer's, so every later run, and any experiment that reads the same
+text the same way, opens the token files at once (:mod:`ablate.training.tokens` maps them as a
+shard set). Each input file's content digest is itself cached by its path, inode, size and
+times, so a run does not read the text again to find its tokens.
 """
 
 from __future__ import annotations
@@ -139,23 +140,43 @@ def load_tokenizer(path: str) -> Any:
 
 
 class Encoder:
-    """Text to ids: ablate's byte ids, or a local ``tokenizer.json``; a row is a document."""
+    """Text to ids: ablate's byte ids, or a Hugging Face tokenizer; a row is a document,
+    followed by ``eos`` ids. ``identity`` names the tokenizer in the cache key."""
 
-    def __init__(self, tokenizer_file: str | None, eos_token: str | None) -> None:
-        self.tokenizer = None
-        self.eos: list[int] = []
-        if tokenizer_file is not None:
-            self.tokenizer = load_tokenizer(tokenizer_file)
-            if eos_token is not None:
-                found = self.tokenizer.token_to_id(eos_token)
-                if found is None:
-                    raise DataError(f"data.eos_token: {eos_token!r} is not in {tokenizer_file}")
-                self.eos = [found]
+    def __init__(self, tokenizer: Any = None, eos: list[int] | None = None) -> None:
+        self.tokenizer = tokenizer
+        self.eos = eos or []
         self.identity = (
-            "byte"
-            if tokenizer_file is None
-            else hashlib.sha256(Path(tokenizer_file).read_bytes()).hexdigest()
+            "byte" if tokenizer is None else hashlib.sha256(tokenizer.to_str().encode()).hexdigest()
         )
+
+    @classmethod
+    def from_file(cls, tokenizer_file: str, eos_token: str | None) -> Encoder:
+        """A local ``tokenizer.json`` (:func:`load_tokenizer`), ``eos_token`` one of its."""
+        tokenizer = load_tokenizer(tokenizer_file)
+        eos = []
+        if eos_token is not None:
+            found = tokenizer.token_to_id(eos_token)
+            if found is None:
+                raise DataError(f"data.eos_token: {eos_token!r} is not in {tokenizer_file}")
+            eos = [found]
+        return cls(tokenizer, eos)
+
+    @classmethod
+    def trained(cls, paths: list[Path], column: str, vocab_size: int) -> Encoder:
+        """ablate's byte-level BPE of ``vocab_size`` ids learned on ``paths``' rows alone (the
+        training dataset: validation comes from ``data.val_path``), cached by their contents."""
+        from ablate.training.bpe import cached_documents_tokenizer
+
+        files = dataset_files(paths)
+
+        def documents() -> Iterator[str]:
+            for path in files:
+                for array in columns(path, column):
+                    yield from (text for text in array.to_pylist() if text)
+
+        key: list[object] = [[content_digest(f) for f in files], column]
+        return cls(cached_documents_tokenizer(documents, key, vocab_size))
 
     @property
     def vocab_size(self) -> int:

@@ -183,3 +183,24 @@ def test_a_tokenizer_or_a_parquet_file_that_cannot_be_read_is_one_line(tmp_path:
     (tmp_path / "bad.parquet").write_bytes(b"not parquet at all")
     with pytest.raises(DataError, match=r"bad\.parquet: pyarrow cannot read it"):
         _corpus(source="text_dataset", path=str(tmp_path / "bad.parquet"))
+
+
+def test_ablate_s_bpe_learns_from_the_training_rows_alone(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    rows = _rows(_text())
+    train = [str(p) for p in _parquet(tmp_path / "train", rows)]
+    secret = ["zyzzyva quokka zyzzyva quokka\n"] * 400  # only in validation
+    val = [str(p) for p in _parquet(tmp_path / "val", secret, files=1)]
+    data = {"source": "text_dataset", "path": train, "val_path": val, "tokenizer": "bpe"}
+    corpus = _corpus(**data, bpe_vocab_size=500)
+    assert corpus.vocab_size == 500 and len(corpus.val) > 0
+    learned = text_datasets.Encoder.trained([Path(p) for p in train], "text", 500).tokenizer
+    assert learned.token_to_id("zyzzyva") is None  # no merge learned from validation text
+    both = text_datasets.Encoder.trained([Path(p) for p in train + val], "text", 500).tokenizer
+    assert both.token_to_id("zyzzyva") is not None  # the control: it would have been
+    assert corpus.val[np.arange(6)].tolist() == learned.encode(secret[0]).ids[:6]
+    from ablate.training import bpe
+
+    monkeypatch.setattr(bpe, "train_tokenizer", lambda *a: pytest.fail("trained again"))
+    assert _corpus(**data, bpe_vocab_size=500).digest == corpus.digest  # from the cache
