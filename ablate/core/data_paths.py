@@ -6,6 +6,7 @@ folder), each problem one :class:`~ablate.core.errors.ConfigError` line."""
 from __future__ import annotations
 
 import glob
+import os
 from pathlib import Path
 from typing import Any
 
@@ -36,11 +37,17 @@ def resolve_paths(section: dict[str, Any], base_dir: Path, where: str) -> dict[s
 
 
 def _expand(entry: str, base_dir: Path, where: str, key: str) -> list[str]:
-    """One entry of ``data.path``, absolute: a file, or a glob's matches in sorted order."""
+    """One entry of ``data.path``, absolute: a file (also one whose name holds ``[``), or a
+    glob's matches in sorted order (the experiment's folder taken literally, brackets and
+    all)."""
     path = Path(entry) if Path(entry).is_absolute() else (base_dir / entry).resolve()
-    if not any(c in entry for c in GLOB_CHARACTERS):
+    if path.exists() or not any(c in entry for c in GLOB_CHARACTERS):
         return [str(path)]
-    found = sorted(glob.glob(str(path)))
+    if Path(entry).is_absolute():
+        pattern = entry
+    else:
+        pattern = os.path.normpath(os.path.join(glob.escape(str(base_dir.resolve())), entry))
+    found = sorted(glob.glob(pattern))
     if not found:
         raise ConfigError(f"{where}: {key}: no file matches {entry}", key, "file_not_found")
     return found

@@ -66,23 +66,33 @@ def check_corpora(experiment: Experiment) -> dict[str, Corpus]:
             except DataError as exc:
                 raise DataError(f"{experiment.path}: variants.{name}: {exc}") from None
         corpora[name] = cache[key]
-        check_epochs(cfg, corpora[name], f"{experiment.path}: variants.{name}")
+        check_epochs(experiment, cfg, corpora[name], f"{experiment.path}: variants.{name}")
     return corpora
 
 
-def check_epochs(cfg: RunConfig, corpus: Corpus, where: str) -> None:
-    """Refuse a token file, shard set or text dataset too small for the budget: a run that
-    would read its training ids more than once (windows are drawn at random, so more than one
-    epoch of them repeats what the model saw), saying how many epochs the plan would read."""
+STAGE_BUDGETS = ("sweep", "search", "curve", "max_lr")  # sections with a tokens: of their own
+
+
+def check_epochs(experiment: Experiment, cfg: RunConfig, corpus: Corpus, where: str) -> None:
+    """Refuse a token file, shard set or text dataset too small for a budget: a run (of the
+    main runs or of a stage with ``tokens:`` of its own) that would read its training ids more
+    than once (windows are drawn at random, so more than one epoch of them repeats what the
+    model saw), saying how many epochs the plan would read."""
     if cfg.data.source not in ("tokens_file", "text_dataset"):
         return
-    budget = cfg.steps() * cfg.tokens_per_step()
-    if budget > len(corpus.train):
-        raise DataError(
-            f"{where}: data.path: train.tokens {budget:,} would read its "
-            f"{len(corpus.train):,} training ids {budget / len(corpus.train):.2f} times over "
-            "(epochs); give more data or fewer train.tokens"
-        )
+    budgets = {"train.tokens": cfg.train.tokens}
+    for name in STAGE_BUDGETS:
+        section = getattr(experiment, name, None)
+        if section is not None and section.tokens is not None:
+            budgets[f"{name}.tokens"] = section.tokens
+    for key, tokens in budgets.items():
+        read = tokens // cfg.tokens_per_step() * cfg.tokens_per_step()
+        if read > len(corpus.train):
+            raise DataError(
+                f"{where}: data.path: {key} {read:,} would read its {len(corpus.train):,} "
+                f"training ids {read / len(corpus.train):.2f} times over (epochs); give more "
+                f"data or fewer {key}"
+            )
 
 
 def check_models(experiment: Experiment, corpora: dict[str, Corpus]) -> None:

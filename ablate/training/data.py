@@ -199,6 +199,13 @@ def token_file_corpus(cfg: DataConfig, seq_len: int) -> Corpus:
             val = token_formats.open_set(files_of(cfg.val_path), dtype, magics)
     except tokens.TokenFileError as exc:
         raise DataError(str(exc)) from None
+    if (cfg.vocab_size or 0) > 1 << 16 and dtype.itemsize == 2:
+        raw = [s.path for s in whole.spans if s.offset == 0 and s.path.suffix != ".npy"]
+        if raw:
+            raise DataError(
+                f"{raw[0]}: raw ids read as uint16 for data.vocab_size {cfg.vocab_size:,}, "
+                "over 65,536: set data.token_dtype: uint32"
+            )
     return mapped_corpus(whole, val, cfg, seq_len, cfg.vocab_size)
 
 
@@ -246,10 +253,15 @@ def text_dataset_corpus(cfg: DataConfig, seq_len: int) -> Corpus:
         for key, value in (("path", cfg.path), ("val_path", cfg.val_path))
         if value
     }
+    if cfg.val_path:
+        text_datasets.check_disjoint(files_of(cfg.path or ""), files_of(cfg.val_path))
     per_byte = None
     if found["path"].text_bytes:
         per_byte = sum(f.ids for f in found.values()) / sum(f.text_bytes for f in found.values())
-    sets = {key: token_formats.open_set(f.files, np.dtype(f.dtype)) for key, f in found.items()}
+    try:
+        sets = {k: token_formats.open_set(f.files, np.dtype(f.dtype)) for k, f in found.items()}
+    except tokens.TokenFileError as exc:
+        raise DataError(str(exc)) from None
     vocab = cfg.vocab_size or (encoder.vocab_size if found["path"].text_bytes else None)
     return mapped_corpus(sets["path"], sets.get("val_path"), cfg, seq_len, vocab, per_byte)
 

@@ -52,14 +52,22 @@ def dataset_files(paths: list[Path]) -> list[Path]:
     the Arrow files its ``state.json`` lists, in order."""
     files: list[Path] = []
     for path in paths:
-        if path.is_dir():
-            state = path / "state.json"
-            if not state.is_file():
+        if path.is_dir() and not (path / "state.json").is_file():
+            parquet = sorted(path.glob("*.parquet"))  # nanochat's layout: a folder of shards
+            if not parquet:
                 raise DataError(
-                    f"{path}: a folder without state.json: not a Hugging Face save_to_disk folder"
+                    f"{path}: a folder without state.json or parquet files: not a Hugging Face "
+                    "save_to_disk folder"
                 )
-            entries = json.loads(state.read_text(encoding="utf-8")).get("_data_files", [])
-            files += [path / entry["filename"] for entry in entries]
+            files += parquet
+        elif path.is_dir():
+            try:
+                entries = json.loads((path / "state.json").read_text(encoding="utf-8"))
+                files += [path / entry["filename"] for entry in entries["_data_files"]]
+            except (ValueError, KeyError, TypeError):
+                raise DataError(
+                    f"{path}/state.json: not save_to_disk's (no _data_files list of filenames)"
+                ) from None
         elif path.suffix in (".parquet", ".arrow"):
             files.append(path)
         else:
@@ -245,6 +253,19 @@ def tokenized(
     )
 
 
+def check_disjoint(train: list[Path], val: list[Path]) -> None:
+    """Refuse a validation dataset that shares an input file with training, by path or by
+    content (:func:`content_digest`), naming both files."""
+    seen = {content_digest(f): f for f in dataset_files(train)}
+    for path in dataset_files(val):
+        twin = seen.get(content_digest(path))
+        if twin is not None:
+            raise DataError(
+                f"{path}: holds the same data as training file {twin}: validation must be "
+                "data the model did not train on"
+            )
+
+
 def _tokenize_into(
     folder: Path, files: list[Path], column: str, encoder: Encoder, dtype: np.dtype
 ) -> None:
@@ -263,6 +284,8 @@ def _tokenize_into(
                         raise DataError(f"{path}: ids outside {dtype}: {ids.min()}..{ids.max()}")
                     out.write(ids.astype(dtype).tobytes())
                     total, text_bytes = total + len(ids), text_bytes + size
+            if (work / names[-1]).stat().st_size == 0:
+                raise DataError(f"{path}: no rows with ids in column {column!r}: an empty file")
         summary = {"files": names, "dtype": dtype.name, "ids": total, "text_bytes": text_bytes}
         write_json_atomic(work / DONE, summary)
         try:

@@ -47,6 +47,12 @@ def headered(path: Path, size: int, magics: tuple[int, ...], dtype: np.dtype) ->
     refused: a truncated shard, or not this layout."""
     header_bytes = HEADER_INTS * 4
     if size < header_bytes:
+        first = np.fromfile(path, dtype="<i4", count=1)
+        if len(first) and (int(first[0]) in KNOWN_HEADERS or int(first[0]) in magics):
+            raise TokenFileError(
+                f"{path}: starts with llm.c's magic {int(first[0])} but holds {size:,} bytes, "
+                f"under its {header_bytes:,}-byte header: truncated"
+            )
         return None
     header = np.fromfile(path, dtype="<i4", count=HEADER_INTS)
     magic = int(header[0])
@@ -96,7 +102,7 @@ def open_tokens(path: Path, dtype: np.dtype = RAW_DTYPE, magics: tuple[int, ...]
     if path.suffix == ".npy":
         try:
             header = np.load(path, mmap_mode="r", allow_pickle=False)
-        except ValueError:
+        except (ValueError, EOFError, OSError):
             raise TokenFileError(f"{path}: not a readable .npy array (numpy.save format)") from None
         if header.ndim != 1 or not np.issubdtype(header.dtype, np.integer):
             raise TokenFileError(

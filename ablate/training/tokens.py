@@ -206,8 +206,11 @@ def scanned(sets: list[TokenSet], vocab_size: int | None) -> tuple[int, str]:
                 h.update(piece.astype(np.int64).tobytes())
         return vocab_size or top, h.hexdigest()[:16]
     blocks = [(ids, at) for ids in sets for at in range(0, len(ids), BLOCK)]
-    with ThreadPoolExecutor(max_workers=SCAN_THREADS) as pool:
+    pool = ThreadPoolExecutor(max_workers=SCAN_THREADS)
+    try:
         found = list(pool.map(lambda block: hashed_block(*block, vocab_size), blocks))
+    finally:  # a refused id or Ctrl-C: the blocks not begun are dropped, not waited for
+        pool.shutdown(wait=False, cancel_futures=True)
     h = hashlib.sha256()
     for ids in sets:
         dtype = ids.spans[0].dtype.str if ids.spans else ""
@@ -301,10 +304,13 @@ def check_disjoint(train: TokenSet, val: TokenSet) -> None:
     for span in val.spans:
         if span.path.resolve() in seen:
             raise TokenFileError(f"{span.path}: is both a training and a validation file")
-    prints: dict[str, TokenSpan] = {fingerprint(span): span for span in train.spans}
+    prints: dict[str, list[TokenSpan]] = {}
+    for span in train.spans:
+        prints.setdefault(fingerprint(span), []).append(span)
     for span in val.spans:
-        twin = prints.get(fingerprint(span))
-        if twin is not None and content_digest(twin) == content_digest(span):
+        for twin in prints.get(fingerprint(span), []):
+            if content_digest(twin) != content_digest(span):
+                continue
             raise TokenFileError(
                 f"{span.path}: holds the same ids as training file {twin.path}: validation "
                 "must be data the model did not train on"

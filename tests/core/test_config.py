@@ -228,6 +228,20 @@ def test_a_shard_set_glob_is_its_files_in_sorted_order(tmp_path: Path) -> None:
     )
 
 
+def test_an_experiment_in_a_folder_named_with_brackets_loads(tmp_path: Path) -> None:
+    folder = tmp_path / "runs [v2]"  # a literal bracket is not a glob, in the folder or a file
+    folder.mkdir()
+    (folder / "train[1].bin").write_bytes(b"\x01\x00" * 100)
+    (folder / "shard_1.bin").write_bytes(b"\x01\x00" * 100)
+    (folder / "shard_2.bin").write_bytes(b"\x01\x00" * 100)
+    one = {"source": "tokens_file", "path": "train[1].bin"}
+    exp = load_experiment(write_experiment(folder / "e.yaml", data=one))
+    assert exp.variants["rmsnorm"].data.path == str(folder / "train[1].bin")
+    globbed = {"source": "tokens_file", "path": "shard_*.bin"}
+    exp = load_experiment(write_experiment(folder / "g.yaml", data=globbed))
+    assert exp.variants["rmsnorm"].data.path == [str(folder / f"shard_{k}.bin") for k in (1, 2)]
+
+
 def test_a_shard_set_that_names_nothing_or_is_not_tokens_is_refused(tmp_path: Path) -> None:
     none = _error(tmp_path, "data: {source: tokens_file, path: shards/train_*.bin}\n")
     assert none == ("data.path", "file_not_found")

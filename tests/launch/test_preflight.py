@@ -50,3 +50,15 @@ def test_a_simulated_experiment_loads_no_torch(tmp_path: Path) -> None:
         check=True,
     )
     assert out.stdout.strip() == "False"
+
+
+def test_a_stage_s_own_budget_is_held_to_the_token_file_too(tmp_path: Path) -> None:
+    import numpy as np
+
+    np.random.default_rng(0).integers(0, 200, 3000).astype(np.uint16).tofile(tmp_path / "t.bin")
+    data = {"source": "tokens_file", "path": "t.bin", "vocab_size": 256}
+    sweep = {"lr_min": 1.0e-3, "lr_max": 1.0e-2, "points": 2, "tokens": 200_000}
+    experiment = load_experiment(write_experiment(tmp_path / "e.yaml", data=data, sweep=sweep))
+    with pytest.raises(DataError, match=r"sweep\.tokens 200,000 would read its 2,700 training"):
+        preflight(experiment, tmp_path / "results", None)  # train.tokens (1,280) fits
+    assert not (tmp_path / "results").exists()

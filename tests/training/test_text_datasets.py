@@ -204,3 +204,29 @@ def test_ablate_s_bpe_learns_from_the_training_rows_alone(
 
     monkeypatch.setattr(bpe, "train_tokenizer", lambda *a: pytest.fail("trained again"))
     assert _corpus(**data, bpe_vocab_size=500).digest == corpus.digest  # from the cache
+
+
+def test_an_empty_file_or_a_validation_copy_is_refused_naming_the_input(tmp_path: Path) -> None:
+    paths = _parquet(tmp_path / "pq", ["hello world\n"] * 300, files=2)
+    pq.write_table(
+        pa.table({"text": pa.array([], pa.string())}), tmp_path / "pq" / "shard_9.parquet"
+    )
+    with pytest.raises(DataError, match=r"shard_9\.parquet: no rows with ids in column 'text'"):
+        _corpus(source="text_dataset", path=str(tmp_path / "pq"))  # the folder: all three
+    (tmp_path / "val.parquet").write_bytes(paths[1].read_bytes())
+    data = {"source": "text_dataset", "path": [str(p) for p in paths]}
+    with pytest.raises(
+        DataError, match=r"val\.parquet: holds the same data as training file .*shard_00001"
+    ):
+        _corpus(**data, val_path=str(tmp_path / "val.parquet"))
+
+
+def test_a_folder_of_parquet_files_or_a_broken_state_json(tmp_path: Path) -> None:
+    rows = _rows(_text())
+    paths = _parquet(tmp_path / "pq", rows)
+    folder = _corpus(source="text_dataset", path=str(tmp_path / "pq"))  # nanochat's layout
+    _same(folder, _corpus(source="text_dataset", path=[str(p) for p in paths]))
+    saved = _saved(tmp_path / "saved", pa.table({"text": rows}))
+    (saved / "state.json").write_text("{not json")
+    with pytest.raises(DataError, match=r"saved/state\.json: not save_to_disk's"):
+        _corpus(source="text_dataset", path=str(saved))

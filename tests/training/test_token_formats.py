@@ -71,3 +71,25 @@ def test_a_set_of_files_of_two_dtypes_is_refused(tmp_path: Path) -> None:
     high = _shards(_ids(2000, seed=14).astype(np.uint32), tmp_path / "llama3", [], magic=20240801)
     with pytest.raises(DataError, match=r"a shard set holds ids of one dtype.*'<u2', '<u4'"):
         _corpus([*low, *high])
+
+
+def test_an_empty_npy_or_a_shard_cut_inside_its_header_is_refused(tmp_path: Path) -> None:
+    np.save(tmp_path / "a.npy", _ids(2000, seed=15))
+    (tmp_path / "b.npy").write_bytes(b"")
+    with pytest.raises(DataError, match=r"b\.npy: not a readable \.npy array"):
+        _corpus([tmp_path / "a.npy", tmp_path / "b.npy"])
+    paths = _shards(_ids(3000, seed=16), tmp_path / "llmc", [1500])
+    with paths[1].open("r+b") as handle:
+        handle.truncate(600)  # inside the 1,024-byte header: not 300 raw ids
+    with pytest.raises(DataError, match=r"train_000001\.bin: starts with llm\.c's magic 20240520"):
+        _corpus(paths)
+
+
+def test_raw_ids_of_a_vocabulary_over_65536_must_be_read_as_uint32(tmp_path: Path) -> None:
+    ids = np.random.default_rng(17).integers(0, 128_256, 4000).astype(np.uint32)
+    ids.tofile(tmp_path / "llama.bin")  # read as uint16 it would be twice as many ids
+    with pytest.raises(DataError, match=r"llama\.bin: raw ids read as uint16 for data\.vocab_size"):
+        _corpus(tmp_path / "llama.bin", vocab_size=128_256)
+    assert (
+        len(_corpus(tmp_path / "llama.bin", vocab_size=128_256, token_dtype="uint32").train) == 3600
+    )

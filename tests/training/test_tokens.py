@@ -7,6 +7,7 @@ import hashlib
 import math
 import os
 import pickle
+import time
 from pathlib import Path
 
 import numpy as np
@@ -303,3 +304,22 @@ def test_uint32_ids_of_a_128256_token_vocabulary_train(tmp_path: Path) -> None:
     assert result.status == "finished" and result.steps == cfg.steps()
     assert abs(result.initial_loss - math.log(vocab)) < 0.5  # the embedding is 128,256 wide
     assert math.isfinite(result.final_val_loss)
+
+
+def test_a_refused_id_stops_a_large_scan_without_waiting_for_its_other_blocks(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(tokens, "EXACT_LIMIT", 4096)
+    monkeypatch.setattr(tokens, "BLOCK", 5_000)
+    monkeypatch.setattr(tokens, "SCAN_THREADS", 1)
+    ids = _ids(200_000, vocab=50, seed=18)
+    ids[10] = 99  # in the first of 40 blocks
+    ids.tofile(tmp_path / "big.bin")
+    hashed: list[int] = []
+    real = tokens.hashed_block
+    monkeypatch.setattr(
+        tokens, "hashed_block", lambda *a: (hashed.append(a[1]), time.sleep(0.01), real(*a))[2]
+    )
+    with pytest.raises(tokens.TokenFileError, match="token id 99 >= data.vocab_size 50"):
+        tokens.scanned([formats.open_set([tmp_path / "big.bin"])], 50)
+    assert hashed[0] == 0 and len(hashed) < 10  # the blocks not begun were dropped
