@@ -91,8 +91,11 @@ class DataConfig(StrictSection):
             )
         if self.source == "text_dataset" and self.tokenizer == "char":
             raise ValueError("data.tokenizer: text_dataset reads byte, file or bpe, not char")
-        if self.eos_token and self.tokenizer != "file":
-            raise ValueError("data.eos_token: only with data.tokenizer: file (a token of its)")
+        if self.eos_token and (self.tokenizer != "file" or self.source != "text_dataset"):
+            raise ValueError(
+                "data.eos_token: only for a text_dataset with data.tokenizer: file (a token of "
+                "its, after each row)"
+            )
         texts = ("text_file", "builtin_text", "text_dataset")
         if self.tokenizer == "bpe" and self.source not in texts:
             raise ValueError(

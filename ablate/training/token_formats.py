@@ -30,7 +30,12 @@ def open_set(
     paths: list[Path], dtype: np.dtype = RAW_DTYPE, magics: tuple[int, ...] = ()
 ) -> TokenSet:
     """The files ``paths``, in order, as one run of ids (:func:`open_tokens` each); every file
-    must hold ids of one dtype."""
+    must hold ids of one dtype, and none may be listed twice."""
+    seen: dict[Path, Path] = {}
+    for path in paths:
+        if path.resolve() in seen:
+            raise TokenFileError(f"{path}: listed twice in one set (as {seen[path.resolve()]})")
+        seen[path.resolve()] = path
     spans = tuple(open_tokens(path, dtype, magics) for path in paths)
     kinds = {span.dtype.str for span in spans}
     if len(kinds) > 1:

@@ -281,6 +281,8 @@ def test_a_tokenizer_file_is_given_with_its_tokenizer_and_for_text_only(tmp_path
     assert bpe == ("data.tokenizer", "value_error")
     eos = _error(tmp_path, "data: {source: text_dataset, path: t.json, eos_token: x}\n")
     assert eos == ("data.eos_token", "value_error")
+    text = "data: {source: text_file, path: t.json, tokenizer: file, tokenizer_file: t.json, "
+    assert _error(tmp_path, text + "eos_token: x}\n") == ("data.eos_token", "value_error")
 
 
 def test_study_sections_are_typed_and_checked(tmp_path: Path) -> None:

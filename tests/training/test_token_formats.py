@@ -93,3 +93,9 @@ def test_raw_ids_of_a_vocabulary_over_65536_must_be_read_as_uint32(tmp_path: Pat
     assert (
         len(_corpus(tmp_path / "llama.bin", vocab_size=128_256, token_dtype="uint32").train) == 3600
     )
+
+
+def test_a_file_listed_twice_in_a_set_is_refused(tmp_path: Path) -> None:
+    paths = _shards(_ids(3000, seed=19), tmp_path, [1500])
+    with pytest.raises(DataError, match=r"train_000000\.bin: listed twice in one set"):
+        _corpus([paths[0], paths[1], paths[0]])
