@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import re
 import tempfile
 import time
 from pathlib import Path
@@ -29,7 +28,7 @@ import numpy as np
 
 from ablate.core.config import DataConfig
 from ablate.training.data import batch_offsets, gather_windows, load_corpus
-from ablate.training.memory import read_peak_rss_mb, reset_peak_rss
+from ablate.training.memory import read_peak_rss_mb, read_rss_mb, reset_peak_rss
 from ablate.training.token_formats import HEADER_INTS
 
 MARKED_BLOCKS = 16  # non-zero blocks written into each sparse file, so the ids are not all 0
@@ -66,20 +65,10 @@ def sparse_set(folder: Path, n_tokens: int, shards: int, vocab_size: int) -> lis
     return paths
 
 
-def resident_mb() -> float:
-    """The process's resident set now, in MiB (Linux ``/proc``; nan elsewhere)."""
-    try:
-        status = Path("/proc/self/status").read_text()
-    except OSError:
-        return float("nan")
-    found = re.search(r"^VmRSS:\s+(\d+) kB", status, re.MULTILINE)
-    return int(found.group(1)) / 1024 if found else float("nan")
-
-
 def measure(paths: list[Path], vocab_size: int, seq_len: int, batch_size: int) -> dict[str, float]:
     """Seconds to build the corpus and draw the first batch, and the resident memory it added
     at its peak (MiB over the resident set before it)."""
-    before = resident_mb()
+    before = read_rss_mb() or float("nan")
     reset_peak_rss()
     start = time.perf_counter()
     path = str(paths[0]) if len(paths) == 1 else [str(p) for p in paths]

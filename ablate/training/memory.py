@@ -14,11 +14,21 @@ import torch
 
 def read_peak_rss_mb() -> float | None:
     """The process's peak resident set since start or the last reset, in MiB (Linux only)."""
+    return _status_mb("VmHWM")
+
+
+def read_rss_mb() -> float | None:
+    """The process's resident set now, in MiB (Linux only)."""
+    return _status_mb("VmRSS")
+
+
+def _status_mb(field: str) -> float | None:
+    """A ``kB`` field of ``/proc/self/status`` in MiB; None where there is none."""
     try:
         status = Path("/proc/self/status").read_text()
     except OSError:
         return None
-    found = re.search(r"^VmHWM:\s+(\d+) kB", status, re.MULTILINE)
+    found = re.search(rf"^{field}:\s+(\d+) kB", status, re.MULTILINE)
     return int(found.group(1)) / 1024 if found else None
 
 

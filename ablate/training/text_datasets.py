@@ -32,7 +32,7 @@ from ablate.core.errors import DataError
 from ablate.core.folders import write_json_atomic
 from ablate.training.tokens import cache_dir
 
-CACHE_VERSION = 1  # bump when what a tokenized folder holds changes
+CACHE_VERSION = 2  # bump when what a tokenized folder holds changes (2: the width not keyed)
 BATCH_ROWS = 1024  # rows read and tokenized at a time
 DONE = "done.json"  # written last in a tokenized folder: its files, dtype and counts
 
@@ -240,12 +240,12 @@ def tokenized(
     as uint32 where ``vocab_size`` (else the tokenizer's vocabulary) is over 65,536, or a
     column of ids comes without a ``vocab_size``."""
     files = dataset_files(paths)
-    bound = vocab_size or (None if holds_ids(files[0], column) else encoder.vocab_size)
-    wide = bound is None or bound > 1 << 16
     key = [CACHE_VERSION, [content_digest(f) for f in files], column, encoder.identity]
-    key += [encoder.eos, wide]
+    key.append(encoder.eos)
     folder = cache_dir() / "text_tokens" / hashlib.sha256(json.dumps(key).encode()).hexdigest()[:24]
-    if not (folder / DONE).is_file():
+    if not (folder / DONE).is_file():  # the width is a way of storing the ids, not in the key
+        bound = vocab_size or (None if holds_ids(files[0], column) else encoder.vocab_size)
+        wide = bound is None or bound > 1 << 16
         _tokenize_into(folder, files, column, encoder, np.dtype(np.uint32 if wide else np.uint16))
     done = json.loads((folder / DONE).read_text(encoding="utf-8"))
     return Tokenized(
