@@ -159,6 +159,13 @@ class CurveConfig(StrictSection):
         "and 1/2 of the run: the warmup needs finding only to where it moves the loss "
         "(docs/early-stop.md)",
     )
+    warmup_steps: int | None = Field(
+        None,
+        ge=0,
+        description="in place of a warmup study, the warmup every tuned run trains at, declared "
+        "(e.g. a quarter of the run, where every committed study found the loss flat to within "
+        "min_effect: docs/early-stop.md); none: the study's best, else the file's warmup",
+    )
     sampler_seed: int = Field(0, ge=0)
     stop_step: int | None = Field(
         None,
@@ -189,6 +196,11 @@ class CurveConfig(StrictSection):
                 raise ValueError(
                     f"curve.warmup_grid {self.warmup_grid}: distinct warmups of 0 steps or more"
                 )
+        if self.warmup_steps is not None and (self.warmup_grid or self.warmup_trials):
+            raise ValueError(
+                "curve.warmup_steps declares the tuned runs' warmup; curve.warmup_grid and "
+                "curve.warmup_trials search it: give one"
+            )
         if self.warmup_trials and self.warmup_startup >= self.warmup_trials:
             raise ValueError(
                 f"curve.warmup_startup ({self.warmup_startup}) must be below warmup_trials "

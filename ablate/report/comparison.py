@@ -109,8 +109,8 @@ def comparison_section(
         "",
         "The same question answered twice: every variant at the file's shared LR and warmup, "
         "and every variant at its own best (LR, warmup) (from the search, or its LR curve's "
-        "optimum with its warmup study's best), trained at the full budget on the same seeds "
-        "(matched initial weights and batches). Δ = variant − "
+        "optimum with its warmup study's best or the warmup the file declares), trained at "
+        "the full budget on the same seeds (matched initial weights and batches). Δ = variant − "
         "baseline over matched seeds. Headroom: how far above its tuned LR a variant's final "
         "loss stays within `max_lr.within` of its loss there (the usable LR, the geometric "
         "mean of its seeds' walks, each up the 2^(1/4) lattice at the file's warmup from the "

@@ -268,8 +268,11 @@ def tune_warmups(
     say: Callable[[str], None],
 ) -> dict[str, int]:
     """Each variant's best warmup at its curve's optimum from its own study
-    (:func:`tune_warmup`); none without a study (no ``warmup_trials``, no ``warmup_grid``)."""
+    (:func:`tune_warmup`); ``curve.warmup_steps`` for every variant where the file declares it;
+    none without either (no ``warmup_trials``, no ``warmup_grid``)."""
     cfg = experiment.curve
+    if cfg is not None and cfg.warmup_steps is not None:
+        return {variant: cfg.warmup_steps for variant, found in optima.items() if found}
     if cfg is None or not cfg.warmup_study_trials():
         return {}
     found = {

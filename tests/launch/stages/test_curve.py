@@ -137,9 +137,24 @@ def test_a_warmup_grid_tries_each_warmup_once_and_tunes_at_the_best(tmp_path: Pa
     assert len(store.load_summaries(result.folder)) == before  # the grid is done: nothing more
 
 
+@pytest.mark.usefixtures("unrendered_figures")
+def test_a_declared_warmup_is_the_tuned_runs_and_nothing_searches_it(tmp_path: Path) -> None:
+    path = _experiment(tmp_path, {"layernorm": 0.004, "rmsnorm": 0.009}, warmup_steps=7)
+    result = run_experiment(path, tmp_path / "results", tmp_path / "reports")
+    runs = store.load_summaries(result.folder)
+    assert not (runs["group"] == "warmup").any()  # no study trained
+    tuned = runs[runs["group"] == "tuned"]
+    assert len(tuned) == 4 and set(tuned["warmup_steps"]) == {7}
+    curve = runs[runs["group"] == "curve"]  # the curve at the file's warmup, as before
+    assert set(curve["warmup_steps"]) == {load_experiment(path).base.train.warmup_steps}
+    assert warmup_studies(load_experiment_results(result.folder)) == []
+
+
 @pytest.mark.parametrize(
     ("curve", "why"),
     [
+        ({"warmup_steps": 8, "warmup_grid": [2, 5]}, "declared and searched"),
+        ({"warmup_steps": 8, "warmup_trials": 4}, "declared and searched by TPE"),
         ({"warmup_grid": [2, 5], "warmup_trials": 4}, "two studies"),
         ({"warmup_grid": [2, 2, 5]}, "repeated warmup"),
         ({"warmup_grid": [-1, 5]}, "negative warmup"),
