@@ -14,6 +14,7 @@ import numpy as np
 from scipy import stats
 
 from ablate.core.boundary import (
+    Interval,
     SeedBoundary,
     boundary_ratio,
     paired_log2_ratios,
@@ -25,7 +26,7 @@ from ablate.core.plan import with_train
 from ablate.core.simulate import true_edge, warmup_gain
 from ablate.core.studies import BoundaryResult
 from ablate.launch.execute import Request
-from ablate.launch.max_lr import max_lr_start, probe_spec, run_max_lr
+from ablate.launch.max_lr import max_lr_start, probe_of_run, probe_spec, run_max_lr
 from ablate.launch.simulator import SimulatedExecutor
 from research.replication import Outcome, two_variants, with_truth
 
@@ -107,8 +108,13 @@ def _brackets(
 
         def every_seed_stable(lr: float, variant: str = variant) -> bool:
             return all(
-                executor.obtain(
-                    Request(probe_spec(design, variant, lr, seed)), say=lambda _: None
+                probe_of_run(
+                    lr,
+                    seed,
+                    executor.obtain(
+                        Request(probe_spec(design, variant, lr, seed)), say=lambda _: None
+                    ),
+                    divergence_only=cfg.stop_step is not None,
                 ).stable
                 for seed in cfg.seeds or design.seeds
             )
@@ -176,9 +182,18 @@ def stage_result(design: Experiment, folder: Path, variant: str) -> BoundaryResu
     return run_max_lr(design, variant, executor, url, None, say=lambda _: None)
 
 
+def probed_edge(found: BoundaryResult) -> tuple[list[SeedBoundary], Interval | None]:
+    """The brackets the max-LR stage probed and their variant boundary: the divergence ones
+    where it held its probes (``max_lr.stop_step``), else the quality ones (on these truths,
+    with no collapse band, the same edge)."""
+    if found.held_at is not None:
+        return found.divergence_bounds, found.divergence
+    return found.seed_bounds, found.boundary
+
+
 def seed_bounds(design: Experiment, folder: Path, variant: str) -> list[SeedBoundary]:
-    """Every max-LR seed of ``variant`` bracketed by the max-LR stage."""
-    return stage_result(design, folder, variant).seed_bounds
+    """Every max-LR seed of ``variant`` bracketed by the max-LR stage (:func:`probed_edge`)."""
+    return probed_edge(stage_result(design, folder, variant))[0]
 
 
 _BOUNDS: dict[tuple[str, str, tuple[int, ...], int], list[list[SeedBoundary]]] = {}

@@ -28,7 +28,7 @@ from ablate.core.simulate import true_edge
 from ablate.launch.execute import Obtained, Request, SayFn
 from ablate.launch.max_lr import run_max_lr
 from ablate.launch.simulator import SimulatedExecutor
-from research.max_lr_replications import max_lr_truth, median_edge, probe_config
+from research.max_lr_replications import max_lr_truth, median_edge, probe_config, probed_edge
 
 
 class RoundCounter(SimulatedExecutor):
@@ -67,18 +67,19 @@ def bracket(design: Experiment, replication: int, at_once: int) -> Bracketed:
         url = f"journal:{Path(folder) / 'studies.log'}"
         found = run_max_lr(truth, variant, executor, url, None, say=lambda _: None)
     config = probe_config(truth, variant)
+    bounds, boundary = probed_edge(found)
     holding = sum(
         b.last_stable is not None
         and b.first_unstable is not None
         and b.last_stable <= true_edge(config, variant, b.seed) < b.first_unstable
-        for b in found.seed_bounds
+        for b in bounds
     )
     off = (
-        abs(math.log2(found.boundary.value / median_edge(truth, variant))) * cfg.per_octave
-        if found.boundary is not None
+        abs(math.log2(boundary.value / median_edge(truth, variant))) * cfg.per_octave
+        if boundary is not None
         else math.inf
     )
-    return Bracketed(len(executor.rounds), len(found.probes), holding, len(found.seed_bounds), off)
+    return Bracketed(len(executor.rounds), len(found.probes), holding, len(bounds), off)
 
 
 def share_holding(found: list[Bracketed]) -> float:

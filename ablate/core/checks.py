@@ -62,6 +62,22 @@ def check_decide(experiment: Experiment, where: str) -> None:
         raise ConfigError(f"{where}: decide: needs two variants or more to compare")
 
 
+def check_probe_hold(experiment: Experiment, where: str) -> None:
+    """``max_lr.stop_step`` before every variant's last probe step, or one line (allowed: the
+    steps below it)."""
+    cfg = experiment.max_lr
+    assert cfg is not None and cfg.stop_step is not None
+    for name, config in experiment.variants.items():
+        steps = (cfg.tokens or config.train.tokens) // config.tokens_per_step()
+        if cfg.stop_step >= steps:
+            raise ConfigError(
+                f"{where}: max_lr.stop_step: {cfg.stop_step} is not before {name}'s last probe "
+                f"step ({steps}); allowed: 1 to {steps - 1}",
+                key="max_lr.stop_step",
+                code="no_step",
+            )
+
+
 def check_curve_stop(experiment: Experiment, where: str) -> None:
     """``curve.stop_step`` an evaluation step before every variant's last curve step, or one
     line (allowed: the multiples of ``train.eval_interval`` below it)."""

@@ -109,10 +109,13 @@ def stopped_points(
     }
 
 
+HELD_GROUPS = ("curve", "max_lr")  # the stages whose pruned runs were held at a pause step
+
+
 def held_short(record: RunRecord) -> bool:
-    """Whether the curve's early stop held the run short of its budget: paused at its step,
-    or stopped there for good (pruned, a curve run)."""
-    return record.status == "paused" or (record.status == "pruned" and record.group == "curve")
+    """Whether a stage held the run short of its budget: paused at its step, or stopped there
+    for good (pruned, a curve run or a max-LR probe held at ``max_lr.stop_step``)."""
+    return record.status == "paused" or (record.status == "pruned" and record.group in HELD_GROUPS)
 
 
 def result_of(run: RunFolder, spec: RunSpec) -> RunRecord | None:

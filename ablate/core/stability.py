@@ -200,6 +200,7 @@ class StopKind(Enum):
     PRUNED = "pruned"  # the search's pruner ended it at an evaluation
     PAUSED = "paused"  # a curve run held at the early stop's step, its checkpoint kept
     FAR_ABOVE = "far above the best"  # the curve's early stop: ``loss`` nats above its best
+    HELD = "held"  # a max-LR probe held at max_lr.stop_step: it had not diverged by then
 
 
 @dataclass(frozen=True)
@@ -227,6 +228,8 @@ class Stop:
                 f"stopped at step {self.step}: {self.loss:.3g} nats above the curve's best "
                 f"point there (margin {self.threshold:.3g})"
             )
+        if self.kind is StopKind.HELD:
+            return f"held at step {self.step} (max_lr.stop_step): not diverged by then"
         if self.kind is StopKind.NON_FINITE:
             return f"non-finite loss ({self.loss})"
         what = "loss" if self.window == 1 else f"mean loss of {self.steps} steps"

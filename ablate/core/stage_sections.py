@@ -259,6 +259,15 @@ class MaxLRConfig(StrictSection):
         "walk in 2^(1/4) steps may reach (null: no walk)",
     )
     tokens: int | None = Field(None, ge=1, description="budget of a probe run; default train's")
+    stop_step: int | None = Field(
+        None,
+        ge=1,
+        description="hold every probe at this step of its budget: one that has not blown up by "
+        "then counts as not diverged, and only the divergence edge is bracketed (the "
+        "learned-at-all edge needs the whole budget and is not measured); every divergence in "
+        "the dense reference and the default experiment came by step 30 of 256 "
+        "(docs/early-stop.md); none: every probe trains to the end",
+    )
     margins: list[float] = Field(
         default_factory=lambda: [0.05, 0.1, 0.2, 0.3],
         min_length=1,

@@ -129,7 +129,8 @@ def _max_lr(experiment: Experiment, config: RunConfig, variant: str) -> tuple[in
     cfg = experiment.max_lr
     assert cfg is not None
     probes = max_lr_probes(experiment, cfg.start or config.train.lr)
-    return probes * _max_lr_seeds(experiment), _steps(cfg.tokens, config)
+    steps = _steps(cfg.tokens, config)
+    return probes * _max_lr_seeds(experiment), min(steps, cfg.stop_step or steps)
 
 
 def _convert(experiment: Experiment, config: RunConfig, variant: str) -> tuple[int, int]:
@@ -148,10 +149,11 @@ def _max_lr_seeds(experiment: Experiment) -> int:
 def max_lr_probes(experiment: Experiment, start: float) -> int:
     """An upper bound on one seed's probes from a stable ``start`` (the first seed's; the
     others start at its boundary and take fewer): its quality bracket, then its divergence
-    bracket from there."""
+    bracket from there; the divergence bracket alone where ``max_lr.stop_step`` holds them."""
     cfg = experiment.max_lr
     assert cfg is not None
-    return 2 * probes_per_seed(start, cfg.lr_max, cfg.per_octave, cfg.coarse_steps())
+    brackets = 1 if cfg.stop_step is not None else 2
+    return brackets * probes_per_seed(start, cfg.lr_max, cfg.per_octave, cfg.coarse_steps())
 
 
 RUN_GROUPS: tuple[RunGroup, ...] = (

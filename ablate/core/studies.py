@@ -58,6 +58,7 @@ BOUNDARY_KEYS = (
     "monotone",
     "contradictions",
     "below_window",
+    "held_at",
 )
 
 
@@ -232,11 +233,11 @@ class MarginBoundary:
 class BoundaryResult:
     """One variant's maximum stable LR: each max-LR seed's bracket on the shared lattice
     (``per_octave`` points per doubling), their geometric mean with its interval (None when
-    no seed was bracketed); the divergence boundary the same way (the LR above which runs blow up or
-    go non-finite, rather than fail to get below the floor); the probes and the runs they
-    took; after the check against the store, the quality boundary re-derived at each collapse
-    margin, how many runs it was held against, which contradict it and which lie below the
-    stable window (did not learn yet)."""
+    no seed was bracketed); the divergence boundary the same way (where runs blow up or go
+    non-finite); the probes and the runs they took; after the check against the store, the
+    quality boundary at each collapse margin, how many runs it was held against, which
+    contradict it and which lie below the stable window (did not learn yet). ``held_at``:
+    ``max_lr.stop_step``, its probes held there bracketed divergence alone (no seed bounds)."""
 
     variant: str
     study: str
@@ -253,6 +254,7 @@ class BoundaryResult:
     monotone: bool | None = None
     contradictions: list[Observation] = field(default_factory=list)
     below_window: list[Observation] = field(default_factory=list)  # did not learn yet
+    held_at: int | None = None
 
     @property
     def runs_total(self) -> int:
@@ -316,6 +318,7 @@ class BoundaryResult:
             monotone=stored.get("monotone"),
             contradictions=[observation_of(o) for o in stored.get("contradictions") or []],
             below_window=[observation_of(o) for o in stored.get("below_window") or []],
+            held_at=stored.get("held_at"),
         )
 
 

@@ -11,7 +11,10 @@ boundaries of the waves before it (k = 1 is the sequential protocol, probe for p
 Starting inside the stable window finds its upper edge even when the window is narrower than a
 coarse move.
 Each seed's divergence boundary (non-finite or blown up, whatever the final loss) is bracketed
-next, upwards from its quality bracket's unstable end. A probe is one seed's run at one
+next, upwards from its quality bracket's unstable end. With ``max_lr.stop_step`` every probe is
+held at that step (:func:`ablate.core.early_stop.held_at`) and the divergence bracket is the
+only one: a probe that had not blown up by then is not diverged, and the quality bracket, which
+needs the final loss, is not measured. A probe is one seed's run at one
 lattice LR, obtained from the stage's executor, and a trial of the variant's ``max_lr`` study
 asked for at exactly that LR (the seed a user attribute). Probes already in the study are read
 back, never rerun. The study's objective (:data:`PROBE_METRIC`) makes the dashboard's best
@@ -43,6 +46,7 @@ from ablate.core.boundary import (
     lattice_lr,
     variant_boundary,
 )
+from ablate.core.early_stop import held_at, held_short
 from ablate.core.experiment import Experiment
 from ablate.core.plan import RunSpec, max_lr_family, with_train
 from ablate.core.record import RunRecord
@@ -55,19 +59,26 @@ ProbeKey = tuple[int, int]  # (lattice index, seed)
 
 
 def probe_spec(experiment: Experiment, variant: str, lr: float, seed: int) -> RunSpec:
-    """The run a probe trains: the variant at ``lr`` and the probes' budget."""
+    """The run a probe trains: the variant at ``lr`` and the probes' budget, held at
+    ``max_lr.stop_step`` where the file sets one."""
     cfg = experiment.max_lr
     assert cfg is not None
     config = with_train(experiment.variants[variant], lr=lr, tokens=cfg.tokens)
-    return RunSpec(experiment.name, variant, seed, config, group="max_lr")
+    spec = RunSpec(experiment.name, variant, seed, config, group="max_lr")
+    return spec if cfg.stop_step is None else held_at(spec, cfg.stop_step)
 
 
-def probe_of_run(lr: float, seed: int, record: RunRecord) -> Probe:
-    """A probe's verdicts from its run's summary: stable by the criterion; diverged when the
-    divergence rule stopped it or it has no finite final val loss."""
+def probe_of_run(lr: float, seed: int, record: RunRecord, divergence_only: bool = False) -> Probe:
+    """A probe's verdicts from its run's summary: diverged when the divergence rule stopped it
+    or, trained to its end, it has no finite final val loss; stable by the criterion, or with
+    ``divergence_only`` (probes held short) when it did not diverge."""
     final = record.final_val_loss
-    diverged = record.status == "diverged" or final is None or not math.isfinite(final)
-    return Probe(lr, seed, bool(record.stable), diverged, record.unstable_reason)
+    whole = not held_short(record)
+    diverged = record.status == "diverged" or (
+        whole and (final is None or not math.isfinite(final))
+    )
+    stable = not diverged if divergence_only else bool(record.stable)
+    return Probe(lr, seed, stable, diverged, None if stable else record.unstable_reason)
 
 
 def stored_probes(study: optuna.Study, family: str, per_octave: int) -> dict[ProbeKey, Probe]:
@@ -135,7 +146,7 @@ class ProbeNotStored(LookupError):
     """A max-LR replay (``stored_only``) needs a probe that the study does not hold yet."""
 
 
-SeedWalk = Generator[float, Probe, tuple[SeedBoundary, SeedBoundary | None]]
+SeedWalk = Generator[float, Probe, tuple[SeedBoundary | None, SeedBoundary | None]]
 
 
 def judged(steps: BracketSteps, verdict: Callable[[Probe], bool]) -> Generator[float, Probe, Any]:
@@ -160,10 +171,17 @@ def seed_walk(
     :class:`Probe`: its quality bracket from ``start`` (LR, first move), then, where that found
     an unstable end, its divergence bracket upwards from there, starting at the median of
     ``divergence_before`` (earlier seeds' divergence brackets) where there is one. Returns
-    (quality bracket, divergence bracket or None)."""
+    (quality bracket, divergence bracket or None); with ``max_lr.stop_step`` the divergence
+    bracket alone, from that median or else from ``start`` (quality None)."""
     cfg = experiment.max_lr
     assert cfg is not None
     lr_range, steps = (cfg.lr_min, cfg.lr_max), (cfg.per_octave, cfg.coarse_steps())
+    if cfg.stop_step is not None:  # probes held short: the divergence bracket alone
+        from_lr, move = next_seed_start(divergence_before, start[0])
+        alone: SeedBoundary = yield from judged(
+            bracket_steps(seed, from_lr, lr_range, *steps, move), lambda p: not p.diverged
+        )
+        return None, alone
     quality: SeedBoundary = yield from judged(
         bracket_steps(seed, start[0], lr_range, *steps, start[1]), lambda p: p.stable
     )
@@ -238,7 +256,8 @@ class ProbeStudy:
                 for left, _, _ in asked[told:]:
                     self.study.tell(left, state=TrialState.FAIL)
                 raise record
-            self._tell(trial, probe_of_run(lr, seed, record), cfg.per_octave)
+            probe = probe_of_run(lr, seed, record, divergence_only=cfg.stop_step is not None)
+            self._tell(trial, probe, cfg.per_octave)
 
     def _tell(self, trial: optuna.Trial, probe: Probe, per_octave: int) -> None:
         """A trained probe into its trial (value and attributes) and the stored probes."""
@@ -282,7 +301,9 @@ class Brackets:
             try:
                 lr = walk.send(found)
             except StopIteration as done:
-                self.bounds[seed], went = done.value
+                quality, went = done.value
+                if quality is not None:
+                    self.bounds[seed] = quality
                 if went is not None:
                     self.divergence[seed] = went
                 return None
@@ -290,7 +311,7 @@ class Brackets:
 
     def result(self, experiment: Experiment, study: ProbeStudy) -> BoundaryResult:
         """The variant's boundaries from its seeds' (and the study labelled with it)."""
-        seed_bounds = [self.bounds[seed] for seed in self.seeds]
+        seed_bounds = [self.bounds[s] for s in self.seeds if s in self.bounds]
         divergence_bounds = [self.divergence[s] for s in self.seeds if s in self.divergence]
         boundary = variant_boundary(seed_bounds)
         label_boundary_study(study.study, boundary)
@@ -306,6 +327,7 @@ class Brackets:
             divergence=variant_boundary(divergence_bounds),
             probes=shown,
             run_ids=[probe_spec(experiment, self.variant, p.lr, p.seed).run_id for p in shown],
+            held_at=experiment.max_lr.stop_step if experiment.max_lr else None,
         )
 
 

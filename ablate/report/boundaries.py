@@ -169,8 +169,14 @@ def summary_lines(
     each variant's boundary and each ratio to the baseline with its verdict, and in a grid
     each factor's effect on the boundaries."""
     lines = []
+    held = held_step(studies)
+    if held is not None:
+        lines.append(
+            f"- Max stable LR (learned at all): not measured; the probes were held at step "
+            f"{held} (`max_lr.stop_step`) and bracket only where runs blow up."
+        )
     for variant, r in studies.max_lr.items():
-        if r.boundary is None:
+        if r.boundary is None and r.held_at is None:
             lines.append(f"- {variant}: **no boundary found**: {_unbracketed_text(r)}")
         if r.monotone is False:
             lines.append(
@@ -233,14 +239,54 @@ def _unbracketed_text(found: BoundaryResult) -> str:
     )
 
 
+def held_step(studies: Studies) -> int | None:
+    """The step the max-LR probes were held at (``max_lr.stop_step``); None: trained whole."""
+    return next((r.held_at for r in studies.max_lr.values() if r.held_at is not None), None)
+
+
+def held_section(studies: Studies, step: int, limit: float) -> Section:
+    """The max-LR section of probes held at ``step``: the divergence brackets alone."""
+    margins = margin_table(studies)  # no margin was derived: its divergence rows alone
+    seeds = seed_table(studies, divergence=True)
+    per_octave = next(iter(studies.max_lr.values())).per_octave
+    lines = [
+        "## Maximum stable learning rate",
+        "",
+        f"Every probe was held at step {step} of its budget (`max_lr.stop_step`), so the "
+        "probes bracket only the divergence boundary: where runs blow up (a non-finite loss, "
+        f"or the train loss above the divergence threshold), a probe that had not by step "
+        f"{step} counting as not diverged (real runs blow up right after their warmup: "
+        "docs/early-stop.md). "
+        "Where runs stop learning at all needs the whole budget and is not measured. Each "
+        "seed is bracketed on its own, on one lattice of LRs every variant shares "
+        f"(2^(k/{per_octave}): brackets {2 ** (1 / per_octave):.3f}× wide), its boundary its "
+        "bracket's geometric midpoint, widened by every stored run of its probes' family; a "
+        "variant's boundary is the geometric mean over seeds with a 95% t interval, the ratio "
+        "to the baseline paired by seed.",
+        "",
+        margin_shown(margins, limit).to_markdown(index=False),
+        "",
+        "Each seed's divergence bracket (last not diverged, first diverged lattice LR) and its "
+        "boundary:",
+        "",
+        seeds.to_markdown(index=False, floatfmt=".4g"),
+        "",
+    ]
+    return Section(lines, {"max_lr_margins.csv": margins, "max_lr_divergence_seeds.csv": seeds})
+
+
 def max_lr_section(
     studies: Studies, design: Design | None = None, limit: float = NOT_ESTIMABLE
 ) -> Section:
     """Markdown and CSVs of the boundaries, the ratios, every seed's bracket and, in a grid,
-    each factor's effect on them."""
+    each factor's effect on them; of the divergence brackets alone where the probes were held
+    short (:func:`held_section`)."""
     table = boundary_table(studies)
     if table.empty:
         return Section()
+    held = held_step(studies)
+    if held is not None:
+        return held_section(studies, held, limit)
     seeds = seed_table(studies)
     per_octave = next(iter(studies.max_lr.values())).per_octave
     lines = [

@@ -15,6 +15,7 @@ import pandas as pd
 
 from ablate.core import store
 from ablate.core.boundary import SeedBoundary, edge_of_points
+from ablate.core.early_stop import HELD_GROUPS
 from ablate.core.folders import ExperimentFolder
 from ablate.core.jobs import read_jobs
 from ablate.core.manifest import Manifest
@@ -129,7 +130,8 @@ def stored_divergence(
     studies: StoredStudies, runs: pd.DataFrame
 ) -> tuple[StoredStudies, list[str]]:
     """The studies with every seed's divergence bracket spanning its probes' and the one every
-    stored run of its probes' family at any LR and warmup places
+    stored run of its probes' family at any LR and warmup places (one held short at a stage's
+    step counted as not diverged: every divergence of real runs came by step 30)
     (:func:`ablate.core.boundary.edge_of_points`: the first diverged LR above its lowest run
     that did not diverge, the largest that did not below it); and, in words, each bracket
     that this widened."""
@@ -138,7 +140,10 @@ def stored_divergence(
     found, moved = {}, []
     for variant, result in studies.max_lr.items():
         families = set(runs.loc[runs["run_id"].isin(result.run_ids), "family"])
-        mine = runs[runs["family"].isin(families) & runs["status"].isin(["finished", "diverged"])]
+        ended = runs["status"].isin(["finished", "diverged"])
+        stages = runs["group"] if "group" in runs else pd.Series("", index=runs.index)
+        held = (runs["status"] == "pruned") & stages.isin(HELD_GROUPS)  # did not diverge
+        mine = runs[runs["family"].isin(families) & (ended | held)]
         bounds = []
         for probed in result.divergence_bounds:
             rows = mine[mine["seed"] == probed.seed]

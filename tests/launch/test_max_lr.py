@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import optuna
+import pandas as pd
 import pytest
 from conftest import search_workers, simulated_experiment, study_trials, write_experiment
 
@@ -324,3 +325,76 @@ def test_brackets_walk_a_seed_to_both_edges_from_stored_probes_alone(tmp_path: P
     shown = brackets.probes[0]
     assert len({p.lr for p in shown}) == len(shown) == len(lines)  # each probe shown once
     assert len(truth.asked) > len(shown)  # the divergence walk re-read the quality bracket's
+
+
+def test_probes_held_at_a_step_find_the_divergence_brackets_whole_probes_find(
+    tmp_path: Path,
+) -> None:
+    band = {"collapse_lr": 0.1, "divergence_lr": 0.4, "boundary_sd": 0.1, "curvature": 0.02}
+    runtime = {"backend": "simulate", "simulate": {"variants": {"rmsnorm": band}}}
+    sections = {"seeds": [0, 1], "start": 0.01, "lr_max": 50.0}
+    (tmp_path / "whole").mkdir()
+    whole = _run(
+        simulated_experiment(tmp_path / "whole", runtime=runtime, max_lr=sections),
+        tmp_path / "whole" / "r",
+    )
+    exp = simulated_experiment(tmp_path, runtime=runtime, max_lr={**sections, "stop_step": 8})
+    held = _run(exp, tmp_path / "results")
+    assert held.held_at == 8 and held.seed_bounds == [] and held.boundary is None
+
+    def ends(found: BoundaryResult) -> list[tuple[int, float | None, float | None]]:
+        return [(b.seed, b.last_stable, b.first_unstable) for b in found.divergence_bounds]
+
+    assert ends(held) == ends(whole)  # the same lattice brackets, by another path
+    assert held.divergence == whole.divergence
+    assert held.runs_total < whole.runs_total  # no quality bracket to walk first
+    sim = exp.variants["rmsnorm"].runtime.simulate
+    for bound in held.divergence_bounds:
+        seen = edges(sim, "rmsnorm", bound.seed, exp.variants["rmsnorm"].train.warmup_steps)
+        assert bound.last_stable < seen.divergence <= bound.first_unstable
+    assert all(p.stable == (not p.diverged) for p in held.probes)
+    steps = [
+        json.loads(path.read_text())["steps"]
+        for path in (tmp_path / "results").glob("tiny/*/summary.json")
+    ]
+    assert len(steps) == held.runs_total and max(steps) <= 8  # none trained past the hold
+
+
+def test_a_probe_hold_at_or_past_the_budget_is_refused(tmp_path: Path) -> None:
+    from ablate.core.errors import ConfigError
+
+    with pytest.raises(ConfigError) as refused:
+        simulated_experiment(tmp_path, max_lr={"stop_step": 20})  # the budget is 20 steps
+    assert refused.value.key == "max_lr.stop_step"
+    assert simulated_experiment(tmp_path, max_lr={"stop_step": 19}).max_lr.stop_step == 19
+
+
+@pytest.mark.usefixtures("unrendered_figures")
+def test_held_probes_are_stored_stopped_and_the_report_brackets_divergence_alone(
+    tmp_path: Path,
+) -> None:
+    from ablate.core import store
+    from ablate.launch.pipeline import run_experiment
+
+    band = {"collapse_lr": 0.1, "divergence_lr": 0.4, "boundary_sd": 0.1, "curvature": 0.02}
+    path = write_experiment(
+        tmp_path / "e.yaml",
+        seeds=[0, 1],
+        runtime={"backend": "simulate", "simulate": {"variants": {"rmsnorm": band}}},
+        storage=f"journal:{tmp_path / 'studies.log'}",
+        max_lr={"seeds": [0, 1], "start": 0.01, "lr_max": 50.0, "stop_step": 8},
+    )
+    result = run_experiment(path, tmp_path / "results", tmp_path / "reports")
+    runs = store.load_summaries(result.folder)
+    probes = runs[runs["group"] == "max_lr"]
+    assert set(probes["status"]) == {"pruned", "diverged"}
+    assert (probes.loc[probes["status"] == "pruned", "steps"] == 8).all()
+    assert (probes.loc[probes["status"] == "diverged", "steps"] <= 8).all()
+    assert not list((tmp_path / "results").rglob("checkpoint.ckpt"))  # none left behind
+    text = (result.report_dir / "report.md").read_text()
+    assert "**no boundary found**" not in text and "Max stable LR (the largest" not in text
+    seeds = pd.read_csv(result.report_dir / "max_lr_divergence_seeds.csv")
+    assert len(seeds) == 4 and (seeds["last_stable"] < seeds["first_unstable"]).all()
+    assert not (result.report_dir / "max_lr_seeds.csv").exists()
+    again = run_experiment(path, tmp_path / "results", tmp_path / "reports")
+    assert len(store.load_summaries(again.folder)) == len(runs)  # read back, none retrained

@@ -73,3 +73,15 @@ def test_a_run_that_diverged_below_the_probes_bracket_widens_it_down() -> None:
     )
     seed1 = studies.max_lr["rms"].divergence_bounds[1]
     assert (seed1.last_stable, seed1.first_unstable) == (0.648, 0.841)  # up to the next one
+    held = above.assign(status=["pruned", "diverged"], group=["max_lr", "max_lr"])
+    studies, _ = stored_divergence(  # a probe held at max_lr.stop_step did not diverge
+        StoredStudies(max_lr={"rms": result}), pd.concat([runs, held], ignore_index=True)
+    )
+    seed1 = studies.max_lr["rms"].divergence_bounds[1]
+    assert (seed1.last_stable, seed1.first_unstable) == (0.648, 0.841)
+    searched = above.assign(status=["pruned", "diverged"], group=["search", "search"])
+    studies, _ = stored_divergence(  # a trial a pruner stopped says nothing of divergence
+        StoredStudies(max_lr={"rms": result}), pd.concat([runs, searched], ignore_index=True)
+    )
+    seed1 = studies.max_lr["rms"].divergence_bounds[1]
+    assert (seed1.last_stable, seed1.first_unstable) == (0.648, 0.707)

@@ -4,17 +4,30 @@ the store: every other stored run of a variant at the probes' budget (sweep poin
 trials, curve and main runs, probes) is a judged observation; one on the wrong side of its
 seed's bracket is a contradiction, and the same runs give the quality boundary at each of
 ``max_lr.margins``. A rerun's brackets start at the largest stable LR the other stages stored.
+With ``max_lr.stop_step`` the probes were held short and bracket only the divergence boundary:
+each is then stored as stopped for good (its checkpoint gone), and nothing is held against the
+learned-at-all criterion, which they were not trained to measure.
 """
 
 from __future__ import annotations
+
+from dataclasses import replace
 
 import pandas as pd
 
 from ablate.core import store
 from ablate.core.boundary import edge_of_points, variant_boundary
 from ablate.core.experiment import Experiment
+from ablate.core.folders import ExperimentFolder
 from ablate.core.plan import max_lr_family
-from ablate.core.stability import Observation, below_window, contradictions, verdict_at_margin
+from ablate.core.stability import (
+    Observation,
+    Stop,
+    StopKind,
+    below_window,
+    contradictions,
+    verdict_at_margin,
+)
 from ablate.core.studies import BoundaryResult, MarginBoundary
 from ablate.launch.context import Context, Stage, configured
 
@@ -28,7 +41,20 @@ def max_lr_stage(ctx: Context, best: dict[str, float]) -> dict[str, BoundaryResu
     runs = store.load_summaries(ctx.folder)
     starts = {**best, **stored_stable_starts(ctx.experiment, runs)}
     found = stage_studies(ctx, "max_lr", starts)
+    stop_held_probes(ctx.folder, [run_id for result in found.values() for run_id in result.run_ids])
     return check_boundaries(ctx.experiment, found, store.load_summaries(ctx.folder))
+
+
+def stop_held_probes(folder: ExperimentFolder, run_ids: list[str]) -> None:
+    """Every probe run still paused at ``max_lr.stop_step`` stored as stopped there for good
+    (pruned, its checkpoint gone: :meth:`ablate.core.folders.RunFolder.stop_paused`); a
+    rerun's held probes read it back as their result (:func:`ablate.core.early_stop.result_of`)."""
+    for run_id in run_ids:
+        run = folder.run(run_id)
+        record = run.read_record()
+        if record is not None and record.status == "paused":
+            reason = Stop(record.steps, StopKind.HELD).reason
+            run.stop_paused(replace(record, status="pruned", stopped_reason=reason))
 
 
 def run(ctx: Context) -> None:
@@ -76,6 +102,9 @@ def check_boundaries(
     boundary at every ``max_lr.margins`` collapse margin."""
     checked = {}
     for variant, result in found.items():
+        if result.held_at is not None:  # divergence brackets alone: the report holds them
+            checked[variant] = result  # against the stored runs (ablate.report.load)
+            continue
         family = max_lr_family(experiment, variant)
         seen = observations(runs, variant, family)
         against = contradictions(result.seed_bounds, seen)
