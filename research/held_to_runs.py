@@ -168,10 +168,12 @@ def protocol_grid(curves: ref.Curves, seeds: Sequence[int], design: Experiment) 
 
 
 def boundary_seeds(draw: Draw, design: Experiment) -> list[int]:
-    """The seeds the usable boundary is walked on: the A/B seeds, then curve seeds, as many as
-    the protocol's ``max_lr.seeds`` (its A/B seeds and its first curve seeds)."""
-    wanted = len(design.max_lr.seeds or design.seeds) if design.max_lr else len(design.seeds)
-    return [*draw.ab, *draw.curve][:wanted]
+    """The seeds the usable boundary is walked on, as the protocol's ``max_lr.seeds`` take
+    them: as many of the draw's curve seeds as it has of its curve's, the rest A/B seeds (its
+    seeds 0–4 are three A/B and two curve seeds; 3–6 would be four curve seeds)."""
+    wanted = (design.max_lr.seeds if design.max_lr else None) or design.seeds
+    n_curve = sum(seed in set(design.curve_seeds()) for seed in wanted)
+    return [*draw.ab[: len(wanted) - n_curve], *draw.curve[:n_curve]]
 
 
 def _curves_on(curves: ref.Curves, seeds: Sequence[int], grid: Sequence[float]) -> dict:

@@ -61,6 +61,22 @@ def test_the_seeds_decide_adds_leave_the_curve_and_ab_seeds_as_they_were() -> No
         held.disjoint_draws(range(8), 4, 3, n_added=2)
 
 
+def test_the_usable_walks_take_the_draw_s_seeds_as_the_protocol_s_max_lr_seeds_are(
+    design: Experiment,
+) -> None:
+    draw = held.disjoint_draws(range(16), 4, 3, limit=1)[0]
+    assert design.max_lr is not None and design.max_lr.seeds == [0, 1, 2, 3, 4]
+    assert held.boundary_seeds(draw, design) == [*draw.ab, *draw.curve[:2]]  # 3 A/B, 2 curve
+    on_curve = design.model_copy(
+        update={"max_lr": design.max_lr.model_copy(update={"seeds": [3, 4, 5, 6]})}
+    )
+    assert held.boundary_seeds(draw, on_curve) == list(draw.curve)
+    mixed = design.model_copy(
+        update={"max_lr": design.max_lr.model_copy(update={"seeds": [0, 3, 4, 5, 6]})}
+    )
+    assert held.boundary_seeds(draw, mixed) == [draw.ab[0], *draw.curve]
+
+
 def test_holm_adjusts_one_p_of_two_as_the_report_does() -> None:
     found = held.holm_pair(np.array([0.01, 0.03, 0.6]), np.array([0.5, 0.01, 0.5]))
     assert found.tolist() == pytest.approx([0.02, 0.03, 1.0])  # 2p; max(2q, p); capped
