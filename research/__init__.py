@@ -5,8 +5,9 @@ reference read as ground truth (``reference``), the simulator fitted to it (``fi
 the estimators scored against both (``estimators``, ``held_to_runs``, ``optimum_bound``, the
 replication modules), the simulator's calibration (``calibration``, ``eval_noise``),
 ``decide:``'s error rates (``sequential``), the max-LR stage's seed waves (``parallel_seeds``),
-the curve's early stop replayed on real curves (``early_stop``) and the warmup studies' gaps
-(``warmup_effect``). Paths are the repository's (:data:`REPO`), wherever it runs from.
+the curve's early stop replayed on real curves (``early_stop``), the warmup studies' gaps
+(``warmup_effect``) and the steps real runs diverge at (``divergence_steps``). Paths are the
+repository's (:data:`REPO`), wherever it runs from.
 """
 
 from pathlib import Path
