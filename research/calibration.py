@@ -14,10 +14,12 @@ at noise levels the real runs show rather than at guesses:
   lowest LR over the squared distance in log10 (the low wall: above the optimum real curves
   fall off a cliff, which a quadratic does not describe);
 - **boundary jitter** (sd of ln LR): the sd over seeds of each variant's per-seed boundary
-  estimate (``max_lr_seeds.csv``), pooled over variants; and the sd over seeds of the two
-  variants' paired ln ratio over √2, each variant's own part of that jitter (the part a seed
-  shares with every variant cancels in the ratio): below the first when a seed moves both
-  edges together (the simulator's ``boundary_sd`` and ``seed_edge_sd``).
+  estimate (``max_lr_seeds.csv``; the divergence brackets, ``max_lr_divergence_seeds.csv``,
+  where the probes were held short and bracketed only them), pooled over variants; and the sd
+  over seeds of the two variants' paired ln ratio over √2, each variant's own part of that
+  jitter (the part a seed shares with every variant cancels in the ratio): below the first
+  when a seed moves both edges together (the simulator's ``boundary_sd`` and
+  ``seed_edge_sd``).
 """
 
 from __future__ import annotations
@@ -118,6 +120,11 @@ def ratio_jitter(seeds: pd.DataFrame, first: str, second: str) -> Spread:
     return pooled([(float(logs.std(ddof=1)) / math.sqrt(2), len(logs) - 1)])
 
 
+# the per-seed brackets the max-LR stage probed: learned at all, else (probes held short)
+# the divergence edge's
+BRACKETS = ("max_lr_seeds.csv", "max_lr_divergence_seeds.csv")
+
+
 def calibration_text(report: Path) -> str:
     """The three calibrations of a report folder, one line each."""
     runs = pd.read_csv(report / "runs.csv")
@@ -135,13 +142,13 @@ def calibration_text(report: Path) -> str:
             else "no curve"
         ),
     ]
-    seeds_csv = report / "max_lr_seeds.csv"
-    if seeds_csv.exists():
-        seeds = pd.read_csv(seeds_csv)
+    probed = [report / name for name in BRACKETS if (report / name).exists()]
+    if probed:
+        seeds = pd.read_csv(probed[0])
         jitter, paired = boundary_jitter(seeds), ratio_jitter(seeds, first, second)
         lines += [
             f"boundary jitter: {jitter.sd:.3f} in ln [{jitter.low:.3f}, {jitter.high:.3f}] "
-            f"({jitter.df} df)",
+            f"({jitter.df} df{'' if probed[0].name == BRACKETS[0] else ', divergence edges'})",
             f"paired ratio's jitter / √2: {paired.sd:.3f} in ln [{paired.low:.3f}, "
             f"{paired.high:.3f}] ({paired.df} df, {second} / {first})",
         ]

@@ -2,7 +2,7 @@
 TPE study of ``curve.warmup_trials``, or the ``curve.warmup_grid``'s warmups, per variant at its
 curve's optimum LR, each trial the same curve seeds) read from a ``runs.csv``: the 6-trial TPE
 studies of the protocol before 2026-12-07 (``reports/earlier_protocol``) and the grids of the
-reports now committed.
+one after it (``reports/earlier_protocol/warmup_grid``), before the warmup was declared.
 
 For each trial, its gap above the study's best trial, paired by seed (mean and SD of the
 per-seed differences), and whether the gap exceeds ``min_effect`` (0.02 nats, the default
@@ -29,8 +29,8 @@ from research.estimators import write_block
 WARMUP_REPORTS = {  # the committed warmup studies: the folders of their runs.csv
     "ln_vs_rms, TPE": "reports/earlier_protocol/ln_vs_rms",
     "llama_style, TPE": "reports/earlier_protocol/llama_style",
-    "ln_vs_rms, grid": "reports/ln_vs_rms",
-    "llama_style, grid": "reports/llama_style",
+    "ln_vs_rms, grid": "reports/earlier_protocol/warmup_grid/ln_vs_rms",
+    "llama_style, grid": "reports/earlier_protocol/warmup_grid/llama_style",
 }
 
 
