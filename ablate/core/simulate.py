@@ -16,7 +16,7 @@ Per variant a :class:`~ablate.core.truth.TruthConfig` gives (docs/simulator.md):
 - **the edges**: at or above the seed's divergence LR the train loss blows up at the first step
   after warmup (the real :class:`~ablate.core.stability.DivergenceRule` stops it), as real runs
   do: 120 of the dense reference's 132 divergences came at step 21 after a 20-step warmup, all
-  146 of the reference's and the default experiment's by step 30; from ``collapse_lr`` up to
+  committed ones by step 32 (``research.divergence_steps``); from ``collapse_lr`` up to
   there the run ends at the unigram floor (collapsed). Both edges are the variant's values times
   exp(``boundary_sd``·z + ``seed_edge_sd``·z₀), z one standard normal per (variant, seed) and
   z₀ one per seed (shared, as a seed's init and batches move every variant's edge), times the

@@ -265,7 +265,7 @@ class MaxLRConfig(StrictSection):
         description="hold every probe at this step of its budget: one that has not blown up by "
         "then counts as not diverged, and only the divergence edge is bracketed (the "
         "learned-at-all edge needs the whole budget and is not measured); every divergence in "
-        "the dense reference and the default experiment came by step 30 of 256 "
+        "the committed real runs came by step 32 of 256 "
         "(docs/early-stop.md); none: every probe trains to the end",
     )
     margins: list[float] = Field(

@@ -131,7 +131,7 @@ def stored_divergence(
 ) -> tuple[StoredStudies, list[str]]:
     """The studies with every seed's divergence bracket spanning its probes' and the one every
     stored run of its probes' family at any LR and warmup places (one held short at a stage's
-    step counted as not diverged: every divergence of real runs came by step 30)
+    step counted as not diverged: no committed real run diverged after step 32)
     (:func:`ablate.core.boundary.edge_of_points`: the first diverged LR above its lowest run
     that did not diverge, the largest that did not below it); and, in words, each bracket
     that this widened."""
