@@ -137,13 +137,14 @@ def stored_divergence(
     that this widened."""
     if runs.empty or "family" not in runs:
         return studies, []
+    ended = runs["status"].isin(["finished", "diverged"])
+    stages = runs["group"] if "group" in runs else pd.Series("", index=runs.index)
+    held = (runs["status"] == "pruned") & stages.isin(HELD_GROUPS)  # did not diverge
+    judged = runs[ended | held]
     found, moved = {}, []
     for variant, result in studies.max_lr.items():
         families = set(runs.loc[runs["run_id"].isin(result.run_ids), "family"])
-        ended = runs["status"].isin(["finished", "diverged"])
-        stages = runs["group"] if "group" in runs else pd.Series("", index=runs.index)
-        held = (runs["status"] == "pruned") & stages.isin(HELD_GROUPS)  # did not diverge
-        mine = runs[runs["family"].isin(families) & (ended | held)]
+        mine = judged[judged["family"].isin(families)]
         bounds = []
         for probed in result.divergence_bounds:
             rows = mine[mine["seed"] == probed.seed]
