@@ -70,19 +70,35 @@ def test_workers_share_one_study_each_trial_run_once(
     assert not list((tmp_path / "results" / "tiny" / ".claims").iterdir())
 
 
+def _holders(results: Path) -> dict[str, int | None]:
+    """Each claim in ``results`` with the pid of the process that holds it."""
+    return {
+        claim.name: json.loads(claim.read_text() or "{}").get("pid")
+        for claim in results.glob(".claims/*")
+    }
+
+
 def _kill_first_trainer(results: Path, procs: list[subprocess.Popen]) -> str:
-    """SIGKILL the worker that holds the first claim seen; return that run's id."""
+    """SIGKILL a worker half a second into a run it still holds; return that run's id.
+
+    A run that diverges early ends in less than the half second, so the claim is read again
+    before the kill, and the run is the claim the killed worker leaves behind."""
     pids = {p.pid: p for p in procs}
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
-        for claim in results.glob(".claims/*"):
-            holder = json.loads(claim.read_text() or "{}")
-            if holder.get("pid") in pids:
-                time.sleep(0.5)  # well inside the run (it lasts 2 s): its trial sent heartbeats
-                pids[holder["pid"]].send_signal(signal.SIGKILL)
-                return claim.name
+        seen = {name: pid for name, pid in _holders(results).items() if pid in pids}
+        if seen:
+            time.sleep(0.5)  # well inside the run (it lasts 2 s): its trial sent heartbeats
+            held = {name: pid for name, pid in _holders(results).items() if seen.get(name) == pid}
+            if held:
+                pid = next(iter(held.values()))
+                pids[pid].send_signal(signal.SIGKILL)
+                pids[pid].wait()
+                left = [n for n, holder in _holders(results).items() if holder == pid]
+                assert len(left) == 1, left
+                return left[0]
         time.sleep(0.05)
-    raise AssertionError("no worker claimed a run within 120 s")
+    raise AssertionError("no worker held a claim for half a second within 120 s")
 
 
 @pytest.mark.slow
