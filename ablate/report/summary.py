@@ -177,6 +177,24 @@ def unstable_text(table: pd.DataFrame) -> str:
     return ", ".join(parts)
 
 
+def warmup_moved(manifest: Manifest) -> str:
+    """Where the tuned runs train at another warmup than the curve chose their LR at: which,
+    and that the LR is then the optimum at the trained warmup only where the optimum does not
+    move with the warmup; nothing where the warmups are one."""
+    warmups = {
+        group: {r.warmup_steps for r in manifest.runs if r.group == group}
+        for group in ("curve", "tuned")
+    }
+    if len(warmups["curve"]) != 1 or not warmups["tuned"] or warmups["tuned"] == warmups["curve"]:
+        return ""
+    trained = ", ".join(str(w) for w in sorted(warmups["tuned"]))
+    return (
+        f" at warmup {next(iter(warmups['curve']))}, trained at warmup {trained}: chosen one "
+        "setting at a time, so the optimum at the trained warmup only where the optimum does "
+        "not move with the warmup (docs/early-stop.md)"
+    )
+
+
 def lead_lines(
     stored: StoredExperiment, tuned: pd.DataFrame | None, effects: pd.DataFrame | None = None
 ) -> list[str]:
@@ -189,7 +207,7 @@ def lead_lines(
     if tuned is not None:
         search_seed = stored.studies.search_seed
         chosen = (
-            f"its LR curve's optimum on seeds {curve_seeds}"
+            f"its LR curve's optimum on seeds {curve_seeds}{warmup_moved(stored.manifest)}"
             if curve_seeds
             else f"the search's best, found on seed {search_seed}"
         )

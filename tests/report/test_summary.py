@@ -55,3 +55,17 @@ def test_unlearned_text_counts_both_kinds() -> None:
     assert unlearned_text(still) == (
         "dyt: 2 of 2 runs collapsed (1 still improving: not learned yet)"
     )
+
+
+def test_an_lr_chosen_at_another_warmup_than_trained_is_said() -> None:
+    from ablate.core.manifest import Manifest, PlannedRun
+    from ablate.report.summary import warmup_moved
+
+    def manifest(tuned_warmup: int) -> Manifest:
+        runs = [PlannedRun("ln", s, f"c{s}", "curve", 0.003, 20) for s in (3, 4)]
+        runs += [PlannedRun("ln", s, f"t{s}", "tuned", 0.003, tuned_warmup) for s in (0, 1)]
+        return Manifest("x", ["ln"], [0, 1], runs)
+
+    assert warmup_moved(manifest(20)) == ""  # chosen at the warmup it trains at
+    moved = warmup_moved(manifest(64))
+    assert moved.startswith(" at warmup 20, trained at warmup 64:")
