@@ -10,11 +10,12 @@ the earlier ``ln_vs_rms``'s to the bit; the LLaMA-style one's from
 ``reports/earlier_protocol``), and, where it is committed, the part of the dense reference
 retrained with its evaluations (``reports/reference_curves``: both norms, seeds 0–3,
 every 2^(1/4) of the basin), read as its full 2^(1/4) lattice and as each of its two 2^(1/2)
-lattices. A curve whose points the early stop stopped is left out. A draw is one variant's
-curve on a subset of its seeds (every subset of two seeds or more): the rule sees the values at
-the step, the verdict the final values (an unstable run counted as min(ℓ, ℓ0), a diverged one
-as ℓ0, as every stage selects). Subsets of one curve share runs, so draws are not independent:
-the table gives the curves they come from.
+lattices, and the same slice at warmup 64 (``reports/warmup64/curves``); the table is given
+per warmup the curves trained at. A curve whose points the early stop stopped is left out.
+A draw is one variant's curve on a subset of its seeds (every subset of two seeds or more): the
+rule sees the values at the step, the verdict the final values (an unstable run counted as
+min(ℓ, ℓ0), a diverged one as ℓ0, as every stage selects). Subsets of one curve share runs,
+so draws are not independent: the table gives the curves they come from.
 
 Run::
 
@@ -48,18 +49,20 @@ CURVE_REPORTS = {  # the committed curves trained whole: their report folders
     "bias": "reports/bias",
     "layernorm_scaling": "reports/literature/layernorm_scaling",
     "reference 0-3": "reports/reference_curves",
+    "reference 0-3, warmup 64": "reports/warmup64/curves",  # the same slice at warmup 64
 }
 
 
 @dataclass(frozen=True)
 class Curve:
     """One variant's curve: ``at`` (lr x seed) values at each evaluation step, ``final`` (lr x
-    seed) final values."""
+    seed) final values, and the warmup its runs trained at (None: not known)."""
 
     source: str
     variant: str
     at: dict[int, pd.DataFrame]
     final: pd.DataFrame
+    warmup: int | None = None
 
 
 def clipped(frame: pd.DataFrame, values: pd.Series) -> pd.Series:
@@ -91,7 +94,11 @@ def load_curves(source: str, folder: Path) -> list[Curve]:
         final = clipped(mine, mine["final_val_loss"])
         curves.append(
             Curve(
-                source, str(variant), at, final.groupby([mine["lr"], mine["seed"]]).mean().unstack()
+                source,
+                str(variant),
+                at,
+                final.groupby([mine["lr"], mine["seed"]]).mean().unstack(),
+                int(mine["warmup_steps"].iloc[0]),
             )
         )
     return curves
@@ -109,7 +116,11 @@ def lattices(curve: Curve) -> Iterator[Curve]:
             keep = lrs[quarters % 2 == phase]
             at = {s: f.loc[keep] for s, f in curve.at.items()}
             yield Curve(
-                f"{curve.source} (2^(1/2), {phase})", curve.variant, at, curve.final.loc[keep]
+                f"{curve.source} (2^(1/2), {phase})",
+                curve.variant,
+                at,
+                curve.final.loc[keep],
+                curve.warmup,
             )
 
 
@@ -164,15 +175,18 @@ def draws(curves: list[Curve], step: int, margin: float) -> pd.DataFrame:
 
 
 def table(curves: list[Curve], steps: list[int], margins: list[float]) -> pd.DataFrame:
-    """Per step and margin: draws, curves, miss rate, share of points stopped, worst regret,
-    and the share of run-steps a curve spares (a stopped run trains ``step`` of ``total``)."""
+    """Per warmup the curves trained at, step and margin: draws, curves, miss rate, share of
+    points stopped, worst regret, and the share of run-steps a curve spares (a stopped run
+    trains ``step`` of ``total``)."""
     total = max(max(c.at) for c in curves)
+    warmups = sorted({c.warmup for c in curves}, key=lambda w: (w is None, w or 0))
     rows = []
-    for step, margin in itertools.product(steps, margins):
-        found = draws(curves, step, margin)
+    for warmup, step, margin in itertools.product(warmups, steps, margins):
+        found = draws([c for c in curves if c.warmup == warmup], step, margin)
         stopped = found["stopped"].sum() / found["points"].sum()
         rows.append(
             {
+                "warmup": warmup,
                 "step": step,
                 "margin": margin,
                 "draws": len(found),

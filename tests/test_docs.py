@@ -307,41 +307,53 @@ def test_the_main_job_writes_nothing_the_docs_or_tests_quote() -> None:
     assert "/results/" in (REPO / ".gitignore").read_text().splitlines()
 
 
+OPENING_NAMES = {  # how the README's opening names each secondary estimand of answer.csv
+    "usable LR": "usable LR",
+    "divergence edge": "where its runs diverge",
+    "training speed": "training speed on this CPU",
+}
+
+
 def test_the_readme_opens_with_the_default_answer_its_verdicts_give() -> None:
     """The one-sentence answer before "Start here" states the primary estimand's number and
-    verdict, the speed's verdict (its margin where equivalent), and calls the stability
-    estimands, and the speed where it is, inconclusive only while answer.csv does."""
-    opening = README.read_text(encoding="utf-8").split("## Start here", 1)[0]
+    verdict at its margin, each secondary one found *equivalent* with its margin, and names
+    the rest in the clause that calls them *inconclusive*, as answer.csv has them."""
+    opening = " ".join(README.read_text(encoding="utf-8").split("## Start here", 1)[0].split())
     answer = pd.read_csv(REPO / "reports" / "ln_vs_rms" / "answer.csv").set_index("estimand")
     primary = answer.loc["quality at matched settings"]
     shown = f"{primary.estimate:+.4f} [{primary.low:+.4f}, {primary.high:+.4f}]"
-    assert shown.replace("-", "−").lstrip("+") in opening.replace("\n", " ")
-    assert f"*{primary.verdict}* to LayerNorm's within ±{primary.margin:g} nats" in " ".join(
-        opening.split()
-    )
-    speed = answer.loc["training speed"]
-    fast_enough = speed.verdict == "equivalent"
-    open_ones = ["usable LR", "divergence edge", *([] if fast_enough else ["training speed"])]
-    assert set(answer.loc[open_ones, "verdict"]) == {"inconclusive"} and "*inconclusive*" in opening
-    said = (
-        f"and so is its training speed on this CPU within ×/÷{speed.margin:g}"
-        if fast_enough
-        else "its training speed on this CPU"
-    )
-    assert said in " ".join(opening.split())
+    assert shown.replace("-", "−").lstrip("+") in opening
+    margin = f"±{primary.margin:g} nats"
+    said = {
+        "equivalent": f"*equivalent* to LayerNorm's within {margin}",
+        "inconclusive": f"*inconclusive* at a margin of {margin}",
+    }
+    assert said[primary.verdict] in opening
+    verdicts = answer.loc[list(OPENING_NAMES), "verdict"]
+    assert set(verdicts) <= {"equivalent", "inconclusive"}
+    for estimand, verdict in verdicts.items():
+        name = OPENING_NAMES[str(estimand)]
+        if verdict == "equivalent":
+            ratio = f"within ×/÷{answer.loc[estimand, 'margin']:g}"
+            assert f"{name} is *equivalent* to LayerNorm's {ratio}" in opening
+        else:
+            clause = opening.split("while ", 1)[1].split("*inconclusive*", 1)[0]
+            assert name in clause, estimand
 
 
 # every time the README and the docs quote: (page, pattern, the report whose reports/times.csv
 # row it comes from); groups named after the row's columns (run_hours: run_minutes / 60)
 SEEDS_8, SEEDS_16 = "reference_seeds_8_15/reference", "reference_seeds_16_23/reference"
 EPYC_BEFORE = "earlier_protocol/ln_vs_rms_epyc"  # the protocol before, on the new reports' CPU
+LR_AT_20 = "earlier_protocol/lr_at_warmup_20/ln_vs_rms"  # the LR chosen at warmup 20
 TIME_CLAIMS = [
     ("README.md", r"The smoke run .*?: (?P<runs>\d+) runs in (?P<wall_min>[\d.]+) min", "smoke"),
     ("README.md", r"`make run` is the main job below: (?P<wall_min>[\d.]+) min", "ln_vs_rms"),
     ("README.md", r"(?P<runs>\d+) runs, (?P<wall_min>[\d.]+) min on 2 idle CPU cores", "ln_vs_rms"),
     ("README.md", r"experiments/ln_vs_rms\.yaml .*\((?P<wall_min>[\d.]+) min\)", "ln_vs_rms"),
     ("experiments.md", r"expected against (?P<wall_min>[\d.]+) min measured", "ln_vs_rms"),
-    ("early-stop.md", r"less wall time \((?P<wall_min>[\d.]+) against", "ln_vs_rms"),
+    ("early-stop.md", r"less wall time \((?P<wall_min>[\d.]+) against", LR_AT_20),
+    ("early-stop.md", r"took (?P<wall_min>[\d.]+) min on 2 idle cores against", "ln_vs_rms"),
     ("early-stop.md", r"\([\d.]+ against (?P<wall_min>[\d.]+) min\); the report", EPYC_BEFORE),
     ("stability-and-search.md", r"the base LR, (?P<run_hours>[\d.]+) h", "reference"),
     ("stability-and-search.md", r"544 more, (?P<run_hours>[\d.]+) h", SEEDS_8),

@@ -219,16 +219,21 @@ def plan_lr_grid(experiment: Experiment, grid: SweepConfig, group: str) -> list[
 
 
 def plan_lr_points(
-    experiment: Experiment, lrs: list[float], seeds: list[int], tokens: int | None, group: str
+    experiment: Experiment,
+    lrs: list[float],
+    seeds: list[int],
+    tokens: int | None,
+    group: str,
+    warmup_steps: int | None = None,
 ) -> list[RunSpec]:
     """Every variant at every one of ``lrs`` on each of ``seeds``, at budget ``tokens`` (None:
-    train's), seed-major."""
+    train's) and warmup ``warmup_steps`` (None: train's), seed-major."""
     return [
         RunSpec(
             experiment.name,
             variant,
             seed,
-            with_train(config, lr=lr, tokens=tokens),
+            with_train(config, lr=lr, tokens=tokens, warmup_steps=warmup_steps),
             group=group,
         )
         for seed in seeds
@@ -246,12 +251,19 @@ def plan_sweep(experiment: Experiment) -> list[RunSpec]:
 
 def plan_curve(experiment: Experiment, grown: tuple[int, int] = (0, 0)) -> list[RunSpec]:
     """Every variant at every lattice LR of ``curve:`` (grown by ``grown`` octaves below and
-    above its range) on the curve seeds, at the curve budget (none without ``curve:``)."""
+    above its range) on the curve seeds, at the curve budget and at the warmup the tuned runs
+    train at where the file declares one (``curve.warmup_steps``: the LR is chosen at the warmup
+    it is trained at), else the file's (none without ``curve:``)."""
     cfg = experiment.curve
     if cfg is None:
         return []
     return plan_lr_points(
-        experiment, cfg.lrs(*grown), experiment.curve_seeds(), cfg.tokens, "curve"
+        experiment,
+        cfg.lrs(*grown),
+        experiment.curve_seeds(),
+        cfg.tokens,
+        "curve",
+        cfg.warmup_steps,
     )
 
 

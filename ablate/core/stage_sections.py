@@ -162,9 +162,10 @@ class CurveConfig(StrictSection):
     warmup_steps: int | None = Field(
         None,
         ge=0,
-        description="in place of a warmup study, the warmup every tuned run trains at, declared "
-        "(e.g. a quarter of the run, where every committed study found the loss flat to within "
-        "min_effect: docs/early-stop.md); none: the study's best, else the file's warmup",
+        description="in place of a warmup study, the warmup the curve and every tuned run train "
+        "at, declared (e.g. a quarter of the run, where every committed study found the loss flat "
+        "to within min_effect: docs/early-stop.md), so the LR is chosen at the warmup it trains "
+        "at; none: the study's best, else the file's warmup",
     )
     sampler_seed: int = Field(0, ge=0)
     stop_step: int | None = Field(

@@ -194,7 +194,7 @@ def usable_sentence(found: Findings) -> str | None:
     if not rows:
         return None
     return (
-        "**Usable LR** (per seed, the largest LR walked up from the tuned LR, at the file's "
+        "**Usable LR** (per seed, the largest LR walked up from the tuned LR, at the tuned "
         "warmup, whose loss stays within the band of the seed's there): "
         + joined([f"{pair(f)} {said(f)}" for f in rows])
         + "."

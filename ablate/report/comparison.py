@@ -113,7 +113,7 @@ def comparison_section(
         "the full budget on the same seeds (matched initial weights and batches). Δ = variant − "
         "baseline over matched seeds. Headroom: how far above its tuned LR a variant's final "
         "loss stays within `max_lr.within` of its loss there (the usable LR, the geometric "
-        "mean of its seeds' walks, each up the 2^(1/4) lattice at the file's warmup from the "
+        "mean of its seeds' walks, each up the 2^(1/4) lattice at the tuned warmup from the "
         "point nearest the tuned LR); the max stable LR is where a run still "
         "learned at all (the geometric mean of its seeds' edges at the `max_lr` budget, which "
         "may be shorter than the tuned runs').",

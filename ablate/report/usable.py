@@ -125,7 +125,7 @@ def usable_section(stored: StoredExperiment) -> Section:
         "",
         f"The largest LR a practitioner can raise the tuned one to and lose at most "
         f"{table['within'].iloc[0]:g} nats of final val loss: on each seed, a walk up from the "
-        f"variant's tuned optimum in 2^(1/{PER_OCTAVE}) steps (the file's warmup, the full "
+        f"variant's tuned optimum in 2^(1/{PER_OCTAVE}) steps (its tuned warmup, the full "
         "budget), stopped at the first LR more than that above the seed's own loss at the "
         "optimum. Held to the dense reference (docs/stability-and-search.md), this walk finds "
         "its usable boundary within one step; the brackets below (a run that learned at all, "

@@ -1,9 +1,10 @@
-"""The usable stage: each variant's usable-LR boundary walked upwards from its tuned optimum on
+"""The usable stage: each variant's usable-LR boundary walked upwards from its tuned settings on
 every ``max_lr.seeds`` seed (:mod:`ablate.core.usable`), before the max-LR brackets.
 
-A walk's runs are the variant at a lattice LR (2^(1/4)) with the file's warmup and the full
-budget, the settings the curve chose the optimum at (so on the curve's seeds the start and
-every √2 point are the curve's own runs, reused). All seeds and variants walk together, one
+A walk's runs are the variant at a lattice LR (2^(1/4)) with its tuned warmup and the full
+budget, the settings the curve chose the optimum at where the file declares the warmup (so on
+the curve's seeds the start and every √2 point are the curve's own runs, reused). All seeds and
+variants walk together, one
 lattice step per round through the stage's executor; a seed stops at its first point more than
 ``max_lr.within`` nats above its loss at the optimum (an unstable run counted as
 min(ℓ, ℓ0), as every stage selects), or at ``max_lr.lr_max``. Where fewer walks go on than
@@ -18,7 +19,7 @@ import math
 from collections.abc import Callable
 
 from ablate.core.experiment import Experiment
-from ablate.core.plan import RunSpec, with_train
+from ablate.core.plan import RunSpec, Settings
 from ablate.core.stability import trial_value
 from ablate.core.usable import next_lr, walk_lrs, walk_seed
 from ablate.launch.context import Context, Stage, chose
@@ -28,15 +29,14 @@ Walker = tuple[str, int]  # (variant, seed)
 
 
 def run(ctx: Context) -> None:
-    """The stage: every variant's usable-LR walk from its tuned optimum
+    """The stage: every variant's usable-LR walk from its tuned settings
     (:func:`usable_stage`); the plan gains the walks' runs, recorded before each round."""
     plan = ctx.plan
-    optima = {variant: setting.lr for variant, setting in plan.chosen.items()}
     done = list(plan.specs)
     plan.specs += usable_stage(
         ctx.experiment,
         ctx.executor,
-        optima,
+        plan.chosen,
         lambda walked: ctx.write_manifest(done + walked + plan.continued),
         ctx.say,
         ctx.resources(ALL_AT_ONCE).workers,
@@ -58,34 +58,39 @@ def round_lrs(
     }
 
 
-def usable_spec(experiment: Experiment, variant: str, lr: float, seed: int) -> RunSpec:
-    """A walk's run: the variant at ``lr`` with its file's warmup, at the full budget."""
-    config = with_train(experiment.variants[variant], lr=lr)
+def usable_spec(
+    experiment: Experiment, variant: str, tuned: Settings, lr: float, seed: int
+) -> RunSpec:
+    """A walk's run: the variant at ``lr`` with its ``tuned`` warmup, at the full budget."""
+    config = Settings(lr, tuned.warmup_steps).applied(experiment.variants[variant])
     return RunSpec(experiment.name, variant, seed, config, group="usable")
 
 
 def usable_stage(
     experiment: Experiment,
     executor: Executor,
-    optima: dict[str, float],
+    tuned: dict[str, Settings],
     record: Callable[[list[RunSpec]], None],
     say: Callable[[str], None],
     slots: int = 1,
 ) -> list[RunSpec]:
-    """Walk every variant of ``optima`` (variant -> its optimum LR) on every max-LR seed, a
-    round's points filling ``slots`` workers (:func:`round_lrs`); ``record`` gets the stage's
-    runs so far before each round trains. The stage's runs: the points the walks reached."""
+    """Walk every variant of ``tuned`` (variant -> its tuned settings) up from its tuned LR at
+    its tuned warmup on every max-LR seed, a round's points filling ``slots`` workers
+    (:func:`round_lrs`); ``record`` gets the stage's runs so far before each round trains. The
+    stage's runs: the points the walks reached."""
     cfg = experiment.max_lr
     assert cfg is not None and cfg.within is not None
     seeds = cfg.seeds or experiment.seeds
-    lrs = {v: walk_lrs(lr, cfg.lr_max) for v, lr in optima.items()}
-    losses: dict[Walker, dict[float, float]] = {(v, s): {} for v in optima for s in seeds}
+    lrs = {v: walk_lrs(settings.lr, cfg.lr_max) for v, settings in tuned.items()}
+    losses: dict[Walker, dict[float, float]] = {(v, s): {} for v in tuned for s in seeds}
     pending = {(v, s): lrs[v][0] for v, s in losses}
     planned: list[RunSpec] = []
     while pending:
         chosen = round_lrs(pending, lrs, slots)
         specs = [
-            usable_spec(experiment, v, lr, s) for (v, s), walk in chosen.items() for lr in walk
+            usable_spec(experiment, v, tuned[v], lr, s)
+            for (v, s), walk in chosen.items()
+            for lr in walk
         ]
         record(planned + specs)
         found = {record.run_id: record for record in executor.run(specs)}

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from conftest import simulated_experiment
 
-from ablate.core.plan import RunSpec
+from ablate.core.plan import RunSpec, Settings
 from ablate.core.record import RunRecord
 from ablate.launch.simulator import SimulatedExecutor
 from ablate.launch.stages.usable import round_lrs, usable_stage
@@ -37,7 +37,7 @@ def _walked(tmp_path: Path, slots: int) -> tuple[list[str], list[int], list[list
     planned = usable_stage(
         experiment,
         executor,
-        {"layernorm": 0.004, "rmsnorm": 0.009},
+        {"layernorm": Settings(0.004, 30), "rmsnorm": Settings(0.009, 30)},
         lambda specs: recorded.append([s.run_id for s in specs]),
         lambda _: None,
         slots,
@@ -60,3 +60,23 @@ def test_a_round_fills_the_workers_with_each_walks_next_points() -> None:
     pending = {("ln", 0): 2.0, ("rms", 0): 4.0}
     assert round_lrs(pending, lattice, 1) == {("ln", 0): [2.0], ("rms", 0): [4.0]}
     assert round_lrs(pending, lattice, 5) == {("ln", 0): [2.0, 4.0], ("rms", 0): [4.0, 8.0]}
+
+
+def test_a_walk_trains_at_its_variant_s_tuned_warmup(tmp_path: Path) -> None:
+    truth = {"variants": {"layernorm": {"opt_lr": 0.004}, "rmsnorm": {"opt_lr": 0.009}}}
+    experiment = simulated_experiment(
+        tmp_path,
+        runtime={"backend": "simulate", "simulate": truth},
+        max_lr={"within": 0.1, "lr_max": 1.0, "seeds": [0]},
+    )
+    tuned = {"layernorm": Settings(2.0**-8, 40), "rmsnorm": Settings(2.0**-7, 64)}
+    planned = usable_stage(
+        experiment, SimulatedExecutor(tmp_path / "results"), tuned, lambda _: None, print
+    )
+    warmups = {(s.variant, s.config.train.warmup_steps) for s in planned}
+    assert warmups == {("layernorm", 40), ("rmsnorm", 64)}
+    starts = {
+        s.variant: min(p.config.train.lr for p in planned if p.variant == s.variant)
+        for s in planned
+    }
+    assert starts == {"layernorm": 2.0**-8, "rmsnorm": 2.0**-7}
