@@ -10,8 +10,9 @@ the earlier ``ln_vs_rms``'s to the bit; the LLaMA-style one's from
 ``reports/earlier_protocol``), and, where it is committed, the part of the dense reference
 retrained with its evaluations (``reports/reference_curves``: both norms, seeds 0–3,
 every 2^(1/4) of the basin), read as its full 2^(1/4) lattice and as each of its two 2^(1/2)
-lattices, and the same slice at warmup 64 (``reports/warmup64/curves``); the table is given
-per warmup the curves trained at. A curve whose points the early stop stopped is left out.
+lattices, and the same slice at warmup 64 (``reports/warmup64/curves``, and on seeds 13–16
+``reports/warmup64/curves_seeds_13_16``); the table is given per warmup the curves trained
+at. A curve whose points the early stop stopped is left out.
 A draw is one variant's curve on a subset of its seeds (every subset of two seeds or more): the
 rule sees the values at the step, the verdict the final values (an unstable run counted as
 min(ℓ, ℓ0), a diverged one as ℓ0, as every stage selects). Subsets of one curve share runs,
@@ -50,6 +51,7 @@ CURVE_REPORTS = {  # the committed curves trained whole: their report folders
     "layernorm_scaling": "reports/literature/layernorm_scaling",
     "reference 0-3": "reports/reference_curves",
     "reference 0-3, warmup 64": "reports/warmup64/curves",  # the same slice at warmup 64
+    "reference 13-16, warmup 64": "reports/warmup64/curves_seeds_13_16",  # and on 4 more seeds
 }
 
 

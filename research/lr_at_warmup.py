@@ -7,16 +7,21 @@ real runs, both committed in ``reports/warmup64``, measure whether it moves:
 
 - **the dense reference's slice at both warmups**: seeds 0–3, both norms, every 2^(1/4) of the LR
   from 2^-11 to 2^-6 at warmup 20 (``reports/reference_curves``) and the same runs at warmup 64
-  (``reports/warmup64/curves``). Per norm and warmup: the optimum (the lattice LR of the lowest
-  seed-mean final val loss, what the curve selects on), the final test loss there and at the
-  LR the default experiment trained at with its LR chosen at warmup 20
+  (``reports/warmup64/curves``), and at warmup 64 on seeds 13–16 too. Per norm and slice: the
+  optimum (the lattice LR of the lowest seed-mean final val loss, what the curve selects on),
+  the final test loss there and at the LR the default experiment trained at with its LR chosen
+  at warmup 20
   (``reports/earlier_protocol/lr_at_warmup_20``), and the difference, paired by seed with its
   95% t interval;
 - **that protocol's tuned runs walked upwards at their own warmup**: its five 2×2 seeds, each
   norm from its tuned run in 2^(1/4) steps at warmup 64 (``reports/warmup64/walks``).
   Per norm and LR: the final test loss minus the tuned run's, paired by seed, with its 95% t
   interval; and at every LR both norms reached, RMSNorm's minus LayerNorm's (the comparison at
-  matched settings, at LRs the tuned runs did not train at).
+  matched settings, at LRs the tuned runs did not train at);
+- **the LRs chosen at the declared warmup, on seeds nothing chose them on**: the same slice at
+  warmup 64 on seeds 13–16 (``reports/warmup64/curves_seeds_13_16``), which neither the
+  default's curve (seeds 3–6) nor its 2×2 (0–2, 7–12) trains: per norm, the LR the default
+  experiment now trains at against those seeds' optimum, in lattice steps and in test loss.
 
 Run::
 
@@ -37,12 +42,15 @@ from research import REPO
 from research.estimators import write_block
 from research.reference import Curves, load_reference, optimum
 
-CURVES = {  # the reference's slice at each warmup: its runs.csv
-    20: REPO / "reports/reference_curves/runs.csv",
-    64: REPO / "reports/warmup64/curves/runs.csv",
+UNSEEN = REPO / "reports/warmup64/curves_seeds_13_16/runs.csv"  # no stage of the default's
+CURVES = {  # the reference's slice: (warmup, its seeds) -> its runs.csv
+    (20, "0–3"): REPO / "reports/reference_curves/runs.csv",
+    (64, "0–3"): REPO / "reports/warmup64/curves/runs.csv",
+    (64, "13–16"): UNSEEN,
 }
 WALKS = REPO / "reports/warmup64/walks/runs.csv"
 DEFAULT_RUNS = REPO / "reports/earlier_protocol/lr_at_warmup_20/ln_vs_rms/runs.csv"  # chosen at 20
+CHOSEN_RUNS = REPO / "reports/ln_vs_rms/runs.csv"  # the LRs chosen at the declared warmup
 
 
 def paired(differences: np.ndarray) -> tuple[float, float, float]:
@@ -64,13 +72,15 @@ def lattice_step(lr: float) -> int:
     return round(math.log2(lr) * 4)
 
 
-def optimum_rows(curves: dict[int, dict[str, Curves]], trained: dict[str, float]) -> pd.DataFrame:
-    """Per norm and warmup: the curve's optimum, the test loss there and at ``trained`` (the
-    default's tuned LR of that norm, a lattice point), and trained's minus the optimum's,
-    paired by seed."""
+def optimum_rows(
+    curves: dict[tuple[int, str], dict[str, Curves]], trained: dict[str, float]
+) -> pd.DataFrame:
+    """Per norm and (warmup, seeds): the curve's optimum, the test loss there and at
+    ``trained`` (the default's tuned LR of that norm, a lattice point), and trained's minus
+    the optimum's, paired by seed."""
     rows = []
-    for warmup, by_variant in curves.items():
-        for variant, curve in by_variant.items():
+    for (warmup, seeds), by_variant in curves.items():
+        for variant, curve in sorted(by_variant.items()):
             best = optimum(curve)
             at_best = curve.test[curve.row(best)]
             at_trained = curve.test[curve.row(curve.nearest(trained[variant]))]
@@ -78,7 +88,7 @@ def optimum_rows(curves: dict[int, dict[str, Curves]], trained: dict[str, float]
                 {
                     "variant": variant,
                     "warmup": warmup,
-                    "seeds": len(curve.seeds),
+                    "seeds": seeds,
                     "optimum": f"{best:.3g} (2^({lattice_step(best)}/4))",
                     "test loss there": round(float(np.mean(at_best)), 4),
                     "trained at": f"{trained[variant]:.3g}",
@@ -151,8 +161,29 @@ def trained_lrs(path: Path = DEFAULT_RUNS) -> dict[str, float]:
     return {str(v): float(rows["lr"].iloc[0]) for v, rows in tuned.groupby("variant", sort=False)}
 
 
+def chosen_rows(unseen: dict[str, Curves], chosen: dict[str, float]) -> pd.DataFrame:
+    """Per norm, on seeds no stage of the protocol trained: the LR ``chosen`` (at the declared
+    warmup) against those seeds' optimum, lattice steps apart and in test loss, paired."""
+    rows = []
+    for variant, curve in sorted(unseen.items()):
+        best = optimum(curve)
+        at = curve.nearest(chosen[variant])
+        gap = curve.test[curve.row(at)] - curve.test[curve.row(best)]
+        rows.append(
+            {
+                "variant": variant,
+                "seeds": ", ".join(str(s) for s in curve.seeds),
+                "chosen": f"{at:.3g}",
+                "their optimum": f"{best:.3g}",
+                "steps apart": lattice_step(at) - lattice_step(best),
+                "chosen − optimum, test, paired [95%]": interval_text(*paired(gap)),
+            }
+        )
+    return pd.DataFrame(rows)
+
+
 def tables() -> str:
-    """The three tables as markdown, the curves' first."""
+    """The four tables as markdown, the curves' first."""
     curves = {warmup: load_reference(path) for warmup, path in CURVES.items()}
     walks = pd.read_csv(WALKS, low_memory=False)
     return "\n\n".join(
@@ -160,6 +191,7 @@ def tables() -> str:
             optimum_rows(curves, trained_lrs()).to_markdown(index=False),
             walk_rows(walks).to_markdown(index=False),
             norm_rows(walks).to_markdown(index=False),
+            chosen_rows(load_reference(UNSEEN), trained_lrs(CHOSEN_RUNS)).to_markdown(index=False),
         ]
     )
 
