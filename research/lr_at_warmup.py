@@ -36,8 +36,8 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-from scipy import stats
 
+from ablate.report.analysis import mean_difference
 from research import REPO
 from research.estimators import write_block
 from research.reference import Curves, load_reference, optimum
@@ -54,12 +54,10 @@ CHOSEN_RUNS = REPO / "reports/ln_vs_rms/runs.csv"  # the LRs chosen at the decla
 
 
 def paired(differences: np.ndarray) -> tuple[float, float, float]:
-    """The mean of per-seed ``differences`` and its 95% t interval (NaN ends under 2 seeds)."""
-    mean = float(np.mean(differences))
-    if len(differences) < 2:
-        return mean, math.nan, math.nan
-    half = stats.t.ppf(0.975, len(differences) - 1) * stats.sem(differences)
-    return mean, mean - half, mean + half
+    """The mean of per-seed ``differences`` and its 95% t interval (NaN ends under 2 seeds), as
+    the report computes a paired difference (:func:`ablate.report.analysis.mean_difference`)."""
+    found = mean_difference(pd.Series(differences))
+    return found.mean, found.ci_low, found.ci_high
 
 
 def interval_text(mean: float, low: float, high: float) -> str:

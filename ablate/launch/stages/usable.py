@@ -4,13 +4,13 @@ every ``max_lr.seeds`` seed (:mod:`ablate.core.usable`), before the max-LR brack
 A walk's runs are the variant at a lattice LR (2^(1/4)) with its tuned warmup and the full
 budget, the settings the curve chose the optimum at where the file declares the warmup (so on
 the curve's seeds the start and every √2 point are the curve's own runs, reused). All seeds and
-variants walk together, one
-lattice step per round through the stage's executor; a seed stops at its first point more than
-``max_lr.within`` nats above its loss at the optimum (an unstable run counted as
-min(ℓ, ℓ0), as every stage selects), or at ``max_lr.lr_max``. Where fewer walks go on than
-the executor has workers, each walk also trains the points after its next one in the same
-round, as many as fill them (:func:`round_lrs`): a point a walk never reaches is trained but
-not planned, so the stage's runs, and the report, are those of walking one step at a time.
+variants walk together, one lattice step per round through the stage's executor; a seed stops
+at its first point more than ``max_lr.within`` nats above its loss at the optimum (an unstable
+run counted as min(ℓ, ℓ0), as every stage selects), or at ``max_lr.lr_max``. Where fewer walks
+go on than the executor has workers, each walk also trains the points after its next one in
+the same round, as many as fill them (:func:`round_lrs`): a point a walk never reaches is
+trained but not planned, so the stage's runs, and the report, are those of walking one step at
+a time.
 """
 
 from __future__ import annotations
