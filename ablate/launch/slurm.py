@@ -48,8 +48,8 @@ outcome :mod:`ablate.launch.slurm_jobs`, and the queue :mod:`ablate.launch.slurm
 
 Every task that takes a run records itself in
 ``<results>/<experiment>/.slurm/by-run/<run-id>.json``: a controller started again follows the
-runs whose tasks still train them, and the tasks still serving the queue, instead of
-submitting them twice. Stopping the controller (Ctrl-C) leaves its
+runs whose tasks still train them, the runs still queued, and the tasks still serving the
+queue, instead of submitting them twice. Stopping the controller (Ctrl-C) leaves its
 tasks running: they train what is queued, then end.
 """
 

@@ -20,7 +20,7 @@ from rich.console import Console
 from ablate.core.cluster import SlurmConfig
 from ablate.core.early_stop import result_of
 from ablate.core.errors import ConfigError
-from ablate.core.folders import ExperimentFolder, read_json
+from ablate.core.folders import ExperimentFolder
 from ablate.core.plan import RunSpec
 from ablate.core.record import RunRecord
 from ablate.launch.execute import (
@@ -43,10 +43,12 @@ from ablate.launch.slurm_jobs import (
     Submitted,
     job_outcome,
     job_states,
-    last_line,
     log_tail,
+    queue_group,
     recorded_jobs,
     reported_step,
+    sbatch_error,
+    task_logs,
 )
 from ablate.launch.slurm_queue import Queued, RunQueue, task_change
 from ablate.launch.slurm_task import serve
@@ -155,16 +157,12 @@ class SlurmExecutor:
     def _through_jobs(
         self, requests: list[Request], say: SayFn, board: ProgressBoard | None = None
     ) -> dict[str, Outcome]:
-        """Queue the requests' runs (following those a task of an earlier controller still
-        trains), keep tasks serving the queue, and follow each run until it is done or
-        failed, queueing the lost again (taking over their claims); each run's outcome."""
-        specs = [request.spec for request in requests]
-        folder = ExperimentFolder.of(self.root, specs[0].experiment)
+        """Queue the requests' runs (:meth:`_join`), keep tasks serving the queue, and follow
+        each run until it is done or failed, queueing the lost again (taking over their
+        claims); each run's outcome."""
+        folder = ExperimentFolder.of(self.root, requests[0].spec.experiment)
         queue = open_queue(folder)
-        runs = Followed({r.spec.run_id: r for r in requests}, self._adopt(folder, specs, say))
-        for run_id, request in runs.requests.items():
-            if run_id not in runs.live:
-                put(folder, queue, Queued(request), runs.waiting)
+        runs = self._join(folder, queue, requests, say)
         while runs.open():
             if time.monotonic() - runs.read_at >= self.config.poll_s:
                 self._read_jobs(folder, queue, runs, say, board)
@@ -173,6 +171,23 @@ class SlurmExecutor:
             if runs.open():
                 time.sleep(min(self.config.poll_s, STORE_POLL_S))
         return runs.outcomes
+
+    def _join(
+        self, folder: ExperimentFolder, queue: RunQueue, requests: list[Request], say: SayFn
+    ) -> Followed:
+        """The requests' runs to follow: those an earlier controller queued as they are
+        (waiting, or being taken by a task now), those a task of one trains (:meth:`_adopt`),
+        and the others queued. Read in the order a task moves a run (queued, taken, recorded),
+        so that a run taken meanwhile is seen once, never queued twice."""
+        specs = [request.spec for request in requests]
+        queued = {s.run_id: a for s in specs if (a := queue.attempt(s.run_id)) is not None}
+        unqueued = [spec for spec in specs if spec.run_id not in queued]
+        runs = Followed({r.spec.run_id: r for r in requests}, self._adopt(folder, unqueued, say))
+        runs.waiting |= queued
+        for run_id, request in runs.requests.items():
+            if run_id not in runs.live and run_id not in runs.waiting:
+                put(folder, queue, Queued(request), runs.waiting)
+        return runs
 
     def _read_jobs(
         self,
@@ -430,20 +445,3 @@ def put(folder: ExperimentFolder, queue: RunQueue, queued: Queued, waiting: dict
     folder.slurm_job(run_id).unlink(missing_ok=True)
     queue.put(queued)
     waiting[run_id] = queued.attempt
-
-
-def queue_group(folder: ExperimentFolder, run_id: str) -> str:
-    """A run's stage as its folder's config says (``?`` before it is written)."""
-    return str((read_json(folder.run(run_id).config) or {}).get("group", "?"))
-
-
-def task_logs(folder: ExperimentFolder, config: SlurmConfig) -> Path:
-    """Where submitit keeps each task's script, pickles and log (``%j``: the job id)."""
-    logs = Path(config.log_dir) if config.log_dir else folder.slurm_logs
-    return logs / "%j"
-
-
-def sbatch_error(exc: Exception) -> str:
-    """sbatch's own error line out of submitit's exception text."""
-    lines = [line.strip() for line in str(exc).splitlines() if "error" in line.lower()]
-    return lines[-1] if lines else last_line(str(exc))

@@ -2,7 +2,8 @@
 (:func:`job_states`; ``sacct`` needs accounting, which many clusters lack), the task that took
 each run (:class:`Submitted`, a file per run under ``.slurm/by-run/``), and what became of a run
 as one typed :class:`Outcome` (done, to retry, failed), read from the task's result, the store
-and the job's state and log (:func:`job_outcome`).
+and the job's state and log (:func:`job_outcome`); where submitit keeps the tasks' files
+(:func:`task_logs`) and sbatch's own line when it refuses a job (:func:`sbatch_error`).
 """
 
 from __future__ import annotations
@@ -11,8 +12,10 @@ import subprocess
 from collections.abc import Iterable
 from dataclasses import dataclass
 from enum import Enum
+from pathlib import Path
 from typing import Any
 
+from ablate.core.cluster import SlurmConfig
 from ablate.core.folders import ExperimentFolder, read_json, write_json_atomic
 from ablate.core.record import RunRecord
 
@@ -171,3 +174,20 @@ def reported_step(folder: ExperimentFolder, run_id: str) -> tuple[int, float] | 
     """The last (step, train loss) a running task reported, if any."""
     found = read_json(folder.run(run_id).progress)
     return (int(found["step"]), float(found["loss"])) if found else None
+
+
+def queue_group(folder: ExperimentFolder, run_id: str) -> str:
+    """A run's stage as its folder's config says (``?`` before it is written)."""
+    return str((read_json(folder.run(run_id).config) or {}).get("group", "?"))
+
+
+def task_logs(folder: ExperimentFolder, config: SlurmConfig) -> Path:
+    """Where submitit keeps each task's script, pickles and log (``%j``: the job id)."""
+    logs = Path(config.log_dir) if config.log_dir else folder.slurm_logs
+    return logs / "%j"
+
+
+def sbatch_error(exc: Exception) -> str:
+    """sbatch's own error line out of submitit's exception text."""
+    lines = [line.strip() for line in str(exc).splitlines() if "error" in line.lower()]
+    return lines[-1] if lines else last_line(str(exc))

@@ -80,6 +80,20 @@ class RunQueue:
         except FileNotFoundError:
             return None
 
+    def attempt(self, run_id: str) -> int | None:
+        """The attempt of a run waiting or being taken (read in that order, the order a task
+        moves it in), None where it is neither."""
+        waiting = self.read(run_id)
+        if waiting is not None:
+            return waiting.attempt
+        for path in self.path.glob(f"{run_id}.*{TAKEN}"):  # listed after the read: not missed
+            try:
+                taken: Queued = pickle.loads(path.read_bytes())
+            except FileNotFoundError:  # recorded meanwhile
+                continue
+            return taken.attempt
+        return None
+
     def take(self, job_id: str) -> Queued | None:
         """The oldest waiting run for task ``job_id``, None when there is none; the task owns
         it once it is renamed to its ``.taken`` name."""

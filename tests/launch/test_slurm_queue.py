@@ -41,6 +41,39 @@ def test_tasks_take_the_oldest_run_once_each(tmp_path: Path) -> None:
     assert queue.take("7_0") is None and queue.waiting() == []
 
 
+def test_a_runs_attempt_is_read_while_it_waits_or_is_being_taken(tmp_path: Path) -> None:
+    queue = RunQueue(tmp_path / "queue")
+    taken, recorded, waits = (_queued(seed, attempt=seed + 1) for seed in (0, 1, 2))
+    for queued in (taken, recorded, waits):
+        queue.put(queued)
+        time.sleep(0.01)  # the order is the files' times
+    assert queue.take("7_0") == taken and queue.take("7_1") == recorded
+    queue.taken_file(recorded.request.spec.run_id, "7_1").unlink()  # its task recorded itself
+    attempts = [queue.attempt(q.request.spec.run_id) for q in (taken, recorded, waits)]
+    assert attempts == [1, None, 3]
+
+
+def test_a_restarted_controller_queues_no_run_that_waits_or_is_being_taken(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A controller started again follows the runs an earlier one queued as they are: one a
+    task took and has not yet recorded itself as the job of is not queued a second time."""
+    folder = ExperimentFolder.of(tmp_path / "results", "tiny")
+    queue = RunQueue(folder.slurm_queue)
+    waits, taken, new = _queued(0, attempt=2), _queued(1), _queued(2)
+    queue.put(taken)
+    queue.put(waits)
+    assert queue.take("7_0") == taken
+    monkeypatch.setattr(slurm_executor, "job_states", lambda jobs: {})
+    controller = slurm_executor.SlurmExecutor(tmp_path / "results", None, SlurmConfig())
+    requests = [q.request for q in (waits, taken, new)]
+    runs = controller._join(folder, queue, requests, print)
+    ids = [request.spec.run_id for request in requests]
+    assert runs.waiting == dict(zip(ids, [2, 1, 1], strict=True)) and runs.live == {}
+    assert sorted(queue.waiting()) == sorted([ids[0], ids[2]])  # the taken one is not in it
+    assert queue.taken_by(ids[1]) == "7_0"
+
+
 def test_a_failure_is_read_until_the_run_is_queued_again(tmp_path: Path) -> None:
     queue = RunQueue(tmp_path / "queue")
     queued = _queued(0)
