@@ -101,9 +101,9 @@ def optimum_rows(
 
 def walk_rows(runs: pd.DataFrame) -> pd.DataFrame:
     """Per norm and LR walked: the final test loss minus the tuned run's, paired by seed (the
-    seeds both have), with its mean and 95% t interval. LRs are read as lattice points: a
-    tuned run's LR is rounded to 12 digits (``ablate.core.optimum.trained_lr``), the walk's
-    start at the same point is another run with the same losses."""
+    seeds both have), with its mean and 95% t interval. LRs are read as lattice points: in
+    these runs a tuned run's LR is rounded to 12 digits (as ``trained_lr`` gave it then), so
+    the walk's start at the same point is another run, with the same losses."""
     rows = []
     runs = runs.assign(step=runs["lr"].map(lattice_step))
     for variant, mine in runs.groupby("variant", sort=False):

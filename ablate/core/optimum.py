@@ -35,7 +35,6 @@ from ablate.core.usable import PER_OCTAVE
 
 RESAMPLES = 2000  # bootstrap resamples of the seeds
 RESAMPLE_SEED = 0  # the bootstrap's generator: the same curves give the same interval
-LR_DIGITS = 12  # significant digits of an optimum trained at (Optimum.lr)
 
 Curve = Sequence[tuple[float, float]]  # (lr, final val loss) of one seed
 
@@ -67,12 +66,12 @@ class Optimum:
 def trained_lr(value: float) -> float:
     """The LR runs train at for an optimum ``value``: the nearest point of the usable walk's
     2^(1/4) lattice (:data:`ablate.core.usable.PER_OCTAVE`, the resolution ``held_to_runs``
-    scores it at), to :data:`LR_DIGITS` significant digits, so that an LR's last bit, which
-    can differ between machines, does not change run ids. A value exactly between two points
-    (a bagged mean of 3 resamples in 4 at one √2 point, 1 in 4 at the next) goes to the even
-    index, Python's rounding: the √2 point."""
-    point = lattice_lr(lattice_index(value, PER_OCTAVE), PER_OCTAVE)
-    return float(f"{point:.{LR_DIGITS}g}")
+    scores it at), the very float the walk and the curve train at there, so that a tuned run
+    at one of their points is their run (one run id), and a value's last bit, which can
+    differ between machines, does not move it. A value exactly between two points (a bagged
+    mean of 3 resamples in 4 at one √2 point, 1 in 4 at the next) goes to the even index,
+    Python's rounding: the √2 point."""
+    return lattice_lr(lattice_index(value, PER_OCTAVE), PER_OCTAVE)
 
 
 @dataclass(frozen=True)

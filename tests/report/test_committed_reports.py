@@ -206,6 +206,39 @@ def test_another_protocols_store_reaches_the_same_verdicts() -> None:
     assert list(ours.loc[measured, "verdict"]) == list(theirs.loc[measured, "verdict"])
 
 
+SETTING = ["variant", "seed", "step", "warmup_steps", "planned_tokens"]  # a run's setting
+
+
+def _by_setting(report: str) -> pd.DataFrame:
+    """A committed runs.csv with each run's LR as its 2^(1/4) lattice step (``step``)."""
+    runs = pd.read_csv(REPO / "reports" / report / "runs.csv")
+    return runs.assign(step=np.round(np.log2(runs["lr"]) * 4, 6))
+
+
+@pytest.mark.parametrize("report", ["ln_vs_rms", "llama_style"])
+def test_a_default_report_trains_each_setting_once(report: str) -> None:
+    # a walk's point at a tuned LR is the tuned run (the LR is the lattice point itself)
+    assert not _by_setting(report).duplicated(SETTING).any()
+
+
+def test_sharing_the_tuned_runs_with_the_walk_moved_no_loss_and_no_verdict() -> None:
+    # the default before the tuned LR was the walk's lattice point (rounded to 12 digits: 9
+    # walk runs were second runs of tuned and cross-over ones), against it retrained since
+    old = _by_setting("earlier_protocol/tuned_lr_rounded/ln_vs_rms")
+    new = _by_setting("ln_vs_rms")
+    assert len(old) - len(new) == old.duplicated(SETTING).sum() == 9
+    both = new.merge(old.drop_duplicates(SETTING), on=SETTING, suffixes=("", "_before"))
+    assert len(both) == len(new)
+    for loss in ("final_val_loss", "final_test_loss"):
+        assert both[loss].fillna(-1.0).equals(both[f"{loss}_before"].fillna(-1.0))
+    before = pd.read_csv(REPO / "reports/earlier_protocol/tuned_lr_rounded/ln_vs_rms/answer.csv")
+    after = pd.read_csv(REPO / "reports/ln_vs_rms/answer.csv")
+    measured = after["estimand"] != "training speed"  # each run's own wall clock
+    assert measured.sum() == 4
+    columns = ["estimand", "estimate", "low", "high", "seeds", "verdict"]
+    assert after.loc[measured, columns].equals(before.loc[measured, columns])
+
+
 REFERENCE_SHARDS = [
     "reports/reference",
     "reports/reference_seeds_8_15/reference",

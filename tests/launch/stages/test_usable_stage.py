@@ -8,7 +8,8 @@ from pathlib import Path
 
 from conftest import simulated_experiment
 
-from ablate.core.plan import RunSpec, Settings
+from ablate.core.optimum import trained_lr
+from ablate.core.plan import RunSpec, Settings, plan_crossover, plan_tuned
 from ablate.core.record import RunRecord
 from ablate.launch.simulator import SimulatedExecutor
 from ablate.launch.stages.usable import round_lrs, usable_stage
@@ -80,3 +81,28 @@ def test_a_walk_trains_at_its_variant_s_tuned_warmup(tmp_path: Path) -> None:
         for s in planned
     }
     assert starts == {"layernorm": 2.0**-8, "rmsnorm": 2.0**-7}
+
+
+def test_a_walk_from_the_tuned_optima_is_the_tuned_and_cross_over_runs_where_they_meet(
+    tmp_path: Path,
+) -> None:
+    """A tuned LR is the walk's lattice point itself: on a seed the 2x2 trains too, the walk's
+    start is the tuned run and LayerNorm's step to RMSNorm's LR its cross-over run."""
+    truth = {"variants": {"layernorm": {"opt_lr": 0.0055}, "rmsnorm": {"opt_lr": 0.0066}}}
+    experiment = simulated_experiment(
+        tmp_path,
+        runtime={"backend": "simulate", "simulate": truth},
+        max_lr={"within": 0.1, "lr_max": 1.0, "seeds": [0]},
+    )
+    tuned = {
+        "layernorm": Settings(trained_lr(0.0055), 64),
+        "rmsnorm": Settings(trained_lr(0.0066), 64),
+    }
+    walked = usable_stage(
+        experiment, SimulatedExecutor(tmp_path / "results"), tuned, lambda _: None, print
+    )
+    two_by_two = plan_tuned(experiment, tuned, [0]) + plan_crossover(experiment, tuned, [0])
+    met = {s.run_id for s in walked}
+    shared = sorted((s.variant, s.config.train.lr) for s in two_by_two if s.run_id in met)
+    ln, rms = tuned["layernorm"].lr, tuned["rmsnorm"].lr
+    assert shared == [("layernorm", ln), ("layernorm", rms), ("rmsnorm", rms)]
