@@ -26,6 +26,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 
 import numpy as np
@@ -60,17 +61,26 @@ class Curves:
     diverged: np.ndarray  # blew up or went non-finite
     learned: np.ndarray  # the stability criterion's verdict (below the unigram floor)
 
+    @cached_property
+    def _columns(self) -> dict[int, int]:
+        return {seed: i for i, seed in enumerate(self.seeds)}
+
+    @cached_property
+    def _rows(self) -> dict[float, int]:
+        """Each LR's row; an LR held twice has none (a replay reads millions of rows)."""
+        rows = {float(lr): i for i, lr in enumerate(self.lrs)}
+        return {lr: i for lr, i in rows.items() if np.count_nonzero(self.lrs == lr) == 1}
+
     def columns(self, seeds: Sequence[int]) -> np.ndarray:
         """The columns of ``seeds`` (a seed may repeat: a bootstrap draw)."""
-        where = {seed: i for i, seed in enumerate(self.seeds)}
-        return np.array([where[int(s)] for s in seeds])
+        return np.array([self._columns[int(s)] for s in seeds])
 
     def row(self, lr: float) -> int:
         """The row of a reference LR (exactly one of :attr:`lrs`)."""
-        found = np.flatnonzero(self.lrs == lr)
-        if len(found) != 1:
+        found = self._rows.get(lr)
+        if found is None:
             raise KeyError(f"{lr!r} is not an LR of the reference")
-        return int(found[0])
+        return found
 
     def nearest(self, lr: float) -> float:
         """The reference LR nearest ``lr`` in log (a tie goes to the lower)."""
