@@ -1,7 +1,8 @@
 """The curve's early stop (:mod:`ablate.core.early_stop`) replayed on real runs: how often it
 stops a point that would have ended the best or within ``min_effect`` of it (a miss), and how
 often the best point at the stop step is not the best at the end (a ranking flip, which the
-rule must survive: it stops on a gap, never on a rank).
+rule must survive: it stops on a gap, never on a rank), and what a second hold after it would
+stop and spare (successive halving's second rung, :func:`second_hold`).
 
 The curves are real runs whose every evaluation is committed: each report's ``curve_evals.csv``
 with its ``runs.csv`` (the curve stage's 2^(1/2) lattice on 2–4 curve seeds; the default
@@ -22,6 +23,8 @@ Run::
 
     python -m research.early_stop [--steps 64 128] [--margins 0.1 0.15 0.2 0.3] \\
         [--write docs/early-stop.md]
+    python -m research.early_stop --second-hold 64 0.2 128 [--margins 0.1 0.15 0.2] \\
+        [--write docs/early-stop.md]  # successive halving's second rung after the first
     python -m research.early_stop --extract STORE_EXPERIMENT_DIR OUT_CSV  # a store's evals
 """
 
@@ -42,7 +45,7 @@ from ablate.core.early_stop import points_to_stop
 from ablate.core.experiment import MIN_EFFECT
 from ablate.core.stability import clipped_loss
 from research import REPO
-from research.estimators import write_block
+from research.estimators import command_line, write_block
 
 CURVE_REPORTS = {  # the committed curves trained whole: their report folders
     "ln_vs_rms": "reports/ln_vs_rms_retrained",  # the default experiment before its early stop
@@ -144,8 +147,7 @@ def replay(curve: Curve, seeds: tuple[int, ...], step: int, margin: float) -> Dr
     """The rule at ``step`` with ``margin`` on the curve's runs of ``seeds``."""
     at = curve.at[step][list(seeds)]
     final = curve.final[list(seeds)].mean(axis=1)
-    values = {lr: row.to_dict() for lr, row in at.iterrows()}
-    stopped = {p.lr for p in points_to_stop(values, margin)}
+    stopped = stopped_at(at, margin)
     near = set(final[final <= final.min() + MIN_EFFECT].index)
     kept = final.drop(list(stopped))
     mean_at = at.mean(axis=1)
@@ -158,6 +160,59 @@ def replay(curve: Curve, seeds: tuple[int, ...], step: int, margin: float) -> Dr
         bool(mean_at.idxmin() != final.idxmin()),
         rho,
     )
+
+
+def stopped_at(at: pd.DataFrame, margin: float) -> set[float]:
+    """The LRs the rule stops among ``at``'s points (lr x seed values at its step)."""
+    return {p.lr for p in points_to_stop({lr: r.to_dict() for lr, r in at.iterrows()}, margin)}
+
+
+def replay_twice(
+    curve: Curve, seeds: tuple[int, ...], first: tuple[int, float], step: int, margin: float
+) -> Draw:
+    """The rule held twice, successive halving's second rung: at ``first`` (step, margin), then
+    at ``step`` with ``margin`` on the points the first kept. ``stopped`` counts the second's
+    alone; a miss is a point either stopped within ``min_effect`` of the final best."""
+    early = stopped_at(curve.at[first[0]][list(seeds)], first[1])
+    later = stopped_at(curve.at[step][list(seeds)].drop(list(early)), margin)
+    final = curve.final[list(seeds)].mean(axis=1)
+    near = set(final[final <= final.min() + MIN_EFFECT].index)
+    kept = final.drop(list(early | later))
+    return Draw(
+        len(final), len(later), bool((early | later) & near), float(kept.min() - final.min()),
+        False, math.nan,
+    )  # fmt: skip
+
+
+def second_hold(
+    curves: list[Curve], first: tuple[int, float], step: int, margins: list[float]
+) -> pd.DataFrame:
+    """Per warmup and margin of a second hold at ``step`` after ``first`` (step, margin), on
+    every curve's subsets of two seeds or more: the miss rate of both holds together, the
+    share of points the second stops beyond the first, the worst regret, and the share of a
+    curve's run-steps the second spares beyond the first (a point it stops trains ``step`` of
+    ``total``, not the whole)."""
+    total = max(max(c.at) for c in curves)
+    rows = []
+    for curve, margin in itertools.product(curves, margins):
+        if step not in curve.at or first[0] not in curve.at:
+            continue
+        seeds = list(curve.final.columns)
+        for k in range(2, len(seeds) + 1):
+            for subset in itertools.combinations(seeds, k):
+                found = replay_twice(curve, subset, first, step, margin)
+                rows.append({"warmup": curve.warmup, "margin": margin, **found.__dict__})
+    found = pd.DataFrame(rows).groupby(["warmup", "margin"])
+    stopped = found["stopped"].sum() / found["points"].sum()
+    return pd.DataFrame(
+        {
+            "draws": found.size(),
+            "miss_rate": found["miss"].mean(),
+            "points_stopped": stopped,
+            "worst_regret": found["regret"].max(),
+            "run_steps_spared": stopped * (1 - step / total),
+        }
+    ).reset_index()
 
 
 def draws(curves: list[Curve], step: int, margin: float) -> pd.DataFrame:
@@ -241,11 +296,27 @@ def main() -> None:
     parser.add_argument("--margins", type=float, nargs="+", default=[0.1, 0.15, 0.2, 0.3])
     parser.add_argument("--write", type=Path, help="a doc whose early-stop-replay block to rewrite")
     parser.add_argument("--extract", type=Path, nargs=2, metavar=("EXPERIMENT_DIR", "OUT_CSV"))
+    parser.add_argument(
+        "--second-hold",
+        type=float,
+        nargs=3,
+        metavar=("FIRST_STEP", "FIRST_MARGIN", "STEP"),
+        help="replay a second hold at STEP after the first, with each of --margins",
+    )
     args = parser.parse_args()
     if args.extract:
         extract(*args.extract)
         return
     curves = every_curve()
+    if args.second_hold:
+        first_step, first_margin, step = args.second_hold
+        found = second_hold(curves, (int(first_step), first_margin), int(step), args.margins)
+        text = found.to_markdown(index=False, floatfmt=".3g")
+        if args.write:
+            command = command_line("research.early_stop", None)
+            write_block(args.write, "early-stop-second-hold", text, command)
+        print(text)
+        return
     text = "\n\n".join(
         [
             table(curves, args.steps, args.margins).to_markdown(index=False, floatfmt=".3g"),

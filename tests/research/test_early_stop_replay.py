@@ -6,7 +6,16 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from research.early_stop import Curve, draws, every_curve, lattices, replay, table
+from research.early_stop import (
+    Curve,
+    draws,
+    every_curve,
+    lattices,
+    replay,
+    replay_twice,
+    second_hold,
+    table,
+)
 
 
 def _curve() -> Curve:
@@ -30,6 +39,23 @@ def test_a_far_point_is_no_miss_and_a_flip_is_counted() -> None:
     found = replay(curve, (0, 1), 64, 0.2)
     assert not found.miss and found.flip and found.regret == 0.0
     assert len(draws([curve], 64, 0.2)) == 1  # one subset of two seeds or more
+
+
+def test_a_second_hold_stops_among_the_points_the_first_kept() -> None:
+    lrs = [0.001, 0.002, 0.004, 0.008]
+    at64 = pd.DataFrame({0: [3.0, 2.5, 2.6, 2.6], 1: [3.1, 2.6, 2.5, 2.6]}, index=lrs)
+    at128 = pd.DataFrame({0: [2.9, 2.2, 2.3, 2.5], 1: [2.9, 2.3, 2.2, 2.5]}, index=lrs)
+    final = pd.DataFrame({0: [2.6, 2.0, 2.0, 2.3], 1: [2.6, 2.0, 2.0, 2.3]}, index=lrs)
+    curve = Curve("made", "v", {64: at64, 128: at128, 256: final}, final, 64)
+    found = replay_twice(curve, (0, 1), (64, 0.2), 128, 0.2)
+    assert (found.points, found.stopped) == (4, 1)  # 0.008 (0.25 above at 128); 0.001 at 64
+    assert not found.miss and found.regret == 0.0
+    assert replay_twice(curve, (0, 1), (64, 0.2), 128, 0.4).stopped == 0
+    final.loc[0.008] = [2.01, 2.01]  # now it ends within min_effect of the best: a miss
+    assert replay_twice(curve, (0, 1), (64, 0.2), 128, 0.2).miss
+    rows = second_hold([curve], (64, 0.2), 128, [0.2]).iloc[0]
+    assert (rows["warmup"], rows["draws"], rows["miss_rate"]) == (64, 1, 1.0)
+    assert rows["points_stopped"] == 0.25 and rows["run_steps_spared"] == 0.125  # half of 256
 
 
 def test_a_quarter_octave_curve_is_also_read_as_its_two_half_octave_lattices() -> None:
@@ -58,3 +84,6 @@ def test_the_committed_curves_are_read_with_every_seed_and_lattice() -> None:
     assert (rows["miss_rate"] <= 0.05).all()  # the rule's bar on real runs, at either warmup
     assert rows.loc[20, "points_stopped"] == pytest.approx(0.49, abs=0.1)
     assert rows.loc[64, "points_stopped"] == pytest.approx(0.49, abs=0.1)
+    second = second_hold(curves, (64, 0.2), 128, [0.2]).set_index("warmup")
+    assert (second["miss_rate"] == 0).all()  # safe at either warmup, and hardly worth a rung:
+    assert second.loc[64, "run_steps_spared"] < 0.02  # docs/early-stop.md, "A second hold"
