@@ -347,6 +347,7 @@ SEEDS_8, SEEDS_16 = "reference_seeds_8_15/reference", "reference_seeds_16_23/ref
 EPYC_BEFORE = "earlier_protocol/ln_vs_rms_epyc"  # the protocol before, on the new reports' CPU
 LR_AT_20 = "earlier_protocol/lr_at_warmup_20/ln_vs_rms"  # the LR chosen at warmup 20
 ROUNDED = "earlier_protocol/tuned_lr_rounded/ln_vs_rms"  # walks apart from the tuned runs
+NO_FUTILITY = "earlier_protocol/no_futility/ln_vs_rms"  # the 2x2 run to its last look
 TIME_CLAIMS = [
     ("README.md", r"The smoke run .*?: (?P<runs>\d+) runs in (?P<wall_min>[\d.]+) min", "smoke"),
     ("README.md", r"`make run` is the main job below: (?P<wall_min>[\d.]+) min", "ln_vs_rms"),
@@ -355,7 +356,8 @@ TIME_CLAIMS = [
     ("experiments.md", r"expected against (?P<wall_min>[\d.]+) min measured", "ln_vs_rms"),
     ("early-stop.md", r"less wall time \((?P<wall_min>[\d.]+) against", LR_AT_20),
     ("early-stop.md", r"took (?P<wall_min>[\d.]+) min on 2 idle cores against", ROUNDED),
-    ("early-stop.md", r"trained afresh in (?P<wall_min>[\d.]+) min on 2 idle", "ln_vs_rms"),
+    ("early-stop.md", r"trained afresh in (?P<wall_min>[\d.]+) min on 2 idle", NO_FUTILITY),
+    ("early-stop.md", r"with the stop, took (?P<wall_min>[\d.]+) min on 2 idle", "ln_vs_rms"),
     ("early-stop.md", r"\([\d.]+ against (?P<wall_min>[\d.]+) min\); the report", EPYC_BEFORE),
     ("stability-and-search.md", r"the base LR, (?P<run_hours>[\d.]+) h", "reference"),
     ("stability-and-search.md", r"544 more, (?P<run_hours>[\d.]+) h", SEEDS_8),

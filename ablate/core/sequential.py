@@ -7,7 +7,10 @@ estimand is judged as the report judges it (:mod:`ablate.report.verdict`), at it
 divided by K: Bonferroni spending over the planned looks, so the chance of a false verdict over
 all K looks together is at most that share whatever the looks' correlation (conservative:
 Pocock's boundary for K = 5 tests each look at 0.016 where this tests at 0.01). It stops at the
-first look where every variant's primary verdict is decided, or at the last. The added seeds
+first look where every variant's primary verdict is decided, or at the last; with ``futility``,
+also at a look from the second on where every undecided one is *inconclusive* and needs, at its
+estimate and spread, more seeds than the last look would add (:func:`futile`): a stop that only
+ever says *inconclusive*, so it spends no α. The added seeds
 come after every seed the experiment already uses (its search and curve seeds too), so nothing
 stored is re-planned.
 """
@@ -27,6 +30,23 @@ def looks(start: int, decide: DecideConfig) -> list[int]:
     whatever the step)."""
     counts = list(range(start, decide.max_seeds, decide.step))
     return [*counts, decide.max_seeds]
+
+
+FIRST_FUTILE_LOOK = 2  # the first look (1-based) futility may stop at: at the first, the
+# spread of 3 seeds projects too far (docs/early-stop.md, "Seeds the 2×2 cannot use")
+
+
+def futile(
+    more_seeds: list[int | None], look: int, counts: list[int], first: int = FIRST_FUTILE_LOOK
+) -> bool:
+    """Whether the design stops for futility at ``look`` (1-based, of ``counts``): a look from
+    ``first`` on but not the last, where every undecided verdict needs more seeds
+    (``more_seeds``, each inconclusive one's :func:`~ablate.report.verdict.seeds_to_decide`;
+    None: out of reach) than the last look would add."""
+    if not more_seeds or not first <= look < len(counts):
+        return False
+    left = counts[-1] - counts[look - 1]
+    return all(more is None or more > left for more in more_seeds)
 
 
 def look_alpha(n_looks: int, alpha: float = ALPHA) -> float:

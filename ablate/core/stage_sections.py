@@ -293,8 +293,8 @@ class MaxLRConfig(StrictSection):
 
 class DecideConfig(StrictSection):
     """``decide:``: matched seeds added to the leading comparison, ``step`` at a time, until
-    every one of its comparisons is different or equivalent, or ``max_seeds`` is reached
-    (:mod:`ablate.core.sequential`)."""
+    every one of its comparisons is different or equivalent, or ``max_seeds`` is reached, or
+    (``futility``) the seeds left cannot decide it (:mod:`ablate.core.sequential`)."""
 
     max_seeds: int = Field(
         ...,
@@ -303,3 +303,9 @@ class DecideConfig(StrictSection):
         "+step, …, max_seeds and tests at α / (number of looks) at each",
     )
     step: int = Field(2, ge=1, description="seeds added between two looks")
+    futility: bool = Field(
+        False,
+        description="from the second look on, stop once every undecided primary verdict needs, "
+        "at its estimate and spread, more seeds than max_seeds leaves (it never says more than "
+        "the looks would: an *inconclusive* on fewer seeds)",
+    )

@@ -133,8 +133,12 @@ def decide_lines(manifest: Manifest) -> list[str]:
     why = {
         "decided": "its stopping rule decided every leading comparison",
         "maximum": "it reached max_seeds with a comparison still undecided",
+        "futile": "every undecided comparison needed, at its estimate and spread, more seeds "
+        "than max_seeds left (its futility stop: the verdict stays *inconclusive*)",
     }.get(decided["stopped"], "the experiment has not finished deciding")
     looked = f"looks at {', '.join(map(str, decided['looks']))} seeds"
+    if decided.get("futility"):
+        looked += ", from the second on stopping for futility"
     if decided.get("rule") == PRIMARY_RULE:
         return [
             f"- **Seeds until decided:** {len(decided['seeds'])} seeds of at most "

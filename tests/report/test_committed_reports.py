@@ -225,18 +225,39 @@ def test_sharing_the_tuned_runs_with_the_walk_moved_no_loss_and_no_verdict() -> 
     # the default before the tuned LR was the walk's lattice point (rounded to 12 digits: 9
     # walk runs were second runs of tuned and cross-over ones), against it retrained since
     old = _by_setting("earlier_protocol/tuned_lr_rounded/ln_vs_rms")
-    new = _by_setting("ln_vs_rms")
+    new = _by_setting("earlier_protocol/no_futility/ln_vs_rms")
     assert len(old) - len(new) == old.duplicated(SETTING).sum() == 9
     both = new.merge(old.drop_duplicates(SETTING), on=SETTING, suffixes=("", "_before"))
     assert len(both) == len(new)
     for loss in ("final_val_loss", "final_test_loss"):
         assert both[loss].fillna(-1.0).equals(both[f"{loss}_before"].fillna(-1.0))
     before = pd.read_csv(REPO / "reports/earlier_protocol/tuned_lr_rounded/ln_vs_rms/answer.csv")
-    after = pd.read_csv(REPO / "reports/ln_vs_rms/answer.csv")
+    after = pd.read_csv(REPO / "reports/earlier_protocol/no_futility/ln_vs_rms/answer.csv")
     measured = after["estimand"] != "training speed"  # each run's own wall clock
     assert measured.sum() == 4
     columns = ["estimand", "estimate", "low", "high", "seeds", "verdict"]
     assert after.loc[measured, columns].equals(before.loc[measured, columns])
+
+
+@pytest.mark.parametrize("report", ["ln_vs_rms", "llama_style"])
+def test_the_futility_stop_trained_a_part_of_the_same_runs_to_the_same_verdicts(
+    report: str,
+) -> None:
+    # decide: stopped for futility at its second look (5 seeds) where, without the stop, it
+    # ran to its last (9): the same runs to the bit, less of the 2x2, every verdict word kept
+    old = _by_setting(f"earlier_protocol/no_futility/{report}")
+    new = _by_setting(report)
+    both = new.merge(old, on=SETTING, suffixes=("", "_before"))
+    assert len(both) == len(new) < len(old)
+    for loss in ("final_val_loss", "final_test_loss"):
+        assert both[loss].fillna(-1.0).equals(both[f"{loss}_before"].fillna(-1.0))
+    dropped = old[~old.set_index(SETTING).index.isin(new.set_index(SETTING).index)]
+    assert set(dropped["group"]) <= {"tuned", "crossover"}
+    assert sorted(dropped["seed"].unique()) == [9, 10, 11, 12]  # the looks at 7 and 9 seeds
+    before = pd.read_csv(REPO / f"reports/earlier_protocol/no_futility/{report}/answer.csv")
+    after = pd.read_csv(REPO / f"reports/{report}/answer.csv")
+    assert list(after["verdict"]) == list(before["verdict"])
+    assert set(after.loc[after["estimand"] == "quality at matched settings", "seeds"]) == {5}
 
 
 REFERENCE_SHARDS = [

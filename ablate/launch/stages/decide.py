@@ -1,6 +1,7 @@
 """The ``decide:`` stage: matched seeds added to the leading comparison, ``step`` at a time,
 until the report's verdict on its primary estimand is decided for every variant (anything but
-*inconclusive* or *not estimable*), or it has ``max_seeds`` (:mod:`ablate.core.sequential`).
+*inconclusive* or *not estimable*), or it has ``max_seeds``, or (``futility``) the seeds left
+cannot decide it (:mod:`ablate.core.sequential`).
 
 The leading comparison is the tuned A/B with its cross-over (both variants at both tuned
 settings: the 2×2 the primary estimand, quality at matched settings, is measured over), else the
@@ -16,16 +17,19 @@ brackets) run after it. The manifest records the looks, the seeds used and why i
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ablate.core import store
 from ablate.core.experiment import Experiment
 from ablate.core.folders import ExperimentFolder
 from ablate.core.manifest import plan_manifest
 from ablate.core.plan import RunSpec, plan_crossover, plan_runs, plan_tuned
-from ablate.core.sequential import PRIMARY_RULE, decide_seeds, look_alpha, looks
+from ablate.core.sequential import PRIMARY_RULE, decide_seeds, futile, look_alpha, looks
 from ablate.launch.context import Context, Stage, configured
 from ablate.launch.execute import Executor
+
+if TYPE_CHECKING:
+    from ablate.report.verdict import Verdict
 
 
 def run(ctx: Context) -> None:
@@ -75,6 +79,7 @@ def decide_stage(
         "seeds": [],
         "stopped": "running",
         "rule": PRIMARY_RULE,
+        "futility": experiment.decide.futility,
     }
     leading: list[RunSpec] = []
     for look, count in enumerate(counts, 1):
@@ -88,10 +93,26 @@ def decide_stage(
         if found and all(verdict.decided for verdict in found.values()):
             record["stopped"] = "decided"
             break
+        if experiment.decide.futility and futile(open_seeds(found), look, counts):
+            record["stopped"] = "futile"
+            left = counts[-1] - count
+            say(f"decide: stopped for futility at {count} seeds: {left} more cannot decide it")
+            break
     else:
         record["stopped"] = "maximum"
     store.write_manifest(folder, plan_manifest(experiment, others + leading, record))
     return leading
+
+
+def open_seeds(found: dict[str, Verdict]) -> list[int | None]:
+    """The seeds each undecided verdict needs (None: out of reach); empty where one of them
+    is not estimable (more seeds may make it so), or none is undecided."""
+    from ablate.report.verdict import Word
+
+    undecided = [verdict for verdict in found.values() if not verdict.decided]
+    if any(verdict.word is not Word.INCONCLUSIVE for verdict in undecided):
+        return []
+    return [verdict.more_seeds for verdict in undecided]
 
 
 STAGE = Stage("decide", configured("decide"), run, "seeds added until the verdicts are reached")

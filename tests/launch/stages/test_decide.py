@@ -138,3 +138,31 @@ def test_with_a_cross_over_every_seed_added_is_a_2x2_and_the_walks_come_after(
     assert primary is not None and sorted(primary.seeds) == sorted(decided["seeds"])
     order = [stage.name for stage in STAGES]
     assert order.index("crossover") < order.index("decide") < order.index("usable")
+
+
+@pytest.mark.usefixtures("unrendered_figures")
+def test_futility_stops_where_the_seeds_left_cannot_decide_and_says_so(tmp_path: Path) -> None:
+    truth = {"seed": 0, "seed_sd": 0.05, "run_sd": 0.05, "variants": {"rmsnorm": {}}}
+
+    def decided(futility: bool) -> dict[str, Any]:
+        path = write_experiment(
+            tmp_path / f"{futility}.yaml",
+            name=f"futile_{futility}".lower(),
+            seeds=[0, 1, 2],
+            runtime={"backend": "simulate", "simulate": truth},
+            decide={"max_seeds": 11, "step": 2, "futility": futility},
+        )
+        result = run_experiment(path, tmp_path / "results", tmp_path / "reports")
+        return {**store.read_manifest(result.folder).decide, "report": result.report_dir}
+
+    stopped, looked = decided(True), decided(False)
+    assert looked["stopped"] == "maximum" and len(looked["seeds"]) == 11  # noise: never decided
+    assert stopped["stopped"] == "futile" and stopped["futility"] is True
+    assert len(stopped["seeds"]) == 5  # the second look, the first futility may stop at
+    assert stopped["seeds"] == looked["seeds"][:5]  # the same seeds, fewer of them
+    verdict = primary_verdicts(
+        load_experiment_results(ExperimentFolder(tmp_path / "results" / "futile_true"))
+    )
+    assert verdict["rmsnorm"].word is Word.INCONCLUSIVE
+    assert verdict["rmsnorm"].more_seeds is None or verdict["rmsnorm"].more_seeds > 11 - 5
+    assert "its futility stop" in (stopped["report"] / "report.md").read_text()
