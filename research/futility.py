@@ -31,17 +31,18 @@ from research.estimators import command_line, write_block
 from research.sequential import interval_words, primary_level
 
 
-def reference_effects(design: Experiment) -> tuple[np.ndarray, float, list[int]]:
-    """Per draw and A/B seed (added ones after), the 2×2's main effect on the reference's seeds
-    0–15, the reference's own main effect, and the seed counts ``decide:`` looks at."""
+def reference_effects(
+    design: Experiment, limit: int = held.DRAW_LIMIT
+) -> tuple[np.ndarray, float, list[int]]:
+    """Per draw (up to ``limit``) and A/B seed (added ones after), the 2×2's main effect on the
+    reference's seeds 0–15, the reference's own main effect, and the seed counts ``decide:``
+    looks at."""
     curves = ref.load_reference([REPO / p for p in ref.REFERENCE_RUNS])
     truth = held.reference_truth(curves, ref.BAND)
     seeds = held.seeds_of(curves)
     counts = held.decide_counts(design, len(seeds))
     n_ab = len(design.seeds)
-    draws = held.disjoint_draws(
-        seeds, len(design.curve_seeds()), n_ab, held.DRAW_LIMIT, counts[-1] - n_ab
-    )
+    draws = held.disjoint_draws(seeds, len(design.curve_seeds()), n_ab, limit, counts[-1] - n_ab)
     estimator = held.OPTIMA["bagged_argmin"][1]  # the curve stage's
     replays = [held.replay(curves, d, estimator, design, truth, ref.BAND) for d in draws]
     return held.main_effects(replays), truth.main_effect, counts

@@ -100,7 +100,7 @@ class Curves:
 
     def loss_of(self, seed: int) -> np.ndarray:
         """One seed's selection loss along the lattice."""
-        return self.select[:, int(self.columns([seed])[0])]
+        return self.select[:, self._columns[int(seed)]]
 
 
 def selection_loss(row: pd.Series) -> float:
