@@ -4,7 +4,8 @@ each draw's curve seeds, the LRs it trains at, the cross-over on its A/B seeds a
 ``decide:`` adds), judged at each look by the report's rule at the primary's level, without a
 futility stop and with one from each look on. Per rule: the share of draws decided and of each
 word, the A/B seeds used (each a seed of the 2×2: four runs), how often the 95% interval where it
-stopped holds the reference's own main effect, and how often it says *differs from 0*.
+stopped holds the reference's own main effect, how often it says *differs from 0*, and the
+mean half-width of its interval at the primary's level (the precision a stop gives up).
 
 Run::
 
@@ -78,12 +79,13 @@ def scores(
     """One rule's row (:func:`stopped_at`) over every draw."""
     level = primary_level(len(counts))
     words, used = stopped_at(effects, counts, margin, level, first)
-    covers, excludes = [], []
+    covers, excludes, widths = [], [], []
     for row, count in enumerate(used):
         plain = difference_estimate(effects[row, :count], 0.95)
         at_level = difference_estimate(effects[row, :count], level)
         covers.append(plain.low <= truth <= plain.high)
         excludes.append(at_level.low > 0 or at_level.high < 0)
+        widths.append((at_level.high - at_level.low) / 2)
     rule = "none" if first is None else f"from look {first} ({counts[first - 1]} seeds)"
     return {
         "futility stop": rule,
@@ -93,6 +95,7 @@ def scores(
         "differs from 0": float(np.mean(excludes)),
         "A/B seeds, mean": float(used.mean()),
         "95% CI covers": float(np.mean(covers)),
+        "half-width at the level": float(np.mean(widths)),
     }
 
 
