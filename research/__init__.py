@@ -4,10 +4,11 @@ this). Each module runs from the repository's root, ``python -m research.<name>`
 reference read as ground truth (``reference``), the simulator fitted to it (``fit_reference``),
 the estimators scored against both (``estimators``, ``held_to_runs``, ``optimum_bound``, the
 replication modules), the simulator's calibration (``calibration``, ``eval_noise``),
-``decide:``'s error rates (``sequential``), the max-LR stage's seed waves (``parallel_seeds``),
-the curve's early stop replayed on real curves (``early_stop``), the warmup studies' gaps
-(``warmup_effect``) and the steps real runs diverge at (``divergence_steps``). Paths are the
-repository's (:data:`REPO`), wherever it runs from.
+``decide:``'s error rates (``sequential``) and its futility stop (``futility``), the max-LR
+stage's seed waves (``parallel_seeds``), the curve's early stop replayed on real curves
+(``early_stop``), the warmup studies' gaps (``warmup_effect``), the steps real runs diverge at
+(``divergence_steps``) and where the LR optimum lies at the declared warmup
+(``lr_at_warmup``). Paths are the repository's (:data:`REPO`), wherever it runs from.
 """
 
 from pathlib import Path
