@@ -148,18 +148,22 @@ def replay(curve: Curve, seeds: tuple[int, ...], step: int, margin: float) -> Dr
     at = curve.at[step][list(seeds)]
     final = curve.final[list(seeds)].mean(axis=1)
     stopped = stopped_at(at, margin)
-    near = set(final[final <= final.min() + MIN_EFFECT].index)
-    kept = final.drop(list(stopped))
     mean_at = at.mean(axis=1)
     rho = float(spearmanr(mean_at.to_numpy(), final.loc[mean_at.index].to_numpy()).statistic)
     return Draw(
         len(final),
         len(stopped),
-        bool(stopped & near),
-        float(kept.min() - final.min()),
+        *miss_and_regret(final, stopped),
         bool(mean_at.idxmin() != final.idxmin()),
         rho,
     )
+
+
+def miss_and_regret(final: pd.Series, stopped: set[float]) -> tuple[bool, float]:
+    """Whether a point ``stopped`` ended within ``min_effect`` of the best of ``final`` (the
+    seed-mean final values by LR), and how far the best point kept ended above the best."""
+    near = set(final[final <= final.min() + MIN_EFFECT].index)
+    return bool(stopped & near), float(final.drop(list(stopped)).min() - final.min())
 
 
 def stopped_at(at: pd.DataFrame, margin: float) -> set[float]:
@@ -176,12 +180,7 @@ def replay_twice(
     early = stopped_at(curve.at[first[0]][list(seeds)], first[1])
     later = stopped_at(curve.at[step][list(seeds)].drop(list(early)), margin)
     final = curve.final[list(seeds)].mean(axis=1)
-    near = set(final[final <= final.min() + MIN_EFFECT].index)
-    kept = final.drop(list(early | later))
-    return Draw(
-        len(final), len(later), bool((early | later) & near), float(kept.min() - final.min()),
-        False, math.nan,
-    )  # fmt: skip
+    return Draw(len(final), len(later), *miss_and_regret(final, early | later), False, math.nan)
 
 
 def second_hold(
