@@ -348,6 +348,9 @@ EPYC_BEFORE = "earlier_protocol/ln_vs_rms_epyc"  # the protocol before, on the n
 LR_AT_20 = "earlier_protocol/lr_at_warmup_20/ln_vs_rms"  # the LR chosen at warmup 20
 ROUNDED = "earlier_protocol/tuned_lr_rounded/ln_vs_rms"  # walks apart from the tuned runs
 NO_FUTILITY = "earlier_protocol/no_futility/ln_vs_rms"  # the 2x2 run to its last look
+MARGIN_02 = "earlier_protocol/margin_0.2/ln_vs_rms"  # the curve held at margin 0.2, not 0.15
+MARGIN_02_LLAMA = "earlier_protocol/margin_0.2/llama_style"
+NARROWER = r"narrower margin: ln_vs_rms"  # docs/early-stop.md, "A narrower margin"
 TIME_CLAIMS = [
     ("README.md", r"The smoke run .*?: (?P<runs>\d+) runs in (?P<wall_min>[\d.]+) min", "smoke"),
     ("README.md", r"`make run` is the main job below: (?P<wall_min>[\d.]+) min", "ln_vs_rms"),
@@ -357,7 +360,11 @@ TIME_CLAIMS = [
     ("early-stop.md", r"less wall time \((?P<wall_min>[\d.]+) against", LR_AT_20),
     ("early-stop.md", r"took (?P<wall_min>[\d.]+) min on 2 idle cores against", ROUNDED),
     ("early-stop.md", r"trained afresh in (?P<wall_min>[\d.]+) min on 2 idle", NO_FUTILITY),
-    ("early-stop.md", r"with the stop, took (?P<wall_min>[\d.]+) min on 2 idle", "ln_vs_rms"),
+    ("early-stop.md", r"with the stop, took (?P<wall_min>[\d.]+) min on 2 idle", MARGIN_02),
+    ("early-stop.md", NARROWER + r" (?P<wall_min>[\d.]+) min", "ln_vs_rms"),
+    ("early-stop.md", NARROWER + r" [\d.]+ min against (?P<wall_min>[\d.]+)", MARGIN_02),
+    ("early-stop.md", r"LLaMA-style (?P<wall_min>[\d.]+) min against [\d.]+ \(", "llama_style"),
+    ("early-stop.md", r"LLaMA-style [\d.]+ min against (?P<wall_min>[\d.]+) \(", MARGIN_02_LLAMA),
     ("early-stop.md", r"\([\d.]+ against (?P<wall_min>[\d.]+) min\); the report", EPYC_BEFORE),
     ("stability-and-search.md", r"the base LR, (?P<run_hours>[\d.]+) h", "reference"),
     ("stability-and-search.md", r"544 more, (?P<run_hours>[\d.]+) h", SEEDS_8),

@@ -20,6 +20,8 @@ import pytest
 from conftest import REPO
 from scipy import stats
 
+from ablate.core.early_stop import gaps
+
 REPORTS = sorted(p.relative_to(REPO).as_posix() for p in (REPO / "reports").rglob("report.md"))
 GPU = "made on a lent GPU: rebuilt when one is lent again"
 PENDING = {  # report -> why it still predates the analysis plan (issue 72)
@@ -246,7 +248,7 @@ def test_the_futility_stop_trained_a_part_of_the_same_runs_to_the_same_verdicts(
     # decide: stopped for futility at its second look (5 seeds) where, without the stop, it
     # ran to its last (9): the same runs to the bit, less of the 2x2, every verdict word kept
     old = _by_setting(f"earlier_protocol/no_futility/{report}")
-    new = _by_setting(report)
+    new = _by_setting(f"earlier_protocol/margin_0.2/{report}")  # the report the stop made
     both = new.merge(old, on=SETTING, suffixes=("", "_before"))
     assert len(both) == len(new) < len(old)
     for loss in ("final_val_loss", "final_test_loss"):
@@ -255,9 +257,60 @@ def test_the_futility_stop_trained_a_part_of_the_same_runs_to_the_same_verdicts(
     assert set(dropped["group"]) <= {"tuned", "crossover"}
     assert sorted(dropped["seed"].unique()) == [9, 10, 11, 12]  # the looks at 7 and 9 seeds
     before = pd.read_csv(REPO / f"reports/earlier_protocol/no_futility/{report}/answer.csv")
-    after = pd.read_csv(REPO / f"reports/{report}/answer.csv")
+    after = pd.read_csv(REPO / f"reports/earlier_protocol/margin_0.2/{report}/answer.csv")
     assert list(after["verdict"]) == list(before["verdict"])
     assert set(after.loc[after["estimand"] == "quality at matched settings", "seeds"]) == {5}
+
+
+def _gaps_at_the_hold(report: str, step: int) -> pd.DataFrame:
+    """Each curve point's gap above its variant's best at ``step``, by the rule's own arithmetic
+    on the report's curve_evals.csv (no run of these curves was unstable or diverged by then)."""
+    evals = pd.read_csv(REPO / "reports" / report / "curve_evals.csv")
+    at = evals[evals["step"] == step]
+    rows = []
+    for variant, mine in at.groupby("variant"):
+        values = {
+            lr: dict(zip(point["seed"], point["val_loss"], strict=True))
+            for lr, point in mine.groupby("lr")
+        }
+        rows += [(variant, lr, gap) for lr, gap in gaps(values).items()]
+    return pd.DataFrame(rows, columns=["variant", "lr", "gap"])
+
+
+@pytest.mark.parametrize("report", ["ln_vs_rms", "llama_style"])
+def test_the_narrower_margin_stopped_the_curve_points_between_the_margins_and_no_verdict_moved(
+    report: str,
+) -> None:
+    # the curve held at step 64 with margin 0.15 against 0.2: the points 0.15-0.2 nats above
+    # their norm's best there stop too; every other run ends where it did, to the bit
+    old = _by_setting(f"earlier_protocol/margin_0.2/{report}")
+    new = _by_setting(report)
+    both = new.merge(old, on=SETTING, suffixes=("", "_before"))
+    assert len(both) == len(new) == len(old)
+    moved = both["status"] != both["status_before"]
+    kept = both[~moved]
+    for loss in ("final_val_loss", "final_test_loss"):
+        assert kept[loss].fillna(-1.0).equals(kept[f"{loss}_before"].fillna(-1.0))
+    stopped = both[moved]
+    assert set(stopped["group"]) == {"curve"} and set(stopped["status"]) == {"pruned"}
+    assert set(stopped["status_before"]) == {"finished"} and (stopped["steps"] == 64).all()
+    held = _gaps_at_the_hold(report, 64)
+    between = held[(held["gap"] > 0.15) & (held["gap"] <= 0.2)]
+    assert len(between) > 0
+    assert set(zip(stopped["variant"], stopped["lr"], strict=True)) == set(
+        zip(between["variant"], between["lr"], strict=True)
+    )
+    spent = {
+        r: pd.read_csv(REPO / "reports" / r / "cost.csv", index_col="stage").loc["all", "run_steps"]
+        for r in (report, f"earlier_protocol/margin_0.2/{report}")
+    }
+    assert spent[f"earlier_protocol/margin_0.2/{report}"] - spent[report] == 192 * len(stopped)
+    before = pd.read_csv(REPO / f"reports/earlier_protocol/margin_0.2/{report}/answer.csv")
+    after = pd.read_csv(REPO / f"reports/{report}/answer.csv")
+    measured = after["estimand"] != "training speed"  # each run's own wall clock
+    columns = ["estimand", "estimate", "low", "high", "seeds", "verdict"]
+    assert after.loc[measured, columns].equals(before.loc[measured, columns])
+    assert list(after["verdict"]) == list(before["verdict"])
 
 
 REFERENCE_SHARDS = [
