@@ -351,6 +351,8 @@ NO_FUTILITY = "earlier_protocol/no_futility/ln_vs_rms"  # the 2x2 run to its las
 MARGIN_02 = "earlier_protocol/margin_0.2/ln_vs_rms"  # the curve held at margin 0.2, not 0.15
 MARGIN_02_LLAMA = "earlier_protocol/margin_0.2/llama_style"
 NARROWER = r"narrower margin: ln_vs_rms"  # docs/early-stop.md, "A narrower margin"
+PRIMARY = r"wall time with `--primary-only`: "  # and "The primary verdict alone"
+PRIMARY_LN, PRIMARY_LLAMA = "primary_only/ln_vs_rms", "primary_only/llama_style"
 TIME_CLAIMS = [
     ("README.md", r"The smoke run .*?: (?P<runs>\d+) runs in (?P<wall_min>[\d.]+) min", "smoke"),
     ("README.md", r"`make run` is the main job below: (?P<wall_min>[\d.]+) min", "ln_vs_rms"),
@@ -366,6 +368,9 @@ TIME_CLAIMS = [
     ("early-stop.md", r"LLaMA-style (?P<wall_min>[\d.]+) min against [\d.]+ \(", "llama_style"),
     ("early-stop.md", r"LLaMA-style [\d.]+ min against (?P<wall_min>[\d.]+) \(", MARGIN_02_LLAMA),
     ("early-stop.md", r"\([\d.]+ against (?P<wall_min>[\d.]+) min\); the report", EPYC_BEFORE),
+    ("early-stop.md", PRIMARY + r"ln_vs_rms (?P<wall_min>[\d.]+) min", PRIMARY_LN),
+    ("early-stop.md", PRIMARY + r"[^)]* LLaMA-style (?P<wall_min>[\d.]+) min", PRIMARY_LLAMA),
+    ("README.md", r"--primary-only .*run-steps, (?P<wall_min>[\d.]+) min\)", PRIMARY_LN),
     ("stability-and-search.md", r"the base LR, (?P<run_hours>[\d.]+) h", "reference"),
     ("stability-and-search.md", r"544 more, (?P<run_hours>[\d.]+) h", SEEDS_8),
     ("stability-and-search.md", r"544 runs, (?P<run_hours>[\d.]+) h", SEEDS_16),

@@ -338,3 +338,40 @@ def test_a_reference_shard_is_data_whose_card_counts_its_runs(folder: str) -> No
 def test_every_pending_report_exists() -> None:
     assert sorted(set(PENDING) - set(REPORTS)) == []
     assert Path(REPO / "reports").is_dir()
+
+
+@pytest.mark.parametrize("report", ["ln_vs_rms", "llama_style"])
+def test_the_primary_verdict_alone_is_the_whole_protocols_on_a_third_of_its_run_steps(
+    report: str,
+) -> None:
+    # `ablate run --primary-only`: the stages no primary verdict needs (usable walks, max-LR
+    # probes) left out; every run it shares with the whole protocol's report ends the same
+    part = pd.read_csv(REPO / f"reports/primary_only/{report}/runs.csv").set_index("run_id")
+    whole = pd.read_csv(REPO / f"reports/{report}/runs.csv").set_index("run_id")
+    assert part.index.isin(whole.index).all() and len(part) < len(whole)
+    assert set(whole.loc[~whole.index.isin(part.index), "group"]) == {"usable", "max_lr"}
+    both = part.join(whole.add_suffix("_whole"))
+    same = both["status"] == both["status_whole"]
+    for loss in ("final_val_loss", "final_test_loss"):
+        assert (
+            both.loc[same, loss].fillna(-1.0).equals(both.loc[same, f"{loss}_whole"].fillna(-1.0))
+        )
+    held = both[~same]  # a curve point held at step 64 that a walk trained whole
+    assert set(held["status"]) <= {"pruned"} and set(held["group_whole"]) <= {"usable"}
+    spent = pd.read_csv(REPO / f"reports/primary_only/{report}/cost.csv", index_col="stage")
+    assert spent.loc["all", "run_steps"] <= 64_512 / 3  # issue 75's bar, for this Answer
+    assert set(spent.index) == {"main", "curve", "tuned", "crossover", "all"} - (
+        set() if report == "ln_vs_rms" else {"crossover"}
+    )
+    mine = pd.read_csv(REPO / f"reports/primary_only/{report}/answer.csv").set_index("estimand")
+    theirs = pd.read_csv(REPO / f"reports/{report}/answer.csv").set_index("estimand")
+    assert set(theirs.index) - set(mine.index) == {"usable LR", "divergence edge"}
+    assert (mine["verdict"] == theirs.loc[mine.index, "verdict"]).all()
+    primary = ["quality at matched settings"]  # the plan's primary estimand in both files
+    columns = ["estimate", "low", "high", "level", "seeds", "verdict", "more_seeds"]
+    pd.testing.assert_frame_equal(  # more_seeds is float where another row has none
+        mine.loc[primary, columns],
+        theirs.loc[primary, columns],
+        check_dtype=False,
+        check_exact=True,
+    )
