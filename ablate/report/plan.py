@@ -25,8 +25,10 @@ divergence edge.
 The family is every verdict-bearing estimand; each is judged on one interval at its share of
 ``analysis.alpha`` (Bonferroni: :mod:`ablate.report.verdict` says why not Holm): the primary
 estimands share ``analysis.primary_share`` of it, the secondary ones the rest equally, and one
-measured on ``decide:``'s seeds divides its share by the looks. Everything else a report prints
-is descriptive: a 95% interval and no verdict word.
+measured on ``decide:``'s seeds divides its share by the looks. A run that left stages out
+(``--primary-only``) keeps every estimand at its share in the whole design; those of the stages
+left out stay unspent. Everything else a report prints is descriptive: a 95% interval and no
+verdict word.
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ from dataclasses import dataclass, replace
 from ablate.core.experiment import AnalysisConfig
 from ablate.core.manifest import Manifest
 from ablate.core.plan import CONTROL, CONVERTED
+from ablate.core.stages import RUN_GROUPS
 from ablate.report.verdict import Scale
 
 MATCHED, TUNED_GAIN, USABLE, DIVERGENCE, SPEED, CONVERT = (
@@ -123,12 +126,36 @@ def primary_design(manifest: Manifest, crossed: bool, same: bool) -> str:
 
 
 def analysis_plan(manifest: Manifest, primary: str, simulated: bool = False) -> AnalysisPlan:
-    """Every verdict-bearing estimand of the design, with its share of α (see the module)."""
+    """Every verdict-bearing estimand of the design, with its share of α (see the module): the
+    share it has in the design with the stages the run left out (:func:`left_out`), whose own
+    shares stay reserved, unspent, so that leaving them out changes no verdict of the same
+    runs."""
     rules = rules_of(manifest.analysis, manifest.min_effect)
-    if manifest.grid:
-        found, out = grid_estimands(manifest, rules), tuple(left_out(manifest))
-        return AnalysisPlan(rules, shared(found, rules, bool(out)), GRID, out)
-    stages = stages_of(manifest)
+    stages, out = stages_of(manifest), tuple(left_out(manifest))
+    design = GRID if manifest.grid else primary
+    found = design_estimands(manifest, rules, design, simulated, stages)
+    designed = design_estimands(manifest, rules, design, simulated, with_left_out(stages, out))
+    share = {(e.key, e.variant): e.share for e in shared(designed, rules)}
+    kept = [replace(e, share=share[(e.key, e.variant)], alpha=rules.alpha) for e in found]
+    return AnalysisPlan(rules, kept, design, out)
+
+
+def with_left_out(stages: set[str], sections: tuple[str, ...]) -> set[str]:
+    """``stages`` with the run groups the left-out ``sections`` plan: a usable walk with the
+    max-LR brackets wherever tuned runs lead (the file's ``max_lr.within``, which decides it,
+    left with its section: a walk's share is then reserved even where the file had none)."""
+    added = {g.name for g in RUN_GROUPS if g.section in sections}
+    if "tuned" not in stages:
+        added.discard("usable")  # a walk starts from tuned settings
+    return stages | added
+
+
+def design_estimands(
+    manifest: Manifest, rules: AnalysisConfig, primary: str, simulated: bool, stages: set[str]
+) -> list[Estimand]:
+    """The verdict-bearing estimands a design with ``stages`` has, each without its share."""
+    if primary == GRID:
+        return grid_estimands(manifest, rules, stages)
     variants = manifest.variants
     decided = manifest.decide
     lead_looks = len(decided["looks"]) if decided else 1  # decide: adds the leading A/B's seeds
@@ -203,16 +230,14 @@ def analysis_plan(manifest: Manifest, primary: str, simulated: bool = False) -> 
                 1,
             )
         )
-    out = tuple(left_out(manifest))
-    return AnalysisPlan(rules, shared(found, rules, bool(out)), primary, out)
+    return found
 
 
-def grid_estimands(manifest: Manifest, rules: AnalysisConfig) -> list[Estimand]:
+def grid_estimands(manifest: Manifest, rules: AnalysisConfig, stages: set[str]) -> list[Estimand]:
     """A grid's estimands: each factor level's main effect against the factor's first level,
     averaged over the other factors within each seed: on the final loss at the shared LR
     (primary: every cell at one setting), at each cell's tuned LR, and on the divergence
-    edge."""
-    stages = stages_of(manifest)
+    edge (``stages``: the run's, or the design's with those it left out)."""
     decided = manifest.decide
     looks = len(decided["looks"]) if decided else 1
     tuned = "tuned" in stages
@@ -258,16 +283,13 @@ def left_out(manifest: Manifest) -> list[str]:
     ]
 
 
-def shared(
-    estimands: list[Estimand], rules: AnalysisConfig, reserved: bool = False
-) -> list[Estimand]:
+def shared(estimands: list[Estimand], rules: AnalysisConfig) -> list[Estimand]:
     """The estimands with their shares of α: the primary ones ``primary_share`` together, the
     secondary ones the rest, equally within each; the primary ones all of it without any
-    secondary, unless the secondary ones' share is ``reserved`` for stages the run left out
-    (:func:`left_out`): leaving them out then changes no primary verdict."""
+    secondary."""
     primary = [e for e in estimands if e.primary]
     secondary = [e for e in estimands if not e.primary]
-    first = rules.primary_share if secondary or reserved else 1.0
+    first = rules.primary_share if secondary else 1.0
     return [
         replace(
             e,
@@ -352,10 +374,10 @@ def plan_lines(plan: AnalysisPlan) -> list[str]:
 
 
 def reserved_text(sections: tuple[str, ...]) -> str:
-    """Where stages were left out: that the secondary share stays reserved for them."""
+    """Where stages were left out: that the shares of their verdicts stay reserved."""
     if not sections:
         return ""
-    return f"; the secondary share reserved for the stages left out: {', '.join(sections)}"
+    return f"; the shares of the stages left out reserved, unspent: {', '.join(sections)}"
 
 
 SECONDARY_NAMES = {

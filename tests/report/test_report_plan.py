@@ -118,3 +118,16 @@ def test_stages_left_out_keep_the_primary_share_their_verdicts_would_have_left()
     plan = analysis_plan(cut, SHARED_LR, simulated)
     assert plan.left_out == ("max_lr",)
     assert [e.share for e in plan.estimands] == [0.5]  # the rest reserved for max_lr's verdicts
+
+
+def test_leaving_stages_out_keeps_every_other_verdicts_share_of_the_whole_design() -> None:
+    whole = analysis_plan(_manifest(), TWO_BY_TWO)
+    stages = ["main", "curve", "tuned", "crossover", "decide"]  # --primary-only: no max_lr:
+    part = analysis_plan(_manifest(stages=stages, command_line={"max_lr": None}), TWO_BY_TWO)
+    shares = {e.key: e.share for e in whole.estimands}
+    assert [e.key for e in part.estimands] == [MATCHED, TUNED_GAIN, SPEED]
+    assert all(e.share == shares[e.key] == (0.5 if e.primary else 0.125) for e in part.estimands)
+    assert sum(e.share for e in part.estimands) == 0.75  # usable LR's and the edge's unspent
+    assert "shares of the stages left out reserved, unspent: max_lr" in "\n".join(plan_lines(part))
+    without = analysis_plan(_manifest(stages=stages), TWO_BY_TWO)  # a file with no max_lr:
+    assert [e.share for e in without.estimands] == [0.5, 0.25, 0.25]
