@@ -134,7 +134,8 @@ def analysis_plan(manifest: Manifest, primary: str, simulated: bool = False) -> 
     stages, out = stages_of(manifest), tuple(left_out(manifest))
     design = GRID if manifest.grid else primary
     found = design_estimands(manifest, rules, design, simulated, stages)
-    designed = design_estimands(manifest, rules, design, simulated, with_left_out(stages, out))
+    whole = with_left_out(stages, out)
+    designed = design_estimands(manifest, rules, design, simulated, whole) if out else found
     share = {(e.key, e.variant): e.share for e in shared(designed, rules)}
     kept = [replace(e, share=share[(e.key, e.variant)], alpha=rules.alpha) for e in found]
     return AnalysisPlan(rules, kept, design, out)
