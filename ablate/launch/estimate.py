@@ -19,10 +19,9 @@ import math
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pandas as pd
-import torch
 from pydantic import ValidationError
 
 from ablate.core import store
@@ -37,10 +36,9 @@ from ablate.launch.preflight import check_inputs
 from ablate.launch.progress import StepsLeft
 from ablate.launch.step_times import StepTime, now, stored_step_times, time_key
 from ablate.launch.workers import torch_threads
-from ablate.nn.model import count_parameters
-from ablate.nn.sources import build_model
-from ablate.training.data import Corpus
-from ablate.training.timing import time_steps
+
+if TYPE_CHECKING:
+    from ablate.training.data import Corpus
 
 RUN_SETUP_S = 0.5  # per run: building the model and the Trainer, writing the run's files
 STAGE_START_S = 4.0  # per stage: starting the pool (or importing Lightning in this process)
@@ -100,7 +98,14 @@ def describe_plan(
     timed; with ``expected`` (the runs the design trains on the simulator, counted as a store's)
     the expected wall time beside the maximal one. Steps are timed now (``time_now``) or read
     from the step times stored on this machine (:mod:`ablate.launch.step_times`); a model with
-    neither has no price (NaN)."""
+    neither has no price (NaN). Torch is imported here, not with the module: a run counting
+    its steps left (:func:`steps_to_train`) on the simulator never loads it."""
+    import torch
+
+    from ablate.nn.model import count_parameters
+    from ablate.nn.sources import build_model
+    from ablate.training.timing import time_steps
+
     held = stored or Stored({}, set())
     corpora = check_inputs(experiment)
     rows = []

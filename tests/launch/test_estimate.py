@@ -34,9 +34,9 @@ def test_the_default_experiment_estimate_has_every_variant_and_its_fixed_costs(
     # how close the estimate comes to measured wall times is a figure, not an assertion: it
     # depends on the machine and its load (ablate validate prints it beside runs.csv). The
     # step time is given here (the next test times real steps of the tiny model)
-    from ablate.launch import estimate
+    from ablate.training import timing  # describe_plan imports it when called
 
-    monkeypatch.setattr(estimate, "time_steps", lambda *args, **kwargs: 0.05)
+    monkeypatch.setattr(timing, "time_steps", lambda *args, **kwargs: 0.05)
     experiment = load_experiment(REPO / "experiments" / "ln_vs_rms.yaml")
     plan = describe_plan(experiment, workers=2, threads=1)
     assert list(plan.table["variant"]) == list(experiment.variants)
@@ -49,13 +49,13 @@ def test_the_default_experiment_estimate_has_every_variant_and_its_fixed_costs(
 def test_a_grid_over_lr_and_warmup_times_its_one_model_once(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from ablate.launch import estimate
+    from ablate.training import timing
 
     grid = {"train.lr": [1e-3, 2e-3, 3e-3], "train.warmup_steps": [0, 2]}
     experiment = load_experiment(write_experiment(tmp_path / "g.yaml", grid=grid))
     timed = []
-    real = estimate.time_steps
-    monkeypatch.setattr(estimate, "time_steps", lambda *a, **k: timed.append(1) or real(*a, **k))
+    real = timing.time_steps
+    monkeypatch.setattr(timing, "time_steps", lambda *a, **k: timed.append(1) or real(*a, **k))
     plan = describe_plan(experiment, workers=1, threads=1)
     assert len(plan.table) == 6 + 2 and len(timed) == 2  # grid cells share the LayerNorm model
 

@@ -202,6 +202,22 @@ def _timed_once(result: Any, tmp_path: Path, path: Path) -> None:
     assert len(read_jobs(result.folder.jobs)) == 1 and not again.report_rebuilt
 
 
+def test_a_simulated_experiment_runs_and_reports_without_loading_torch(tmp_path: Path) -> None:
+    """Its checks, its progress lines (the steps left) and its report: no torch (~1.5 s)."""
+    path = write_experiment(tmp_path / "e.yaml", runtime={"backend": "simulate"})
+    code = (
+        "import sys; from ablate.cli import main; code = main(sys.argv[1:]); "
+        "print('torch' in sys.modules); sys.exit(code)"
+    )
+    args = ["run", str(path), "--results-dir", str(tmp_path / "r"), "--report-dir", "rep"]
+    out = subprocess.run(
+        [sys.executable, "-c", code, *args], cwd=tmp_path, capture_output=True, text=True
+    )
+    assert out.returncode == 0, out.stderr
+    assert "80 steps left at most" in out.stdout  # the progress line counted them
+    assert out.stdout.strip().splitlines()[-1] == "False", out.stdout
+
+
 @pytest.mark.trains
 @pytest.mark.usefixtures("unrendered_figures")
 def test_a_litgpt_model_trains_and_lands_in_the_report(tmp_path: Path) -> None:

@@ -3,8 +3,6 @@ anything is written, and a simulated experiment reads no data (torch is never lo
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -33,23 +31,6 @@ def test_a_storage_that_does_not_open_stops_a_file_with_studies(tmp_path: Path) 
     assert studies_configured(experiment)
     with pytest.raises(ConfigError):
         preflight(experiment, tmp_path / "results", "postgresql://nobody@127.0.0.1:9/none")
-
-
-def test_a_simulated_experiment_loads_no_torch(tmp_path: Path) -> None:
-    code = (
-        "import sys; from pathlib import Path; from ablate.core.load import load_experiment; "
-        "from ablate.launch.preflight import preflight; "
-        "e = load_experiment(sys.argv[1], backend='simulate'); "
-        "preflight(e, Path(sys.argv[2]), None); print('torch' in sys.modules)"
-    )
-    smoke = str(REPO / "experiments" / "smoke.yaml")
-    out = subprocess.run(
-        [sys.executable, "-c", code, smoke, str(tmp_path / "r")],
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    assert out.stdout.strip() == "False"
 
 
 def test_a_stage_s_own_budget_is_held_to_the_token_file_too(tmp_path: Path) -> None:
