@@ -15,7 +15,6 @@ from typing import Any
 
 import pandas as pd
 import pytest
-import yaml
 from conftest import TINY, ablate_process, study_trials, write_experiment
 
 from ablate.cli import main
@@ -205,8 +204,10 @@ def test_a_restarted_controller_follows_its_queued_jobs_instead_of_submitting_th
     array = next(iter(jobs_of(path).values()))["job_id"].split("_")[0]
     folder = ExperimentFolder.of(tmp_path / "results", "tiny")
     assert waiting_now(folder) == [Waiting("main", 2, 2, "Slurm job", array, 2)]
+    before = waiting_line(waiting_now(folder)[0])
     status = ablate_process("status", "results/tiny", cwd=tmp_path).communicate(timeout=60)[0]
-    assert status.splitlines()[-1] == waiting_line(waiting_now(folder)[0]), status
+    # the tasks go on meanwhile: on a busy machine the first two runs may end while it reads
+    assert status.splitlines()[-1] in {before, waiting_line(waiting_now(folder)[0])}, status
     again = run_ablate(path)
     assert again.returncode == 0, again.stdout
     assert submitted_arrays(path) == {array}  # its tasks went on: nothing went to Slurm twice
@@ -246,6 +247,7 @@ def test_a_task_that_raises_on_its_node_fails_once_with_its_exception_line(
     path = write_experiment(
         tmp_path / "e.yaml",
         seeds=[0],
+        variants={"layernorm": {"model.norm.kind": "layernorm"}},
         data={"source": "text_file", "path": "corpus.txt"},
         runtime={"launcher": "slurm", "slurm": {**POLL, "setup": [moved]}},
     )
@@ -253,81 +255,65 @@ def test_a_task_that_raises_on_its_node_fails_once_with_its_exception_line(
     assert failed.returncode == 1, failed.stdout
     lines = [line for line in failed.stdout.splitlines() if " raised: " in line]
     # the wording is the point: the node's exception line, naming the file it missed
-    assert len(lines) == 2 and all("corpus.txt" in line for line in lines), failed.stdout
+    assert len(lines) == 1 and "corpus.txt" in lines[0], failed.stdout
     assert all(job["attempt"] == 1 for job in jobs_of(path).values())
 
 
 @pytest.mark.trains
-def test_trained_runs_through_slurm_equal_local_runs_bit_for_bit(tmp_path: Path) -> None:
-    """Trained by a task with two slots side by side (runs_per_device 2 on a GPU a setup line
-    names; on the test cluster they train on its CPU), the runs store what each trained alone
+def test_a_packed_task_cancelled_mid_run_resumes_its_runs_from_their_checkpoints_bit_for_bit(
+    tmp_path: Path,
+) -> None:
+    """Two trained runs side by side in one task (runs_per_device 2 on a GPU a setup line
+    names; on the test cluster they train on its CPU), a thread each (the task's
+    cpus_per_task). scancel (SIGTERM) cuts the task once both have a checkpoint; the task
+    submitted again resumes each there, and each stores what the run trained whole and alone
     here stores."""
-    packed = {"threads": 1, "accelerator": "auto", "runs_per_device": 2}
-    slurm = {**POLL, "cpus_per_task": 1, "setup": ["export CUDA_VISIBLE_DEVICES=0"]}
-    runtime = {**packed, "launcher": "slurm", "slurm": slurm}
-    path = write_experiment(tmp_path / "e.yaml", seeds=[0], runtime=runtime)
-    through = run_ablate(path, timeout=300)
-    assert through.returncode == 0, through.stdout
-    local = tmp_path / "local.yaml"
-    local.write_text(yaml.safe_dump({**yaml.safe_load(path.read_text()), "runtime": packed}))
-    with torch_threads(1):  # each alone, in this process, with what a slot's CPU gives it
-        alone = [
-            execute_run(spec, tmp_path / "local") for spec in plan_runs(load_experiment(local))
-        ]
-    assert final_losses(tmp_path / "results") == {r.run_id: r.final_val_loss for r in alone}
-    jobs = jobs_of(path)
-    assert sorted(job["slot"] for job in jobs.values()) == [0, 1]  # side by side in one task
-    assert len({job["job_id"] for job in jobs.values()}) == 1
-    trained = load_summaries(ExperimentFolder(tmp_path / "results" / "tiny"))
-    assert set(trained["torch_threads"]) == {1}  # the task's cpus_per_task, not the node's
-    exp_dir = tmp_path / "results" / "tiny"
-    for run_id in trained["run_id"]:  # each task reported its steps for the display
-        step, loss = reported_step(ExperimentFolder(exp_dir), run_id)
-        assert 1 <= step <= trained.set_index("run_id").loc[run_id, "steps"] and loss > 0
-
-
-@pytest.mark.trains
-def test_a_cancelled_trained_run_resumes_from_its_checkpoint_bit_for_bit(tmp_path: Path) -> None:
-    """scancel (SIGTERM) cuts a trained run after a checkpoint; the resubmitted task resumes it
-    there, and it stores what the run trained whole here stores."""
     steps, every = 1000, 200  # about 2.5 s of training, a checkpoint every 0.5 s
-    runtime = {
-        "launcher": "slurm",
-        "threads": 1,
-        "checkpoint_steps": every,
-        "slurm": {**POLL, "cpus_per_task": 1},
-    }
+    slurm = {**POLL, "cpus_per_task": 1, "setup": ["export CUDA_VISIBLE_DEVICES=0"]}
+    packed = {"threads": 1, "accelerator": "auto", "runs_per_device": 2}
+    runtime = {**packed, "launcher": "slurm", "checkpoint_steps": every, "slurm": slurm}
     train = {**TINY["train"], "tokens": 4 * 16 * steps, "eval_interval": 500}
-    variants = {"layernorm": {"model.norm.kind": "layernorm"}}
-    path = write_experiment(
-        tmp_path / "e.yaml", seeds=[0], runtime=runtime, train=train, variants=variants
-    )
+    path = write_experiment(tmp_path / "e.yaml", seeds=[0], runtime=runtime, train=train)
     controller = ablate_process("run", str(path), cwd=tmp_path)
     folder = ExperimentFolder.of(tmp_path / "results", "tiny")
-    run = wait_for(
-        lambda: next((r for r in folder.runs() if r.checkpoint.exists()), None),
-        timeout=120,
-        what="a checkpoint",
-    )
+
+    def both_checkpointed() -> list[Any]:
+        runs = [run for run in folder.runs() if run.checkpoint.exists()]
+        return runs if len(runs) == 2 else []
+
+    runs = wait_for(both_checkpointed, timeout=120, what="a checkpoint of each run")
     subprocess.run(["scancel", wait_for(running_tasks, what="the running task")[0]], check=True)
     out, _ = controller.communicate(timeout=240)
     assert controller.returncode == 0, out
-    assert [job["attempt"] for job in jobs_of(path).values()] == [2]  # queued again, once
-    record = run.read_record()
-    assert record is not None and record.status == "finished"
-    resumed = record.extra["resumed_from_step"]
-    assert resumed % every == 0 and every <= resumed < steps
-    assert not run.checkpoint.exists()
-    spec = plan_runs(load_experiment(path))[0]
-    with torch_threads(1):  # the task's cpus_per_task
-        whole = execute_run(spec, tmp_path / "whole")
-    assert whole.run_id == record.run_id
-    assert whole.final_val_loss == record.final_val_loss
-    assert whole.final_train_loss == record.final_train_loss
-    expected = pd.read_csv(ExperimentFolder.of(tmp_path / "whole", "tiny").run(spec.run_id).metrics)
-    stored = pd.read_csv(run.metrics)
-    for column in ("step", "train_loss", "grad_norm", "val_loss"):
-        assert stored[column].equals(expected[column]), column
+    jobs = jobs_of(path)
+    assert sorted(job["attempt"] for job in jobs.values()) == [2, 2], out  # queued again, once
+    assert sorted(job["slot"] for job in jobs.values()) == [0, 1]  # side by side in one task
+    assert len({job["job_id"] for job in jobs.values()}) == 1
+    with torch_threads(1):  # each alone, in this process, with what a slot's CPU gives it
+        whole = {
+            spec.run_id: execute_run(spec, tmp_path / "whole")
+            for spec in plan_runs(load_experiment(path))
+        }
+    for run in runs:
+        record = run.read_record()
+        assert record is not None and record.status == "finished"
+        resumed = record.extra["resumed_from_step"]
+        assert resumed % every == 0 and every <= resumed < steps
+        assert not run.checkpoint.exists()
+        assert record.torch_threads == 1  # the task's cpus_per_task, not the node's
+        alone = whole[record.run_id]
+        assert (record.final_val_loss, record.final_train_loss) == (
+            alone.final_val_loss,
+            alone.final_train_loss,
+        )
+        expected = pd.read_csv(
+            ExperimentFolder.of(tmp_path / "whole", "tiny").run(alone.run_id).metrics
+        )
+        stored = pd.read_csv(run.metrics)
+        for column in ("step", "train_loss", "grad_norm", "val_loss"):
+            assert stored[column].equals(expected[column]), column
+        step, loss = reported_step(folder, record.run_id)  # the task reported it for display
+        assert every <= step <= steps and loss > 0
 
 
 def test_a_job_cancelled_mid_run_is_resubmitted_and_nothing_is_lost_or_twice(
