@@ -102,6 +102,29 @@ class Curves:
         """One seed's selection loss along the lattice."""
         return self.select[:, self._columns[int(seed)]]
 
+    @cached_property
+    def divergence_edges(self) -> dict[int, float | None]:
+        """Each seed's divergence edge (:func:`divergence_edge`), by seed: a bootstrap asks
+        for the same seeds' edges thousands of times."""
+        return {s: divergence_edge(self.lrs, self.diverged[:, i]) for s, i in self._columns.items()}
+
+    @cached_property
+    def learned_edges(self) -> dict[int, float | None]:
+        """Each seed's "learned at all" edge (:func:`learned_edge`), by seed."""
+        return {s: learned_edge(self.lrs, self.learned[:, i]) for s, i in self._columns.items()}
+
+    @cached_property
+    def _usable_edges(self) -> dict[tuple[int, float, float], float | None]:
+        return {}
+
+    def usable_edge_of(self, seed: int, start: float, band: float) -> float | None:
+        """One seed's walked usable-LR boundary from ``start`` (:func:`usable_edge`), kept:
+        a bootstrap's draws start from a few optima only."""
+        key = (int(seed), start, band)
+        if key not in self._usable_edges:
+            self._usable_edges[key] = usable_edge(self.lrs, self.loss_of(seed), start, band)
+        return self._usable_edges[key]
+
 
 def selection_loss(row: pd.Series) -> float:
     """What the curve, search and warmup stages select on: the final val loss, an unstable run
@@ -261,16 +284,14 @@ def usable_boundary(curves: Curves, seeds: Sequence[int], band: float = BAND) ->
     """The median over ``seeds`` of their walked usable-LR boundaries from the optimum of
     those seeds' mean curve."""
     start = optimum(curves, seeds)
-    return median_found([usable_edge(curves.lrs, curves.loss_of(s), start, band) for s in seeds])
+    return median_found([curves.usable_edge_of(s, start, band) for s in seeds])
 
 
 def divergence_boundary(curves: Curves, seeds: Sequence[int]) -> float:
     """The median over ``seeds`` of their divergence edges."""
-    column = curves.columns(seeds)
-    return median_found([divergence_edge(curves.lrs, curves.diverged[:, c]) for c in column])
+    return median_found([curves.divergence_edges[int(s)] for s in seeds])
 
 
 def learned_boundary(curves: Curves, seeds: Sequence[int]) -> float:
     """The median over ``seeds`` of their "learned at all" edges."""
-    column = curves.columns(seeds)
-    return median_found([learned_edge(curves.lrs, curves.learned[:, c]) for c in column])
+    return median_found([curves.learned_edges[int(s)] for s in seeds])
