@@ -332,6 +332,7 @@ def test_ctrl_c_at_seeded_moments_exits_130_promptly_and_cleanly(tmp_path: Path)
         finished = {s["run_id"] for s in summaries if s["status"] == "finished"}
         assert _finished_in_output(result[2]) <= finished  # every run it finished is kept
         assert {s["status"] for s in summaries} <= {"finished", "interrupted"}
+        assert not list(root.glob("*/*/status.json"))  # no run is left marked as training
     print(f"workers={workers}: Ctrl-C at {[round(m, 2) for m in tried]} s")  # pytest -s
     assert len(tried) >= INTERRUPT_MOMENTS - 1, tried
 
