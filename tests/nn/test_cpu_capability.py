@@ -10,6 +10,7 @@ digits: ATen's softmax and attention sum in vector-width order (docs/results.md)
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import subprocess
@@ -68,6 +69,12 @@ def _train(mode: str, **env: str) -> dict:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
+@functools.cache
+def _pinned() -> dict:
+    """The training under ablate's pin, once for the tests that compare with it."""
+    return _train("pin")
+
+
 needs_avx2 = pytest.mark.skipif(
     not numerics.is_x86_64() or "avx2" not in numerics.cpu_flags(), reason="an x86-64 AVX2 CPU"
 )
@@ -76,7 +83,7 @@ needs_avx2 = pytest.mark.skipif(
 @pytest.mark.slow
 @needs_avx2
 def test_the_pin_trains_exactly_as_the_same_variables_set_by_hand() -> None:
-    pinned = _train("pin")
+    pinned = _pinned()
     by_hand = _train("none", **numerics.PINNED_ENV)
     assert pinned["capability"] == "AVX2"
     assert pinned == by_hand
@@ -86,7 +93,7 @@ def test_the_pin_trains_exactly_as_the_same_variables_set_by_hand() -> None:
 @needs_avx2
 @pytest.mark.skipif("avx512f" not in numerics.cpu_flags(), reason="an AVX-512 CPU")
 def test_avx512_aten_keeps_the_kernel_bytes_and_moves_only_the_last_digits() -> None:
-    pinned = _train("pin")
+    pinned = _pinned()
     wide = _train("none", **{**numerics.PINNED_ENV, "ATEN_CPU_CAPABILITY": "avx512"})
     assert wide["capability"] == "AVX512"
     assert wide["kernel"] == pinned["kernel"]
