@@ -220,6 +220,7 @@ def test_cli_report_rebuilds_and_rejects_a_folder_without_results(
 
 
 @pytest.mark.trains
+@pytest.mark.usefixtures("unrendered_figures")  # orchestration: files, not pixels
 def test_stale_figures_are_removed(finished: Path, tmp_path: Path) -> None:
     out = tmp_path / "rep"
     out.mkdir()
@@ -395,6 +396,7 @@ def test_html_embeds_images_and_renders_tables(tmp_path: Path) -> None:
 
 
 @pytest.mark.trains
+@pytest.mark.usefixtures("unrendered_figures")  # orchestration: files, not pixels
 def test_report_is_current_until_a_result_changes_by_content(
     finished: Path, tmp_path: Path
 ) -> None:
@@ -414,6 +416,7 @@ def test_report_is_current_until_a_result_changes_by_content(
 
 
 @pytest.mark.trains
+@pytest.mark.usefixtures("unrendered_figures")  # orchestration: files, not pixels
 def test_ablate_report_writes_where_the_run_put_the_report(
     finished: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -432,6 +435,7 @@ def test_ablate_report_writes_where_the_run_put_the_report(
 
 
 @pytest.mark.trains
+@pytest.mark.usefixtures("unrendered_figures")  # orchestration: files, not pixels
 def test_a_report_missing_any_of_its_files_is_rebuilt(finished: Path, tmp_path: Path) -> None:
     exp, rep = tmp_path / "tiny", tmp_path / "rep"
     shutil.copytree(finished, exp)
@@ -581,6 +585,7 @@ def test_a_stored_inference_table_adds_the_inference_section(
 
 
 @pytest.mark.trains
+@pytest.mark.usefixtures("unrendered_figures")  # orchestration: files, not pixels
 def test_the_setup_section_says_what_was_trained(finished: Path, tmp_path: Path) -> None:
     report = build_report(ExperimentFolder(finished), tmp_path / "rep")
     text = report.markdown.read_text()
@@ -611,6 +616,7 @@ def test_the_setup_section_says_what_was_trained(finished: Path, tmp_path: Path)
 
 
 @pytest.mark.trains
+@pytest.mark.usefixtures("unrendered_figures")  # orchestration: files, not pixels
 def test_a_variant_that_changes_more_than_the_norm_is_flagged(
     finished: Path, tmp_path: Path
 ) -> None:
