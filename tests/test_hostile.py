@@ -143,6 +143,7 @@ def _losses(results: Path) -> dict[str, float]:
 
 
 @pytest.mark.slow
+@pytest.mark.usefixtures("unrendered_figures")  # the results are the point, not the report
 def test_a_results_folder_that_fills_up_stops_the_command_and_loses_nothing(
     tmp_path: Path, capsys: pytest.CaptureFixture
 ) -> None:

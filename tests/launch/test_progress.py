@@ -97,6 +97,7 @@ def test_the_experiments_line_counts_down_its_steps_at_the_pace_of_stored_runs(
 
 
 @pytest.mark.trains
+@pytest.mark.usefixtures("unrendered_figures")  # the progress lines are the point
 def test_every_progress_line_of_an_experiment_ends_with_the_experiments(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -198,6 +198,7 @@ def _interrupt_after_first_finished(path: Path, root: Path, cwd: Path) -> int:
 
 @pytest.mark.trains
 @pytest.mark.slow
+@pytest.mark.usefixtures("unrendered_figures")  # the weights are the point, not the report
 def test_runs_resumed_after_ctrl_c_store_the_weights_of_runs_trained_in_one_go(
     tmp_path: Path, every_kind: dict[str, dict[int, str]]
 ) -> None:
