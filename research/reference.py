@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
 
@@ -60,6 +60,9 @@ class Curves:
     test: np.ndarray  # final test loss (NaN where the run did not finish)
     diverged: np.ndarray  # blew up or went non-finite
     learned: np.ndarray  # the stability criterion's verdict (below the unigram floor)
+    _usable_edges: dict[tuple[int, float, float], float | None] = field(
+        default_factory=dict, init=False, repr=False, compare=False
+    )  # (seed, start, band): edge, filled by usable_edge_of
 
     @cached_property
     def _columns(self) -> dict[int, int]:
@@ -112,10 +115,6 @@ class Curves:
     def learned_edges(self) -> dict[int, float | None]:
         """Each seed's "learned at all" edge (:func:`learned_edge`), by seed."""
         return {s: learned_edge(self.lrs, self.learned[:, i]) for s, i in self._columns.items()}
-
-    @cached_property
-    def _usable_edges(self) -> dict[tuple[int, float, float], float | None]:
-        return {}
 
     def usable_edge_of(self, seed: int, start: float, band: float) -> float | None:
         """One seed's walked usable-LR boundary from ``start`` (:func:`usable_edge`), kept:

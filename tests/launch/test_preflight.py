@@ -1,5 +1,6 @@
 """The one pre-flight step: each check refuses bad input with its one-line error before
-anything is written, and a simulated experiment reads no data (torch is never loaded)."""
+anything is written, and a simulated experiment reads no data (that a whole simulated run never
+loads torch: tests/launch/test_pipeline.py)."""
 
 from __future__ import annotations
 
