@@ -78,6 +78,32 @@ def check_probe_hold(experiment: Experiment, where: str) -> None:
             )
 
 
+def check_walk_hold(experiment: Experiment, where: str) -> None:
+    """``max_lr.walk_step`` an evaluation step before every variant's last step, with a band to
+    walk to (``max_lr.within``), or one line (allowed: the multiples of ``train.eval_interval``
+    below it)."""
+    cfg = experiment.max_lr
+    assert cfg is not None and cfg.walk_step is not None
+    if cfg.within is None:
+        raise ConfigError(
+            f"{where}: max_lr.walk_step: {cfg.walk_step} holds the usable-LR walks, but "
+            "max_lr.within is null (no walk); allowed: a within, or no walk_step",
+            key="max_lr.walk_step",
+            code="no_walk",
+        )
+    for name, config in experiment.variants.items():
+        steps = config.steps()
+        every = config.train.eval_interval
+        if cfg.walk_step % every or cfg.walk_step >= steps:
+            raise ConfigError(
+                f"{where}: max_lr.walk_step: {cfg.walk_step} is no evaluation step before "
+                f"{name}'s last step ({steps}); allowed: multiples of train.eval_interval "
+                f"({every}) below {steps}",
+                key="max_lr.walk_step",
+                code="no_step",
+            )
+
+
 def check_curve_stop(experiment: Experiment, where: str) -> None:
     """``curve.stop_step`` an evaluation step before every variant's last curve step, or one
     line (allowed: the multiples of ``train.eval_interval`` below it)."""

@@ -110,12 +110,13 @@ def stopped_points(
     }
 
 
-HELD_GROUPS = ("curve", "max_lr")  # the stages whose pruned runs were held at a pause step
+HELD_GROUPS = ("curve", "usable", "max_lr")  # the stages whose pruned runs were held at a step
 
 
 def held_short(record: RunRecord) -> bool:
     """Whether a stage held the run short of its budget: paused at its step, or stopped there
-    for good (pruned, a curve run or a max-LR probe held at ``max_lr.stop_step``)."""
+    for good (pruned: a curve run, a walk point held at ``max_lr.walk_step`` or a max-LR probe
+    held at ``max_lr.stop_step``)."""
     return record.status == "paused" or (record.status == "pruned" and record.group in HELD_GROUPS)
 
 

@@ -25,7 +25,13 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
-from ablate.core.checks import check_claims, check_curve_stop, check_decide, check_probe_hold
+from ablate.core.checks import (
+    check_claims,
+    check_curve_stop,
+    check_decide,
+    check_probe_hold,
+    check_walk_hold,
+)
 from ablate.core.config import NAME_PATTERN, RunConfig
 from ablate.core.data_paths import check_data_files, resolve_paths
 from ablate.core.errors import ConfigError
@@ -370,6 +376,8 @@ def resolve_experiment(
         check_curve_stop(experiment, where)
     if experiment.max_lr is not None and experiment.max_lr.stop_step is not None:
         check_probe_hold(experiment, where)
+    if experiment.max_lr is not None and experiment.max_lr.walk_step is not None:
+        check_walk_hold(experiment, where)
     check_claims(experiment, where)
     return experiment
 

@@ -76,6 +76,7 @@ class Manifest:
     claims: list[dict[str, Any]] = field(default_factory=list)
     criterion: str | None = None  # the stability criterion in words
     curve_stop: dict[str, Any] | None = None  # the curve's early stop: {"step", "margin"}
+    walk_hold: dict[str, Any] | None = None  # the usable walks' hold: {"step", "margin"}
 
     @classmethod
     def from_stored(cls, stored: dict[str, Any]) -> Manifest:
@@ -85,10 +86,10 @@ class Manifest:
         return cls(**{**found, "runs": runs})
 
     def stored(self) -> dict[str, Any]:
-        """As ``experiment.json`` holds it: every key in its place, ``decide``, ``claims`` and
-        ``curve_stop`` only where there are any."""
+        """As ``experiment.json`` holds it: every key in its place, ``decide``, ``claims``,
+        ``curve_stop`` and ``walk_hold`` only where there are any."""
         record = {key: getattr(self, key) for key in STORED_KEYS}
-        for key in ("decide", "claims", "curve_stop"):
+        for key in ("decide", "claims", "curve_stop", "walk_hold"):
             if not record[key]:
                 del record[key]
         return {**record, "runs": [run.stored() for run in self.runs]}
@@ -120,6 +121,7 @@ STORED_KEYS = (
     "claims",
     "criterion",
     "curve_stop",
+    "walk_hold",
 )
 
 
@@ -161,6 +163,11 @@ def plan_manifest(
         curve_stop=(
             {"step": experiment.curve.stop_step, "margin": experiment.curve.stop_margin}
             if experiment.curve and experiment.curve.stop_step
+            else None
+        ),
+        walk_hold=(
+            {"step": experiment.max_lr.walk_step, "margin": experiment.max_lr.walk_margin}
+            if experiment.max_lr and experiment.max_lr.walk_step
             else None
         ),
         runs=[

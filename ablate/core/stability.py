@@ -201,6 +201,8 @@ class StopKind(Enum):
     PAUSED = "paused"  # a curve run held at the early stop's step, its checkpoint kept
     FAR_ABOVE = "far above the best"  # the curve's early stop: ``loss`` nats above its best
     HELD = "held"  # a max-LR probe held at max_lr.stop_step: it had not diverged by then
+    WITHIN_BAND = "within the band"  # a walk point held at max_lr.walk_step, decided within
+    ABOVE_BAND = "above the band"  # and one decided above: ``loss`` its gap over the start
 
 
 @dataclass(frozen=True)
@@ -227,6 +229,11 @@ class Stop:
             return (
                 f"stopped at step {self.step}: {self.loss:.3g} nats above the curve's best "
                 f"point there (margin {self.threshold:.3g})"
+            )
+        if self.kind in (StopKind.WITHIN_BAND, StopKind.ABOVE_BAND):
+            return (
+                f"stopped at step {self.step}: {self.loss:.3g} nats over its seed's start there, "
+                f"{self.kind.value} (edge {self.threshold:.3g}, max_lr.walk_step)"
             )
         if self.kind is StopKind.HELD:
             return f"held at step {self.step} (max_lr.stop_step): not diverged by then"

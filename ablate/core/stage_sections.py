@@ -259,6 +259,22 @@ class MaxLRConfig(StrictSection):
         description="usable-LR boundary: nats above the seed's loss at the tuned optimum a "
         "walk in 2^(1/4) steps may reach (null: no walk)",
     )
+    walk_step: int | None = Field(
+        None,
+        ge=1,
+        description="an evaluation step at which every walk point the usable stage trains is "
+        "held: one whose val loss there, paired with its seed's start, lies more than "
+        "walk_margin nats above the band's edge stops as above the band, one more than "
+        "walk_margin below it as within; the rest train to the end (docs/early-stop.md); none: "
+        "every point trains to the end",
+    )
+    walk_margin: float = Field(
+        0.05,
+        gt=0,
+        le=10,
+        description="nats either side of the band's edge (within) at walk_step beyond which a "
+        "held walk point is decided there",
+    )
     tokens: int | None = Field(None, ge=1, description="budget of a probe run; default train's")
     stop_step: int | None = Field(
         None,

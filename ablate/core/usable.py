@@ -10,6 +10,12 @@ it again. The seed's loss at the optimum is its own run there, not the variant's
 seeds, so seed offsets cancel. A variant's answer is the geometric mean over seeds with their
 range (as the max stable LR's and the Answer's ratio are); where every seed stops at the same
 point, the boundary is known only to the lattice's step.
+
+With ``max_lr.walk_step`` a walk point is held at that evaluation and decided there where its
+val loss, paired with its seed's start at the same step, lies more than ``max_lr.walk_margin``
+from the band's edge (:func:`held_inside`); the rest train to the end. Replayed on the dense
+reference's real curves at warmup 64, a hold at step 192 of 256 with margin 0.05 leaves every
+walk's edge where the whole walk puts it (docs/early-stop.md).
 """
 
 from __future__ import annotations
@@ -39,17 +45,38 @@ def walk_lrs(start: float, lr_max: float, per_octave: int = PER_OCTAVE) -> list[
     return [2.0 ** (k / per_octave) for k in range(first, max(last, first) + 1)]
 
 
+def held_inside(gap: float, within: float, margin: float) -> bool | None:
+    """A point held at the walk's hold step, by its ``gap`` over its seed's start there: True
+    (within the band) more than ``margin`` below the band's edge ``within``, False (above it)
+    more than ``margin`` above, None in between or without a gap (it trains on)."""
+    if gap < within - margin:
+        return True
+    if gap > within + margin:
+        return False
+    return None
+
+
 def walk_seed(
-    seed: int, losses: Mapping[float, float], lrs: list[float], within: float
+    seed: int,
+    losses: Mapping[float, float],
+    lrs: list[float],
+    within: float,
+    held: Mapping[float, bool] | None = None,
 ) -> SeedWalk:
     """The seed's walk over ``lrs`` (ascending, ``lrs[0]`` the start) through the stored
-    ``losses``; a point not stored ends the walk there (it has not been run yet)."""
+    ``losses`` and the points ``held`` decided at the hold (True: within the band); a point
+    neither stored nor decided ends the walk there (it has not been run yet)."""
+    held = held or {}
     start = losses[lrs[0]]
     edge = lrs[0]
     for lr in lrs[1:]:
-        if lr not in losses:
+        if lr in held:
+            inside = held[lr]
+        elif lr in losses:
+            inside = losses[lr] <= start + within  # NaN fails too
+        else:
             return SeedWalk(seed, start, edge, None)
-        if not losses[lr] <= start + within:  # NaN fails too
+        if not inside:
             return SeedWalk(seed, start, edge, lr)
         edge = lr
     return SeedWalk(seed, start, edge, None)

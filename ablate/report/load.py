@@ -45,6 +45,7 @@ class StoredExperiment:
     divergence_moved: list[str] = field(default_factory=list)  # brackets the stored runs widened
     jobs: pd.DataFrame = field(default_factory=pd.DataFrame)  # each ``ablate run``'s wall time
     curve_evals: pd.DataFrame = field(default_factory=pd.DataFrame)  # the curve runs' evaluations
+    usable_evals: pd.DataFrame = field(default_factory=pd.DataFrame)  # the walks' evaluations
 
 
 def load_experiment_results(folder: ExperimentFolder) -> StoredExperiment:
@@ -80,6 +81,9 @@ def load_experiment_results(folder: ExperimentFolder) -> StoredExperiment:
         stored_runs=stored_runs,
         jobs=read_jobs(folder.jobs),
         curve_evals=evaluations(folder, runs[runs["run_id"].isin(manifest.group_ids("curve"))]),
+        usable_evals=evaluations(folder, runs[runs["run_id"].isin(manifest.group_ids("usable"))])
+        if manifest.walk_hold
+        else pd.DataFrame(),
     )
 
 

@@ -2,7 +2,9 @@
 (:mod:`ablate.core.usable`), read back from the stored runs of the ``usable`` stage, the
 variant's geometric-mean edge with the seeds' range, the usable range's width in octaves, and each
 variant's edge over the baseline's per seed. Where every seed stops at one lattice point, the
-edge is known to the lattice's step only, and the text says so.
+edge is known to the lattice's step only, and the text says so. A point the walks' hold
+(``max_lr.walk_step``) stopped is placed by its gap over its seed's start at that step, recomputed
+from the walks' evaluations (``usable_evals.csv``).
 """
 
 from __future__ import annotations
@@ -11,7 +13,15 @@ import math
 
 import pandas as pd
 
-from ablate.core.usable import PER_OCTAVE, SeedWalk, usable_boundary, usable_ratio, walk_seed
+from ablate.core.stability import clipped_loss
+from ablate.core.usable import (
+    PER_OCTAVE,
+    SeedWalk,
+    held_inside,
+    usable_boundary,
+    usable_ratio,
+    walk_seed,
+)
 from ablate.report.analysis import selection_values
 from ablate.report.load import StoredExperiment
 from ablate.report.section import Section
@@ -19,10 +29,37 @@ from ablate.report.text import sig
 
 
 def usable_runs(stored: StoredExperiment) -> pd.DataFrame:
-    """The ``usable`` stage's stored runs with their selection loss (``value``)."""
+    """The ``usable`` stage's stored runs with their selection loss (``value``) and, for a
+    point the walks' hold stopped, its gap over its seed's start at the hold (``gap``) and its
+    place (``inside``: True within the band, False above it; None for a run trained whole)."""
     ids = stored.manifest.group_ids("usable")
     mine = stored.runs[stored.runs["run_id"].isin(ids)]
-    return mine.assign(value=selection_values(mine))
+    mine = mine.assign(value=selection_values(mine), gap=math.nan, inside=None)
+    hold, within = stored.manifest.walk_hold, stored.manifest.usable_within
+    if not hold or within is None or mine.empty:
+        return mine
+    held = (mine["status"] == "pruned") & (mine["steps"] == hold["step"])
+    gaps = held_gaps(stored.usable_evals, mine, hold["step"])
+    mine.loc[held, "gap"] = mine.loc[held, "run_id"].map(gaps)
+    mine["inside"] = [
+        held_inside(gap, within, hold["margin"]) if is_held else None
+        for gap, is_held in zip(mine["gap"], held, strict=True)
+    ]
+    return mine
+
+
+def held_gaps(evals: pd.DataFrame, runs: pd.DataFrame, step: int) -> dict[str, float]:
+    """Each walk run's value at ``step`` minus its seed's start's there (the lowest LR its
+    variant walked), by run id: the val loss at that evaluation as the stage read it,
+    min(loss, ℓ0), ℓ0 without one (:func:`ablate.core.early_stop.value_at`)."""
+    at = evals[evals["step"] == step].set_index("run_id")["val_loss"]
+    initial = runs.set_index("run_id")["initial_loss"]
+    values = {rid: clipped_loss(at.get(rid), initial[rid]) for rid in runs["run_id"]}
+    found = {}
+    for _, rows in runs.groupby(["variant", "seed"]):
+        start = values[rows.loc[rows["lr"].idxmin(), "run_id"]]
+        found.update({rid: values[rid] - start for rid in rows["run_id"]})
+    return found
 
 
 def seed_walks(runs: pd.DataFrame, variant: str, within: float) -> list[SeedWalk]:
@@ -31,9 +68,12 @@ def seed_walks(runs: pd.DataFrame, variant: str, within: float) -> list[SeedWalk
     lrs = sorted(set(mine["lr"].astype(float)))
     walks = []
     for seed, rows in mine.groupby("seed"):
-        points = dict(zip(rows["lr"].astype(float), rows["value"].astype(float), strict=True))
+        whole = rows[rows["inside"].isna()]
+        points = dict(zip(whole["lr"].astype(float), whole["value"].astype(float), strict=True))
+        decided = rows[rows["inside"].notna()]
+        held = dict(zip(decided["lr"].astype(float), decided["inside"].astype(bool), strict=True))
         if lrs and lrs[0] in points:
-            walks.append(walk_seed(int(seed), points, lrs, within))
+            walks.append(walk_seed(int(seed), points, lrs, within, held))
     return walks
 
 
@@ -133,5 +173,32 @@ def usable_section(stored: StoredExperiment) -> Section:
         "",
         shown.to_markdown(index=False),
         "",
+        *hold_lines(stored),
     ]
-    return Section(lines, {"usable_lr.csv": table})
+    tables = {"usable_lr.csv": table}
+    if stored.manifest.walk_hold:
+        tables[USABLE_EVALS] = stored.usable_evals
+    return Section(lines, tables)
+
+
+USABLE_EVALS = "usable_evals.csv"  # every evaluation of every walk run, where the walks held
+
+
+def hold_lines(stored: StoredExperiment) -> list[str]:
+    """What the walks' hold decided and spared (nothing without one)."""
+    hold, within = stored.manifest.walk_hold, stored.manifest.usable_within
+    if not hold or within is None:
+        return []
+    runs = usable_runs(stored)
+    decided = runs[runs["inside"].notna()]
+    inside = int(decided["inside"].astype(bool).sum())
+    spared = int((decided["planned_steps"] - decided["steps"]).sum())
+    return [
+        f"Hold (`max_lr.walk_step` {hold['step']}): every walk point but the starts was held at "
+        f"step {hold['step']}, and one whose val loss there, less its seed's start's, lay more "
+        f"than {hold['margin']:g} nats from the band's edge ({within:g}) stopped there: "
+        f"{inside} within the band, {len(decided) - inside} above it, sparing {spared:,} "
+        f"run-steps; the rest trained to the end. `{USABLE_EVALS}` holds every evaluation of "
+        "every walk run, to recompute it; docs/early-stop.md gives its replay on real curves.",
+        "",
+    ]

@@ -98,3 +98,22 @@ def test_a_run_held_short_is_the_result_only_of_a_spec_held_at_its_step(tmp_path
     assert result_of(run, spec) is not None and result_of(run, held_at(spec, 10)) is not None
     run.write_record(_record(status="failed", group="curve", steps=10))
     assert result_of(run, held_at(spec, 10)) is None
+
+
+@pytest.mark.parametrize(
+    ("max_lr", "code"),
+    [
+        ({"walk_step": 5}, "no_step"),  # no evaluation (every 10)
+        ({"walk_step": 20}, "no_step"),  # not before the last step
+        ({"walk_step": 10, "within": None}, "no_walk"),  # nothing to hold
+    ],
+)
+def test_a_walk_hold_without_an_evaluation_before_the_end_or_a_walk_is_refused(
+    tmp_path: Path, max_lr: dict[str, object], code: str
+) -> None:
+    path = write_experiment(tmp_path / "e.yaml", max_lr=max_lr)
+    with pytest.raises(ConfigError) as refused:
+        load_experiment(path)
+    assert (refused.value.key, refused.value.code) == ("max_lr.walk_step", code)
+    ok = write_experiment(tmp_path / "ok.yaml", max_lr={"walk_step": 10})
+    assert load_experiment(ok).max_lr.walk_step == 10

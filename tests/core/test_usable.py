@@ -7,7 +7,14 @@ import math
 
 import pytest
 
-from ablate.core.usable import next_lr, usable_boundary, usable_ratio, walk_lrs, walk_seed
+from ablate.core.usable import (
+    held_inside,
+    next_lr,
+    usable_boundary,
+    usable_ratio,
+    walk_lrs,
+    walk_seed,
+)
 
 LRS = walk_lrs(2**-8, 2**-5)  # 2^-8 ... 2^-5 in 2^(1/4) steps
 
@@ -55,3 +62,18 @@ def test_the_ratio_pairs_seeds() -> None:
     second = [walk_seed(s, _losses([2.3, 2.3, 2.3, 2.3, 2.9]), LRS, 0.1) for s in (0, 1, 5)]
     mean, low, high = usable_ratio(first, second)
     assert mean == pytest.approx(2**0.5) and low == high == pytest.approx(2**0.5)
+
+
+def test_a_held_point_is_decided_only_beyond_the_margin_either_side_of_the_band() -> None:
+    assert held_inside(0.04, 0.1, 0.05) is True  # more than 0.05 below the edge 0.1
+    assert held_inside(0.16, 0.1, 0.05) is False  # more than 0.05 above it
+    assert held_inside(0.06, 0.1, 0.05) is None and held_inside(0.14, 0.1, 0.05) is None
+    assert held_inside(math.nan, 0.1, 0.05) is None  # no gap: it trains on
+
+
+def test_points_decided_at_the_hold_place_the_walk_as_their_final_losses_would() -> None:
+    losses = _losses([2.30, 2.31])  # the start and one point trained whole
+    held = {LRS[2]: True, LRS[3]: False}  # decided within, then above the band
+    walk = walk_seed(0, losses, LRS, 0.1, held)
+    assert (walk.edge, walk.failed_at, walk.start_loss) == (LRS[2], LRS[3], 2.30)
+    assert walk_seed(0, losses, LRS, 0.1, {LRS[2]: True}).failed_at is None  # LRS[3] to run

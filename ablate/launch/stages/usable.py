@@ -10,18 +10,25 @@ run counted as min(ℓ, ℓ0), as every stage selects), or at ``max_lr.lr_max``.
 go on than the executor has workers, each walk also trains the points after its next one in
 the same round, as many as fill them (:func:`round_lrs`): a point a walk never reaches is
 trained but not planned, so the stage's runs, and the report, are those of walking one step at
-a time.
+a time. With ``max_lr.walk_step`` every point a round trains but the walks' starts is held at
+that step and decided there where it can be (:func:`ablate.core.usable.held_inside`), stored as
+stopped within or above the band; the rest train on from their checkpoints. A point stored
+whole (the curve's, a tuned run) is used as it is.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from dataclasses import dataclass, field, replace
 
+from ablate.core.early_stop import held_at, held_short, value_at
 from ablate.core.experiment import Experiment
+from ablate.core.folders import ExperimentFolder
 from ablate.core.plan import RunSpec, Settings
-from ablate.core.stability import trial_value
-from ablate.core.usable import next_lr, walk_lrs, walk_seed
+from ablate.core.record import RunRecord
+from ablate.core.stability import Stop, StopKind, trial_value
+from ablate.core.usable import held_inside, next_lr, walk_lrs, walk_seed
 from ablate.launch.context import Context, Stage, chose
 from ablate.launch.execute import Executor
 
@@ -40,6 +47,7 @@ def run(ctx: Context) -> None:
         lambda walked: ctx.write_manifest(done + walked + plan.continued),
         ctx.say,
         ctx.resources(ALL_AT_ONCE).workers,
+        ctx.folder,
     )
 
 
@@ -66,6 +74,75 @@ def usable_spec(
     return RunSpec(experiment.name, variant, seed, config, group="usable")
 
 
+@dataclass
+class Round:
+    """A round's results: each run's final value, each held point's decision (True: within
+    the band), and the spec each run answers (held where the hold decided it)."""
+
+    values: dict[str, float] = field(default_factory=dict)
+    held: dict[str, bool] = field(default_factory=dict)
+    asked: dict[str, RunSpec] = field(default_factory=dict)
+
+
+@dataclass
+class Hold:
+    """The walks' hold (``max_lr.walk_step``): its step, the band and margin, the folder the
+    runs' evaluations are read from, and each walk's start value at the step."""
+
+    step: int
+    within: float
+    margin: float
+    folder: ExperimentFolder
+    starts: dict[Walker, float] = field(default_factory=dict)
+
+    def decide(self, spec: RunSpec, record: RunRecord) -> tuple[bool | None, float]:
+        """A held run's decision (:func:`held_inside`) and its gap over its walk's start."""
+        value = value_at(self.folder.run(spec.run_id), record, self.step)
+        gap = value - self.starts.get((spec.variant, spec.seed), math.nan)
+        return held_inside(gap, self.within, self.margin), gap
+
+
+def train_round(
+    executor: Executor, specs: list[RunSpec], starts: set[str], hold: Hold | None
+) -> Round:
+    """The round's runs trained; with a ``hold``, every run but the walks' ``starts`` (run ids)
+    held at its step first (a stored one as it is), those it decides stored as stopped there,
+    and the rest trained on to the budget (:func:`ablate.core.early_stop.result_of`)."""
+    found = Round(asked={s.run_id: s for s in specs})
+    if hold is None:
+        ran = executor.run(specs)
+    else:
+        first = [s if s.run_id in starts else held_at(s, hold.step) for s in specs]
+        ran = executor.run(first)
+        by_id = {r.run_id: r for r in ran}
+        for spec in specs:
+            if spec.run_id in starts and spec.run_id in by_id:
+                start = by_id[spec.run_id]
+                hold.starts[(spec.variant, spec.seed)] = value_at(
+                    hold.folder.run(spec.run_id), start, hold.step
+                )
+        go_on = []
+        for spec in specs:
+            record = by_id.get(spec.run_id)
+            if spec.run_id in starts or record is None or not held_short(record):
+                continue
+            inside, gap = hold.decide(spec, record)
+            if inside is None:
+                go_on.append(spec)
+                continue
+            kind = StopKind.WITHIN_BAND if inside else StopKind.ABOVE_BAND
+            reason = Stop(hold.step, kind, loss=gap, threshold=hold.within).reason
+            stopped = replace(record, status="pruned", stopped_reason=reason)
+            if record.status == "paused":
+                hold.folder.run(spec.run_id).stop_paused(stopped)
+            found.held[spec.run_id] = inside
+            found.asked[spec.run_id] = held_at(spec, hold.step)
+        ran = [r for r in ran if r.run_id not in found.held and not held_short(r)]
+        ran += executor.run(go_on)
+    found.values = {r.run_id: trial_value(r) for r in ran}
+    return found
+
+
 def usable_stage(
     experiment: Experiment,
     executor: Executor,
@@ -73,17 +150,24 @@ def usable_stage(
     record: Callable[[list[RunSpec]], None],
     say: Callable[[str], None],
     slots: int = 1,
+    folder: ExperimentFolder | None = None,
 ) -> list[RunSpec]:
     """Walk every variant of ``tuned`` (variant -> its tuned settings) up from its tuned LR at
     its tuned warmup on every max-LR seed, a round's points filling ``slots`` workers
-    (:func:`round_lrs`); ``record`` gets the stage's runs so far before each round trains. The
-    stage's runs: the points the walks reached."""
+    (:func:`round_lrs`), held at ``max_lr.walk_step`` where the file sets it (its evaluations
+    read from ``folder``); ``record`` gets the stage's runs so far before each round trains.
+    The stage's runs: the points the walks reached."""
     cfg = experiment.max_lr
     assert cfg is not None and cfg.within is not None
     seeds = cfg.seeds or experiment.seeds
     lrs = {v: walk_lrs(settings.lr, cfg.lr_max) for v, settings in tuned.items()}
     losses: dict[Walker, dict[float, float]] = {(v, s): {} for v in tuned for s in seeds}
+    held: dict[Walker, dict[float, bool]] = {walker: {} for walker in losses}
     pending = {(v, s): lrs[v][0] for v, s in losses}
+    hold = None
+    if cfg.walk_step is not None:
+        assert folder is not None, "a held walk reads its evaluations from the store"
+        hold = Hold(cfg.walk_step, cfg.within, cfg.walk_margin, folder)
     planned: list[RunSpec] = []
     while pending:
         chosen = round_lrs(pending, lrs, slots)
@@ -93,19 +177,32 @@ def usable_stage(
             for lr in walk
         ]
         record(planned + specs)
-        found = {record.run_id: record for record in executor.run(specs)}
+        starts = {s.run_id for s in specs if s.config.train.lr == lrs[s.variant][0]}
+        found = train_round(executor, specs, starts, hold)
+        if hold is not None and found.held:
+            inside = sum(found.held.values())
+            say(
+                f"usable: {len(found.held)} point(s) decided at step {hold.step}: {inside} "
+                f"within the band, {len(found.held) - inside} above it"
+            )
         for spec in specs:
-            summary = found.get(spec.run_id)
-            value = trial_value(summary) if summary else math.nan
-            losses[(spec.variant, spec.seed)][spec.config.train.lr] = value
+            walker = (spec.variant, spec.seed)
+            if spec.run_id in found.held:
+                held[walker][spec.config.train.lr] = found.held[spec.run_id]
+            else:
+                losses[walker][spec.config.train.lr] = found.values.get(spec.run_id, math.nan)
         pending, reached = {}, {}
         for (variant, seed), points in losses.items():
-            walk = walk_seed(seed, points, lrs[variant], cfg.within)
+            walk = walk_seed(seed, points, lrs[variant], cfg.within, held[(variant, seed)])
             reached[(variant, seed)] = walk.failed_at or walk.edge
             following = next_lr(walk, lrs[variant])
             if following is not None:
                 pending[(variant, seed)] = following
-        planned += [s for s in specs if s.config.train.lr <= reached[(s.variant, s.seed)]]
+        planned += [
+            found.asked[s.run_id]
+            for s in specs
+            if s.config.train.lr <= reached[(s.variant, s.seed)]
+        ]
         if pending:
             say(f"usable: {len(pending)} seed walk(s) go on, up to {max(pending.values()):.3g}")
     walkers = list(losses)

@@ -289,3 +289,36 @@ def test_runs_held_at_a_step_the_file_no_longer_stops_at_train_on(tmp_path: Path
     assert set(curve["status"]) == {"finished"} and set(curve["run_id"]) >= {
         s.run_id for s in specs
     }
+
+
+@pytest.mark.usefixtures("unrendered_figures")
+def test_walks_held_at_a_step_end_where_whole_walks_do_and_the_report_recomputes_them(
+    tmp_path: Path,
+) -> None:
+    reports, paths = {}, {}
+    for name, hold in (("whole", {}), ("held", {"walk_step": STOP_STEP, "walk_margin": 0.04})):
+        (tmp_path / name).mkdir()
+        path = _experiment(tmp_path / name, {"layernorm": 0.004, "rmsnorm": 0.008})
+        doc = yaml.safe_load(path.read_text())
+        doc["max_lr"] = {"seeds": [0, 1], "within": 0.05, "lr_max": 10.0, **hold}
+        path.write_text(yaml.safe_dump(doc))
+        paths[name] = path
+        reports[name] = run_experiment(path, tmp_path / name / "r", tmp_path / name / "p")
+    held = reports["held"]
+    table = pd.read_csv(held.report_dir / "usable_lr.csv")
+    pd.testing.assert_frame_equal(table, pd.read_csv(reports["whole"].report_dir / "usable_lr.csv"))
+    runs = store.load_summaries(held.folder).set_index("run_id")
+    walked = store.read_manifest(held.folder).group_ids("usable")
+    stopped = runs.loc[sorted(walked)].query("status == 'pruned'")
+    assert len(stopped) and (stopped["steps"] == STOP_STEP).all()
+    evals = pd.read_csv(held.report_dir / "usable_evals.csv")
+    assert set(evals["run_id"]) == walked
+    at = evals[evals["step"] == STOP_STEP].set_index("run_id")["val_loss"]
+    for _, run in stopped.iterrows():  # decided within: its gap over its start below 0.05 - 0.04
+        mine = runs.loc[sorted(walked)].query(f"variant == '{run['variant']}'")
+        start = mine[mine["seed"] == run["seed"]]["lr"].idxmin()
+        assert at[run.name] - at[start] < 0.01
+    text = (held.report_dir / "report.md").read_text()
+    assert f"Hold (`max_lr.walk_step` {STOP_STEP})" in text
+    again = run_experiment(paths["held"], tmp_path / "held/r", tmp_path / "again")
+    assert store.load_summaries(again.folder).equals(store.load_summaries(held.folder))

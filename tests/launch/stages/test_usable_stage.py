@@ -8,6 +8,7 @@ from pathlib import Path
 
 from conftest import simulated_experiment
 
+from ablate.core.folders import ExperimentFolder
 from ablate.core.optimum import trained_lr
 from ablate.core.plan import RunSpec, Settings, plan_crossover, plan_tuned
 from ablate.core.record import RunRecord
@@ -106,3 +107,51 @@ def test_a_walk_from_the_tuned_optima_is_the_tuned_and_cross_over_runs_where_the
     shared = sorted((s.variant, s.config.train.lr) for s in two_by_two if s.run_id in met)
     ln, rms = tuned["layernorm"].lr, tuned["rmsnorm"].lr
     assert shared == [("layernorm", ln), ("layernorm", rms), ("rmsnorm", rms)]
+
+
+def _walk(tmp_path: Path, **max_lr: object) -> tuple[list[RunSpec], Rounds, ExperimentFolder]:
+    truth = {"variants": {"layernorm": {"opt_lr": 0.004}, "rmsnorm": {"opt_lr": 0.009}}}
+    experiment = simulated_experiment(
+        tmp_path,
+        runtime={"backend": "simulate", "simulate": truth},
+        max_lr={"within": 0.1, "lr_max": 1.0, "seeds": [0, 1, 2], **max_lr},
+    )
+    executor = Rounds(tmp_path / "results")
+    folder = ExperimentFolder.of(tmp_path / "results", experiment.name)
+    tuned = {"layernorm": Settings(0.004, 3), "rmsnorm": Settings(0.009, 3)}
+    said: list[str] = []
+    planned = usable_stage(experiment, executor, tuned, lambda _: None, said.append, 2, folder)
+    return planned, executor, folder
+
+
+def _records(folder: ExperimentFolder, planned: list[RunSpec]) -> dict[str, RunRecord]:
+    found = {s.run_id: folder.run(s.run_id).read_record() for s in planned}
+    return {run_id: record for run_id, record in found.items() if record is not None}
+
+
+def test_a_held_walk_decides_points_at_its_step_and_ends_where_the_whole_walk_does(
+    tmp_path: Path,
+) -> None:
+    (tmp_path / "whole").mkdir()
+    (tmp_path / "held").mkdir()
+    whole, _, whole_folder = _walk(tmp_path / "whole")
+    held, _, folder = _walk(tmp_path / "held", walk_step=10, walk_margin=0.09)
+    assert [s.run_id for s in held] == [s.run_id for s in whole]  # the same points reached
+    records, every = _records(folder, held), _records(whole_folder, whole)
+    stopped = {rid: r for rid, r in records.items() if r.status == "pruned"}
+    assert stopped and all(r.steps == 10 for r in stopped.values())
+    starts = {s.run_id for s in held if s.config.train.lr in (0.004, 0.009)}
+    assert not starts & set(stopped)  # a walk's start is trained whole: the band is its loss
+    asked = {s.run_id: s.config.runtime.pause_step for s in held}
+    assert {rid for rid, step in asked.items() if step == 10} == set(stopped)
+    for run_id, record in records.items():  # what trained on is the run trained whole
+        if run_id not in stopped:
+            assert record.final_val_loss == every[run_id].final_val_loss
+    assert sum(r.steps for r in records.values()) < sum(r.steps for r in every.values())
+    for record in stopped.values():  # each decided by its gap at the step against the band
+        gap = float(record.stopped_reason.split(": ")[1].split(" nats")[0])
+        assert abs(gap - 0.1) > 0.09
+        assert ("within the band" in record.stopped_reason) == (gap < 0.1)
+    again, _, _ = _walk(tmp_path / "held", walk_step=10, walk_margin=0.09)
+    assert [s.run_id for s in again] == [s.run_id for s in held]
+    assert _records(folder, again) == records  # nothing trained again, nothing restored
