@@ -351,6 +351,9 @@ NO_FUTILITY = "earlier_protocol/no_futility/ln_vs_rms"  # the 2x2 run to its las
 MARGIN_02 = "earlier_protocol/margin_0.2/ln_vs_rms"  # the curve held at margin 0.2, not 0.15
 MARGIN_02_LLAMA = "earlier_protocol/margin_0.2/llama_style"
 NARROWER = r"narrower margin: ln_vs_rms"  # docs/early-stop.md, "A narrower margin"
+WALKS_WHOLE = "earlier_protocol/walks_whole/ln_vs_rms"  # every walk point trained to the end
+WHOLE_LLAMA = "earlier_protocol/walks_whole/llama_style"
+HELD = r"with the walks held: "  # docs/early-stop.md, "The walks held"
 PRIMARY = r"wall time with `--primary-only`: "  # and "The primary verdict alone"
 PRIMARY_LN, PRIMARY_LLAMA = "primary_only/ln_vs_rms", "primary_only/llama_style"
 TIME_CLAIMS = [
@@ -363,9 +366,14 @@ TIME_CLAIMS = [
     ("early-stop.md", r"took (?P<wall_min>[\d.]+) min on 2 idle cores against", ROUNDED),
     ("early-stop.md", r"trained afresh in (?P<wall_min>[\d.]+) min on 2 idle", NO_FUTILITY),
     ("early-stop.md", r"with the stop, took (?P<wall_min>[\d.]+) min on 2 idle", MARGIN_02),
-    ("early-stop.md", NARROWER + r" (?P<wall_min>[\d.]+) min", "ln_vs_rms"),
+    ("early-stop.md", NARROWER + r" (?P<wall_min>[\d.]+) min", WALKS_WHOLE),
     ("early-stop.md", NARROWER + r" [\d.]+ min against (?P<wall_min>[\d.]+)", MARGIN_02),
-    ("early-stop.md", r"LLaMA-style (?P<wall_min>[\d.]+) min against [\d.]+ \(", "llama_style"),
+    ("early-stop.md", r"LLaMA-style (?P<wall_min>[\d.]+) min against 12", WHOLE_LLAMA),
+    ("early-stop.md", HELD + r"ln_vs_rms (?P<wall_min>[\d.]+) min", "ln_vs_rms"),
+    ("early-stop.md", HELD + r"ln_vs_rms [\d.]+ min against (?P<wall_min>[\d.]+)", WALKS_WHOLE),
+    ("early-stop.md", HELD + r"[^(]* LLaMA-style (?P<wall_min>[\d.]+) min", "llama_style"),
+    ("early-stop.md", HELD + r"[^(]* LLaMA-style [\d.]+ min against (?P<wall_min>[\d.]+)",
+     WHOLE_LLAMA),
     ("early-stop.md", r"LLaMA-style [\d.]+ min against (?P<wall_min>[\d.]+) \(", MARGIN_02_LLAMA),
     ("early-stop.md", r"\([\d.]+ against (?P<wall_min>[\d.]+) min\); the report", EPYC_BEFORE),
     ("early-stop.md", PRIMARY + r"ln_vs_rms (?P<wall_min>[\d.]+) min", PRIMARY_LN),

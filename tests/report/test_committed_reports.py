@@ -188,7 +188,7 @@ def _moved(first: str, second: str) -> pd.Series:
 
 def test_the_same_kind_of_cpu_repeats_the_bits_and_another_does_not() -> None:
     same_kind = _moved("ln_vs_rms", "warmup64/curves")  # the reference's slice, same machine
-    assert len(same_kind) > 40 and (same_kind == 0).all()
+    assert len(same_kind) > 30 and (same_kind == 0).all()
     # the protocol before on the AMD EPYC against the same protocol's report on an Intel Xeon
     xeon = _moved("earlier_protocol/ln_vs_rms_epyc", "earlier_protocol/warmup_grid/ln_vs_rms")
     assert len(xeon) > 100 and (xeon > 1e-3).sum() > 20
@@ -284,7 +284,7 @@ def test_the_narrower_margin_stopped_the_curve_points_between_the_margins_and_no
     # the curve held at step 64 with margin 0.15 against 0.2: the points 0.15-0.2 nats above
     # their norm's best there stop too; every other run ends where it did, to the bit
     old = _by_setting(f"earlier_protocol/margin_0.2/{report}")
-    new = _by_setting(report)
+    new = _by_setting(f"earlier_protocol/walks_whole/{report}")  # the report the margin made
     both = new.merge(old, on=SETTING, suffixes=("", "_before"))
     assert len(both) == len(new) == len(old)
     moved = both["status"] != both["status_before"]
@@ -300,12 +300,71 @@ def test_the_narrower_margin_stopped_the_curve_points_between_the_margins_and_no
     assert set(zip(stopped["variant"], stopped["lr"], strict=True)) == set(
         zip(between["variant"], between["lr"], strict=True)
     )
+    after_report = f"earlier_protocol/walks_whole/{report}"
     spent = {
         r: pd.read_csv(REPO / "reports" / r / "cost.csv", index_col="stage").loc["all", "run_steps"]
-        for r in (report, f"earlier_protocol/margin_0.2/{report}")
+        for r in (after_report, f"earlier_protocol/margin_0.2/{report}")
     }
-    assert spent[f"earlier_protocol/margin_0.2/{report}"] - spent[report] == 192 * len(stopped)
+    assert spent[f"earlier_protocol/margin_0.2/{report}"] - spent[after_report] == 192 * len(
+        stopped
+    )
     before = pd.read_csv(REPO / f"reports/earlier_protocol/margin_0.2/{report}/answer.csv")
+    after = pd.read_csv(REPO / f"reports/{after_report}/answer.csv")
+    measured = after["estimand"] != "training speed"  # each run's own wall clock
+    columns = ["estimand", "estimate", "low", "high", "seeds", "verdict"]
+    assert after.loc[measured, columns].equals(before.loc[measured, columns])
+    assert list(after["verdict"]) == list(before["verdict"])
+
+
+WALK_STEP, WALK_MARGIN, WITHIN = 192, 0.05, 0.1  # the default experiments' walk hold
+
+
+def _walk_gaps(report: str) -> pd.Series:
+    """Each walk run's val loss at the hold less its seed's start's there (its walk's lowest
+    LR), by run id, from the report's usable_evals.csv (no walk run diverged by then)."""
+    evals = pd.read_csv(REPO / "reports" / report / "usable_evals.csv")
+    at = evals[evals["step"] == WALK_STEP]
+    gaps = {}
+    for _, walk in at.groupby(["variant", "seed"]):
+        start = walk.loc[walk["lr"].idxmin()]
+        gaps.update(dict(zip(walk["run_id"], walk["val_loss"] - start["val_loss"], strict=True)))
+        gaps[start["run_id"]] = math.nan  # a start trains whole: the band is drawn from it
+    return pd.Series(gaps)
+
+
+@pytest.mark.parametrize("report", ["ln_vs_rms", "llama_style"])
+def test_the_walks_held_stopped_the_walk_points_the_rule_decides_and_no_verdict_moved(
+    report: str,
+) -> None:
+    # the usable walks held at step 192: a point more than 0.05 nats either side of the band's
+    # edge there stops; the walks reach the same points and every other run ends where it did.
+    # The max-LR probes start from the largest stable LR stored at the budget, which a walk's
+    # point trained ahead past its edge was, and is no more once held: their path differs.
+    old = _by_setting(f"earlier_protocol/walks_whole/{report}").query("group != 'max_lr'")
+    new = _by_setting(report).query("group != 'max_lr'")
+    both = new.merge(old, on=SETTING, suffixes=("", "_before"))
+    assert len(both) == len(new) == len(old)  # the same settings: every walk ends where it did
+    moved = both["status"] != both["status_before"]
+    kept = both[~moved]
+    for loss in ("final_val_loss", "final_test_loss"):
+        assert kept[loss].fillna(-1.0).equals(kept[f"{loss}_before"].fillna(-1.0))
+    stopped = both[moved]
+    assert set(stopped["group"]) == {"usable"} and set(stopped["status"]) == {"pruned"}
+    assert set(stopped["status_before"]) == {"finished"} and (stopped["steps"] == WALK_STEP).all()
+    gaps = _walk_gaps(report)
+    decided = (gaps - WITHIN).abs() > WALK_MARGIN
+    walked = both[both["run_id"].isin(gaps.index) & (both["group"] == "usable")]
+    assert set(stopped["run_id"]) == set(walked["run_id"]) & set(gaps[decided].index)
+    for _, run in stopped.iterrows():  # stored as the side of the band its gap puts it on
+        assert (gaps[run["run_id"]] < WITHIN) == ("within the band" in run["stopped_reason"])
+    spent = {
+        r: pd.read_csv(REPO / "reports" / r / "cost.csv", index_col="stage")["run_steps"]
+        for r in (report, f"earlier_protocol/walks_whole/{report}")
+    }
+    saved = spent[f"earlier_protocol/walks_whole/{report}"] - spent[report]
+    assert saved["usable"] == 64 * len(stopped)
+    assert (saved.drop(["usable", "max_lr", "all"]) == 0).all()
+    before = pd.read_csv(REPO / f"reports/earlier_protocol/walks_whole/{report}/answer.csv")
     after = pd.read_csv(REPO / f"reports/{report}/answer.csv")
     measured = after["estimand"] != "training speed"  # each run's own wall clock
     columns = ["estimand", "estimate", "low", "high", "seeds", "verdict"]
