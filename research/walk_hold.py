@@ -10,13 +10,16 @@ lattice, both norms: ``reports/reference_curves`` at warmup 20, seeds 0–3; at 
 optimum of its slice or a lattice step either side of it (the tuned LR a curve on other seeds
 picks lies there), up the lattice to its first point above the band (``within`` 0.1 nats over
 the seed's loss at the start), as :func:`ablate.core.usable.walk_seed` walks it. Held, a point
-whose gap over the start at the step lies more than the margin from the band's edge is decided
-there; the rest count their final loss. Walks of one seed from neighbouring starts share runs:
-the table gives the seed curves beside them.
+whose gap over the start at the step lies more than a margin under the band's edge, or another
+over it, is decided there; the rest count their final loss. Walks of one seed from
+neighbouring starts share runs: the table gives the seed curves beside them. A second table
+takes every pair of a start and a higher point on a seed's lattice (every gap the rule could
+meet, far from the walks' too): the decisions the final loss overturns, and how far a gap near
+the edge moves from the hold to the end.
 
 Run::
 
-    python -m research.walk_hold [--steps 128 192] [--margins 0.03 0.05 0.08 0.1] \\
+    python -m research.walk_hold [--steps 128 192] [--margins 0.05,0.05 0.05,0.1 ...] \\
         [--write docs/early-stop.md]
 """
 
@@ -57,16 +60,19 @@ class Walk:
     steps_held: int
 
 
-def walk_of(curve: Curve, seed: int, start: int, step: int, margin: float) -> Walk:
+Margins = tuple[float, float]  # under the band's edge (decided within), over it (above)
+
+
+def walk_of(curve: Curve, seed: int, start: int, step: int, margins: Margins) -> Walk:
     """Seed ``seed``'s walk up ``curve``'s lattice from index ``start``, whole and held at
-    ``step`` with ``margin``."""
+    ``step`` with ``margins``."""
     lrs = sorted(curve.final.index)[start:]
     final = curve.final[seed].to_dict()
     at = curve.at[step][seed].to_dict()
     budget = max(curve.at)  # the last evaluation: the budget
     decisions = {}
     for lr in lrs[1:]:
-        inside = held_inside(at[lr] - at[lrs[0]], WITHIN, margin)
+        inside = held_inside(at[lr] - at[lrs[0]], WITHIN, *margins)
         if inside is not None:
             decisions[lr] = inside
     whole = walk_seed(seed, final, lrs, WITHIN)
@@ -85,7 +91,7 @@ def walk_of(curve: Curve, seed: int, start: int, step: int, margin: float) -> Wa
     )
 
 
-def walks(curves: list[Curve], step: int, margin: float) -> pd.DataFrame:
+def walks(curves: list[Curve], step: int, margins: Margins) -> pd.DataFrame:
     """Every seed's walk of every curve from each start, replayed."""
     rows = []
     for curve in curves:
@@ -95,25 +101,26 @@ def walks(curves: list[Curve], step: int, margin: float) -> pd.DataFrame:
         for seed, shift in itertools.product(curve.final.columns, STARTS):
             start = optimum + shift
             if 0 <= start < len(curve.final) - 1:
-                found = walk_of(curve, int(seed), start, step, margin)
+                found = walk_of(curve, int(seed), start, step, margins)
                 rows.append({"curve": (curve.source, curve.variant, seed), **found.__dict__})
     return pd.DataFrame(rows)
 
 
-def table(curves: list[Curve], steps: list[int], margins: list[float]) -> pd.DataFrame:
-    """Per warmup, step and margin: walks and seed curves, the share of walks whose edge moves
-    and the largest move (lattice steps), the share of decided points misjudged, and the share
-    of the walks' run-steps spared."""
+def table(curves: list[Curve], steps: list[int], margins: list[Margins]) -> pd.DataFrame:
+    """Per warmup, step and margins: walks and seed curves, the share of walks whose edge
+    moves and the largest move (lattice steps), the share of decided points misjudged, and the
+    share of the walks' run-steps spared."""
     rows = []
     warmups = sorted({c.warmup for c in curves if c.warmup is not None})
-    for warmup, step, margin in itertools.product(warmups, steps, margins):
-        found = walks([c for c in curves if c.warmup == warmup], step, margin)
+    for warmup, step, pair in itertools.product(warmups, steps, margins):
+        found = walks([c for c in curves if c.warmup == warmup], step, pair)
         moved = (found["edge_held"] - found["edge_whole"]).abs()
         rows.append(
             {
                 "warmup": warmup,
                 "step": step,
-                "margin": margin,
+                "under": pair[0],
+                "over": pair[1],
                 "walks": len(found),
                 "seed_curves": found["curve"].nunique(),
                 "edge_moved": (moved > 0).mean(),
@@ -121,6 +128,52 @@ def table(curves: list[Curve], steps: list[int], margins: list[float]) -> pd.Dat
                 "points_decided": int(found["decided"].sum()),
                 "misjudged": found["misjudged"].sum() / max(1, found["decided"].sum()),
                 "run_steps_spared": 1 - found["steps_held"].sum() / found["steps_whole"].sum(),
+            }
+        )
+    return pd.DataFrame(rows)
+
+
+def gap_pairs(curves: list[Curve], step: int) -> pd.DataFrame:
+    """Every (start, higher point) pair of every seed's lattice: warmup, the gap at ``step``
+    and at the end."""
+    rows = []
+    for curve in curves:
+        lrs = sorted(curve.final.index)
+        for seed, (i, j) in itertools.product(
+            curve.final.columns, itertools.combinations(range(len(lrs)), 2)
+        ):
+            at, final = curve.at[step][seed], curve.final[seed]
+            held = at[lrs[j]] - at[lrs[i]]
+            rows.append(
+                {"warmup": curve.warmup, "held": held, "end": final[lrs[j]] - final[lrs[i]]}
+            )
+    return pd.DataFrame(rows)
+
+
+def pairs_table(curves: list[Curve], step: int, margins: list[Margins]) -> pd.DataFrame:
+    """Per warmup and margins, over every pair (:func:`gap_pairs`): pairs, those decided at
+    ``step``, those decided within that end above the band and those decided above that end
+    within it; and, for the gaps within 0.1 of the edge at the step, their mean, SD and most
+    negative move to the end."""
+    found = gap_pairs(curves, step)
+    rows = []
+    for (warmup, mine), pair in itertools.product(found.groupby("warmup"), margins):
+        inside = mine["held"] < WITHIN - pair[0]
+        above = mine["held"] > WITHIN + pair[1]
+        near = mine[(mine["held"] - WITHIN).abs() < 0.1]
+        drift = near["end"] - near["held"]
+        rows.append(
+            {
+                "warmup": warmup,
+                "under": pair[0],
+                "over": pair[1],
+                "pairs": len(mine),
+                "decided": int((inside | above).sum()),
+                "within_ended_above": int((inside & (mine["end"] > WITHIN)).sum()),
+                "above_ended_within": int((above & (mine["end"] <= WITHIN)).sum()),
+                "near_edge_move_mean": drift.mean(),
+                "sd": drift.std(),
+                "lowest": drift.min(),
             }
         )
     return pd.DataFrame(rows)
@@ -136,13 +189,38 @@ def every_curve() -> list[Curve]:
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--steps", type=int, nargs="+", default=[128, 192])
-    parser.add_argument("--margins", type=float, nargs="+", default=[0.03, 0.05, 0.08, 0.1])
+    parser.add_argument(
+        "--margins",
+        nargs="+",
+        default=["0.03,0.03", "0.05,0.05", "0.05,0.1", "0.08,0.08", "0.1,0.1"],
+        help="UNDER,OVER: nats under the band's edge a point is decided within, over it above",
+    )
     parser.add_argument("--write", type=Path, help="a doc whose walk-hold block to rewrite")
     args = parser.parse_args(argv)
-    text = table(every_curve(), args.steps, args.margins).to_markdown(index=False, floatfmt=".3g")
+    margins = [margin_pair(text) for text in args.margins]
+    curves = every_curve()
+    text = "\n\n".join(
+        [
+            table(curves, args.steps, margins).to_markdown(index=False, floatfmt=".3g"),
+            counted(pairs_table(curves, max(args.steps), margins)).to_markdown(
+                index=False, floatfmt=".3g"
+            ),
+        ]
+    )
     if args.write:
         write_block(args.write, "walk-hold", text, command_line("research.walk_hold", argv))
     print(text)
+
+
+def counted(frame: pd.DataFrame) -> pd.DataFrame:
+    """``frame`` with its pairs and decisions written as whole numbers."""
+    return frame.assign(**{c: frame[c].map("{:,}".format) for c in ("pairs", "decided")})
+
+
+def margin_pair(text: str) -> Margins:
+    """``UNDER,OVER`` as two floats."""
+    under, over = (float(part) for part in text.split(","))
+    return under, over
 
 
 if __name__ == "__main__":

@@ -76,7 +76,7 @@ class Manifest:
     claims: list[dict[str, Any]] = field(default_factory=list)
     criterion: str | None = None  # the stability criterion in words
     curve_stop: dict[str, Any] | None = None  # the curve's early stop: {"step", "margin"}
-    walk_hold: dict[str, Any] | None = None  # the usable walks' hold: {"step", "margin"}
+    walk_hold: dict[str, Any] | None = None  # the walks' hold: {"step", "within", "above"}
 
     @classmethod
     def from_stored(cls, stored: dict[str, Any]) -> Manifest:
@@ -166,7 +166,11 @@ def plan_manifest(
             else None
         ),
         walk_hold=(
-            {"step": experiment.max_lr.walk_step, "margin": experiment.max_lr.walk_margin}
+            {
+                "step": experiment.max_lr.walk_step,
+                "within": experiment.max_lr.walk_margin_within,
+                "above": experiment.max_lr.walk_margin_above,
+            }
             if experiment.max_lr and experiment.max_lr.walk_step
             else None
         ),

@@ -264,16 +264,23 @@ class MaxLRConfig(StrictSection):
         ge=1,
         description="an evaluation step at which every walk point the usable stage trains is "
         "held: one whose val loss there, paired with its seed's start, lies more than "
-        "walk_margin nats above the band's edge stops as above the band, one more than "
-        "walk_margin below it as within; the rest train to the end (docs/early-stop.md); none: "
-        "every point trains to the end",
+        "walk_margin_above nats over the band's edge stops as above the band, one more than "
+        "walk_margin_within under it as within; the rest train to the end "
+        "(docs/early-stop.md); none: every point trains to the end",
     )
-    walk_margin: float = Field(
+    walk_margin_within: float = Field(
         0.05,
         gt=0,
         le=10,
-        description="nats either side of the band's edge (within) at walk_step beyond which a "
-        "held walk point is decided there",
+        description="nats under the band's edge (within) at walk_step beyond which a held walk "
+        "point stops as within the band",
+    )
+    walk_margin_above: float = Field(
+        0.1,
+        gt=0,
+        le=10,
+        description="nats over the band's edge at walk_step beyond which a held walk point "
+        "stops as above the band (wider: a gap near the edge shrinks by the end of a run)",
     )
     tokens: int | None = Field(None, ge=1, description="budget of a probe run; default train's")
     stop_step: int | None = Field(

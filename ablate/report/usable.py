@@ -42,7 +42,7 @@ def usable_runs(stored: StoredExperiment) -> pd.DataFrame:
     gaps = held_gaps(stored.usable_evals, mine, hold["step"])
     mine.loc[held, "gap"] = mine.loc[held, "run_id"].map(gaps)
     mine["inside"] = [
-        held_inside(gap, within, hold["margin"]) if is_held else None
+        held_inside(gap, within, hold["within"], hold["above"]) if is_held else None
         for gap, is_held in zip(mine["gap"], held, strict=True)
     ]
     return mine
@@ -196,7 +196,8 @@ def hold_lines(stored: StoredExperiment) -> list[str]:
     return [
         f"Hold (`max_lr.walk_step` {hold['step']}): every walk point but the starts was held at "
         f"step {hold['step']}, and one whose val loss there, less its seed's start's, lay more "
-        f"than {hold['margin']:g} nats from the band's edge ({within:g}) stopped there: "
+        f"than {hold['within']:g} nats under the band's edge ({within:g}) or {hold['above']:g} "
+        "over it stopped there: "
         f"{inside} within the band, {len(decided) - inside} above it, sparing {spared:,} "
         f"run-steps; the rest trained to the end. `{USABLE_EVALS}` holds every evaluation of "
         "every walk run, to recompute it; docs/early-stop.md gives its replay on real curves.",

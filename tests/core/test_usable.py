@@ -64,11 +64,11 @@ def test_the_ratio_pairs_seeds() -> None:
     assert mean == pytest.approx(2**0.5) and low == high == pytest.approx(2**0.5)
 
 
-def test_a_held_point_is_decided_only_beyond_the_margin_either_side_of_the_band() -> None:
-    assert held_inside(0.04, 0.1, 0.05) is True  # more than 0.05 below the edge 0.1
-    assert held_inside(0.16, 0.1, 0.05) is False  # more than 0.05 above it
-    assert held_inside(0.06, 0.1, 0.05) is None and held_inside(0.14, 0.1, 0.05) is None
-    assert held_inside(math.nan, 0.1, 0.05) is None  # no gap: it trains on
+def test_a_held_point_is_decided_only_beyond_a_margin_under_or_over_the_bands_edge() -> None:
+    assert held_inside(0.04, 0.1, 0.05, 0.1) is True  # more than 0.05 under the edge 0.1
+    assert held_inside(0.21, 0.1, 0.05, 0.1) is False  # more than 0.1 over it
+    assert held_inside(0.06, 0.1, 0.05, 0.1) is None and held_inside(0.19, 0.1, 0.05, 0.1) is None
+    assert held_inside(math.nan, 0.1, 0.05, 0.1) is None  # no gap: it trains on
 
 
 def test_points_decided_at_the_hold_place_the_walk_as_their_final_losses_would() -> None:

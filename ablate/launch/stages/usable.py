@@ -86,12 +86,14 @@ class Round:
 
 @dataclass
 class Hold:
-    """The walks' hold (``max_lr.walk_step``): its step, the band and margin, the folder the
-    runs' evaluations are read from, and each walk's start value at the step."""
+    """The walks' hold (``max_lr.walk_step``): its step, the band, the margins under and over
+    its edge, the folder the runs' evaluations are read from, and each walk's start value at
+    the step."""
 
     step: int
     within: float
-    margin: float
+    below: float
+    above: float
     folder: ExperimentFolder
     starts: dict[Walker, float] = field(default_factory=dict)
 
@@ -99,7 +101,7 @@ class Hold:
         """A held run's decision (:func:`held_inside`) and its gap over its walk's start."""
         value = value_at(self.folder.run(spec.run_id), record, self.step)
         gap = value - self.starts.get((spec.variant, spec.seed), math.nan)
-        return held_inside(gap, self.within, self.margin), gap
+        return held_inside(gap, self.within, self.below, self.above), gap
 
 
 def train_round(
@@ -167,7 +169,9 @@ def usable_stage(
     hold = None
     if cfg.walk_step is not None:
         assert folder is not None, "a held walk reads its evaluations from the store"
-        hold = Hold(cfg.walk_step, cfg.within, cfg.walk_margin, folder)
+        hold = Hold(
+            cfg.walk_step, cfg.within, cfg.walk_margin_within, cfg.walk_margin_above, folder
+        )
     planned: list[RunSpec] = []
     while pending:
         chosen = round_lrs(pending, lrs, slots)

@@ -296,7 +296,10 @@ def test_walks_held_at_a_step_end_where_whole_walks_do_and_the_report_recomputes
     tmp_path: Path,
 ) -> None:
     reports, paths = {}, {}
-    for name, hold in (("whole", {}), ("held", {"walk_step": STOP_STEP, "walk_margin": 0.04})):
+    for name, hold in (
+        ("whole", {}),
+        ("held", {"walk_step": STOP_STEP, "walk_margin_within": 0.04}),
+    ):
         (tmp_path / name).mkdir()
         path = _experiment(tmp_path / name, {"layernorm": 0.004, "rmsnorm": 0.008})
         doc = yaml.safe_load(path.read_text())

@@ -135,7 +135,7 @@ def test_a_held_walk_decides_points_at_its_step_and_ends_where_the_whole_walk_do
     (tmp_path / "whole").mkdir()
     (tmp_path / "held").mkdir()
     whole, _, whole_folder = _walk(tmp_path / "whole")
-    held, _, folder = _walk(tmp_path / "held", walk_step=10, walk_margin=0.09)
+    held, _, folder = _walk(tmp_path / "held", walk_step=10, walk_margin_within=0.09)
     assert [s.run_id for s in held] == [s.run_id for s in whole]  # the same points reached
     records, every = _records(folder, held), _records(whole_folder, whole)
     stopped = {rid: r for rid, r in records.items() if r.status == "pruned"}
@@ -152,6 +152,6 @@ def test_a_held_walk_decides_points_at_its_step_and_ends_where_the_whole_walk_do
         gap = float(record.stopped_reason.split(": ")[1].split(" nats")[0])
         assert abs(gap - 0.1) > 0.09
         assert ("within the band" in record.stopped_reason) == (gap < 0.1)
-    again, _, _ = _walk(tmp_path / "held", walk_step=10, walk_margin=0.09)
+    again, _, _ = _walk(tmp_path / "held", walk_step=10, walk_margin_within=0.09)
     assert [s.run_id for s in again] == [s.run_id for s in held]
     assert _records(folder, again) == records  # nothing trained again, nothing restored
