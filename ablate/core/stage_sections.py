@@ -234,8 +234,8 @@ class MaxLRConfig(StrictSection):
     start: float | None = Field(
         None,
         gt=0,
-        description="first probe; default the largest stable LR stored at the probes' budget, "
-        "else the search's best LR, else train.lr",
+        description="first probe; default the largest stable LR the plan's runs stored at the "
+        "probes' budget, else the search's best LR, else train.lr",
     )
     per_octave: int = Field(
         8, ge=1, le=64, description="lattice points per doubling: each bracket 2^(1/per_octave)"

@@ -3,7 +3,8 @@
 the store: every other stored run of a variant at the probes' budget (sweep points, search
 trials, curve and main runs, probes) is a judged observation; one on the wrong side of its
 seed's bracket is a contradiction, and the same runs give the quality boundary at each of
-``max_lr.margins``. A rerun's brackets start at the largest stable LR the other stages stored.
+``max_lr.margins``. The brackets start at the largest stable LR the other stages' planned runs
+stored (a rerun's where the first run's did, whatever the workers trained ahead).
 With ``max_lr.stop_step`` the probes were held short and bracket only the divergence boundary:
 each is then stored as stopped for good (its checkpoint gone), and nothing is held against the
 learned-at-all criterion, which they were not trained to measure.
@@ -34,12 +35,13 @@ from ablate.launch.context import Context, Stage, configured
 
 def max_lr_stage(ctx: Context, best: dict[str, float]) -> dict[str, BoundaryResult]:
     """Bracket every variant's max stable LR seed by seed and check the brackets against the
-    store; each starts at the largest stable LR stored at the probes' budget (inside the
-    stable window, however narrow), else at its search's ``best`` LR."""
+    store; each starts at the largest stable LR the plan's runs stored at the probes' budget
+    (inside the stable window, however narrow), else at its search's ``best`` LR."""
     from ablate.launch.studies import stage_studies  # Optuna: only for a file with studies
 
     runs = store.load_summaries(ctx.folder)
-    starts = {**best, **stored_stable_starts(ctx.experiment, runs)}
+    planned = {spec.run_id for spec in ctx.plan.specs}
+    starts = {**best, **stored_stable_starts(ctx.experiment, runs, planned)}
     found = stage_studies(ctx, "max_lr", starts)
     stop_held_probes(ctx.folder, [run_id for result in found.values() for run_id in result.run_ids])
     return check_boundaries(ctx.experiment, found, store.load_summaries(ctx.folder))
@@ -63,15 +65,20 @@ def run(ctx: Context) -> None:
     studies.max_lr = max_lr_stage(ctx, studies.best_lrs())
 
 
-def stored_stable_starts(experiment: Experiment, runs: pd.DataFrame) -> dict[str, float]:
-    """Per variant, the largest stable LR among its stored runs in the probes' family from the
-    other stages (not the probes themselves: a rerun starts where the first run did)."""
+def stored_stable_starts(
+    experiment: Experiment, runs: pd.DataFrame, planned: set[str]
+) -> dict[str, float]:
+    """Per variant, the largest stable LR among its stored runs in the probes' family that the
+    other stages planned (``planned``: run ids). Not the probes themselves, so a rerun starts
+    where the first run did; not a run the plan does not hold (a walk's point trained ahead on
+    a free worker, an earlier plan's run), whose presence depends on the workers and the
+    store's history, not on the design."""
     starts = {}
     for variant in experiment.variants:
         stable = [
             o.lr
             for o in observations(runs, variant, max_lr_family(experiment, variant))
-            if o.stable and o.group != "max_lr"
+            if o.stable and o.group != "max_lr" and o.run_id in planned
         ]
         if stable:
             starts[variant] = max(stable)
