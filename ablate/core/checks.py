@@ -91,17 +91,7 @@ def check_walk_hold(experiment: Experiment, where: str) -> None:
             key="max_lr.walk_step",
             code="no_walk",
         )
-    for name, config in experiment.variants.items():
-        steps = config.steps()
-        every = config.train.eval_interval
-        if cfg.walk_step % every or cfg.walk_step >= steps:
-            raise ConfigError(
-                f"{where}: max_lr.walk_step: {cfg.walk_step} is no evaluation step before "
-                f"{name}'s last step ({steps}); allowed: multiples of train.eval_interval "
-                f"({every}) below {steps}",
-                key="max_lr.walk_step",
-                code="no_step",
-            )
+    check_evaluation_step(experiment, where, "max_lr.walk_step", cfg.walk_step, None, "")
 
 
 def check_curve_stop(experiment: Experiment, where: str) -> None:
@@ -109,14 +99,24 @@ def check_curve_stop(experiment: Experiment, where: str) -> None:
     line (allowed: the multiples of ``train.eval_interval`` below it)."""
     curve = experiment.curve
     assert curve is not None and curve.stop_step is not None
+    check_evaluation_step(
+        experiment, where, "curve.stop_step", curve.stop_step, curve.tokens, "curve "
+    )
+
+
+def check_evaluation_step(
+    experiment: Experiment, where: str, key: str, step: int, tokens: int | None, runs: str
+) -> None:
+    """``step`` (the file's ``key``) an evaluation step before every variant's last step of
+    ``runs`` at ``tokens`` (None: its ``train.tokens``), or one line (allowed: the multiples of
+    ``train.eval_interval`` below it)."""
     for name, config in experiment.variants.items():
-        steps = (curve.tokens or config.train.tokens) // config.tokens_per_step()
+        steps = (tokens or config.train.tokens) // config.tokens_per_step()
         every = config.train.eval_interval
-        if curve.stop_step % every or curve.stop_step >= steps:
+        if step % every or step >= steps:
             raise ConfigError(
-                f"{where}: curve.stop_step: {curve.stop_step} is no evaluation step before "
-                f"{name}'s last curve step ({steps}); allowed: multiples of train.eval_interval "
-                f"({every}) below {steps}",
-                key="curve.stop_step",
+                f"{where}: {key}: {step} is no evaluation step before {name}'s last {runs}step "
+                f"({steps}); allowed: multiples of train.eval_interval ({every}) below {steps}",
+                key=key,
                 code="no_step",
             )
