@@ -26,10 +26,11 @@ from ablate.core.load import load_experiment
 from ablate.core.overrides import difference_lines
 from ablate.core.stability import criterion_text
 from ablate.core.stages import planned_groups
-from ablate.launch.estimate import describe_plan, stored_counts, stored_of_plan
+from ablate.launch.estimate import describe_plan
 from ablate.launch.expect import simulate_design, simulated_lines
 from ablate.launch.launchers import resources_for
 from ablate.launch.scale import resolve_sizes
+from ablate.launch.stored import stored_counts, stored_of_plan
 from ablate.report.cost import secondary_sections
 from ablate.report.times import committed_time, read_times, time_line
 

@@ -20,6 +20,7 @@ from pydantic_core import PydanticUndefined
 from ablate.core import store
 from ablate.core.config import RunConfig
 from ablate.core.experiment import ExperimentFile
+from ablate.core.load import load_experiment
 from ablate.core.schema import model_in
 from ablate.report.times import read_times
 
@@ -397,6 +398,28 @@ def test_every_time_the_docs_quote_is_the_committed_reports_record(
         recorded = row["run_minutes"] / 60 if column == "run_hours" else row[column]
         digits = len(text.split(".")[1]) if "." in text else 0
         assert float(text) == round(float(recorded), digits), (page, column)
+
+
+def test_the_expected_cost_the_docs_quote_is_the_designs_and_the_committed_runs() -> None:
+    """docs/experiments.md's expectation for the default: the runs and run-steps its design
+    trains on the simulator (held runs to their stops), and those the committed run trained."""
+    from ablate.launch.expect import simulate_design
+
+    quoted = re.search(
+        r"that is (\d+) runs and ([\d,]+) run-steps against the (\d+) runs and ([\d,]+) "
+        r"run-steps its committed results trained",
+        " ".join(_page("experiments.md").split()),
+    )
+    assert quoted
+    design = simulate_design(load_experiment(REPO / "experiments/ln_vs_rms.yaml", "simulate"))
+    committed = pd.read_csv(REPO / "reports/ln_vs_rms/cost.csv").set_index("stage").loc["all"]
+    numbers = [int(n.replace(",", "")) for n in quoted.groups()]
+    assert numbers == [
+        sum(design.counts.counts.values()),
+        sum(design.counts.steps.values()),
+        committed["runs"],
+        committed["run_steps"],
+    ]
 
 
 def test_no_experiment_file_states_a_time_of_its_own() -> None:

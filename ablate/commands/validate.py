@@ -138,7 +138,7 @@ def _print_plan(
     res = resources_for(experiment.base.runtime, n_runs, args.workers)
     stored = None
     if args.results_dir is not None:
-        from ablate.launch.estimate import stored_counts
+        from ablate.launch.stored import stored_counts
 
         stored = stored_counts(experiment, args.results_dir)
     expected = design.counts if design is not None else None
@@ -170,8 +170,8 @@ def _print_plan(
             "what training this plan would take"
         )
     if args.results_dir is not None:
-        from ablate.launch.estimate import stored_lines
         from ablate.launch.reach import reach_lines
+        from ablate.launch.stored import stored_lines
 
         for line in stored_lines(experiment, args.results_dir, stored) + reach_lines(
             experiment, args.results_dir
@@ -196,8 +196,9 @@ def estimate_lines(plan: PlanEstimate, experiment: Experiment, design: Design | 
     if plan.expected_wall_time_s is not None:
         lines.append(
             f"expected wall time: {plan.expected_wall_time_s / 60:.1f} min ({plan.expected_runs} "
-            "runs: the counts this design reaches on the simulator, each stage's studies and "
-            "brackets stopping where they stop there; --simulate shows its verdicts)"
+            f"runs, {plan.expected_run_steps:,} run-steps: what this design trains on the "
+            "simulator, each stage's studies and brackets stopping where they stop there and "
+            "each held run where it stops; --simulate shows its verdicts)"
         )
     lines.append(
         f"at most: {plan.wall_time_s / 60:.1f} min ({plan.runs} runs: every stage at its cap; "

@@ -19,22 +19,17 @@ import math
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import pandas as pd
-from pydantic import ValidationError
 
-from ablate.core import store
 from ablate.core.config import RunConfig
 from ablate.core.experiment import Experiment
-from ablate.core.folders import ExperimentFolder
-from ablate.core.overrides import differences
-from ablate.core.plan import plan_convert, plan_runs, plan_sweep
-from ablate.core.stages import BEFORE_MAX_LR, planned_groups, planned_runs
-from ablate.core.studies import StoredStudies
+from ablate.core.stages import planned_groups, planned_runs
 from ablate.launch.preflight import check_inputs
 from ablate.launch.progress import StepsLeft
 from ablate.launch.step_times import StepTime, now, stored_step_times, time_key
+from ablate.launch.stored import Stored, stored_counts
 from ablate.launch.workers import torch_threads
 
 if TYPE_CHECKING:
@@ -59,6 +54,7 @@ class PlanEstimate:
     wall_time_s: float
     fixed_s: float  # the part of wall_time_s that is not training steps
     expected_runs: int | None
+    expected_run_steps: int | None  # of the expected runs, a held one's to its stop
     expected_wall_time_s: float | None
     train_s: float
     load: float
@@ -94,11 +90,12 @@ def describe_plan(
     time_now: bool = True,
 ) -> PlanEstimate:
     """Per variant: runs by group (at most), steps, parameters, step time, estimated time;
-    with ``stored`` (:func:`stored_counts`) only the runs still to train are counted and
-    timed; with ``expected`` (the runs the design trains on the simulator, counted as a store's)
-    the expected wall time beside the maximal one. Steps are timed now (``time_now``) or read
-    from the step times stored on this machine (:mod:`ablate.launch.step_times`); a model with
-    neither has no price (NaN). Torch is imported here, not with the module: a run counting
+    with ``stored`` (:func:`~ablate.launch.stored.stored_counts`) only the runs still to train
+    are counted and timed; with ``expected`` (the runs the design trains on the simulator,
+    counted as a store's: a run held short at the steps it trained) the expected wall time
+    beside the maximal one. Steps are timed now (``time_now``) or read from the step times
+    stored on this machine (:mod:`ablate.launch.step_times`); a model with neither has no
+    price (NaN). Torch is imported here, not with the module: a run counting
     its steps left (:func:`steps_to_train`) on the simulator never loads it."""
     import torch
 
@@ -109,7 +106,7 @@ def describe_plan(
     held = stored or Stored({}, set())
     corpora = check_inputs(experiment)
     rows = []
-    likely_runs, likely_s = 0, 0.0
+    likely_runs, likely_steps, likely_s = 0, 0, 0.0
     measured: dict[str, tuple[int, StepTime | None]] = {}  # one build per distinct model
     timed: dict[str, StepTime] = {}
     cached = {} if time_now else stored_step_times()
@@ -139,12 +136,12 @@ def describe_plan(
             run_time = estimate_run_time(cfg, step_time, len(corpus.val)) + RUN_SETUP_S
             extra_time = stages_time(extra, step_time)
             if expected is not None:
-                likely = {
-                    stage: (held.remaining(name, stage, expected.counts.get((name, stage), 0)), s)
-                    for stage, (_, s) in extra.items()
-                }
+                likely = expected_left(expected, held, name, list(extra))
                 likely_runs += seeds + sum(n for n, _ in likely.values())
-                likely_s += run_time * seeds + stages_time(likely, step_time)
+                likely_steps += seeds * cfg.steps() + sum(s for _, s in likely.values())
+                likely_s += run_time * seeds + sum(
+                    s * step_time + n * RUN_SETUP_S for n, s in likely.values()
+                )
             rows.append(
                 {
                     "variant": name,
@@ -179,6 +176,7 @@ def describe_plan(
         wall,
         fixed + runs * RUN_SETUP_S / parallel,
         likely_runs if expected is not None else None,
+        likely_steps if expected is not None else None,
         likely_wall,
         likely_s if expected is not None else most_s,
         max((t.load for _, t in measured.values() if t), default=0.0),
@@ -186,6 +184,20 @@ def describe_plan(
         sum(1 for _, t in measured.values() if t is None),
         run_steps,
     )
+
+
+def expected_left(
+    expected: Stored, held: Stored, variant: str, stages: list[str]
+) -> dict[str, tuple[int, int]]:
+    """Per study stage of ``variant``: (runs, run-steps) of those the design trains on the
+    simulator (``expected``, a held run's steps to its stop) that ``held`` does not hold."""
+    return {
+        stage: (
+            held.remaining(variant, stage, expected.counts.get((variant, stage), 0)),
+            held.steps_remaining(variant, stage, expected.steps.get((variant, stage), 0)),
+        )
+        for stage in stages
+    }
 
 
 def stages_time(stages: dict[str, tuple[int, int]], step_time_s: float) -> float:
@@ -200,26 +212,6 @@ def fixed_costs(experiment: Experiment, training: set[str] | None = None) -> flo
     if training is not None:
         stages = [g for g in stages if g in training]
     return len(stages) * STAGE_START_S + EXPERIMENT_FIXED_S
-
-
-EXACT_GROUPS = ("main", "sweep", "convert")  # planned by id before anything runs
-STUDY_KEYS = {"train.lr", "train.warmup_steps", "train.tokens"}  # what a stage's runs vary
-
-
-@dataclass(frozen=True)
-class Stored:
-    """What a results folder holds of a plan: finished runs per (variant, stage) that the plan
-    would use, and the (variant, stage) pairs whose study has finished (the search, the max-LR
-    brackets), which train nothing more whatever their estimated count."""
-
-    counts: dict[tuple[str, str], int]
-    finished: set[tuple[str, str]]
-
-    def remaining(self, variant: str, group: str, planned: int) -> int:
-        """The runs of ``planned`` still to train."""
-        if (variant, group) in self.finished:
-            return 0
-        return max(planned - self.counts.get((variant, group), 0), 0)
 
 
 def steps_to_train(experiment: Experiment, results_dir: Path) -> StepsLeft:
@@ -244,151 +236,3 @@ def runs_left(
     return {
         stage: (held.remaining(variant, stage, n), steps) for stage, (n, steps) in stages.items()
     }
-
-
-def stored_counts(experiment: Experiment, results_dir: Path) -> Stored:
-    """Finished runs ``results_dir`` holds that the plan would use, per (variant, stage).
-
-    The main, sweep and convert runs count by their planned ids. A study stage's run counts
-    where its config differs from its variant's only in LR, warmup and budget (which the
-    stages choose as they go), under the stage the plan's record (``experiment.json``) gives
-    it (a usable walk reuses curve runs; the tuned runs beyond the file's seeds are
-    ``decide:``'s), else the stage it was trained for. A search or max-LR study is finished
-    when ``stability.json`` has its result and every run it names counts; ``decide:`` when the
-    record says why it stopped; and every stage before a variant's finished max-LR study."""
-    folder = ExperimentFolder.of(results_dir, experiment.name)
-    counts: dict[tuple[str, str], int] = {}
-
-    def count(variant: str, group: str) -> None:
-        counts[(variant, group)] = counts.get((variant, group), 0) + 1
-
-    for spec in plan_runs(experiment) + plan_sweep(experiment) + plan_convert(experiment):
-        if folder.run(spec.run_id).is_done():
-            count(spec.variant, spec.group)
-    ours = _study_runs_of_this_plan(experiment, folder)  # run id -> (variant, trained for)
-    manifest = store.read_manifest(folder) if folder.path.is_dir() else None
-    recorded: dict[str, str] = {}  # the first stage that planned a run (a walk reuses the curve's)
-    for entry in manifest.runs if manifest is not None else []:
-        if entry.run_id in ours:
-            recorded.setdefault(entry.run_id, entry.group)
-    tuned: dict[str, int] = {}
-    for run_id, (variant, trained_for) in ours.items():
-        group = recorded.get(run_id) or trained_for
-        if group in EXACT_GROUPS:
-            continue
-        if group == "tuned":
-            tuned[variant] = tuned.get(variant, 0) + 1
-            group = "tuned" if tuned[variant] <= len(experiment.seeds) else "decide"
-        count(variant, group)
-    finished = _finished_studies(folder, set(ours))
-    if manifest is not None and (manifest.decide or {}).get("stopped"):
-        finished |= {(v, "decide") for v in experiment.variants}
-    for variant, group in list(finished):
-        if group == "max_lr":
-            finished |= {(variant, g) for g in BEFORE_MAX_LR}
-    return Stored(counts, finished)
-
-
-def _study_runs_of_this_plan(
-    experiment: Experiment, folder: ExperimentFolder
-) -> dict[str, tuple[str, str]]:
-    """{run id: (variant, the stage it was trained for)} of the finished stored runs whose
-    config differs from their variant's only in :data:`STUDY_KEYS`."""
-    found = {}
-    for run in folder.runs() if folder.path.is_dir() else []:
-        stored = run.read_config()
-        if not stored or not run.is_done():
-            continue
-        mine = experiment.variants.get(stored.get("variant", ""))
-        if mine is None:
-            continue
-        try:
-            changed = set(differences(RunConfig.model_validate(stored["config"]), mine))
-        except (KeyError, ValidationError):  # a config no longer valid is no run of this plan
-            continue
-        if changed <= STUDY_KEYS:
-            found[run.path.name] = (stored["variant"], str(stored.get("group", "main")))
-    return found
-
-
-def _finished_studies(folder: ExperimentFolder, usable: set[str]) -> set[tuple[str, str]]:
-    """(variant, stage) of the search and max-LR results in ``stability.json`` whose runs are
-    all among ``usable``."""
-    studies = store.read_studies(folder) if folder.path.is_dir() else StoredStudies()
-    return {study for study, ids in studies.run_ids().items() if ids and set(ids) <= usable}
-
-
-@dataclass(frozen=True)
-class StoredOfPlan:
-    """What a results folder holds of a plan, per stage in pipeline order: the runs stored
-    (``held``) and planned (a study stage's count is its estimate: the studies choose as they
-    go), the stages whose study finished, and, per set of keys, how many planned main, sweep or
-    convert runs retrain a stored twin (same variant, seed and stage) that differs from them
-    only in those keys (``()``: only in the runtime)."""
-
-    folder: Path
-    held: dict[str, int]
-    planned: dict[str, int]
-    finished: frozenset[str]
-    retrained: dict[tuple[str, ...], int]
-
-
-def stored_of_plan(
-    experiment: Experiment, results_dir: Path, counts: Stored | None = None
-) -> StoredOfPlan:
-    """The :class:`StoredOfPlan` of ``experiment`` in ``results_dir`` (``counts``: its
-    :func:`stored_counts`, where already read)."""
-    folder = ExperimentFolder.of(results_dir, experiment.name)
-    counts = counts or stored_counts(experiment, results_dir)
-    planned: dict[str, int] = {}
-    for variant, cfg in experiment.variants.items():
-        for group, (n, _) in planned_runs(experiment, cfg, variant).items():
-            planned[group] = planned.get(group, 0) + n
-    held = {g: sum(n for (_, group), n in counts.counts.items() if group == g) for g in planned}
-    specs = plan_runs(experiment) + plan_sweep(experiment) + plan_convert(experiment)
-    todo = [s for s in specs if not folder.run(s.run_id).is_done()]
-    twins = _stored_twins(folder)
-    retrained: dict[tuple[str, ...], int] = {}
-    for spec in todo:
-        twin = twins.get((spec.variant, spec.seed, spec.group))
-        if twin is not None:
-            keys = tuple(differences(RunConfig.model_validate(twin), spec.config))
-            retrained[keys] = retrained.get(keys, 0) + 1
-    finished = frozenset(g for _, g in counts.finished)
-    return StoredOfPlan(folder.path, held, planned, finished, retrained)
-
-
-def stored_lines(
-    experiment: Experiment, results_dir: Path, counts: Stored | None = None
-) -> list[str]:
-    """:func:`stored_of_plan` in words, as ``ablate validate --results-dir`` prints it: stored
-    of planned per stage, then a line per set of keys that makes stored runs train again (so
-    that a change that does not alter training, ``train.eval_batches``, is seen to retrain N
-    runs)."""
-    found = stored_of_plan(experiment, results_dir, counts)
-    parts = [
-        f"{g} {found.held[g]} (finished)"
-        if g in found.finished
-        else f"{g} {min(found.held[g], n)} of {n}"
-        for g, n in found.planned.items()
-        if n
-    ]
-    lines = [f"stored in {found.folder}, per stage (stored of planned): {', '.join(parts)}"]
-    for keys, count in found.retrained.items():
-        lines.append(
-            f"  {count} planned run(s) retrain a stored run that differs only in "
-            f"{', '.join(keys) or 'the runtime'}"
-        )
-    return lines
-
-
-def _stored_twins(folder: ExperimentFolder) -> dict[tuple[str, int, str], dict[str, Any]]:
-    """The config of each finished stored run by (variant, seed, stage)."""
-    twins = {}
-    for run in folder.runs():
-        stored = run.read_config()
-        if stored and run.is_done():
-            twins[(stored["variant"], stored["seed"], stored.get("group", "main"))] = stored[
-                "config"
-            ]
-    return twins

@@ -6,7 +6,7 @@ at its cap. :func:`simulate_design` runs the file's design on the simulator (at 
 ``runtime.simulate`` states, else the simulator's defaults) in a folder it then removes, its
 studies in a journal file there, through a :class:`CountingExecutor` that records what each
 stage asked for: the runs per variant and stage it trained
-(:class:`ablate.launch.estimate.Stored`, as a results folder's would be counted), and how many
+(:class:`ablate.launch.stored.Stored`, as a results folder's would be counted), and how many
 tasks and submissions the Slurm launcher would have needed for them
 (:meth:`CountingExecutor.queue`: its queue's model). The same run gives ``validate
 --simulate`` the Answer that design would give (:func:`simulated_lines`), with its verdicts
@@ -29,10 +29,10 @@ from ablate.core.cluster import SlurmConfig
 from ablate.core.experiment import Experiment
 from ablate.core.plan import RunSpec
 from ablate.core.record import RunRecord
-from ablate.launch.estimate import Stored, stored_counts
 from ablate.launch.execute import Obtained, ProgressFn, Request, SayFn, split_done
 from ablate.launch.pipeline import run_experiment
 from ablate.launch.simulator import SimulatedExecutor
+from ablate.launch.stored import Stored, stored_counts
 from ablate.report.answer import HEADING
 
 

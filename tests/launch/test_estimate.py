@@ -70,8 +70,8 @@ def test_a_final_evaluation_on_the_whole_split_adds_its_batches_forward_only() -
 def test_with_a_store_only_the_runs_left_are_counted_and_timed(
     tmp_path: Path, unrendered_figures: None
 ) -> None:
-    from ablate.launch.estimate import stored_counts, stored_lines
     from ablate.launch.pipeline import run_experiment
+    from ablate.launch.stored import stored_counts, stored_lines
 
     curve = {"seeds": [3, 4], "lr_min": 1e-3, "lr_max": 4e-3, "warmup_trials": 2}
     path = write_experiment(
