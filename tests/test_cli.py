@@ -19,7 +19,7 @@ import yaml
 from conftest import REPO, ablate_process, write_experiment
 
 from ablate.cli import main
-from ablate.commands.validate import cost_line, estimate_lines
+from ablate.commands.validate import cost_line, estimate_lines, expected_steps_line
 from ablate.core.folders import ExperimentFolder
 from ablate.core.jobs import read_jobs
 from ablate.core.load import load_experiment
@@ -57,6 +57,8 @@ def test_validate_prints_the_plan_with_cost(
     assert all(line in out.splitlines() for line in simulated_lines(design))
     priced = describe_plan(experiment, 1, 1, None, design.counts, time_now=False)  # as stored
     assert (priced.untimed, priced.runs, priced.expected_runs, priced.timed) == (0, 4, 4, {})
+    assert priced.expected_run_steps == {"main": 4 * 20}
+    assert expected_steps_line(priced) in out.splitlines()  # run-steps expected, per stage
     assert list(priced.table["variant"]) == ["layernorm", "rmsnorm"]
     assert (priced.table["step_time_ms"] > 0).all() and (priced.table["parameters"] > 0).all()
     assert planned_groups(experiment) == ["main"]  # only the stages the file has

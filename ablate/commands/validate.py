@@ -164,6 +164,9 @@ def _print_plan(
     _print_more(len(plan.table), console)
     for line in [*estimate_lines(plan, experiment, design), cost_line(plan, experiment)]:
         console.print(line, markup=False, highlight=False, soft_wrap=True)
+    expected_steps = expected_steps_line(plan)
+    if expected_steps is not None:
+        console.print(expected_steps, markup=False, highlight=False, soft_wrap=True)
     if experiment.base.runtime.backend == "simulate":
         console.print(
             "backend simulate: no run trains (each is drawn in milliseconds); the estimate is "
@@ -194,11 +197,12 @@ def estimate_lines(plan: PlanEstimate, experiment: Experiment, design: Design | 
         ]
     lines = []
     if plan.expected_wall_time_s is not None:
+        steps = sum((plan.expected_run_steps or {}).values())
         lines.append(
             f"expected wall time: {plan.expected_wall_time_s / 60:.1f} min ({plan.expected_runs} "
-            f"runs, {plan.expected_run_steps:,} run-steps: what this design trains on the "
-            "simulator, each stage's studies and brackets stopping where they stop there and "
-            "each held run where it stops; --simulate shows its verdicts)"
+            f"runs, {steps:,} run-steps: what this design trains on the simulator, each stage's "
+            "studies and brackets stopping where they stop there and each held run where it "
+            "stops; --simulate shows its verdicts)"
         )
     lines.append(
         f"at most: {plan.wall_time_s / 60:.1f} min ({plan.runs} runs: every stage at its cap; "
@@ -253,6 +257,19 @@ def cost_line(plan: PlanEstimate, experiment: Experiment) -> str:
     total = sum(plan.run_steps.values())
     listed = "; ".join(parts)
     return f"run-steps at most, per stage (the verdicts it feeds): {listed}; {total:,} in all"
+
+
+def expected_steps_line(plan: PlanEstimate) -> str | None:
+    """The run-steps each stage trains as the design runs on the simulator (a held run's to
+    its stop), where it was run (``validate --simulate``)."""
+    if plan.expected_run_steps is None:
+        return None
+    parts = [f"{group} {steps:,}" for group, steps in plan.expected_run_steps.items() if steps]
+    total = sum(plan.expected_run_steps.values())
+    listed = ", ".join(parts)
+    return (
+        f"run-steps expected, per stage (the design on the simulator): {listed}; {total:,} in all"
+    )
 
 
 TASK_START_S = 8.0  # a Slurm task's Python start and torch / Lightning import (test cluster)

@@ -54,7 +54,7 @@ class PlanEstimate:
     wall_time_s: float
     fixed_s: float  # the part of wall_time_s that is not training steps
     expected_runs: int | None
-    expected_run_steps: int | None  # of the expected runs, a held one's to its stop
+    expected_run_steps: dict[str, int] | None  # per group, a held run's to its stop
     expected_wall_time_s: float | None
     train_s: float
     load: float
@@ -106,7 +106,8 @@ def describe_plan(
     held = stored or Stored({}, set())
     corpora = check_inputs(experiment)
     rows = []
-    likely_runs, likely_steps, likely_s = 0, 0, 0.0
+    likely_runs, likely_s = 0, 0.0
+    likely_steps: dict[str, int] = {}  # expected run-steps per group, over the variants
     measured: dict[str, tuple[int, StepTime | None]] = {}  # one build per distinct model
     timed: dict[str, StepTime] = {}
     cached = {} if time_now else stored_step_times()
@@ -138,7 +139,11 @@ def describe_plan(
             if expected is not None:
                 likely = expected_left(expected, held, name, list(extra))
                 likely_runs += seeds + sum(n for n, _ in likely.values())
-                likely_steps += seeds * cfg.steps() + sum(s for _, s in likely.values())
+                for group, s in {
+                    "main": seeds * cfg.steps(),
+                    **{g: s for g, (_, s) in likely.items()},
+                }.items():
+                    likely_steps[group] = likely_steps.get(group, 0) + s
                 likely_s += run_time * seeds + sum(
                     s * step_time + n * RUN_SETUP_S for n, s in likely.values()
                 )

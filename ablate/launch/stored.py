@@ -29,6 +29,7 @@ EXACT_GROUPS = ("main", "sweep", "convert")  # planned by id before anything run
 # what a stage's runs vary: LR, warmup and budget, and the step a run is held at (a curve
 # point, a probe or a walk point stopped there is the plan's run, trained that far)
 STUDY_KEYS = {"train.lr", "train.warmup_steps", "train.tokens", "runtime.pause_step"}
+DECIDE_GROUPS = ("tuned", "crossover")  # decide:'s runs on seeds beyond the file's
 
 
 @dataclass(frozen=True)
@@ -62,12 +63,12 @@ def stored_counts(experiment: Experiment, results_dir: Path) -> Stored:
     The main, sweep and convert runs count by their planned ids. A study stage's run counts
     where its config differs from its variant's only in LR, warmup and budget (which the
     stages choose as they go) and the step it was held at, under the stage the plan's record
-    (``experiment.json``) gives it (a usable walk reuses curve runs; the tuned runs beyond the
-    file's seeds are ``decide:``'s), else the stage it was trained for. A search or max-LR
-    study is finished when ``stability.json`` has its result and every run it names counts;
-    ``decide:`` when the record says why it stopped; and every stage before a variant's
-    finished max-LR study. A run held short (``runtime.pause_step``) counts with the steps it
-    trained."""
+    (``experiment.json``) gives it (a usable walk reuses curve runs; the tuned and cross-over
+    runs of seeds beyond the file's are ``decide:``'s), else the stage it was trained for. A
+    search or max-LR study is finished when ``stability.json`` has its result and every run it
+    names counts; ``decide:`` when the record says why it stopped; and every stage before a
+    variant's finished max-LR study. A run held short (``runtime.pause_step``) counts with the
+    steps it trained."""
     folder = ExperimentFolder.of(results_dir, experiment.name)
     counts: dict[tuple[str, str], int] = {}
     steps: dict[tuple[str, str], int] = {}
@@ -80,21 +81,19 @@ def stored_counts(experiment: Experiment, results_dir: Path) -> Stored:
         record = folder.run(spec.run_id).read_record()
         if record is not None:
             count(spec.variant, spec.group, record.steps)
-    ours = _study_runs_of_this_plan(experiment, folder)  # run id -> (variant, trained for)
+    ours = _study_runs_of_this_plan(experiment, folder)  # run id -> StudyRun
     manifest = store.read_manifest(folder) if folder.path.is_dir() else None
     recorded: dict[str, str] = {}  # the first stage that planned a run (a walk reuses the curve's)
     for entry in manifest.runs if manifest is not None else []:
         if entry.run_id in ours:
             recorded.setdefault(entry.run_id, entry.group)
-    tuned: dict[str, int] = {}
-    for run_id, (variant, trained_for, trained) in ours.items():
-        group = recorded.get(run_id) or trained_for
+    for run_id, run in ours.items():
+        group = recorded.get(run_id) or run.trained_for
         if group in EXACT_GROUPS:
             continue
-        if group == "tuned":
-            tuned[variant] = tuned.get(variant, 0) + 1
-            group = "tuned" if tuned[variant] <= len(experiment.seeds) else "decide"
-        count(variant, group, trained)
+        if group in DECIDE_GROUPS and run.seed not in experiment.seeds:
+            group = "decide"
+        count(run.variant, group, run.steps)
     finished = _finished_studies(folder, set(ours))
     if manifest is not None and (manifest.decide or {}).get("stopped"):
         finished |= {(v, "decide") for v in experiment.variants}
@@ -104,11 +103,22 @@ def stored_counts(experiment: Experiment, results_dir: Path) -> Stored:
     return Stored(counts, finished, steps)
 
 
+@dataclass(frozen=True)
+class StudyRun:
+    """A stored run a study stage of the plan may use: its variant, the stage it was trained
+    for, its seed and the steps it trained."""
+
+    variant: str
+    trained_for: str
+    seed: int
+    steps: int
+
+
 def _study_runs_of_this_plan(
     experiment: Experiment, folder: ExperimentFolder
-) -> dict[str, tuple[str, str, int]]:
-    """{run id: (variant, the stage it was trained for, the steps it trained)} of the finished
-    stored runs whose config differs from their variant's only in :data:`STUDY_KEYS`."""
+) -> dict[str, StudyRun]:
+    """The finished stored runs, by id, whose config differs from their variant's only in
+    :data:`STUDY_KEYS`."""
     found = {}
     for run in folder.runs() if folder.path.is_dir() else []:
         stored = run.read_config()
@@ -123,11 +133,8 @@ def _study_runs_of_this_plan(
         except (KeyError, ValidationError):  # a config no longer valid is no run of this plan
             continue
         if changed <= STUDY_KEYS:
-            found[run.path.name] = (
-                stored["variant"],
-                str(stored.get("group", "main")),
-                record.steps,
-            )
+            group = str(stored.get("group", "main"))
+            found[run.path.name] = StudyRun(stored["variant"], group, record.seed, record.steps)
     return found
 
 

@@ -27,6 +27,7 @@ def test_runs_held_short_count_as_the_plans_with_the_steps_they_trained(
         storage=f"journal:{tmp_path / 'studies.log'}",
         curve={"lr_min": 1e-3, "lr_max": 3e-2, "stop_step": 10, "stop_margin": 0.1},
         max_lr={"seeds": [0, 1], "stop_step": 8},
+        decide={"max_seeds": 4, "step": 2},  # 2 seeds cannot decide: seeds 4 and 5 added
     )
     experiment = load_experiment(path)
     root = tmp_path / "results"
@@ -39,13 +40,20 @@ def test_runs_held_short_count_as_the_plans_with_the_steps_they_trained(
     assert sum(stored.steps.values()) == runs["steps"].sum()
     for variant in experiment.variants:
         mine = runs[(runs["variant"] == variant) & (runs["group"] == "max_lr")]
+        for group in ("tuned", "crossover"):  # the file's seeds' runs; the rest decide:'s
+            assert stored.counts[(variant, group)] == 2
+        assert stored.counts[(variant, "decide")] == 4 and stored.steps[(variant, "decide")] == 80
         assert stored.steps[(variant, "max_lr")] == mine["steps"].sum()
         assert (variant, "max_lr") in stored.finished  # its probes all stored
     assert describe_plan(experiment, 1, 1, stored).runs == 0  # nothing left to train
     assert "(finished)" in stored_lines(experiment, root, stored)[0]
     expected = describe_plan(experiment, 1, 1, expected=stored)  # as the simulator counts
     assert expected.expected_runs == len(runs)
-    assert expected.expected_run_steps == runs["steps"].sum()
+    per_stage: dict[str, int] = {}
+    for (_, group), steps in stored.steps.items():
+        per_stage[group] = per_stage.get(group, 0) + steps
+    assert expected.expected_run_steps == per_stage
+    assert sum(per_stage.values()) == runs["steps"].sum()
     as_whole = Stored(stored.counts, set(), {key: 0 for key in stored.steps})
     for run in runs.itertuples():  # the same runs, each at its whole budget
         as_whole.steps[(run.variant, run.group)] += run.planned_steps
