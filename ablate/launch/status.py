@@ -37,11 +37,15 @@ class RunState:
 
 
 def known_runs(folder: ExperimentFolder, jobs: dict[str, Job]) -> dict[str, str]:
-    """Every run the experiment knows of (planned, stored, submitted), by run id: its stage."""
-    runs = {run.run_id: run.group for run in store.read_manifest(folder).runs}
+    """Every run the experiment knows of (planned, stored, submitted), by run id: its stage,
+    the one that trained it where it is stored (a walk's start that is a tuned run counts as
+    tuned, as in the report's cost table), else the first that planned it."""
+    runs: dict[str, str] = {}
+    for planned in store.read_manifest(folder).runs:
+        runs.setdefault(planned.run_id, planned.group)
     for run in folder.runs():
         config = read_json(run.config) or {}
-        runs.setdefault(run.path.name, str(config.get("group", "?")))
+        runs[run.path.name] = str(config.get("group", runs.get(run.path.name, "?")))
     for run_id, job in jobs.items():
         runs.setdefault(run_id, job.group)
     return runs

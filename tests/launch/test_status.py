@@ -8,6 +8,7 @@ from pathlib import Path
 from conftest import simulated_experiment
 
 from ablate.cli import main
+from ablate.core import store
 from ablate.core.folders import read_json, write_json_atomic
 from ablate.launch.pipeline import run_experiment
 from ablate.launch.status import STATES, run_states, status_lines, status_table
@@ -26,6 +27,24 @@ def test_every_planned_and_trial_run_is_counted_in_its_stage(
     assert by_group["search"] == ["done"] * 6  # 3 trials per variant, stored as runs
     assert by_group["tuned"] == ["done"] * 4
     assert status_lines(result.folder)[-1] == "nothing is running or queued"
+
+
+def test_a_run_two_stages_use_counts_in_the_stage_that_trained_it(
+    tmp_path: Path, unrendered_figures: None
+) -> None:
+    curve = {"lr_min": 1e-3, "lr_max": 3e-2}
+    experiment = simulated_experiment(tmp_path, curve=curve, max_lr={"seeds": [0, 1]})
+    result = run_experiment(experiment, tmp_path / "results", tmp_path / "reports")
+    runs = store.load_summaries(result.folder).set_index("run_id")
+    planned = store.read_manifest(result.folder).runs
+    shared = {r.run_id for r in planned if r.group == "usable"} & {
+        r.run_id for r in planned if r.group == "tuned"
+    }
+    assert shared  # the walks start at the tuned runs of the same seeds
+    states = run_states(result.folder)
+    assert {s.run_id: s.group for s in states} == runs["group"].to_dict()
+    table = status_table(states).set_index("stage")
+    assert table["done"].to_dict() == runs["group"].value_counts().to_dict()
 
 
 def test_a_removed_summary_is_not_started_and_a_failed_run_is_failed(
