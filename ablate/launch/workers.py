@@ -73,6 +73,7 @@ class _WorkerState:
 
     stop: Any = None  # a multiprocessing Event, set once Ctrl-C stops the experiment
     messages: Any = None  # a multiprocessing Queue the progress board reads, or None
+    interrupted: bool = False  # this worker's job got its Ctrl-C: it is storing its run
 
 
 _WORKER = _WorkerState()
@@ -103,13 +104,20 @@ def _init_worker(
 
 def _interrupt_once(signum: int, frame: FrameType | None) -> None:
     """A worker's first Ctrl-C during a job: stop the experiment and interrupt the job; further
-    ones are ignored while the job stores its interrupted run. One that lands in a finalizer
-    (a ``__del__`` the garbage collector runs) is sent again :data:`FINALIZER_RETRY_S` later:
-    raised there, Python would print it as a traceback and drop it, and the job train on."""
+    ones are ignored while the job stores its interrupted run. Ignoring them takes more than
+    setting SIGINT's handler to ``SIG_IGN``: Lightning's teardown puts back the handler it
+    found, this one, and the ``ablate`` process's stop sends every worker a second Ctrl-C,
+    which landing before the run's store holds Ctrl-C off would cut it and lose the run. One
+    that lands in a finalizer (a ``__del__`` the garbage collector runs) is sent again
+    :data:`FINALIZER_RETRY_S` later: raised there, Python would print it as a traceback and
+    drop it, and the job train on."""
+    if _WORKER.interrupted:
+        return
     if in_finalizer(frame):
         threading.Timer(FINALIZER_RETRY_S, os.kill, (os.getpid(), signal.SIGINT)).start()
         return
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    _WORKER.interrupted = True
     _WORKER.stop.set()
     raise KeyboardInterrupt
 
@@ -129,6 +137,7 @@ def in_finalizer(frame: FrameType | None) -> bool:
 def in_worker(job: Callable[..., T], *args: Any) -> T | None:
     """Run ``job(*args)`` in a pool worker, interruptible by Ctrl-C; None once the experiment
     was stopped (nothing new starts after Ctrl-C)."""
+    _WORKER.interrupted = False
     signal.signal(signal.SIGINT, _interrupt_once)
     try:
         return None if _WORKER.stop.is_set() else job(*args)

@@ -379,6 +379,7 @@ def test_a_ctrl_c_in_a_finalizer_is_sent_again_not_dropped(monkeypatch: pytest.M
     sent: list[int] = []
     monkeypatch.setattr(workers.os, "kill", lambda pid, signum: sent.append(signum))
     monkeypatch.setattr(workers._WORKER, "stop", threading.Event())
+    monkeypatch.setattr(workers._WORKER, "interrupted", False)
     previous = signal.getsignal(signal.SIGINT)
 
     class Collected:
@@ -394,3 +395,35 @@ def test_a_ctrl_c_in_a_finalizer_is_sent_again_not_dropped(monkeypatch: pytest.M
         assert workers._WORKER.stop.is_set() and sent == [signal.SIGINT]
     finally:
         signal.signal(signal.SIGINT, previous)
+
+
+def test_a_second_ctrl_c_after_lightning_put_the_handler_back_does_not_cut_the_store(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # seen in the suite, 1 in 12 under load: Lightning's teardown after an interrupted fit puts
+    # back the SIGINT handler it found, and the stop's second Ctrl-C, landing before the run's
+    # store held Ctrl-C off, cut the store: the run was left "running", with no record
+    from ablate.launch import workers
+
+    monkeypatch.setattr(workers._WORKER, "stop", threading.Event())
+    monkeypatch.setattr(workers._WORKER, "interrupted", False)
+    previous = signal.getsignal(signal.SIGINT)
+
+    def fit_then_store() -> str:
+        found = signal.getsignal(signal.SIGINT)  # what Lightning records as fit starts
+        try:
+            os.kill(os.getpid(), signal.SIGINT)  # the first Ctrl-C, while training
+            time.sleep(5)
+        except KeyboardInterrupt:
+            signal.signal(signal.SIGINT, found)  # the teardown puts it back
+        os.kill(os.getpid(), signal.SIGINT)  # the stop's, before the store holds Ctrl-C
+        time.sleep(0.1)
+        return "stored"
+
+    try:
+        ended = workers.in_worker(fit_then_store)
+    except KeyboardInterrupt:  # the second cut the store
+        ended = "cut"
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    assert ended == "stored" and workers._WORKER.stop.is_set()
