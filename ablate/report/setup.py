@@ -189,7 +189,7 @@ def _stage_text(stored: StoredExperiment) -> str:
 @dataclass(frozen=True)
 class Compute:
     """What training cost: the distinct runs the stages use and their own wall time summed
-    (``run_minutes``), the store's finished runs no stage of the plan uses (``unused``), and from
+    (``run_minutes``), the store's runs no stage of the plan uses (``unused``), and from
     ``jobs.csv`` the ``ablate run`` invocations (none where the store predates job records):
     their wall time, how many were cut short, the (workers, threads) and (cores, CPU) they ran
     with, the machine's states and the largest share of the cores other work took (NaN: not
@@ -241,7 +241,7 @@ def compute_text(cost: Compute) -> str:
     )
     if cost.unused:
         text += (
-            f"; the store holds {cost.unused} more finished run(s) no stage of this plan uses (a "
+            f"; the store holds {cost.unused} more run(s) no stage of this plan uses (a "
             "walk's points past its edge, trained ahead on free workers, or an earlier plan's)"
         )
     if not cost.invocations:
