@@ -407,7 +407,7 @@ def test_the_expected_cost_the_docs_quote_is_the_designs_and_the_committed_runs(
 
     quoted = re.search(
         r"that is (\d+) runs and ([\d,]+) run-steps against the (\d+) runs and ([\d,]+) "
-        r"run-steps its committed results trained",
+        r"run-steps its committed Answer rests on",
         " ".join(_page("experiments.md").split()),
     )
     assert quoted
