@@ -217,6 +217,19 @@ def _by_setting(report: str) -> pd.DataFrame:
     return runs.assign(step=np.round(np.log2(runs["lr"]) * 4, 6))
 
 
+def _status_moved(old: pd.DataFrame, new: pd.DataFrame) -> pd.DataFrame:
+    """The runs of ``new`` whose status differs from ``old``'s at the same setting, with the
+    old status beside it; both reports have the same settings, and every other run ends at the
+    same losses to the bit."""
+    both = new.merge(old, on=SETTING, suffixes=("", "_before"))
+    assert len(both) == len(new) == len(old)
+    moved = both["status"] != both["status_before"]
+    kept = both[~moved]
+    for loss in ("final_val_loss", "final_test_loss"):
+        assert kept[loss].fillna(-1.0).equals(kept[f"{loss}_before"].fillna(-1.0))
+    return both[moved]
+
+
 @pytest.mark.parametrize("report", ["ln_vs_rms", "llama_style"])
 def test_a_default_report_trains_each_setting_once(report: str) -> None:
     # a walk's point at a tuned LR is the tuned run (the LR is the lattice point itself)
@@ -285,13 +298,7 @@ def test_the_narrower_margin_stopped_the_curve_points_between_the_margins_and_no
     # their norm's best there stop too; every other run ends where it did, to the bit
     old = _by_setting(f"earlier_protocol/margin_0.2/{report}")
     new = _by_setting(f"earlier_protocol/walks_whole/{report}")  # the report the margin made
-    both = new.merge(old, on=SETTING, suffixes=("", "_before"))
-    assert len(both) == len(new) == len(old)
-    moved = both["status"] != both["status_before"]
-    kept = both[~moved]
-    for loss in ("final_val_loss", "final_test_loss"):
-        assert kept[loss].fillna(-1.0).equals(kept[f"{loss}_before"].fillna(-1.0))
-    stopped = both[moved]
+    stopped = _status_moved(old, new)
     assert set(stopped["group"]) == {"curve"} and set(stopped["status"]) == {"pruned"}
     assert set(stopped["status_before"]) == {"finished"} and (stopped["steps"] == 64).all()
     held = _gaps_at_the_hold(report, 64)
@@ -343,18 +350,12 @@ def test_the_walks_held_stopped_the_walk_points_the_rule_decides_and_no_verdict_
     # point trained ahead past its edge was, and is no more once held: their path differs.
     old = _by_setting(f"earlier_protocol/walks_whole/{report}").query("group != 'max_lr'")
     new = _by_setting(report).query("group != 'max_lr'")
-    both = new.merge(old, on=SETTING, suffixes=("", "_before"))
-    assert len(both) == len(new) == len(old)  # the same settings: every walk ends where it did
-    moved = both["status"] != both["status_before"]
-    kept = both[~moved]
-    for loss in ("final_val_loss", "final_test_loss"):
-        assert kept[loss].fillna(-1.0).equals(kept[f"{loss}_before"].fillna(-1.0))
-    stopped = both[moved]
+    stopped = _status_moved(old, new)  # the same settings: every walk ends where it did
     assert set(stopped["group"]) == {"usable"} and set(stopped["status"]) == {"pruned"}
     assert set(stopped["status_before"]) == {"finished"} and (stopped["steps"] == WALK_STEP).all()
     gaps = _walk_gaps(report)
     decided = (gaps < WITHIN - UNDER) | (gaps > WITHIN + OVER)
-    walked = both[both["run_id"].isin(gaps.index) & (both["group"] == "usable")]
+    walked = new[new["run_id"].isin(gaps.index) & (new["group"] == "usable")]
     assert set(stopped["run_id"]) == set(walked["run_id"]) & set(gaps[decided].index)
     for _, run in stopped.iterrows():  # stored as the side of the band its gap puts it on
         assert (gaps[run["run_id"]] < WITHIN) == ("within the band" in run["stopped_reason"])
